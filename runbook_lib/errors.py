@@ -1,0 +1,124 @@
+"""One exception tree for the whole runbook; each class says who has to act and how the CLI exits.
+
+    RunbookError                     exit 4 (failed run) unless a subclass says otherwise
+    ├── ParamsError (ValueError)     exit 2: the migration YAML is wrong; nothing ran
+    ├── ProviderError                a provider refused or failed an operation
+    │   ├── AuthError
+    │   ├── RateLimited
+    │   ├── NoCapacity
+    │   ├── ProviderTimeout
+    │   └── NotFound
+    ├── StorageError                 an object is missing, truncated or fails its checksum
+    ├── WorkloadError                the acceptance job or an endpoint worker failed
+    ├── EvidenceError                a phase record is missing or the hash chain is broken
+    ├── ApprovalRequired             a plan needs an approval record that is not there (exit 3, HOLD)
+    └── PhaseFailed                  a phase notebook failed, timed out or lost its kernel
+
+Messages say what failed, the value seen, the limit, and what to do next. Credentials are
+never put into a message: callers pass names of secrets, not values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+# CLI exit codes (documented in README.md and `runbook --help`).
+EXIT_GO = 0
+EXIT_NO_GO = 1
+EXIT_USAGE = 2
+EXIT_HOLD = 3
+EXIT_FAILED = 4
+
+
+class RunbookError(Exception):
+    """Root of every error the runbook raises on purpose."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
+
+
+class ParamsError(RunbookError, ValueError):
+    """A params file is invalid; raised before anything runs.
+
+    Attributes:
+        field: dotted path of the offending field (``"target.price_usd_per_hour"``), or ``""``.
+        value: the value seen (never a credential: secret fields hold references only).
+    """
+
+    exit_code: ClassVar[int] = EXIT_USAGE
+
+    def __init__(self, message: str, *, field: str = "", value: Any = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class ProviderError(RunbookError):
+    """A provider operation failed.
+
+    Attributes:
+        provider: registry name (``"local"``, ``"runpod"``, ``"vast"``).
+        resource_id: pod / instance / endpoint id concerned, if any.
+    """
+
+    def __init__(self, message: str, *, provider: str = "", resource_id: str = "") -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.resource_id = resource_id
+
+
+class AuthError(ProviderError):
+    """Credentials are missing or were refused."""
+
+
+class RateLimited(ProviderError):
+    """The provider asked us to slow down."""
+
+
+class NoCapacity(ProviderError):
+    """No offer or worker could be had within the budget."""
+
+
+class ProviderTimeout(ProviderError):
+    """A resource did not reach the wanted state before its deadline."""
+
+
+class NotFound(ProviderError):
+    """The resource does not exist (or no longer exists)."""
+
+
+class StorageError(RunbookError):
+    """An object is missing, truncated, or its sha256 differs from its manifest."""
+
+
+class WorkloadError(RunbookError):
+    """The acceptance job, a training step or an endpoint worker failed."""
+
+
+class EvidenceError(RunbookError):
+    """A phase record is missing, altered, or does not chain to the one before it."""
+
+
+class ApprovalRequired(RunbookError):
+    """A plan that creates, changes, funds or destroys a resource has no matching approval."""
+
+    exit_code: ClassVar[int] = EXIT_HOLD
+
+
+class PhaseFailed(RunbookError):
+    """A phase notebook failed: an error in a cell, a cell timeout, or a dead kernel.
+
+    Attributes:
+        phase: phase id (``"03"``).
+        notebook: path of the executed notebook that was kept.
+        cell_index: index of the failing cell, or -1 when unknown.
+        ename: exception class name seen in the kernel (``"DeadKernelError"``...).
+    """
+
+    def __init__(
+        self, message: str, *, phase: str, notebook: str, cell_index: int = -1, ename: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.phase = phase
+        self.notebook = notebook
+        self.cell_index = cell_index
+        self.ename = ename

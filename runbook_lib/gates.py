@@ -1,0 +1,303 @@
+"""Gates: pure functions from measurements and thresholds to verdicts, and the decision.
+
+Every gate returns PASS, FAIL, INCONCLUSIVE or ERROR with its evidence (observed value,
+threshold, unit, method, sample counts, source of the default). Missing data is never a PASS.
+GO needs every blocking gate PASS; any blocking FAIL is NO-GO; otherwise anything INCONCLUSIVE
+or ERROR is HOLD.
+
+Default thresholds and their sources:
+
+* float tolerances per dtype: ``torch.testing.assert_close`` defaults
+  (https://pytorch.org/docs/stable/testing.html): float32 rtol 1.3e-6 atol 1e-5, bfloat16 rtol
+  1.6e-2 atol 1e-5, float16 rtol 1e-3 atol 1e-5;
+* latency p95 ratio <= 1.10: Kayenta's documented "fail at +10 %" example;
+* throughput ratio >= 0.95: non-inferiority margin of 5 % (reference/gates.md section 5.3);
+* cold start median ratio <= 1.25 (reference/gates.md section 5.3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "ERROR"]
+Decision = Literal["GO", "NO-GO", "HOLD"]
+
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float32": (1.3e-6, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float16": (1e-3, 1e-5),
+}
+"""dtype -> (rtol, atol), from torch.testing.assert_close's documented defaults."""
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_CONFIDENCE = 0.90  # two-sided; its upper/lower end is a one-sided 95 % bound
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate's verdict and the evidence behind it.
+
+    Attributes:
+        name: gate id (``output_parity``, ``latency_p95_ratio``, ...).
+        verdict: PASS, FAIL, INCONCLUSIVE or ERROR.
+        blocking: a blocking FAIL makes the decision NO-GO.
+        observed: the measured value (None when there was none).
+        threshold: the limit it was judged against.
+        unit: unit of ``observed`` and ``threshold`` (``ratio``, ``s``, ``USD``...).
+        method: how ``observed`` was computed.
+        samples: sample counts per side.
+        interval: confidence interval of ``observed``, when there is one.
+        detail: one sentence a reader can act on.
+        source: where the threshold's default comes from.
+        phase: phase that evaluated the gate.
+    """
+
+    name: str
+    verdict: Verdict
+    blocking: bool
+    observed: float | str | None
+    threshold: float | str | None
+    unit: str
+    method: str
+    detail: str
+    samples: dict[str, int] = field(default_factory=dict)
+    interval: tuple[float, float] | None = None
+    source: str = ""
+    phase: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("observed", "threshold"):
+            if isinstance(d[k], float) and not math.isfinite(d[k]):
+                d[k] = str(d[k])
+        return d
+
+
+def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None) -> tuple[float, float, str]:
+    """(rtol, atol, source) for ``dtype``; overrides from params win and are labelled as such."""
+    d_rtol, d_atol = TOLERANCES[dtype]
+    src = f"torch.testing.assert_close defaults for {dtype}"
+    if rtol is not None or atol is not None:
+        src = f"params override (default {dtype}: rtol {d_rtol}, atol {d_atol})"
+    return (rtol if rtol is not None else d_rtol), (atol if atol is not None else d_atol), src
+
+
+def checksum_exact(name: str, checks: Sequence[dict[str, Any]], *, phase: str = "") -> GateResult:
+    """Every object's sha256 must equal its manifest's; no objects is INCONCLUSIVE.
+
+    Args:
+        checks: rows with ``key``, ``expected_sha256``, ``observed_sha256``.
+    """
+    if not checks:
+        return GateResult(name, "INCONCLUSIVE", True, None, "all match", "objects", "sha256",
+                          "no objects were checked", phase=phase)
+    bad = [c["key"] for c in checks if c["expected_sha256"] != c["observed_sha256"]]
+    return GateResult(
+        name, "FAIL" if bad else "PASS", True, len(checks) - len(bad), len(checks), "objects matching",
+        "sha256 of every byte, compared exactly",
+        f"sha256 mismatch for {bad}: stop the migration and reconcile the data" if bad
+        else f"all {len(checks)} object(s) match their manifest",
+        samples={"objects": len(checks)}, source="DESIGN.md section 5: bytes at rest must match exactly", phase=phase)
+
+
+def output_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, dtype: str,
+                  rtol: float | None = None, atol: float | None = None, phase: str = "") -> GateResult:
+    """Elementwise ``|obs - ref| <= atol + rtol * |ref|`` (``torch.isclose`` rule) on golden inputs.
+
+    Args:
+        reference: golden outputs from the source, float32, any shape.
+        observed: outputs from the target, same shape.
+        dtype: the reference (source) dtype, which picks the default tolerance.
+
+    Returns:
+        PASS when every element is within tolerance; ``observed`` is the max abs error.
+    """
+    rt, at, src = tolerance_for(dtype, rtol, atol)
+    thr = f"rtol {rt:g}, atol {at:g}"
+    if reference is None or observed is None:
+        return GateResult("output_parity", "INCONCLUSIVE", True, None, thr, "abs error", "elementwise tolerance",
+                          "no outputs to compare", phase=phase, source=src)
+    if reference.shape != observed.shape:
+        return GateResult("output_parity", "FAIL", True, f"shape {observed.shape}", f"shape {reference.shape}",
+                          "shape", "shape check", "output shape differs from the golden outputs",
+                          phase=phase, source=src)
+    ref64, obs64 = reference.astype(np.float64), observed.astype(np.float64)
+    err = np.abs(obs64 - ref64)
+    bad = err > at + rt * np.abs(ref64)
+    if not np.all(np.isfinite(obs64)):
+        bad |= ~np.isfinite(obs64)
+    max_rel = float(np.max(err / np.maximum(np.abs(ref64), 1e-12)))
+    frac = float(bad.mean())
+    return GateResult(
+        "output_parity", "FAIL" if bad.any() else "PASS", True, float(err.max()), thr, "max abs error",
+        f"elementwise |T-S| <= atol + rtol*|S| over {reference.size} values; max rel error {max_rel:.3g}",
+        f"{int(bad.sum())} of {bad.size} values ({frac:.2%}) outside tolerance" if bad.any()
+        else f"all {bad.size} values within tolerance (max rel error {max_rel:.3g})",
+        samples={"values": int(reference.size)}, source=src, phase=phase)
+
+
+def top1_agreement(reference: np.ndarray | None, observed: np.ndarray | None, *, minimum: float,
+                   phase: str = "") -> GateResult:
+    """Share of rows whose argmax class agrees (classifiers); must be >= ``minimum``."""
+    if reference is None or observed is None or reference.shape != observed.shape:
+        return GateResult("top1_agreement", "INCONCLUSIVE", True, None, minimum, "fraction", "argmax agreement",
+                          "no comparable classifier outputs", phase=phase)
+    agree = float((reference.argmax(axis=1) == observed.argmax(axis=1)).mean())
+    return GateResult("top1_agreement", "PASS" if agree >= minimum else "FAIL", True, agree, minimum, "fraction",
+                      "share of rows with equal argmax", f"top-1 agreement {agree:.4f} (minimum {minimum})",
+                      samples={"rows": int(reference.shape[0])}, source="params gates.top1_agreement_min",
+                      phase=phase)
+
+
+def boolean_gate(name: str, ok: bool | None, *, detail: str, blocking: bool = True, phase: str = "",
+                 source: str = "") -> GateResult:
+    """A yes/no check; ``None`` (not measured) is INCONCLUSIVE."""
+    verdict: Verdict = "INCONCLUSIVE" if ok is None else ("PASS" if ok else "FAIL")
+    return GateResult(name, verdict, blocking, None if ok is None else str(ok), "True", "bool", "check", detail,
+                      phase=phase, source=source)
+
+
+def loss_band(reference: Sequence[float], observed: Sequence[float], *, rel: float, last_k: int = 10,
+              phase: str = "") -> GateResult:
+    """Mean training loss over the last ``last_k`` steps: ``|T - S| / S <= rel``."""
+    if len(reference) < 1 or len(observed) < 1:
+        return GateResult("loss_band", "INCONCLUSIVE", True, None, rel, "relative difference", "mean of last steps",
+                          "no loss values", phase=phase)
+    k = min(last_k, len(reference), len(observed))
+    s, t = float(np.mean(reference[-k:])), float(np.mean(observed[-k:]))
+    d = abs(t - s) / max(abs(s), 1e-12)
+    return GateResult("loss_band", "PASS" if d <= rel else "FAIL", True, d, rel, "relative difference",
+                      f"mean loss over the last {k} steps: source {s:.6f}, target {t:.6f}",
+                      f"loss differs by {d:.3%} (band {rel:.1%})", samples={"steps": k},
+                      source="params gates.loss_band_rel (reference/gates.md loss_band)", phase=phase)
+
+
+def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Any) -> tuple[float, float] | None:
+    from scipy import stats
+
+    try:
+        res = stats.bootstrap(samples, statistic, n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=BOOTSTRAP_CONFIDENCE,
+                              method="percentile", vectorized=False, paired=False, random_state=0)
+    except ValueError:
+        return None
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+
+def latency_p95_ratio(source: np.ndarray, target: np.ndarray, *, max_ratio: float, min_samples: int,
+                      phase: str = "") -> GateResult:
+    """p95(target) / p95(source) of total latency from intended arrival; PASS when the upper end of
+    a 90 % percentile-bootstrap interval (scipy.stats.bootstrap) is <= ``max_ratio``.
+
+    Args:
+        source, target: total latencies in seconds, shape ``(n,)``.
+    """
+    n = {"source": int(source.size), "target": int(target.size)}
+    if min(n.values()) < min_samples:
+        return GateResult("latency_p95_ratio", "INCONCLUSIVE", True, None, max_ratio, "ratio",
+                          "p95 ratio, bootstrap", f"too few samples {n}; need >= {min_samples} per side",
+                          samples=n, phase=phase)
+    ratio = float(np.percentile(target, 95) / np.percentile(source, 95))
+    ci = _bootstrap((source, target), lambda s, t: np.percentile(t, 95) / np.percentile(s, 95))
+    if ci is None:
+        return GateResult("latency_p95_ratio", "ERROR", True, ratio, max_ratio, "ratio", "p95 ratio, bootstrap",
+                          "bootstrap interval could not be computed", samples=n, phase=phase)
+    verdict: Verdict = "PASS" if ci[1] <= max_ratio else ("FAIL" if ci[0] > max_ratio else "INCONCLUSIVE")
+    return GateResult("latency_p95_ratio", verdict, True, ratio, max_ratio, "ratio",
+                      "p95 ratio of queue+init+inference latency; 90 % percentile bootstrap",
+                      f"p95 ratio {ratio:.3f}, 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}] vs max {max_ratio}",
+                      samples=n, interval=ci, source="Kayenta 'fail at +10 %' example; params gates.latency_p95_ratio_max",
+                      phase=phase)
+
+
+def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ratio: float,
+                     phase: str = "") -> GateResult:
+    """Throughput target / source (units per second, one value per round); PASS when the lower end
+    of the 90 % bootstrap interval over rounds is >= ``min_ratio`` (one round per side: point
+    estimate, marked as such)."""
+    s, t = np.asarray(source, float), np.asarray(target, float)
+    n = {"source_rounds": int(s.size), "target_rounds": int(t.size)}
+    if s.size == 0 or t.size == 0 or np.mean(s) <= 0:
+        return GateResult("throughput_ratio", "INCONCLUSIVE", True, None, min_ratio, "ratio", "mean ratio",
+                          "no throughput measured", samples=n, phase=phase)
+    ratio = float(np.mean(t) / np.mean(s))
+    ci = _bootstrap((s, t), lambda a, b: np.mean(b) / np.mean(a)) if min(s.size, t.size) >= 2 else None
+    lo = ci[0] if ci else ratio
+    verdict: Verdict = "PASS" if lo >= min_ratio else ("FAIL" if (ci[1] if ci else ratio) < min_ratio else "INCONCLUSIVE")
+    return GateResult("throughput_ratio", verdict, True, ratio, min_ratio, "ratio",
+                      "mean throughput ratio over rounds" + ("; 90 % percentile bootstrap" if ci else "; point estimate"),
+                      f"throughput ratio {ratio:.3f}" + (f", 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""),
+                      samples=n, interval=ci, source="5 % non-inferiority margin; params gates.throughput_ratio_min",
+                      phase=phase)
+
+
+def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ratio: float, phase: str = "") -> GateResult:
+    """median(target cold starts) / median(source cold starts), seconds; PASS when <= ``max_ratio``."""
+    n = {"source": len(source), "target": len(target)}
+    if not source or not target:
+        return GateResult("cold_start_ratio", "INCONCLUSIVE", True, None, max_ratio, "ratio", "median ratio",
+                          "no cold starts measured", samples=n, phase=phase)
+    r = float(np.median(target) / np.median(source))
+    return GateResult("cold_start_ratio", "PASS" if r <= max_ratio else "FAIL", True, r, max_ratio, "ratio",
+                      "median cold start ratio (launch to first served response)",
+                      f"median cold start source {np.median(source):.2f} s, target {np.median(target):.2f} s",
+                      samples=n, source="reference/gates.md init_latency; params gates.cold_start_ratio_max", phase=phase)
+
+
+def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "") -> GateResult:
+    """Target failure rate (FAILED, TIMED_OUT, client errors) must be <= ``max_rate``; the
+    Clopper-Pearson 95 % upper bound (scipy.stats.binomtest) is reported."""
+    from scipy import stats
+
+    if total == 0:
+        return GateResult("error_rate", "INCONCLUSIVE", True, None, max_rate, "fraction", "failures / requests",
+                          "no requests were made", phase=phase)
+    rate = failures / total
+    hi = float(stats.binomtest(failures, total).proportion_ci(0.95, method="exact").high)
+    return GateResult("error_rate", "PASS" if rate <= max_rate else "FAIL", True, rate, max_rate, "fraction",
+                      "failures / requests; Clopper-Pearson 95 % upper bound reported",
+                      f"{failures} of {total} target requests failed (upper bound {hi:.3%})",
+                      samples={"requests": total}, interval=(0.0, hi), source="params gates.error_rate_max", phase=phase)
+
+
+def cost_per_unit(source_usd: float | None, target_usd: float | None, *, required_saving: float,
+                  phase: str = "") -> GateResult:
+    """Cost per accepted unit: target <= source x (1 - required_saving). USD per unit."""
+    thr = None if source_usd is None else source_usd * (1 - required_saving)
+    if source_usd is None or target_usd is None or not math.isfinite(target_usd):
+        return GateResult("cost_per_accepted_unit", "INCONCLUSIVE", True, target_usd, thr, "USD/unit",
+                          "billed cost / accepted units", "no accepted units on a side", phase=phase)
+    assert thr is not None
+    return GateResult("cost_per_accepted_unit", "PASS" if target_usd <= thr else "FAIL", True, target_usd, thr,
+                      "USD/unit", "price x billed time (init and idle included) + storage + egress, / accepted units",
+                      f"source {source_usd:.3g} USD/unit, target {target_usd:.3g} USD/unit, required saving "
+                      f"{required_saving:.0%}", source="params gates.required_saving", phase=phase)
+
+
+def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:
+    """GO / NO-GO / HOLD and the reasons, from every gate result.
+
+    Any blocking FAIL is NO-GO; else any INCONCLUSIVE or ERROR (or no gates at all) is HOLD;
+    else GO. The reasons name each gate that drove the decision.
+    """
+    if not results:
+        return "HOLD", ["no gate was evaluated"]
+    fails = [r for r in results if r.blocking and r.verdict == "FAIL"]
+    if fails:
+        return "NO-GO", [f"{r.name} FAIL (phase {r.phase}): {r.detail}" for r in fails]
+    unsure = [r for r in results if r.verdict in ("INCONCLUSIVE", "ERROR")]
+    if unsure:
+        return "HOLD", [f"{r.name} {r.verdict} (phase {r.phase}): {r.detail}" for r in unsure]
+    return "GO", [f"all {len(results)} gates PASS"]
+
+
+def from_dict(d: dict[str, Any]) -> GateResult:
+    """Rebuild a :class:`GateResult` from :meth:`GateResult.to_dict` output (records)."""
+    d = dict(d)
+    if d.get("interval") is not None:
+        d["interval"] = tuple(d["interval"])
+    return GateResult(**d)

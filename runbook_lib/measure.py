@@ -1,0 +1,181 @@
+"""Request and job timing: open-loop load against a queue endpoint, saturation throughput, and the
+raw samples every summary is computed from.
+
+Latency is counted from each request's *intended* arrival time (MLPerf LoadGen; a client that
+falls behind its schedule therefore shows up as latency, never hidden). Per request we keep the
+queue, init (waiting on a cold worker) and execution components the endpoint reports. Raw
+samples are kept in seconds in CSV files next to the executed notebooks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from runbook_lib.errors import ProviderError, ProviderTimeout
+
+SAMPLE_COLUMNS = ("side", "round", "request", "intended_s", "sent_s", "done_s", "total_s", "queue_s",
+                  "init_s", "execution_s", "status", "batch_size", "input_index")
+"""Columns of a latency sample table; ``*_s`` in seconds relative to the round start, or
+durations in seconds (``total_s``, ``queue_s``, ``init_s``, ``execution_s``)."""
+
+POLL_INTERVAL_S = 0.01
+
+
+class JobClient:
+    """Client of a queue endpoint's job API (``/run``, ``/runsync``, ``/status/{id}``,
+    ``/cancel/{id}``, ``/health``), as Runpod Serverless defines it
+    (https://docs.runpod.io/serverless/endpoints/operations).
+
+    Args:
+        url: endpoint base URL.
+        http: an ``httpx.Client`` (injected; tests pass one with a mock transport).
+    """
+
+    def __init__(self, url: str, *, http: Any = None, timeout_s: float = 120.0) -> None:
+        import httpx
+
+        self._http = http or httpx.Client(base_url=url, timeout=timeout_s,
+                                          limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        import httpx
+
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"{method} {path} failed: {type(exc).__name__}: {exc}") from exc
+        if r.status_code == 404 and path.startswith("/status/"):
+            return {"id": path.rsplit("/", 1)[-1], "status": "EXPIRED",
+                    "error": "job not found: its TTL expired or it never existed"}
+        if r.status_code >= 400:
+            raise ProviderError(f"{method} {path} answered HTTP {r.status_code}: {r.text[:200]}")
+        return r.json()
+
+    def run(self, payload: Any) -> dict[str, Any]:
+        """Submit a job; returns ``{"id", "status": "IN_QUEUE"}``."""
+        return self._json("POST", "/run", json={"input": payload})
+
+    def runsync(self, payload: Any) -> dict[str, Any]:
+        """Submit and wait for a terminal state (the endpoint answers after at most 90 s; a job
+        still running then is polled until terminal)."""
+        job = self._json("POST", "/runsync", json={"input": payload})
+        while job.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
+            time.sleep(POLL_INTERVAL_S)
+            job = self.status(job["id"])
+        return job
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        """Job record; ``status`` is ``EXPIRED`` when the endpoint no longer knows the id (TTL)."""
+        return self._json("GET", f"/status/{job_id}")
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return self._json("POST", f"/cancel/{job_id}")
+
+    def health(self) -> dict[str, Any]:
+        return self._json("GET", "/health")
+
+    def wait_ready(self, *, timeout_s: float, clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+        """Wait until at least one worker is idle or running.
+
+        Raises:
+            ProviderTimeout: no worker became ready in ``timeout_s`` seconds (the message gives
+                the worker states, so "still initializing" is not mistaken for "no capacity").
+        """
+        deadline = clock() + timeout_s
+        while True:
+            h = self.health()
+            if h["workers"]["idle"] + h["workers"]["running"] > 0:
+                return h
+            if clock() > deadline:
+                raise ProviderTimeout(f"no endpoint worker ready after {timeout_s} s; workers: {h['workers']}")
+            sleep(0.05)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a schedule: ``intended_s`` after the round start, with its payload."""
+
+    index: int
+    intended_s: float
+    payload: Any
+    input_index: int
+
+
+def poisson_schedule(n: int, rate_per_s: float, seed: int) -> np.ndarray:
+    """Intended arrival offsets (seconds, shape ``(n,)``, float64) of a Poisson process.
+
+    Inter-arrival gaps are exponential with mean ``1 / rate_per_s``, drawn with
+    ``numpy.random.default_rng(seed)`` so both sides see the same schedule.
+    """
+    rng = np.random.default_rng(seed)
+    return np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
+
+
+def run_open_loop(client: JobClient, requests: list[Request], *, side: str, round_id: int,
+                  max_in_flight: int = 128) -> list[dict[str, Any]]:
+    """Send ``requests`` at their intended times regardless of completions (open loop).
+
+    Returns:
+        One sample dict per request with :data:`SAMPLE_COLUMNS` plus ``output`` (the response).
+    """
+    results: list[dict[str, Any]] = [{} for _ in requests]
+    t0 = time.perf_counter()
+    lock = threading.Lock()
+
+    def one(req: Request) -> None:
+        sent = time.perf_counter() - t0
+        try:
+            job = client.runsync(req.payload)
+        except ProviderError as exc:
+            job = {"status": "CLIENT_ERROR", "error": str(exc)}
+        done = time.perf_counter() - t0
+        row = {"side": side, "round": round_id, "request": req.index, "intended_s": req.intended_s,
+               "sent_s": sent, "done_s": done, "total_s": done - req.intended_s,
+               "queue_s": job.get("queue_s", np.nan), "init_s": job.get("init_s", np.nan),
+               "execution_s": job.get("execution_s", np.nan), "status": job.get("status"),
+               "batch_size": job.get("batch_size", np.nan), "input_index": req.input_index,
+               "output": job.get("output")}
+        with lock:
+            results[req.index] = row
+
+    with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
+        for req in requests:
+            delay = req.intended_s - (time.perf_counter() - t0)
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(one, req)
+    return results
+
+
+def run_saturation(client: JobClient, payloads: list[Any], *, max_in_flight: int = 64) -> dict[str, float]:
+    """Submit all ``payloads`` at once and time until the last completes.
+
+    Returns:
+        ``{"requests", "completed", "elapsed_s", "throughput_rps"}``; throughput counts only
+        COMPLETED requests, per second of wall time.
+    """
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
+        jobs = list(pool.map(client.runsync, payloads))
+    elapsed = time.perf_counter() - t0
+    ok = sum(1 for j in jobs if j.get("status") == "COMPLETED")
+    return {"requests": float(len(payloads)), "completed": float(ok), "elapsed_s": elapsed,
+            "throughput_rps": ok / elapsed if elapsed > 0 else 0.0}
+
+
+def percentiles(values: Any, qs: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:
+    """``{"p50": ..., "p95": ..., "p99": ...}`` of ``values`` (seconds), by numpy's default
+    linear interpolation; NaN when there are no values."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[~np.isnan(arr)]
+    return {f"p{int(q)}": (float(np.percentile(arr, q)) if arr.size else float("nan")) for q in qs}

@@ -1,0 +1,289 @@
+"""Load one migration YAML into typed, frozen models; refuse bad input before anything runs.
+
+Papermill's own parameter coercion is lossy (``-p flag false`` is the string ``'false'``), so
+notebooks receive only the path of the params file and call :func:`load_params` themselves.
+The YAML is read with a loader that keeps ``no``/``yes``/``on``/``off`` and dates as strings
+(YAML 1.2 behaviour), so a region called ``no`` stays ``"no"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from runbook_lib.errors import ParamsError
+
+Device = Annotated[str, Field(pattern=r"^(cpu|cuda|cuda:\d+)$")]
+DType = Literal["float32", "bfloat16", "float16"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SecretRef(_Model):
+    """A credential named by reference; the value is resolved at run time, never stored.
+
+    ``ref`` is ``env:VARNAME`` or ``file:/path/to/secret``.
+    """
+
+    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    ref: str = Field(pattern=r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
+    required: bool = False
+
+
+class Port(_Model):
+    """A port the workload listens on, with its transport protocol."""
+
+    port: int = Field(ge=1, le=65535)
+    protocol: Literal["tcp", "udp", "http"] = "tcp"
+
+
+class Requirements(_Model):
+    """What the workload needs from a host (phase 01 records, phase 02 maps).
+
+    Units: ``shm_gb`` and ``disk_gb`` in GB (10**9 bytes); ``max_request_s`` in seconds.
+    """
+
+    ports: tuple[Port, ...] = ()
+    shm_gb: float = Field(default=0.0, ge=0)
+    disk_gb: float = Field(default=1.0, ge=0)
+    memory_gb: float = Field(default=1.0, ge=0)
+    gpu_memory_gb: float = Field(default=0.0, ge=0)
+    max_request_s: float = Field(default=30.0, gt=0)
+    docker_compose: bool = False
+    privileged: bool = False
+    persistent_volume: bool = True
+
+
+class Profile(_Model):
+    """One side of the migration: where and how the workload runs.
+
+    Attributes:
+        provider: registry name of the provider (``local`` is the embedded default).
+        release: human-readable release the receipt names (image tag, git ref).
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        dtype: compute dtype of the workload on this side.
+        threads: torch intra-op threads per worker process.
+        batch_size: requests per forward pass (inference) or samples per step (training).
+        workers: endpoint worker processes (inference only).
+        price_usd_per_hour: on-demand price of one pod / worker, USD per hour.
+        storage_usd_per_gb_month: volume price, USD per GB-month.
+        egress_usd_per_gb: data-out price, USD per GB.
+        fault: deliberate fault for drills and tests (``none`` in real migrations).
+    """
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    provider: Literal["local"] = "local"
+    release: str = Field(min_length=1)
+    device: Device = "cpu"
+    dtype: DType = "float32"
+    threads: int = Field(default=1, ge=1, le=256)
+    batch_size: int = Field(default=8, ge=1, le=4096)
+    workers: int = Field(default=1, ge=1, le=16)
+    price_usd_per_hour: float = Field(ge=0, le=1000)
+    storage_usd_per_gb_month: float = Field(default=0.0, ge=0)
+    egress_usd_per_gb: float = Field(default=0.0, ge=0)
+    secrets: tuple[SecretRef, ...] = ()
+    fault: Literal["none", "corrupt_checkpoint", "worker_crash"] = "none"
+
+
+class Workload(_Model):
+    """The acceptance-job contract: an entry point ``module:Class`` and its fixed inputs.
+
+    The class must implement :class:`runbook_lib.workload.AcceptanceWorkload`.
+    """
+
+    kind: Literal["inference", "training"]
+    entry_point: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    model_id: str = Field(min_length=1)
+    dataset_id: str = ""
+    sample_size: int = Field(default=32, ge=1, le=100_000)
+    seed: int = 0
+    train_steps: int = Field(default=60, ge=2, le=1_000_000)
+    checkpoint_every: int = Field(default=10, ge=1)
+    learning_rate: float = Field(default=0.05, gt=0, le=10)
+    requirements: Requirements = Requirements()
+
+    @model_validator(mode="after")
+    def _checkpoint_interval(self) -> "Workload":
+        if self.kind == "training" and self.checkpoint_every >= self.train_steps:
+            raise ValueError(
+                f"checkpoint_every ({self.checkpoint_every}) must be below train_steps "
+                f"({self.train_steps}) so the failure-and-resume drill has a checkpoint to resume"
+            )
+        return self
+
+
+class Storage(_Model):
+    """Where checkpoints, golden outputs and canary results go (``file://`` path, relative to
+    the params file's project root when not absolute)."""
+
+    url: str = Field(default="file://.runbook/store", pattern=r"^file://.+")
+
+
+class Measure(_Model):
+    """Phase 04 protocol. ``arrival_rate_per_s`` is the open-loop (Poisson) request rate;
+    rounds alternate source, target, target, source (RMIT interleaving)."""
+
+    requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
+    warmup_requests: int = Field(default=5, ge=0)
+    rounds: int = Field(default=4, ge=2, le=100)
+    arrival_rate_per_s: float = Field(default=20.0, gt=0)
+    throughput_requests: int = Field(default=64, ge=1)
+    request_timeout_s: float = Field(default=30.0, gt=0)
+
+
+class Gates(_Model):
+    """Thresholds. Defaults and their sources are in :mod:`runbook_lib.gates`."""
+
+    parity_rtol: float | None = Field(default=None, gt=0)
+    parity_atol: float | None = Field(default=None, gt=0)
+    top1_agreement_min: float = Field(default=1.0, ge=0, le=1)
+    latency_p95_ratio_max: float = Field(default=1.10, gt=0)
+    throughput_ratio_min: float = Field(default=0.95, gt=0)
+    cold_start_ratio_max: float = Field(default=1.25, gt=0)
+    error_rate_max: float = Field(default=0.0, ge=0, le=1)
+    required_saving: float = Field(default=0.0, ge=-1, lt=1)
+    loss_band_rel: float = Field(default=0.01, gt=0)
+    min_latency_samples: int = Field(default=20, ge=1)
+
+
+class Cutover(_Model):
+    """Phase 05: traffic (or job) percentages per slice step and the rollback window."""
+
+    steps_percent: tuple[int, ...] = (10, 50, 100)
+    requests_per_step: int = Field(default=20, ge=1)
+    rollback_window_s: float = Field(default=3600.0, gt=0)
+
+    @field_validator("steps_percent")
+    @classmethod
+    def _increasing(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(not 0 < s <= 100 for s in v) or list(v) != sorted(set(v)):
+            raise ValueError(f"must be strictly increasing percentages in (0, 100], got {list(v)}")
+        return v
+
+
+class Approvals(_Model):
+    """``preapproved_local``: plans on the embedded local provider are approved by these params
+    (recorded as such). ``approval_file``: a JSON approval record for headless runs."""
+
+    preapproved_local: bool = False
+    approval_file: str = ""
+
+
+class Run(_Model):
+    """Execution limits. ``cell_timeout_s`` bounds every notebook cell, in seconds."""
+
+    cell_timeout_s: float = Field(default=600.0, gt=0)
+    teardown_source: bool = True
+
+
+class Migration(_Model):
+    """A whole migration, as validated from one YAML file."""
+
+    migration: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str = ""
+    workload: Workload
+    source: Profile
+    target: Profile
+    storage: Storage = Storage()
+    measure: Measure = Measure()
+    gates: Gates = Gates()
+    cutover: Cutover = Cutover()
+    approvals: Approvals = Approvals()
+    run: Run = Run()
+
+    @model_validator(mode="after")
+    def _distinct_sides(self) -> "Migration":
+        if self.source.name == self.target.name:
+            raise ValueError(f"source.name and target.name must differ, both are {self.source.name!r}")
+        return self
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader that keeps dates and yes/no/on/off as strings (YAML 1.2 core schema)."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def parse_yaml(text: str, *, origin: str = "<string>") -> dict[str, Any]:
+    """Parse migration YAML text into a plain dict (YAML 1.2 booleans, dates as strings).
+
+    Raises:
+        ParamsError: the text is not YAML or its top level is not a mapping.
+    """
+    try:
+        data = yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{origin}: not valid YAML: {exc}. Fix the syntax and run again.") from exc
+    if not isinstance(data, dict):
+        raise ParamsError(
+            f"{origin}: the top level must be a mapping of sections (migration, workload, source, "
+            f"target, ...), got {type(data).__name__}"
+        )
+    return data
+
+
+def validate(data: dict[str, Any], *, origin: str = "<params>") -> Migration:
+    """Validate a params mapping into a :class:`Migration`.
+
+    Raises:
+        ParamsError: names every offending field, the value seen and what is allowed.
+    """
+    try:
+        return Migration.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        first_field, first_value = "", None
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            value = err.get("input")
+            shown = "(missing)" if err["type"] == "missing" else repr(value)
+            if len(shown) > 80:
+                shown = shown[:77] + "..."
+            lines.append(f"  - {field}: {err['msg']} (got {shown})")
+            if not first_field:
+                first_field, first_value = field, value
+        raise ParamsError(
+            f"{origin}: {len(lines)} invalid field(s); nothing was run:\n" + "\n".join(lines),
+            field=first_field,
+            value=first_value,
+        ) from None
+
+
+def load_params(path: str | Path) -> Migration:
+    """Read and validate a migration YAML file.
+
+    Args:
+        path: path of the YAML file.
+
+    Returns:
+        The frozen :class:`Migration`.
+
+    Raises:
+        ParamsError: the file is missing, is not YAML, or a field is invalid.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ParamsError(f"cannot read params file {p}: {exc.strerror}. Pass an existing YAML file.") from exc
+    return validate(parse_yaml(text, origin=str(p)), origin=str(p))
+
+
+def params_sha256(path: str | Path) -> str:
+    """sha256 (hex) of the params file's bytes, as recorded in the run manifest."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

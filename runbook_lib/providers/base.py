@@ -1,0 +1,205 @@
+"""The provider interface: typed launch specs, plans that are shown before they are applied,
+declared capabilities, and idempotent teardown.
+
+Every action that creates, changes, funds or destroys a resource goes through
+``plan_*`` (pure: returns a frozen :class:`Plan`) and :meth:`Provider.apply` (needs an
+:class:`~runbook_lib.approvals.Approval` whose fingerprint matches the plan).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+PodState = Literal["CREATED", "RUNNING", "EXITED", "STOPPED", "DESTROYED"]
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """What to launch as one pod.
+
+    Attributes:
+        name: pod name, unique within a run.
+        command: argv run inside the pod.
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        price_usd_per_hour: billed price while the pod exists, USD per hour.
+        env: environment for the pod; values of secrets are injected by the provider at launch
+            from ``secret_refs`` and never stored in the spec.
+        secret_refs: ``NAME -> reference`` (``env:VAR`` / ``file:/path``) resolved at launch.
+        labels: ``key -> value`` used to find what a run created (``run_id`` always set).
+        volume_gb: persistent volume size, GB.
+    """
+
+    name: str
+    command: tuple[str, ...]
+    device: str
+    price_usd_per_hour: float
+    labels: tuple[tuple[str, str], ...]
+    env: tuple[tuple[str, str], ...] = ()
+    secret_refs: tuple[tuple[str, str], ...] = ()
+    volume_gb: float = 1.0
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """A queue-based endpoint served by ``workers`` worker processes.
+
+    Attributes:
+        name: endpoint name, unique within a run.
+        params_path: migration params file (workers build the workload from it).
+        side: ``source`` or ``target`` profile in params.
+        workers: number of worker processes (each loads the model once).
+        execution_timeout_s: a job IN_PROGRESS longer than this is TIMED_OUT and its worker
+            replaced, seconds.
+        ttl_s: a job is forgotten this long after submission (status then answers 404), seconds.
+        price_usd_per_hour: per worker, USD per hour.
+        labels: as for :class:`PodSpec`.
+    """
+
+    name: str
+    params_path: str
+    side: str
+    workers: int
+    price_usd_per_hour: float
+    labels: tuple[tuple[str, str], ...]
+    execution_timeout_s: float = 600.0
+    ttl_s: float = 86_400.0
+    env: tuple[tuple[str, str], ...] = ()
+    secret_refs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A pending action on a provider, shown before it is applied.
+
+    Attributes:
+        provider: registry name.
+        action: ``launch_pod``, ``create_endpoint``, ``stop``, ``destroy``.
+        target: resource name or id the action applies to.
+        spec: the launch spec, or ``None`` for stop/destroy.
+        cost_usd_per_hour: what the resource will bill while it exists, USD per hour.
+        dry_run: when True, :meth:`Provider.apply` only records what it would do.
+    """
+
+    provider: str
+    action: str
+    target: str
+    spec: PodSpec | EndpointSpec | None
+    cost_usd_per_hour: float
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fingerprint"] = self.fingerprint
+        return d
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the plan's canonical JSON; an approval names it."""
+        d = asdict(self)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod as the provider reports it. ``created_at``/``ended_at`` are epoch seconds."""
+
+    id: str
+    name: str
+    state: PodState
+    labels: dict[str, str]
+    price_usd_per_hour: float
+    created_at: float
+    ended_at: float | None = None
+    exit_code: int | None = None
+    volume_dir: str = ""
+    container_dir: str = ""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A serving endpoint: ``url`` answers the job API (``/run``, ``/runsync``, ``/status/{id}``,
+    ``/cancel/{id}``, ``/health``)."""
+
+    id: str
+    name: str
+    state: PodState
+    url: str
+    workers: int
+    labels: dict[str, str]
+    price_usd_per_hour: float
+    created_at: float
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One declared capability: ``supported`` plus the reason and source when it is not."""
+
+    supported: bool
+    detail: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a provider offers, as data (phase 02 reads it to build the dependency map)."""
+
+    provider: str
+    udp: Capability
+    docker_compose: Capability
+    privileged: Capability
+    persistent_volume: Capability
+    max_request_s: float | None
+    gpu: Capability
+    billing: str
+    extra: dict[str, Capability] = field(default_factory=dict)
+
+
+class Provider(ABC):
+    """One GPU provider. Implementations supply the primitives; public calls are idempotent.
+
+    Contract of :meth:`destroy`: no error if the resource is already gone; returns once the
+    resource no longer bills and its container disk is gone.
+    """
+
+    name: str = ""
+
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """Declared capabilities."""
+
+    @abstractmethod
+    def plan_launch(self, spec: PodSpec, *, dry_run: bool) -> Plan:
+        """Plan a pod launch (pure)."""
+
+    @abstractmethod
+    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool) -> Plan:
+        """Plan an endpoint creation (pure)."""
+
+    @abstractmethod
+    def plan_destroy(self, resource_id: str, *, dry_run: bool) -> Plan:
+        """Plan the destruction of a pod or endpoint (pure)."""
+
+    @abstractmethod
+    def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
+        """Carry out ``plan`` once ``approval`` matches its fingerprint.
+
+        Raises:
+            ApprovalRequired: the approval is missing or names another plan.
+        """
+
+    @abstractmethod
+    def get(self, resource_id: str) -> Pod | Endpoint:
+        """Current state of a pod or endpoint.
+
+        Raises:
+            NotFound: no such resource was ever created here.
+        """
+
+    @abstractmethod
+    def list(self, *, labels: dict[str, str]) -> list[Pod | Endpoint]:
+        """Every resource (any state) whose labels include ``labels``."""

@@ -1,0 +1,343 @@
+"""The embedded local provider: pods and endpoint workers are real OS processes on this machine.
+
+A pod gets ``<root>/pods/<id>/container`` (its container disk, wiped on stop and destroy),
+``<root>/pods/<id>/volume`` (survives stop, removed on destroy), an injected environment, a
+device and a price. Pods are started in their own session so they outlive the notebook kernel
+that launched them, as real pods do; :meth:`LocalProvider.list` finds them again by label.
+
+An endpoint is a front-door process that holds the job queue and serves the job API on
+127.0.0.1, plus ``workers`` worker processes that each load the model once
+(:mod:`runbook_lib.providers._local_endpoint`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets as _secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from runbook_lib import approvals as _approvals
+from runbook_lib import secrets as _secret_refs
+from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError, ProviderTimeout
+from runbook_lib.manifest import write_json_atomic
+from runbook_lib.providers.base import (
+    Capabilities,
+    Capability,
+    Endpoint,
+    EndpointSpec,
+    Plan,
+    Pod,
+    PodSpec,
+    Provider,
+)
+
+ENDPOINT_READY_TIMEOUT_S = 120.0  # front door must publish its port within this, seconds
+_KILL_GRACE_S = 5.0
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill_group(pid: int) -> None:
+    """SIGTERM the process group led by ``pid``, then SIGKILL what is left after a grace period."""
+    import psutil
+
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + _KILL_GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            procs = [p for p in psutil.process_iter(["pid"]) if os.getpgid(p.pid) == pgid]
+        except (ProcessLookupError, psutil.Error):
+            procs = []
+        live = [p for p in procs if p.status() != psutil.STATUS_ZOMBIE] if procs else []
+        if not live:
+            break
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:  # reap if it is our child
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+class LocalProvider(Provider):
+    """Local pods and endpoints under ``root``.
+
+    Args:
+        root: state directory (``.runbook/local`` by default); one per machine, shared by runs.
+        clock: wall clock in epoch seconds (injected for tests).
+        python: interpreter used for pod and worker processes.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        root: str | Path = ".runbook/local",
+        clock: Callable[[], float] = time.time,
+        python: str = sys.executable,
+    ) -> None:
+        self.root = Path(root).resolve()
+        (self.root / "pods").mkdir(parents=True, exist_ok=True)
+        self._clock = clock
+        self._python = python
+
+    # -- declared capabilities ---------------------------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        import torch
+
+        gpu = torch.cuda.is_available()
+        return Capabilities(
+            provider=self.name,
+            udp=Capability(True, "loopback sockets, any protocol"),
+            docker_compose=Capability(False, "pods are plain processes, not containers", "runbook_lib.providers.local"),
+            privileged=Capability(False, "pods run as the invoking user"),
+            persistent_volume=Capability(True, "volume directory survives stop, removed on destroy"),
+            max_request_s=None,
+            gpu=Capability(gpu, f"{torch.cuda.device_count()} CUDA device(s)" if gpu else "CPU only on this host"),
+            billing="per second, from params price_usd_per_hour",
+        )
+
+    # -- plans -------------------------------------------------------------------------------
+
+    def plan_launch(self, spec: PodSpec, *, dry_run: bool = False) -> Plan:
+        return Plan(self.name, "launch_pod", spec.name, spec, spec.price_usd_per_hour, dry_run)
+
+    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool = False) -> Plan:
+        return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers, dry_run)
+
+    def plan_destroy(self, resource_id: str, *, dry_run: bool = False) -> Plan:
+        return Plan(self.name, "destroy", resource_id, None, 0.0, dry_run)
+
+    def plan_stop(self, resource_id: str, *, dry_run: bool = False) -> Plan:
+        return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
+
+    def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
+        if approval is None or getattr(approval, "fingerprint", None) != plan.fingerprint:
+            raise ApprovalRequired(
+                f"plan {plan.action} {plan.target!r} (fingerprint {plan.fingerprint[:16]}...) is not approved"
+            )
+        if plan.provider != self.name:
+            raise ProviderError(f"plan is for provider {plan.provider!r}, not {self.name!r}", provider=self.name)
+        if plan.dry_run:
+            return None
+        if plan.action == "launch_pod":
+            assert isinstance(plan.spec, PodSpec)
+            return self._launch(plan.spec)
+        if plan.action == "create_endpoint":
+            assert isinstance(plan.spec, EndpointSpec)
+            return self._create_endpoint(plan.spec)
+        if plan.action == "destroy":
+            self._destroy(plan.target)
+            return None
+        if plan.action == "stop":
+            self._stop(plan.target)
+            return None
+        raise ProviderError(f"unknown plan action {plan.action!r}", provider=self.name)
+
+    # -- state files -------------------------------------------------------------------------
+
+    def _dir(self, rid: str) -> Path:
+        return self.root / "pods" / rid
+
+    def _meta(self, rid: str) -> dict[str, Any]:
+        try:
+            return json.loads((self._dir(rid) / "pod.json").read_text())
+        except FileNotFoundError:
+            raise NotFound(f"no local pod or endpoint {rid!r} under {self.root}", provider=self.name,
+                           resource_id=rid) from None
+
+    def _save(self, rid: str, meta: dict[str, Any]) -> None:
+        write_json_atomic(self._dir(rid) / "pod.json", meta)
+
+    def _spawn(self, rid: str, argv: list[str], env_pairs: tuple[tuple[str, str], ...],
+               secret_refs: tuple[tuple[str, str], ...]) -> int:
+        d = self._dir(rid)
+        env = {k: v for k, v in os.environ.items() if not _is_ambient_secret(k)}
+        env.update(dict(env_pairs))
+        for name, ref in secret_refs:  # resolved now, injected, never written to disk
+            value = _secret_refs.resolve(name, ref, required=False)
+            if value is not None:
+                env[name] = value
+        env["RUNBOOK_POD_ID"] = rid
+        env["RUNBOOK_VOLUME_DIR"] = str(d / "volume")
+        env["PYTHONUNBUFFERED"] = "1"
+        log = open(d / "log.txt", "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(
+            [self._python, "-m", "runbook_lib.providers._local_pod", str(d), *argv],
+            cwd=d / "container", env=env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+        return proc.pid
+
+    def _launch(self, spec: PodSpec) -> Pod:
+        rid = f"pod-{_secrets.token_hex(4)}"
+        d = self._dir(rid)
+        (d / "container").mkdir(parents=True)
+        (d / "volume").mkdir()
+        meta = {
+            "id": rid, "kind": "pod", "name": spec.name, "labels": dict(spec.labels),
+            "price_usd_per_hour": spec.price_usd_per_hour, "created_at": self._clock(),
+            "device": spec.device, "command": list(spec.command), "env_names": [k for k, _ in spec.env],
+            "secret_names": [k for k, _ in spec.secret_refs], "state": "CREATED", "pid": None,
+        }
+        self._save(rid, meta)  # recorded before we wait on anything
+        meta["pid"] = self._spawn(rid, list(spec.command), spec.env + (("RUNBOOK_DEVICE", spec.device),),
+                                  spec.secret_refs)
+        meta["state"] = "RUNNING"
+        self._save(rid, meta)
+        return self._pod(meta)
+
+    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
+        rid = f"ep-{_secrets.token_hex(4)}"
+        d = self._dir(rid)
+        (d / "container").mkdir(parents=True)
+        (d / "volume").mkdir()
+        meta = {
+            "id": rid, "kind": "endpoint", "name": spec.name, "labels": dict(spec.labels),
+            "price_usd_per_hour": spec.price_usd_per_hour, "created_at": self._clock(),
+            "workers": spec.workers, "side": spec.side, "state": "CREATED", "pid": None, "url": "",
+        }
+        self._save(rid, meta)
+        argv = ["-m", "runbook_lib.providers._local_endpoint", "serve", "--params", spec.params_path,
+                "--side", spec.side, "--workers", str(spec.workers), "--port-file", str(d / "port"),
+                "--execution-timeout-s", str(spec.execution_timeout_s), "--ttl-s", str(spec.ttl_s)]
+        meta["pid"] = self._spawn(rid, [self._python, *argv], spec.env, spec.secret_refs)
+        meta["state"] = "RUNNING"
+        self._save(rid, meta)
+        deadline = time.monotonic() + ENDPOINT_READY_TIMEOUT_S
+        while not (d / "port").exists():
+            if not _alive(meta["pid"]):
+                tail = (d / "log.txt").read_text(errors="replace")[-2000:]
+                raise ProviderError(f"endpoint {rid} front door exited before serving; log tail:\n{tail}",
+                                    provider=self.name, resource_id=rid)
+            if time.monotonic() > deadline:
+                raise ProviderTimeout(f"endpoint {rid} did not publish its port within {ENDPOINT_READY_TIMEOUT_S} s",
+                                      provider=self.name, resource_id=rid)
+            time.sleep(0.02)
+        meta["url"] = f"http://127.0.0.1:{(d / 'port').read_text().strip()}"
+        self._save(rid, meta)
+        return self._endpoint(meta)
+
+    def _stop(self, rid: str) -> None:
+        meta = self._meta(rid)
+        if meta["state"] in ("STOPPED", "DESTROYED"):
+            return
+        if meta.get("pid"):
+            _kill_group(meta["pid"])
+        shutil.rmtree(self._dir(rid) / "container", ignore_errors=True)
+        (self._dir(rid) / "container").mkdir(exist_ok=True)
+        meta.update(state="STOPPED", ended_at=self._clock())
+        self._save(rid, meta)
+
+    def _destroy(self, rid: str) -> None:
+        try:
+            meta = self._meta(rid)
+        except NotFound:
+            return  # never existed here, or already wiped: destroy is idempotent
+        if meta["state"] == "DESTROYED":
+            return
+        if meta.get("pid"):
+            _kill_group(meta["pid"])
+        for sub in ("container", "volume"):
+            shutil.rmtree(self._dir(rid) / sub, ignore_errors=True)
+        meta.update(state="DESTROYED", ended_at=meta.get("ended_at") or self._clock())
+        self._save(rid, meta)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _refresh(self, meta: dict[str, Any]) -> dict[str, Any]:
+        if meta["state"] == "RUNNING" and meta.get("pid") and not _alive(meta["pid"]):
+            exit_file = self._dir(meta["id"]) / "exit.json"
+            ex = json.loads(exit_file.read_text()) if exit_file.exists() else {}
+            meta.update(state="EXITED", exit_code=ex.get("exit_code"), ended_at=ex.get("ended_at", self._clock()))
+            self._save(meta["id"], meta)
+        return meta
+
+    def _pod(self, meta: dict[str, Any]) -> Pod:
+        d = self._dir(meta["id"])
+        return Pod(meta["id"], meta["name"], meta["state"], meta["labels"], meta["price_usd_per_hour"],
+                   meta["created_at"], meta.get("ended_at"), meta.get("exit_code"),
+                   str(d / "volume"), str(d / "container"))
+
+    def _endpoint(self, meta: dict[str, Any]) -> Endpoint:
+        return Endpoint(meta["id"], meta["name"], meta["state"], meta.get("url", ""), meta["workers"],
+                        meta["labels"], meta["price_usd_per_hour"], meta["created_at"], meta.get("ended_at"))
+
+    def get(self, resource_id: str) -> Pod | Endpoint:
+        meta = self._refresh(self._meta(resource_id))
+        return self._endpoint(meta) if meta["kind"] == "endpoint" else self._pod(meta)
+
+    def list(self, *, labels: dict[str, str]) -> list[Pod | Endpoint]:
+        out: list[Pod | Endpoint] = []
+        for f in sorted((self.root / "pods").glob("*/pod.json")):
+            meta = json.loads(f.read_text())
+            if all(meta["labels"].get(k) == v for k, v in labels.items()):
+                out.append(self.get(meta["id"]))
+        return out
+
+    def log_tail(self, resource_id: str, n_bytes: int = 4000) -> str:
+        """Last ``n_bytes`` of a pod's combined stdout/stderr."""
+        p = self._dir(resource_id) / "log.txt"
+        return p.read_text(errors="replace")[-n_bytes:] if p.exists() else ""
+
+    def wait_exit(self, resource_id: str, *, timeout_s: float, poll_s: float = 0.1,
+                  sleep: Callable[[float], None] = time.sleep) -> Pod:
+        """Wait until a pod has exited.
+
+        Raises:
+            ProviderTimeout: still running after ``timeout_s`` seconds.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pod = self.get(resource_id)
+            if pod.state != "RUNNING":
+                assert isinstance(pod, Pod)
+                return pod
+            if time.monotonic() > deadline:
+                raise ProviderTimeout(f"pod {resource_id} still running after {timeout_s} s; log tail:\n"
+                                      f"{self.log_tail(resource_id, 1500)}", provider=self.name,
+                                      resource_id=resource_id)
+            sleep(poll_s)
+
+    def as_dict(self, res: Pod | Endpoint) -> dict[str, Any]:
+        return asdict(res)
+
+
+def _is_ambient_secret(name: str) -> bool:
+    """Credentials in the operator's environment are not inherited by pods: only the secrets a
+    profile names are injected (scoped credentials)."""
+    return _secret_refs.names_present({name: ""}) == [name]
+
+
+def create(**kwargs: Any) -> LocalProvider:
+    """Registry factory."""
+    return LocalProvider(**kwargs)

@@ -1,0 +1,108 @@
+"""The acceptance-job contract (seed 000): load the model, read sample inputs, run a few steps or
+requests, save an artifact, reload it, and survive one failure-and-resume.
+
+A workload is a class named in params as ``workload.entry_point: "module:Class"`` that
+subclasses :class:`AcceptanceWorkload`. The job driver (:mod:`runbook_lib.workload.job`)
+checkpoints its :meth:`~AcceptanceWorkload.state_dict` every few steps, kills it once mid-run
+and resumes it from the newest checkpoint that verifies. Endpoint workers call
+:meth:`~AcceptanceWorkload.infer`. Torch is imported inside the implementations, not here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runbook_lib.errors import WorkloadError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from runbook_lib.params import Profile, Workload
+
+
+class AcceptanceWorkload(ABC):
+    """Base class of every acceptance workload.
+
+    Args:
+        workload: the ``workload`` section of params.
+        profile: the side it runs on (device, dtype, threads, batch size).
+    """
+
+    kind: str = ""
+
+    def __init__(self, workload: "Workload", profile: "Profile") -> None:
+        self.workload = workload
+        self.profile = profile
+
+    @abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """Immutable identities: model id, weights / dataset sha256. JSON-serialisable."""
+
+    @abstractmethod
+    def load(self, artifact_dir: Path | None = None) -> None:
+        """Load model and data. ``artifact_dir`` holds a frozen artifact from :meth:`export_artifact`
+        (weights or checkpoint); ``None`` loads the packaged default.
+
+        Raises:
+            WorkloadError: the artifact is unusable.
+        """
+
+    @abstractmethod
+    def export_artifact(self, dest_dir: Path) -> list[Path]:
+        """Write the artifact that defines this workload's state (weights, checkpoint) into
+        ``dest_dir`` and return the files written."""
+
+    @abstractmethod
+    def num_steps(self) -> int:
+        """Steps in one acceptance run (training steps, or inference batches over the samples)."""
+
+    @abstractmethod
+    def step(self, i: int) -> dict[str, float]:
+        """Run step ``i`` (0-based) and return its scalar metrics (e.g. ``{"loss": 0.31}``)."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume after step ``i``: for torch.save."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> int:
+        """Restore a state; return the next step to run."""
+
+    @abstractmethod
+    def outputs(self) -> "np.ndarray":
+        """Golden outputs for parity, float32: embeddings ``(n, 384)`` or eval logits ``(n, 10)``."""
+
+    def infer(self, inputs: list[Any]) -> list[Any]:  # pragma: no cover - inference only
+        """Serve one request batch (endpoint workers). Training workloads do not serve."""
+        raise WorkloadError(f"{type(self).__name__} is a {self.kind} workload and serves no requests")
+
+    def request_inputs(self, n: int, seed: int) -> list[Any]:  # pragma: no cover - inference only
+        """``n`` request payloads for load tests, drawn with ``seed``."""
+        raise WorkloadError(f"{type(self).__name__} is a {self.kind} workload and serves no requests")
+
+
+def load_workload_class(entry_point: str) -> type[AcceptanceWorkload]:
+    """Import ``module:Class`` and check it is an :class:`AcceptanceWorkload`.
+
+    Raises:
+        WorkloadError: the module or class cannot be imported, or is not a workload.
+    """
+    module_name, _, attr = entry_point.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise WorkloadError(
+            f"workload.entry_point {entry_point!r} cannot be imported: {exc}. Name an installed "
+            "module and a class in it, e.g. runbook_lib.workload.embed:EmbeddingWorkload."
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, AcceptanceWorkload)):
+        raise WorkloadError(f"workload.entry_point {entry_point!r} is not an AcceptanceWorkload subclass")
+    return cls
+
+
+def make_workload(workload: "Workload", profile: "Profile") -> AcceptanceWorkload:
+    """Instantiate the workload named in params for one side."""
+    return load_workload_class(workload.entry_point)(workload, profile)

@@ -1,0 +1,140 @@
+"""Training acceptance workload: a small MLP on the UCI handwritten digits that scikit-learn ships
+(``sklearn.datasets.load_digits``: 1,797 images of 8x8 pixels, values 0..16, 10 classes).
+
+Deterministic on one host: data order comes from a seeded ``torch.Generator`` whose state is
+part of the checkpoint, so a resumed run continues exactly where the killed one stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runbook_lib.errors import WorkloadError
+from runbook_lib.workload import AcceptanceWorkload
+from runbook_lib.workload._torch import configure, synchronize
+
+CHECKPOINT_FILE = "checkpoint.pt"
+EVAL_ROWS = 297  # the last 297 of a seeded permutation are held out (1,500 train / 297 eval)
+HIDDEN = 64
+
+
+class DigitsWorkload(AcceptanceWorkload):
+    """MLP 64 -> 64 -> 10 trained with SGD (momentum 0.9); one step is one mini-batch."""
+
+    kind = "training"
+
+    def __init__(self, workload: Any, profile: Any) -> None:
+        super().__init__(workload, profile)
+        self._state: dict[str, Any] = {}
+
+    def _data(self) -> tuple[Any, Any, Any, Any]:
+        import torch
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        x = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+        y = torch.tensor(digits.target, dtype=torch.int64)
+        perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.workload.seed))
+        train, held = perm[:-EVAL_ROWS], perm[-EVAL_ROWS:]
+        return x[train], y[train], x[held], y[held]
+
+    def identity(self) -> dict[str, Any]:
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        data_hash = hashlib.sha256(np.ascontiguousarray(digits.data).tobytes()).hexdigest()
+        return {
+            "model_id": self.workload.model_id,
+            "dataset_id": self.workload.dataset_id or "sklearn.datasets.load_digits",
+            "dataset_sha256": data_hash,
+            "dataset_rows": int(digits.data.shape[0]),
+        }
+
+    def load(self, artifact_dir: Path | None = None) -> None:
+        import torch
+
+        self._device, self._dtype = configure(self.profile.device, self.profile.threads, self.profile.dtype)
+        self._xtr, self._ytr, self._xev, self._yev = (t.to(self._device) for t in self._data())
+        torch.manual_seed(self.workload.seed)
+        self._model = torch.nn.Sequential(
+            torch.nn.Linear(64, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)
+        ).to(self._device, self._dtype)
+        self._opt = torch.optim.SGD(self._model.parameters(), lr=self.workload.learning_rate, momentum=0.9)
+        self._gen = torch.Generator().manual_seed(self.workload.seed + 1)
+        self._order = torch.randperm(len(self._ytr), generator=self._gen)
+        self._pos = 0
+        self._step = 0
+        if artifact_dir is not None:
+            path = Path(artifact_dir) / CHECKPOINT_FILE
+            try:
+                state = torch.load(path, map_location=self._device, weights_only=False)
+            except Exception as exc:  # noqa: BLE001 - torch.load raises several types on bad files
+                raise WorkloadError(f"checkpoint {path} cannot be loaded: {exc}") from exc
+            self.load_state_dict(state)
+        self._base_step = self._step
+
+    def export_artifact(self, dest_dir: Path) -> list[Path]:
+        import torch
+
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        out = dest_dir / CHECKPOINT_FILE
+        torch.save(self.state_dict(), out)
+        return [out]
+
+    def num_steps(self) -> int:
+        return self.workload.train_steps
+
+    def step(self, i: int) -> dict[str, float]:
+        import torch
+
+        bs = self.profile.batch_size
+        if self._pos + bs > len(self._order):
+            self._order = torch.randperm(len(self._ytr), generator=self._gen)
+            self._pos = 0
+        idx = self._order[self._pos:self._pos + bs].to(self._device)
+        self._pos += bs
+        self._model.train()
+        self._opt.zero_grad(set_to_none=True)
+        logits = self._model(self._xtr[idx].to(self._dtype))
+        loss = torch.nn.functional.cross_entropy(logits.float(), self._ytr[idx])
+        loss.backward()
+        self._opt.step()
+        synchronize(self._device)
+        self._step += 1
+        return {"loss": float(loss.detach()), "samples": float(bs)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self._step,
+            "model": {k: v.detach().cpu().clone() for k, v in self._model.state_dict().items()},
+            "optimizer": self._opt.state_dict(),
+            "generator": self._gen.get_state(),
+            "order": self._order.clone(),
+            "pos": self._pos,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> int:
+        self._model.load_state_dict(state["model"])
+        self._opt.load_state_dict(state["optimizer"])
+        self._gen.set_state(state["generator"])
+        self._order = state["order"].clone()
+        self._pos = int(state["pos"])
+        self._step = int(state["step"])
+        return self._step - getattr(self, "_base_step", 0)
+
+    def outputs(self) -> np.ndarray:
+        import torch
+
+        self._model.eval()
+        with torch.inference_mode():
+            logits = self._model(self._xev.to(self._dtype)).float()
+        synchronize(self._device)
+        return logits.cpu().numpy().astype(np.float32)
+
+    def eval_accuracy(self) -> float:
+        """Top-1 accuracy on the 297 held-out digits, in [0, 1]."""
+        return float((self.outputs().argmax(axis=1) == self._yev.cpu().numpy()).mean())

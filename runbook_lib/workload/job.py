@@ -1,0 +1,301 @@
+"""The acceptance job driver and the agent that runs it inside a pod.
+
+Inside a pod the agent (``python -m runbook_lib.workload.job agent ...``):
+
+1. probes the environment it landed on;
+2. ``freeze`` mode (source): trains the production state if the workload is a training job,
+   exports the artifact (weights or checkpoint) and uploads it as a verified set ``frozen/``,
+   then runs the acceptance steps once from that artifact and uploads the golden outputs;
+3. ``accept`` mode (canary): downloads the frozen set re-hashing every byte, runs the
+   acceptance steps in a child process with a checkpoint every ``checkpoint_every`` steps,
+   SIGKILLs that child after its first checkpoint (one real failure), resumes a new child from
+   the newest checkpoint that verifies, then reloads the saved artifact in a fresh model and
+   checks it reproduces the outputs exactly;
+4. uploads outputs, metrics and a ``result.json`` as a set: objects, manifest, ``_SUCCESS`` last.
+
+The notebook waits for the completion marker; it never talks to the pod directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from runbook_lib.errors import RunbookError, WorkloadError
+from runbook_lib.storage import FileStore, ObjectInfo
+
+CHILD_TIMEOUT_S = 600.0
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_checkpoint(state: dict[str, Any], ckpt_dir: Path, step: int) -> Path:
+    """torch.save ``state`` as ``step-NNNNNN.pt`` (temp name, fsync, rename) with a ``.sha256``."""
+    import torch
+
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"step-{step:06d}.pt"
+    tmp = ckpt_dir / f".{final.name}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    (ckpt_dir / f"{final.name}.sha256").write_text(_sha256(final))
+    return final
+
+
+def newest_verified_checkpoint(ckpt_dir: Path) -> tuple[Path | None, list[dict[str, str]]]:
+    """The newest checkpoint whose sha256 matches its sidecar, and the ones that did not verify.
+
+    Returns:
+        ``(path or None, rejected)`` where ``rejected`` lists ``{"file", "reason"}``.
+    """
+    rejected: list[dict[str, str]] = []
+    for ck in sorted(ckpt_dir.glob("step-*.pt"), reverse=True):
+        side = ck.with_name(ck.name + ".sha256")
+        if not side.exists():
+            rejected.append({"file": ck.name, "reason": "no .sha256 sidecar (write did not finish)"})
+        elif ck.stat().st_size == 0:
+            rejected.append({"file": ck.name, "reason": "zero bytes"})
+        elif _sha256(ck) != side.read_text().strip():
+            rejected.append({"file": ck.name, "reason": "sha256 differs from sidecar (truncated or corrupt)"})
+        else:
+            return ck, rejected
+    return None, rejected
+
+
+def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
+              pause_after_checkpoint: bool, progress: Path | None = None) -> dict[str, Any]:
+    """Run the workload's acceptance steps with periodic checkpoints.
+
+    Args:
+        wl: a loaded :class:`~runbook_lib.workload.AcceptanceWorkload`.
+        ckpt_dir: checkpoint directory (on the pod's volume).
+        checkpoint_every: steps between checkpoints.
+        resume: start from the newest checkpoint that verifies.
+        pause_after_checkpoint: after the first checkpoint, write ``progress`` and block (the
+            drill's kill point: the parent SIGKILLs this process there).
+
+    Returns:
+        ``{"start_step", "resumed_from", "rejected_checkpoints", "step_times_s", "metrics",
+        "first_step_done_epoch"}``;
+        ``step_times_s`` are seconds per step (CUDA synchronised by the workload).
+    """
+    import torch
+
+    start, resumed_from, rejected = 0, None, []
+    if resume:
+        ck, rejected = newest_verified_checkpoint(ckpt_dir)
+        if ck is not None:
+            start = wl.load_state_dict(torch.load(ck, weights_only=False))
+            resumed_from = ck.name
+    times, metrics = [], []
+    first_done: float | None = None
+    n = wl.num_steps()
+    for i in range(start, n):
+        t0 = time.perf_counter()
+        m = wl.step(i)
+        times.append(time.perf_counter() - t0)
+        first_done = first_done or time.time()
+        metrics.append(m)
+        if (i + 1) % checkpoint_every == 0 and i + 1 < n:
+            save_checkpoint(wl.state_dict(), ckpt_dir, i + 1)
+            if pause_after_checkpoint:
+                if progress is not None:
+                    progress.write_text(json.dumps({"paused_after_step": i + 1}))
+                while True:  # wait to be killed; the parent's SIGKILL is the failure
+                    time.sleep(3600)
+    return {"start_step": start, "resumed_from": resumed_from, "rejected_checkpoints": rejected,
+            "step_times_s": times, "metrics": metrics, "first_step_done_epoch": first_done}
+
+
+def _make(params_path: str, side: str) -> Any:
+    from runbook_lib.params import load_params
+    from runbook_lib.workload import make_workload
+
+    mig = load_params(params_path)
+    return mig, make_workload(mig.workload, getattr(mig, side))
+
+
+def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, ckpt_dir: Path,
+            resume: bool, pause: bool, reload_check: bool) -> dict[str, Any]:
+    """One attempt of the acceptance steps from ``artifact_dir``: writes ``outputs.npy`` (and for
+    training ``final_outputs.npy``), the final artifact and ``attempt.json`` into ``work_dir``.
+
+    With ``reload_check`` the saved artifact is loaded into a fresh model afterwards, and its
+    outputs must equal the run's exactly (recorded under ``reload``).
+    """
+    import numpy as np
+
+    t0 = time.perf_counter()
+    mig, wl = _make(params_path, side)
+    wl.load(artifact_dir)
+    load_s = time.perf_counter() - t0
+    reference = wl.outputs() if wl.kind == "training" else None
+    res = run_steps(wl, ckpt_dir=ckpt_dir, checkpoint_every=mig.workload.checkpoint_every,
+                    resume=resume, pause_after_checkpoint=pause, progress=work_dir / "progress.json")
+    res["load_s"] = load_s
+    final = wl.outputs()
+    np.save(work_dir / "outputs.npy", reference if reference is not None else final)
+    if reference is not None:
+        np.save(work_dir / "final_outputs.npy", final)
+    wl.export_artifact(work_dir / "final_artifact")
+    if reload_check:
+        _, fresh = _make(params_path, side)
+        fresh.load(work_dir / "final_artifact")
+        if fresh.kind != "training":
+            for i in range(fresh.num_steps()):
+                fresh.step(i)
+        got = fresh.outputs()
+        same = got.shape == final.shape and bool(np.array_equal(got, final))
+        diff = float(np.max(np.abs(got - final))) if got.shape == final.shape else float("inf")
+        res["reload"] = {"exact": same, "max_abs_diff": diff}
+    (work_dir / "attempt.json").write_text(json.dumps(res, default=float))
+    return res
+
+
+def child_main(args: argparse.Namespace) -> int:
+    """One attempt as its own process, so the failure drill can SIGKILL it."""
+    attempt(args.params, args.side, artifact_dir=Path(args.artifact_dir), work_dir=Path(args.work_dir),
+            ckpt_dir=Path(args.ckpt_dir), resume=args.resume, pause=args.pause, reload_check=args.reload_check)
+    return 0
+
+
+def _child(args: argparse.Namespace, *, resume: bool, pause: bool) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "runbook_lib.workload.job", "child", "--params", args.params, "--side", args.side,
+            "--artifact-dir", str(args.artifact_dir), "--ckpt-dir", str(args.ckpt_dir), "--work-dir", str(args.work_dir)]
+    argv += (["--resume"] if resume else []) + (["--pause"] if pause else [])
+    argv += ["--reload-check"] if resume else []
+    return subprocess.Popen(argv)
+
+
+def _wait(proc: subprocess.Popen[bytes], what: str) -> None:
+    try:
+        code = proc.wait(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise WorkloadError(f"{what} did not finish within {CHILD_TIMEOUT_S} s") from None
+    if code != 0:
+        raise WorkloadError(f"{what} exited with code {code}; see the pod log")
+
+
+def _upload_dir(store: FileStore, src: Path, prefix: str) -> list[ObjectInfo]:
+    return [store.put_file(f, f"{prefix}/{f.relative_to(src)}") for f in sorted(src.rglob("*")) if f.is_file()]
+
+
+def agent_main(args: argparse.Namespace) -> int:
+    """Freeze (source) or accept (canary), then upload the results set with its marker."""
+    from runbook_lib.inventory import probe
+
+    store = FileStore.from_url(args.store_url)
+    work = Path.cwd() / "work"  # container disk
+    work.mkdir(exist_ok=True)
+    vol = Path(os.environ.get("RUNBOOK_VOLUME_DIR", work / "volume"))
+    args.work_dir, args.ckpt_dir = work, vol / "ckpt"
+    result: dict[str, Any] = {"mode": args.mode, "side": args.side, "pod_id": os.environ.get("RUNBOOK_POD_ID", ""),
+                              "environment": probe(device=os.environ.get("RUNBOOK_DEVICE", "cpu"))}
+    out = work / "out"
+    out.mkdir(exist_ok=True)
+    if args.mode == "freeze":
+        mig, wl = _make(args.params, args.side)
+        t0 = time.perf_counter()
+        wl.load(None)
+        if wl.kind == "training":  # the production state the source holds today
+            for i in range(wl.num_steps()):
+                wl.step(i)
+        wl.export_artifact(work / "frozen")
+        result["freeze_s"] = time.perf_counter() - t0
+        result["identity"] = wl.identity()
+        frozen = _upload_dir(store, work / "frozen", f"{args.prefix}/frozen")
+        result["frozen_manifest_sha256"] = store.commit_set(f"{args.prefix}/frozen", frozen, run_id=args.run_id).sha256
+        result["attempts"] = [attempt(args.params, args.side, artifact_dir=work / "frozen", work_dir=work,
+                                      ckpt_dir=args.ckpt_dir, resume=False, pause=False, reload_check=False)]
+    else:
+        args.artifact_dir = work / "artifact"
+        checks: list[dict[str, Any]] = []
+        objects = store.verify_set(f"{args.frozen_prefix}")
+        for key, info in objects.items():
+            local = args.artifact_dir / key
+            store.get_file(f"{args.frozen_prefix}/{key}", local, expect=info)
+            if os.environ.get("RUNBOOK_FAULT") == "corrupt_checkpoint":  # drill: a corrupting route
+                with open(local, "r+b") as f:
+                    f.seek(local.stat().st_size // 2)
+                    b = f.read(1)
+                    f.seek(-1, 1)
+                    f.write(bytes([b[0] ^ 0xFF]))
+            got = _sha256(local)
+            checks.append({"key": key, "expected_sha256": info.sha256, "observed_sha256": got,
+                           "size_bytes": local.stat().st_size, "match": got == info.sha256})
+        result["artifact_checksums"] = checks
+        if all(c["match"] for c in checks):
+            first = _child(args, resume=False, pause=True)
+            deadline = time.monotonic() + CHILD_TIMEOUT_S
+            while not (work / "progress.json").exists():
+                if first.poll() is not None:
+                    raise WorkloadError(f"acceptance child exited with {first.returncode} before its first checkpoint")
+                if time.monotonic() > deadline:
+                    first.kill()
+                    raise WorkloadError("acceptance child wrote no checkpoint in time")
+                time.sleep(0.02)
+            paused = json.loads((work / "progress.json").read_text())
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            result["failure_drill"] = {"killed_after_step": paused["paused_after_step"], "signal": "SIGKILL",
+                                       "exit_code": first.returncode}
+            _wait(_child(args, resume=True, pause=False), "resumed acceptance run")
+            resumed = json.loads((work / "attempt.json").read_text())
+            result["attempts"] = [resumed]
+            result["failure_drill"]["resumed_from"] = resumed["resumed_from"]
+            result["failure_drill"]["rejected_checkpoints"] = resumed["rejected_checkpoints"]
+            result["reload"] = resumed.get("reload")
+        else:
+            result["skipped"] = "artifact checksum mismatch: acceptance not run on unverified bytes"
+    for name in ("outputs.npy", "final_outputs.npy"):
+        if (work / name).exists():
+            (out / name).write_bytes((work / name).read_bytes())
+    (out / "result.json").write_text(json.dumps(result, indent=2, default=float))
+    objs = _upload_dir(store, out, args.prefix + "/result")
+    store.commit_set(args.prefix + "/result", objs, run_id=args.run_id)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="runbook_lib.workload.job")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("child")
+    for a in ("--params", "--side", "--artifact-dir", "--ckpt-dir", "--work-dir"):
+        c.add_argument(a, required=True)
+    c.add_argument("--resume", action="store_true")
+    c.add_argument("--pause", action="store_true")
+    c.add_argument("--reload-check", action="store_true")
+    a = sub.add_parser("agent")
+    a.add_argument("mode", choices=["freeze", "accept"])
+    for opt in ("--params", "--side", "--run-id", "--store-url", "--prefix"):
+        a.add_argument(opt, required=True)
+    a.add_argument("--frozen-prefix", default="")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return child_main(args) if args.cmd == "child" else agent_main(args)
+    except RunbookError as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
