@@ -79,8 +79,9 @@ class AcceptanceWorkload(ABC):
         """Serve one request batch (endpoint workers). Training workloads do not serve."""
         raise WorkloadError(f"{type(self).__name__} is a {self.kind} workload and serves no requests")
 
-    def request_inputs(self, n: int, seed: int) -> list[Any]:  # pragma: no cover - inference only
-        """``n`` request payloads for load tests, drawn with ``seed``."""
+    def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:  # pragma: no cover - inference only
+        """``n`` request payloads for load tests, drawn with ``seed`` from the golden inputs, as
+        ``(golden_row_index, payload)`` so every response can be checked against its golden row."""
         raise WorkloadError(f"{type(self).__name__} is a {self.kind} workload and serves no requests")
 
 

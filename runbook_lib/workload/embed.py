@@ -128,7 +128,7 @@ class EmbeddingWorkload(AcceptanceWorkload):
     def infer(self, inputs: list[Any]) -> list[Any]:
         return self._encode([str(s) for s in inputs]).tolist()
 
-    def request_inputs(self, n: int, seed: int) -> list[Any]:
+    def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:
         rng = random.Random(seed)
-        sentences = corpus()
-        return [rng.choice(sentences) for _ in range(n)]
+        picks = [rng.randrange(len(self._golden)) for _ in range(n)]
+        return [(i, self._golden[i]) for i in picks]

@@ -80,7 +80,8 @@ def newest_verified_checkpoint(ckpt_dir: Path) -> tuple[Path | None, list[dict[s
 
 
 def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
-              pause_after_checkpoint: bool, progress: Path | None = None) -> dict[str, Any]:
+              pause_after_checkpoint: bool, progress: Path | None = None,
+              max_steps: int | None = None) -> dict[str, Any]:
     """Run the workload's acceptance steps with periodic checkpoints.
 
     Args:
@@ -106,7 +107,7 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
             resumed_from = ck.name
     times, metrics = [], []
     first_done: float | None = None
-    n = wl.num_steps()
+    n = wl.num_steps() if max_steps is None else min(max_steps, wl.num_steps())
     for i in range(start, n):
         t0 = time.perf_counter()
         m = wl.step(i)
@@ -133,7 +134,7 @@ def _make(params_path: str, side: str) -> Any:
 
 
 def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, ckpt_dir: Path,
-            resume: bool, pause: bool, reload_check: bool) -> dict[str, Any]:
+            resume: bool, pause: bool, reload_check: bool, max_steps: int | None = None) -> dict[str, Any]:
     """One attempt of the acceptance steps from ``artifact_dir``: writes ``outputs.npy`` (and for
     training ``final_outputs.npy``), the final artifact and ``attempt.json`` into ``work_dir``.
 
@@ -148,7 +149,8 @@ def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, 
     load_s = time.perf_counter() - t0
     reference = wl.outputs() if wl.kind == "training" else None
     res = run_steps(wl, ckpt_dir=ckpt_dir, checkpoint_every=mig.workload.checkpoint_every,
-                    resume=resume, pause_after_checkpoint=pause, progress=work_dir / "progress.json")
+                    resume=resume, pause_after_checkpoint=pause, progress=work_dir / "progress.json",
+                    max_steps=max_steps)
     res["load_s"] = load_s
     final = wl.outputs()
     np.save(work_dir / "outputs.npy", reference if reference is not None else final)
@@ -194,20 +196,75 @@ def _wait(proc: subprocess.Popen[bytes], what: str) -> None:
         raise WorkloadError(f"{what} exited with code {code}; see the pod log")
 
 
+def fetch_verified(store: FileStore, frozen_prefix: str, dest: Path) -> list[dict[str, Any]]:
+    """Download a verified set into ``dest``, re-hashing each local copy.
+
+    With ``RUNBOOK_FAULT=corrupt_checkpoint`` in the environment (a drill), one byte of each
+    copy is flipped after download, as a corrupting storage route would.
+
+    Returns:
+        Rows ``{"key", "expected_sha256", "observed_sha256", "size_bytes", "match"}``.
+    """
+    checks: list[dict[str, Any]] = []
+    for key, info in store.verify_set(frozen_prefix).items():
+        local = dest / key
+        store.get_file(f"{frozen_prefix}/{key}", local, expect=info)
+        if os.environ.get("RUNBOOK_FAULT") == "corrupt_checkpoint":
+            with open(local, "r+b") as f:
+                f.seek(local.stat().st_size // 2)
+                b = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([b[0] ^ 0xFF]))
+        got = _sha256(local)
+        checks.append({"key": key, "expected_sha256": info.sha256, "observed_sha256": got,
+                       "size_bytes": local.stat().st_size, "match": got == info.sha256})
+    return checks
+
+
+def _drill(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Run the acceptance steps, SIGKILL the child after its first checkpoint, resume, reload."""
+    first = _child(args, resume=False, pause=True)
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while not (work / "progress.json").exists():
+        if first.poll() is not None:
+            raise WorkloadError(f"acceptance child exited with {first.returncode} before its first checkpoint")
+        if time.monotonic() > deadline:
+            first.kill()
+            raise WorkloadError(f"acceptance child wrote no checkpoint within {CHILD_TIMEOUT_S} s")
+        time.sleep(0.02)
+    paused = json.loads((work / "progress.json").read_text())
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    _wait(_child(args, resume=True, pause=False), "resumed acceptance run")
+    resumed = json.loads((work / "attempt.json").read_text())
+    return {
+        "failure_drill": {"killed_after_step": paused["paused_after_step"], "signal": "SIGKILL",
+                          "exit_code": first.returncode, "resumed_from": resumed["resumed_from"],
+                          "rejected_checkpoints": resumed["rejected_checkpoints"]},
+        "attempts": [resumed],
+        "reload": resumed.get("reload"),
+    }
+
+
 def _upload_dir(store: FileStore, src: Path, prefix: str) -> list[ObjectInfo]:
     return [store.put_file(f, f"{prefix}/{f.relative_to(src)}") for f in sorted(src.rglob("*")) if f.is_file()]
 
 
 def agent_main(args: argparse.Namespace) -> int:
-    """Freeze (source) or accept (canary), then upload the results set with its marker."""
+    """Freeze (source), accept (canary, with the failure drill), bench (timed run) or slice
+    (a cutover slice that writes a checkpoint set); then upload the results set with its marker."""
+    import psutil
+
     from runbook_lib.inventory import probe
 
+    started_epoch = psutil.Process().create_time()
     store = FileStore.from_url(args.store_url)
     work = Path.cwd() / "work"  # container disk
     work.mkdir(exist_ok=True)
     vol = Path(os.environ.get("RUNBOOK_VOLUME_DIR", work / "volume"))
     args.work_dir, args.ckpt_dir = work, vol / "ckpt"
     result: dict[str, Any] = {"mode": args.mode, "side": args.side, "pod_id": os.environ.get("RUNBOOK_POD_ID", ""),
+                              "process_started_epoch": started_epoch,
                               "environment": probe(device=os.environ.get("RUNBOOK_DEVICE", "cpu"))}
     out = work / "out"
     out.mkdir(exist_ok=True)
@@ -227,44 +284,20 @@ def agent_main(args: argparse.Namespace) -> int:
                                       ckpt_dir=args.ckpt_dir, resume=False, pause=False, reload_check=False)]
     else:
         args.artifact_dir = work / "artifact"
-        checks: list[dict[str, Any]] = []
-        objects = store.verify_set(f"{args.frozen_prefix}")
-        for key, info in objects.items():
-            local = args.artifact_dir / key
-            store.get_file(f"{args.frozen_prefix}/{key}", local, expect=info)
-            if os.environ.get("RUNBOOK_FAULT") == "corrupt_checkpoint":  # drill: a corrupting route
-                with open(local, "r+b") as f:
-                    f.seek(local.stat().st_size // 2)
-                    b = f.read(1)
-                    f.seek(-1, 1)
-                    f.write(bytes([b[0] ^ 0xFF]))
-            got = _sha256(local)
-            checks.append({"key": key, "expected_sha256": info.sha256, "observed_sha256": got,
-                           "size_bytes": local.stat().st_size, "match": got == info.sha256})
+        checks = fetch_verified(store, args.frozen_prefix, args.artifact_dir)
         result["artifact_checksums"] = checks
-        if all(c["match"] for c in checks):
-            first = _child(args, resume=False, pause=True)
-            deadline = time.monotonic() + CHILD_TIMEOUT_S
-            while not (work / "progress.json").exists():
-                if first.poll() is not None:
-                    raise WorkloadError(f"acceptance child exited with {first.returncode} before its first checkpoint")
-                if time.monotonic() > deadline:
-                    first.kill()
-                    raise WorkloadError("acceptance child wrote no checkpoint in time")
-                time.sleep(0.02)
-            paused = json.loads((work / "progress.json").read_text())
-            first.send_signal(signal.SIGKILL)
-            first.wait()
-            result["failure_drill"] = {"killed_after_step": paused["paused_after_step"], "signal": "SIGKILL",
-                                       "exit_code": first.returncode}
-            _wait(_child(args, resume=True, pause=False), "resumed acceptance run")
-            resumed = json.loads((work / "attempt.json").read_text())
-            result["attempts"] = [resumed]
-            result["failure_drill"]["resumed_from"] = resumed["resumed_from"]
-            result["failure_drill"]["rejected_checkpoints"] = resumed["rejected_checkpoints"]
-            result["reload"] = resumed.get("reload")
-        else:
+        if not all(c["match"] for c in checks):
             result["skipped"] = "artifact checksum mismatch: acceptance not run on unverified bytes"
+        elif args.mode == "accept":
+            result.update(_drill(args, work))
+        else:  # bench / slice: one uninterrupted attempt, timed
+            res = attempt(args.params, args.side, artifact_dir=args.artifact_dir, work_dir=work, ckpt_dir=args.ckpt_dir,
+                          resume=False, pause=False, reload_check=False, max_steps=args.steps or None)
+            result["attempts"] = [res]
+            if args.mode == "slice":
+                ck = _upload_dir(store, work / "final_artifact", f"{args.prefix}/checkpoint")
+                result["checkpoint_manifest_sha256"] = store.commit_set(f"{args.prefix}/checkpoint", ck,
+                                                                        run_id=args.run_id).sha256
     for name in ("outputs.npy", "final_outputs.npy"):
         if (work / name).exists():
             (out / name).write_bytes((work / name).read_bytes())
@@ -284,7 +317,8 @@ def main(argv: list[str]) -> int:
     c.add_argument("--pause", action="store_true")
     c.add_argument("--reload-check", action="store_true")
     a = sub.add_parser("agent")
-    a.add_argument("mode", choices=["freeze", "accept"])
+    a.add_argument("mode", choices=["freeze", "accept", "bench", "slice"])
+    a.add_argument("--steps", type=int, default=0, help="bench/slice: steps to run (0 = all)")
     for opt in ("--params", "--side", "--run-id", "--store-url", "--prefix"):
         a.add_argument(opt, required=True)
     a.add_argument("--frozen-prefix", default="")

@@ -1,0 +1,101 @@
+"""``runbook``: run a migration, one phase, or list past runs.
+
+Exit codes (also in README.md):
+    0  GO: every blocking gate passed
+    1  NO-GO: a blocking gate failed (source route restored, target resources destroyed)
+    2  usage or params error: nothing ran
+    3  HOLD: evidence inconclusive, or an approval is missing; a person must decide
+    4  failed run: a phase crashed, timed out or lost its kernel (executed notebook kept)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from runbook_lib.errors import RunbookError
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from runbook_lib.runner import environment_ok, run_migration
+
+    environment_ok()
+    res = run_migration(args.params, reports_dir=args.reports, approval_ref=args.approval_file or "",
+                        echo=lambda s: print(s, flush=True))
+    print(f"decision: {res.decision} (exit {res.exit_code})")
+    for reason in res.reasons:
+        print(f"  - {reason}")
+    print(f"evidence: {res.run_dir}")
+    return res.exit_code
+
+
+def _cmd_phase(args: argparse.Namespace) -> int:
+    from runbook_lib.manifest import phase_name
+    from runbook_lib.runner import environment_ok, execute_phase
+
+    environment_ok()
+    params = Path(args.params).resolve()
+    root = params.parent.parent if params.parent.name == "params" else params.parent
+    out = execute_phase(args.phase, params, Path(args.run_dir).resolve(), cell_timeout_s=args.cell_timeout_s,
+                        notebooks_dir=root / "notebooks", approval_ref=args.approval_file or "")
+    print(f"phase {phase_name(args.phase)} completed: {out}")
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    rows = []
+    for d in sorted(Path(args.reports).glob("*/")):
+        receipt = d / "receipt.json"
+        manifest = d / "manifest.json"
+        decision = "?"
+        src = tgt = ""
+        if manifest.exists():
+            decision = json.loads(manifest.read_text()).get("decision", "?")
+        if receipt.exists():
+            r = json.loads(receipt.read_text())
+            src, tgt = r["source"]["release"], r["target"]["release"]
+        complete = (d / "_SUCCESS").exists()
+        rows.append(f"{d.name:<55} {decision:<8} {'complete' if complete else 'incomplete':<10} {src} -> {tgt}")
+    print("\n".join(rows) if rows else f"no runs under {args.reports}/")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="runbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run all six phases of a migration")
+    r.add_argument("params", help="migration YAML, e.g. params/demo.yaml")
+    r.add_argument("--reports", default="reports", help="directory for run directories (default: reports)")
+    r.add_argument("--approval-file", help="JSON approval record for plans on remote providers")
+    r.set_defaults(func=_cmd_run)
+    p = sub.add_parser("phase", help="run one phase notebook into an existing run directory")
+    p.add_argument("phase", choices=["01", "02", "03", "04", "05", "06"])
+    p.add_argument("params")
+    p.add_argument("run_dir")
+    p.add_argument("--cell-timeout-s", type=float, default=600.0)
+    p.add_argument("--approval-file")
+    p.set_defaults(func=_cmd_phase)
+    ls = sub.add_parser("list", help="list past runs with their decision")
+    ls.add_argument("--reports", default="reports")
+    ls.set_defaults(func=_cmd_list)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; returns the exit code documented in the module docstring."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RunbookError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: resources this run created may still exist; `runbook phase 06` tears them down",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""What each phase notebook does, as library calls the notebooks stay thin around.
+
+A notebook opens its phase with :func:`open_phase` (loads and validates params, verifies the
+records of the phases before it), calls the phase's functions (``freeze``, ``mapping``,
+``parity``, ``compare``, ``cutover``, ``decide`` modules), displays what they return, and closes
+with :meth:`PhaseContext.finish`, which writes the chained record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook_lib import approvals
+from runbook_lib.errors import EvidenceError, ParamsError
+from runbook_lib.gates import GateResult, from_dict
+from runbook_lib.manifest import PHASES, Record, new_run_id, require_records, utc_now, write_record
+from runbook_lib.params import Migration, Profile, load_params
+from runbook_lib.providers import create_provider
+from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec
+from runbook_lib.storage import FileStore
+
+REPORTS_DIR = "reports"
+STATE_DIR = ".runbook"
+POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
+
+NEEDS: dict[str, tuple[str, ...]] = {
+    "01": (),
+    "02": ("01",),
+    "03": ("01", "02"),
+    "04": ("01", "02", "03"),
+    "05": ("01", "04"),
+    "06": (),
+}
+"""Records each phase requires (phase 06 reads whatever exists: a stopped or failed run is still
+decided and torn down)."""
+
+
+@dataclass
+class PhaseContext:
+    """Everything a phase needs: validated params, run directory, verified earlier records,
+    the store, the providers, and the plans and gates this phase produced so far.
+
+    Attributes:
+        phase: phase id ``"01"`` .. ``"06"``.
+        mig: validated params.
+        params_path: absolute path of the params file.
+        run_dir: absolute run directory ``reports/<run_id>``.
+        run_id: the run id (the run directory's name).
+        records: verified records of earlier phases, by phase id.
+    """
+
+    phase: str
+    mig: Migration
+    params_path: Path
+    run_dir: Path
+    run_id: str
+    run_mode: str
+    approval_ref: str
+    records: dict[str, Record]
+    started: str
+    store: FileStore
+    plans: list[dict[str, Any]] = field(default_factory=list)
+    gates: list[GateResult] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    # -- sides, providers, resources ----------------------------------------------------------
+
+    def profile(self, side: str) -> Profile:
+        if side not in ("source", "target"):
+            raise ParamsError(f"side must be 'source' or 'target', got {side!r}")
+        return getattr(self.mig, side)
+
+    def provider(self, side: str) -> Any:
+        prof = self.profile(side)
+        return create_provider(prof.provider, root=Path(STATE_DIR) / prof.provider)
+
+    def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
+        return (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
+
+    def _apply(self, side: str, plan: Plan) -> Any:
+        approval = approvals.require(plan, run_dir=self.run_dir, preapproved_local=self.mig.approvals.preapproved_local,
+                                     approval_file=self.approval_ref or self.mig.approvals.approval_file)
+        self.plans.append({"plan": plan.to_dict(), "approved_by": approval.approved_by, "method": approval.method})
+        return self.provider(side).apply(plan, approval)
+
+    def plan_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
+                   extra: tuple[str, ...] = ()) -> Plan:
+        """The launch plan of a pod running the acceptance agent on ``side`` (pure; shown in
+        notebooks and approved by fingerprint)."""
+        prof = self.profile(side)
+        argv = [sys.executable, "-m", "runbook_lib.workload.job", "agent", mode, "--params", str(self.params_path),
+                "--side", side, "--run-id", self.run_id, "--store-url", self.store.url(), "--prefix", prefix]
+        if frozen_prefix:
+            argv += ["--frozen-prefix", frozen_prefix]
+        env = (("RUNBOOK_FAULT", prof.fault),) if prof.fault != "none" else ()
+        spec = PodSpec(name=f"{self.mig.migration}-{role}", command=tuple(argv + list(extra)), device=prof.device,
+                       price_usd_per_hour=prof.price_usd_per_hour, labels=self.labels(side, role), env=env,
+                       secret_refs=tuple((s.name, s.ref) for s in prof.secrets),
+                       volume_gb=self.mig.workload.requirements.disk_gb)
+        return self.provider(side).plan_launch(spec, dry_run=False)
+
+    def launch_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
+                     extra: tuple[str, ...] = ()) -> Pod:
+        """Plan, approve and launch a pod running the acceptance agent on ``side``."""
+        return self._apply(side, self.plan_agent(side, role, mode, prefix=prefix, frozen_prefix=frozen_prefix,
+                                                 extra=extra))
+
+    def wait_pod(self, side: str, pod: Pod) -> Pod:
+        """Wait for a pod's agent to exit; a non-zero exit is a WorkloadError with the log tail."""
+        from runbook_lib.errors import WorkloadError
+
+        prov = self.provider(side)
+        done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S)
+        if done.exit_code != 0:
+            raise WorkloadError(f"pod {pod.id} ({pod.name}) exited with code {done.exit_code}; log tail:\n"
+                                f"{prov.log_tail(pod.id, 2500)}")
+        return done
+
+    def create_endpoint(self, side: str, role: str) -> Endpoint:
+        prof = self.profile(side)
+        spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
+                            workers=prof.workers, price_usd_per_hour=prof.price_usd_per_hour,
+                            labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
+                            secret_refs=tuple((s.name, s.ref) for s in prof.secrets))
+        return self._apply(side, self.provider(side).plan_endpoint(spec, dry_run=False))
+
+    def destroy(self, side: str, resource_id: str) -> None:
+        self._apply(side, self.provider(side).plan_destroy(resource_id, dry_run=False))
+
+    # -- evidence -----------------------------------------------------------------------------
+
+    def path(self, rel: str) -> Path:
+        """Absolute path of a file this phase produces; registered for hashing into the record."""
+        p = self.run_dir / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if rel not in self.files:
+            self.files.append(rel)
+        return p
+
+    def write_json(self, rel: str, data: Any) -> Path:
+        p = self.path(rel)
+        p.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        return p
+
+    def add_gates(self, *results: GateResult) -> list[GateResult]:
+        self.gates.extend(results)
+        return list(results)
+
+    def earlier_gates(self) -> list[GateResult]:
+        return [from_dict(g) for r in self.records.values() for g in r.body.get("data", {}).get("gates", [])]
+
+    def finish(self, data: dict[str, Any]) -> Record:
+        """Write this phase's record (chained to the previous one) with its gates, plans and files."""
+        body = dict(data)
+        body["gates"] = [g.to_dict() for g in self.gates]
+        body["plans"] = self.plans
+        body["stop_migration"] = any(g.blocking and g.verdict == "FAIL" for g in self.gates)
+        return write_record(self.run_dir, self.phase, status="completed", data=body, files=self.files,
+                            started=self.started)
+
+
+def project_root(params_path: Path) -> Path:
+    """The nearest ancestor of the params file holding ``pyproject.toml`` (else its directory)."""
+    for d in params_path.resolve().parents:
+        if (d / "pyproject.toml").exists():
+            return d
+    return params_path.resolve().parent
+
+
+def latest_run_dir(migration: str, reports: str | Path = REPORTS_DIR) -> Path | None:
+    """Newest ``reports/<run_id>`` of ``migration`` (run ids sort by start time)."""
+    runs = sorted(p for p in Path(reports).glob(f"*-{migration}-*") if p.is_dir())
+    return runs[-1].resolve() if runs else None
+
+
+def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str = "interactive",
+               approval_ref: str = "") -> PhaseContext:
+    """Start a phase: validate params, find or create the run directory, verify earlier records.
+
+    Args:
+        phase: ``"01"`` .. ``"06"``.
+        params_path: the migration YAML.
+        run_dir: the run directory; empty means a new run for phase 01 and the newest run of this
+            migration for later phases (interactive use).
+        run_mode: ``interactive`` or ``headless`` (the runner passes ``headless``).
+        approval_ref: path of an approval file for headless runs.
+
+    Raises:
+        ParamsError: bad params. EvidenceError: an earlier record is missing or altered.
+    """
+    if phase not in dict(PHASES):
+        raise EvidenceError(f"unknown phase {phase!r}")
+    params = Path(params_path).resolve()
+    mig = load_params(params)
+    os.chdir(project_root(params))  # reports/ and .runbook/ resolve against the project, also in Jupyter
+    if run_dir:
+        rd = Path(run_dir).resolve() if Path(run_dir).is_absolute() else (project_root(params) / run_dir).resolve()
+    elif phase == "01":
+        rd = (Path(REPORTS_DIR) / new_run_id(mig.migration)).resolve()
+    else:
+        found = latest_run_dir(mig.migration)
+        if found is None:
+            raise EvidenceError(f"no run of {mig.migration!r} under {REPORTS_DIR}/; run phase 01 first")
+        rd = found
+    rd.mkdir(parents=True, exist_ok=True)
+    records = require_records(rd, phase, NEEDS[phase])
+    store = FileStore.from_url(mig.storage.url, base=os.getcwd())
+    return PhaseContext(phase=phase, mig=mig, params_path=params, run_dir=rd, run_id=rd.name, run_mode=run_mode,
+                        approval_ref=approval_ref, records=records, started=utc_now(), store=store)

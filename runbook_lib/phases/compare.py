@@ -1,0 +1,211 @@
+"""Phase 04, compare production characteristics: cold start, latency, throughput, errors, cost.
+
+Inference: a source and a target endpoint are created (and kept for phase 05). Cold start is
+timed from the create call to the first served response. Rounds alternate source, target,
+target, source (RMIT interleaving); each round sends an open-loop Poisson schedule (latency
+from intended arrival) and then a saturation burst (throughput). Every response is checked
+against the golden output of its input; an *accepted unit* is a request that completed within
+the SLO and passed parity.
+
+Training: each round is a pod running the job from the frozen checkpoint; samples are step
+times, throughput is samples per second, and an accepted unit is a completed step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from runbook_lib import cost, gates as g
+from runbook_lib.measure import JobClient, Request, poisson_schedule, run_open_loop, run_saturation
+from runbook_lib.phases import PhaseContext
+from runbook_lib.phases.freeze import prefix
+from runbook_lib.workload import make_workload
+
+ROUND_PATTERN = ("source", "target", "target", "source")
+
+
+def round_sides(rounds: int) -> list[str]:
+    """Interleaved sides: S, T, T, S, S, T, T, S, ... (``rounds`` entries)."""
+    return [ROUND_PATTERN[i % 4] for i in range(rounds)]
+
+
+def _accept(ctx: PhaseContext, golden: np.ndarray, row: dict[str, Any]) -> bool:
+    if row["status"] != "COMPLETED" or row["total_s"] > ctx.mig.workload.requirements.max_request_s:
+        return False
+    out = row.get("output")
+    if out is None:
+        return False
+    ref = golden[int(row["input_index"])]
+    rt, at, _ = g.tolerance_for(ctx.mig.source.dtype, ctx.mig.gates.parity_rtol, ctx.mig.gates.parity_atol)
+    obs = np.asarray(out, dtype=np.float64)
+    return obs.shape == ref.shape and bool(np.all(np.abs(obs - ref) <= at + rt * np.abs(ref)))
+
+
+def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
+    """Create both endpoints, measure cold starts and interleaved rounds; keep the endpoints.
+
+    Returns:
+        ``{"endpoints", "cold_starts", "samples" (DataFrame), "throughput" (DataFrame),
+        "billed_s", "egress_bytes"}``.
+    """
+    m = ctx.mig.measure
+    golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
+    wl = make_workload(ctx.mig.workload, ctx.mig.source)
+    endpoints, clients, cold, created = {}, {}, [], {}
+    for side in ("source", "target"):
+        t0 = time.perf_counter()
+        created[side] = t0
+        ep = ctx.create_endpoint(side, f"endpoint-{side}")
+        client = JobClient(ep.url, timeout_s=m.request_timeout_s * 4)
+        first = client.runsync(wl.request_inputs(1, seed=0)[0][1])
+        cold_s = time.perf_counter() - t0
+        health = client.health()
+        cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s, "first_status": first["status"],
+                     "worker_init_s": [c["init_s"] for c in health["cold_starts"]]})
+        endpoints[side], clients[side] = ep, client
+    rows: list[dict[str, Any]] = []
+    thr: list[dict[str, Any]] = []
+    for side in ("source", "target"):  # warm-up, discarded and recorded
+        warm = wl.request_inputs(m.warmup_requests, seed=1)
+        for _, payload in warm:
+            clients[side].runsync(payload)
+    for r, side in enumerate(round_sides(m.rounds)):
+        picks = wl.request_inputs(m.requests_per_round, seed=1000 + r // 2)
+        sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + r // 2)
+        reqs = [Request(i, float(sched[i]), payload, idx) for i, (idx, payload) in enumerate(picks)]
+        rows += run_open_loop(clients[side], reqs, side=side, round_id=r)
+        burst = wl.request_inputs(m.throughput_requests, seed=3000 + r // 2)
+        res = run_saturation(clients[side], [p for _, p in burst])
+        thr.append({"side": side, "round": r, **res})
+    end = time.perf_counter()
+    egress: dict[str, float] = {"source": 0.0, "target": 0.0}
+    for row in rows:
+        row["accepted"] = _accept(ctx, golden, row)
+        egress[row["side"]] += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
+        row.pop("output", None)
+    samples = pd.DataFrame(rows)
+    throughput = pd.DataFrame(thr)
+    for c in clients.values():
+        c.close()
+    return {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
+            "cold_starts": cold, "samples": samples, "throughput": throughput,
+            "billed_s": {s: end - created[s] for s in created}, "egress_bytes": egress}
+
+
+def measure_training(ctx: PhaseContext) -> dict[str, Any]:
+    """Interleaved rounds of the training job on pods; step times are the latency samples."""
+    frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
+    rows, thr, cold = [], [], []
+    billed = {"source": 0.0, "target": 0.0}
+    for r, side in enumerate(round_sides(ctx.mig.measure.rounds)):
+        pod = ctx.launch_agent(side, f"bench-{r}", "bench", prefix=prefix(ctx, "bench", str(r)), frozen_prefix=frozen)
+        try:
+            done = ctx.wait_pod(side, pod)
+        finally:
+            ctx.destroy(side, pod.id)
+        ctx.store.verify_set(prefix(ctx, "bench", str(r), "result"))
+        res = json.loads((ctx.store.root / prefix(ctx, "bench", str(r), "result", "result.json")).read_text())
+        att = res["attempts"][0]
+        billed[side] += (done.ended_at or time.time()) - done.created_at
+        cold.append({"side": side, "round": r, "pod": pod.id,
+                     "cold_start_s": (att["first_step_done_epoch"] or math.nan) - done.created_at})
+        bs = ctx.profile(side).batch_size
+        for i, (t, met) in enumerate(zip(att["step_times_s"], att["metrics"])):
+            rows.append({"side": side, "round": r, "request": i, "total_s": t, "queue_s": 0.0, "init_s": 0.0,
+                         "execution_s": t, "status": "COMPLETED" if math.isfinite(met["loss"]) else "FAILED",
+                         "loss": met["loss"], "accepted": math.isfinite(met["loss"])})
+        total = sum(att["step_times_s"])
+        thr.append({"side": side, "round": r, "requests": float(len(att["step_times_s"])),
+                    "completed": float(len(att["step_times_s"])), "elapsed_s": total,
+                    "throughput_rps": len(att["step_times_s"]) * bs / total if total > 0 else 0.0})
+    return {"endpoints": {}, "cold_starts": cold, "samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr),
+            "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}}
+
+
+def measure(ctx: PhaseContext) -> dict[str, Any]:
+    """Run the measurement protocol for this workload kind and save the raw samples."""
+    res = measure_inference(ctx) if ctx.mig.workload.kind == "inference" else measure_training(ctx)
+    res["samples"].to_csv(ctx.path("04/samples.csv"), index=False)
+    res["throughput"].to_csv(ctx.path("04/throughput.csv"), index=False)
+    pd.DataFrame(res["cold_starts"]).to_csv(ctx.path("04/cold_starts.csv"), index=False)
+    return res
+
+
+def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdown]:
+    """Cost per accepted unit per side over the measurement window (billed from launch)."""
+    out = {}
+    for side in ("source", "target"):
+        prof = ctx.profile(side)
+        s = res["samples"]
+        accepted = int(s[(s["side"] == side) & (s["accepted"])].shape[0]) if len(s) else 0
+        instances = prof.workers if ctx.mig.workload.kind == "inference" else 1
+        out[side] = cost.breakdown(price_usd_per_hour=prof.price_usd_per_hour, billed_s=res["billed_s"][side],
+                                   instances=instances, accepted_units=accepted,
+                                   storage_gb=ctx.mig.workload.requirements.disk_gb,
+                                   storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
+                                   egress_bytes=res["egress_bytes"][side], egress_usd_per_gb=prof.egress_usd_per_gb)
+    ctx.write_json("04/cost.json", {k: v.to_dict() for k, v in out.items()})
+    return out
+
+
+def summary(res: dict[str, Any]) -> pd.DataFrame:
+    """p50/p95/p99 of total, queue, init and execution time per side, seconds."""
+    s = res["samples"]
+    rows = []
+    for side in ("source", "target"):
+        d = s[s["side"] == side]
+        row: dict[str, Any] = {"side": side, "requests": len(d), "accepted": int(d["accepted"].sum()) if len(d) else 0,
+                               "failed": int((d["status"] != "COMPLETED").sum()) if len(d) else 0}
+        for col in ("total_s", "queue_s", "init_s", "execution_s"):
+            vals = d[col].astype(float).dropna().to_numpy() if len(d) else np.array([])
+            for q in (50, 95, 99):
+                row[f"{col[:-2]} p{q} (s)"] = float(np.percentile(vals, q)) if vals.size else math.nan
+        t = res["throughput"]
+        row["throughput mean (units/s)"] = float(t[t["side"] == side]["throughput_rps"].mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost.CostBreakdown]) -> list[g.GateResult]:
+    """Latency p95 ratio, throughput ratio, cold start ratio, target error rate, cost per unit."""
+    s, t, gc = res["samples"], res["throughput"], ctx.mig.gates
+    lat = {side: s[(s["side"] == side) & (s["status"] == "COMPLETED")]["total_s"].astype(float).to_numpy()
+           for side in ("source", "target")}
+    thr = {side: t[t["side"] == side]["throughput_rps"].astype(float).tolist() for side in ("source", "target")}
+    cold = {side: [c["cold_start_s"] for c in res["cold_starts"] if c["side"] == side and math.isfinite(c["cold_start_s"])]
+            for side in ("source", "target")}
+    tgt = s[s["side"] == "target"]
+    return ctx.add_gates(
+        g.latency_p95_ratio(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max,
+                            min_samples=gc.min_latency_samples, phase="04"),
+        g.throughput_ratio(thr["source"], thr["target"], min_ratio=gc.throughput_ratio_min, phase="04"),
+        g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04"),
+        g.error_rate(int((tgt["status"] != "COMPLETED").sum()), len(tgt), max_rate=gc.error_rate_max, phase="04"),
+        g.cost_per_unit(_finite(costs_["source"].usd_per_accepted_unit), _finite(costs_["target"].usd_per_accepted_unit),
+                        required_saving=gc.required_saving, phase="04"),
+    )
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ: pd.DataFrame) -> dict[str, Any]:
+    """What phase 04's record keeps (raw samples stay in the CSV files the record hashes)."""
+    by_side = {r["side"]: {k: v for k, v in r.items() if k != "side"} for r in summ.to_dict("records")}
+    cold = pd.DataFrame(res["cold_starts"])
+    return {
+        "endpoints": res["endpoints"],
+        "endpoint_urls": res.get("endpoint_urls", {}),
+        "summary": by_side,
+        "cold_start_median_s": {s: float(cold[cold["side"] == s]["cold_start_s"].median()) for s in ("source", "target")},
+        "usd_per_accepted_unit": {s: _finite(c.usd_per_accepted_unit) for s, c in costs_.items()},
+        "cost": {s: c.to_dict() for s, c in costs_.items()},
+        "billed_s": res["billed_s"],
+    }

@@ -1,0 +1,191 @@
+"""Phase 05, cut over reversibly: move a bounded slice at a time, check gates per step, keep the
+way back.
+
+Inference: a route (``route.json`` in the run directory, the local provider's router) sends
+each request to the target with the step's probability; after each step the target's
+responses must all pass parity, none may fail, and its p95 must stay within the phase 04 bound.
+A failed step sets the route back to 0 % target at once (rollback) and stops.
+
+Training: the job moves by slices. Each slice is a target pod that resumes from the newest
+verified checkpoint set and writes a new one (objects, manifest, marker); its losses must stay in
+the band of the source's own continuation. The rollback point is the frozen source checkpoint.
+After the last slice the source profile reloads the target's checkpoint (reversibility).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from runbook_lib import gates as g
+from runbook_lib.manifest import utc_now, write_json_atomic
+from runbook_lib.measure import JobClient, Request, poisson_schedule, run_open_loop
+from runbook_lib.phases import PhaseContext
+from runbook_lib.phases.compare import _accept
+from runbook_lib.phases.freeze import prefix
+from runbook_lib.workload import make_workload
+
+MIN_STEP_LATENCY_SAMPLES = 5  # target responses in a step before its p95 is judged
+
+
+class Route:
+    """Traffic split between source and target, persisted with its history.
+
+    Args:
+        path: the route file (``<run_dir>/route.json``).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.state = json.loads(path.read_text()) if path.exists() else {"target_percent": 0, "history": []}
+
+    @property
+    def target_percent(self) -> int:
+        return int(self.state["target_percent"])
+
+    def set(self, percent: int, reason: str) -> None:
+        """Point ``percent`` % of traffic at the target (0 = all on source) and record why."""
+        self.state["target_percent"] = percent
+        self.state["history"].append({"at": utc_now(), "target_percent": percent, "reason": reason})
+        write_json_atomic(self.path, self.state)
+
+
+def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
+    """What restoring the source needs: the source endpoint or checkpoint, and when the window closes."""
+    rec01 = ctx.records["01"].data["freeze"]
+    point = {
+        "recorded_at": utc_now(),
+        "route": "100 % source",
+        "source_release": ctx.mig.source.release,
+        "frozen_manifest_sha256": rec01["frozen"]["manifest_sha256"],
+        "frozen_prefix": rec01["frozen"]["prefix"],
+        "window_s": ctx.mig.cutover.rollback_window_s,
+        "window_closes_epoch": time.time() + ctx.mig.cutover.rollback_window_s,
+    }
+    if ctx.mig.workload.kind == "inference":
+        point["source_endpoint"] = ctx.records["04"].data["endpoints"].get("source")
+    ctx.write_json("05/rollback_point.json", point)
+    return point
+
+
+def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
+    """Route growing slices of requests to the target with a gate check per step."""
+    rec04 = ctx.records["04"].data
+    urls = rec04["endpoint_urls"]
+    src_p95 = rec04["summary"]["source"]["total p95 (s)"]
+    bound = src_p95 * ctx.mig.gates.latency_p95_ratio_max
+    golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
+    wl = make_workload(ctx.mig.workload, ctx.mig.source)
+    clients = {s: JobClient(u) for s, u in urls.items()}
+    route = Route(ctx.path("05/route.json"))
+    route.set(0, "cutover start: all traffic on source")
+    steps, rows = [], []
+    rng = np.random.default_rng(ctx.mig.workload.seed)
+    n = ctx.mig.cutover.requests_per_step
+    for k, pct in enumerate(ctx.mig.cutover.steps_percent):
+        route.set(pct, f"slice step {k + 1}")
+        picks = wl.request_inputs(n, seed=5000 + k)
+        sched = poisson_schedule(n, ctx.mig.measure.arrival_rate_per_s, seed=6000 + k)
+        to_target = rng.random(n) < pct / 100
+        step_rows = []
+        for side in ("source", "target"):
+            idx = [i for i in range(n) if to_target[i] == (side == "target")]
+            reqs = [Request(j, float(sched[i] - (sched[idx[0]] if idx else 0)), picks[i][1], picks[i][0])
+                    for j, i in enumerate(idx)]
+            if reqs:
+                step_rows += run_open_loop(clients[side], reqs, side=side, round_id=k)
+        for r in step_rows:
+            r["accepted"] = _accept(ctx, golden, r)
+            r.pop("output", None)
+            r["step"] = k
+            r["target_percent"] = pct
+        rows += step_rows
+        tgt = [r for r in step_rows if r["side"] == "target"]
+        failures = sum(1 for r in tgt if r["status"] != "COMPLETED")
+        rejected = sum(1 for r in tgt if r["status"] == "COMPLETED" and not r["accepted"])
+        p95 = float(np.percentile([r["total_s"] for r in tgt], 95)) if tgt else math.nan
+        lat_ok = len(tgt) < MIN_STEP_LATENCY_SAMPLES or p95 <= bound
+        ok = failures == 0 and rejected == 0 and lat_ok
+        steps.append({"step": k + 1, "target_percent": pct, "requests": len(step_rows), "to_target": len(tgt),
+                      "target_failures": failures, "target_not_accepted": rejected,
+                      "target_p95_s": p95, "p95_bound_s": bound, "passed": ok})
+        if not ok:
+            route.set(0, f"rollback: step {k + 1} failed its gate check")
+            break
+    for c in clients.values():
+        c.close()
+    pd.DataFrame(rows).to_csv(ctx.path("05/cutover_samples.csv"), index=False)
+    return {"steps": steps, "route": route.state, "final_target_percent": route.target_percent}
+
+
+def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
+    """Move the training job slice by slice from the newest verified checkpoint."""
+    import torch  # noqa: F401 - imported here: the reverse-reload check runs in this kernel
+
+    rec01 = ctx.records["01"].data["freeze"]
+    golden_losses = rec01["golden_run"]["losses"]
+    total = ctx.mig.workload.train_steps
+    route = Route(ctx.path("05/route.json"))
+    route.set(0, "cutover start: job runs on source")
+    ckpt_prefix, done_steps, steps = rec01["frozen"]["prefix"], 0, []
+    last_dir = None
+    for k, pct in enumerate(ctx.mig.cutover.steps_percent):
+        until = math.ceil(total * pct / 100)
+        n = until - done_steps
+        if n <= 0:
+            continue
+        route.set(pct, f"slice {k + 1}: target runs steps {done_steps}..{until - 1}")
+        pfx = prefix(ctx, "cutover", str(k))
+        pod = ctx.launch_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
+                               extra=("--steps", str(n)))
+        try:
+            ctx.wait_pod("target", pod)
+        finally:
+            ctx.destroy("target", pod.id)
+        ctx.store.verify_set(f"{pfx}/result")
+        checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint")
+        res = json.loads((ctx.store.root / pfx / "result" / "result.json").read_text())
+        losses = [m["loss"] for m in res["attempts"][0]["metrics"]]
+        band = g.loss_band(golden_losses[done_steps:until], losses, rel=ctx.mig.gates.loss_band_rel,
+                           last_k=len(losses), phase="05")
+        ok = band.verdict == "PASS" and all(c["match"] for c in res["artifact_checksums"])
+        steps.append({"step": k + 1, "target_percent": pct, "steps": f"{done_steps}..{until - 1}",
+                      "checkpoint_sha256": {key: o.sha256 for key, o in checkpoint.items()},
+                      "loss_rel_diff": band.observed, "passed": ok})
+        if not ok:
+            route.set(0, f"rollback: slice {k + 1} failed ({band.detail}); resume on source from the rollback point")
+            break
+        ckpt_prefix, done_steps, last_dir = f"{pfx}/checkpoint", until, ctx.store.root / pfx / "checkpoint"
+    reverse = None
+    if last_dir is not None:
+        wl_t = make_workload(ctx.mig.workload, ctx.mig.target)
+        wl_t.load(last_dir)
+        wl_s = make_workload(ctx.mig.workload, ctx.mig.source)
+        wl_s.load(last_dir)
+        reverse = g.output_parity(wl_t.outputs(), wl_s.outputs(), dtype=ctx.mig.source.dtype, phase="05")
+    return {"steps": steps, "route": route.state, "final_target_percent": route.target_percent,
+            "checkpoint_moved": ckpt_prefix, "reverse_reload": reverse}
+
+
+def cutover(ctx: PhaseContext) -> dict[str, Any]:
+    """Record the rollback point, then run the slices for this workload kind; add gates."""
+    point = rollback_point(ctx)
+    res = cutover_inference(ctx) if ctx.mig.workload.kind == "inference" else cutover_training(ctx)
+    res["rollback_point"] = point
+    all_ok = bool(res["steps"]) and all(s["passed"] for s in res["steps"])
+    ctx.add_gates(g.boolean_gate(
+        "cutover_slices", all_ok, phase="05",
+        detail=f"{sum(s['passed'] for s in res['steps'])} of {len(ctx.mig.cutover.steps_percent)} slice steps passed; "
+               f"route now {res['final_target_percent']} % target"))
+    rev = res.pop("reverse_reload", None)
+    if rev is not None:
+        ctx.add_gates(g.from_dict({**rev.to_dict(), "name": "reverse_reload",
+                                   "detail": "source reloads the target's checkpoint: " + rev.detail}))
+    ctx.write_json("05/cutover.json", res)
+    return res

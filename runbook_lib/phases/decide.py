@@ -1,0 +1,171 @@
+"""Phase 06, accept or roll back: every gate, the decision, the receipt, and the teardown.
+
+GO needs every blocking gate PASS. On NO-GO or HOLD the source route is restored and every
+target resource the run created is destroyed and verified gone. The embedded demo owns its
+source too (``run.teardown_source``), so there every resource the run created is destroyed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from runbook_lib import __version__
+from runbook_lib import gates as g
+from runbook_lib.errors import EXIT_GO, EXIT_HOLD, EXIT_NO_GO
+from runbook_lib.manifest import PHASES, utc_now
+from runbook_lib.params import params_sha256
+from runbook_lib.phases import PhaseContext
+from runbook_lib.phases.cutover import Route
+
+EXIT_CODES = {"GO": EXIT_GO, "NO-GO": EXIT_NO_GO, "HOLD": EXIT_HOLD}
+
+
+def phase_status(ctx: PhaseContext) -> list[dict[str, Any]]:
+    """Status of phases 01..05 as their records say (``missing`` when a phase never ran)."""
+    rows = []
+    for pid, name in PHASES[:-1]:
+        rec = ctx.records.get(pid)
+        rows.append({"phase": f"{pid}_{name}", "status": rec.status if rec else "missing",
+                     "stop_migration": bool(rec and rec.data.get("stop_migration")),
+                     "error": (rec.data.get("error") if rec else None)})
+    return rows
+
+
+def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
+    """Gates of earlier phases, plus completeness and the rollback window."""
+    gates = ctx.earlier_gates()
+    rows = phase_status(ctx)
+    failed = [r for r in rows if r["status"] == "failed"]
+    missing = [r["phase"] for r in rows if r["status"] == "missing"]
+    stopped = any(r["stop_migration"] for r in rows)
+    if failed:
+        gates.append(g.GateResult("phases_complete", "ERROR", True, len(failed), 0, "failed phases", "records",
+                                  f"phase {failed[0]['phase']} failed: {failed[0]['error']}", phase="06"))
+    elif missing and not stopped:
+        gates.append(g.GateResult("phases_complete", "INCONCLUSIVE", True, len(missing), 0, "missing phases",
+                                  "records", f"no record for {missing}", phase="06"))
+    else:
+        gates.append(g.GateResult("phases_complete", "PASS", True, 5 - len(missing), 5, "phases", "records",
+                                  "every phase ran" if not missing else
+                                  f"migration stopped by a blocking gate; {missing} not run", phase="06"))
+    cut = ctx.records.get("05")
+    if cut is not None and cut.status == "completed":
+        point = json.loads((ctx.run_dir / "05/rollback_point.json").read_text())
+        left = point["window_closes_epoch"] - time.time()
+        gates.append(g.GateResult("rollback_window", "PASS" if left > 0 else "FAIL", True, round(left, 1), 0,
+                                  "s remaining", "window close time minus now",
+                                  f"rollback window open for {left:.0f} more s" if left > 0 else
+                                  "rollback window closed before the decision: source restoration is not provable",
+                                  source="seed 001: a rollback window that closes early is NO-GO", phase="06"))
+    return gates
+
+
+def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
+    """Carry out the decision: restore the source route on NO-GO/HOLD, destroy what must go,
+    and verify it is gone.
+
+    Returns:
+        ``{"route", "destroyed", "remaining", "created"}`` with resource rows.
+    """
+    route_file = ctx.run_dir / "05/route.json"
+    route = None
+    if route_file.exists():
+        r = Route(route_file)
+        if decision != "GO" and r.target_percent != 0:
+            r.set(0, f"{decision}: source route restored")
+        route = r.state
+    created: list[dict[str, Any]] = []
+    for side in ("source", "target"):
+        prov = ctx.provider(side)
+        for res in prov.list(labels={"run_id": ctx.run_id, "side": side}):
+            must_go = ctx.mig.run.teardown_source or (side == "target" and decision != "GO")
+            if must_go and res.state != "DESTROYED":
+                ctx.destroy(side, res.id)
+            after = prov.get(res.id)
+            created.append({"id": res.id, "name": res.name, "side": side, "kind": type(res).__name__.lower(),
+                            "role": res.labels.get("role"), "phase": res.labels.get("phase"),
+                            "created_at": res.created_at, "ended_at": after.ended_at, "state": after.state,
+                            "should_be_gone": must_go})
+    remaining = [c for c in created if c["should_be_gone"] and c["state"] != "DESTROYED"]
+    ctx.add_gates(g.boolean_gate("teardown_verified", not remaining, phase="06",
+                                 detail=f"{len(created) - len(remaining)} of {len(created)} resources created by the "
+                                        f"run are destroyed and verified gone" if not remaining else
+                                        f"still present: {[c['id'] for c in remaining]}"))
+    return {"route": route, "created": created, "destroyed": [c["id"] for c in created if c["state"] == "DESTROYED"],
+            "remaining": remaining}
+
+
+def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
+    rec = ctx.records.get("04")
+    out: list[dict[str, Any]] = []
+    if rec is None:
+        return out
+    summ = rec.data["summary"]
+    verdicts = {x["name"]: x["verdict"] for x in rec.data["gates"]}
+    for metric, gate in (("total p50 (s)", None), ("total p95 (s)", "latency_p95_ratio"), ("total p99 (s)", None),
+                         ("throughput mean (units/s)", "throughput_ratio")):
+        s, t = summ["source"][metric], summ["target"][metric]
+        out.append({"metric": metric, "source": s, "target": t,
+                    "ratio": (t / s) if s and not math.isnan(s) else None, "verdict": verdicts.get(gate)})
+    for side_key, gate in (("cold_start_median_s", "cold_start_ratio"), ("usd_per_accepted_unit", "cost_per_accepted_unit")):
+        s, t = rec.data[side_key]["source"], rec.data[side_key]["target"]
+        out.append({"metric": side_key, "source": s, "target": t,
+                    "ratio": (t / s) if s and t is not None else None, "verdict": verdicts.get(gate)})
+    return out
+
+
+def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: list[g.GateResult],
+                  actions: dict[str, Any]) -> dict[str, Any]:
+    """Write ``receipt.json``: releases, identities, data moved, deltas, decision, rollback point,
+    resources created and destroyed, and every gate."""
+    r01 = ctx.records.get("01")
+    freeze = r01.data["freeze"] if r01 else {}
+    r05 = ctx.records.get("05")
+    cut = r05.data if r05 else {}
+    receipt = {
+        "run_id": ctx.run_id,
+        "migration": ctx.mig.migration,
+        "decided_at": utc_now(),
+        "decision": decision,
+        "exit_code": EXIT_CODES[decision],
+        "reasons": reasons,
+        "source": {"release": ctx.mig.source.release, "provider": ctx.mig.source.provider,
+                   "profile": ctx.mig.source.model_dump(exclude={"secrets"})},
+        "target": {"release": ctx.mig.target.release, "provider": ctx.mig.target.provider,
+                   "profile": ctx.mig.target.model_dump(exclude={"secrets"})},
+        "identities": {
+            "params_sha256": params_sha256(ctx.params_path),
+            "runbook_lib_version": __version__,
+            **(freeze.get("identity") or {}),
+            "frozen_manifest_sha256": (freeze.get("frozen") or {}).get("manifest_sha256"),
+            "golden_outputs_sha256": (freeze.get("golden") or {}).get("outputs_sha256"),
+        },
+        "data_checkpoint_moved": {
+            "frozen": freeze.get("frozen"),
+            "final_checkpoint_prefix": cut.get("cutover", {}).get("checkpoint_moved"),
+        },
+        "acceptance_deltas": _deltas(ctx),
+        "rollback_point": cut.get("cutover", {}).get("rollback_point"),
+        "route": actions["route"],
+        "resources": {"created": actions["created"], "destroyed": actions["destroyed"],
+                      "remaining": actions["remaining"]},
+        "gates": [x.to_dict() for x in gates],
+    }
+    ctx.write_json("receipt.json", receipt)
+    return receipt
+
+
+def decide_and_act(ctx: PhaseContext) -> dict[str, Any]:
+    """Evaluate every gate, decide, act on the decision, decide again with the teardown gate,
+    and write the receipt."""
+    gates = evidence_gates(ctx)
+    decision, _ = g.decide(gates)
+    actions = act(ctx, decision)
+    gates += ctx.gates[-1:]  # teardown_verified
+    ctx.gates = [x for x in gates if x.phase == "06"]
+    decision, reasons = g.decide(gates)
+    receipt = write_receipt(ctx, decision, reasons, gates, actions)
+    return {"decision": decision, "reasons": reasons, "gates": gates, "actions": actions, "receipt": receipt}

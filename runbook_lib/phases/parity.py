@@ -1,0 +1,98 @@
+"""Phase 03, prove artifact parity on a disposable canary.
+
+The canary pod runs the acceptance agent on the target profile: it downloads the frozen
+artifact re-hashing every byte, runs the acceptance steps, is SIGKILLed once after its first
+checkpoint and resumes from the newest checkpoint that verifies, then reloads its saved
+artifact. The notebook waits for the canary's completion marker, judges the evidence, and
+destroys the canary (verified gone).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runbook_lib import gates as g
+from runbook_lib.phases import PhaseContext
+from runbook_lib.phases.freeze import prefix
+
+
+def run_canary(ctx: PhaseContext) -> dict[str, Any]:
+    """Launch, wait for and destroy the canary; return its verified result.
+
+    Returns:
+        ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs"}``.
+    """
+    frozen_prefix = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
+    pod = ctx.launch_agent("target", "canary", "accept", prefix=prefix(ctx, "canary"), frozen_prefix=frozen_prefix)
+    try:
+        ctx.wait_pod("target", pod)
+    finally:
+        ctx.destroy("target", pod.id)
+    destroyed = ctx.provider("target").get(pod.id).state == "DESTROYED"
+    objects = ctx.store.verify_set(prefix(ctx, "canary", "result"))
+    rdir = ctx.store.root / prefix(ctx, "canary", "result")
+    result = json.loads((rdir / "result.json").read_text())
+    ctx.write_json("03/canary_result.json", result)
+
+    def load(name: str) -> np.ndarray | None:
+        if name not in objects:
+            return None
+        arr = np.load(rdir / name)
+        np.save(ctx.path(f"03/canary_{name}"), arr)
+        return arr
+
+    return {"pod_id": pod.id, "destroyed": destroyed, "result": result, "outputs": load("outputs.npy"),
+            "final_outputs": load("final_outputs.npy")}
+
+
+def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult]:
+    """Judge the canary: checksums, environment, output parity, failure-and-resume, reload,
+    training loss band and top-1 agreement, and that the canary is gone."""
+    res, wl, gates_cfg = canary["result"], ctx.mig.workload, ctx.mig.gates
+    golden = np.load(ctx.run_dir / "01/golden_outputs.npy")
+    out = [g.checksum_exact("artifact_checksum", res.get("artifact_checksums", []), phase="03")]
+    env = res.get("environment", {})
+    want_cuda = ctx.mig.target.device.startswith("cuda")
+    env_ok = env.get("device") == ctx.mig.target.device and (not want_cuda or env.get("cuda", {}).get("available"))
+    out.append(g.boolean_gate("canary_environment", bool(env_ok), phase="03",
+                              detail=f"canary saw device {env.get('device')}, torch {env.get('torch')}, CUDA "
+                                     f"available {env.get('cuda', {}).get('available')}"))
+    out.append(g.output_parity(golden, canary["outputs"], dtype=ctx.mig.source.dtype, rtol=gates_cfg.parity_rtol,
+                               atol=gates_cfg.parity_atol, phase="03"))
+    drill = res.get("failure_drill")
+    drill_ok = None if drill is None else bool(drill["exit_code"] == -9 and drill["resumed_from"])
+    out.append(g.boolean_gate(
+        "failure_resume", drill_ok, phase="03",
+        detail="not run (artifact did not verify)" if drill is None else
+        f"SIGKILL after step {drill['killed_after_step']}, resumed from {drill['resumed_from']}, "
+        f"rejected checkpoints: {drill['rejected_checkpoints'] or 'none'}"))
+    reload = res.get("reload")
+    out.append(g.boolean_gate("artifact_reload", None if reload is None else bool(reload["exact"]), phase="03",
+                              detail="not run" if reload is None else
+                              f"reloaded artifact reproduces outputs exactly: {reload['exact']} "
+                              f"(max abs diff {reload['max_abs_diff']:.3g})"))
+    if wl.kind == "training":
+        golden_final_path = ctx.run_dir / "01/golden_final_outputs.npy"
+        golden_final = np.load(golden_final_path) if golden_final_path.exists() else None
+        out.append(g.top1_agreement(golden_final, canary["final_outputs"], minimum=gates_cfg.top1_agreement_min,
+                                    phase="03"))
+        ref_losses = ctx.records["01"].data["freeze"]["golden_run"]["losses"]
+        attempts = res.get("attempts") or [{"metrics": []}]
+        obs_losses = [m["loss"] for m in attempts[-1]["metrics"] if "loss" in m]
+        out.append(g.loss_band(ref_losses, obs_losses, rel=gates_cfg.loss_band_rel, phase="03"))
+    out.append(g.boolean_gate("canary_destroyed", canary["destroyed"], phase="03",
+                              detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
+    return ctx.add_gates(*out)
+
+
+def frozen_manifest(ctx: PhaseContext) -> dict[str, Any]:
+    """The frozen set's manifest as phase 01 recorded it (for display)."""
+    return ctx.records["01"].data["freeze"]["frozen"]
+
+
+def golden_path(ctx: PhaseContext) -> Path:
+    return ctx.run_dir / "01/golden_outputs.npy"

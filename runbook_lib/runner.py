@@ -1,0 +1,275 @@
+"""Execute the phase notebooks with papermill, honestly.
+
+Plain papermill marks every cell "completed" after a cell timeout or a dead kernel
+(reference/notebooks.md section 1.7). The runner therefore asks nbclient to interrupt a timed
+out cell and raise, catches ``DeadKernelError`` itself, stamps the executed notebook with its
+own status (``metadata.runbook``), marks cells that never ran as such, and writes a ``failed``
+phase record naming the notebook and cell. The executed notebook is always kept.
+
+Phases 01..05 run in order until one fails or a blocking gate says stop; phase 06 always runs
+so every run ends decided and torn down. Then ``manifest.json`` and, last, ``_SUCCESS``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from runbook_lib import __version__
+from runbook_lib.errors import EXIT_FAILED, EvidenceError, PhaseFailed
+from runbook_lib.manifest import (
+    PHASES,
+    new_run_id,
+    phase_name,
+    read_chain,
+    sha256_file,
+    utc_now,
+    write_completion_marker,
+    write_json_atomic,
+    write_record,
+)
+from runbook_lib.params import Migration, load_params, params_sha256
+
+NOTEBOOKS_DIR = "notebooks"
+KERNEL_NAME = "python3"
+EXIT_BY_DECISION = {"GO": 0, "NO-GO": 1, "HOLD": 3}
+
+
+@dataclass
+class PhaseOutcome:
+    """How one phase ended: ``completed``, ``failed`` or ``skipped``, with seconds and the reason."""
+
+    phase: str
+    status: str
+    seconds: float = 0.0
+    reason: str = ""
+
+
+@dataclass
+class RunResult:
+    """A finished run: its directory, the decision (or ``FAILED``), the exit code, per-phase outcomes."""
+
+    run_dir: Path
+    decision: str
+    exit_code: int
+    outcomes: list[PhaseOutcome] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def _failed_cell(nb: Any) -> int:
+    """Index of the cell that started executing and never got its reply (dead kernel)."""
+    for i, cell in enumerate(nb.cells):
+        ex = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in ex and "shell.execute_reply" not in ex:
+            return i
+    return -1
+
+
+def _stamp(output: Path, *, status: str, cell_index: int, ename: str, evalue: str) -> None:
+    """Write the runner's honest status into the executed notebook; cells after the failing one
+    are marked ``not-run`` (papermill would call them completed)."""
+    import nbformat
+
+    if not output.exists():
+        return
+    nb = nbformat.read(output, as_version=4)
+    nb.metadata["runbook"] = {"status": status, "failed_cell_index": cell_index, "ename": ename,
+                              "evalue": evalue, "stamped_at": utc_now()}
+    for i, cell in enumerate(nb.cells):
+        pm = cell.get("metadata", {}).get("papermill")
+        if pm is None:
+            continue
+        if i == cell_index:
+            pm["status"] = "failed"
+        elif cell_index >= 0 and i > cell_index:
+            pm["status"] = "not-run"
+    nbformat.write(nb, output)
+
+
+def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: float,
+                  notebooks_dir: Path, approval_ref: str = "") -> Path:
+    """Run one phase notebook into ``run_dir/NN_<phase>.ipynb``.
+
+    Raises:
+        PhaseFailed: a cell raised, timed out, or the kernel died (the notebook is kept and
+            stamped; the message names notebook, cell, error name and value).
+    """
+    import papermill as pm
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    name = phase_name(phase)
+    src = notebooks_dir / f"{name}.ipynb"
+    out = run_dir / f"{name}.ipynb"
+    params = {"params_path": str(params_path), "run_dir": str(run_dir), "run_mode": "headless",
+              "approval_ref": approval_ref}
+    try:
+        pm.execute_notebook(
+            str(src), str(out), parameters=params, kernel_name=KERNEL_NAME, cwd=str(params_path.parent),
+            progress_bar=False, log_output=False, execution_timeout=cell_timeout_s, interrupt_on_timeout=True,
+            error_on_timeout={"ename": "CellTimeoutError",
+                              "evalue": f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s",
+                              "traceback": [f"CellTimeoutError: cell exceeded {cell_timeout_s} s"]},
+        )
+    except pm.PapermillExecutionError as exc:
+        _stamp(out, status="failed", cell_index=exc.cell_index, ename=exc.ename, evalue=exc.evalue)
+        raise PhaseFailed(f"phase {phase} failed in {out.name}, cell {exc.cell_index}: {exc.ename}: {exc.evalue}",
+                          phase=phase, notebook=str(out), cell_index=exc.cell_index, ename=exc.ename) from None
+    except (DeadKernelError, CellTimeoutError) as exc:
+        import nbformat
+
+        idx = _failed_cell(nbformat.read(out, as_version=4)) if out.exists() else -1
+        ename = type(exc).__name__
+        _stamp(out, status="failed", cell_index=idx, ename=ename, evalue=str(exc))
+        raise PhaseFailed(f"phase {phase} failed in {out.name}, cell {idx}: {ename}: {exc}",
+                          phase=phase, notebook=str(out), cell_index=idx, ename=ename) from None
+    return out
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (r.stdout.strip() + ("+dirty" if dirty else "")) if r.returncode == 0 else None
+
+
+def write_manifest(run_dir: Path, mig: Migration, params_path: Path, root: Path, outcomes: list[PhaseOutcome],
+                   decision: str) -> dict[str, Any]:
+    """``manifest.json``: run id, params hash, code version, runtime versions, identities, locations."""
+    import importlib.metadata as md
+
+    chain = {r.phase: r for r in read_chain(run_dir)}
+    freeze = chain["01"].data.get("freeze", {}) if "01" in chain else {}
+    versions = {}
+    for pkg in ("torch", "papermill", "nbclient", "sentence-transformers", "scikit-learn", "numpy", "pandas", "scipy"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    manifest = {
+        "run_id": run_dir.name,
+        "migration": mig.migration,
+        "decision": decision,
+        "params_file": params_path.name,
+        "params_sha256": params_sha256(params_path),
+        "code": {"runbook_lib": __version__, "git_commit": _git_commit(root)},
+        "runtime": {"python": platform.python_version(), "platform": platform.platform(), **versions},
+        "workload": {"kind": mig.workload.kind, "entry_point": mig.workload.entry_point,
+                     "model_id": mig.workload.model_id, "dataset_id": mig.workload.dataset_id},
+        "identities": freeze.get("identity"),
+        "inputs": {"store": mig.storage.url, "frozen": (freeze.get("frozen") or {}).get("prefix"),
+                   "golden": (freeze.get("golden") or {}).get("prefix")},
+        "outputs": {"run_dir": str(run_dir), "records": {r.path.name: r.sha256 for r in chain.values()}},
+        "phases": [o.__dict__ for o in outcomes],
+        "finished": utc_now(),
+    }
+    write_json_atomic(run_dir / "manifest.json", manifest)
+    return manifest
+
+
+def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports", approval_ref: str = "",
+                  notebooks_dir: str | Path | None = None, echo: Callable[[str], None] | None = None) -> RunResult:
+    """Run all six phases of a migration headlessly.
+
+    Args:
+        params_path: migration YAML (validated before anything runs).
+        reports_dir: where ``<run_id>/`` is created.
+        approval_ref: approval file for plans on non-preapproved providers.
+        notebooks_dir: phase notebooks (default: ``notebooks/`` next to ``params/``).
+        echo: progress line sink (default: a tqdm bar's ``write``).
+
+    Returns:
+        The :class:`RunResult`; its exit code is 0 GO, 1 NO-GO, 3 HOLD, 4 failed run.
+
+    Raises:
+        ParamsError: the params file is invalid (nothing ran, no run directory is created).
+    """
+    from tqdm import tqdm
+
+    params = Path(params_path).resolve()
+    mig = load_params(params)
+    root = params.parent.parent if params.parent.name == "params" else params.parent
+    nb_dir = Path(notebooks_dir).resolve() if notebooks_dir else root / NOTEBOOKS_DIR
+    run_dir = (Path(reports_dir) if Path(reports_dir).is_absolute() else root / reports_dir) / new_run_id(mig.migration)
+    run_dir.mkdir(parents=True)
+    shutil.copyfile(params, run_dir / "params.yaml")
+    outcomes: list[PhaseOutcome] = []
+    failed = stopped = False
+    bar = tqdm(total=len(PHASES), desc=mig.migration, unit="phase", file=sys.stderr, leave=False,
+               disable=not sys.stderr.isatty())
+    say = echo or bar.write
+    say(f"run {run_dir.name}: {mig.source.release}  ->  {mig.target.release}")
+    for pid, name in PHASES:
+        if pid != "06" and (failed or stopped):
+            outcomes.append(PhaseOutcome(pid, "skipped", 0.0, "earlier phase failed" if failed else
+                                         "a blocking gate stopped the migration"))
+            say(f"  {pid} {name:<20} skipped ({outcomes[-1].reason})")
+            bar.update(1)
+            continue
+        t0 = time.perf_counter()
+        started = utc_now()
+        try:
+            execute_phase(pid, params, run_dir, cell_timeout_s=mig.run.cell_timeout_s, notebooks_dir=nb_dir,
+                          approval_ref=approval_ref)
+            chain = {r.phase: r for r in read_chain(run_dir)}
+            if pid not in chain:
+                raise PhaseFailed(f"phase {pid} ran but wrote no record", phase=pid,
+                                  notebook=str(run_dir / f"{pid}_{name}.ipynb"))
+            rec = chain[pid]
+            stopped = stopped or bool(rec.data.get("stop_migration"))
+            verdicts = [g["verdict"] for g in rec.data.get("gates", [])]
+            outcomes.append(PhaseOutcome(pid, "completed", time.perf_counter() - t0))
+            say(f"  {pid} {name:<20} completed in {outcomes[-1].seconds:5.1f} s  gates: "
+                + (", ".join(f"{v} x{verdicts.count(v)}" for v in sorted(set(verdicts))) or "none"))
+        except (PhaseFailed, EvidenceError) as exc:
+            failed = True
+            nb = getattr(exc, "notebook", "")
+            outcomes.append(PhaseOutcome(pid, "failed", time.perf_counter() - t0, str(exc)))
+            say(f"  {pid} {name:<20} FAILED after {outcomes[-1].seconds:.1f} s: {exc}")
+            try:
+                files = [Path(nb).name] if nb and Path(nb).exists() else []
+                write_record(run_dir, pid, status="failed", started=started, files=files,
+                             data={"error": str(exc), "notebook": Path(nb).name if nb else None,
+                                   "cell_index": getattr(exc, "cell_index", -1), "ename": getattr(exc, "ename", "")})
+            except EvidenceError as inner:
+                say(f"     could not write the failed record: {inner}")
+        bar.update(1)
+    bar.close()
+    receipt_path = run_dir / "receipt.json"
+    decision = "FAILED"
+    reasons: list[str] = [o.reason for o in outcomes if o.status == "failed"]
+    if receipt_path.exists():
+        import json
+
+        receipt = json.loads(receipt_path.read_text())
+        decision = receipt["decision"]
+        reasons = receipt["reasons"] + reasons
+    exit_code = EXIT_FAILED if failed or not receipt_path.exists() else EXIT_BY_DECISION[decision]
+    if failed:
+        decision = f"FAILED (decision {decision})" if receipt_path.exists() else "FAILED"
+    write_manifest(run_dir, mig, params, root, outcomes, decision)
+    if not failed:
+        files = {p: sha256_file(run_dir / p) for p in ("manifest.json", "receipt.json")}
+        write_completion_marker(run_dir, files)
+    return RunResult(run_dir, decision, exit_code, outcomes, reasons)
+
+
+def environment_ok() -> None:
+    """Fail early with a clear message when the notebook kernel cannot be found."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        KernelSpecManager().get_kernel_spec(KERNEL_NAME)
+    except NoSuchKernel:
+        raise PhaseFailed(f"Jupyter kernel {KERNEL_NAME!r} is not installed for {sys.executable}; "
+                          "install ipykernel into this environment (make demo does)", phase="00", notebook="") from None
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
