@@ -65,7 +65,9 @@ def throughput_plot(throughput: pd.DataFrame, path: Path, *, unit: str = "reques
     for side in ("source", "target"):
         mean = throughput[throughput["side"] == side]["throughput_rps"].mean()
         ax.axhline(mean, color=COLORS[side], linestyle="--", label=f"{side} mean {mean:.1f} {unit}")
-    ax.set_xlabel("round (interleaved S, T, T, S)")
+    ax.set_xticks([int(r) for r in throughput["round"]],
+                  [f"{int(r)}: {sd}" for r, sd in zip(throughput["round"], throughput["side"])])
+    ax.set_xlabel("round (interleaved source, target, target, source)")
     ax.set_ylabel(f"throughput ({unit})")
     ax.set_title("Throughput at saturation per round")
     ax.legend(loc="lower right")
