@@ -36,8 +36,10 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     from runbook_lib.runner import environment_ok, execute_phase
 
     environment_ok()
+    from runbook_lib.params import project_root
+
     params = Path(args.params).resolve()
-    root = params.parent.parent if params.parent.name == "params" else params.parent
+    root = project_root(params)
     out = execute_phase(args.phase, params, Path(args.run_dir).resolve(), cell_timeout_s=args.cell_timeout_s,
                         notebooks_dir=root / "notebooks", approval_ref=args.approval_file or "")
     print(f"phase {phase_name(args.phase)} completed: {out}")

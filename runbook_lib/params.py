@@ -284,6 +284,17 @@ def load_params(path: str | Path) -> Migration:
     return validate(parse_yaml(text, origin=str(p)), origin=str(p))
 
 
+def project_root(params_path: str | Path) -> Path:
+    """The project a params file belongs to: the nearest ancestor holding ``pyproject.toml``;
+    else the parent of a ``params/`` directory; else the file's directory. ``reports/``,
+    ``notebooks/`` and ``.runbook/`` resolve against it."""
+    p = Path(params_path).resolve()
+    for d in p.parents:
+        if (d / "pyproject.toml").exists():
+            return d
+    return p.parent.parent if p.parent.name == "params" else p.parent
+
+
 def params_sha256(path: str | Path) -> str:
     """sha256 (hex) of the params file's bytes, as recorded in the run manifest."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -35,7 +35,7 @@ from runbook_lib.manifest import (
     write_json_atomic,
     write_record,
 )
-from runbook_lib.params import Migration, load_params, params_sha256
+from runbook_lib.params import Migration, load_params, params_sha256, project_root
 
 NOTEBOOKS_DIR = "notebooks"
 KERNEL_NAME = "python3"
@@ -197,7 +197,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
 
     params = Path(params_path).resolve()
     mig = load_params(params)
-    root = params.parent.parent if params.parent.name == "params" else params.parent
+    root = project_root(params)
     nb_dir = Path(notebooks_dir).resolve() if notebooks_dir else root / NOTEBOOKS_DIR
     run_dir = (Path(reports_dir) if Path(reports_dir).is_absolute() else root / reports_dir) / new_run_id(mig.migration)
     run_dir.mkdir(parents=True)

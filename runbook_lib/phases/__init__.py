@@ -19,7 +19,7 @@ from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, ParamsError
 from runbook_lib.gates import GateResult, from_dict
 from runbook_lib.manifest import PHASES, Record, new_run_id, require_records, utc_now, write_record
-from runbook_lib.params import Migration, Profile, load_params
+from runbook_lib.params import Migration, Profile, load_params, project_root
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec
 from runbook_lib.storage import FileStore
@@ -162,14 +162,6 @@ class PhaseContext:
         body["stop_migration"] = any(g.blocking and g.verdict == "FAIL" for g in self.gates)
         return write_record(self.run_dir, self.phase, status="completed", data=body, files=self.files,
                             started=self.started)
-
-
-def project_root(params_path: Path) -> Path:
-    """The nearest ancestor of the params file holding ``pyproject.toml`` (else its directory)."""
-    for d in params_path.resolve().parents:
-        if (d / "pyproject.toml").exists():
-            return d
-    return params_path.resolve().parent
 
 
 def latest_run_dir(migration: str, reports: str | Path = REPORTS_DIR) -> Path | None:

@@ -1,0 +1,60 @@
+"""Params: both demo files validate; bad input names the field, the value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runbook_lib.errors import EXIT_USAGE, ParamsError
+from runbook_lib.params import load_params, parse_yaml, validate
+
+from .conftest import ROOT
+
+
+@pytest.mark.parametrize("name", ["demo.yaml", "demo-train.yaml"])
+def test_shipped_params_validate(name: str) -> None:
+    mig = load_params(ROOT / "params" / name)
+    assert mig.source.name != mig.target.name
+    assert mig.source.provider == "local"
+
+
+def test_bad_field_is_named_with_value_and_limit(make_params) -> None:
+    p = make_params(target={"price_usd_per_hour": -3})
+    with pytest.raises(ParamsError) as ei:
+        load_params(p)
+    msg = str(ei.value)
+    assert "target.price_usd_per_hour" in msg and "-3" in msg and "greater than or equal to 0" in msg
+    assert ei.value.field == "target.price_usd_per_hour" and ei.value.value == -3
+    assert ei.value.exit_code == EXIT_USAGE
+
+
+def test_unknown_field_and_bad_device_are_refused(make_params) -> None:
+    with pytest.raises(ParamsError, match=r"source.gpus: Extra inputs are not permitted"):
+        load_params(make_params(source={"gpus": 2}))
+    with pytest.raises(ParamsError, match=r"target.device: String should match pattern"):
+        load_params(make_params(target={"device": "tpu"}))
+
+
+def test_secret_must_be_a_reference(make_params) -> None:
+    with pytest.raises(ParamsError, match=r"source.secrets.0.ref"):
+        load_params(make_params(source={"secrets": [{"name": "HF_TOKEN", "ref": "hf_abcdefghijklmnopqrstuvwxyz0123456789"}]}))
+
+
+def test_yaml_12_booleans_and_dates_stay_strings() -> None:
+    data = parse_yaml("a: no\nb: 2026-01-02\nc: true\nd: 1.10\n")
+    assert data == {"a": "no", "b": "2026-01-02", "c": True, "d": 1.1}
+
+
+def test_not_a_mapping_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ParamsError, match="top level must be a mapping"):
+        parse_yaml("- 1\n- 2\n")
+    with pytest.raises(ParamsError, match="cannot read params file"):
+        load_params(tmp_path / "nope.yaml")
+
+
+def test_cutover_steps_must_increase() -> None:
+    base = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    base["cutover"]["steps_percent"] = [50, 10]
+    with pytest.raises(ParamsError, match=r"cutover.steps_percent"):
+        validate(base)
