@@ -1,0 +1,128 @@
+"""The local provider: pods and endpoints are real processes; destroy is idempotent."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runbook_lib.approvals import Approval, require
+from runbook_lib.errors import ApprovalRequired, NotFound
+from runbook_lib.measure import JobClient
+from runbook_lib.providers import create_provider
+from runbook_lib.providers.base import EndpointSpec, PodSpec
+from runbook_lib.providers.local import LocalProvider
+
+from .conftest import ROOT
+
+LABELS = (("run_id", "t1"),)
+
+
+def _approve(plan, tmp_path: Path) -> Approval:
+    return require(plan, run_dir=tmp_path / "run", preapproved_local=True)
+
+
+def _pod(prov: LocalProvider, tmp_path: Path, code: str, **kw) -> object:
+    spec = PodSpec(name="p", command=(sys.executable, "-c", code), device="cpu", price_usd_per_hour=0.5,
+                   labels=LABELS, **kw)
+    plan = prov.plan_launch(spec)
+    return prov.apply(plan, _approve(plan, tmp_path))
+
+
+def test_registry_names_valid_providers() -> None:
+    with pytest.raises(Exception, match=r"unknown provider 'nope'; known providers: \['local'\]"):
+        create_provider("nope")
+
+
+def test_apply_needs_matching_approval(tmp_path: Path) -> None:
+    prov = LocalProvider(root=tmp_path / "state")
+    plan = prov.plan_launch(PodSpec(name="p", command=("true",), device="cpu", price_usd_per_hour=1, labels=LABELS))
+    with pytest.raises(ApprovalRequired, match="has no approval record"):
+        require(plan, run_dir=tmp_path / "run", preapproved_local=False)
+    other = prov.plan_launch(PodSpec(name="q", command=("true",), device="cpu", price_usd_per_hour=1, labels=LABELS))
+    with pytest.raises(ApprovalRequired, match="is not approved"):
+        prov.apply(plan, _approve(other, tmp_path))
+    assert prov.list(labels={"run_id": "t1"}) == []
+
+
+def test_pod_runs_exits_and_destroy_wipes_disks(tmp_path: Path) -> None:
+    prov = LocalProvider(root=tmp_path / "state")
+    code = ("import os, pathlib; pathlib.Path('c.txt').write_text('x');"
+            "pathlib.Path(os.environ['RUNBOOK_VOLUME_DIR'], 'v.txt').write_text('y');"
+            "print('SECRET_SEEN', os.environ.get('TEST_SECRET', '')[::-1] == 'eulav-2retnuh'); raise SystemExit(3)")
+    (tmp_path / "secret").write_text("hunter2-value\n")
+    pod = _pod(prov, tmp_path, code, secret_refs=(("TEST_SECRET", f"file:{tmp_path / 'secret'}"),))
+    done = prov.wait_exit(pod.id, timeout_s=60)
+    assert done.state == "EXITED" and done.exit_code == 3
+    assert (Path(done.container_dir) / "c.txt").exists() and (Path(done.volume_dir) / "v.txt").exists()
+    assert "SECRET_SEEN True" in prov.log_tail(pod.id)
+    assert "hunter2-value" not in (tmp_path / "state" / "pods" / pod.id / "pod.json").read_text()
+    prov.apply(prov.plan_destroy(pod.id), _approve(prov.plan_destroy(pod.id), tmp_path))
+    gone = prov.get(pod.id)
+    assert gone.state == "DESTROYED"
+    assert not Path(done.container_dir).exists() and not Path(done.volume_dir).exists()
+    prov.apply(prov.plan_destroy(pod.id), _approve(prov.plan_destroy(pod.id), tmp_path))  # idempotent
+    prov.apply(prov.plan_destroy("pod-never"), _approve(prov.plan_destroy("pod-never"), tmp_path))
+    with pytest.raises(NotFound):
+        prov.get("pod-never")
+
+
+def test_stop_keeps_volume_and_kills_process(tmp_path: Path) -> None:
+    prov = LocalProvider(root=tmp_path / "state")
+    code = ("import os, pathlib, time; pathlib.Path(os.environ['RUNBOOK_VOLUME_DIR'], 'v').write_text('y');"
+            "pathlib.Path('c').write_text('x'); time.sleep(600)")
+    pod = _pod(prov, tmp_path, code)
+    deadline = time.time() + 30
+    while not (Path(pod.volume_dir) / "v").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    pid = json.loads((tmp_path / "state" / "pods" / pod.id / "pod.json").read_text())["pid"]
+    prov.apply(prov.plan_stop(pod.id), _approve(prov.plan_stop(pod.id), tmp_path))
+    st = prov.get(pod.id)
+    assert st.state == "STOPPED"
+    assert (Path(st.volume_dir) / "v").exists() and not (Path(st.container_dir) / "c").exists()
+    import psutil
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert [p.id for p in prov.list(labels={"run_id": "t1"})] == [pod.id]
+
+
+@pytest.fixture
+def endpoint(tmp_path: Path, make_params, monkeypatch):
+    """A local endpoint serving tests.fixture_workloads.SleepWorkload with a 1.5 s execution
+    timeout and a 3 s TTL."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    params = make_params(workload={"entry_point": "tests.fixture_workloads:SleepWorkload"},
+                         target={"batch_size": 1, "workers": 1})
+    prov = LocalProvider(root=tmp_path / "state")
+    spec = EndpointSpec(name="e", params_path=str(params), side="target", workers=1, price_usd_per_hour=0.2,
+                        labels=LABELS, execution_timeout_s=1.5, ttl_s=3.0)
+    plan = prov.plan_endpoint(spec)
+    ep = prov.apply(plan, _approve(plan, tmp_path))
+    client = JobClient(ep.url)
+    client.wait_ready(timeout_s=60)
+    yield prov, ep, client
+    client.close()
+    prov.apply(prov.plan_destroy(ep.id), _approve(prov.plan_destroy(ep.id), tmp_path))
+    assert prov.get(ep.id).state == "DESTROYED"
+
+
+def test_endpoint_job_states(endpoint) -> None:
+    prov, ep, client = endpoint
+    done = client.runsync(0.01)
+    assert done["status"] == "COMPLETED" and done["output"] == [0.02]
+    assert done["queue_s"] >= 0 and done["execution_s"] > 0
+    assert client.runsync("boom")["status"] == "FAILED"
+    timed = client.runsync(5.0)
+    assert timed["status"] == "TIMED_OUT" and "execution timeout" in timed["error"]
+    client.wait_ready(timeout_s=60)  # the timed-out worker was replaced
+    slow = client.run(1.0)
+    queued = client.run(0.1)
+    assert client.cancel(queued["id"])["status"] == "CANCELLED"
+    while client.status(slow["id"])["status"] not in ("COMPLETED", "FAILED"):
+        time.sleep(0.05)
+    time.sleep(3.5)  # past the TTL
+    assert client.status(slow["id"])["status"] == "EXPIRED"
+    h = client.health()
+    assert len(h["cold_starts"]) >= 2 and h["workers"]["idle"] + h["workers"]["running"] >= 1

@@ -1,0 +1,75 @@
+"""The acceptance workloads on real torch: checkpoints, resume determinism, and embeddings that
+match sentence-transformers called directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from runbook_lib.errors import WorkloadError
+from runbook_lib.params import load_params
+from runbook_lib.workload import load_workload_class, make_workload
+from runbook_lib.workload.job import newest_verified_checkpoint, run_steps, save_checkpoint
+
+from .conftest import ROOT
+
+
+def test_entry_point_errors_are_clear() -> None:
+    with pytest.raises(WorkloadError, match="cannot be imported"):
+        load_workload_class("no_such_module:Thing")
+    with pytest.raises(WorkloadError, match="not an AcceptanceWorkload"):
+        load_workload_class("pathlib:Path")
+
+
+def test_newest_verified_checkpoint_skips_bad_ones(tmp_path: Path) -> None:
+    for step in (1, 2, 3, 4):
+        save_checkpoint({"step": step}, tmp_path, step)
+    (tmp_path / "step-000004.pt").write_bytes(b"")                        # zero bytes
+    data = (tmp_path / "step-000003.pt").read_bytes()
+    (tmp_path / "step-000003.pt").write_bytes(data[: len(data) // 2])     # truncated
+    (tmp_path / "step-000002.pt.sha256").unlink()                         # write never finished
+    ck, rejected = newest_verified_checkpoint(tmp_path)
+    assert ck is not None and ck.name == "step-000001.pt"
+    assert [(r["file"], r["reason"].split(" ")[0]) for r in rejected] == [
+        ("step-000004.pt", "zero"), ("step-000003.pt", "sha256"), ("step-000002.pt", "no")]
+    assert torch.load(ck, weights_only=False) == {"step": 1}
+
+
+def test_digits_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
+    mig = load_params(ROOT / "params" / "demo-train.yaml")
+    straight = make_workload(mig.workload, mig.source)
+    straight.load()
+    run_steps(straight, ckpt_dir=tmp_path / "a", checkpoint_every=10, resume=False, pause_after_checkpoint=False)
+    # Interrupted: run 25 steps, then a *fresh* workload resumes from the newest checkpoint (step 20).
+    first = make_workload(mig.workload, mig.source)
+    first.load()
+    run_steps(first, ckpt_dir=tmp_path / "b", checkpoint_every=10, resume=False, pause_after_checkpoint=False,
+              max_steps=25)
+    resumed = make_workload(mig.workload, mig.source)
+    resumed.load()
+    res = run_steps(resumed, ckpt_dir=tmp_path / "b", checkpoint_every=10, resume=True, pause_after_checkpoint=False)
+    assert res["resumed_from"] == "step-000020.pt" and res["start_step"] == 20
+    np.testing.assert_array_equal(resumed.outputs(), straight.outputs())
+    assert resumed.eval_accuracy() > 0.85  # a real classifier after 60 steps on 1,500 digits
+
+
+def test_embeddings_match_sentence_transformers_directly() -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from runbook_lib.workload.embed import packaged_model_dir
+
+    mig = load_params(ROOT / "params" / "demo.yaml")
+    wl = make_workload(mig.workload, mig.source)
+    wl.load()
+    for i in range(wl.num_steps()):
+        wl.step(i)
+    ours = wl.outputs()
+    assert ours.shape == (32, 384) and ours.dtype == np.float32
+    direct = SentenceTransformer(str(packaged_model_dir()), device="cpu")
+    sentences = [s for _, s in sorted(dict(wl.request_inputs(400, seed=0)).items())]
+    assert len(sentences) == 32
+    ref = direct.encode(sentences, batch_size=8, convert_to_numpy=True)
+    torch.testing.assert_close(torch.from_numpy(ours), torch.from_numpy(ref))
