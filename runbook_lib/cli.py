@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("phase", choices=["01", "02", "03", "04", "05", "06"])
     p.add_argument("params")
     p.add_argument("run_dir")
-    p.add_argument("--cell-timeout-s", type=float, default=600.0)
+    p.add_argument("--cell-timeout-s", type=int, default=600)
     p.add_argument("--approval-file")
     p.set_defaults(func=_cmd_phase)
     ls = sub.add_parser("list", help="list past runs with their decision")

