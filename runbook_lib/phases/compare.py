@@ -71,10 +71,12 @@ def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
         endpoints[side], clients[side] = ep, client
     rows: list[dict[str, Any]] = []
     thr: list[dict[str, Any]] = []
-    for side in ("source", "target"):  # warm-up, discarded and recorded
-        warm = wl.request_inputs(m.warmup_requests, seed=1)
-        for _, payload in warm:
-            clients[side].runsync(payload)
+    warm_rows = []
+    for side in ("source", "target"):  # warm-up, discarded from the gates and recorded
+        for i, (_, payload) in enumerate(wl.request_inputs(m.warmup_requests, seed=1)):
+            t0 = time.perf_counter()
+            job = clients[side].runsync(payload)
+            warm_rows.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": job["status"]})
     for r, side in enumerate(round_sides(m.rounds)):
         picks = wl.request_inputs(m.requests_per_round, seed=1000 + r // 2)
         sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + r // 2)
@@ -94,14 +96,15 @@ def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
     for c in clients.values():
         c.close()
     return {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
-            "cold_starts": cold, "samples": samples, "throughput": throughput,
+            "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
             "billed_s": {s: end - created[s] for s in created}, "egress_bytes": egress}
 
 
 def measure_training(ctx: PhaseContext) -> dict[str, Any]:
     """Interleaved rounds of the training job on pods; step times are the latency samples."""
     frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
-    rows, thr, cold = [], [], []
+    rows, thr, cold, warm_rows = [], [], [], []
+    warmup = max(1, ctx.mig.measure.warmup_requests)
     billed = {"source": 0.0, "target": 0.0}
     for r, side in enumerate(round_sides(ctx.mig.measure.rounds)):
         pod = ctx.launch_agent(side, f"bench-{r}", "bench", prefix=prefix(ctx, "bench", str(r)), frozen_prefix=frozen)
@@ -117,15 +120,18 @@ def measure_training(ctx: PhaseContext) -> dict[str, Any]:
                      "cold_start_s": (att["first_step_done_epoch"] or math.nan) - done.created_at})
         bs = ctx.profile(side).batch_size
         for i, (t, met) in enumerate(zip(att["step_times_s"], att["metrics"])):
+            if i < warmup:  # first steps pay allocation and cache warm-up: recorded, not judged
+                warm_rows.append({"side": side, "round": r, "step": i, "seconds": t})
+                continue
             rows.append({"side": side, "round": r, "request": i, "total_s": t, "queue_s": 0.0, "init_s": 0.0,
                          "execution_s": t, "status": "COMPLETED" if math.isfinite(met["loss"]) else "FAILED",
                          "loss": met["loss"], "accepted": math.isfinite(met["loss"])})
-        total = sum(att["step_times_s"])
-        thr.append({"side": side, "round": r, "requests": float(len(att["step_times_s"])),
-                    "completed": float(len(att["step_times_s"])), "elapsed_s": total,
-                    "throughput_rps": len(att["step_times_s"]) * bs / total if total > 0 else 0.0})
+        timed = att["step_times_s"][warmup:]
+        total = sum(timed)
+        thr.append({"side": side, "round": r, "requests": float(len(timed)), "completed": float(len(timed)),
+                    "elapsed_s": total, "throughput_rps": len(timed) * bs / total if total > 0 else 0.0})
     return {"endpoints": {}, "cold_starts": cold, "samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr),
-            "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}}
+            "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}, "warmup": warm_rows}
 
 
 def measure(ctx: PhaseContext) -> dict[str, Any]:
@@ -134,6 +140,7 @@ def measure(ctx: PhaseContext) -> dict[str, Any]:
     res["samples"].to_csv(ctx.path("04/samples.csv"), index=False)
     res["throughput"].to_csv(ctx.path("04/throughput.csv"), index=False)
     pd.DataFrame(res["cold_starts"]).to_csv(ctx.path("04/cold_starts.csv"), index=False)
+    pd.DataFrame(res["warmup"]).to_csv(ctx.path("04/warmup_discarded.csv"), index=False)
     return res
 
 

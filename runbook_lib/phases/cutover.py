@@ -1,7 +1,8 @@
 """Phase 05, cut over reversibly: move a bounded slice at a time, check gates per step, keep the
 way back.
 
-Inference: a route (``route.json`` in the run directory, the local provider's router) sends
+Inference: a route (``route.json`` in the run directory: live state of the local provider's
+router; each phase that changes it snapshots its history as evidence) sends
 each request to the target with the step's probability; after each step the target's
 responses must all pass parity, none may fail, and its p95 must stay within the phase 04 bound.
 A failed step sets the route back to 0 % target at once (rollback) and stops.
@@ -83,7 +84,7 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
     clients = {s: JobClient(u) for s, u in urls.items()}
-    route = Route(ctx.path("05/route.json"))
+    route = Route(ctx.run_dir / "route.json")
     route.set(0, "cutover start: all traffic on source")
     steps, rows = [], []
     rng = np.random.default_rng(ctx.mig.workload.seed)
@@ -131,7 +132,7 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
     rec01 = ctx.records["01"].data["freeze"]
     golden_losses = rec01["golden_run"]["losses"]
     total = ctx.mig.workload.train_steps
-    route = Route(ctx.path("05/route.json"))
+    route = Route(ctx.run_dir / "route.json")
     route.set(0, "cutover start: job runs on source")
     ckpt_prefix, done_steps, steps = rec01["frozen"]["prefix"], 0, []
     last_dir = None
@@ -178,6 +179,7 @@ def cutover(ctx: PhaseContext) -> dict[str, Any]:
     point = rollback_point(ctx)
     res = cutover_inference(ctx) if ctx.mig.workload.kind == "inference" else cutover_training(ctx)
     res["rollback_point"] = point
+    ctx.write_json("05/route_history.json", res["route"])
     all_ok = bool(res["steps"]) and all(s["passed"] for s in res["steps"])
     ctx.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",

@@ -75,13 +75,14 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
     Returns:
         ``{"route", "destroyed", "remaining", "created"}`` with resource rows.
     """
-    route_file = ctx.run_dir / "05/route.json"
+    route_file = ctx.run_dir / "route.json"
     route = None
     if route_file.exists():
         r = Route(route_file)
         if decision != "GO" and r.target_percent != 0:
             r.set(0, f"{decision}: source route restored")
         route = r.state
+        ctx.write_json("06/route_final.json", route)
     created: list[dict[str, Any]] = []
     for side in ("source", "target"):
         prov = ctx.provider(side)
