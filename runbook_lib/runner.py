@@ -64,10 +64,12 @@ class RunResult:
 
 
 def _failed_cell(nb: Any) -> int:
-    """Index of the cell that started executing and never got its reply (dead kernel)."""
+    """Index of the code cell that papermill started but whose execute reply never came (dead
+    kernel); -1 when none can be told."""
     for i, cell in enumerate(nb.cells):
-        ex = cell.get("metadata", {}).get("execution", {})
-        if "iopub.execute_input" in ex and "shell.execute_reply" not in ex:
+        started = (cell.get("metadata", {}).get("papermill") or {}).get("start_time")
+        replied = "shell.execute_reply" in (cell.get("metadata", {}).get("execution") or {})
+        if cell.cell_type == "code" and started and not replied:
             return i
     return -1
 
@@ -215,7 +217,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     for pid, name in PHASES:
         if pid != "06" and (failed or stopped):
             outcomes.append(PhaseOutcome(pid, "skipped", 0.0, "earlier phase failed" if failed else
-                                         "stopped: a blocking gate failed or an approval is missing"))
+                                         "stopped: a blocking gate failed or was inconclusive, or an approval is missing"))
             say(f"  {pid} {name:<20} skipped ({outcomes[-1].reason})")
             bar.update(1)
             continue
@@ -229,7 +231,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
                 raise PhaseFailed(f"phase {pid} ran but wrote no record", phase=pid,
                                   notebook=str(run_dir / f"{pid}_{name}.ipynb"))
             rec = chain[pid]
-            stopped = stopped or bool(rec.data.get("stop_migration"))
+            stopped = stopped or bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration"))
             verdicts = [g["verdict"] for g in rec.data.get("gates", [])]
             outcomes.append(PhaseOutcome(pid, "completed", time.perf_counter() - t0))
             say(f"  {pid} {name:<20} completed in {outcomes[-1].seconds:5.1f} s  gates: "

@@ -160,3 +160,11 @@ def test_bad_params_exit_2_and_nothing_runs(make_params, capsys) -> None:
     err = capsys.readouterr().err
     assert "measure.rounds" in err and "greater than or equal to 2" in err and "(got 1)" in err
     assert not (p.parent.parent / "reports").exists()
+
+
+def test_too_few_samples_holds_before_cutover(make_params) -> None:
+    res = _run(make_params("demo-train.yaml", **{**FAST_TRAINING, "gates": {"min_latency_samples": 10_000}}))
+    assert (res.decision, res.exit_code) == ("HOLD", EXIT_HOLD)
+    assert any(r.startswith("latency_p95_ratio INCONCLUSIVE") for r in res.reasons)
+    assert [o.status for o in res.outcomes][3:] == ["completed", "skipped", "completed"]  # no cutover on HOLD
+    _gone(res)

@@ -160,6 +160,9 @@ class PhaseContext:
         body["gates"] = [g.to_dict() for g in self.gates]
         body["plans"] = self.plans
         body["stop_migration"] = any(g.blocking and g.verdict == "FAIL" for g in self.gates)
+        # Never cut over on inconclusive evidence: an INCONCLUSIVE or ERROR blocking gate holds
+        # the migration before the next phase (reference/gates.md section 5.2).
+        body["hold_migration"] = any(g.blocking and g.verdict in ("INCONCLUSIVE", "ERROR") for g in self.gates)
         return write_record(self.run_dir, self.phase, status="completed", data=body, files=self.files,
                             started=self.started)
 

@@ -35,7 +35,9 @@ def round_sides(rounds: int) -> list[str]:
     return [ROUND_PATTERN[i % 4] for i in range(rounds)]
 
 
-def _accept(ctx: PhaseContext, golden: np.ndarray, row: dict[str, Any]) -> bool:
+def accept_response(ctx: PhaseContext, golden: np.ndarray, row: dict[str, Any]) -> bool:
+    """An accepted unit: COMPLETED, within the SLO (``workload.requirements.max_request_s``,
+    seconds from intended arrival), and its output within tolerance of the golden row."""
     if row["status"] != "COMPLETED" or row["total_s"] > ctx.mig.workload.requirements.max_request_s:
         return False
     out = row.get("output")
@@ -88,7 +90,7 @@ def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
     end = time.perf_counter()
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     for row in rows:
-        row["accepted"] = _accept(ctx, golden, row)
+        row["accepted"] = accept_response(ctx, golden, row)
         egress[row["side"]] += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
         row.pop("output", None)
     samples = pd.DataFrame(rows)

@@ -28,7 +28,7 @@ from runbook_lib import gates as g
 from runbook_lib.manifest import utc_now, write_json_atomic
 from runbook_lib.measure import JobClient, Request, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext
-from runbook_lib.phases.compare import _accept
+from runbook_lib.phases.compare import accept_response
 from runbook_lib.phases.freeze import prefix
 from runbook_lib.workload import make_workload
 
@@ -102,7 +102,7 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
             if reqs:
                 step_rows += run_open_loop(clients[side], reqs, side=side, round_id=k)
         for r in step_rows:
-            r["accepted"] = _accept(ctx, golden, r)
+            r["accepted"] = accept_response(ctx, golden, r)
             r.pop("output", None)
             r["step"] = k
             r["target_percent"] = pct

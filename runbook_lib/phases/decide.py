@@ -29,7 +29,7 @@ def phase_status(ctx: PhaseContext) -> list[dict[str, Any]]:
     for pid, name in PHASES[:-1]:
         rec = ctx.records.get(pid)
         rows.append({"phase": f"{pid}_{name}", "status": rec.status if rec else "missing",
-                     "stop_migration": bool(rec and rec.data.get("stop_migration")),
+                     "stop_migration": bool(rec and (rec.data.get("stop_migration") or rec.data.get("hold_migration"))),
                      "error": (rec.data.get("error") if rec else None)})
     return rows
 
@@ -55,7 +55,8 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
     else:
         gates.append(g.GateResult("phases_complete", "PASS", True, 5 - len(missing), 5, "phases", "records",
                                   "every phase ran" if not missing else
-                                  f"migration stopped by a blocking gate; {missing} not run", phase="06"))
+                                  f"migration stopped by a blocking gate (failed or inconclusive); {missing} not run",
+                                  phase="06"))
     cut = ctx.records.get("05")
     if cut is not None and cut.status == "completed":
         point = json.loads((ctx.run_dir / "05/rollback_point.json").read_text())

@@ -198,18 +198,22 @@ class LocalProvider(Provider):
         log.close()
         return proc.pid
 
-    def _launch(self, spec: PodSpec) -> Pod:
-        rid = f"pod-{_secrets.token_hex(4)}"
+    def _new(self, kind: str, spec: PodSpec | EndpointSpec, **extra: Any) -> dict[str, Any]:
+        """Create the resource's directories and record it before anything is started or waited on."""
+        rid = f"{'pod' if kind == 'pod' else 'ep'}-{_secrets.token_hex(4)}"
         d = self._dir(rid)
         (d / "container").mkdir(parents=True)
         (d / "volume").mkdir()
-        meta = {
-            "id": rid, "kind": "pod", "name": spec.name, "labels": dict(spec.labels),
-            "price_usd_per_hour": spec.price_usd_per_hour, "created_at": self._clock(),
-            "device": spec.device, "command": list(spec.command), "env_names": [k for k, _ in spec.env],
-            "secret_names": [k for k, _ in spec.secret_refs], "state": "CREATED", "pid": None,
-        }
-        self._save(rid, meta)  # recorded before we wait on anything
+        meta = {"id": rid, "kind": kind, "name": spec.name, "labels": dict(spec.labels),
+                "price_usd_per_hour": spec.price_usd_per_hour, "created_at": self._clock(),
+                "secret_names": [k for k, _ in spec.secret_refs], "state": "CREATED", "pid": None, **extra}
+        self._save(rid, meta)
+        return meta
+
+    def _launch(self, spec: PodSpec) -> Pod:
+        meta = self._new("pod", spec, device=spec.device, command=list(spec.command),
+                         env_names=[k for k, _ in spec.env])
+        rid = meta["id"]
         meta["pid"] = self._spawn(rid, list(spec.command), spec.env + (("RUNBOOK_DEVICE", spec.device),),
                                   spec.secret_refs)
         meta["state"] = "RUNNING"
@@ -217,16 +221,9 @@ class LocalProvider(Provider):
         return self._pod(meta)
 
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
-        rid = f"ep-{_secrets.token_hex(4)}"
+        meta = self._new("endpoint", spec, workers=spec.workers, side=spec.side, url="")
+        rid = meta["id"]
         d = self._dir(rid)
-        (d / "container").mkdir(parents=True)
-        (d / "volume").mkdir()
-        meta = {
-            "id": rid, "kind": "endpoint", "name": spec.name, "labels": dict(spec.labels),
-            "price_usd_per_hour": spec.price_usd_per_hour, "created_at": self._clock(),
-            "workers": spec.workers, "side": spec.side, "state": "CREATED", "pid": None, "url": "",
-        }
-        self._save(rid, meta)
         argv = ["-m", "runbook_lib.providers._local_endpoint", "serve", "--params", spec.params_path,
                 "--side", spec.side, "--workers", str(spec.workers), "--port-file", str(d / "port"),
                 "--execution-timeout-s", str(spec.execution_timeout_s), "--ttl-s", str(spec.ttl_s)]
