@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-train test bench clean
+.PHONY: demo demo-train demo-s3 test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,12 @@ demo: $(STAMP)
 
 demo-train: $(STAMP)
 	$(VENV)/bin/runbook run params/demo-train.yaml
+
+# The whole demo against a loopback S3 endpoint (moto's server; any credentials are accepted).
+demo-s3: $(STAMP)
+	$(VENV)/bin/moto_server -H 127.0.0.1 -p 5000 >/dev/null 2>&1 & pid=$$!; sleep 2; \
+	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(VENV)/bin/runbook run params/demo-s3.yaml; rc=$$?; \
+	kill $$pid; exit $$rc
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -120,11 +120,30 @@ class Workload(_Model):
         return self
 
 
-class Storage(_Model):
-    """Where checkpoints, golden outputs and canary results go (``file://`` path, relative to
-    the params file's project root when not absolute)."""
+_REF = r"^(|env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$"
 
-    url: str = Field(default="file://.runbook/store", pattern=r"^file://.+")
+
+class Storage(_Model):
+    """Where checkpoints, golden outputs and canary results go.
+
+    Attributes:
+        url: ``file://<dir>`` (relative to the project root when not absolute) or
+            ``s3://<bucket>[/<prefix>]``.
+        endpoint_url: S3 API endpoint of a non-AWS store (R2, MinIO, a loopback test server).
+        region: S3 region (``us-east-1`` when empty).
+        checksum_mode: botocore request/response checksum setting, recorded in evidence.
+        create_bucket: create the bucket if missing (loopback test servers only).
+        access_key_id_ref, secret_access_key_ref: credential references (``env:VAR`` or
+            ``file:/path``); empty uses boto3's default chain. Injected into pods by name.
+    """
+
+    url: str = Field(default="file://.runbook/store", pattern=r"^(file|s3)://.+")
+    endpoint_url: str = Field(default="", pattern=r"^(|https?://.+)$")
+    region: str = ""
+    checksum_mode: Literal["when_required", "when_supported"] = "when_required"
+    create_bucket: bool = False
+    access_key_id_ref: str = Field(default="", pattern=_REF)
+    secret_access_key_ref: str = Field(default="", pattern=_REF)
 
 
 class Measure(_Model):

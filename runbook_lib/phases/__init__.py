@@ -22,7 +22,7 @@ from runbook_lib.manifest import PHASES, Record, new_run_id, require_records, ut
 from runbook_lib.params import Migration, Profile, load_params, project_root
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec
-from runbook_lib.storage import FileStore
+from runbook_lib.storage import Store, credential_env, store_from_params
 
 REPORTS_DIR = "reports"
 STATE_DIR = ".runbook"
@@ -63,7 +63,7 @@ class PhaseContext:
     approval_ref: str
     records: dict[str, Record]
     started: str
-    store: FileStore
+    store: Store
     plans: list[dict[str, Any]] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -100,7 +100,7 @@ class PhaseContext:
         env = (("RUNBOOK_FAULT", prof.fault),) if prof.fault != "none" else ()
         spec = PodSpec(name=f"{self.mig.migration}-{role}", command=tuple(argv + list(extra)), device=prof.device,
                        price_usd_per_hour=prof.price_usd_per_hour, labels=self.labels(side, role), env=env,
-                       secret_refs=tuple((s.name, s.ref) for s in prof.secrets),
+                       secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
                        volume_gb=self.mig.workload.requirements.disk_gb)
         return self.provider(side).plan_launch(spec, dry_run=False)
 
@@ -126,7 +126,7 @@ class PhaseContext:
         spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
                             workers=prof.workers, price_usd_per_hour=prof.price_usd_per_hour,
                             labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
-                            secret_refs=tuple((s.name, s.ref) for s in prof.secrets))
+                            secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage))
         return self._apply(side, self.provider(side).plan_endpoint(spec, dry_run=False))
 
     def destroy(self, side: str, resource_id: str) -> None:
@@ -141,6 +141,14 @@ class PhaseContext:
         if rel not in self.files:
             self.files.append(rel)
         return p
+
+    def fetch(self, prefix: str, rel_dir: str) -> dict[str, Path]:
+        """Download a verified set from the store into ``run_dir/rel_dir`` (re-hashing every byte);
+        the files become evidence of this phase."""
+        paths = self.store.fetch_set(prefix, self.run_dir / rel_dir)
+        for p in paths.values():
+            self.path(str(p.relative_to(self.run_dir)))
+        return paths
 
     def write_json(self, rel: str, data: Any) -> Path:
         p = self.path(rel)
@@ -204,6 +212,6 @@ def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str
         rd = found
     rd.mkdir(parents=True, exist_ok=True)
     records = require_records(rd, phase, NEEDS[phase])
-    store = FileStore.from_url(mig.storage.url, base=os.getcwd())
+    store = store_from_params(mig.storage, base=os.getcwd())
     return PhaseContext(phase=phase, mig=mig, params_path=params, run_dir=rd, run_id=rd.name, run_mode=run_mode,
                         approval_ref=approval_ref, records=records, started=utc_now(), store=store)

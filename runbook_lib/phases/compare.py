@@ -114,8 +114,8 @@ def measure_training(ctx: PhaseContext) -> dict[str, Any]:
             done = ctx.wait_pod(side, pod)
         finally:
             ctx.destroy(side, pod.id)
-        ctx.store.verify_set(prefix(ctx, "bench", str(r), "result"))
-        res = json.loads((ctx.store.root / prefix(ctx, "bench", str(r), "result", "result.json")).read_text())
+        files = ctx.fetch(prefix(ctx, "bench", str(r), "result"), f"04/bench/{r}")
+        res = json.loads(files["result.json"].read_text())
         att = res["attempts"][0]
         billed[side] += (done.ended_at or time.time()) - done.created_at
         cold.append({"side": side, "round": r, "pod": pod.id,

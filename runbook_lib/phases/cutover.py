@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -134,8 +135,7 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
     total = ctx.mig.workload.train_steps
     route = Route(ctx.run_dir / "route.json")
     route.set(0, "cutover start: job runs on source")
-    ckpt_prefix, done_steps, steps = rec01["frozen"]["prefix"], 0, []
-    last_dir = None
+    ckpt_prefix, done_steps, steps, moved = rec01["frozen"]["prefix"], 0, [], False
     for k, pct in enumerate(ctx.mig.cutover.steps_percent):
         until = math.ceil(total * pct / 100)
         n = until - done_steps
@@ -149,9 +149,8 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
             ctx.wait_pod("target", pod)
         finally:
             ctx.destroy("target", pod.id)
-        ctx.store.verify_set(f"{pfx}/result")
-        checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint")
-        res = json.loads((ctx.store.root / pfx / "result" / "result.json").read_text())
+        res = json.loads(ctx.fetch(f"{pfx}/result", f"05/slice/{k}")["result.json"].read_text())
+        checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint", run_id=ctx.run_id)
         losses = [m["loss"] for m in res["attempts"][0]["metrics"]]
         band = g.loss_band(golden_losses[done_steps:until], losses, rel=ctx.mig.gates.loss_band_rel,
                            last_k=len(losses), phase="05")
@@ -162,14 +161,17 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
         if not ok:
             route.set(0, f"rollback: slice {k + 1} failed ({band.detail}); resume on source from the rollback point")
             break
-        ckpt_prefix, done_steps, last_dir = f"{pfx}/checkpoint", until, ctx.store.root / pfx / "checkpoint"
+        ckpt_prefix, done_steps, moved = f"{pfx}/checkpoint", until, True
     reverse = None
-    if last_dir is not None:
-        wl_t = make_workload(ctx.mig.workload, ctx.mig.target)
-        wl_t.load(last_dir)
-        wl_s = make_workload(ctx.mig.workload, ctx.mig.source)
-        wl_s.load(last_dir)
-        reverse = g.output_parity(wl_t.outputs(), wl_s.outputs(), dtype=ctx.mig.source.dtype, phase="05")
+    if moved:  # reversibility: the source profile reloads the target's newest checkpoint
+        with tempfile.TemporaryDirectory() as tmp:
+            last_dir = Path(tmp)
+            ctx.store.fetch_set(ckpt_prefix, last_dir, run_id=ctx.run_id)
+            wl_t = make_workload(ctx.mig.workload, ctx.mig.target)
+            wl_t.load(last_dir)
+            wl_s = make_workload(ctx.mig.workload, ctx.mig.source)
+            wl_s.load(last_dir)
+            reverse = g.output_parity(wl_t.outputs(), wl_s.outputs(), dtype=ctx.mig.source.dtype, phase="05")
     return {"steps": steps, "route": route.state, "final_target_percent": route.target_percent,
             "checkpoint_moved": ckpt_prefix, "reverse_reload": reverse}
 

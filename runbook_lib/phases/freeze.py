@@ -44,14 +44,14 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
     """
     pod = ctx.launch_agent("source", "source-freeze", "freeze", prefix=prefix(ctx, "source"))
     pod = ctx.wait_pod("source", pod)
-    frozen = ctx.store.verify_set(prefix(ctx, "source", "frozen"))
-    result_objs = ctx.store.verify_set(prefix(ctx, "source", "result"))
-    result_dir = ctx.store.root / prefix(ctx, "source", "result")
-    result = json.loads((result_dir / "result.json").read_text())
-    golden = np.load(result_dir / "outputs.npy")
+    frozen = ctx.store.verify_set(prefix(ctx, "source", "frozen"), run_id=ctx.run_id)
+    result_objs = ctx.store.verify_set(prefix(ctx, "source", "result"), run_id=ctx.run_id)
+    files = ctx.fetch(prefix(ctx, "source", "result"), "01/source_result")
+    result = json.loads(files["result.json"].read_text())
+    golden = np.load(files["outputs.npy"])
     np.save(ctx.path("01/golden_outputs.npy"), golden)
-    if (result_dir / "final_outputs.npy").exists():
-        np.save(ctx.path("01/golden_final_outputs.npy"), np.load(result_dir / "final_outputs.npy"))
+    if "final_outputs.npy" in files:
+        np.save(ctx.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
     ctx.destroy("source", pod.id)
     gone = ctx.provider("source").get(pod.id).state == "DESTROYED"
     attempt = result["attempts"][0]
@@ -59,6 +59,7 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
         "pod": {"id": pod.id, "state_after_destroy": "DESTROYED" if gone else "STILL PRESENT"},
         "environment": result["environment"],
         "identity": result["identity"],
+        "store": ctx.store.settings(),
         "frozen": {"prefix": prefix(ctx, "source", "frozen"), "manifest_sha256": result["frozen_manifest_sha256"],
                    "objects": {k: {"size_bytes": o.size_bytes, "sha256": o.sha256} for k, o in frozen.items()}},
         "golden": {"prefix": prefix(ctx, "source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),

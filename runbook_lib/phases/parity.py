@@ -33,17 +33,12 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     finally:
         ctx.destroy("target", pod.id)
     destroyed = ctx.provider("target").get(pod.id).state == "DESTROYED"
-    objects = ctx.store.verify_set(prefix(ctx, "canary", "result"))
-    rdir = ctx.store.root / prefix(ctx, "canary", "result")
-    result = json.loads((rdir / "result.json").read_text())
-    ctx.write_json("03/canary_result.json", result)
+    files = ctx.fetch(prefix(ctx, "canary", "result"), "03/canary")
+    result = json.loads(files["result.json"].read_text())
+    result["result_manifest"] = ctx.store.read_manifest(prefix(ctx, "canary", "result"), run_id=ctx.run_id)
 
     def load(name: str) -> np.ndarray | None:
-        if name not in objects:
-            return None
-        arr = np.load(rdir / name)
-        np.save(ctx.path(f"03/canary_{name}"), arr)
-        return arr
+        return np.load(files[name]) if name in files else None
 
     return {"pod_id": pod.id, "destroyed": destroyed, "result": result, "outputs": load("outputs.npy"),
             "final_outputs": load("final_outputs.npy")}

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import RunbookError, WorkloadError
-from runbook_lib.storage import FileStore, ObjectInfo
+from runbook_lib.storage import ObjectInfo, Store, store_from_params
 
 CHILD_TIMEOUT_S = 600.0
 
@@ -196,7 +196,7 @@ def _wait(proc: subprocess.Popen[bytes], what: str) -> None:
         raise WorkloadError(f"{what} exited with code {code}; see the pod log")
 
 
-def fetch_verified(store: FileStore, frozen_prefix: str, dest: Path) -> list[dict[str, Any]]:
+def fetch_verified(store: Store, frozen_prefix: str, dest: Path) -> list[dict[str, Any]]:
     """Download a verified set into ``dest``, re-hashing each local copy.
 
     With ``RUNBOOK_FAULT=corrupt_checkpoint`` in the environment (a drill), one byte of each
@@ -246,7 +246,7 @@ def _drill(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
-def _upload_dir(store: FileStore, src: Path, prefix: str) -> list[ObjectInfo]:
+def _upload_dir(store: Store, src: Path, prefix: str) -> list[ObjectInfo]:
     return [store.put_file(f, f"{prefix}/{f.relative_to(src)}") for f in sorted(src.rglob("*")) if f.is_file()]
 
 
@@ -258,7 +258,8 @@ def agent_main(args: argparse.Namespace) -> int:
     from runbook_lib.inventory import probe
 
     started_epoch = psutil.Process().create_time()
-    store = FileStore.from_url(args.store_url)
+    mig, _ = _make(args.params, args.side)
+    store = store_from_params(mig.storage.model_copy(update={"url": args.store_url, "create_bucket": False}))
     work = Path.cwd() / "work"  # container disk
     work.mkdir(exist_ok=True)
     vol = Path(os.environ.get("RUNBOOK_VOLUME_DIR", work / "volume"))
