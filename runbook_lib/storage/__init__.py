@@ -81,6 +81,9 @@ class HashingWriter:
     def writable(self) -> bool:
         return True
 
+    def flush(self) -> None:
+        self._f.flush()
+
 
 def progress_bar(total: int | None, desc: str, enabled: bool) -> Any:
     """A tqdm bar in bytes with rate, or None when disabled."""

@@ -44,18 +44,22 @@ def _sha256(path: Path) -> str:
 
 
 def save_checkpoint(state: dict[str, Any], ckpt_dir: Path, step: int) -> Path:
-    """torch.save ``state`` as ``step-NNNNNN.pt`` (temp name, fsync, rename) with a ``.sha256``."""
+    """torch.save ``state`` as ``step-NNNNNN.pt`` (temp name, fsync, rename), hashing the bytes as
+    they are written; the sha256 goes into a ``.sha256`` sidecar written after the rename."""
     import torch
+
+    from runbook_lib.storage import HashingWriter
 
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step-{step:06d}.pt"
     tmp = ckpt_dir / f".{final.name}.tmp"
     with open(tmp, "wb") as f:
-        torch.save(state, f)
+        w = HashingWriter(f)
+        torch.save(state, w)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, final)
-    (ckpt_dir / f"{final.name}.sha256").write_text(_sha256(final))
+    (ckpt_dir / f"{final.name}.sha256").write_text(w.sha256.hexdigest())
     return final
 
 
@@ -208,7 +212,7 @@ def fetch_verified(store: Store, frozen_prefix: str, dest: Path) -> list[dict[st
     checks: list[dict[str, Any]] = []
     for key, info in store.verify_set(frozen_prefix).items():
         local = dest / key
-        store.get_file(f"{frozen_prefix}/{key}", local, expect=info)
+        store.get_file(f"{frozen_prefix}/{key}", local, expect=info, progress=info.size_bytes >= PROGRESS_MIN_BYTES)
         if os.environ.get("RUNBOOK_FAULT") == "corrupt_checkpoint":
             with open(local, "r+b") as f:
                 f.seek(local.stat().st_size // 2)
@@ -246,8 +250,12 @@ def _drill(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
+PROGRESS_MIN_BYTES = 64 << 20  # transfers at least this large show a tqdm bar in the pod log
+
+
 def _upload_dir(store: Store, src: Path, prefix: str) -> list[ObjectInfo]:
-    return [store.put_file(f, f"{prefix}/{f.relative_to(src)}") for f in sorted(src.rglob("*")) if f.is_file()]
+    return [store.put_file(f, f"{prefix}/{f.relative_to(src)}", progress=f.stat().st_size >= PROGRESS_MIN_BYTES)
+            for f in sorted(src.rglob("*")) if f.is_file()]
 
 
 def agent_main(args: argparse.Namespace) -> int:
