@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from runbook_lib.errors import RunbookError
+from runbook_lib.errors import EXIT_FAILED, RunbookError
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -23,7 +23,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     environment_ok()
     res = run_migration(args.params, reports_dir=args.reports, approval_ref=args.approval_file or "",
-                        echo=lambda s: print(s, flush=True))
+                        notebooks_dir=args.notebooks, echo=lambda s: print(s, flush=True))
     print(f"decision: {res.decision} (exit {res.exit_code})")
     for reason in res.reasons:
         print(f"  - {reason}")
@@ -32,16 +32,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_phase(args: argparse.Namespace) -> int:
-    from runbook_lib.manifest import phase_name
-    from runbook_lib.runner import environment_ok, execute_phase
-
-    environment_ok()
-    from runbook_lib.params import project_root
+    from runbook_lib.errors import UsageError
+    from runbook_lib.manifest import COMPLETION_MARKER, phase_name
+    from runbook_lib.params import load_params, params_sha256, project_root
+    from runbook_lib.runner import environment_ok, execute_phase, preflight
 
     params = Path(args.params).resolve()
-    root = project_root(params)
-    out = execute_phase(args.phase, params, Path(args.run_dir).resolve(), cell_timeout_s=args.cell_timeout_s,
-                        notebooks_dir=root / "notebooks", approval_ref=args.approval_file or "")
+    mig = load_params(params)
+    run_dir = Path(args.run_dir).resolve()
+    if not run_dir.is_dir():
+        if args.phase != "01" or not run_dir.parent.is_dir():
+            raise UsageError(f"run directory {run_dir} does not exist; phase {args.phase} needs the run that "
+                             "phases before it wrote (or use phase 01 to start a run in a new directory)")
+        run_dir.mkdir()
+    if (run_dir / COMPLETION_MARKER).exists():
+        raise UsageError(f"{run_dir} is sealed ({COMPLETION_MARKER} present): its evidence is final. Start a new "
+                         "run instead of rewriting this one.")
+    kept = run_dir / "params.yaml"
+    if kept.exists() and params_sha256(kept) != params_sha256(params):
+        raise UsageError(f"{args.params} differs from the params this run started with ({kept}); "
+                         "a phase must run with the same params as the phases before it")
+    if not kept.exists():
+        kept.write_bytes(params.read_bytes())
+    nb_dir = project_root(params) / "notebooks"
+    preflight(mig, nb_dir)
+    environment_ok()
+    out = execute_phase(args.phase, params, run_dir, cell_timeout_s=args.cell_timeout_s,
+                        notebooks_dir=nb_dir, approval_ref=args.approval_file or "")
     print(f"phase {phase_name(args.phase)} completed: {out}")
     return 0
 
@@ -60,6 +77,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
             src, tgt = r["source"]["release"], r["target"]["release"]
         complete = (d / "_SUCCESS").exists()
         rows.append(f"{d.name:<55} {decision:<8} {'complete' if complete else 'incomplete':<10} {src} -> {tgt}")
+    if rows:
+        print(f"{'run id':<55} {'decision':<8} {'state':<10} source -> target")
     print("\n".join(rows) if rows else f"no runs under {args.reports}/")
     return 0
 
@@ -71,12 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("params", help="migration YAML, e.g. params/demo.yaml")
     r.add_argument("--reports", default="reports", help="directory for run directories (default: reports)")
     r.add_argument("--approval-file", help="JSON approval record for plans on remote providers")
+    r.add_argument("--notebooks", help="phase notebooks directory (default: <project>/notebooks)")
     r.set_defaults(func=_cmd_run)
     p = sub.add_parser("phase", help="run one phase notebook into an existing run directory")
     p.add_argument("phase", choices=["01", "02", "03", "04", "05", "06"])
     p.add_argument("params")
     p.add_argument("run_dir")
-    p.add_argument("--cell-timeout-s", type=int, default=600)
+    p.add_argument("--cell-timeout-s", type=int, default=600, help="seconds per cell (default 600)")
     p.add_argument("--approval-file")
     p.set_defaults(func=_cmd_phase)
     ls = sub.add_parser("list", help="list past runs with their decision")
@@ -93,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunbookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (OSError, ValueError) as exc:  # anything else unexpected: a failed run, not "NO-GO"
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted: resources this run created may still exist; `runbook phase 06` tears them down",
               file=sys.stderr)

@@ -2,6 +2,7 @@
 
     RunbookError                     exit 4 (failed run) unless a subclass says otherwise
     ├── ParamsError (ValueError)     exit 2: the migration YAML is wrong; nothing ran
+    ├── UsageError (ValueError)      exit 2: the command cannot apply (wrong run directory, layout)
     ├── ProviderError                a provider refused or failed an operation
     │   ├── AuthError
     │   ├── RateLimited
@@ -50,6 +51,12 @@ class ParamsError(RunbookError, ValueError):
         super().__init__(message)
         self.field = field
         self.value = value
+
+
+class UsageError(RunbookError, ValueError):
+    """The command was asked for something it must not do (e.g. rewrite a sealed run); nothing ran."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 class ProviderError(RunbookError):

@@ -161,16 +161,22 @@ def run_saturation(client: JobClient, payloads: list[Any], *, max_in_flight: int
     """Submit all ``payloads`` at once and time until the last completes.
 
     Returns:
-        ``{"requests", "completed", "elapsed_s", "throughput_rps"}``; throughput counts only
-        COMPLETED requests, per second of wall time.
+        ``{"requests", "completed", "failed", "elapsed_s", "throughput_units_per_s"}``;
+        throughput counts only COMPLETED requests, per second of wall time.
     """
+    def one(payload: Any) -> dict[str, Any]:
+        try:
+            return client.runsync(payload)
+        except ProviderError as exc:  # a refused or reset connection is a failed request, not a crash
+            return {"status": "CLIENT_ERROR", "error": str(exc)}
+
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
-        jobs = list(pool.map(client.runsync, payloads))
+        jobs = list(pool.map(one, payloads))
     elapsed = time.perf_counter() - t0
     ok = sum(1 for j in jobs if j.get("status") == "COMPLETED")
-    return {"requests": float(len(payloads)), "completed": float(ok), "elapsed_s": elapsed,
-            "throughput_rps": ok / elapsed if elapsed > 0 else 0.0}
+    return {"requests": float(len(payloads)), "completed": float(ok), "failed": float(len(payloads) - ok),
+            "elapsed_s": elapsed, "throughput_units_per_s": ok / elapsed if elapsed > 0 else 0.0}
 
 
 def percentiles(values: Any, qs: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:

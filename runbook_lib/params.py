@@ -183,8 +183,9 @@ class Cutover(_Model):
     @field_validator("steps_percent")
     @classmethod
     def _increasing(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or any(not 0 < s <= 100 for s in v) or list(v) != sorted(set(v)):
-            raise ValueError(f"must be strictly increasing percentages in (0, 100], got {list(v)}")
+        if not v or any(not 0 < s <= 100 for s in v) or list(v) != sorted(set(v)) or v[-1] != 100:
+            raise ValueError("must be strictly increasing percentages in (0, 100] ending at 100 (a cutover "
+                             "that stops short leaves traffic split)")
         return v
 
 
@@ -239,6 +240,10 @@ _Yaml12Loader.add_implicit_resolver(
 )
 
 
+def _secret_field(field: str) -> bool:
+    return any(part in field for part in ("ref", "secret", "token", "password", "key"))
+
+
 def parse_yaml(text: str, *, origin: str = "<string>") -> dict[str, Any]:
     """Parse migration YAML text into a plain dict (YAML 1.2 booleans, dates as strings).
 
@@ -272,6 +277,9 @@ def validate(data: dict[str, Any], *, origin: str = "<params>") -> Migration:
             field = ".".join(str(p) for p in err["loc"]) or "(top level)"
             value = err.get("input")
             shown = "(missing)" if err["type"] == "missing" else repr(value)
+            if _secret_field(field):  # never echo what may be a credential
+                shown = f"<{len(str(value))} characters, not shown; use env:VAR or file:/path>"
+                value = None
             if len(shown) > 80:
                 shown = shown[:77] + "..."
             lines.append(f"  - {field}: {err['msg']} (got {shown})")

@@ -61,9 +61,9 @@ def throughput_plot(throughput: pd.DataFrame, path: Path, *, unit: str = "reques
     plt = _plt()
     fig, ax = plt.subplots(figsize=FIGSIZE)
     for _, r in throughput.iterrows():
-        ax.bar(int(r["round"]), r["throughput_rps"], color=COLORS[r["side"]])
+        ax.bar(int(r["round"]), r["throughput_units_per_s"], color=COLORS[r["side"]])
     for side in ("source", "target"):
-        mean = throughput[throughput["side"] == side]["throughput_rps"].mean()
+        mean = throughput[throughput["side"] == side]["throughput_units_per_s"].mean()
         ax.axhline(mean, color=COLORS[side], linestyle="--", label=f"{side} mean {mean:.1f} {unit}")
     ax.set_xticks([int(r) for r in throughput["round"]],
                   [f"{int(r)}: {sd}" for r, sd in zip(throughput["round"], throughput["side"])])

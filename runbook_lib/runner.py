@@ -13,29 +13,17 @@ so every run ends decided and torn down. Then ``manifest.json`` and, last, ``_SU
 from __future__ import annotations
 
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runbook_lib import __version__
 from runbook_lib.errors import EXIT_FAILED, EvidenceError, PhaseFailed
-from runbook_lib.manifest import (
-    PHASES,
-    new_run_id,
-    phase_name,
-    read_chain,
-    sha256_file,
-    utc_now,
-    write_completion_marker,
-    write_json_atomic,
-    write_record,
-)
-from runbook_lib.params import Migration, load_params, params_sha256, project_root
+from runbook_lib.manifest import PHASES, new_run_id, phase_name, read_chain, utc_now, write_record
+from runbook_lib.params import Migration, load_params, project_root
+from runbook_lib.seal import seal_run
 
 NOTEBOOKS_DIR = "notebooks"
 KERNEL_NAME = "python3"
@@ -138,48 +126,26 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
     return out
 
 
-def _git_commit(root: Path) -> str | None:
+def preflight(mig: Migration, notebooks_dir: Path) -> None:
+    """Checks that need no resources, before a run directory exists.
+
+    Raises:
+        UsageError: the phase notebooks are not where the project layout puts them.
+        ParamsError: ``workload.entry_point`` cannot be imported.
+    """
+    from runbook_lib.errors import ParamsError, UsageError, WorkloadError
+    from runbook_lib.workload import load_workload_class
+
     try:
-        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (r.stdout.strip() + ("+dirty" if dirty else "")) if r.returncode == 0 else None
-
-
-def write_manifest(run_dir: Path, mig: Migration, params_path: Path, root: Path, outcomes: list[PhaseOutcome],
-                   decision: str) -> dict[str, Any]:
-    """``manifest.json``: run id, params hash, code version, runtime versions, identities, locations."""
-    import importlib.metadata as md
-
-    chain = {r.phase: r for r in read_chain(run_dir)}
-    freeze = chain["01"].data.get("freeze", {}) if "01" in chain else {}
-    versions = {}
-    for pkg in ("torch", "papermill", "nbclient", "sentence-transformers", "scikit-learn", "numpy", "pandas", "scipy"):
-        try:
-            versions[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            versions[pkg] = None
-    manifest = {
-        "run_id": run_dir.name,
-        "migration": mig.migration,
-        "decision": decision,
-        "params_file": params_path.name,
-        "params_sha256": params_sha256(params_path),
-        "code": {"runbook_lib": __version__, "git_commit": _git_commit(root)},
-        "runtime": {"python": platform.python_version(), "platform": platform.platform(), **versions},
-        "workload": {"kind": mig.workload.kind, "entry_point": mig.workload.entry_point,
-                     "model_id": mig.workload.model_id, "dataset_id": mig.workload.dataset_id},
-        "identities": freeze.get("identity"),
-        "inputs": {"store": mig.storage.url, "frozen": (freeze.get("frozen") or {}).get("prefix"),
-                   "golden": (freeze.get("golden") or {}).get("prefix")},
-        "outputs": {"run_dir": str(run_dir), "records": {r.path.name: r.sha256 for r in chain.values()}},
-        "phases": [o.__dict__ for o in outcomes],
-        "finished": utc_now(),
-    }
-    write_json_atomic(run_dir / "manifest.json", manifest)
-    return manifest
+        load_workload_class(mig.workload.entry_point)
+    except WorkloadError as exc:
+        raise ParamsError(f"workload.entry_point: {exc}; nothing was run", field="workload.entry_point",
+                          value=mig.workload.entry_point) from None
+    missing = [f"{phase_name(p)}.ipynb" for p, _ in PHASES if not (notebooks_dir / f"{phase_name(p)}.ipynb").exists()]
+    if missing:
+        raise UsageError(f"phase notebooks {missing} not found in {notebooks_dir}. Keep params files in the "
+                         "project's params/ directory (the project root is found from the params file), or pass "
+                         "--notebooks DIR.")
 
 
 def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports", approval_ref: str = "",
@@ -205,6 +171,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     mig = load_params(params)
     root = project_root(params)
     nb_dir = Path(notebooks_dir).resolve() if notebooks_dir else root / NOTEBOOKS_DIR
+    preflight(mig, nb_dir)
     run_dir = (Path(reports_dir) if Path(reports_dir).is_absolute() else root / reports_dir) / new_run_id(mig.migration)
     run_dir.mkdir(parents=True)
     shutil.copyfile(params, run_dir / "params.yaml")
@@ -261,14 +228,11 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
 
         receipt = json.loads(receipt_path.read_text())
         decision = receipt["decision"]
-        reasons = receipt["reasons"] + reasons
+        reasons = receipt["reasons"] + [r for r in reasons if not any(r in x for x in receipt["reasons"])]
     exit_code = EXIT_FAILED if failed or not receipt_path.exists() else EXIT_BY_DECISION[decision]
     if failed:
         decision = f"FAILED (decision {decision})" if receipt_path.exists() else "FAILED"
-    write_manifest(run_dir, mig, params, root, outcomes, decision)
-    if not failed:
-        files = {p: sha256_file(run_dir / p) for p in ("manifest.json", "receipt.json")}
-        write_completion_marker(run_dir, files)
+    seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed)
     return RunResult(run_dir, decision, exit_code, outcomes, reasons)
 
 

@@ -32,7 +32,8 @@ WIDGET = '''# Interactive only (tagged skip-execution: headless runs never wait 
 from runbook_lib.approvals import approval_widget
 display(approval_widget({plan}, run_dir=ctx.run_dir))'''
 
-FINISH = '''display(gates_table(ctx.gates))
+FINISH = '''if ctx.gates:
+    display(gates_table(ctx.gates))
 record = ctx.finish({data})
 display(Markdown(f"Record `{{record.path.name}}` · sha256 `{{record.sha256}}` · previous `{{record.body['prev_sha256'][:16]}}…`"))'''
 
@@ -77,7 +78,7 @@ NOTEBOOKS: dict[str, list[tuple[str, str, list[str]]]] = {
                  "ctx.write_json(\"02/dependency_map.json\", rows)\n"
                  "display(pd.DataFrame(rows))", []),
         ("code", "ctx.add_gates(mapping.dependency_gate(rows))\n"
-                 + FINISH.format(data='{"dependency_map": rows, "target_capabilities": caps.__dict__}'), []),
+                 + FINISH.format(data='{"dependency_map": rows, "target_capabilities": mapping.capabilities_dict(caps)}'), []),
     ],
     "03_prove_parity": [
         ("md", "# 03 · Prove artifact parity on a disposable canary\n\nDoes the same artifact and input give "
@@ -145,7 +146,9 @@ NOTEBOOKS: dict[str, list[tuple[str, str, list[str]]]] = {
                  "display(pd.DataFrame(out[\"receipt\"][\"acceptance_deltas\"]))\n"
                  "display(pd.DataFrame(out[\"actions\"][\"created\"]))", []),
         ("code", "record = ctx.finish({\"decision\": out[\"decision\"], \"reasons\": out[\"reasons\"]})  # hashes receipt.json\n"
-                 "display(Markdown(f\"Record `{record.path.name}` · sha256 `{record.sha256}`\"))", []),
+                 "display(Markdown(f\"Record `{record.path.name}` · sha256 `{record.sha256}`\"))\n"
+                 "manifest = decide.seal(ctx, out)  # manifest.json, then _SUCCESS last (the headless runner re-seals)\n"
+                 "display(Markdown(f\"Sealed: `manifest.json` for run `{manifest['run_id']}`\"))", []),
     ],
 }
 

@@ -154,6 +154,34 @@ def test_dead_kernel_is_reported_with_its_cell(tmp_path: Path) -> None:
     assert out.cells[-1].metadata.papermill["status"] == "not-run"
 
 
+def test_phase_refuses_sealed_missing_or_mismatched_runs(make_params, tmp_path: Path, capsys) -> None:
+    demo = ROOT / "params" / "demo.yaml"
+    sealed = tmp_path / "sealed"
+    sealed.mkdir()
+    (sealed / "_SUCCESS").write_text("{}")
+    assert cli_main(["phase", "03", str(demo), str(sealed)]) == EXIT_USAGE
+    assert "is sealed" in capsys.readouterr().err
+    assert cli_main(["phase", "03", str(demo), str(tmp_path / "nope")]) == EXIT_USAGE
+    assert "does not exist" in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "params.yaml").write_text("migration: something-else\n")
+    assert cli_main(["phase", "03", str(demo), str(other)]) == EXIT_USAGE
+    assert "differs from the params this run started with" in capsys.readouterr().err
+
+
+def test_bad_entry_point_or_layout_exit_2_before_anything(make_params, tmp_path: Path, capsys) -> None:
+    p = make_params("demo.yaml", workload={"entry_point": "runbook_lib.workload.embed:Nope"})
+    assert cli_main(["run", str(p)]) == EXIT_USAGE
+    assert "workload.entry_point" in capsys.readouterr().err
+    assert not (p.parent.parent / "reports").exists()
+    loose = tmp_path / "loose.yaml"
+    loose.write_text((ROOT / "params" / "demo.yaml").read_text())
+    assert cli_main(["run", str(loose)]) == EXIT_USAGE
+    assert "phase notebooks" in capsys.readouterr().err
+    assert not (tmp_path / "reports").exists()
+
+
 def test_bad_params_exit_2_and_nothing_runs(make_params, capsys) -> None:
     p = make_params("demo.yaml", measure={"rounds": 1})
     assert cli_main(["run", str(p), "--reports", str(p.parent.parent / "reports")]) == EXIT_USAGE

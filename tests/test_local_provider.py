@@ -89,15 +89,15 @@ def test_stop_keeps_volume_and_kills_process(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def endpoint(tmp_path: Path, make_params, monkeypatch):
+def endpoint(request, tmp_path: Path, make_params, monkeypatch):
     """A local endpoint serving tests.fixture_workloads.SleepWorkload with a 1.5 s execution
-    timeout and a 3 s TTL."""
+    timeout and a 3 s TTL (or the TTL given by indirect parametrisation)."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     params = make_params(workload={"entry_point": "tests.fixture_workloads:SleepWorkload"},
                          target={"batch_size": 1, "workers": 1})
     prov = LocalProvider(root=tmp_path / "state")
     spec = EndpointSpec(name="e", params_path=str(params), side="target", workers=1, price_usd_per_hour=0.2,
-                        labels=LABELS, execution_timeout_s=1.5, ttl_s=3.0)
+                        labels=LABELS, execution_timeout_s=1.5, ttl_s=getattr(request, "param", 3.0))
     plan = prov.plan_endpoint(spec)
     ep = prov.apply(plan, _approve(plan, tmp_path))
     client = JobClient(ep.url)
@@ -106,6 +106,22 @@ def endpoint(tmp_path: Path, make_params, monkeypatch):
     client.close()
     prov.apply(prov.plan_destroy(ep.id), _approve(prov.plan_destroy(ep.id), tmp_path))
     assert prov.get(ep.id).state == "DESTROYED"
+
+
+@pytest.mark.parametrize("endpoint", [600.0], indirect=True)
+def test_endpoint_survives_a_burst_of_new_connections(endpoint) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from runbook_lib.measure import run_saturation
+
+    prov, ep, _ = endpoint
+    fresh = JobClient(ep.url)  # no pooled connections yet: every request opens one
+    try:
+        res = run_saturation(fresh, [0.0] * 96, max_in_flight=96)
+    finally:
+        fresh.close()
+    assert res["completed"] == 96 and res["failed"] == 0
+    assert ThreadPoolExecutor  # the burst above is 96 concurrent clients
 
 
 def test_endpoint_job_states(endpoint) -> None:

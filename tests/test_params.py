@@ -12,7 +12,7 @@ from runbook_lib.params import load_params, parse_yaml, validate
 from .conftest import ROOT
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "demo-train.yaml"])
+@pytest.mark.parametrize("name", ["demo.yaml", "demo-train.yaml", "demo-s3.yaml"])
 def test_shipped_params_validate(name: str) -> None:
     mig = load_params(ROOT / "params" / name)
     assert mig.source.name != mig.target.name
@@ -36,9 +36,12 @@ def test_unknown_field_and_bad_device_are_refused(make_params) -> None:
         load_params(make_params(target={"device": "tpu"}))
 
 
-def test_secret_must_be_a_reference(make_params) -> None:
-    with pytest.raises(ParamsError, match=r"source.secrets.0.ref"):
-        load_params(make_params(source={"secrets": [{"name": "HF_TOKEN", "ref": "hf_abcdefghijklmnopqrstuvwxyz0123456789"}]}))
+def test_secret_must_be_a_reference_and_is_never_echoed(make_params) -> None:
+    token = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
+    with pytest.raises(ParamsError, match=r"source.secrets.0.ref") as ei:
+        load_params(make_params(source={"secrets": [{"name": "HF_TOKEN", "ref": token}]}))
+    assert token not in str(ei.value) and "use env:VAR or file:/path" in str(ei.value)
+    assert ei.value.value is None
 
 
 def test_yaml_12_booleans_and_dates_stay_strings() -> None:
@@ -53,8 +56,9 @@ def test_not_a_mapping_and_missing_file(tmp_path: Path) -> None:
         load_params(tmp_path / "nope.yaml")
 
 
-def test_cutover_steps_must_increase() -> None:
+@pytest.mark.parametrize("steps", [[50, 10], [10, 50, 90], [0, 100], []])
+def test_cutover_steps_must_increase_to_100(steps: list[int]) -> None:
     base = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
-    base["cutover"]["steps_percent"] = [50, 10]
+    base["cutover"]["steps_percent"] = steps
     with pytest.raises(ParamsError, match=r"cutover.steps_percent"):
         validate(base)

@@ -211,6 +211,8 @@ def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str
             raise EvidenceError(f"no run of {mig.migration!r} under {REPORTS_DIR}/; run phase 01 first")
         rd = found
     rd.mkdir(parents=True, exist_ok=True)
+    if phase == "01" and not (rd / "params.yaml").exists():  # the run keeps the params it started with
+        (rd / "params.yaml").write_bytes(params.read_bytes())
     records = require_records(rd, phase, NEEDS[phase])
     store = store_from_params(mig.storage, base=os.getcwd())
     return PhaseContext(phase=phase, mig=mig, params_path=params, run_dir=rd, run_id=rd.name, run_mode=run_mode,

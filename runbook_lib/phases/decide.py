@@ -14,7 +14,7 @@ from typing import Any
 
 from runbook_lib import __version__
 from runbook_lib import gates as g
-from runbook_lib.errors import EXIT_GO, EXIT_HOLD, EXIT_NO_GO
+from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO
 from runbook_lib.manifest import PHASES, utc_now
 from runbook_lib.params import params_sha256
 from runbook_lib.phases import PhaseContext
@@ -53,7 +53,8 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
         gates.append(g.GateResult("phases_complete", "INCONCLUSIVE", True, len(missing), 0, "missing phases",
                                   "records", f"no record for {missing}", phase="06"))
     else:
-        gates.append(g.GateResult("phases_complete", "PASS", True, 5 - len(missing), 5, "phases", "records",
+        gates.append(g.GateResult("phases_complete", "PASS", True, 5 - len(missing), 5, "phases 01-05 completed",
+                                  "records",
                                   "every phase ran" if not missing else
                                   f"migration stopped by a blocking gate (failed or inconclusive); {missing} not run",
                                   phase="06"))
@@ -65,7 +66,7 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
                                   "s remaining", "window close time minus now",
                                   f"rollback window open for {left:.0f} more s" if left > 0 else
                                   "rollback window closed before the decision: source restoration is not provable",
-                                  source="seed 001: a rollback window that closes early is NO-GO", phase="06"))
+                                  source="failure responses (README): a rollback window that closes early is NO-GO", phase="06"))
     return gates
 
 
@@ -108,7 +109,7 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
 def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
     rec = ctx.records.get("04")
     out: list[dict[str, Any]] = []
-    if rec is None:
+    if rec is None or rec.status != "completed":
         return out
     summ = rec.data["summary"]
     verdicts = {x["name"]: x["verdict"] for x in rec.data["gates"]}
@@ -137,7 +138,8 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         "migration": ctx.mig.migration,
         "decided_at": utc_now(),
         "decision": decision,
-        "exit_code": EXIT_CODES[decision],
+        "run_status": "failed" if any(r["status"] == "failed" for r in phase_status(ctx)) else "completed",
+        "exit_code": EXIT_FAILED if any(r["status"] == "failed" for r in phase_status(ctx)) else EXIT_CODES[decision],
         "reasons": reasons,
         "source": {"release": ctx.mig.source.release, "provider": ctx.mig.source.provider,
                    "profile": ctx.mig.source.model_dump(exclude={"secrets"})},
@@ -157,12 +159,27 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         "acceptance_deltas": _deltas(ctx),
         "rollback_point": cut.get("cutover", {}).get("rollback_point"),
         "route": actions["route"],
+        "teardown": {
+            "teardown_source": ctx.mig.run.teardown_source,
+            "note": ("the embedded run owns both sides: after the decision it destroys every resource it created, "
+                     "so the rollback point above was valid until teardown") if ctx.mig.run.teardown_source else
+                    ("source kept: the rollback point stays valid until the window closes"),
+        },
         "resources": {"created": actions["created"], "destroyed": actions["destroyed"],
                       "remaining": actions["remaining"]},
         "gates": [x.to_dict() for x in gates],
     }
     ctx.write_json("receipt.json", receipt)
     return receipt
+
+
+def seal(ctx: PhaseContext, out: dict[str, Any]) -> dict[str, Any]:
+    """Write ``manifest.json`` and (unless a phase failed) ``_SUCCESS`` for this run."""
+    from runbook_lib.seal import seal_run
+
+    failed = out["receipt"]["run_status"] == "failed"
+    decision = f"FAILED (decision {out['decision']})" if failed else out["decision"]
+    return seal_run(ctx.run_dir, ctx.mig, ctx.params_path, decision=decision, complete=not failed)
 
 
 def decide_and_act(ctx: PhaseContext) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Phase 02, map target equivalents: what each source dependency becomes on the target.
 
 Every row is ``equivalent``, ``adapter needed`` (a known change that later phases test) or
-``no equivalent`` (blocks cutover: design and test an adapter first, seed 001). The target's
+``no equivalent`` (blocks cutover: design and test an adapter first). The target's
 provider capabilities are declared data (:class:`runbook_lib.providers.base.Capabilities`).
 """
 
@@ -86,6 +86,13 @@ def dependency_map(ctx: PhaseContext) -> list[dict[str, Any]]:
     return rows
 
 
+def capabilities_dict(caps: Any) -> dict[str, Any]:
+    """Declared capabilities as plain JSON (for the record)."""
+    from dataclasses import asdict
+
+    return asdict(caps)
+
+
 def dependency_gate(rows: list[dict[str, Any]], *, phase: str = "02") -> GateResult:
     """FAIL when any dependency has no target equivalent (seed 001: block cutover)."""
     blocked = [r["dependency"] for r in rows if r["status"] == NONE]
@@ -93,4 +100,4 @@ def dependency_gate(rows: list[dict[str, Any]], *, phase: str = "02") -> GateRes
                       "dependency map over declared requirements and provider capabilities",
                       f"no target equivalent for {blocked}: design and test an adapter before cutover" if blocked
                       else f"all {len(rows)} dependencies have an equivalent or a tested adapter path",
-                      samples={"rows": len(rows)}, source="seed 001 error table", phase=phase)
+                      samples={"rows": len(rows)}, source="failure responses (README): no target equivalent blocks cutover", phase=phase)

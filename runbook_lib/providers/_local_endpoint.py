@@ -31,6 +31,12 @@ TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT")
 RUNSYNC_WAIT_S = 90.0  # /runsync answers with the current status after this, seconds (as Runpod)
 TAKE_WAIT_S = 1.0  # a worker's long poll for jobs, seconds
 REAPER_INTERVAL_S = 0.05
+LISTEN_BACKLOG = 512  # http.server's default of 5 resets connections under a burst of clients
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
 
 class FrontDoor:
@@ -255,8 +261,7 @@ def _handler(door: FrontDoor) -> type[BaseHTTPRequestHandler]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), None)  # type: ignore[arg-type]
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), None)  # type: ignore[arg-type]
     url = f"http://127.0.0.1:{server.server_address[1]}"
     worker_argv = [sys.executable, "-m", "runbook_lib.providers._local_endpoint", "work", "--params", args.params,
                    "--side", args.side, "--url", url]

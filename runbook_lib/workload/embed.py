@@ -56,11 +56,15 @@ class EmbeddingWorkload(AcceptanceWorkload):
 
     def identity(self) -> dict[str, Any]:
         model_dir = self._model_dir or packaged_model_dir()
+        import hashlib
+
         return {
             "model_id": self.workload.model_id,
             "weights_file": WEIGHTS_FILE,
             "weights_sha256": sha256_file(model_dir / WEIGHTS_FILE),
-            "inputs": f"runbook_lib/workload/data/sentences.txt[:{self.workload.sample_size}]",
+            "dataset_id": self.workload.dataset_id or "runbook_lib/workload/data/sentences.txt",
+            "dataset_sha256": hashlib.sha256("\n".join(self._golden).encode()).hexdigest(),
+            "dataset_rows": len(self._golden),
         }
 
     def load(self, artifact_dir: Path | None = None) -> None:

@@ -1,0 +1,92 @@
+"""Seal a run: ``manifest.json`` (what ran, on what, with which inputs, every record and executed
+notebook by sha256), then the completion marker ``_SUCCESS``, last.
+
+The headless runner seals after the last notebook is saved, so the manifest also covers phase
+06's notebook; an interactive run is sealed by phase 06's last cell (its own notebook is saved
+by the person afterwards, so its hash cannot be in the manifest).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from runbook_lib import __version__
+from runbook_lib.manifest import (
+    COMPLETION_MARKER,
+    read_chain,
+    sha256_file,
+    utc_now,
+    write_completion_marker,
+    write_json_atomic,
+)
+from runbook_lib.params import Migration, params_sha256, project_root
+
+VERSIONED_PACKAGES = ("torch", "papermill", "nbclient", "sentence-transformers", "scikit-learn", "numpy", "pandas",
+                      "scipy", "boto3")
+
+
+def git_commit(root: Path) -> str | None:
+    """``HEAD`` of the project checkout, with ``+dirty`` when tracked files changed; None outside git."""
+    try:
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (r.stdout.strip() + ("+dirty" if dirty else "")) if r.returncode == 0 else None
+
+
+def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
+             phases: list[dict[str, Any]] | None = None, complete: bool = True) -> dict[str, Any]:
+    """Write ``manifest.json`` and, when ``complete``, ``_SUCCESS`` after it.
+
+    Args:
+        run_dir: the run directory.
+        mig: validated params.
+        params_path: the params file (its sha256 is recorded).
+        decision: ``GO``, ``NO-GO``, ``HOLD`` or ``FAILED ...``.
+        phases: per-phase outcomes (status, seconds, reason); from the records when None.
+        complete: write the completion marker (False for a failed run).
+
+    Returns:
+        The manifest.
+    """
+    chain = {r.phase: r for r in read_chain(run_dir)}
+    freeze = chain["01"].data.get("freeze", {}) if "01" in chain else {}
+    versions = {}
+    for pkg in VERSIONED_PACKAGES:
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    if phases is None:
+        phases = [{"phase": r.phase, "status": r.status, "started": r.body.get("started"), "ended": r.body.get("ended")}
+                  for r in chain.values()]
+    manifest = {
+        "run_id": run_dir.name,
+        "migration": mig.migration,
+        "decision": decision,
+        "params_file": params_path.name,
+        "params_sha256": params_sha256(params_path),
+        "code": {"runbook_lib": __version__, "git_commit": git_commit(project_root(params_path))},
+        "runtime": {"python": platform.python_version(), "platform": platform.platform(), **versions},
+        "workload": {"kind": mig.workload.kind, "entry_point": mig.workload.entry_point,
+                     "model_id": mig.workload.model_id, "dataset_id": mig.workload.dataset_id},
+        "identities": freeze.get("identity"),
+        "inputs": {"store": mig.storage.url, "frozen": (freeze.get("frozen") or {}).get("prefix"),
+                   "golden": (freeze.get("golden") or {}).get("prefix")},
+        "outputs": {"run_dir": str(run_dir), "records": {r.path.name: r.sha256 for r in chain.values()},
+                    "notebooks": {p.name: sha256_file(p) for p in sorted(run_dir.glob("*.ipynb"))}},
+        "phases": phases,
+        "finished": utc_now(),
+    }
+    (run_dir / COMPLETION_MARKER).unlink(missing_ok=True)
+    write_json_atomic(run_dir / "manifest.json", manifest)
+    if complete:
+        files = {p: sha256_file(run_dir / p) for p in ("manifest.json", "receipt.json") if (run_dir / p).exists()}
+        write_completion_marker(run_dir, files)
+    return manifest
