@@ -156,6 +156,8 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
                            last_k=len(losses), phase="05")
         ok = band.verdict == "PASS" and all(c["match"] for c in res["artifact_checksums"])
         steps.append({"step": k + 1, "target_percent": pct, "steps": f"{done_steps}..{until - 1}",
+                      "checkpoint_prefix": f"{pfx}/checkpoint",
+                      "checkpoint_manifest_sha256": res.get("checkpoint_manifest_sha256"),
                       "checkpoint_sha256": {key: o.sha256 for key, o in checkpoint.items()},
                       "loss_rel_diff": band.observed, "passed": ok})
         if not ok:

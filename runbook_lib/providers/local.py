@@ -24,7 +24,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from runbook_lib import approvals as _approvals
 from runbook_lib import secrets as _secret_refs
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError, ProviderTimeout
 from runbook_lib.manifest import write_json_atomic
