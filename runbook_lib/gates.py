@@ -176,24 +176,35 @@ def boolean_gate(name: str, ok: bool | None, *, detail: str, blocking: bool = Tr
 
 
 def loss_band(reference: Sequence[float], observed: Sequence[float], *, rel: float, last_k: int = 10,
-              phase: str = "") -> GateResult:
-    """Mean training loss over the last ``last_k`` steps: ``|T - S| / S <= rel``."""
+              replicate: Sequence[float] | None = None, phase: str = "") -> GateResult:
+    """Mean training loss over the last ``last_k`` steps: ``|T - S| / S <= band``, where the band
+    is ``max(rel, 3 x A/A spread)`` and the A/A spread is the same relative difference between
+    two source runs (``replicate``); without a replicate the gate is INCONCLUSIVE."""
     if len(reference) < 1 or len(observed) < 1:
         return GateResult("loss_band", "INCONCLUSIVE", True, None, rel, "relative difference", "mean of last steps",
                           "no loss values", phase=phase)
     k = min(last_k, len(reference), len(observed))
     s, t = float(np.mean(reference[-k:])), float(np.mean(observed[-k:]))
     d = abs(t - s) / max(abs(s), 1e-12)
-    return GateResult("loss_band", "PASS" if d <= rel else "FAIL", True, d, rel, "relative difference",
-                      f"mean loss over the last {k} steps: source {s:.6f}, target {t:.6f}",
-                      f"loss differs by {d:.3%} (band {rel:.1%})", samples={"steps": k},
+    if replicate is None or len(replicate) < k:
+        return GateResult("loss_band", "INCONCLUSIVE", True, d, rel, "relative difference", "mean of last steps",
+                          "no A/A replicate of the source run: the band's noise floor is unknown", phase=phase)
+    spread = abs(float(np.mean(replicate[-k:])) - s) / max(abs(s), 1e-12)
+    band = max(rel, 3 * spread)
+    return GateResult("loss_band", "PASS" if d <= band else "FAIL", True, d, band, "relative difference",
+                      f"mean loss over the last {k} steps: source {s:.6f}, target {t:.6f}; band = max(rel, 3 x A/A "
+                      f"spread {spread:.3g})",
+                      f"loss differs by {d:.3%} (band {band:.2%})", samples={"steps": k},
                       source=threshold_source("loss_band_rel", rel, "1 % band on the mean loss of the last steps"),
                       phase=phase)
 
 
 def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Any) -> tuple[float, float] | None:
+    """Percentile bootstrap interval (scipy.stats.bootstrap, seeded). Samples are sorted first, so
+    the interval, and every verdict built on it, does not depend on the order samples arrived in."""
     from scipy import stats
 
+    samples = tuple(np.sort(np.asarray(x, dtype=float)) for x in samples)
     try:
         res = stats.bootstrap(samples, statistic, n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=BOOTSTRAP_CONFIDENCE,
                               method="percentile", vectorized=False, paired=False, random_state=0)
@@ -301,18 +312,21 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
 def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:
     """GO / NO-GO / HOLD and the reasons, from every gate result.
 
-    Any blocking FAIL is NO-GO; else any INCONCLUSIVE or ERROR (or no gates at all) is HOLD;
-    else GO. The reasons name each gate that drove the decision.
+    Any blocking FAIL is NO-GO; else any blocking INCONCLUSIVE or ERROR (or no gates at all) is
+    HOLD; else GO. Scored (non-blocking) gates are reported but do not decide. The reasons name
+    each gate that drove the decision.
     """
     if not results:
         return "HOLD", ["no gate was evaluated"]
     fails = [r for r in results if r.blocking and r.verdict == "FAIL"]
     if fails:
         return "NO-GO", [f"{r.name} FAIL (phase {r.phase}): {r.detail}" for r in fails]
-    unsure = [r for r in results if r.verdict in ("INCONCLUSIVE", "ERROR")]
+    unsure = [r for r in results if r.blocking and r.verdict in ("INCONCLUSIVE", "ERROR")]
     if unsure:
         return "HOLD", [f"{r.name} {r.verdict} (phase {r.phase}): {r.detail}" for r in unsure]
-    return "GO", [f"all {len(results)} gates PASS"]
+    scored = [r for r in results if not r.blocking and r.verdict != "PASS"]
+    return "GO", [f"all {sum(r.blocking for r in results)} blocking gates PASS"] + \
+        [f"scored (not blocking): {r.name} {r.verdict}: {r.detail}" for r in scored]
 
 
 def from_dict(d: dict[str, Any]) -> GateResult:
@@ -321,3 +335,99 @@ def from_dict(d: dict[str, Any]) -> GateResult:
     if d.get("interval") is not None:
         d["interval"] = tuple(d["interval"])
     return GateResult(**d)
+
+
+SLO_PERCENTILE = 0.95  # P(latency <= SLO) must be at least this (MLPerf LoadGen server scenario)
+SLO_CONFIDENCE = 0.99  # one-sided confidence of that claim (MLPerf early-stopping criterion)
+SHIFT_FLOOR_S = 0.005  # shifts smaller than 5 ms are never called a regression (absolute floor)
+
+
+def latency_slo(latencies: np.ndarray, *, slo_s: float, percentile: float = SLO_PERCENTILE,
+                confidence: float = SLO_CONFIDENCE, phase: str = "") -> GateResult:
+    """Absolute latency SLO with a binomial guarantee, as MLPerf LoadGen's early stopping does:
+    PASS when the one-sided ``confidence`` upper bound of the share of requests over ``slo_s``
+    (Clopper-Pearson, ``scipy.stats.beta.ppf(confidence, k + 1, n - k)``) is at most
+    ``1 - percentile``; FAIL when the observed share already exceeds it; else INCONCLUSIVE.
+
+    With p = 0.95 at 99 % confidence this needs 90 requests with none over the SLO, 130 with one,
+    398 with ten (the table in MLPerf's inference rules, "Early Stopping Criterion").
+
+    Args:
+        latencies: total latency per request, seconds, shape ``(n,)``.
+        slo_s: the latency objective, seconds.
+    """
+    from scipy import stats
+
+    n = int(latencies.size)
+    allowed = 1 - percentile
+    if n == 0:
+        return GateResult("latency_slo", "INCONCLUSIVE", True, None, slo_s, "s", "binomial upper bound",
+                          "no latency samples", phase=phase)
+    k = int((latencies > slo_s).sum())
+    upper = float(stats.beta.ppf(confidence, k + 1, n - k)) if k < n else 1.0
+    verdict: Verdict = "PASS" if upper <= allowed else ("FAIL" if k / n > allowed else "INCONCLUSIVE")
+    est = float(np.quantile(latencies, percentile))
+    return GateResult("latency_slo", verdict, True, est, slo_s, "s",
+                      f"p{percentile * 100:.0f} with a one-sided {confidence:.0%} Clopper-Pearson bound on requests "
+                      "over the SLO (MLPerf early stopping)",
+                      f"{k} of {n} target requests over {slo_s} s; upper bound of the share over {upper:.3%} "
+                      f"(allowed {allowed:.0%})" + ("" if verdict != "INCONCLUSIVE" else "; collect more requests"),
+                      samples={"requests": n}, interval=(0.0, upper),
+                      source="MLPerf inference rules, early stopping (p95 at 99 % confidence); SLO from "
+                             "workload.requirements.max_request_s", phase=phase)
+
+
+def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, floor_s: float = SHIFT_FLOOR_S,
+                  phase: str = "") -> GateResult:
+    """Secondary, scored (non-blocking) check in the manner of Kayenta's Mann-Whitney classifier:
+    FAIL when target latencies are stochastically greater (one-sided Mann-Whitney U,
+    ``scipy.stats.mannwhitneyu``, p < 0.02), the Hodges-Lehmann shift exceeds ``floor_s`` seconds
+    and the mean ratio is at least ``max_ratio``."""
+    from scipy import stats
+
+    n = {"source": int(source.size), "target": int(target.size)}
+    if min(n.values()) < 2:
+        return GateResult("latency_shift", "INCONCLUSIVE", False, None, max_ratio, "s", "Mann-Whitney U",
+                          "too few samples", samples=n, phase=phase)
+    p = float(stats.mannwhitneyu(target, source, alternative="greater").pvalue)
+    shift = float(np.median(np.subtract.outer(target, source)))  # Hodges-Lehmann estimate, seconds
+    ratio = float(np.mean(target) / np.mean(source))
+    bad = p < 0.02 and shift > floor_s and ratio >= max_ratio
+    return GateResult("latency_shift", "FAIL" if bad else "PASS", False, shift, floor_s, "s",
+                      "Hodges-Lehmann shift; one-sided Mann-Whitney U; mean ratio",
+                      f"shift {shift * 1e3:.1f} ms, p = {p:.3g}, mean ratio {ratio:.3f} (regression needs p < 0.02, "
+                      f"shift > {floor_s * 1e3:.0f} ms and ratio >= {max_ratio})", samples=n,
+                      source="Kayenta MannWhitneyClassifier, with an absolute floor", phase=phase)
+
+
+def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, phase: str = "") -> GateResult:
+    """A/A check on two source rounds: the 90 % bootstrap interval of their p95 ratio must lie
+    within 1 +/- half the comparison margin (``max_ratio - 1``); otherwise the setup is too noisy
+    to judge a difference that small, and the gate is INCONCLUSIVE (not FAIL)."""
+    n = {"round_a": int(round_a.size), "round_b": int(round_b.size)}
+    half = (max_ratio - 1) / 2
+    if min(n.values()) < 2:
+        return GateResult("noise_floor", "INCONCLUSIVE", True, None, half, "ratio - 1", "A/A p95 ratio",
+                          "fewer than two source rounds with samples", samples=n, phase=phase)
+    ratio = float(np.percentile(round_b, 95) / np.percentile(round_a, 95))
+    ci = _bootstrap((round_a, round_b), lambda a, b: np.percentile(b, 95) / np.percentile(a, 95))
+    if ci is None:
+        return GateResult("noise_floor", "ERROR", True, ratio, half, "ratio - 1", "A/A p95 ratio",
+                          "bootstrap interval could not be computed", samples=n, phase=phase)
+    ok = 1 - half <= ci[0] and ci[1] <= 1 + half
+    return GateResult("noise_floor", "PASS" if ok else "INCONCLUSIVE", True, ratio, half, "ratio - 1",
+                      "p95 ratio of two source rounds (A/A); 90 % percentile bootstrap",
+                      f"A/A p95 ratio {ratio:.3f}, interval [{ci[0]:.3f}, {ci[1]:.3f}] within 1 +/- {half:.3f}" if ok
+                      else f"A/A p95 ratio interval [{ci[0]:.3f}, {ci[1]:.3f}] is wider than 1 +/- {half:.3f}: the "
+                           "setup is too noisy for this margin; measure more or on quieter hosts",
+                      samples=n, interval=ci, source="A/A noise floor: half the comparison margin", phase=phase)
+
+
+def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "") -> GateResult:
+    """What the measurement cost (both sides), USD, must stay within the operator's limit."""
+    if limit_usd is None:
+        return GateResult("spend_limit", "PASS", False, total_usd, None, "USD", "sum of billed cost",
+                          f"spent {total_usd:.5f} USD; no limit set (gates.spend_limit_usd)", phase=phase)
+    return GateResult("spend_limit", "PASS" if total_usd <= limit_usd else "FAIL", True, total_usd, limit_usd, "USD",
+                      "sum of billed cost of both sides", f"spent {total_usd:.5f} USD of {limit_usd} USD allowed",
+                      source="params gates.spend_limit_usd", phase=phase)

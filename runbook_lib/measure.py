@@ -25,6 +25,7 @@ SAMPLE_COLUMNS = ("side", "round", "request", "intended_s", "sent_s", "done_s", 
 durations in seconds (``total_s``, ``queue_s``, ``init_s``, ``execution_s``)."""
 
 POLL_INTERVAL_S = 0.01
+DISPATCH_LEAD_S = 0.002  # a request is handed to its worker this early; the worker sleeps to its time
 
 
 class JobClient:
@@ -133,6 +134,9 @@ def run_open_loop(client: JobClient, requests: list[Request], *, side: str, roun
     lock = threading.Lock()
 
     def one(req: Request) -> None:
+        wait = req.intended_s - (time.perf_counter() - t0)
+        if wait > 0:  # handed over DISPATCH_LEAD_S early, so the pool's pick-up delay is not latency
+            time.sleep(wait)
         sent = time.perf_counter() - t0
         try:
             job = client.runsync(req.payload)
@@ -150,7 +154,7 @@ def run_open_loop(client: JobClient, requests: list[Request], *, side: str, roun
 
     with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
         for req in requests:
-            delay = req.intended_s - (time.perf_counter() - t0)
+            delay = req.intended_s - DISPATCH_LEAD_S - (time.perf_counter() - t0)
             if delay > 0:
                 time.sleep(delay)
             pool.submit(one, req)

@@ -75,7 +75,10 @@ class Profile(_Model):
         price_usd_per_hour: on-demand price of one pod / worker, USD per hour.
         storage_usd_per_gb_month: volume price, USD per GB-month.
         egress_usd_per_gb: data-out price, USD per GB.
-        fault: deliberate fault for drills and tests (``none`` in real migrations).
+        fault: deliberate fault for drills and tests (``none`` in real migrations):
+            ``corrupt_checkpoint`` flips a byte of each artifact the canary downloads,
+            ``worker_crash`` kills an endpoint worker every 7 requests, ``slow_worker`` adds
+            0.25 s to every batch an endpoint worker serves.
     """
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
@@ -90,7 +93,7 @@ class Profile(_Model):
     storage_usd_per_gb_month: float = Field(default=0.0, ge=0)
     egress_usd_per_gb: float = Field(default=0.0, ge=0)
     secrets: tuple[SecretRef, ...] = ()
-    fault: Literal["none", "corrupt_checkpoint", "worker_crash"] = "none"
+    fault: Literal["none", "corrupt_checkpoint", "worker_crash", "slow_worker"] = "none"
 
 
 class Workload(_Model):
@@ -148,7 +151,9 @@ class Storage(_Model):
 
 class Measure(_Model):
     """Phase 04 protocol. ``arrival_rate_per_s`` is the open-loop (Poisson) request rate;
-    rounds alternate source, target, target, source (RMIT interleaving)."""
+    rounds alternate source, target, target, source (RMIT interleaving). When a side has fewer
+    than ``gates.min_latency_samples`` samples, up to ``max_extra_rounds`` more rounds are run
+    (the budget for extending an inconclusive comparison) before the gates are judged."""
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
     warmup_requests: int = Field(default=5, ge=0)
@@ -156,6 +161,7 @@ class Measure(_Model):
     arrival_rate_per_s: float = Field(default=20.0, gt=0)
     throughput_requests: int = Field(default=64, ge=1)
     request_timeout_s: float = Field(default=30.0, gt=0)
+    max_extra_rounds: int = Field(default=2, ge=0, le=20)
 
 
 class Gates(_Model):
@@ -171,6 +177,7 @@ class Gates(_Model):
     required_saving: float = Field(default=0.0, ge=-1, lt=1)
     loss_band_rel: float = Field(default=0.01, gt=0)
     min_latency_samples: int = Field(default=20, ge=1)
+    spend_limit_usd: float | None = Field(default=None, gt=0)
 
 
 class Cutover(_Model):

@@ -104,3 +104,65 @@ def test_cost_breakdown_by_hand() -> None:
     assert g.cost_per_unit(1.0, None, required_saving=0.1).verdict == "INCONCLUSIVE"
     assert g.cost_per_unit(1.0, 0.95, required_saving=0.1).verdict == "FAIL"
     assert g.cost_per_unit(1.0, 0.85, required_saving=0.1).verdict == "PASS"
+
+
+@pytest.mark.parametrize("n,over,verdict", [(90, 0, "PASS"), (89, 0, "INCONCLUSIVE"), (130, 1, "PASS"),
+                                            (129, 1, "INCONCLUSIVE"), (398, 10, "PASS"), (397, 10, "INCONCLUSIVE"),
+                                            (100, 6, "FAIL")])
+def test_latency_slo_matches_mlperf_early_stopping_table(n: int, over: int, verdict: str) -> None:
+    # MLPerf inference rules, "Early Stopping Criterion": at p95 and 99 % confidence a run needs
+    # 90 queries with none over the bound, 130 with one, 398 with ten.
+    lat = np.full(n, 0.1)
+    lat[:over] = 2.0
+    assert g.latency_slo(lat, slo_s=1.0).verdict == verdict
+
+
+def test_noise_floor_and_shift() -> None:
+    a, b = _lat(3000, 1), _lat(3000, 2)
+    assert g.noise_floor(a, b, max_ratio=1.5).verdict == "PASS"
+    assert g.noise_floor(a[:20], b[:20] * 1.3, max_ratio=1.1).verdict == "INCONCLUSIVE"  # too noisy, not FAIL
+    shifted = g.latency_shift(a, b * 1.5, max_ratio=1.1)
+    assert shifted.verdict == "FAIL" and not shifted.blocking and shifted.observed > 0.005
+    assert g.latency_shift(a, b, max_ratio=1.1).verdict == "PASS"
+    assert g.latency_shift(a, b + 0.001, max_ratio=1.0).verdict == "PASS"  # 1 ms is under the absolute floor
+
+
+def test_scored_gates_do_not_decide() -> None:
+    ok = g.boolean_gate("a", True, detail="")
+    scored = g.GateResult("s", "FAIL", False, 1.0, 0.5, "s", "m", "slower")
+    decision, reasons = g.decide([ok, scored])
+    assert decision == "GO" and any("scored" in r for r in reasons)
+
+
+def test_loss_band_needs_a_replicate_and_widens_with_its_spread() -> None:
+    s = [1.0] * 10
+    assert g.loss_band(s, [1.005] * 10, rel=0.01).verdict == "INCONCLUSIVE"
+    assert g.loss_band(s, [1.005] * 10, rel=0.01, replicate=s).verdict == "PASS"
+    assert g.loss_band(s, [1.05] * 10, rel=0.01, replicate=s).verdict == "FAIL"
+    noisy = g.loss_band(s, [1.05] * 10, rel=0.01, replicate=[1.02] * 10)  # A/A spread 2 % -> band 6 %
+    assert noisy.verdict == "PASS" and noisy.threshold == pytest.approx(0.06)
+
+
+def test_spend_limit() -> None:
+    assert g.spend_limit(2.0, limit_usd=1.0).verdict == "FAIL"
+    assert g.spend_limit(0.5, limit_usd=1.0).verdict == "PASS"
+    assert not g.spend_limit(0.5, limit_usd=None).blocking
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(st.lists(st.floats(0.001, 5.0), min_size=25, max_size=60), st.lists(st.floats(0.001, 5.0), min_size=25,
+                                                                             max_size=60), st.randoms())
+def test_verdicts_do_not_depend_on_sample_order(src: list[float], tgt: list[float], rnd) -> None:
+    s, t = np.array(src), np.array(tgt)
+    s2, t2 = s.copy(), t.copy()
+    rnd.shuffle(s2)
+    rnd.shuffle(t2)
+    for fn in (lambda a, b: g.latency_p95_ratio(a, b, max_ratio=1.1, min_samples=20),
+               lambda a, b: g.latency_slo(b, slo_s=1.0),
+               lambda a, b: g.latency_shift(a, b, max_ratio=1.1),
+               lambda a, b: g.error_rate(int((b > 4).sum()), b.size, max_rate=0.0)):
+        assert fn(s, t).verdict == fn(s2, t2).verdict

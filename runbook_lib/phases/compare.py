@@ -35,6 +35,27 @@ def round_sides(rounds: int) -> list[str]:
     return [ROUND_PATTERN[i % 4] for i in range(rounds)]
 
 
+def _short(ctx: PhaseContext, counts: dict[str, int]) -> bool:
+    return min(counts.get("source", 0), counts.get("target", 0)) < ctx.mig.gates.min_latency_samples
+
+
+def schedule_rounds(ctx: PhaseContext, run_round: Any) -> int:
+    """Run the interleaved rounds, then extra ones while a side is short of samples and the
+    extension budget (``measure.max_extra_rounds``) lasts. ``run_round(r, side)`` returns the
+    number of completed samples it added. Returns the number of extra rounds run."""
+    counts: dict[str, int] = {}
+    sides = round_sides(ctx.mig.measure.rounds)
+    for r, side in enumerate(sides):
+        counts[side] = counts.get(side, 0) + run_round(r, side)
+    extra = 0
+    while _short(ctx, counts) and extra < ctx.mig.measure.max_extra_rounds:
+        r = len(sides) + extra
+        side = ROUND_PATTERN[r % 4]
+        counts[side] = counts.get(side, 0) + run_round(r, side)
+        extra += 1
+    return extra
+
+
 def accept_response(ctx: PhaseContext, golden: np.ndarray, row: dict[str, Any]) -> bool:
     """An accepted unit: COMPLETED, within the SLO (``workload.requirements.max_request_s``,
     seconds from intended arrival), and its output within tolerance of the golden row."""
@@ -79,14 +100,18 @@ def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
             t0 = time.perf_counter()
             job = clients[side].runsync(payload)
             warm_rows.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": job["status"]})
-    for r, side in enumerate(round_sides(m.rounds)):
+    def one_round(r: int, side: str) -> int:
         picks = wl.request_inputs(m.requests_per_round, seed=1000 + r // 2)
         sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + r // 2)
         reqs = [Request(i, float(sched[i]), payload, idx) for i, (idx, payload) in enumerate(picks)]
-        rows += run_open_loop(clients[side], reqs, side=side, round_id=r)
+        got = run_open_loop(clients[side], reqs, side=side, round_id=r)
+        rows.extend(got)
         burst = wl.request_inputs(m.throughput_requests, seed=3000 + r // 2)
         res = run_saturation(clients[side], [p for _, p in burst])
         thr.append({"side": side, "round": r, **res})
+        return sum(1 for x in got if x["status"] == "COMPLETED")
+
+    extra_rounds = schedule_rounds(ctx, one_round)
     end = time.perf_counter()
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     for row in rows:
@@ -104,7 +129,7 @@ def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
     billed = {c["side"]: c["cold_start_s"] + window for c in cold}
     return {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
             "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
-            "billed_s": billed, "egress_bytes": egress}
+            "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds}
 
 
 def measure_training(ctx: PhaseContext) -> dict[str, Any]:
@@ -113,7 +138,8 @@ def measure_training(ctx: PhaseContext) -> dict[str, Any]:
     rows, thr, cold, warm_rows = [], [], [], []
     warmup = max(1, ctx.mig.measure.warmup_requests)
     billed = {"source": 0.0, "target": 0.0}
-    for r, side in enumerate(round_sides(ctx.mig.measure.rounds)):
+
+    def one_round(r: int, side: str) -> int:
         pod = ctx.launch_agent(side, f"bench-{r}", "bench", prefix=prefix(ctx, "bench", str(r)), frozen_prefix=frozen)
         try:
             done = ctx.wait_pod(side, pod)
@@ -137,8 +163,12 @@ def measure_training(ctx: PhaseContext) -> dict[str, Any]:
         total = sum(timed)
         thr.append({"side": side, "round": r, "requests": float(len(timed)), "completed": float(len(timed)), "failed": 0.0,
                     "elapsed_s": total, "throughput_units_per_s": len(timed) * bs / total if total > 0 else 0.0})
+        return len(timed)
+
+    extra_rounds = schedule_rounds(ctx, one_round)
     return {"endpoints": {}, "cold_starts": cold, "samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr),
-            "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}, "warmup": warm_rows}
+            "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}, "warmup": warm_rows,
+            "extra_rounds": extra_rounds}
 
 
 def measure(ctx: PhaseContext) -> dict[str, Any]:
@@ -198,6 +228,18 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     burst = t[t["side"] == "target"]
     failures = int((tgt["status"] != "COMPLETED").sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum())
     total = len(tgt) + int(burst["requests"].sum()) if ctx.mig.workload.kind == "inference" else len(tgt)
+    src_rounds = [s[(s["side"] == "source") & (s["round"] == r) & (s["status"] == "COMPLETED")]["total_s"]
+                  .astype(float).to_numpy() for r in sorted(s[s["side"] == "source"]["round"].unique())]
+    extra: list[g.GateResult] = []
+    if ctx.mig.workload.kind == "inference":
+        extra.append(g.latency_slo(tgt[tgt["status"] == "COMPLETED"]["total_s"].astype(float).to_numpy(),
+                                   slo_s=ctx.mig.workload.requirements.max_request_s, phase="04"))
+    if len(src_rounds) >= 2:
+        extra.append(g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max, phase="04"))
+    else:
+        extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
+    extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
+    extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04"))
     return ctx.add_gates(
         g.latency_p95_ratio(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max,
                             min_samples=gc.min_latency_samples, phase="04"),
@@ -207,6 +249,7 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
                      unit="requests" if ctx.mig.workload.kind == "inference" else "training steps"),
         g.cost_per_unit(_finite(costs_["source"].usd_per_accepted_unit), _finite(costs_["target"].usd_per_accepted_unit),
                         required_saving=gc.required_saving, phase="04"),
+        *extra,
     )
 
 
@@ -226,4 +269,5 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "usd_per_accepted_unit": {s: _finite(c.usd_per_accepted_unit) for s, c in costs_.items()},
         "cost": {s: c.to_dict() for s, c in costs_.items()},
         "billed_s": res["billed_s"],
+        "extra_rounds": res.get("extra_rounds", 0),
     }

@@ -152,8 +152,9 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
         res = json.loads(ctx.fetch(f"{pfx}/result", f"05/slice/{k}")["result.json"].read_text())
         checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint", run_id=ctx.run_id)
         losses = [m["loss"] for m in res["attempts"][0]["metrics"]]
+        aa = rec01["golden_run"].get("aa_losses")
         band = g.loss_band(golden_losses[done_steps:until], losses, rel=ctx.mig.gates.loss_band_rel,
-                           last_k=len(losses), phase="05")
+                           last_k=len(losses), replicate=aa[done_steps:until] if aa else None, phase="05")
         ok = band.verdict == "PASS" and all(c["match"] for c in res["artifact_checksums"])
         steps.append({"step": k + 1, "target_percent": pct, "steps": f"{done_steps}..{until - 1}",
                       "checkpoint_prefix": f"{pfx}/checkpoint",

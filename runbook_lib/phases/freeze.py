@@ -65,6 +65,7 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
         "golden": {"prefix": prefix(ctx, "source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
                    "outputs_sha256": result_objs["outputs.npy"].sha256},
         "golden_run": {"losses": [m.get("loss") for m in attempt["metrics"] if "loss" in m],
+                       "aa_losses": result.get("aa_losses"),
                        "step_times_s": attempt["step_times_s"], "load_s": attempt["load_s"]},
     }
 

@@ -75,10 +75,11 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
         golden_final = np.load(golden_final_path) if golden_final_path.exists() else None
         out.append(g.top1_agreement(golden_final, canary["final_outputs"], minimum=gates_cfg.top1_agreement_min,
                                     phase="03"))
-        ref_losses = ctx.records["01"].data["freeze"]["golden_run"]["losses"]
+        golden_run = ctx.records["01"].data["freeze"]["golden_run"]
         attempts = res.get("attempts") or [{"metrics": []}]
         obs_losses = [m["loss"] for m in attempts[-1]["metrics"] if "loss" in m]
-        out.append(g.loss_band(ref_losses, obs_losses, rel=gates_cfg.loss_band_rel, phase="03"))
+        out.append(g.loss_band(golden_run["losses"], obs_losses, rel=gates_cfg.loss_band_rel,
+                               replicate=golden_run.get("aa_losses"), phase="03"))
     out.append(g.boolean_gate("canary_destroyed", canary["destroyed"], phase="03",
                               detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
     return ctx.add_gates(*out)

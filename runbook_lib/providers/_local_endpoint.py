@@ -292,6 +292,7 @@ def work(args: argparse.Namespace) -> int:
     wl.load()
     init_s = time.time() - spawned  # process start + imports + weight load
     crash_every = 7 if profile.fault == "worker_crash" else 0
+    slow_s = 0.25 if profile.fault == "slow_worker" else 0.0
     served = 0
     with httpx.Client(base_url=args.url, timeout=30.0) as http:
         http.post("/worker/ready", json={"worker": args.worker_id, "init_s": init_s})
@@ -303,6 +304,8 @@ def work(args: argparse.Namespace) -> int:
             if crash_every and served >= crash_every:
                 os._exit(3)  # drill: the worker dies holding its batch
             t0 = time.perf_counter()
+            if slow_s:
+                time.sleep(slow_s)  # drill: a slower target
             try:
                 outputs = wl.infer([j["input"] for j in jobs])
                 dt = time.perf_counter() - t0

@@ -291,6 +291,12 @@ def agent_main(args: argparse.Namespace) -> int:
         result["frozen_manifest_sha256"] = store.commit_set(f"{args.prefix}/frozen", frozen, run_id=args.run_id).sha256
         result["attempts"] = [attempt(args.params, args.side, artifact_dir=work / "frozen", work_dir=work,
                                       ckpt_dir=args.ckpt_dir, resume=False, pause=False, reload_check=False)]
+        if wl.kind == "training":  # A/A replicate on the source: the loss band's noise floor
+            aa_dir = work / "aa"
+            aa_dir.mkdir(exist_ok=True)
+            aa = attempt(args.params, args.side, artifact_dir=work / "frozen", work_dir=aa_dir,
+                         ckpt_dir=args.ckpt_dir.parent / "ckpt-aa", resume=False, pause=False, reload_check=False)
+            result["aa_losses"] = [m["loss"] for m in aa["metrics"]]
     else:
         args.artifact_dir = work / "artifact"
         checks = fetch_verified(store, args.frozen_prefix, args.artifact_dir)
