@@ -342,6 +342,14 @@ SLO_CONFIDENCE = 0.99  # one-sided confidence of that claim (MLPerf early-stoppi
 SHIFT_FLOOR_S = 0.005  # shifts smaller than 5 ms are never called a regression (absolute floor)
 
 
+def min_slo_samples(percentile: float = SLO_PERCENTILE, confidence: float = SLO_CONFIDENCE) -> int:
+    """Fewest requests that can PASS :func:`latency_slo` (all within the SLO): the smallest n with
+    ``percentile ** n <= 1 - confidence``; 90 for p95 at 99 %."""
+    import math
+
+    return math.ceil(math.log(1 - confidence) / math.log(percentile))
+
+
 def latency_slo(latencies: np.ndarray, *, slo_s: float, percentile: float = SLO_PERCENTILE,
                 confidence: float = SLO_CONFIDENCE, phase: str = "") -> GateResult:
     """Absolute latency SLO with a binomial guarantee, as MLPerf LoadGen's early stopping does:

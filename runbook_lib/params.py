@@ -157,7 +157,7 @@ class Measure(_Model):
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
     warmup_requests: int = Field(default=5, ge=0)
-    rounds: int = Field(default=4, ge=2, le=100)
+    rounds: int = Field(default=4, ge=4, le=100)  # S, T, T, S: at least two per side, an A/A source pair
     arrival_rate_per_s: float = Field(default=20.0, gt=0)
     throughput_requests: int = Field(default=64, ge=1)
     request_timeout_s: float = Field(default=30.0, gt=0)

@@ -21,9 +21,9 @@ from .conftest import ROOT
 
 pytestmark = pytest.mark.e2e
 
-FAST_INFERENCE = {"measure": {"requests_per_round": 30, "throughput_requests": 24, "warmup_requests": 2},
+FAST_INFERENCE = {"measure": {"requests_per_round": 45, "throughput_requests": 24, "warmup_requests": 2},
                   "gates": {"min_latency_samples": 40}, "cutover": {"requests_per_step": 10}}
-FAST_TRAINING = {"workload": {"train_steps": 30}, "measure": {"rounds": 2}, "gates": {"min_latency_samples": 20}}
+FAST_TRAINING = {"workload": {"train_steps": 30}, "measure": {"rounds": 4}, "gates": {"min_latency_samples": 20}}
 
 
 def _run(params: Path) -> RunResult:
@@ -186,7 +186,7 @@ def test_bad_params_exit_2_and_nothing_runs(make_params, capsys) -> None:
     p = make_params("demo.yaml", measure={"rounds": 1})
     assert cli_main(["run", str(p), "--reports", str(p.parent.parent / "reports")]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "measure.rounds" in err and "greater than or equal to 2" in err and "(got 1)" in err
+    assert "measure.rounds" in err and "greater than or equal to 4" in err and "(got 1)" in err
     assert not (p.parent.parent / "reports").exists()
 
 

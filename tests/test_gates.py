@@ -117,6 +117,10 @@ def test_latency_slo_matches_mlperf_early_stopping_table(n: int, over: int, verd
     assert g.latency_slo(lat, slo_s=1.0).verdict == verdict
 
 
+def test_min_slo_samples_is_mlperf_90() -> None:
+    assert g.min_slo_samples() == 90
+
+
 def test_noise_floor_and_shift() -> None:
     a, b = _lat(3000, 1), _lat(3000, 2)
     assert g.noise_floor(a, b, max_ratio=1.5).verdict == "PASS"

@@ -36,7 +36,11 @@ def round_sides(rounds: int) -> list[str]:
 
 
 def _short(ctx: PhaseContext, counts: dict[str, int]) -> bool:
-    return min(counts.get("source", 0), counts.get("target", 0)) < ctx.mig.gates.min_latency_samples
+    need = ctx.mig.gates.min_latency_samples
+    if ctx.mig.workload.kind == "inference":  # the absolute SLO bound needs its own minimum on the target
+        need_t = max(need, g.min_slo_samples())
+        return counts.get("source", 0) < need or counts.get("target", 0) < need_t
+    return min(counts.get("source", 0), counts.get("target", 0)) < need
 
 
 def schedule_rounds(ctx: PhaseContext, run_round: Any) -> int:
