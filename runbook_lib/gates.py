@@ -439,3 +439,16 @@ def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "") -
     return GateResult("spend_limit", "PASS" if total_usd <= limit_usd else "FAIL", True, total_usd, limit_usd, "USD",
                       "sum of billed cost of both sides", f"spent {total_usd:.5f} USD of {limit_usd} USD allowed",
                       source="params gates.spend_limit_usd", phase=phase)
+
+
+def capacity(ready: int, required: int, *, phase: str = "") -> GateResult:
+    """Target capacity against policy: ``ready`` workers serving versus the ``required`` count.
+    Short capacity is INCONCLUSIVE (delay, or document an approved alternative in params), never a
+    silently weakened PASS."""
+    ok = ready >= required
+    return GateResult("capacity", "PASS" if ok else "INCONCLUSIVE", True, ready, required, "workers",
+                      "workers serving after warm-up / workers the target profile requires",
+                      f"{ready} of {required} target workers serving" if ok else
+                      f"only {ready} of {required} target workers came up: delay the migration or document an "
+                      "approved alternative (change target.workers in params); the policy is not weakened silently",
+                      source="params target.workers", phase=phase)

@@ -147,6 +147,12 @@ def test_loss_band_needs_a_replicate_and_widens_with_its_spread() -> None:
     assert noisy.verdict == "PASS" and noisy.threshold == pytest.approx(0.06)
 
 
+def test_capacity_short_is_a_delay_not_a_pass() -> None:
+    assert g.capacity(2, 2).verdict == "PASS"
+    short = g.capacity(1, 2)
+    assert short.verdict == "INCONCLUSIVE" and short.blocking and "approved alternative" in short.detail
+
+
 def test_spend_limit() -> None:
     assert g.spend_limit(2.0, limit_usd=1.0).verdict == "FAIL"
     assert g.spend_limit(0.5, limit_usd=1.0).verdict == "PASS"

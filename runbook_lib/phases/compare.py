@@ -117,6 +117,8 @@ def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
 
     extra_rounds = schedule_rounds(ctx, one_round)
     end = time.perf_counter()
+    health = clients["target"].health()["workers"]
+    workers_ready = int(health["idle"] + health["running"])
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     for row in rows:
         row["accepted"] = accept_response(ctx, golden, row)
@@ -133,7 +135,8 @@ def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
     billed = {c["side"]: c["cold_start_s"] + window for c in cold}
     return {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
             "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
-            "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds}
+            "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
+            "target_workers_ready": workers_ready}
 
 
 def measure_training(ctx: PhaseContext) -> dict[str, Any]:
@@ -236,6 +239,7 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
                   .astype(float).to_numpy() for r in sorted(s[s["side"] == "source"]["round"].unique())]
     extra: list[g.GateResult] = []
     if ctx.mig.workload.kind == "inference":
+        extra.append(g.capacity(res["target_workers_ready"], ctx.mig.target.workers, phase="04"))
         extra.append(g.latency_slo(tgt[tgt["status"] == "COMPLETED"]["total_s"].astype(float).to_numpy(),
                                    slo_s=ctx.mig.workload.requirements.max_request_s, phase="04"))
     if len(src_rounds) >= 2:
