@@ -1,4 +1,4 @@
-"""``runbook``: run a migration, one phase, or list past runs.
+"""``runbook``: run a migration, one phase, verify a run's evidence, or list past runs.
 
 Exit codes (also in README.md):
     0  GO: every blocking gate passed
@@ -83,6 +83,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from runbook_lib.manifest import verify_run
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        from runbook_lib.errors import UsageError
+
+        raise UsageError(f"{run_dir} is not a run directory")
+    rows = verify_run(run_dir)
+    bad = [r for r in rows if r["status"] != "intact"]
+    for r in sorted(rows, key=lambda r: (r["status"] == "intact", r["path"])):
+        print(f"{r['status']:<12} {r['path']:<45} ({r['by']})")
+    print(f"{len(rows) - len(bad)} intact, {sum(r['status'] == 'altered' for r in rows)} altered, "
+          f"{sum(r['status'] == 'missing' for r in rows)} missing, "
+          f"{sum(r['status'] == 'broken-link' for r in rows)} broken links")
+    return 1 if bad else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="runbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -99,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell-timeout-s", type=int, default=600, help="seconds per cell (default 600)")
     p.add_argument("--approval-file")
     p.set_defaults(func=_cmd_phase)
+    v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")
+    v.add_argument("run_dir")
+    v.set_defaults(func=_cmd_verify)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")
     ls.set_defaults(func=_cmd_list)

@@ -7,6 +7,7 @@ same. Each test checks the decision, the exit code and the evidence a reader wou
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -14,7 +15,7 @@ import pytest
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
-from runbook_lib.manifest import read_chain, sha256_file
+from runbook_lib.manifest import read_chain, sha256_file, verify_run
 from runbook_lib.runner import RunResult, execute_phase, run_migration
 
 from .conftest import ROOT
@@ -82,6 +83,19 @@ def test_inference_demo_goes_with_full_evidence(make_params) -> None:
     assert (d / "_SUCCESS").stat().st_mtime >= max(p.stat().st_mtime for p in d.rglob("*") if p.is_file())
     out = cli_main(["list", "--reports", str(d.parent)])
     assert out == 0
+    assert cli_main(["verify", str(d)]) == 0
+    for victim in ("03_prove_parity.json", "04_compare_production.ipynb", "04/latency_cdf.png", "params.yaml",
+                   "receipt.json"):
+        copy = d.parent / f"tampered-{victim.replace('/', '_')}"
+        shutil.copytree(d, copy)
+        with open(copy / victim, "r+b") as f:  # flip one byte
+            f.seek(10)
+            b = f.read(1)
+            f.seek(10)
+            f.write(bytes([b[0] ^ 1]))
+        rows = {r["path"]: r["status"] for r in verify_run(copy)}
+        assert rows[victim] == "altered", victim
+        assert cli_main(["verify", str(copy)]) == 1
 
 
 def test_training_demo_moves_its_checkpoint(make_params) -> None:

@@ -86,6 +86,7 @@ class PhaseContext:
         approval = approvals.require(plan, run_dir=self.run_dir, preapproved_local=self.mig.approvals.preapproved_local,
                                      approval_file=self.approval_ref or self.mig.approvals.approval_file)
         self.plans.append({"plan": plan.to_dict(), "approved_by": approval.approved_by, "method": approval.method})
+        self.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
         return self.provider(side).apply(plan, approval)
 
     def plan_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
