@@ -269,12 +269,60 @@ def parse_yaml(text: str, *, origin: str = "<string>") -> dict[str, Any]:
     return data
 
 
+KEY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("an AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("a Runpod API key", re.compile(r"\brpa_[A-Za-z0-9]{20,}")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("a 64-hex-digit API key (Vast.ai style)", re.compile(r"\b[0-9a-f]{64}\b")),
+)
+"""Credential shapes refused anywhere in params (values must be references, never secrets)."""
+
+
+def _entropy_bits_per_char(s: str) -> float:
+    import math
+    from collections import Counter
+
+    n = len(s)
+    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())
+
+
+def credential_findings(data: Any, path: str = "") -> list[tuple[str, str]]:
+    """``(field, kind)`` for every string in ``data`` that looks like a credential: a known key
+    shape, or a long (>= 32 characters) high-entropy token (> 4.5 bits per character) that is not
+    a path or URL. Values are not returned."""
+    out: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out += credential_findings(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            out += credential_findings(v, f"{path}.{i}")
+    elif isinstance(data, str):
+        for kind, rx in KEY_PATTERNS:
+            if rx.search(data):
+                out.append((path, kind))
+                break
+        else:
+            for token in re.findall(r"[A-Za-z0-9+/=_\-]{32,}", data):
+                if "/" not in token and _entropy_bits_per_char(token) > 4.5:
+                    out.append((path, "a long high-entropy token"))
+                    break
+    return out
+
+
 def validate(data: dict[str, Any], *, origin: str = "<params>") -> Migration:
     """Validate a params mapping into a :class:`Migration`.
 
     Raises:
-        ParamsError: names every offending field, the value seen and what is allowed.
+        ParamsError: names every offending field, the value seen and what is allowed; a value that
+            looks like a credential is refused by field name, without echoing it.
     """
+    found = credential_findings(data)
+    if found:
+        lines = "\n".join(f"  - {field}: looks like {kind} (value not shown)" for field, kind in found)
+        raise ParamsError(f"{origin}: params must name credentials by reference (env:VAR or file:/path), never "
+                          f"hold them; nothing was run:\n{lines}", field=found[0][0])
     try:
         return Migration.model_validate(data)
     except ValidationError as exc:

@@ -40,7 +40,7 @@ def test_secret_must_be_a_reference_and_is_never_echoed(make_params) -> None:
     token = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
     with pytest.raises(ParamsError, match=r"source.secrets.0.ref") as ei:
         load_params(make_params(source={"secrets": [{"name": "HF_TOKEN", "ref": token}]}))
-    assert token not in str(ei.value) and "use env:VAR or file:/path" in str(ei.value)
+    assert token not in str(ei.value) and "env:VAR or file:/path" in str(ei.value)
     assert ei.value.value is None
 
 
@@ -62,3 +62,24 @@ def test_cutover_steps_must_increase_to_100(steps: list[int]) -> None:
     base["cutover"]["steps_percent"] = steps
     with pytest.raises(ParamsError, match=r"cutover.steps_percent"):
         validate(base)
+
+
+@pytest.mark.parametrize("value,kind", [
+    ("AKIA" + "ABCDEFGHIJKLMNOP", "AWS access key"),
+    ("hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6", "Hugging Face token"),
+    ("rpa_" + "ABCDEFGHIJ0123456789KLMN", "Runpod API key"),
+    ("-----BEGIN OPENSSH " + "PRIVATE KEY-----\nabc", "private key"),
+    ("3f" * 32, "64-hex-digit"),
+    ("q8Zr2LxV9pW4mN7kT1sB6yH3gD0fJ5cA", "high-entropy"),
+])
+def test_key_pasted_anywhere_is_refused_by_field(make_params, value: str, kind: str) -> None:
+    p = make_params(description=f"note {value}")
+    with pytest.raises(ParamsError) as ei:
+        load_params(p)
+    assert "description: looks like" in str(ei.value) and kind in str(ei.value)
+    assert value not in str(ei.value)
+
+
+def test_ordinary_values_are_not_mistaken_for_keys() -> None:
+    mig = load_params(ROOT / "params" / "demo-s3.yaml")
+    assert mig.storage.access_key_id_ref == "env:AWS_ACCESS_KEY_ID"
