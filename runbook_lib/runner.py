@@ -84,6 +84,46 @@ def _stamp(output: Path, *, status: str, cell_index: int, ename: str, evalue: st
     nbformat.write(nb, output)
 
 
+def scrub_paths(nb_path: Path, root: Path) -> None:
+    """Make the paths papermill writes into an executed notebook's metadata (parameters, input and
+    output paths) relative to the project, so reports do not carry usernames or home directories."""
+    import nbformat
+
+    if not nb_path.exists():
+        return
+    nb = nbformat.read(nb_path, as_version=4)
+    meta = nb.metadata.get("papermill", {})
+
+    def rel(v: Any) -> Any:
+        if isinstance(v, str) and v.startswith(str(root)):
+            return str(Path(v).relative_to(root)) or "."
+        return v
+
+    for key in ("input_path", "output_path"):
+        if key in meta:
+            meta[key] = rel(meta[key])
+    for k, v in list(meta.get("parameters", {}).items()):
+        meta["parameters"][k] = rel(v)
+    for cell in nb.cells:
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell.source = cell.source.replace(str(root) + "/", "")
+    nbformat.write(nb, nb_path)
+
+
+def guard_phase(pid: str, run_dir: Path, mig: Migration) -> dict[str, Any]:
+    """Scan the run directory for credentials after a phase; redact and report what was found.
+
+    Returns:
+        The scan summary (names and files only); ``findings`` empty when clean.
+    """
+    from runbook_lib.scan import scan_run
+
+    res = scan_run(run_dir, mig, redact=True)
+    res["phase"] = pid
+    res["findings"] = [f.__dict__ for f in res["findings"]]
+    return res
+
+
 def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: int,
                   notebooks_dir: Path, approval_ref: str = "") -> Path:
     """Run one phase notebook into ``run_dir/NN_<phase>.ipynb``.
@@ -176,6 +216,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     run_dir.mkdir(parents=True)
     shutil.copyfile(params, run_dir / "params.yaml")
     outcomes: list[PhaseOutcome] = []
+    scans: list[dict[str, Any]] = []
     failed = stopped = False
     bar = tqdm(total=len(PHASES), desc=mig.migration, unit="phase", file=sys.stderr, leave=False,
                disable=not sys.stderr.isatty())
@@ -191,8 +232,18 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
         t0 = time.perf_counter()
         started = utc_now()
         try:
-            execute_phase(pid, params, run_dir, cell_timeout_s=mig.run.cell_timeout_s, notebooks_dir=nb_dir,
-                          approval_ref=approval_ref)
+            try:
+                execute_phase(pid, params, run_dir, cell_timeout_s=mig.run.cell_timeout_s, notebooks_dir=nb_dir,
+                              approval_ref=approval_ref)
+            finally:
+                scrub_paths(run_dir / f"{phase_name(pid)}.ipynb", root)
+                scan = guard_phase(pid, run_dir, mig)
+                scans.append(scan)
+            if scan["findings"]:
+                where = sorted({f["path"] for f in scan["findings"]})
+                raise PhaseFailed(f"phase {pid}: credentials ({sorted({f['what'] for f in scan['findings']})}) found "
+                                  f"in {where}; those files were redacted. Find what printed them and run again.",
+                                  phase=pid, notebook=str(run_dir / f"{phase_name(pid)}.ipynb"), ename="SecretLeak")
             chain = {r.phase: r for r in read_chain(run_dir)}
             if pid not in chain:
                 raise PhaseFailed(f"phase {pid} ran but wrote no record", phase=pid,
@@ -232,7 +283,8 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     exit_code = EXIT_FAILED if failed or not receipt_path.exists() else EXIT_BY_DECISION[decision]
     if failed:
         decision = f"FAILED (decision {decision})" if receipt_path.exists() else "FAILED"
-    seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed)
+    seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed,
+             extra={"secret_scans": scans})
     return RunResult(run_dir, decision, exit_code, outcomes, reasons)
 
 

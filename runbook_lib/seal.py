@@ -41,7 +41,8 @@ def git_commit(root: Path) -> str | None:
 
 
 def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
-             phases: list[dict[str, Any]] | None = None, complete: bool = True) -> dict[str, Any]:
+             phases: list[dict[str, Any]] | None = None, complete: bool = True,
+             extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write ``manifest.json`` and, when ``complete``, ``_SUCCESS`` after it.
 
     Args:
@@ -51,6 +52,7 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
         decision: ``GO``, ``NO-GO``, ``HOLD`` or ``FAILED ...``.
         phases: per-phase outcomes (status, seconds, reason); from the records when None.
         complete: write the completion marker (False for a failed run).
+        extra: more top-level fields (the runner adds its per-phase secret scans).
 
     Returns:
         The manifest.
@@ -83,6 +85,7 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
                     "notebooks": {p.name: sha256_file(p) for p in sorted(run_dir.glob("*.ipynb"))}},
         "phases": phases,
         "finished": utc_now(),
+        **(extra or {}),
     }
     (run_dir / COMPLETION_MARKER).unlink(missing_ok=True)
     write_json_atomic(run_dir / "manifest.json", manifest)

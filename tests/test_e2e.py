@@ -22,7 +22,7 @@ from .conftest import ROOT
 
 pytestmark = pytest.mark.e2e
 
-FAST_INFERENCE = {"measure": {"requests_per_round": 45, "throughput_requests": 24, "warmup_requests": 2},
+FAST_INFERENCE = {"measure": {"requests_per_round": 45, "throughput_requests": 24, "warmup_requests": 10},
                   "gates": {"min_latency_samples": 40}, "cutover": {"requests_per_step": 10}}
 FAST_TRAINING = {"workload": {"train_steps": 30}, "measure": {"rounds": 4}, "gates": {"min_latency_samples": 20}}
 
@@ -49,8 +49,23 @@ def _gone(res: RunResult) -> None:
     assert all(c["state"] == "DESTROYED" for c in r["resources"]["created"])
 
 
-def test_inference_demo_goes_with_full_evidence(make_params) -> None:
-    res = _run(make_params("demo.yaml", **FAST_INFERENCE))
+CANARY_ENV = "runbook-canary-env-7f3a9c2e5b1d"
+CANARY_FILE = "runbook-canary-file-0e8d4b6a2c9f"
+
+
+def _no_canary_anywhere(root: Path) -> None:
+    for p in root.rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert CANARY_ENV.encode() not in data and CANARY_FILE.encode() not in data, p
+
+
+def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", CANARY_ENV)  # the demo names env:HF_TOKEN; pods get it injected
+    (tmp_path / "registry-token").write_text(CANARY_FILE + "\n")
+    secrets = [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"},
+               {"name": "REGISTRY_TOKEN", "ref": f"file:{tmp_path / 'registry-token'}"}]
+    res = _run(make_params("demo.yaml", source={"secrets": secrets}, target={"secrets": secrets}, **FAST_INFERENCE))
     assert (res.decision, res.exit_code) == ("GO", EXIT_GO)
     d = res.run_dir
     chain = read_chain(d)  # every record links to the previous one and every listed file verifies
@@ -84,6 +99,12 @@ def test_inference_demo_goes_with_full_evidence(make_params) -> None:
     out = cli_main(["list", "--reports", str(d.parent)])
     assert out == 0
     assert cli_main(["verify", str(d)]) == 0
+    _no_canary_anywhere(d)  # planted secrets reached the pods, never the evidence
+    scans = m["secret_scans"]
+    assert len(scans) == 6 and all(sc["findings"] == [] for sc in scans)
+    assert scans[0]["secret_names"] == ["HF_TOKEN", "REGISTRY_TOKEN"]
+    nb01 = nbformat.read(d / "01_freeze_source.ipynb", as_version=4)
+    assert not str(nb01.metadata.papermill.parameters["params_path"]).startswith("/")
     for victim in ("03_prove_parity.json", "04_compare_production.ipynb", "04/latency_cdf.png", "params.yaml",
                    "receipt.json"):
         copy = d.parent / f"tampered-{victim.replace('/', '_')}"
@@ -217,4 +238,23 @@ def test_slower_target_is_no_go_naming_the_latency_gate(make_params) -> None:
     assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
     assert any(r.startswith("latency_p95_ratio FAIL (phase 04)") for r in res.reasons)
     assert [o.status for o in res.outcomes][4] == "skipped"  # no cutover onto a slower target
+    _gone(res)
+
+
+def test_a_leaked_secret_fails_the_phase_and_is_redacted(make_params, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", CANARY_ENV)
+    nbs = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", nbs)
+    nb = nbformat.read(nbs / "02_map_target.ipynb", as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell("import os\nprint('debug', os.environ['HF_TOKEN'])"))
+    nbformat.write(nb, nbs / "02_map_target.ipynb")
+    p = make_params("demo-train.yaml", source={"secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"}]},
+                    **FAST_TRAINING)
+    res = run_migration(p, reports_dir=p.parent.parent / "reports", notebooks_dir=nbs, echo=print)
+    assert res.exit_code == EXIT_FAILED
+    assert res.outcomes[1].status == "failed" and "credentials" in res.outcomes[1].reason
+    rec = json.loads((res.run_dir / "02_map_target.json").read_text())
+    assert rec["status"] == "failed"
+    assert "[REDACTED:HF_TOKEN]" in (res.run_dir / "02_map_target.ipynb").read_text()
+    _no_canary_anywhere(res.run_dir)
     _gone(res)

@@ -1,0 +1,26 @@
+"""The credential scan finds resolved secret values and key shapes, and redacts them in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runbook_lib.params import load_params
+from runbook_lib.scan import scan_run
+
+
+def test_scan_finds_and_redacts_by_name(make_params, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "canary-value-123456789")
+    monkeypatch.setenv("SHORT_ONE", "abc")
+    p = make_params("demo.yaml", source={"secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"},
+                                                     {"name": "SHORT", "ref": "env:SHORT_ONE"}]})
+    run = tmp_path / "run"
+    (run / "04").mkdir(parents=True)
+    (run / "clean.json").write_text('{"sha256": "' + "ab" * 32 + '"}')  # digests are not keys
+    (run / "04" / "leak.txt").write_text("token=canary-value-123456789 and " + "AKIA" + "ABCDEFGHIJKLMNOP")
+    res = scan_run(run, load_params(p))
+    found = {(f.path, f.what) for f in res["findings"]}
+    assert found == {("04/leak.txt", "HF_TOKEN"), ("04/leak.txt", "an AWS access key id")}
+    assert res["too_short_to_scan"] == ["SHORT"] and res["secret_names"] == ["HF_TOKEN"]
+    text = (run / "04" / "leak.txt").read_text()
+    assert "canary-value" not in text and "[REDACTED:HF_TOKEN]" in text and "AKIA" not in text
+    assert scan_run(run, load_params(p))["findings"] == []
