@@ -1,4 +1,4 @@
-"""``runbook``: run a migration, one phase, verify a run's evidence, or list past runs.
+"""``runbook``: run a migration, one phase, verify a run's evidence, report it as HTML, or list runs.
 
 Exit codes (also in README.md):
     0  GO: every blocking gate passed
@@ -101,6 +101,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from runbook_lib.report import write_html
+
+    out = write_html(Path(args.run_dir), Path(args.output) if args.output else None)
+    print(f"report: {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="runbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -120,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")
     v.add_argument("run_dir")
     v.set_defaults(func=_cmd_verify)
+    rp = sub.add_parser("report", help="one offline HTML report of a run (code hidden, plots inline)")
+    rp.add_argument("run_dir")
+    rp.add_argument("-o", "--output", help="output file (default: reports/<run_id>.html)")
+    rp.set_defaults(func=_cmd_report)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")
     ls.set_defaults(func=_cmd_list)

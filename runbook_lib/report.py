@@ -7,6 +7,7 @@ same data gives the same bytes.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -107,3 +108,68 @@ def gates_table(gates: Sequence[Any]) -> Any:
     if df.empty:
         return df
     return df.style.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, '')}", subset=["verdict"]).hide(axis="index")
+
+
+_REMOTE = re.compile(r"""(?:src|href)\s*=\s*["']\s*(?:https?:)?//|@import\s+url\(\s*["']?https?:|from\s+["']https?://""",
+                     re.IGNORECASE)
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px}
+img{max-width:100%}section{border-top:2px solid #444;margin-top:2em}.decision{font-size:1.4em}
+pre{white-space:pre-wrap}"""
+
+
+def remote_references(html: str) -> list[str]:
+    """Fragments of ``html`` that would load something over the network (scripts, styles, images,
+    ES module imports)."""
+    return [m.group(0) for m in _REMOTE.finditer(html)]
+
+
+def write_html(run_dir: Path, out: Path | None = None) -> Path:
+    """One offline HTML report of a run: a summary from ``receipt.json``, then each executed phase
+    notebook with code hidden and plots inline (nbconvert's ``basic`` template; scripts removed).
+
+    Args:
+        run_dir: ``reports/<run_id>``.
+        out: output file; default ``reports/<run_id>.html`` beside the run (a sealed run directory
+            is not written to).
+
+    Returns:
+        The path written.
+
+    Raises:
+        EvidenceError: the run has no executed notebooks, or the HTML would load something remotely.
+    """
+    import html as _html
+    import json
+
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    from runbook_lib.errors import EvidenceError
+
+    notebooks = sorted(run_dir.glob("0[1-6]_*.ipynb"))
+    if not notebooks:
+        raise EvidenceError(f"{run_dir} holds no executed phase notebooks to report")
+    receipt = json.loads((run_dir / "receipt.json").read_text()) if (run_dir / "receipt.json").exists() else {}
+    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    parts = []
+    for nb_path in notebooks:
+        body, _ = exporter.from_notebook_node(nbformat.read(nb_path, as_version=4))
+        body = re.sub(r"<script\b.*?</script>", "", body, flags=re.DOTALL | re.IGNORECASE)
+        parts.append(f'<section id="{nb_path.stem}"><p><code>{_html.escape(nb_path.name)}</code></p>{body}</section>')
+    reasons = "".join(f"<li>{_html.escape(r)}</li>" for r in receipt.get("reasons", []))
+    head = (f"<h1>Migration report: {_html.escape(str(receipt.get('migration', run_dir.name)))}</h1>"
+            f"<p>Run <code>{_html.escape(run_dir.name)}</code></p>"
+            f"<p class='decision'>Decision: <b>{_html.escape(str(receipt.get('decision', 'none')))}</b></p><ul>{reasons}</ul>"
+            f"<p>Source: {_html.escape(str(receipt.get('source', {}).get('release', '')))}<br>"
+            f"Target: {_html.escape(str(receipt.get('target', {}).get('release', '')))}</p>"
+            "<p>Check the evidence offline with <code>runbook verify</code> on the run directory.</p>")
+    doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_html.escape(run_dir.name)}</title>"
+           f"<style>{_CSS}</style></head><body>{head}{''.join(parts)}</body></html>")
+    remote = remote_references(doc)
+    if remote:
+        raise EvidenceError(f"report for {run_dir.name} would load remote content: {remote[:3]}")
+    out = out or run_dir.parent / f"{run_dir.name}.html"
+    out.write_text(doc, encoding="utf-8")
+    return out

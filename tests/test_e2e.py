@@ -16,6 +16,7 @@ import pytest
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
 from runbook_lib.manifest import read_chain, sha256_file, verify_run
+from runbook_lib.report import remote_references
 from runbook_lib.runner import RunResult, execute_phase, run_migration
 
 from .conftest import ROOT
@@ -100,6 +101,10 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     assert out == 0
     assert cli_main(["verify", str(d)]) == 0
     _no_canary_anywhere(d)  # planted secrets reached the pods, never the evidence
+    assert cli_main(["report", str(d), "-o", str(tmp_path / "report.html")]) == 0
+    html = (tmp_path / "report.html").read_text()
+    assert "Decision: <b>GO</b>" in html and html.count("data:image/png") >= 3
+    assert remote_references(html) == [] and "<script" not in html
     scans = m["secret_scans"]
     assert len(scans) == 6 and all(sc["findings"] == [] for sc in scans)
     assert scans[0]["secret_names"] == ["HF_TOKEN", "REGISTRY_TOKEN"]

@@ -39,3 +39,12 @@ def test_parameters_cells_hold_references_only() -> None:
         assert set(params) == {"params_path", "run_dir", "run_mode", "approval_ref"}, nb.name
         widget_cells = [c for c in json.loads(nb.read_text())["cells"] if "approval_widget(" in "".join(c["source"])]
         assert all("skip-execution" in c["metadata"].get("tags", []) for c in widget_cells), nb.name
+
+
+def test_remote_reference_detector() -> None:
+    from runbook_lib.report import remote_references
+
+    assert remote_references('<script src="https://cdn.example/x.js"></script>')
+    assert remote_references("<link href='//cdn.example/s.css'>")
+    assert remote_references('import m from "https://cdnjs.example/mermaid.mjs"')
+    assert remote_references('<img src="data:image/png;base64,AAAA">') == []
