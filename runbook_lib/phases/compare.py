@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from typing import Any
 
@@ -278,4 +279,5 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "cost": {s: c.to_dict() for s, c in costs_.items()},
         "billed_s": res["billed_s"],
         "extra_rounds": res.get("extra_rounds", 0),
+        "host_load_avg_1_5_15min": list(os.getloadavg()),  # a busy host explains a noisy A/A pair
     }
