@@ -67,7 +67,7 @@ def throughput_plot(throughput: pd.DataFrame, path: Path, *, unit: str = "reques
         mean = throughput[throughput["side"] == side]["throughput_units_per_s"].mean()
         ax.axhline(mean, color=COLORS[side], linestyle="--", label=f"{side} mean {mean:.1f} {unit}")
     ax.set_xticks([int(r) for r in throughput["round"]],
-                  [f"{int(r)}: {sd}" for r, sd in zip(throughput["round"], throughput["side"])])
+                  [f"{int(r)}: {sd}" for r, sd in zip(throughput["round"], throughput["side"], strict=True)])
     ax.set_xlabel("round (interleaved source, target, target, source)")
     ax.set_ylabel(f"throughput ({unit})")
     ax.set_title("Throughput at saturation per round")
@@ -83,7 +83,7 @@ def cost_plot(costs: dict[str, Any], path: Path, *, unit: str = "request") -> An
     sides = list(costs)
     vals = [costs[s].usd_per_accepted_unit * 1e6 if np.isfinite(costs[s].usd_per_accepted_unit) else 0 for s in sides]
     bars = ax.bar(sides, vals, color=[COLORS[s] for s in sides])
-    for b, s in zip(bars, sides):
+    for b, s in zip(bars, sides, strict=True):
         c = costs[s]
         ax.annotate(f"{c.total_usd:.5f} USD / {c.accepted_units} units", (b.get_x() + b.get_width() / 2, b.get_height()),
                     ha="center", va="bottom", fontsize=8)

@@ -160,7 +160,7 @@ def measure_training(ctx: PhaseContext) -> dict[str, Any]:
         cold.append({"side": side, "round": r, "pod": pod.id,
                      "cold_start_s": (att["first_step_done_epoch"] or math.nan) - done.created_at})
         bs = ctx.profile(side).batch_size
-        for i, (t, met) in enumerate(zip(att["step_times_s"], att["metrics"])):
+        for i, (t, met) in enumerate(zip(att["step_times_s"], att["metrics"], strict=True)):
             if i < warmup:  # first steps pay allocation and cache warm-up: recorded, not judged
                 warm_rows.append({"side": side, "round": r, "step": i, "seconds": t})
                 continue

@@ -310,7 +310,7 @@ def work(args: argparse.Namespace) -> int:
                 outputs = wl.infer([j["input"] for j in jobs])
                 dt = time.perf_counter() - t0
                 results = [{"id": j["id"], "output": o, "execution_s": dt, "batch_size": len(jobs)}
-                           for j, o in zip(jobs, outputs)]
+                           for j, o in zip(jobs, outputs, strict=True)]
             except Exception as exc:  # noqa: BLE001 - reported as the job's failure
                 results = [{"id": j["id"], "error": f"{type(exc).__name__}: {exc}"} for j in jobs]
             http.post("/worker/done", json={"worker": args.worker_id, "results": results})

@@ -264,7 +264,7 @@ class S3Store(Store):
 
         starts = iter(range(0, size, chunk))
         with ThreadPoolExecutor(max_workers=self._transfer_kw["max_concurrency"]) as pool:
-            pending = deque(pool.submit(fetch, s) for _, s in zip(range(self._transfer_kw["max_concurrency"]), starts))
+            pending = deque(pool.submit(fetch, s) for _, s in zip(range(self._transfer_kw["max_concurrency"]), starts, strict=False))
             while pending:
                 writer.write(pending.popleft().result())
                 nxt = next(starts, None)
