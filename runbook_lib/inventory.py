@@ -74,7 +74,15 @@ def probe(*, device: str = "cpu") -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "features": {"udp_sockets": True, "dev_fuse": os.path.exists("/dev/fuse"),
                      "running_as_root": hasattr(os, "geteuid") and os.geteuid() == 0},
+        "credential_env_names": _credential_names(),
     }
+
+
+def _credential_names() -> list[str]:
+    """Names (never values) of environment variables that look like credentials."""
+    from runbook_lib.secrets import names_present
+
+    return names_present()
 
 
 COMPARED_KEYS = ("python", "torch", "device", "cuda.available", "cuda.runtime", "cuda.driver_version",

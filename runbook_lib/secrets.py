@@ -40,8 +40,12 @@ def resolve(name: str, ref: str, *, required: bool = True) -> str | None:
     return value
 
 
+CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"})
+
+
 def names_present(env: dict[str, str] | None = None) -> list[str]:
-    """Names (not values) of environment variables that look like credentials."""
+    """Names (not values) of environment variables that look like credentials: one of the
+    ``_``-separated words is a credential word (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``), so
+    ``TOKENIZERS_PARALLELISM`` is not one."""
     env = dict(os.environ if env is None else env)
-    markers = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-    return sorted(k for k in env if any(m in k.upper() for m in markers))
+    return sorted(k for k in env if CREDENTIAL_WORDS & set(k.upper().split("_")))

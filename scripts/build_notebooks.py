@@ -62,10 +62,12 @@ NOTEBOOKS: dict[str, list[tuple[str, str, list[str]]]] = {
                  "sha256 `{src['golden']['outputs_sha256']}`\"))", []),
         ("code", "requirements = freeze.requirements(ctx)\n"
                  "secrets = freeze.secrets_table(ctx)\n"
+                 "findings = freeze.credential_findings(ctx, src[\"environment\"])\n"
                  "display(pd.Series(requirements, name=\"declared\").to_frame())\n"
-                 "display(pd.DataFrame(secrets))", []),
-        ("code", FINISH.format(data='{"host": host, "freeze": src, "requirements": requirements, "secrets": secrets}'),
-         []),
+                 "display(pd.DataFrame(secrets))\n"
+                 "display(pd.DataFrame(findings, columns=[\"variable\", \"declared\", \"finding\"]))", []),
+        ("code", FINISH.format(data='{"host": host, "freeze": src, "requirements": requirements, "secrets": secrets, '
+                                    '"credential_findings": findings}'), []),
     ],
     "02_map_target": [
         ("md", "# 02 · Map target equivalents\n\nWhat does each dependency become on the target, and what has no "

@@ -105,6 +105,9 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     html = (tmp_path / "report.html").read_text()
     assert "Decision: <b>GO</b>" in html and html.count("data:image/png") >= 3
     assert remote_references(html) == [] and "<script" not in html
+    r01 = json.loads((d / "01_freeze_source.json").read_text())["data"]
+    assert {(f["variable"], f["declared"]) for f in r01["credential_findings"]} == {("HF_TOKEN", True),
+                                                                                    ("REGISTRY_TOKEN", True)}
     scans = m["secret_scans"]
     assert len(scans) == 6 and all(sc["findings"] == [] for sc in scans)
     assert scans[0]["secret_names"] == ["HF_TOKEN", "REGISTRY_TOKEN"]

@@ -85,6 +85,18 @@ def secrets_table(ctx: PhaseContext) -> list[dict[str, Any]]:
     return rows
 
 
+def credential_findings(ctx: PhaseContext, source_env: dict[str, Any]) -> list[dict[str, Any]]:
+    """Credential-looking variables inside the source pod (names only). A name the source profile
+    or the storage section does not declare is a finding: a key baked into the image or exported
+    into the container, which the target must not inherit."""
+    from runbook_lib.storage import credential_env
+
+    declared = {s.name for s in ctx.mig.source.secrets} | {n for n, _ in credential_env(ctx.mig.storage)}
+    return [{"variable": n, "declared": n in declared,
+             "finding": "" if n in declared else "undeclared credential in the source environment"}
+            for n in source_env.get("credential_env_names", [])]
+
+
 def requirements(ctx: PhaseContext) -> dict[str, Any]:
     """Declared host needs and SLOs of the workload (from params)."""
     req = ctx.mig.workload.requirements
