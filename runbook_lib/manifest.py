@@ -11,13 +11,12 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runbook_lib._fs import atomic_write
 from runbook_lib.errors import EvidenceError
 
 PHASES: tuple[tuple[str, str], ...] = (
@@ -60,19 +59,8 @@ def write_json_atomic(path: str | Path, data: Any) -> str:
     Returns:
         sha256 hex of the bytes written.
     """
-    path = Path(path)
     payload = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return hashlib.sha256(payload).hexdigest()
+    return atomic_write(Path(path), [payload])[1]
 
 
 def phase_name(phase: str) -> str:

@@ -7,11 +7,11 @@ is always a full re-hash.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import tempfile
 from pathlib import Path
+from typing import Any
 
+from runbook_lib._fs import atomic_write
 from runbook_lib.errors import StorageError
 from runbook_lib.storage import CHUNK_BYTES, ObjectInfo, Store, check, progress_bar
 
@@ -44,26 +44,10 @@ class FileStore(Store):
             raise StorageError(f"key {key!r} escapes the store root {self.root}")
         return p
 
-    def _stream_copy(self, fin: object, dest: Path, progress: object) -> ObjectInfo:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        h = hashlib.sha256()
-        size = 0
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-        try:
-            with os.fdopen(fd, "wb") as fout:
-                while chunk := fin.read(CHUNK_BYTES):  # type: ignore[attr-defined]
-                    h.update(chunk)
-                    size += len(chunk)
-                    fout.write(chunk)
-                    if progress is not None:
-                        progress.update(len(chunk))  # type: ignore[attr-defined]
-                fout.flush()
-                os.fsync(fout.fileno())
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return ObjectInfo(str(dest.relative_to(self.root)), size, h.hexdigest())
+    def _stream_copy(self, fin: Any, dest: Path, progress: Any) -> ObjectInfo:
+        size, digest = atomic_write(dest, iter(lambda: fin.read(CHUNK_BYTES), b""),
+                                    on_chunk=progress.update if progress is not None else None)
+        return ObjectInfo(str(dest.relative_to(self.root)), size, digest)
 
     def put_file(self, src: str | Path, key: str, *, sha256: str | None = None, progress: bool = False) -> ObjectInfo:
         bar = progress_bar(Path(src).stat().st_size if progress else None, f"put {key}", progress)
