@@ -408,25 +408,29 @@ def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, f
                       source="Kayenta MannWhitneyClassifier, with an absolute floor", phase=phase)
 
 
-def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, phase: str = "") -> GateResult:
-    """A/A check on two source rounds: the 90 % bootstrap interval of their p95 ratio must lie
-    within 1 +/- half the comparison margin (``max_ratio - 1``); otherwise the setup is too noisy
-    to judge a difference that small, and the gate is INCONCLUSIVE (not FAIL)."""
+def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q: float = 95,
+                phase: str = "") -> GateResult:
+    """A/A check on two source rounds: the 90 % bootstrap interval of the ratio of their ``q``-th
+    percentiles (p95 for request latency; p50 for sub-millisecond training steps, whose tails are
+    scheduler jitter) must lie within 1 +/- half the comparison margin (``max_ratio - 1``);
+    otherwise the setup is too noisy to judge a difference that small, and the gate is
+    INCONCLUSIVE (not FAIL)."""
     n = {"round_a": int(round_a.size), "round_b": int(round_b.size)}
     half = (max_ratio - 1) / 2
+    label = f"p{q:g}"
     if min(n.values()) < 2:
         return GateResult("noise_floor", "INCONCLUSIVE", True, None, half, "ratio - 1", "A/A p95 ratio",
                           "fewer than two source rounds with samples", samples=n, phase=phase)
-    ratio = float(np.percentile(round_b, 95) / np.percentile(round_a, 95))
-    ci = _bootstrap((round_a, round_b), lambda a, b: np.percentile(b, 95) / np.percentile(a, 95))
+    ratio = float(np.percentile(round_b, q) / np.percentile(round_a, q))
+    ci = _bootstrap((round_a, round_b), lambda a, b: np.percentile(b, q) / np.percentile(a, q))
     if ci is None:
-        return GateResult("noise_floor", "ERROR", True, ratio, half, "ratio - 1", "A/A p95 ratio",
+        return GateResult("noise_floor", "ERROR", True, ratio, half, "ratio - 1", f"A/A {label} ratio",
                           "bootstrap interval could not be computed", samples=n, phase=phase)
     ok = 1 - half <= ci[0] and ci[1] <= 1 + half
     return GateResult("noise_floor", "PASS" if ok else "INCONCLUSIVE", True, ratio, half, "ratio - 1",
-                      "p95 ratio of two source rounds (A/A); 90 % percentile bootstrap",
-                      f"A/A p95 ratio {ratio:.3f}, interval [{ci[0]:.3f}, {ci[1]:.3f}] within 1 +/- {half:.3f}" if ok
-                      else f"A/A p95 ratio interval [{ci[0]:.3f}, {ci[1]:.3f}] is wider than 1 +/- {half:.3f}: the "
+                      f"{label} ratio of two source rounds (A/A); 90 % percentile bootstrap",
+                      f"A/A {label} ratio {ratio:.3f}, interval [{ci[0]:.3f}, {ci[1]:.3f}] within 1 +/- {half:.3f}" if ok
+                      else f"A/A {label} ratio interval [{ci[0]:.3f}, {ci[1]:.3f}] is wider than 1 +/- {half:.3f}: the "
                            "setup is too noisy for this margin; measure more or on quieter hosts",
                       samples=n, interval=ci, source="A/A noise floor: half the comparison margin", phase=phase)
 

@@ -66,7 +66,10 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     (tmp_path / "registry-token").write_text(CANARY_FILE + "\n")
     secrets = [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"},
                {"name": "REGISTRY_TOKEN", "ref": f"file:{tmp_path / 'registry-token'}"}]
-    res = _run(make_params("demo.yaml", source={"secrets": secrets}, target={"secrets": secrets}, **FAST_INFERENCE))
+    # A wider latency margin than the demo's 2.0 keeps the A/A noise floor (half the margin) from
+    # holding this GO test when the 2-core host hiccups; the NO-GO tests keep the demo's margins.
+    fast = {**FAST_INFERENCE, "gates": {**FAST_INFERENCE["gates"], "latency_p95_ratio_max": 3.0}}
+    res = _run(make_params("demo.yaml", source={"secrets": secrets}, target={"secrets": secrets}, **fast))
     assert (res.decision, res.exit_code) == ("GO", EXIT_GO)
     d = res.run_dir
     chain = read_chain(d)  # every record links to the previous one and every listed file verifies
