@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -324,14 +323,11 @@ class LocalProvider(Provider):
                                       resource_id=resource_id)
             sleep(poll_s)
 
-    def as_dict(self, res: Pod | Endpoint) -> dict[str, Any]:
-        return asdict(res)
-
 
 def _is_ambient_secret(name: str) -> bool:
     """Credentials in the operator's environment are not inherited by pods: only the secrets a
     profile names are injected (scoped credentials)."""
-    return _secret_refs.names_present({name: ""}) == [name]
+    return bool(_secret_refs.CREDENTIAL_WORDS & set(name.upper().split("_")))
 
 
 def create(**kwargs: Any) -> LocalProvider:

@@ -19,7 +19,6 @@ The notebook waits for the completion marker; it never talks to the pod directly
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import signal
@@ -30,17 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import RunbookError, WorkloadError
+from runbook_lib.manifest import sha256_file
 from runbook_lib.storage import ObjectInfo, Store, store_from_params
 
 CHILD_TIMEOUT_S = 600.0
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def save_checkpoint(state: dict[str, Any], ckpt_dir: Path, step: int) -> Path:
@@ -76,7 +68,7 @@ def newest_verified_checkpoint(ckpt_dir: Path) -> tuple[Path | None, list[dict[s
             rejected.append({"file": ck.name, "reason": "no .sha256 sidecar (write did not finish)"})
         elif ck.stat().st_size == 0:
             rejected.append({"file": ck.name, "reason": "zero bytes"})
-        elif _sha256(ck) != side.read_text().strip():
+        elif sha256_file(ck) != side.read_text().strip():
             rejected.append({"file": ck.name, "reason": "sha256 differs from sidecar (truncated or corrupt)"})
         else:
             return ck, rejected
@@ -219,7 +211,7 @@ def fetch_verified(store: Store, frozen_prefix: str, dest: Path) -> list[dict[st
                 b = f.read(1)
                 f.seek(-1, 1)
                 f.write(bytes([b[0] ^ 0xFF]))
-        got = _sha256(local)
+        got = sha256_file(local)
         checks.append({"key": key, "expected_sha256": info.sha256, "observed_sha256": got,
                        "size_bytes": local.stat().st_size, "match": got == info.sha256})
     return checks
