@@ -8,7 +8,8 @@
     │   ├── RateLimited
     │   ├── NoCapacity
     │   ├── ProviderTimeout
-    │   └── NotFound
+    │   ├── NotFound
+    │   └── BadRequest
     ├── StorageError                 an object is missing, truncated or fails its checksum
     ├── WorkloadError                the acceptance job or an endpoint worker failed
     ├── EvidenceError                a phase record is missing or the hash chain is broken
@@ -91,6 +92,10 @@ class ProviderTimeout(ProviderError):
 
 class NotFound(ProviderError):
     """The resource does not exist (or no longer exists)."""
+
+
+class BadRequest(ProviderError):
+    """The provider rejected the request as invalid (HTTP 400/422 that is not a capacity error)."""
 
 
 class StorageError(RunbookError):

@@ -61,11 +61,62 @@ class Requirements(_Model):
     persistent_volume: bool = True
 
 
+class OfferSpec(_Model):
+    """Requirement ranges a remote target's offer must meet (phase 02 filters and ranks offers with
+    them; the canary re-checks them on the machine it got).
+
+    Units: VRAM and RAM in GiB; disk in GB (allocated at create, fixed for the life of a Vast
+    instance); prices in USD per hour for the whole machine.
+
+    Attributes:
+        gpu_names: acceptable GPU models (any spelling: ``RTX 4090``, ``NVIDIA GeForce RTX 4090``);
+            empty accepts any.
+        cuda_min: the host driver must support at least this CUDA version (``"12.4"``).
+        interruptible: rent at the interruptible (bid / spot) price. Runpod spot needs the
+            deprecated GraphQL API and ``runpod_graphql_spot``.
+        regions: data center ids, country codes or city names; empty accepts any.
+        cloud: Runpod cloud (``SECURE`` or ``COMMUNITY``); always sent, the default is disputed.
+        query: extra Vast.ai filters in the CLI's query language
+            (``gpu_name=RTX_4090 num_gpus>=1 cuda_vers>=12.4``); RAM inputs in GB.
+        max_tries: ranked offers tried when one has no capacity.
+        capacity_budget_s: wall-clock budget for getting a ready canary across those tries, seconds.
+        ready_timeout_s: how long one launch may take to become ready, seconds.
+    """
+
+    gpu_names: tuple[str, ...] = ()
+    gpu_count_min: int = Field(default=1, ge=0)
+    gpu_count_max: int = Field(default=8, ge=0)
+    vram_gib_min: float = Field(default=0.0, ge=0)
+    vcpu_min: float = Field(default=0.0, ge=0)
+    ram_gib_min: float = Field(default=0.0, ge=0)
+    disk_gb: float = Field(default=20.0, ge=8)
+    cuda_min: str = Field(default="", pattern=r"^(|\d+(\.\d+){0,2})$")
+    max_usd_per_hour: float | None = Field(default=None, gt=0)
+    interruptible: bool = False
+    regions: tuple[str, ...] = ()
+    reliability_min: float = Field(default=0.0, ge=0, le=1)
+    cloud: Literal["SECURE", "COMMUNITY"] = "SECURE"
+    query: str = ""
+    max_tries: int = Field(default=3, ge=1, le=50)
+    capacity_budget_s: float = Field(default=900.0, gt=0)
+    ready_timeout_s: float = Field(default=1200.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "OfferSpec":
+        if self.gpu_count_min > self.gpu_count_max:
+            raise ValueError(f"gpu_count_min ({self.gpu_count_min}) is above gpu_count_max ({self.gpu_count_max})")
+        return self
+
+
+REMOTE_PROVIDERS = ("runpod", "vast")
+
+
 class Profile(_Model):
     """One side of the migration: where and how the workload runs.
 
     Attributes:
-        provider: registry name of the provider (``local`` is the embedded default).
+        provider: registry name of the provider: ``local`` (the embedded default), ``runpod``
+            or ``vast``.
         release: human-readable release the receipt names (image tag, git ref).
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: compute dtype of the workload on this side.
@@ -79,10 +130,23 @@ class Profile(_Model):
             ``corrupt_checkpoint`` flips a byte of each artifact the canary downloads,
             ``worker_crash`` kills an endpoint worker every 7 requests, ``slow_worker`` adds
             0.25 s to every batch an endpoint worker serves.
+        image: container image remote pods run (it must contain this package); remote only.
+        api_key_ref: reference of the provider API key (``env:VAR`` / ``file:/path``); empty
+            uses the provider's standard places (Runpod: ``env:RUNPOD_API_KEY``,
+            ``~/.runpod/config.toml``; Vast.ai: ``env:VAST_API_KEY``,
+            ``~/.config/vastai/vast_api_key``, ``~/.vast_api_key``).
+        dry_run: remote providers only plan: every launch, stop and destroy is shown and
+            recorded, nothing is applied. Real providers default to it; set ``false`` and supply
+            approvals to apply.
+        pod_id: the existing source pod / instance that runs today (remote source); phase 01
+            records what the provider reports about it.
+        offer: requirement ranges for the target's offer (remote target).
+        runpod_graphql_spot: allow Runpod spot pods through the deprecated GraphQL API
+            (retiring early 2027); a warning is recorded.
     """
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
-    provider: Literal["local"] = "local"
+    provider: Literal["local", "runpod", "vast"] = "local"
     release: str = Field(min_length=1)
     device: Device = "cpu"
     dtype: DType = "float32"
@@ -94,6 +158,25 @@ class Profile(_Model):
     egress_usd_per_gb: float = Field(default=0.0, ge=0)
     secrets: tuple[SecretRef, ...] = ()
     fault: Literal["none", "corrupt_checkpoint", "worker_crash", "slow_worker"] = "none"
+    image: str = ""
+    api_key_ref: str = Field(default="", pattern=r"^(|env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
+    dry_run: bool = True
+    pod_id: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,64}$")
+    offer: OfferSpec = OfferSpec()
+    runpod_graphql_spot: bool = False
+
+    @model_validator(mode="after")
+    def _remote_needs(self) -> "Profile":
+        if self.provider in REMOTE_PROVIDERS:
+            if not self.image:
+                raise ValueError(f"provider {self.provider!r} runs a container: set image (a tag or digest of an "
+                                 "image that contains this package)")
+            if self.fault != "none":
+                raise ValueError("fault drills run on the local provider only")
+        if self.offer.interruptible and self.provider == "runpod" and not self.runpod_graphql_spot:
+            raise ValueError("Runpod REST v2 has no spot pods; set runpod_graphql_spot: true to use the deprecated "
+                             "GraphQL API (retiring early 2027), or offer.interruptible: false")
+        return self
 
 
 class Workload(_Model):

@@ -33,7 +33,7 @@ def _pod(prov: LocalProvider, tmp_path: Path, code: str, **kw) -> object:
 
 
 def test_registry_names_valid_providers() -> None:
-    with pytest.raises(Exception, match=r"unknown provider 'nope'; known providers: \['local'\]"):
+    with pytest.raises(Exception, match=r"unknown provider 'nope'; known providers: \['local', 'runpod', 'vast'\]"):
         create_provider("nope")
 
 

@@ -6,6 +6,7 @@ Adding a provider means one module with a ``create(**kwargs)`` factory and one l
 from __future__ import annotations
 
 import importlib
+import os
 from types import MappingProxyType
 from typing import Any
 
@@ -13,12 +14,21 @@ from runbook_lib.errors import ProviderError
 
 PROVIDERS = MappingProxyType({
     "local": "runbook_lib.providers.local",
+    "runpod": "runbook_lib.providers.runpod",
+    "vast": "runbook_lib.providers.vast",
 })
 """Registry name -> module path. Read-only; tests build their own providers directly."""
 
 
+REMOTE = frozenset({"runpod", "vast"})
+
+
 def create_provider(name: str, **kwargs: Any) -> Any:
     """Build the provider registered as ``name``.
+
+    With ``RUNBOOK_PROVIDER_FIXTURES`` set (the documented test option ``runbook run
+    --provider-fixtures``), remote providers talk to the recorded-shape fixture APIs in
+    :mod:`runbook_lib.providers.fixtures` instead of the network, with the fixture key.
 
     Raises:
         ProviderError: unknown name (the message lists the valid ones).
@@ -27,4 +37,10 @@ def create_provider(name: str, **kwargs: Any) -> Any:
         module = PROVIDERS[name]
     except KeyError:
         raise ProviderError(f"unknown provider {name!r}; known providers: {sorted(PROVIDERS)}") from None
+    if name in REMOTE and os.environ.get("RUNBOOK_PROVIDER_FIXTURES"):
+        from runbook_lib.providers import fixtures
+        from runbook_lib.providers._http import KeySource
+
+        kwargs.setdefault("transport", fixtures.transport_from_env(name))
+        kwargs.setdefault("key", KeySource(name, ("fixture mode (no key)",), _value=fixtures.FIXTURE_KEY))
     return importlib.import_module(module).create(**kwargs)

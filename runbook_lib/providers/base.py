@@ -31,6 +31,13 @@ class PodSpec:
         secret_refs: ``NAME -> reference`` (``env:VAR`` / ``file:/path``) resolved at launch.
         labels: ``key -> value`` used to find what a run created (``run_id`` always set).
         volume_gb: persistent volume size, GB.
+        image: container image (remote providers; the local provider runs ``command`` directly).
+        ports: ports to publish, ``"8000/http"`` / ``"22/tcp"`` (remote providers).
+        offers: ranked offer ids to try in order when one has no capacity (remote providers);
+            part of what an approval covers.
+        disk_gb: container disk to allocate, GB (remote providers; fixed at create on Vast.ai).
+        interruptible_bid_usd_per_hour: bid per machine for an interruptible instance, USD per
+            hour; None rents on demand.
     """
 
     name: str
@@ -41,6 +48,11 @@ class PodSpec:
     env: tuple[tuple[str, str], ...] = ()
     secret_refs: tuple[tuple[str, str], ...] = ()
     volume_gb: float = 1.0
+    image: str = ""
+    ports: tuple[str, ...] = ()
+    offers: tuple[str, ...] = ()
+    disk_gb: float = 20.0
+    interruptible_bid_usd_per_hour: float | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,8 @@ class EndpointSpec:
         ttl_s: a job is forgotten this long after submission (status then answers 404), seconds.
         price_usd_per_hour: per worker, USD per hour.
         labels: as for :class:`PodSpec`.
+        image: worker container image (remote providers).
+        gpu_types: GPU pools / type ids workers may run on (Runpod serverless ``gpu.pools``).
     """
 
     name: str
@@ -69,6 +83,8 @@ class EndpointSpec:
     ttl_s: float = 86_400.0
     env: tuple[tuple[str, str], ...] = ()
     secret_refs: tuple[tuple[str, str], ...] = ()
+    image: str = ""
+    gpu_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,7 +121,11 @@ class Plan:
 
 @dataclass(frozen=True)
 class Pod:
-    """A pod as the provider reports it. ``created_at``/``ended_at`` are epoch seconds."""
+    """A pod as the provider reports it. ``created_at``/``ended_at`` are epoch seconds.
+
+    ``status_detail`` is the provider's own status words (``"exited: OCI runtime create failed"``);
+    ``host`` what the provider reports about the machine (GPU, count, CUDA, disk, address, ports).
+    """
 
     id: str
     name: str
@@ -117,6 +137,8 @@ class Pod:
     exit_code: int | None = None
     volume_dir: str = ""
     container_dir: str = ""
+    status_detail: str = ""
+    host: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,30 @@ class Provider(ABC):
     """
 
     name: str = ""
+
+    def check_approval(self, plan: Plan, approval: Any) -> None:
+        """Refuse a plan that is not approved or belongs to another provider (before any call).
+
+        Raises:
+            ApprovalRequired: ``approval`` is missing or names another fingerprint.
+            ProviderError: the plan names another provider.
+        """
+        from runbook_lib.errors import ApprovalRequired, ProviderError
+
+        if approval is None or getattr(approval, "fingerprint", None) != plan.fingerprint:
+            raise ApprovalRequired(
+                f"plan {plan.action} {plan.target!r} (fingerprint {plan.fingerprint[:16]}...) is not approved")
+        if plan.provider != self.name:
+            raise ProviderError(f"plan is for provider {plan.provider!r}, not {self.name!r}", provider=self.name)
+
+    def is_gone(self, resource_id: str) -> bool:
+        """True when the resource is destroyed or the provider no longer knows it."""
+        from runbook_lib.errors import NotFound
+
+        try:
+            return self.get(resource_id).state == "DESTROYED"
+        except NotFound:
+            return True
 
     @abstractmethod
     def capabilities(self) -> Capabilities:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib import secrets as _secret_refs
-from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError, ProviderTimeout
+from runbook_lib.errors import NotFound, ProviderError, ProviderTimeout
 from runbook_lib.manifest import write_json_atomic
 from runbook_lib.providers.base import (
     Capabilities,
@@ -138,12 +138,7 @@ class LocalProvider(Provider):
         return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
 
     def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
-        if approval is None or getattr(approval, "fingerprint", None) != plan.fingerprint:
-            raise ApprovalRequired(
-                f"plan {plan.action} {plan.target!r} (fingerprint {plan.fingerprint[:16]}...) is not approved"
-            )
-        if plan.provider != self.name:
-            raise ProviderError(f"plan is for provider {plan.provider!r}, not {self.name!r}", provider=self.name)
+        self.check_approval(plan, approval)
         if plan.dry_run:
             return None
         if plan.action == "launch_pod":
@@ -330,6 +325,6 @@ def _is_ambient_secret(name: str) -> bool:
     return bool(_secret_refs.CREDENTIAL_WORDS & set(name.upper().split("_")))
 
 
-def create(**kwargs: Any) -> LocalProvider:
-    """Registry factory."""
-    return LocalProvider(**kwargs)
+def create(*, root: str | Path = ".runbook/local", profile: Any = None, **kwargs: Any) -> LocalProvider:
+    """Registry factory (``profile`` carries nothing the local provider needs)."""
+    return LocalProvider(root=root, **kwargs)

@@ -1,0 +1,247 @@
+"""Authenticated JSON over httpx for the remote providers, with every failure translated in one place.
+
+One :class:`ApiClient` per provider surface (Runpod REST v2, Runpod job API, Vast.ai). It
+resolves the API key lazily from a reference (``env:VAR`` / ``file:/path`` / the provider's
+standard key files), sends it as ``Authorization: Bearer``, retries 429 and 502/503/504, and
+turns every other answer into the runbook's exception tree (:mod:`runbook_lib.errors`). The key
+never appears in a message: bodies quoted in errors are cut short and scrubbed of it.
+
+Rate limits: ``Retry-After`` (RFC 9110 section 10.2.3, seconds) wins; else the reset ``t`` of a
+``RateLimit`` header (IETF httpapi-ratelimit-headers, as Runpod's v2 spec declares it); else our
+own exponential backoff starting at 0.15 s x 1.5 (vast-cli's schedule; Vast's 429 is plain text
+without ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from runbook_lib import secrets as _secret_refs
+from runbook_lib.errors import (
+    AuthError,
+    BadRequest,
+    NotFound,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+)
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+BACKOFF_START_S = 0.15  # vast-cli vastai/api/client.py: first retry after 0.15 s ...
+BACKOFF_FACTOR = 1.5  # ... each next one 1.5 x longer
+MAX_RETRY_WAIT_S = 60.0  # never sleep longer than this on one answer, seconds
+QUOTE_CHARS = 300  # how much of an error body a message quotes
+
+
+@dataclass
+class KeySource:
+    """Where a provider's API key may come from, tried in order (names only, never values).
+
+    Attributes:
+        provider: registry name, for messages.
+        refs: ``env:VAR`` / ``file:/path`` references; ``file:`` paths may start with ``~``.
+        toml_key: for ``.toml`` files, the key holding the value in any table (Runpod's
+            ``~/.runpod/config.toml`` keeps ``api_key`` under a profile table).
+    """
+
+    provider: str
+    refs: tuple[str, ...]
+    toml_key: str = "api_key"
+    _value: str | None = field(default=None, repr=False)
+
+    def resolve(self) -> str:
+        """The key value.
+
+        Raises:
+            AuthError: no reference resolves; the message lists the references tried.
+        """
+        if self._value:
+            return self._value
+        for ref in self.refs:
+            value = _read_ref(ref, self.toml_key)
+            if value:
+                self._value = value
+                return value
+        raise AuthError(
+            f"{self.provider}: no API key found; tried {', '.join(self.refs)}. Export the variable or create the "
+            f"file (params name the reference with {self.provider}.api_key_ref; the key itself never goes in params), "
+            "then run again. Nothing was created.", provider=self.provider)
+
+    def present(self) -> bool:
+        """True when some reference resolves (no value is returned)."""
+        try:
+            self.resolve()
+        except AuthError:
+            return False
+        return True
+
+
+def _read_ref(ref: str, toml_key: str) -> str | None:
+    kind, _, where = ref.partition(":")
+    if kind == "file" and where.endswith(".toml"):
+        import tomllib
+
+        p = Path(where).expanduser()
+        if not p.is_file():
+            return None
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError:
+            raise AuthError(f"key file {where} is not valid TOML; fix or remove it") from None
+        tables = [data] + [v for v in data.values() if isinstance(v, dict)]
+        found = [t[toml_key] for t in tables if isinstance(t.get(toml_key), str)]
+        return found[0].strip() if found else None
+    return _secret_refs.resolve("API key", ref, required=False)
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """Seconds to wait from ``Retry-After`` (delta-seconds form) or a ``RateLimit`` header's
+    reset (``t=30`` structured-field form, or the older ``reset=30``); None when neither says."""
+    ra = headers.get("retry-after")
+    if ra is not None:
+        try:
+            return max(0.0, float(ra))
+        except ValueError:
+            pass  # an HTTP date: fall through to our own schedule rather than parse clocks
+    rl = headers.get("ratelimit")
+    if rl:  # one item per window: '"minute";r=0;t=30, "hour";r=2900;t=1800'
+        waits = []
+        for item in rl.split(","):
+            r = re.search(r"(?:\br|remaining)=(\d+)", item)
+            t = re.search(r"(?:\bt|reset)=(\d+(?:\.\d+)?)", item)
+            if t and (r is None or int(r.group(1)) == 0):
+                waits.append(float(t.group(1)))
+        if waits:
+            return max(waits)
+    return None
+
+
+def problem_text(body: Any, raw: str) -> str:
+    """One line out of an error body: RFC 9457 problem JSON (``title``/``detail``/``errors``),
+    Vast's ``{error, msg|message}``, GraphQL ``errors[].message``, or the raw text."""
+    if isinstance(body, dict):
+        parts = [str(body[k]) for k in ("title", "error", "detail", "msg", "message") if body.get(k)]
+        errs = body.get("errors")
+        if isinstance(errs, list):
+            parts += [e.get("message", str(e)) if isinstance(e, dict) else str(e) for e in errs]
+        if parts:
+            return "; ".join(parts)
+    return raw.strip()
+
+
+class ApiClient:
+    """JSON requests to one provider API.
+
+    Args:
+        provider: registry name (``runpod``, ``vast``), used in every error.
+        base_url: scheme and host (``https://api.runpod.io``).
+        key: where the API key comes from.
+        transport: an httpx transport; tests and the fixture mode inject one, None means the network.
+        timeout_s: per-request timeout, seconds.
+        max_retries: retries of a 429/502/503/504 before giving up.
+        sleep: injected for tests, so backoff does not wait.
+        classify: provider hook ``(status, body, text) -> ProviderError | None`` that recognises
+            provider-specific failures (a capacity error inside a 400) before the generic mapping.
+    """
+
+    def __init__(self, *, provider: str, base_url: str, key: KeySource, transport: Any = None,
+                 timeout_s: float = 30.0, max_retries: int = 5, sleep: Callable[[float], None] = time.sleep,
+                 classify: Callable[[int, Any, str], ProviderError | None] | None = None) -> None:
+        self.provider = provider
+        self.base_url = base_url.rstrip("/")
+        self.key = key
+        self._transport = transport
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+        self._sleep = sleep
+        self._classify = classify
+        self._http: Any = None
+        self.waits_s: list[float] = []  # every backoff slept, seconds (evidence of rate limiting)
+
+    def _client(self) -> Any:
+        import httpx
+
+        if self._http is None:
+            self._http = httpx.Client(base_url=self.base_url, timeout=self._timeout_s, transport=self._transport,
+                                      headers={"Accept": "application/json"})
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+
+    def _scrub(self, text: str) -> str:
+        key = self.key._value
+        text = text[:QUOTE_CHARS]
+        return text.replace(key, "<redacted>") if key else text
+
+    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
+                base_url: str | None = None) -> Any:
+        """Send one request; return the decoded JSON body (None for an empty body).
+
+        Raises:
+            AuthError: no key, or 401/403. NotFound: 404. BadRequest: 400/422 the provider hook
+            did not classify. RateLimited: still 429 after ``max_retries`` retries.
+            ProviderTimeout: the request timed out. ProviderError: anything else (5xx,
+            transport failure, a body that is not JSON).
+        """
+        import httpx
+
+        url = (base_url.rstrip("/") if base_url else "") + path
+        headers = {"Authorization": f"Bearer {self.key.resolve()}"}
+        what = f"{self.provider}: {method} {path}"
+        backoff = BACKOFF_START_S
+        for attempt in range(self._max_retries + 1):
+            try:
+                r = self._client().request(method, url, params=params, json=body, headers=headers)
+            except httpx.TimeoutException as exc:
+                raise ProviderTimeout(f"{what} timed out after {self._timeout_s} s ({type(exc).__name__}); "
+                                      "the provider is slow or unreachable, try again later",
+                                      provider=self.provider) from None
+            except httpx.HTTPError as exc:
+                raise ProviderError(f"{what} failed before an answer: {type(exc).__name__}: {self._scrub(str(exc))}",
+                                    provider=self.provider) from None
+            text = r.text
+            try:
+                data = r.json() if text.strip() else None
+            except ValueError:
+                data = None
+            if r.status_code in RETRY_STATUSES and attempt < self._max_retries:
+                wait = retry_after_s(r.headers)
+                if wait is None:
+                    wait = backoff
+                    backoff *= BACKOFF_FACTOR
+                wait = min(wait, MAX_RETRY_WAIT_S)
+                self.waits_s.append(wait)
+                self._sleep(wait)
+                continue
+            if r.status_code < 400:
+                if text.strip() and data is None:
+                    raise ProviderError(f"{what} answered HTTP {r.status_code} with a body that is not JSON: "
+                                        f"{self._scrub(text)!r}", provider=self.provider)
+                return data
+            raise self._error(r.status_code, data, text, what, attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _error(self, status: int, data: Any, text: str, what: str, attempts: int) -> ProviderError:
+        detail = self._scrub(problem_text(data, text))
+        if self._classify is not None:
+            err = self._classify(status, data, text)
+            if err is not None:
+                err.args = (f"{what}: {self._scrub(str(err))}",)
+                return err
+        if status in (401, 403):
+            return AuthError(f"{what} was refused (HTTP {status}: {detail}); check that the key named by "
+                             f"{', '.join(self.key.refs)} is valid and has the needed scope", provider=self.provider)
+        if status == 404:
+            return NotFound(f"{what}: not found (HTTP 404: {detail})", provider=self.provider)
+        if status == 429:
+            return RateLimited(f"{what}: still rate limited after {attempts} retries (waited "
+                               f"{sum(self.waits_s):.2f} s in all); slow down or try later", provider=self.provider)
+        if status in (400, 409, 410, 422):
+            return BadRequest(f"{what} was rejected (HTTP {status}: {detail}); fix the request", provider=self.provider)
+        return ProviderError(f"{what} answered HTTP {status}: {detail}", provider=self.provider)

@@ -1,0 +1,335 @@
+"""What the remote providers (Runpod, Vast.ai) share: plan then apply, capacity tries over ranked
+offers within a wall-clock budget, readiness re-checks, labels, and teardown by label.
+
+Destroying is planned and approved like launching (phase 06 lists by label, plans one destroy
+per resource, applies each with its approval, and checks each is gone); the only destroy inside
+a launch is of a resource that launch itself just created and could not make ready, which the
+approved launch plan covers.
+
+A subclass supplies the primitives (``_create``, ``_fetch``, ``_pod``, ``_list_raw``, ``_stop``,
+``_destroy``, ``search_offers``); this class owns the rules. Polling uses an injected clock and
+sleep, so tests never wait.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from runbook_lib import secrets as _secret_refs
+from runbook_lib.errors import NoCapacity, NotFound, ProviderError, ProviderTimeout
+from runbook_lib.providers._http import ApiClient
+from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider
+from runbook_lib.providers.offers import Offer, canonical_gpu, version_tuple
+
+POLL_S = 10.0  # readiness poll interval, seconds (dstack polls Runpod every few seconds for up to 20 min)
+LABEL_PREFIX = "runbook:"
+PROBE_TIMEOUT_S = 5.0
+
+
+def encode_labels(labels: dict[str, str]) -> str:
+    """Labels as one compact string (Vast ``label`` <= 256 characters; Runpod env value)."""
+    text = LABEL_PREFIX + json.dumps(dict(sorted(labels.items())), separators=(",", ":"))
+    if len(text) > 256:
+        raise ProviderError(f"labels encode to {len(text)} characters, above the 256 Vast allows; shorten the run "
+                            "id or the migration name")
+    return text
+
+
+def decode_labels(text: str | None) -> dict[str, str]:
+    """Inverse of :func:`encode_labels`; resources not made by the runbook have no labels."""
+    if not text or not text.startswith(LABEL_PREFIX):
+        return {}
+    try:
+        return {str(k): str(v) for k, v in json.loads(text[len(LABEL_PREFIX):]).items()}
+    except ValueError:
+        return {}
+
+
+def tcp_probe(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """True when a TCP connection to ``host:port`` opens within ``timeout_s`` seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Attempt:
+    """One try at renting an offer (evidence of the capacity search)."""
+
+    offer_id: str
+    outcome: str  # "ready", "no capacity", "failed readiness", "error"
+    detail: str
+    resource_id: str = ""
+    at_s: float = 0.0  # seconds since the search began
+
+
+@dataclass
+class Readiness:
+    """Whether a launched resource is usable: state, ports reachable, hardware as asked."""
+
+    ready: bool
+    state: str
+    problems: list[str] = field(default_factory=list)
+    ports: dict[str, str] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
+    final: bool = False  # waiting cannot help (wrong hardware, a dead container)
+
+
+class RemoteProvider(Provider):
+    """Shared behaviour of the HTTP providers.
+
+    Args:
+        api: the provider's :class:`ApiClient` (transport injected in tests and fixture mode).
+        profile: the params profile (offer requirements, image, dry-run default).
+        clock: monotonic seconds (injected in tests).
+        sleep: injected in tests.
+        probe: ``(host, port) -> bool`` reachability check (tests inject one).
+    """
+
+    TERMINAL_BAD: tuple[str, ...] = ()
+
+    def __init__(self, *, api: ApiClient, profile: Any = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, probe: Callable[[str, int], bool] = tcp_probe) -> None:
+        self.api = api
+        self.profile = profile
+        self._clock = clock
+        self._sleep = sleep
+        self._probe = probe
+        self.attempts: list[Attempt] = []
+
+    # -- primitives a provider supplies --------------------------------------------------------
+
+    @abstractmethod
+    def search_offers(self, req: Any, *, ports: int = 0) -> list[Offer]:
+        """Offers the provider lists for requirement ranges ``req`` (an ``OfferSpec``) with at
+        least ``ports`` directly mappable ports (read-only), normalized."""
+
+    @abstractmethod
+    def _create(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
+        """Create one pod / instance on ``offer_id``; return its id. NoCapacity when the offer is gone."""
+
+    @abstractmethod
+    def _fetch(self, resource_id: str) -> Pod:
+        """Current state. NotFound when gone."""
+
+    @abstractmethod
+    def _list_raw(self) -> list[Pod | Endpoint]:
+        """Everything the account has (all pages)."""
+
+    @abstractmethod
+    def _stop(self, resource_id: str) -> None:
+        """Stop (compute released; storage may still bill)."""
+
+    @abstractmethod
+    def _destroy(self, resource_id: str) -> None:
+        """Destroy; a resource already gone is not an error."""
+
+    def check_access(self) -> dict[str, Any]:
+        """One cheap authenticated read (preflight). Raises AuthError with the key reference."""
+        self._list_raw()
+        return {"provider": self.name, "authenticated": True}
+
+    # -- plans -----------------------------------------------------------------------------------
+
+    def plan_launch(self, spec: PodSpec, *, dry_run: bool = True) -> Plan:
+        return Plan(self.name, "launch_pod", spec.name, spec, spec.price_usd_per_hour, dry_run)
+
+    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool = True) -> Plan:
+        raise ProviderError(f"{self.name} has no queue endpoints in this runbook; serve from a pod", provider=self.name)
+
+    def plan_destroy(self, resource_id: str, *, dry_run: bool = True) -> Plan:
+        return Plan(self.name, "destroy", resource_id, None, 0.0, dry_run)
+
+    def plan_stop(self, resource_id: str, *, dry_run: bool = True) -> Plan:
+        return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
+
+    def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
+        """Carry out an approved plan. A dry-run plan calls nothing and returns None.
+
+        Raises:
+            ApprovalRequired: before any call, when ``approval`` does not match.
+            NoCapacity: no offer in ``spec.offers`` became ready within the capacity budget.
+        """
+        self.check_approval(plan, approval)
+        if plan.dry_run:
+            return None
+        if plan.action == "launch_pod":
+            assert isinstance(plan.spec, PodSpec)
+            return self.launch(plan.spec)
+        if plan.action == "create_endpoint":
+            assert isinstance(plan.spec, EndpointSpec)
+            return self._create_endpoint(plan.spec)
+        if plan.action == "destroy":
+            self._destroy(plan.target)
+            return None
+        if plan.action == "stop":
+            self._stop(plan.target)
+            return None
+        raise ProviderError(f"unknown plan action {plan.action!r}", provider=self.name)
+
+    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:  # pragma: no cover - overridden where supported
+        raise ProviderError(f"{self.name} has no queue endpoints", provider=self.name)
+
+    # -- launch with capacity tries and readiness --------------------------------------------------
+
+    def _env(self, spec: PodSpec | EndpointSpec) -> dict[str, str]:
+        env = dict(spec.env)
+        for name, ref in spec.secret_refs:  # resolved at launch, sent once, never stored or logged
+            value = _secret_refs.resolve(name, ref, required=False)
+            if value is not None:
+                env[name] = value
+        return env
+
+    def launch(self, spec: PodSpec) -> Pod:
+        """Try ``spec.offers`` in rank order until one is ready or the budget is spent.
+
+        A try that has no capacity, or whose machine fails readiness (wrong hardware, an exited
+        container), is recorded in :attr:`attempts`; a half-created resource is destroyed before
+        the next try.
+
+        Raises:
+            NoCapacity: every try failed or the wall-clock budget ran out (the message lists the tries).
+        """
+        if not spec.offers:
+            raise NoCapacity(f"{self.name}: the launch plan for {spec.name!r} names no offers; run phase 02 to rank "
+                             "them", provider=self.name)
+        req = self.profile.offer if self.profile is not None else None
+        budget = req.capacity_budget_s if req is not None else 900.0
+        ready_timeout = req.ready_timeout_s if req is not None else 1200.0
+        t0 = self._clock()
+        env = self._env(spec)
+        for offer_id in spec.offers:
+            spent = self._clock() - t0
+            if spent > budget:
+                self.attempts.append(Attempt(offer_id, "not tried", f"capacity budget {budget} s spent", at_s=spent))
+                break
+            try:
+                rid = self._create(spec, offer_id, env)
+            except NoCapacity as exc:
+                self.attempts.append(Attempt(offer_id, "no capacity", str(exc), getattr(exc, "resource_id", ""),
+                                             self._clock() - t0))
+                if getattr(exc, "resource_id", ""):
+                    self._destroy(exc.resource_id)  # a failed bid can leave a stopped, billing instance
+                continue
+            try:
+                ready = self.wait_ready(rid, spec, timeout_s=min(ready_timeout, budget - (self._clock() - t0)))
+            except ProviderTimeout as exc:
+                ready = Readiness(False, "timeout", [str(exc)])
+            if ready.ready:
+                self.attempts.append(Attempt(offer_id, "ready", "running, ports reachable, hardware as asked", rid,
+                                             self._clock() - t0))
+                return self._fetch(rid)
+            self.attempts.append(Attempt(offer_id, "failed readiness", "; ".join(ready.problems), rid,
+                                         self._clock() - t0))
+            self._destroy(rid)
+        tries = "; ".join(f"{a.offer_id}: {a.outcome} ({a.detail})" for a in self.attempts)
+        raise NoCapacity(f"{self.name}: no ready canary for {spec.name!r} from {len(spec.offers)} ranked offers within "
+                         f"{budget} s. Tries: {tries}. Widen the offer requirements or raise offer.capacity_budget_s.",
+                         provider=self.name)
+
+    def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:
+        """Judge one snapshot: running, every port in ``spec.ports`` mapped and reachable, and the
+        machine's GPU model, count, VRAM, disk and CUDA as the profile asked (offer searches can
+        drop filters, so the machine is re-checked rather than trusted)."""
+        problems: list[str] = []
+        host = pod.host
+        if pod.state != "RUNNING":
+            return Readiness(False, pod.state, [f"state {pod.state}: {pod.status_detail}"], host=host)
+        wrong = self.hardware_problems(host, spec)
+        if wrong:
+            return Readiness(False, pod.state, wrong, host=host, final=True)
+        ports: dict[str, str] = {}
+        for p in spec.ports:
+            addr = host.get("ports", {}).get(p)
+            if not addr:
+                problems.append(f"port {p} is not mapped yet")
+                continue
+            h, _, port = addr.rpartition(":")
+            if not self._probe(h, int(port)):
+                problems.append(f"port {p} mapped to {addr} but not reachable")
+            ports[p] = addr
+        return Readiness(not problems, pod.state, problems, ports=ports, host=host)
+
+    def hardware_problems(self, host: dict[str, Any], spec: PodSpec) -> list[str]:
+        """What differs between the machine we got and what the profile asked for."""
+        problems: list[str] = []
+        req = self.profile.offer if self.profile is not None else None
+        if req is not None:
+            gpu = canonical_gpu(host.get("gpu_name", ""))
+            if req.gpu_names and gpu not in {canonical_gpu(n) for n in req.gpu_names}:
+                problems.append(f"got GPU {gpu!r}, asked for {list(req.gpu_names)}")
+            count = host.get("gpu_count")
+            if count is not None and not req.gpu_count_min <= count <= req.gpu_count_max:
+                problems.append(f"got {count} GPUs, asked for {req.gpu_count_min}..{req.gpu_count_max}")
+            vram = host.get("vram_mib")
+            if vram is not None and vram < req.vram_gib_min * 1024 * 0.98:
+                problems.append(f"got {vram} MiB VRAM, asked for {req.vram_gib_min} GiB")
+            disk = host.get("disk_gb")
+            if disk is not None and disk < spec.disk_gb:
+                problems.append(f"got {disk} GB disk, asked for {spec.disk_gb} GB")
+            cuda = host.get("cuda_max", "")
+            if req.cuda_min and (not cuda or version_tuple(cuda) < version_tuple(req.cuda_min)):
+                problems.append(f"host CUDA {cuda or 'unknown'} below {req.cuda_min}")
+        return problems
+
+    def wait_ready(self, resource_id: str, spec: PodSpec, *, timeout_s: float, poll_s: float = POLL_S) -> Readiness:
+        """Poll until :meth:`readiness` holds; fail fast on a terminal bad state (an exited
+        container, an OCI error, a host gone offline).
+
+        Raises:
+            ProviderTimeout: not ready within ``timeout_s`` seconds (the last problems named).
+        """
+        deadline = self._clock() + timeout_s
+        last: Readiness | None = None
+        while True:
+            pod = self._fetch(resource_id)
+            if pod.state in ("EXITED", "STOPPED", "DESTROYED") or any(w in pod.status_detail.lower()
+                                                                     for w in self.TERMINAL_BAD):
+                return Readiness(False, pod.state, [f"{pod.state.lower()}: {pod.status_detail}"], host=pod.host,
+                                 final=True)
+            last = self.readiness(pod, spec)
+            if last.ready or last.final:
+                return last
+            if self._clock() >= deadline:
+                raise ProviderTimeout(f"{self.name}: {resource_id} not ready after {timeout_s:.0f} s: "
+                                      f"{'; '.join(last.problems)}", provider=self.name, resource_id=resource_id)
+            self._sleep(poll_s)
+
+    def wait_exit(self, resource_id: str, *, timeout_s: float, poll_s: float = POLL_S) -> Pod:
+        """Poll until the pod is no longer starting or running (its completion marker in the store
+        is the real evidence; remote providers report no exit code).
+
+        Raises:
+            ProviderTimeout: still running after ``timeout_s`` seconds.
+        """
+        deadline = self._clock() + timeout_s
+        while True:
+            pod = self._fetch(resource_id)
+            if pod.state not in ("CREATED", "RUNNING"):
+                return pod
+            if self._clock() >= deadline:
+                raise ProviderTimeout(f"{self.name}: {resource_id} still {pod.state} after {timeout_s:.0f} s",
+                                      provider=self.name, resource_id=resource_id)
+            self._sleep(poll_s)
+
+    def log_tail(self, resource_id: str, n_bytes: int = 4000) -> str:
+        """Remote logs are not fetched; the provider's status words are what we have."""
+        try:
+            return self._fetch(resource_id).status_detail[-n_bytes:]
+        except NotFound:
+            return ""
+
+    # -- reads and teardown ------------------------------------------------------------------
+
+    def get(self, resource_id: str) -> Pod | Endpoint:
+        return self._fetch(resource_id)
+
+    def list(self, *, labels: dict[str, str]) -> list[Pod | Endpoint]:
+        return [r for r in self._list_raw() if r.labels and all(r.labels.get(k) == v for k, v in labels.items())]

@@ -1,0 +1,313 @@
+"""Runpod over REST v2 (pods, catalog, serverless management) and the job API.
+
+Sources (paraphrased in ``../shared/reference/providers.md`` section 2):
+
+* REST v2, ``https://api.runpod.io/v2/...``: GA 2026-08-18; REST v1 was retired 2026-11-15
+  (runpod/docs ``release-notes.mdx``, ``api-reference-v2/migrate-from-v1.mdx``). Errors are RFC
+  9457 problem JSON; 429 carries ``Retry-After`` and ``RateLimit`` (``openapi.json``).
+* Job API, ``https://api.runpod.ai/v2/{endpoint_id}/run|runsync|status|cancel|retry|purge-queue|health``
+  (runpod/docs ``serverless/endpoints/operation-reference.mdx``). A job whose TTL expired answers
+  404 on ``/status``: that is *expired*, not a crash.
+* GraphQL is deprecated (retiring early 2027) and used only for spot pods, which REST v2 lacks,
+  behind ``runpod_graphql_spot`` with a warning (skypilot ``sky/provision/runpod/utils.py``).
+* The no-capacity answer is a 400 problem (GraphQL: ``extensions.code = SUPPLY_CONSTRAINT``)
+  saying "There are no longer any instances available..." [unverified: third-party fixtures].
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+import warnings
+from datetime import datetime
+from typing import Any
+
+from runbook_lib.errors import NoCapacity, NotFound, ProviderError, WorkloadError
+from runbook_lib.providers._http import ApiClient, KeySource
+from runbook_lib.providers.base import Capabilities, Capability, Endpoint, EndpointSpec, Plan, Pod, PodSpec
+from runbook_lib.providers.offers import Offer, canonical_gpu
+from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
+
+REST_URL = "https://api.runpod.io"
+JOB_URL = "https://api.runpod.ai"
+LABELS_ENV = "RUNBOOK_LABELS"
+DISK_USD_PER_GB_MONTH = 0.10
+"""Container and volume disk on a running pod, USD per GB-month (runpod.io/pricing; the API does
+not publish it) [unverified]."""
+PROXY_LIMIT_S = 100.0  # HTTP proxy response limit (Cloudflare 524), runpod/docs pods/configuration/expose-ports.mdx
+CAPACITY_WORDS = ("no longer any instances available", "supply_constraint")
+STATE = {"PROVISIONING": "CREATED", "STARTING": "CREATED", "RUNNING": "RUNNING", "EXITED": "EXITED",
+         "ERROR": "EXITED", "TERMINATED": "DESTROYED"}
+"""Runpod pod status -> runbook pod state."""
+
+
+def default_key(ref: str = "") -> KeySource:
+    """``ref`` if given, else ``env:RUNPOD_API_KEY`` (runpodctl) then ``~/.runpod/config.toml``
+    (runpod-python ``runpod/cli/groups/config/functions.py``)."""
+    refs = (ref,) if ref else ("env:RUNPOD_API_KEY", "file:~/.runpod/config.toml")
+    return KeySource("runpod", refs)
+
+
+def _classify(status: int, body: Any, text: str) -> Exception | None:
+    words = (text or "").lower()
+    if status in (400, 409) and any(w in words for w in CAPACITY_WORDS):
+        return NoCapacity("no capacity for the requested GPU type (HTTP %d); try the next ranked offer" % status,
+                          provider="runpod")
+    return None
+
+
+def _epoch(ts: str | None) -> float:
+    if not ts:
+        return 0.0
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+class RunpodProvider(RemoteProvider):
+    """Runpod pods and queue endpoints.
+
+    Args:
+        api: REST v2 client (base ``https://api.runpod.io``); its transport and key also serve
+            the job API and GraphQL.
+        **kwargs: see :class:`RemoteProvider`.
+    """
+
+    name = "runpod"
+    TERMINAL_BAD = ("error",)
+
+    def capabilities(self) -> Capabilities:
+        src = "runpod/docs pods/overview.mdx, pods/configuration/expose-ports.mdx"
+        return Capabilities(
+            provider=self.name,
+            udp=Capability(False, "TCP and HTTP ports only", src),
+            docker_compose=Capability(False, "no Docker daemon inside a pod: the image is the pod", src),
+            privileged=Capability(False, "containers are not privileged", src),
+            persistent_volume=Capability(True, "volume disk at /workspace survives stop, dies on terminate; network "
+                                               "volumes must be attached at create, same data center",
+                                         "runpod/docs pods/storage/types.mdx"),
+            max_request_s=PROXY_LIMIT_S,
+            gpu=Capability(True, "NVIDIA and AMD GPUs by type id", "GET /v2/catalog/gpus"),
+            billing="per minute; no ingress or egress fees (runpod/docs pods/overview.mdx)",
+            extra={
+                "ports_after_create": Capability(False, "ports are fixed at creation; changing them recreates the pod "
+                                                        "and loses data", "skypilot PR #3748"),
+                "interruptible": Capability(bool(self.profile is not None and self.profile.runpod_graphql_spot),
+                                            "spot pods only via deprecated GraphQL podRentInterruptable",
+                                            "skypilot sky/provision/runpod/utils.py"),
+                "queue_endpoints": Capability(True, "serverless queue endpoints and the job API",
+                                              "runpod/docs serverless/endpoints/operation-reference.mdx"),
+                "stopped_keeps_gpu": Capability(False, "a stopped pod may restart with zero GPUs",
+                                                "runpod/docs pods/troubleshooting/zero-gpus.mdx"),
+            },
+        )
+
+    # -- offers ----------------------------------------------------------------------------------
+
+    def search_offers(self, req: Any, *, ports: int = 0) -> list[Offer]:
+        """``GET /v2/catalog/gpus`` with availability, for ``req.gpu_count_min`` GPUs in ``req.cloud``.
+
+        Prices in the catalog are per GPU; an offer's price is for all of its GPUs. The catalog has
+        no vCPU, RAM or spot price, so those stay unknown (re-checked on the canary).
+        """
+        params: dict[str, Any] = {"include": "AVAILABILITY", "product": "POD", "count": max(1, req.gpu_count_min),
+                                  "cloud": req.cloud}
+        if req.cuda_min:
+            params["minCudaVersion"] = req.cuda_min
+        body = self.api.request("GET", "/v2/catalog/gpus", params=params) or {}
+        cloud = req.cloud.lower()
+        count = max(1, req.gpu_count_min)
+        offers = []
+        for g in body.get("gpus", []):
+            if not g.get(cloud):
+                continue
+            cudas = [c["version"] for c in g.get("cudaVersions") or [] if c.get("available")]
+            dcs = [d["id"] for d in g.get("dataCenters") or [] if d.get("availability", "NONE") != "NONE"]
+            offers.append(Offer(
+                provider=self.name, offer_id=g["id"], gpu_name=canonical_gpu(g.get("name") or g["id"]),
+                gpu_name_raw=g["id"], gpu_count=count, vram_mib=int(g.get("memory", 0)) * 1024, vcpu=None,
+                ram_gib=None, disk_gb=None, cuda_max=max(cudas, key=lambda v: tuple(map(int, v.split(".")))) if cudas
+                else "", usd_per_hour=float(g["price"][cloud]) * count, interruptible_usd_per_hour=None,
+                storage_usd_per_gb_month=DISK_USD_PER_GB_MONTH, egress_usd_per_gb=0.0, region=",".join(dcs),
+                reliability=None, availability=str(g.get("availability", "listed")),
+                extra={"pool": g.get("pool"), "max_count": g.get("maxCount", {}).get(cloud)}))
+        return offers
+
+    # -- pods --------------------------------------------------------------------------------------
+
+    def _create(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
+        env = {**env, LABELS_ENV: encode_labels(dict(spec.labels))}
+        req = self.profile.offer if self.profile is not None else None
+        count = max(1, req.gpu_count_min) if req is not None else 1
+        if spec.interruptible_bid_usd_per_hour is not None:
+            return self._create_spot(spec, offer_id, env, count)
+        gpu: dict[str, Any] = {"id": offer_id, "count": count}
+        if req is not None and req.cuda_min:
+            gpu["minCudaVersion"] = req.cuda_min
+        body: dict[str, Any] = {"name": spec.name, "image": spec.image, "args": shlex.join(spec.command),
+                                "disk": int(round(spec.disk_gb)), "env": env, "ports": list(spec.ports),
+                                "cloud": req.cloud if req is not None else "SECURE", "gpu": gpu, "startSsh": False}
+        if req is not None and req.regions:
+            body["dataCenterIds"] = list(req.regions)
+        pod = self.api.request("POST", "/v2/pods", body=body)
+        return str(pod["id"])
+
+    def _create_spot(self, spec: PodSpec, offer_id: str, env: dict[str, str], count: int) -> str:
+        """Spot pod over the deprecated GraphQL ``podRentInterruptable`` (REST v2 has none).
+        GraphQL reports client errors as HTTP 200 with ``errors``."""
+        if self.profile is None or not self.profile.runpod_graphql_spot:
+            raise ProviderError("Runpod spot pods need the deprecated GraphQL API; set runpod_graphql_spot: true",
+                                provider=self.name)
+        warnings.warn("Runpod GraphQL is deprecated and retires in early 2027; spot pods may then be unavailable "
+                      "through the API", DeprecationWarning, stacklevel=2)
+        bid = float(spec.interruptible_bid_usd_per_hour or 0) / count
+        query = ("mutation($input: PodRentInterruptableInput!) { podRentInterruptable(input: $input) "
+                 "{ id desiredStatus imageName machineId } }")
+        variables = {"input": {"name": spec.name, "imageName": spec.image, "gpuTypeId": offer_id, "bidPerGpu": bid,
+                               "cloudType": self.profile.offer.cloud, "gpuCount": count,
+                               "containerDiskInGb": int(round(spec.disk_gb)), "ports": ",".join(spec.ports),
+                               "dockerArgs": shlex.join(spec.command),
+                               "env": [{"key": k, "value": v} for k, v in env.items()]}}
+        out = self.api.request("POST", "/graphql", body={"query": query, "variables": variables}) or {}
+        errors = out.get("errors") or []
+        if errors:
+            codes = {str((e.get("extensions") or {}).get("code", "")) for e in errors}
+            msg = "; ".join(str(e.get("message", "")) for e in errors)[:300]
+            if "SUPPLY_CONSTRAINT" in codes or any(w in msg.lower() for w in CAPACITY_WORDS):
+                raise NoCapacity(f"no spot capacity for {offer_id}: {msg}", provider=self.name)
+            raise ProviderError(f"GraphQL podRentInterruptable failed: {msg}", provider=self.name)
+        return str(out["data"]["podRentInterruptable"]["id"])
+
+    def _pod(self, p: dict[str, Any]) -> Pod:
+        rt = p.get("runtime") or {}
+        ports: dict[str, str] = {}
+        for m in rt.get("ports") or []:
+            if m.get("type") == "http":
+                ports[f"{m['private']}/http"] = f"{p['id']}-{m['private']}.proxy.runpod.net:443"
+            elif m.get("public") and m.get("ip"):
+                ports[f"{m['private']}/tcp"] = f"{m['ip']}:{m['public']}"
+        gpu = p.get("gpu") or {}
+        host = {"gpu_name": gpu.get("id", ""), "gpu_count": gpu.get("count"), "cuda_max": p.get("cudaVersion") or "",
+                "disk_gb": p.get("disk"), "ports": ports, "data_center": p.get("dataCenterId"),
+                "image": p.get("image", ""), "env_names": sorted((p.get("env") or {}).keys())}
+        status = str(p.get("status", ""))
+        labels = decode_labels((p.get("env") or {}).get(LABELS_ENV))
+        return Pod(str(p["id"]), str(p.get("name", "")), STATE.get(status, "CREATED"), labels,  # type: ignore[arg-type]
+                   float(p.get("cost") or 0.0), _epoch(p.get("createdAt")), None, None, "", "",
+                   status_detail=status.lower(), host=host)
+
+    def _fetch(self, resource_id: str) -> Pod:
+        try:
+            return self._pod(self.api.request("GET", f"/v2/pods/{resource_id}"))
+        except NotFound:
+            raise NotFound(f"runpod: no pod {resource_id} (terminated or never created)", provider=self.name,
+                           resource_id=resource_id) from None
+
+    def _list_raw(self) -> list[Pod | Endpoint]:
+        out: list[Pod | Endpoint] = [self._pod(p) for p in (self.api.request("GET", "/v2/pods") or {}).get("pods", [])]
+        for e in (self.api.request("GET", "/v2/serverless") or {}).get("endpoints", []):
+            out.append(self._endpoint(e))
+        return out
+
+    def _stop(self, resource_id: str) -> None:
+        self.api.request("POST", f"/v2/pods/{resource_id}/action", body={"action": "stop"})
+
+    def _destroy(self, resource_id: str) -> None:
+        """``DELETE /v2/pods/{id}``, else ``DELETE /v2/serverless/{id}``; 404 on both means gone."""
+        for path in (f"/v2/pods/{resource_id}", f"/v2/serverless/{resource_id}"):
+            try:
+                self.api.request("DELETE", path)
+                return
+            except NotFound:
+                continue
+
+    def get(self, resource_id: str) -> Pod | Endpoint:
+        """A pod, else a queue endpoint, with that id.
+
+        Raises:
+            NotFound: neither exists (terminated or never created).
+        """
+        try:
+            return self._fetch(resource_id)
+        except NotFound:
+            pass
+        try:
+            return self._endpoint(self.api.request("GET", f"/v2/serverless/{resource_id}"))
+        except NotFound:
+            raise NotFound(f"runpod: no pod or endpoint {resource_id} (terminated or never created)",
+                           provider=self.name, resource_id=resource_id) from None
+
+    def describe(self, pod_id: str) -> dict[str, Any]:
+        """What Runpod reports about an existing (source) pod: image, GPU, CUDA, disk, ports,
+        price and environment variable *names* (values are never kept)."""
+        pod = self._fetch(pod_id)
+        return {"provider": self.name, "id": pod.id, "name": pod.name, "state": pod.state,
+                "price_usd_per_hour": pod.price_usd_per_hour, **pod.host}
+
+    # -- serverless ----------------------------------------------------------------------------
+
+    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool = True) -> Plan:
+        return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers, dry_run)
+
+    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
+        env = {**dict(spec.env), LABELS_ENV: encode_labels(dict(spec.labels))}
+        env.update(self._env(spec))
+        body = {"name": spec.name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types),
+                                                                                 "count": 1},
+                "workers": {"min": 0, "max": spec.workers, "idleTimeout": 5},
+                "timeout": int(spec.execution_timeout_s * 1000), "env": env}
+        return self._endpoint(self.api.request("POST", "/v2/serverless", body=body))
+
+    def _endpoint(self, e: dict[str, Any]) -> Endpoint:
+        urls = e.get("requestUrls") or {}
+        url = urls.get("run", "").rsplit("/run", 1)[0] or f"{JOB_URL}/v2/{e['id']}"
+        labels = decode_labels((e.get("env") or {}).get(LABELS_ENV))
+        workers = int((e.get("workers") or {}).get("max", 0))
+        return Endpoint(str(e["id"]), str(e.get("name", "")), "RUNNING", url, workers, labels, 0.0,
+                        _epoch(e.get("createdAt")))
+
+    def workers(self, endpoint_id: str) -> list[dict[str, Any]]:
+        """``GET /v2/serverless/{id}/workers``: each worker's id and status (RUNNING, IDLE,
+        INITIALIZING, THROTTLED, UNHEALTHY)."""
+        return list((self.api.request("GET", f"/v2/serverless/{endpoint_id}/workers") or {}).get("workers", []))
+
+    def diagnose_queue(self, endpoint_id: str) -> str:
+        """Why jobs sit IN_QUEUE, from worker states rather than assumed capacity (in runpod-mcp
+        PR #62, 4 of 5 "capacity" timeouts were crash-looping workers).
+
+        Returns:
+            ``"serving"`` when some worker runs or idles.
+
+        Raises:
+            WorkloadError: workers are UNHEALTHY (crash-looping: the image or handler is broken).
+            NoCapacity: workers are THROTTLED or none exist (no GPU to start them on).
+        """
+        states = [w.get("status", "") for w in self.workers(endpoint_id)]
+        if any(s in ("RUNNING", "IDLE") for s in states):
+            return "serving"
+        if "UNHEALTHY" in states:
+            raise WorkloadError(f"runpod endpoint {endpoint_id}: {states.count('UNHEALTHY')} worker(s) UNHEALTHY "
+                                "(crash-looping), not a capacity problem; read the worker logs and fix the image")
+        if "INITIALIZING" in states:
+            return "initializing"
+        raise NoCapacity(f"runpod endpoint {endpoint_id}: jobs queued and workers {states or 'none'}: no GPU capacity "
+                         "in the endpoint's pools; widen gpu pools or wait", provider=self.name,
+                         resource_id=endpoint_id)
+
+    def job_client(self, endpoint_id: str) -> Any:
+        """A :class:`runbook_lib.measure.JobClient` for ``https://api.runpod.ai/v2/{endpoint_id}``
+        with Bearer auth over this provider's transport."""
+        import httpx
+
+        from runbook_lib.measure import JobClient
+
+        http = httpx.Client(base_url=f"{JOB_URL}/v2/{endpoint_id}", transport=self.api._transport, timeout=120.0,
+                            headers={"Authorization": f"Bearer {self.api.key.resolve()}"})
+        return JobClient(f"{JOB_URL}/v2/{endpoint_id}", http=http)
+
+
+def create(*, root: Any = None, profile: Any = None, transport: Any = None, key: KeySource | None = None,
+           **kwargs: Any) -> RunpodProvider:
+    """Registry factory: the key comes from ``profile.api_key_ref`` or Runpod's standard places."""
+    key = key or default_key(profile.api_key_ref if profile else "")
+    api = ApiClient(provider="runpod", base_url=REST_URL, key=key, transport=transport, classify=_classify,
+                    sleep=kwargs.get("sleep", time.sleep))
+    return RunpodProvider(api=api, profile=profile, **kwargs)

@@ -1,0 +1,275 @@
+"""Vast.ai over its REST API (``https://console.vast.ai/api/v0``; instance list on ``/api/v1``).
+
+Sources (paraphrased in ``../shared/reference/providers.md`` section 3): vast-ai/docs
+``api-reference`` pages, vast-cli ``vastai/api/offers.py`` / ``query.py`` / ``instances.py``,
+dstack ``backends/vastai``. Where the docs and the working clients disagree (``env`` format,
+``ports`` shape, ``type`` spelling) this module follows the clients:
+
+* offers: ``POST /api/v0/bundles/`` with the CLI's defaults (verified, rentable, not rented, not
+  external); ``type: "on-demand"`` or ``"bid"``;
+* create: ``PUT /api/v0/asks/{offer_id}/`` with object-form ``env`` (``{"K": "V",
+  "-p 8000:8000": "1"}``); ``price`` present makes it interruptible; an error body that still
+  carries ``new_contract`` means an instance exists and must be destroyed (dstack);
+* poll ``GET /api/v0/instances/{id}/`` (``{"instances": {...} | null}``): ``ports`` is a Docker map
+  whose ``HostPort`` is a string; ``public_ipaddr`` may carry whitespace;
+* 429 is often plain text without ``Retry-After``: the client backs off itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+from runbook_lib.errors import NoCapacity, NotFound, ParamsError
+from runbook_lib.providers._http import ApiClient, KeySource
+from runbook_lib.providers.base import Capabilities, Capability, Endpoint, Pod, PodSpec
+from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
+from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
+
+BASE_URL = "https://console.vast.ai"
+PAGE_LIMIT = 25  # /api/v1/instances/ pages hold at most 25 (show_instances.yaml)
+OFFER_LIMIT = 64
+SEARCH_DEFAULTS: dict[str, Any] = {"verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
+                                   "rented": {"eq": False}}
+"""What the vast CLI adds to every search (vastai/api/offers.py); sent explicitly (vast-cli #391:
+the CLI once dropped ``rentable`` silently)."""
+
+_OPS = {"=": "eq", "==": "eq", "!=": "neq", "<": "lt", "<=": "lte", ">": "gt", ">=": "gte", "in": "in",
+        "notin": "notin", "nin": "notin", "eq": "eq", "neq": "neq", "gt": "gt", "gte": "gte", "lt": "lt", "lte": "lte"}
+_ALIASES = {"cuda_vers": "cuda_max_good", "dph": "dph_total", "reliability": "reliability2"}
+_GB_TO_MB = {"cpu_ram", "gpu_ram", "gpu_total_ram"}  # typed in GB on the CLI, the API wants MB (x 1000)
+_TOKEN = re.compile(r"\s*([a-zA-Z_]+)\s*(>=|<=|!=|==|=|<|>|\bnotin\b|\bnin\b|\bin\b|\beq\b|\bneq\b|\bgte\b|\bgt\b|"
+                    r"\blte\b|\blt\b)\s*(\[[^\]]*\]|\S+)")
+STATUS = {None: "CREATED", "created": "CREATED", "loading": "CREATED", "running": "RUNNING", "exited": "EXITED",
+          "stopped": "STOPPED", "frozen": "STOPPED", "offline": "EXITED", "unknown": "EXITED", "rebooting": "CREATED"}
+"""Vast ``actual_status`` -> runbook pod state (vast-ai/docs cli/reference/show-instance.mdx)."""
+
+
+def default_key(ref: str = "") -> KeySource:
+    """``ref`` if given, else vast-cli's order: ``VAST_API_KEY``, ``~/.config/vastai/vast_api_key``,
+    the legacy ``~/.vast_api_key`` (vast-cli ``vastai/_base.py``)."""
+    refs = (ref,) if ref else ("env:VAST_API_KEY", "file:~/.config/vastai/vast_api_key", "file:~/.vast_api_key")
+    return KeySource("vast", refs)
+
+
+def _value(field: str, raw: str) -> Any:
+    if raw.startswith("["):
+        return [_value(field, v.strip()) for v in raw[1:-1].split(",") if v.strip()]
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    try:
+        num = float(raw)
+    except ValueError:
+        return raw.replace("_", " ")
+    if field in _GB_TO_MB:
+        num *= 1000
+    elif field == "duration":
+        num *= 86_400  # typed in days, the API wants seconds
+    return int(num) if num.is_integer() and field not in ("cuda_max_good", "dph_total") else num
+
+
+def parse_query(text: str) -> dict[str, dict[str, Any]]:
+    """Parse the vast CLI's offer query language into the ``/bundles/`` filter body.
+
+    ``"gpu_name=RTX_4090 num_gpus>=1 cuda_vers>=12.4 cpu_ram>=32"`` ->
+    ``{"gpu_name": {"eq": "RTX 4090"}, "num_gpus": {"gte": 1}, "cuda_max_good": {"gte": 12.4},
+    "cpu_ram": {"gte": 32000}}``: underscores in values become spaces, ``cpu_ram``/``gpu_ram``/
+    ``gpu_total_ram`` are GB x 1000, ``duration`` days x 86 400, aliases ``cuda_vers``/``dph``
+    resolved, and ``any``/``*``/``?`` deletes a filter (vast-cli ``vastai/api/query.py``).
+
+    Raises:
+        ParamsError: a token is not ``field op value``; the message quotes it.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise ParamsError(f"offer.query: cannot parse {text[pos:].split()[0]!r} at character {pos}; write "
+                              "tokens as field op value, e.g. gpu_name=RTX_4090 num_gpus>=1 cuda_vers>=12.4",
+                              field="offer.query")
+        field, op, raw = m.group(1), _OPS[m.group(2)], m.group(3)
+        field = _ALIASES.get(field, field)
+        if raw in ("any", "*", "?"):
+            out.pop(field, None)
+        else:
+            out.setdefault(field, {})[op] = _value(field, raw)
+        pos = m.end()
+    return out
+
+
+def search_body(req: Any, *, ports: int = 0) -> dict[str, Any]:
+    """The ``/bundles/`` body for requirement ranges ``req``: explicit defaults, our ranges,
+    then the operator's query (which wins on the fields it names)."""
+    q: dict[str, Any] = json.loads(json.dumps(SEARCH_DEFAULTS))
+    q["num_gpus"] = {"gte": req.gpu_count_min, "lte": req.gpu_count_max}
+    if req.gpu_names:
+        q["gpu_name"] = {"in": list(req.gpu_names)}
+    if req.vram_gib_min:
+        q["gpu_ram"] = {"gte": int(req.vram_gib_min * 1024 * (1 - VRAM_SLACK))}
+    if req.cuda_min:
+        q["cuda_max_good"] = {"gte": float(req.cuda_min)}
+    if req.disk_gb:
+        q["disk_space"] = {"gte": req.disk_gb}
+    if req.vcpu_min:
+        q["cpu_cores_effective"] = {"gte": req.vcpu_min}
+    if req.reliability_min:
+        q["reliability2"] = {"gte": req.reliability_min}
+    if ports:
+        q["direct_port_count"] = {"gte": ports}
+    q.update(parse_query(req.query) if req.query else {})
+    q["order"] = [["dph_total", "asc"]]
+    q["limit"] = OFFER_LIMIT
+    q["type"] = "bid" if req.interruptible else "on-demand"
+    q["allocated_storage"] = req.disk_gb
+    return q
+
+
+def _classify(status: int, body: Any, text: str) -> Exception | None:
+    """``no_such_ask`` (404/410) means the offer is gone: try the next one. An error that still
+    names ``new_contract`` left an instance behind (a failed bid): the caller destroys it."""
+    body = body if isinstance(body, dict) else {}
+    contract = str(body.get("new_contract") or "")
+    if contract:
+        return NoCapacity(f"create failed ({body.get('error')}: {body.get('msg', '')}) but left instance {contract}; "
+                          "it is destroyed before the next try", provider="vast", resource_id=contract)
+    if status in (404, 410) and body.get("error") == "no_such_ask":
+        return NoCapacity(f"offer no longer available (HTTP {status} no_such_ask)", provider="vast")
+    return None
+
+
+def _offer(o: dict[str, Any]) -> Offer:
+    cores, eff = o.get("cpu_cores"), o.get("cpu_cores_effective")
+    ram = o.get("cpu_ram")
+    ram_gib = (ram * (eff / cores) / 1024) if ram and eff and cores else None  # host RAM pro-rated (gpuhunt)
+    return Offer(
+        provider="vast", offer_id=str(o["id"]), gpu_name=canonical_gpu(o.get("gpu_name", "")),
+        gpu_name_raw=o.get("gpu_name", ""), gpu_count=int(o.get("num_gpus", 0)), vram_mib=int(o.get("gpu_ram", 0)),
+        vcpu=eff, ram_gib=ram_gib, disk_gb=o.get("disk_space"),
+        cuda_max=str(o["cuda_max_good"]) if o.get("cuda_max_good") is not None else "",
+        usd_per_hour=float(o.get("dph_base") or 0.0), interruptible_usd_per_hour=o.get("min_bid"),
+        storage_usd_per_gb_month=float(o.get("storage_cost") or 0.0),
+        egress_usd_per_gb=float(o.get("inet_up_cost") or 0.0), region=str(o.get("geolocation") or ""),
+        reliability=o.get("reliability2", o.get("reliability")), availability="listed" if o.get("rentable") else "NONE",
+        extra={"machine_id": o.get("machine_id"), "host_id": o.get("host_id"), "compute_cap": o.get("compute_cap"),
+               "driver_version": o.get("driver_version")})
+
+
+class VastProvider(RemoteProvider):
+    """Vast.ai instances rented from offers."""
+
+    name = "vast"
+    TERMINAL_BAD = ("oci runtime", "error response from daemon", "unsatisfied condition")
+
+    def capabilities(self) -> Capabilities:
+        src = "vast-ai/docs guides/instances; ../shared/reference/providers.md 3.8"
+        return Capabilities(
+            provider=self.name,
+            udp=Capability(True, "ports published with -p host:container; UDP mappings allowed", src),
+            docker_compose=Capability(False, "the instance is one container without a Docker daemon", src),
+            privileged=Capability(False, "containers are not privileged", src),
+            persistent_volume=Capability(True, "container disk survives stop and is fixed at create; local volumes are "
+                                               "tied to one machine", src),
+            max_request_s=None,
+            gpu=Capability(True, "NVIDIA (and some AMD) GPUs per offer", "POST /api/v0/bundles/"),
+            billing="per second while running; storage bills while stopped; bandwidth billed per GB both ways",
+            extra={
+                "max_ports": Capability(True, "at most 64 open ports per container", src),
+                "disk_resize": Capability(False, "disk size is fixed at creation; resizing means recreating", src),
+                "interruptible": Capability(True, "bids at or above min_bid; outbid instances stop and keep data",
+                                            "vast-ai/docs guides/instances/choosing/instance-types.mdx"),
+                "queue_endpoints": Capability(False, "no queue endpoint in this runbook; serve from an instance", src),
+                "cross_host_volumes": Capability(False, "move data through object storage", src),
+            },
+        )
+
+    def search_offers(self, req: Any, *, ports: int = 0) -> list[Offer]:
+        """``POST /api/v0/bundles/`` with :func:`search_body`; results normalized (RAM pro-rated,
+        names canonical). Callers still filter: the server can drop filters silently."""
+        body = self.api.request("POST", "/api/v0/bundles/", body=search_body(req, ports=ports)) or {}
+        return [_offer(o) for o in body.get("offers", [])]
+
+    def _create(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
+        body: dict[str, Any] = {"client_id": "me", "image": spec.image, "disk": spec.disk_gb,
+                                "label": encode_labels(dict(spec.labels)), "runtype": "args",
+                                "args": list(spec.command), "cancel_unavail": True,
+                                "env": {**env, **{f"-p {p.split('/')[0]}:{p.split('/')[0]}": "1" for p in spec.ports}}}
+        if spec.interruptible_bid_usd_per_hour is not None:
+            body["price"] = spec.interruptible_bid_usd_per_hour
+        out = self.api.request("PUT", f"/api/v0/asks/{offer_id}/", body=body) or {}
+        if not out.get("success") or not out.get("new_contract"):
+            contract = str(out.get("new_contract") or "")
+            raise NoCapacity(f"offer {offer_id}: create answered {out.get('error') or out}", provider=self.name,
+                             resource_id=contract)
+        return str(out["new_contract"])
+
+    def _pod(self, i: dict[str, Any], rid: str = "") -> Pod:
+        ports: dict[str, str] = {}
+        ip = (i.get("public_ipaddr") or "").strip()  # Vast pads it with whitespace (dstack strips it)
+        for key, maps in (i.get("ports") or {}).items():
+            if maps and ip:
+                ports[key] = f"{ip}:{int(maps[0]['HostPort'])}"  # HostPort is a string
+        status = i.get("actual_status")
+        detail = f"{status or 'provisioning'}: {i.get('status_msg') or ''}".strip()
+        if status == "stopped" and i.get("intended_status") == "stopped" and "outbid" in (i.get("status_msg") or ""):
+            detail = f"interrupted (outbid; data kept): {i.get('status_msg')}"
+        host = {"gpu_name": i.get("gpu_name", ""), "gpu_count": i.get("num_gpus"), "vram_mib": i.get("gpu_ram"),
+                "disk_gb": i.get("disk_space"),
+                "cuda_max": str(i["cuda_max_good"]) if i.get("cuda_max_good") is not None else "",
+                "public_ip": ip, "ports": ports, "image": i.get("image_uuid", ""),
+                "env_names": sorted(k for k, _ in (i.get("extra_env") or []))}
+        return Pod(str(i.get("id", rid)), str(i.get("label") or ""), STATUS.get(status, "EXITED"),  # type: ignore[arg-type]
+                   decode_labels(i.get("label")), float(i.get("dph_total") or 0.0), float(i.get("start_date") or 0.0),
+                   i.get("end_date"), None, "", "", status_detail=detail, host=host)
+
+    def _fetch(self, resource_id: str) -> Pod:
+        body = self.api.request("GET", f"/api/v0/instances/{resource_id}/", params={"owner": "me"}) or {}
+        inst = body.get("instances")
+        if not inst:
+            raise NotFound(f"vast: no instance {resource_id} (destroyed or never created)", provider=self.name,
+                           resource_id=resource_id)
+        return self._pod(inst, resource_id)
+
+    def _list_raw(self) -> list[Pod | Endpoint]:
+        """Every instance, following ``next_token`` pages of ``/api/v1/instances/``."""
+        out: list[Pod | Endpoint] = []
+        params: dict[str, Any] = {"limit": PAGE_LIMIT}
+        while True:
+            body = self.api.request("GET", "/api/v1/instances/", params=params) or {}
+            out += [self._pod(i) for i in body.get("instances", [])]
+            token = body.get("next_token")
+            if not token:
+                return out
+            params = {"limit": PAGE_LIMIT, "after_token": token}
+
+    def _stop(self, resource_id: str) -> None:
+        self.api.request("PUT", f"/api/v0/instances/{resource_id}/", body={"state": "stopped"})
+
+    def _destroy(self, resource_id: str) -> None:
+        try:
+            self.api.request("DELETE", f"/api/v0/instances/{resource_id}/", body={})
+        except NotFound:
+            pass  # 404 no_such_instance: already gone (dstack)
+
+    def describe(self, instance_id: str) -> dict[str, Any]:
+        """What Vast reports about an existing (source) instance; env variable *names* only."""
+        pod = self._fetch(instance_id)
+        return {"provider": self.name, "id": pod.id, "name": pod.name, "state": pod.state,
+                "price_usd_per_hour": pod.price_usd_per_hour, **pod.host}
+
+    def check_access(self) -> dict[str, Any]:
+        """``GET /api/v0/users/current/``: the cheapest authenticated call."""
+        self.api.request("GET", "/api/v0/users/current/")
+        return {"provider": self.name, "authenticated": True}
+
+
+def create(*, root: Any = None, profile: Any = None, transport: Any = None, key: KeySource | None = None,
+           **kwargs: Any) -> VastProvider:
+    """Registry factory: the key comes from ``profile.api_key_ref`` or vast-cli's standard places."""
+    key = key or default_key(profile.api_key_ref if profile else "")
+    api = ApiClient(provider="vast", base_url=BASE_URL, key=key, transport=transport, classify=_classify,
+                    sleep=kwargs.get("sleep", time.sleep))
+    return VastProvider(api=api, profile=profile, **kwargs)

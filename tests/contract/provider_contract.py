@@ -1,0 +1,95 @@
+"""The conformance suite every provider passes (local, runpod, vast). Subclasses supply the
+``env`` fixture: a :class:`ProviderEnv` with the provider, a launch spec factory, and a count of
+the calls that reached the provider's API (remote providers; None for local)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from runbook_lib.approvals import Approval
+from runbook_lib.errors import ApprovalRequired
+from runbook_lib.providers.base import Capabilities, Pod, PodSpec
+
+
+@dataclass
+class ProviderEnv:
+    provider: Any
+    spec: Callable[[str, tuple[tuple[str, str], ...]], PodSpec]
+    writes: Callable[[], int]  # requests that create, change or destroy something so far
+
+
+def approve(plan: Any) -> Approval:
+    return Approval(plan.fingerprint, "contract-test", "2026-11-29T00:00:00Z", "test")
+
+
+class ProviderContract:
+    """Tests shared by every provider."""
+
+    def test_capabilities_are_declared_data(self, env: ProviderEnv) -> None:
+        caps = env.provider.capabilities()
+        assert isinstance(caps, Capabilities) and caps.provider == env.provider.name
+        for cap in (caps.udp, caps.docker_compose, caps.privileged, caps.persistent_volume, caps.gpu,
+                    *caps.extra.values()):
+            assert cap.detail, f"{env.provider.name}: a capability without a reason"
+        assert caps.billing
+
+    def test_plans_are_pure_and_fingerprinted(self, env: ProviderEnv) -> None:
+        spec = env.spec("c-pure", (("run_id", "contract-pure"),))
+        a, b = env.provider.plan_launch(spec, dry_run=False), env.provider.plan_launch(spec, dry_run=False)
+        assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 64
+        assert env.provider.plan_launch(spec, dry_run=True).fingerprint != a.fingerprint
+        assert env.provider.plan_destroy("x", dry_run=False).action == "destroy"
+        assert env.writes() == 0
+
+    def test_apply_without_matching_approval_creates_nothing(self, env: ProviderEnv) -> None:
+        labels = (("run_id", "contract-noapproval"),)
+        plan = env.provider.plan_launch(env.spec("c-noapp", labels), dry_run=False)
+        other = env.provider.plan_launch(env.spec("c-other", labels), dry_run=False)
+        for approval in (None, approve(other)):
+            with pytest.raises(ApprovalRequired, match="not approved"):
+                env.provider.apply(plan, approval)
+        assert env.writes() == 0
+        assert env.provider.list(labels=dict(labels)) == []
+
+    def test_dry_run_applies_nothing(self, env: ProviderEnv) -> None:
+        labels = (("run_id", "contract-dry"),)
+        plan = env.provider.plan_launch(env.spec("c-dry", labels), dry_run=True)
+        assert env.provider.apply(plan, approve(plan)) is None
+        assert env.writes() == 0 and env.provider.list(labels=dict(labels)) == []
+
+    def test_launch_list_by_label_destroy_idempotent(self, env: ProviderEnv) -> None:
+        labels = (("run_id", "contract-life"), ("role", "canary"))
+        plan = env.provider.plan_launch(env.spec("c-life", labels), dry_run=False)
+        pod = env.provider.apply(plan, approve(plan))
+        assert isinstance(pod, Pod) and pod.state in ("CREATED", "RUNNING", "EXITED")
+        assert pod.labels.get("run_id") == "contract-life"
+        assert [r.id for r in env.provider.list(labels={"run_id": "contract-life"})] == [pod.id]
+        assert env.provider.list(labels={"run_id": "another-run"}) == []
+        assert not env.provider.is_gone(pod.id)
+        for _ in range(2):  # destroying twice is not an error
+            d = env.provider.plan_destroy(pod.id, dry_run=False)
+            env.provider.apply(d, approve(d))
+        assert env.provider.is_gone(pod.id)
+        left = env.provider.list(labels={"run_id": "contract-life"})  # gone, or listed as DESTROYED
+        assert all(r.id == pod.id and r.state == "DESTROYED" for r in left)
+
+    def test_unknown_resource_is_gone(self, env: ProviderEnv) -> None:
+        assert env.provider.is_gone("no-such-resource-0000")
+
+
+def local_env(tmp_path: Path) -> ProviderEnv:
+    import sys
+
+    from runbook_lib.providers.local import LocalProvider
+
+    prov = LocalProvider(root=tmp_path / "state")
+
+    def spec(name: str, labels: tuple[tuple[str, str], ...]) -> PodSpec:
+        return PodSpec(name=name, command=(sys.executable, "-c", "import time; time.sleep(30)"), device="cpu",
+                       price_usd_per_hour=0.1, labels=labels)
+
+    return ProviderEnv(prov, spec, lambda: 0)

@@ -1,0 +1,329 @@
+"""Providers: one contract suite for local, runpod and vast, then each remote provider's failure
+shapes against recorded-shape fixtures served through an injected httpx transport (no network;
+polling and backoff use an injected clock and sleep)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runbook_lib.errors import AuthError, BadRequest, NoCapacity, NotFound, RateLimited, WorkloadError
+from runbook_lib.params import load_params
+from runbook_lib.providers import create_provider
+from runbook_lib.providers._http import KeySource, retry_after_s
+from runbook_lib.providers.base import PodSpec
+from runbook_lib.providers.fixtures import FIXTURE_KEY, SOURCE_POD, FixtureApi
+from runbook_lib.providers.offers import canonical_gpu, filter_offers
+
+from .conftest import ROOT
+from .contract.provider_contract import ProviderContract, ProviderEnv, local_env
+
+PARAMS = load_params(ROOT / "params" / "runpod-to-vast.yaml")
+WRITES = ("POST /v2/pods", "DELETE", "PUT /api/v0/asks", "POST /v2/serverless", "POST /graphql")
+
+
+class Clock:
+    """Injected monotonic clock; sleeping advances it."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.t += s
+
+
+def remote(name: str, *, script: dict[str, list[str]] | None = None, profile: Any = None,
+           probe: Any = lambda h, p: True) -> tuple[Any, FixtureApi, Clock]:
+    fake = FixtureApi(name, script=script)
+    clock = Clock()
+    prof = profile or (PARAMS.source if name == "runpod" else PARAMS.target)
+    prov = create_provider(name, profile=prof, transport=fake.transport,
+                           key=KeySource(name, ("env:TEST_KEY",), _value=FIXTURE_KEY),
+                           clock=clock, sleep=clock.sleep, probe=probe)
+    return prov, fake, clock
+
+
+def writes(fake: FixtureApi) -> int:
+    return sum(1 for m, path, _ in fake.requests if any(f"{m} {path}".replace("api.runpod.io", "").replace(
+        "console.vast.ai", "").startswith(w) or m == w for w in WRITES))
+
+
+def ranked(prov: Any) -> tuple[str, ...]:
+    offers, _ = filter_offers(prov.search_offers(prov.profile.offer), prov.profile.offer)
+    return tuple(o.offer_id for o in offers)
+
+
+def remote_spec(prov: Any, offers: tuple[str, ...]) -> Any:
+    def spec(name: str, labels: tuple[tuple[str, str], ...]) -> PodSpec:
+        return PodSpec(name=name, command=("python", "-m", "runbook_lib.workload.job", "agent", "accept"),
+                       device="cuda", price_usd_per_hour=0.45, labels=labels, image="ghcr.io/example/agent:1",
+                       ports=("8000/tcp",) if prov.name == "vast" else ("8000/http",), offers=offers, disk_gb=40)
+    return spec
+
+
+class TestLocalContract(ProviderContract):
+    @pytest.fixture
+    def env(self, tmp_path: Path) -> ProviderEnv:
+        return local_env(tmp_path)
+
+
+class TestRunpodContract(ProviderContract):
+    @pytest.fixture
+    def env(self) -> ProviderEnv:
+        prov, fake, _ = remote("runpod")
+        offers = ranked(prov)
+        fake.requests.clear()
+        return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake))
+
+
+class TestVastContract(ProviderContract):
+    @pytest.fixture
+    def env(self) -> ProviderEnv:
+        prov, fake, _ = remote("vast")
+        offers = ranked(prov)
+        fake.requests.clear()
+        return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake))
+
+
+# -- offers ----------------------------------------------------------------------------------------
+
+def test_canonical_gpu_names_agree_across_providers() -> None:
+    assert canonical_gpu("NVIDIA GeForce RTX 4090") == canonical_gpu("RTX 4090") == canonical_gpu("RTX_4090")
+    assert canonical_gpu("NVIDIA A100-SXM4-80GB") == canonical_gpu("A100 SXM4") == "A100 SXM"
+
+
+def test_vast_offers_are_post_filtered_and_normalized() -> None:
+    prov, fake, _ = remote("vast")
+    offers = prov.search_offers(PARAMS.target.offer)
+    body = fake.requests[0][2]
+    # explicit defaults and converted ranges are sent (the server may still ignore them)
+    assert body["verified"] == {"eq": True} and body["rentable"] == {"eq": True} and body["rented"] == {"eq": False}
+    assert body["gpu_ram"] == {"gte": int(24 * 1024 * 0.98)} and body["cuda_max_good"] == {"gte": 12.4}
+    assert body["inet_down"] == {"gte": 200} and body["type"] == "on-demand" and body["allocated_storage"] == 40
+    ok, table = filter_offers(offers, PARAMS.target.offer)
+    assert [o.offer_id for o in ok] == ["8812345", "8812501"]  # cheapest first (0.40 + 40 GB x 0.20/720)
+    why = {r["offer_id"]: r["reasons"] for r in table}
+    assert "A100 SXM" in why["8812399"]  # the server returned a GPU we did not ask for
+    assert "host CUDA 12.2 below 12.4" in why["8812400"]
+    first = ok[0]
+    assert first.ram_gib == pytest.approx(257000 * 16 / 64 / 1024)  # host RAM pro-rated to our cores
+    assert first.hourly_usd(40) == pytest.approx(0.40 + 40 * 0.20 / 30 / 24)
+
+
+def test_vast_cli_query_language() -> None:
+    from runbook_lib.errors import ParamsError
+    from runbook_lib.providers.vast import parse_query
+
+    q = parse_query("gpu_name=RTX_4090 num_gpus>=1 cuda_vers>=12.4 cpu_ram>=32 duration>2 dph<0.5 rented=any")
+    assert q == {"gpu_name": {"eq": "RTX 4090"}, "num_gpus": {"gte": 1}, "cuda_max_good": {"gte": 12.4},
+                 "cpu_ram": {"gte": 32000}, "duration": {"gt": 172800}, "dph_total": {"lt": 0.5}}
+    assert parse_query("gpu_name in [RTX_4090,RTX_3090]") == {"gpu_name": {"in": ["RTX 4090", "RTX 3090"]}}
+    with pytest.raises(ParamsError, match="cannot parse 'gpu_name~4090'"):
+        parse_query("num_gpus>=1 gpu_name~4090")
+
+
+def test_runpod_catalog_prices_per_gpu_times_count_and_cuda() -> None:
+    prov, fake, _ = remote("runpod")
+    offers = prov.search_offers(PARAMS.source.offer)
+    assert fake.requests[0][1] == "api.runpod.io/v2/catalog/gpus"
+    by = {o.gpu_name: o for o in offers}
+    assert set(by) == {"RTX 4090", "A100 SXM", "MI300X"}
+    assert by["RTX 4090"].usd_per_hour == 0.69 and by["RTX 4090"].cuda_max == "12.8"
+    assert by["A100 SXM"].cuda_max == "12.4"  # 12.8 is listed as not available
+    assert by["RTX 4090"].vcpu is None  # not in the v2 catalog: re-checked on the canary
+    ok, table = filter_offers(offers, PARAMS.source.offer)
+    assert [o.gpu_name for o in ok] == ["RTX 4090"]
+    assert "no stock" in {r["gpu_name"]: r["reasons"] for r in table}["MI300X"]
+
+
+# -- launch, capacity, readiness ---------------------------------------------------------------------
+
+def test_vast_capacity_tries_next_offer_and_destroys_a_failed_bid_contract() -> None:
+    prov, fake, clock = remote("vast", script={"create": ["gone", "bid_fail", "ok"]})
+    spec = remote_spec(prov, ("8812345", "8812501", "8812345"))("canary", (("run_id", "r-cap"),))
+    pod = prov.launch(spec)
+    outcomes = [(a.offer_id, a.outcome) for a in prov.attempts]
+    assert outcomes == [("8812345", "no capacity"), ("8812501", "no capacity"), ("8812345", "ready")]
+    left = prov.attempts[1].resource_id
+    assert left and ("DELETE", f"console.vast.ai/api/v0/instances/{left}/", {}) in fake.requests
+    assert pod.state == "RUNNING" and pod.host["public_ip"] == "203.0.113.51"  # whitespace stripped
+    assert pod.host["ports"]["8000/tcp"] == "203.0.113.51:41080"  # HostPort string -> int
+    create = [b for m, p, b in fake.requests if m == "PUT" and "/asks/" in p][-1]
+    assert create["env"]["-p 8000:8000"] == "1" and create["label"].startswith("runbook:")
+    assert "price" not in create  # on-demand: no bid
+
+
+def test_vast_oci_error_fails_readiness_fast_and_is_destroyed() -> None:
+    prov, fake, _ = remote("vast", script={"poll": ["loading", "exited_oci_error"]})
+    spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-oci"),))
+    with pytest.raises(NoCapacity, match="OCI runtime create failed") as exc:
+        prov.launch(spec)
+    assert "8812345: failed readiness" in str(exc.value)
+    assert prov.attempts[0].outcome == "failed readiness"
+    assert any(m == "DELETE" for m, _, _ in fake.requests)
+
+
+def test_readiness_rechecks_the_machine_not_the_offer() -> None:
+    prov, fake, _ = remote("vast")
+    spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-hw"),))
+    iid = prov._create(spec, "8812345", {})
+    fake.state[iid].update(gpu_name="RTX 3090", disk_space=16.0)  # what the host really gave us
+    ready = prov.wait_ready(iid, spec, timeout_s=60, poll_s=1)
+    assert not ready.ready and ready.final  # waiting cannot fix the wrong machine
+    assert any("RTX 3090" in p for p in ready.problems) and any("16.0 GB disk" in p for p in ready.problems)
+
+
+def test_unreachable_port_times_out_on_injected_clock() -> None:
+    prov, _, clock = remote("vast", probe=lambda h, p: False)
+    spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-port"),))
+    iid = prov._create(spec, "8812345", {})
+    from runbook_lib.errors import ProviderTimeout
+
+    with pytest.raises(ProviderTimeout, match="not reachable"):
+        prov.wait_ready(iid, spec, timeout_s=30, poll_s=10)
+    assert clock.t >= 30 and clock.slept == [10, 10, 10]
+
+
+def test_outbid_instance_reports_interruption() -> None:
+    prov, fake, _ = remote("vast", script={"poll": ["outbid_stopped"]})
+    spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-bid"),))
+    iid = prov._create(spec, "8812345", {})
+    pod = prov.get(iid)
+    assert pod.state == "STOPPED" and "outbid" in pod.status_detail
+
+
+def test_runpod_capacity_error_moves_on_and_records_tries() -> None:
+    prov, fake, _ = remote("runpod", script={"create": ["capacity", "ok"]})
+    spec = remote_spec(prov, ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"))("canary", (("run_id", "r-rp"),))
+    pod = prov.launch(spec)
+    assert [a.outcome for a in prov.attempts] == ["no capacity", "ready"]
+    assert "no capacity" in prov.attempts[0].detail
+    body = [b for m, p, b in fake.requests if m == "POST" and p.endswith("/v2/pods")][-1]
+    assert body["cloud"] == "SECURE" and body["gpu"] == {"id": "NVIDIA GeForce RTX 4090", "count": 1}
+    assert body["env"]["RUNBOOK_LABELS"] == 'runbook:{"run_id":"r-rp"}' and body["ports"] == ["8000/http"]
+    assert pod.host["ports"]["8000/http"] == f"{pod.id}-8000.proxy.runpod.net:443"
+
+
+def test_runpod_422_is_a_bad_request_with_the_validation_messages() -> None:
+    prov, _, _ = remote("runpod", script={"create": ["invalid"]})
+    spec = remote_spec(prov, ("NVIDIA GeForce RTX 4090",))("canary", (("run_id", "r-422"),))
+    with pytest.raises(BadRequest, match="mutually exclusive"):
+        prov.launch(spec)
+
+
+def test_runpod_429_honours_retry_after_then_succeeds() -> None:
+    prov, _, clock = remote("runpod", script={"create": ["rate", "rate", "ok"]})
+    spec = remote_spec(prov, ("NVIDIA GeForce RTX 4090",))("canary", (("run_id", "r-429"),))
+    prov.launch(spec)
+    assert prov.api.waits_s == [2.0, 2.0]
+
+
+def test_vast_plain_text_429_backs_off_ourselves_then_gives_up() -> None:
+    prov, _, clock = remote("vast", script={"search": ["rate"] * 9})
+    with pytest.raises(RateLimited, match="still rate limited after 5 retries"):
+        prov.search_offers(PARAMS.target.offer)
+    assert prov.api.waits_s == pytest.approx([0.15 * 1.5 ** i for i in range(5)])
+
+
+def test_retry_after_and_ratelimit_headers() -> None:
+    assert retry_after_s({"retry-after": "7"}) == 7.0
+    assert retry_after_s({"ratelimit": '"minute";r=0;t=30, "hour";r=2900;t=1800'}) == 30.0
+    assert retry_after_s({"ratelimit": '"minute";r=12;t=30'}) is None
+    assert retry_after_s({}) is None
+
+
+def test_vast_listing_follows_pages_and_destroy_404_is_gone() -> None:
+    prov, fake, _ = remote("vast")
+    spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-page"),))
+    iid = prov._create(spec, "8812345", {})
+    assert [p.id for p in prov.list(labels={"run_id": "r-page"})] == [iid]  # found on page 2
+    assert any("after_token" in str(p) or True for _, p, _ in fake.requests)
+    prov._destroy(iid)
+    prov._destroy(iid)  # 404 no_such_instance: already gone, not an error
+    assert prov.is_gone(iid) and prov.list(labels={"run_id": "r-page"}) == []
+
+
+def test_runpod_spot_needs_graphql_option_and_maps_supply_constraint() -> None:
+    prof = PARAMS.source.model_copy(update={"runpod_graphql_spot": True})
+    prov, fake, _ = remote("runpod", script={"spot": ["supply", "ok"]}, profile=prof)
+    spec = PodSpec(name="spot", command=("true",), device="cuda", price_usd_per_hour=0.3, labels=(("run_id", "s"),),
+                   image="img:1", offers=("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
+                   interruptible_bid_usd_per_hour=0.3)
+    with pytest.warns(DeprecationWarning, match="GraphQL is deprecated"):
+        pod = prov.launch(spec)
+    assert [a.outcome for a in prov.attempts] == ["no capacity", "ready"] and pod.labels["run_id"] == "s"
+
+
+# -- job API and queue diagnosis ----------------------------------------------------------------------
+
+def test_runpod_job_api_expired_ttl_is_expired_not_a_crash() -> None:
+    prov, fake, _ = remote("runpod", script={"job": ["in_queue", "completed", "ttl", "failed"]})
+    jobs = prov.job_client("fx0001ep")
+    job = jobs.run({"text": "hello"})
+    assert job["status"] == "IN_QUEUE"
+    assert jobs.status(job["id"])["status"] == "IN_QUEUE"
+    assert jobs.status(job["id"])["status"] == "COMPLETED"
+    assert jobs.status(job["id"])["status"] == "EXPIRED"
+    assert "no kernel image" in jobs.status(job["id"])["error"]
+    assert jobs.cancel(job["id"])["status"] == "CANCELLED" and jobs.health()["workers"]["unhealthy"] == 2
+    assert all(p.startswith("api.runpod.ai/v2/fx0001ep/") for _, p, _ in fake.requests)
+
+
+def test_runpod_queue_diagnosis_reads_worker_states() -> None:
+    prov, _, _ = remote("runpod", script={"workers": ["unhealthy", "throttled"]})
+    ep = prov._create_endpoint(__import__("runbook_lib.providers.base", fromlist=["EndpointSpec"]).EndpointSpec(
+        name="ep", params_path="p.yaml", side="target", workers=2, price_usd_per_hour=0.3,
+        labels=(("run_id", "q"),), image="img:1", gpu_types=("ADA_24",)))
+    with pytest.raises(WorkloadError, match="UNHEALTHY .*crash-looping"):
+        prov.diagnose_queue(ep.id)
+    with pytest.raises(NoCapacity, match="THROTTLED"):
+        prov.diagnose_queue(ep.id)
+
+
+# -- credentials -------------------------------------------------------------------------------------
+
+def test_missing_key_names_the_references_and_calls_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    fake = FixtureApi("runpod")
+    prov = create_provider("runpod", profile=PARAMS.source.model_copy(update={"api_key_ref": ""}),
+                           transport=fake.transport)
+    with pytest.raises(AuthError, match=r"tried env:RUNPOD_API_KEY, file:~/.runpod/config.toml"):
+        prov.describe(SOURCE_POD)
+    assert fake.requests == []
+
+
+def test_key_from_runpod_config_toml_and_refused_key_not_echoed(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".runpod").mkdir()
+    planted = "rpa_" + "Z9" * 20
+    (tmp_path / ".runpod" / "config.toml").write_text(f'[default]\napi_key = "{planted}"\n')
+    fake = FixtureApi("runpod")
+    prov = create_provider("runpod", profile=PARAMS.source.model_copy(update={"api_key_ref": ""}),
+                           transport=fake.transport)
+    with pytest.raises(AuthError, match="refused") as exc:  # the fake accepts only the fixture key
+        prov.describe(SOURCE_POD)
+    assert planted not in str(exc.value) and planted not in repr(exc.value.args)
+
+
+def test_source_description_lists_env_names_never_values() -> None:
+    prov, _, _ = remote("runpod")
+    d = prov.describe(SOURCE_POD)
+    assert d["env_names"] == ["AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "LOG_LEVEL", "MODEL_ID"]
+    assert d["gpu_name"] == "NVIDIA GeForce RTX 4090" and d["cuda_max"] == "12.8"
+    assert "RUNPOD_SECRET" not in repr(d)
+
+
+def test_not_found_is_translated() -> None:
+    prov, _, _ = remote("runpod")
+    with pytest.raises(NotFound, match="no pod or endpoint nope"):
+        prov.get("nope")
