@@ -12,15 +12,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from runbook_lib.errors import EXIT_FAILED, RunbookError
 
 
+def _use_fixtures(args: argparse.Namespace) -> None:
+    """``--provider-fixtures``: remote providers answer from recorded-shape fixtures (a test
+    option: no network, no key, nothing real is planned against); request lines are logged under
+    ``.runbook/fixtures/``. Kernels inherit the setting through the environment."""
+    if getattr(args, "provider_fixtures", False):
+        from runbook_lib.params import project_root
+        from runbook_lib.providers.fixtures import ENV
+
+        where = project_root(args.params) / ".runbook" / "fixtures"
+        os.environ[ENV] = str(where)
+        print(f"provider fixtures: remote APIs answer from recorded shapes (request log: {where})", flush=True)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from runbook_lib.runner import environment_ok, run_migration
 
+    _use_fixtures(args)
     environment_ok()
     res = run_migration(args.params, reports_dir=args.reports, approval_ref=args.approval_file or "",
                         notebooks_dir=args.notebooks, echo=lambda s: print(s, flush=True))
@@ -56,6 +71,7 @@ def _cmd_phase(args: argparse.Namespace) -> int:
         kept.write_bytes(params.read_bytes())
     nb_dir = project_root(params) / "notebooks"
     preflight(mig, nb_dir)
+    _use_fixtures(args)
     environment_ok()
     out = execute_phase(args.phase, params, run_dir, cell_timeout_s=args.cell_timeout_s,
                         notebooks_dir=nb_dir, approval_ref=args.approval_file or "")
@@ -117,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reports", default="reports", help="directory for run directories (default: reports)")
     r.add_argument("--approval-file", help="JSON approval record for plans on remote providers")
     r.add_argument("--notebooks", help="phase notebooks directory (default: <project>/notebooks)")
+    r.add_argument("--provider-fixtures", action="store_true",
+                   help="test option: Runpod and Vast.ai answer from recorded-shape fixtures (no network, no key)")
     r.set_defaults(func=_cmd_run)
     p = sub.add_parser("phase", help="run one phase notebook into an existing run directory")
     p.add_argument("phase", choices=["01", "02", "03", "04", "05", "06"])
@@ -124,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--cell-timeout-s", type=int, default=600, help="seconds per cell (default 600)")
     p.add_argument("--approval-file")
+    p.add_argument("--provider-fixtures", action="store_true", help="as for run")
     p.set_defaults(func=_cmd_phase)
     v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")
     v.add_argument("run_dir")

@@ -217,15 +217,17 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     shutil.copyfile(params, run_dir / "params.yaml")
     outcomes: list[PhaseOutcome] = []
     scans: list[dict[str, Any]] = []
-    failed = stopped = False
+    failed = stopped = dry = False
     bar = tqdm(total=len(PHASES), desc=mig.migration, unit="phase", file=sys.stderr, leave=False,
                disable=not sys.stderr.isatty())
     say = echo or bar.write
     say(f"run {run_dir.name}: {mig.source.release}  ->  {mig.target.release}")
     for pid, name in PHASES:
-        if pid != "06" and (failed or stopped):
+        if pid != "06" and (failed or stopped or (dry and pid in ("04", "05"))):
             outcomes.append(PhaseOutcome(pid, "skipped", 0.0, "earlier phase failed" if failed else
-                                         "stopped: a blocking gate failed or was inconclusive, or an approval is missing"))
+                                         "stopped: a blocking gate failed or was inconclusive, or an approval is missing"
+                                         if stopped else "dry-run: phases 01-03 only planned; 04-05 need what those "
+                                         "plans would create"))
             say(f"  {pid} {name:<20} skipped ({outcomes[-1].reason})")
             bar.update(1)
             continue
@@ -250,6 +252,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
                                   notebook=str(run_dir / f"{pid}_{name}.ipynb"))
             rec = chain[pid]
             stopped = stopped or bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration"))
+            dry = dry or bool(rec.data.get("dry_run"))
             verdicts = [g["verdict"] for g in rec.data.get("gates", [])]
             outcomes.append(PhaseOutcome(pid, "completed", time.perf_counter() - t0))
             say(f"  {pid} {name:<20} completed in {outcomes[-1].seconds:5.1f} s  gates: "

@@ -47,27 +47,32 @@ NOTEBOOKS: dict[str, list[tuple[str, str, list[str]]]] = {
         ("md", "Launching the source pod is planned first; the plan is shown and applied only with an approval "
                "record.", []),
         ("code", "from runbook_lib.phases import freeze\n\n"
-                 "plan = ctx.plan_agent(\"source\", \"source-freeze\", \"freeze\", prefix=freeze.prefix(ctx, \"source\"))\n"
+                 "plan = freeze.plan_freeze(ctx)\n"
                  "display(pd.DataFrame([plan.to_dict()]).drop(columns=[\"spec\"]))", []),
         ("code", WIDGET.format(plan="plan"), ["skip-execution"]),
         ("code", "host = freeze.host_inventory(ctx)\n"
                  "src = freeze.freeze_source(ctx)\n"
-                 "display(pd.DataFrame(freeze.inventory_rows(host, src[\"environment\"])))", []),
-        ("code", "display(Markdown(\"**Immutable identities**\"))\n"
-                 "display(pd.Series(src[\"identity\"], name=\"value\").to_frame())\n"
-                 "display(Markdown(f\"**Frozen artifact** `{src['frozen']['prefix']}` manifest sha256 "
+                 "if src.get(\"dry_run\"):\n"
+                 "    display(Markdown(\"**Dry-run**: the freeze pod is planned above and recorded; nothing was launched.\"))\n"
+                 "    display(pd.Series(src[\"source_pod\"] or {}, name=\"source pod (provider report)\", dtype=object).to_frame())\n"
+                 "else:\n"
+                 "    display(pd.DataFrame(freeze.inventory_rows(host, src[\"environment\"])))", []),
+        ("code", "if not src.get(\"dry_run\"):\n"
+                 "    display(Markdown(\"**Immutable identities**\"))\n"
+                 "    display(pd.Series(src[\"identity\"], name=\"value\").to_frame())\n"
+                 "    display(Markdown(f\"**Frozen artifact** `{src['frozen']['prefix']}` manifest sha256 "
                  "`{src['frozen']['manifest_sha256']}`\"))\n"
-                 "display(pd.DataFrame(src[\"frozen\"][\"objects\"]).T)\n"
-                 "display(Markdown(f\"**Golden outputs** shape {src['golden']['shape']} {src['golden']['dtype']}, "
+                 "    display(pd.DataFrame(src[\"frozen\"][\"objects\"]).T)\n"
+                 "    display(Markdown(f\"**Golden outputs** shape {src['golden']['shape']} {src['golden']['dtype']}, "
                  "sha256 `{src['golden']['outputs_sha256']}`\"))", []),
         ("code", "requirements = freeze.requirements(ctx)\n"
                  "secrets = freeze.secrets_table(ctx)\n"
-                 "findings = freeze.credential_findings(ctx, src[\"environment\"])\n"
+                 "findings = freeze.credential_findings(ctx, src.get(\"environment\"))\n"
                  "display(pd.Series(requirements, name=\"declared\").to_frame())\n"
                  "display(pd.DataFrame(secrets))\n"
-                 "display(pd.DataFrame(findings, columns=[\"variable\", \"declared\", \"finding\"]))", []),
+                 "display(pd.DataFrame(findings, columns=[\"variable\", \"where\", \"declared\", \"finding\"]))", []),
         ("code", FINISH.format(data='{"host": host, "freeze": src, "requirements": requirements, "secrets": secrets, '
-                                    '"credential_findings": findings}'), []),
+                                    '"credential_findings": findings, "dry_run": bool(src.get("dry_run"))}'), []),
     ],
     "02_map_target": [
         ("md", "# 02 · Map target equivalents\n\nWhat does each dependency become on the target, and what has no "
@@ -76,11 +81,18 @@ NOTEBOOKS: dict[str, list[tuple[str, str, list[str]]]] = {
         ("code", OPEN.format(pid="02"), []),
         ("code", "from runbook_lib.phases import mapping\n\n"
                  "caps = ctx.provider(\"target\").capabilities()\n"
-                 "rows = mapping.dependency_map(ctx)\n"
+                 "offers = mapping.target_offers(ctx)  # remote target: search, re-check and rank offers\n"
+                 "if offers is not None:\n"
+                 "    display(Markdown(f\"**Offers**: {len(offers['ranked'])} of {len(offers['table'])} qualify; "
+                 "ranked: {offers['ranked']}\"))\n"
+                 "    display(pd.DataFrame(offers[\"table\"])[[\"offer_id\", \"gpu_name\", \"gpu_count\", "
+                 "\"hourly_usd_with_disk\", \"region\", \"accepted\", \"reasons\", \"unverified\"]])\n"
+                 "rows = mapping.dependency_map(ctx, offers)\n"
                  "ctx.write_json(\"02/dependency_map.json\", rows)\n"
                  "display(pd.DataFrame(rows))", []),
         ("code", "ctx.add_gates(mapping.dependency_gate(rows))\n"
-                 + FINISH.format(data='{"dependency_map": rows, "target_capabilities": mapping.capabilities_dict(caps)}'), []),
+                 + FINISH.format(data='{"dependency_map": rows, "target_capabilities": mapping.capabilities_dict(caps), '
+                                     '"offers": offers}'), []),
     ],
     "03_prove_parity": [
         ("md", "# 03 · Prove artifact parity on a disposable canary\n\nDoes the same artifact and input give "
@@ -88,19 +100,27 @@ NOTEBOOKS: dict[str, list[tuple[str, str, list[str]]]] = {
                "(re-hashing every byte), runs the acceptance job, is killed once after its first checkpoint and "
                "resumes, reloads its saved artifact, and is destroyed.", []),
         ("code", OPEN.format(pid="03"), []),
-        ("code", "from runbook_lib.phases import parity\n"
-                 "from runbook_lib.phases.freeze import prefix\n\n"
-                 "plan = ctx.plan_agent(\"target\", \"canary\", \"accept\", prefix=prefix(ctx, \"canary\"),\n"
-                 "                      frozen_prefix=parity.frozen_manifest(ctx)[\"prefix\"])\n"
-                 "display(pd.DataFrame([plan.to_dict()]).drop(columns=[\"spec\"]))", []),
+        ("code", "from runbook_lib.phases import parity\n\n"
+                 "plan = parity.plan_canary(ctx)\n"
+                 "display(pd.DataFrame([plan.to_dict()]).drop(columns=[\"spec\"]))\n"
+                 "display(pd.Series(plan.spec.offers, name=\"ranked offers tried in order\", dtype=object).to_frame())", []),
         ("code", WIDGET.format(plan="plan"), ["skip-execution"]),
         ("code", "canary = parity.run_canary(ctx)\n"
-                 "display(pd.DataFrame(canary[\"result\"].get(\"artifact_checksums\", [])))\n"
-                 "display(pd.Series(canary[\"result\"].get(\"failure_drill\") or {}, name=\"failure drill\", dtype=object).to_frame())",
+                 "if canary.get(\"dry_run\"):\n"
+                 "    display(Markdown(\"**Dry-run**: the canary launch is planned above and recorded; nothing was launched.\"))\n"
+                 "else:\n"
+                 "    display(pd.DataFrame(canary[\"capacity_tries\"], columns=[\"offer_id\", \"outcome\", \"detail\", \"resource_id\", \"at_s\"]))\n"
+                 "    display(pd.DataFrame(canary[\"result\"].get(\"artifact_checksums\", [])))\n"
+                 "    display(pd.Series(canary[\"result\"].get(\"failure_drill\") or {}, name=\"failure drill\", dtype=object).to_frame())",
          []),
-        ("code", "parity.parity_gates(ctx, canary)\n"
-                 + FINISH.format(data='{"canary_pod": canary["pod_id"], "canary_destroyed": canary["destroyed"], '
-                                     '"result": {k: v for k, v in canary["result"].items() if k != "attempts"}}'), []),
+        ("code", "if canary.get(\"dry_run\"):\n"
+                 "    data = {\"dry_run\": True, \"plan\": canary[\"plan\"]}\n"
+                 "else:\n"
+                 "    parity.parity_gates(ctx, canary)\n"
+                 "    data = {\"canary_pod\": canary[\"pod_id\"], \"canary_destroyed\": canary[\"destroyed\"],\n"
+                 "            \"capacity_tries\": canary[\"capacity_tries\"],\n"
+                 "            \"result\": {k: v for k, v in canary[\"result\"].items() if k != \"attempts\"}}\n"
+                 + FINISH.format(data="data"), []),
     ],
     "04_compare_production": [
         ("md", "# 04 · Compare production characteristics\n\nIs the target as fast, as reliable and as cheap as "

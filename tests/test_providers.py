@@ -318,7 +318,7 @@ def test_key_from_runpod_config_toml_and_refused_key_not_echoed(tmp_path: Path,
 def test_source_description_lists_env_names_never_values() -> None:
     prov, _, _ = remote("runpod")
     d = prov.describe(SOURCE_POD)
-    assert d["env_names"] == ["AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "LOG_LEVEL", "MODEL_ID"]
+    assert d["env_names"] == ["AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "LOG_LEVEL", "MODEL_ID", "RUNPOD_API_KEY"]
     assert d["gpu_name"] == "NVIDIA GeForce RTX 4090" and d["cuda_max"] == "12.8"
     assert "RUNPOD_SECRET" not in repr(d)
 

@@ -13,14 +13,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, ParamsError
 from runbook_lib.gates import GateResult, from_dict
 from runbook_lib.manifest import PHASES, Record, new_run_id, require_records, utc_now, write_record
 from runbook_lib.params import Migration, Profile, load_params, project_root
-from runbook_lib.providers import create_provider
+from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec
 from runbook_lib.storage import Store, credential_env, store_from_params
 
@@ -63,10 +63,20 @@ class PhaseContext:
     approval_ref: str
     records: dict[str, Record]
     started: str
-    store: Store
+    store_factory: Callable[[], Store]
     plans: list[dict[str, Any]] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # provider reads reused within a phase
+    _providers: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def store(self) -> Store:
+        """The run's store, opened (and its credentials resolved) on first use: a phase that only
+        plans never needs the bucket's keys."""
+        if "store" not in self.cache:
+            self.cache["store"] = self.store_factory()
+        return self.cache["store"]
 
     # -- sides, providers, resources ----------------------------------------------------------
 
@@ -76,40 +86,92 @@ class PhaseContext:
         return getattr(self.mig, side)
 
     def provider(self, side: str) -> Any:
+        """The provider of ``side`` (one instance per phase, so its evidence of tries accumulates)."""
+        if side not in self._providers:
+            prof = self.profile(side)
+            self._providers[side] = create_provider(prof.provider, root=Path(STATE_DIR) / prof.provider, profile=prof)
+        return self._providers[side]
+
+    def dry_run(self, side: str) -> bool:
+        """True when ``side`` is a remote provider left in dry-run (real providers default to it;
+        the local provider never is), or an earlier phase of this run only planned: plans are then
+        shown and recorded, nothing is applied."""
         prof = self.profile(side)
-        return create_provider(prof.provider, root=Path(STATE_DIR) / prof.provider)
+        earlier = any(r.data.get("dry_run") for r in self.records.values())
+        return prof.provider in REMOTE and (prof.dry_run or earlier)
 
     def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
         return (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
 
     def _apply(self, side: str, plan: Plan) -> Any:
+        if plan.dry_run:  # shown and recorded; nothing is created, so nothing needs approving yet
+            self.plans.append({"plan": plan.to_dict(), "applied": False, "approved_by": None,
+                               "method": "dry-run: shown, not applied"})
+            return None
         approval = approvals.require(plan, run_dir=self.run_dir, preapproved_local=self.mig.approvals.preapproved_local,
                                      approval_file=self.approval_ref or self.mig.approvals.approval_file)
-        self.plans.append({"plan": plan.to_dict(), "approved_by": approval.approved_by, "method": approval.method})
+        self.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
+                           "method": approval.method})
         self.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
         return self.provider(side).apply(plan, approval)
 
     def plan_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
-                   extra: tuple[str, ...] = ()) -> Plan:
+                   extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None) -> Plan:
         """The launch plan of a pod running the acceptance agent on ``side`` (pure; shown in
-        notebooks and approved by fingerprint)."""
+        notebooks and approved by fingerprint). ``offers`` overrides :meth:`offer_ids`."""
         prof = self.profile(side)
         argv = [sys.executable, "-m", "runbook_lib.workload.job", "agent", mode, "--params", str(self.params_path),
-                "--side", side, "--run-id", self.run_id, "--store-url", self.store.url(), "--prefix", prefix]
+                "--side", side, "--run-id", self.run_id, "--store-url", self.store_url(), "--prefix", prefix]
         if frozen_prefix:
             argv += ["--frozen-prefix", frozen_prefix]
         env = (("RUNBOOK_FAULT", prof.fault),) if prof.fault != "none" else ()
+        remote = prof.provider in REMOTE
+        if remote:  # inside the image: its own python; the run's params travel in the pod's environment
+            from runbook_lib.workload.job import PARAMS_FROM_ENV
+
+            argv[0] = "python"
+            argv[argv.index("--params") + 1] = PARAMS_FROM_ENV
+            env += (("RUNBOOK_PARAMS_YAML", (self.run_dir / "params.yaml").read_text()), ("RUNBOOK_DEVICE", prof.device))
+        if remote and offers is None:
+            offers = self.offer_ids(side)
         spec = PodSpec(name=f"{self.mig.migration}-{role}", command=tuple(argv + list(extra)), device=prof.device,
                        price_usd_per_hour=prof.price_usd_per_hour, labels=self.labels(side, role), env=env,
                        secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
-                       volume_gb=self.mig.workload.requirements.disk_gb)
-        return self.provider(side).plan_launch(spec, dry_run=False)
+                       volume_gb=self.mig.workload.requirements.disk_gb, image=prof.image,
+                       ports=self.published_ports(side) if remote else (), offers=offers if remote else (),
+                       disk_gb=prof.offer.disk_gb)
+        return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
+
+    def store_url(self) -> str:
+        """The store's URL as a pod sees it (a local directory made absolute; an S3 URL as given,
+        without opening the store or resolving its keys)."""
+        url = self.mig.storage.url
+        return self.store.url() if url.startswith("file://") else url
+
+    def published_ports(self, side: str) -> tuple[str, ...]:
+        """The workload's declared ports as the provider publishes them (``8000/http`` on Runpod's
+        proxy; Vast maps every port as ``tcp``)."""
+        vast = self.profile(side).provider == "vast"
+        return tuple(f"{p.port}/{'tcp' if vast and p.protocol == 'http' else p.protocol}"
+                     for p in self.mig.workload.requirements.ports)
+
+    def offer_ids(self, side: str) -> tuple[str, ...]:
+        """Ranked offer ids a launch on ``side`` may try: the target's from phase 02's record; the
+        source's is the GPU type its running pod uses (phase 01)."""
+        if side == "target":
+            rec = self.records.get("02")
+            ranked = rec.data.get("offers", {}).get("ranked", []) if rec else []
+            return tuple(ranked)[: self.mig.target.offer.max_tries]
+        rec = self.records.get("01")
+        gpu = ((rec.data["freeze"].get("source_pod") or {}) if rec else {}).get("gpu_name")
+        return (str(gpu),) if gpu else ()
 
     def launch_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
-                     extra: tuple[str, ...] = ()) -> Pod:
-        """Plan, approve and launch a pod running the acceptance agent on ``side``."""
+                     extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None) -> Pod | None:
+        """Plan, approve and launch a pod running the acceptance agent on ``side`` (None in dry-run:
+        the plan is recorded, nothing is launched)."""
         return self._apply(side, self.plan_agent(side, role, mode, prefix=prefix, frozen_prefix=frozen_prefix,
-                                                 extra=extra))
+                                                 extra=extra, offers=offers))
 
     def wait_pod(self, side: str, pod: Pod) -> Pod:
         """Wait for a pod's agent to exit; a non-zero exit is a WorkloadError with the log tail."""
@@ -117,7 +179,7 @@ class PhaseContext:
 
         prov = self.provider(side)
         done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S)
-        if done.exit_code != 0:
+        if done.exit_code not in (0, None):  # remote providers report none: the store's marker decides
             raise WorkloadError(f"pod {pod.id} ({pod.name}) exited with code {done.exit_code}; log tail:\n"
                                 f"{prov.log_tail(pod.id, 2500)}")
         return done
@@ -127,11 +189,12 @@ class PhaseContext:
         spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
                             workers=prof.workers, price_usd_per_hour=prof.price_usd_per_hour,
                             labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
-                            secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage))
-        return self._apply(side, self.provider(side).plan_endpoint(spec, dry_run=False))
+                            secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
+                            image=prof.image)
+        return self._apply(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
 
     def destroy(self, side: str, resource_id: str) -> None:
-        self._apply(side, self.provider(side).plan_destroy(resource_id, dry_run=False))
+        self._apply(side, self.provider(side).plan_destroy(resource_id, dry_run=self.dry_run(side)))
 
     # -- evidence -----------------------------------------------------------------------------
 
@@ -215,6 +278,7 @@ def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str
     if phase == "01" and not (rd / "params.yaml").exists():  # the run keeps the params it started with
         (rd / "params.yaml").write_bytes(params.read_bytes())
     records = require_records(rd, phase, NEEDS[phase])
-    store = store_from_params(mig.storage, base=os.getcwd())
+    base = os.getcwd()
     return PhaseContext(phase=phase, mig=mig, params_path=params, run_dir=rd, run_id=rd.name, run_mode=run_mode,
-                        approval_ref=approval_ref, records=records, started=utc_now(), store=store)
+                        approval_ref=approval_ref, records=records, started=utc_now(),
+                        store_factory=lambda: store_from_params(mig.storage, base=base))

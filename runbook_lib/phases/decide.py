@@ -14,11 +14,12 @@ from typing import Any
 
 from runbook_lib import __version__
 from runbook_lib import gates as g
-from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO
+from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, AuthError
 from runbook_lib.manifest import PHASES, utc_now
 from runbook_lib.params import params_sha256
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.cutover import Route
+from runbook_lib.providers import REMOTE
 
 EXIT_CODES = {"GO": EXIT_GO, "NO-GO": EXIT_NO_GO, "HOLD": EXIT_HOLD}
 
@@ -58,6 +59,16 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
                                   "every phase ran" if not missing else
                                   f"migration stopped by a blocking gate (failed or inconclusive); {missing} not run",
                                   phase="06"))
+    dry = sorted(pid for pid, r in ctx.records.items() if r.data.get("dry_run"))
+    if dry:
+        planned = [p for r in ctx.records.values() for p in r.data.get("plans", []) if not p.get("applied", True)]
+        sides = [s for s in ("source", "target") if ctx.profile(s).provider in REMOTE and ctx.profile(s).dry_run]
+        gates.append(g.GateResult(
+            "dry_run", "INCONCLUSIVE", True, len(planned), 0, "plans shown, none applied", "records",
+            f"phases {dry} only planned ({len(planned)} plans recorded, nothing created). To run them: approve the "
+            f"plans' fingerprints in an approval file (approvals.approval_file) and set dry_run: false on "
+            f"{sides or 'the remote sides'}", source="engineering standard: real providers default to dry-run",
+            phase="06"))
     cut = ctx.records.get("05")
     if cut is not None and cut.status == "completed":
         point = json.loads((ctx.run_dir / "05/rollback_point.json").read_text())
@@ -86,22 +97,37 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
         route = r.state
         ctx.write_json("06/route_final.json", route)
     created: list[dict[str, Any]] = []
+    unlisted: list[str] = []
     for side in ("source", "target"):
         prov = ctx.provider(side)
-        for res in prov.list(labels={"run_id": ctx.run_id, "side": side}):
+        try:
+            found = prov.list(labels={"run_id": ctx.run_id, "side": side})
+        except AuthError as exc:
+            applied = [p for r in ctx.records.values() for p in r.data.get("plans", [])
+                       if p.get("applied", True) and p["plan"]["provider"] == prov.name]
+            if applied:  # something may exist that we cannot see: not verified
+                unlisted.append(f"{side} ({prov.name}): {exc}")
+            else:
+                unlisted.append(f"{side} ({prov.name}) not listed, but no plan was applied there: nothing to tear down")
+            found = []
+        for res in found:
             must_go = ctx.mig.run.teardown_source or (side == "target" and decision != "GO")
             if must_go and res.state != "DESTROYED":
                 ctx.destroy(side, res.id)
-            after = prov.get(res.id)
+            gone = prov.is_gone(res.id)
+            after = None if gone and ctx.profile(side).provider in REMOTE else prov.get(res.id)
             created.append({"id": res.id, "name": res.name, "side": side, "kind": type(res).__name__.lower(),
                             "role": res.labels.get("role"), "phase": res.labels.get("phase"),
-                            "created_at": res.created_at, "ended_at": after.ended_at, "state": after.state,
-                            "should_be_gone": must_go})
+                            "created_at": res.created_at, "ended_at": after.ended_at if after else None,
+                            "state": "DESTROYED" if gone else after.state, "should_be_gone": must_go})
     remaining = [c for c in created if c["should_be_gone"] and c["state"] != "DESTROYED"]
-    ctx.add_gates(g.boolean_gate("teardown_verified", not remaining, phase="06",
-                                 detail=f"{len(created) - len(remaining)} of {len(created)} resources created by the "
-                                        f"run are destroyed and verified gone" if not remaining else
-                                        f"still present: {[c['id'] for c in remaining]}"))
+    blind = [u for u in unlisted if "nothing to tear down" not in u]
+    ok = None if blind and not remaining else not remaining
+    detail = (f"still present: {[c['id'] for c in remaining]}" if remaining else
+              f"could not list: {blind}" if blind else
+              f"{len(created) - len(remaining)} of {len(created)} resources created by the run are destroyed and "
+              f"verified gone" + (f"; {'; '.join(unlisted)}" if unlisted else ""))
+    ctx.add_gates(g.boolean_gate("teardown_verified", ok, phase="06", detail=detail))
     return {"route": route, "created": created, "destroyed": [c["id"] for c in created if c["state"] == "DESTROYED"],
             "remaining": remaining}
 

@@ -16,6 +16,8 @@ import numpy as np
 from runbook_lib import secrets as secret_refs
 from runbook_lib.inventory import probe
 from runbook_lib.phases import PhaseContext
+from runbook_lib.providers import REMOTE
+from runbook_lib.providers.base import Plan
 
 
 def prefix(ctx: PhaseContext, *parts: str) -> str:
@@ -30,19 +32,52 @@ def host_inventory(ctx: PhaseContext) -> dict[str, Any]:
     return inv
 
 
+def describe_source(ctx: PhaseContext) -> dict[str, Any] | None:
+    """What the source provider reports about the pod that runs today (a remote source with
+    ``pod_id``): image, GPU, CUDA, disk, ports, price, environment variable *names*. None for a
+    local source. Read-only; allowed in dry-run.
+
+    Raises:
+        AuthError: the provider key is missing (the message names the reference) or refused.
+        NotFound: ``source.pod_id`` does not exist.
+    """
+    prof = ctx.mig.source
+    if prof.provider not in REMOTE or not prof.pod_id:
+        return None
+    if "source_pod" not in ctx.cache:
+        ctx.cache["source_pod"] = ctx.provider("source").describe(prof.pod_id)
+        ctx.write_json("01/source_pod.json", ctx.cache["source_pod"])
+    return ctx.cache["source_pod"]
+
+
+def plan_freeze(ctx: PhaseContext) -> Plan:
+    """The launch plan of the source-side freeze pod (shown, approved by fingerprint, applied by
+    :func:`freeze_source`). A remote source's pod is planned on the GPU type it runs on today."""
+    src = describe_source(ctx)
+    offers = (str(src["gpu_name"]),) if src and src.get("gpu_name") else None
+    return ctx.plan_agent("source", "source-freeze", "freeze", prefix=prefix(ctx, "source"), offers=offers)
+
+
 def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
     """Run the source profile's agent in a pod: freeze the artifact, compute golden outputs.
 
-    The pod is destroyed afterwards and verified gone.
+    The pod is destroyed afterwards and verified gone. In dry-run (a remote source left in
+    dry-run) the plan is recorded and nothing runs: the result says ``dry_run`` and carries the
+    source pod's description and the plan.
 
     Returns:
-        ``{"pod", "environment", "identity", "frozen", "golden", "golden_run"}``.
+        ``{"pod", "source_pod", "environment", "identity", "frozen", "golden", "golden_run"}``, or
+        ``{"dry_run": True, "source_pod", "plan"}``.
 
     Raises:
         WorkloadError: the agent failed (log tail in the message). StorageError: a set does
-            not verify.
+            not verify. ApprovalRequired: the plan has no approval record (HOLD).
     """
-    pod = ctx.launch_agent("source", "source-freeze", "freeze", prefix=prefix(ctx, "source"))
+    plan = plan_freeze(ctx)
+    if plan.dry_run:
+        ctx._apply("source", plan)
+        return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict()}
+    pod = ctx._apply("source", plan)
     pod = ctx.wait_pod("source", pod)
     frozen = ctx.store.verify_set(prefix(ctx, "source", "frozen"), run_id=ctx.run_id)
     result_objs = ctx.store.verify_set(prefix(ctx, "source", "result"), run_id=ctx.run_id)
@@ -53,10 +88,11 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
     if "final_outputs.npy" in files:
         np.save(ctx.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
     ctx.destroy("source", pod.id)
-    gone = ctx.provider("source").get(pod.id).state == "DESTROYED"
+    gone = ctx.provider("source").is_gone(pod.id)
     attempt = result["attempts"][0]
     return {
         "pod": {"id": pod.id, "state_after_destroy": "DESTROYED" if gone else "STILL PRESENT"},
+        "source_pod": describe_source(ctx),
         "environment": result["environment"],
         "identity": result["identity"],
         "store": ctx.store.settings(),
@@ -85,16 +121,23 @@ def secrets_table(ctx: PhaseContext) -> list[dict[str, Any]]:
     return rows
 
 
-def credential_findings(ctx: PhaseContext, source_env: dict[str, Any]) -> list[dict[str, Any]]:
-    """Credential-looking variables inside the source pod (names only). A name the source profile
-    or the storage section does not declare is a finding: a key baked into the image or exported
-    into the container, which the target must not inherit."""
+def credential_findings(ctx: PhaseContext, source_env: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Credential-looking variables inside the source pod (names only): in the agent's process
+    environment and, for a remote source, in the environment the provider reports for the
+    running pod. A name the source profile or the storage section does not declare is a finding:
+    a key baked into the image or exported into the container, which the target must not inherit."""
     from runbook_lib.storage import credential_env
 
     declared = {s.name for s in ctx.mig.source.secrets} | {n for n, _ in credential_env(ctx.mig.storage)}
-    return [{"variable": n, "declared": n in declared,
+    rows = [{"variable": n, "where": "source pod process", "declared": n in declared,
              "finding": "" if n in declared else "undeclared credential in the source environment"}
-            for n in source_env.get("credential_env_names", [])]
+            for n in (source_env or {}).get("credential_env_names", [])]
+    described = describe_source(ctx) or {}
+    for n in secret_refs.names_present(dict.fromkeys(described.get("env_names", []), "")):
+        rows.append({"variable": n, "where": f"{described['provider']} pod {described['id']} environment",
+                     "declared": n in declared,
+                     "finding": "" if n in declared else "credential exported into the source container by the provider"})
+    return rows
 
 
 def requirements(ctx: PhaseContext) -> dict[str, Any]:

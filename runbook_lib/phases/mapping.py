@@ -12,6 +12,8 @@ from typing import Any
 from runbook_lib import secrets as secret_refs
 from runbook_lib.gates import GateResult
 from runbook_lib.phases import PhaseContext
+from runbook_lib.providers import REMOTE
+from runbook_lib.providers.offers import filter_offers, version_tuple
 
 EQUIVALENT, ADAPTER, NONE = "equivalent", "adapter needed", "no equivalent"
 GIB = 2**30
@@ -21,14 +23,65 @@ def _row(dep: str, source: Any, target: Any, status: str, reason: str) -> dict[s
     return {"dependency": dep, "source": str(source), "target": str(target), "status": status, "reason": reason}
 
 
-def dependency_map(ctx: PhaseContext) -> list[dict[str, Any]]:
-    """Build the dependency / control map from phase 01's record and the target's capabilities."""
+def target_offers(ctx: PhaseContext) -> dict[str, Any] | None:
+    """Search, re-check and rank the remote target's offers against ``target.offer`` (read-only,
+    allowed in dry-run). None for a local target.
+
+    Returns:
+        ``{"ranked": [offer ids, cheapest first], "best": offer dict | None, "table": [one row per
+        offer seen, with accepted / reasons / unverified], "requirements": {...}}``.
+    """
+    prof = ctx.mig.target
+    if prof.provider not in REMOTE:
+        return None
+    req = prof.offer
+    offers = ctx.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
+    ranked, table = filter_offers(offers, req)
+    ctx.write_json("02/offers.json", table)
+    return {"ranked": [o.offer_id for o in ranked], "best": ranked[0].to_dict() if ranked else None, "table": table,
+            "requirements": req.model_dump()}
+
+
+def _unverified(offers: dict[str, Any], offer_id: str) -> str:
+    return next((r["unverified"] for r in offers["table"] if r["offer_id"] == offer_id), "")
+
+
+def _source_facts(rec: dict[str, Any]) -> dict[str, Any]:
+    """Python, torch and CUDA of the source: frozen from its pod, else (dry-run) what the provider
+    reports, else unknown."""
+    env = rec["freeze"].get("environment")
+    if env:
+        return {"python": env["python"], "torch": env["torch"], "cuda": env["cuda"]["runtime"],
+                "driver": env["cuda"]["driver_version"]}
+    pod = rec["freeze"].get("source_pod") or {}
+    unknown = "not frozen (dry-run)"
+    return {"python": unknown, "torch": unknown, "cuda": pod.get("cuda_max") or unknown, "driver": unknown,
+            "image": pod.get("image")}
+
+
+def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Build the dependency / control map from phase 01's record, the target's declared
+    capabilities and, for a remote target, the best qualifying offer (``offers`` from
+    :func:`target_offers`)."""
     rec = ctx.records["01"].data
-    req, env = rec["requirements"], rec["freeze"]["environment"]
-    host = rec["host"]
+    req = rec["requirements"]
     src, tgt = ctx.mig.source, ctx.mig.target
     caps = ctx.provider("target").capabilities()
+    sf = _source_facts(rec)
+    remote = tgt.provider in REMOTE
+    best = (offers or {}).get("best") if remote else None
     rows = []
+    if remote:
+        seen = len((offers or {}).get("table", []))
+        if best is None:
+            reasons = sorted({r["reasons"] for r in (offers or {}).get("table", []) if r["reasons"]})
+            rows.append(_row("target offer", "running today", f"{seen} offers seen", NONE,
+                             f"no {tgt.provider} offer meets target.offer: {reasons[:3]}; widen the requirements"))
+        else:
+            rows.append(_row("target offer", src.release, f"{best['gpu_count']} x {best['gpu_name']} "
+                             f"({best['offer_id']}, {best['region'] or 'any region'})", EQUIVALENT,
+                             f"cheapest of {len((offers or {})['ranked'])} qualifying offers out of {seen}; "
+                             f"unverified until the canary: {_unverified(offers, best['offer_id']) or 'none'}"))
     if tgt.device.startswith("cuda") and not caps.gpu.supported:
         rows.append(_row("device", src.device, tgt.device, NONE, f"target asks for {tgt.device}: {caps.gpu.detail}"))
     elif src.device.split(":")[0] != tgt.device.split(":")[0]:
@@ -38,14 +91,34 @@ def dependency_map(ctx: PhaseContext) -> list[dict[str, Any]]:
     rows.append(_row("dtype", src.dtype, tgt.dtype, EQUIVALENT if src.dtype == tgt.dtype else ADAPTER,
                      "same compute dtype" if src.dtype == tgt.dtype else
                      "numerics change; outputs are held to the source dtype's tolerance in phase 03"))
-    rows.append(_row("python / torch", f"{env['python']} / {env['torch']}", f"{host['python']} / {host['torch']}",
-                     EQUIVALENT if (env["python"], env["torch"]) == (host["python"], host["torch"]) else ADAPTER,
-                     "same interpreter and framework build" if env["torch"] == host["torch"] else
-                     "framework version differs; parity decides"))
-    rows.append(_row("CUDA runtime / driver", f"{env['cuda']['runtime']} / {env['cuda']['driver_version']}",
-                     f"{host['cuda']['runtime']} / {host['cuda']['driver_version']}",
-                     EQUIVALENT if env["cuda"]["runtime"] == host["cuda"]["runtime"] else ADAPTER,
-                     "recorded; must satisfy the image's CUDA build"))
+    if remote:
+        same = bool(src.image) and src.image == tgt.image
+        rows.append(_row("image / python / torch", src.image or f"{sf['python']} / {sf['torch']}", tgt.image,
+                         EQUIVALENT if same else ADAPTER, "the same image on both sides" if same else
+                         "the image changes; parity decides in phase 03"))
+        need = sf["cuda"] if sf["cuda"] and sf["cuda"][0].isdigit() else ""
+        have = (best or {}).get("cuda_max", "")
+        if not need or not have:
+            rows.append(_row("CUDA (host driver)", sf["cuda"], have or "unknown", ADAPTER,
+                             "not known on both sides yet; the canary re-checks the host driver"))
+        else:
+            ok = version_tuple(have) >= version_tuple(need)
+            rows.append(_row("CUDA (host driver)", need, have, EQUIVALENT if ok else NONE,
+                             "target driver supports the source's CUDA" if ok else
+                             f"target host driver supports CUDA {have} < {need}: images built for {need} fail to start"))
+    else:
+        host = rec["host"]
+        rows.append(_row("python / torch", f"{sf['python']} / {sf['torch']}", f"{host['python']} / {host['torch']}",
+                         EQUIVALENT if (sf["python"], sf["torch"]) == (host["python"], host["torch"]) else ADAPTER,
+                         "same interpreter and framework build" if sf["torch"] == host["torch"] else
+                         "framework version differs; parity decides"))
+        rows.append(_row("CUDA runtime / driver", f"{sf['cuda']} / {sf['driver']}",
+                         f"{host['cuda']['runtime']} / {host['cuda']['driver_version']}",
+                         EQUIVALENT if sf["cuda"] == host["cuda"]["runtime"] else ADAPTER,
+                         "recorded; must satisfy the image's CUDA build"))
+    max_ports = caps.extra.get("max_ports")
+    if max_ports is not None and len(req["ports"]) > 64:
+        rows.append(_row("port count", len(req["ports"]), "64 at most", NONE, max_ports.detail))
     for p in req["ports"]:
         label = f"port {p['port']}/{p['protocol']}"
         if p["protocol"] == "udp" and not caps.udp.supported:
@@ -55,7 +128,7 @@ def dependency_map(ctx: PhaseContext) -> list[dict[str, Any]]:
                              NONE, "requests can outlive the target's HTTP proxy timeout"))
         else:
             rows.append(_row(label, "listens", "reachable", EQUIVALENT, caps.udp.detail if p["protocol"] == "udp" else
-                             "loopback/TCP"))
+                             ("published at create; the canary checks it is reachable" if remote else "loopback/TCP")))
     for need, cap in (("docker_compose", caps.docker_compose), ("privileged", caps.privileged)):
         if req[need]:
             rows.append(_row(need, "required", "supported" if cap.supported else "unsupported",
@@ -63,11 +136,27 @@ def dependency_map(ctx: PhaseContext) -> list[dict[str, Any]]:
     if req["persistent_volume"]:
         rows.append(_row("persistent volume", "required", caps.persistent_volume.detail,
                          EQUIVALENT if caps.persistent_volume.supported else NONE, "checkpoints survive a stop"))
-    for key, need_gb, have in (("/dev/shm", req["shm_gb"], host["shm_bytes"]),
-                               ("memory", req["memory_gb"], host["memory_bytes"]),
-                               ("disk", req["disk_gb"], host["disk_free_bytes"])):
-        ok = have >= need_gb * 1e9
-        rows.append(_row(key, f"{need_gb} GB needed", f"{have / 1e9:.1f} GB available", EQUIVALENT if ok else NONE,
+    if remote:
+        have_gb = {"/dev/shm": None, "memory": (best or {}).get("ram_gib"),
+                   "disk": (best or {}).get("disk_gb") or tgt.offer.disk_gb,
+                   "GPU memory": ((best or {}).get("vram_mib") or 0) / 1024 or None}
+        scale = {"memory": GIB / 1e9, "GPU memory": GIB / 1e9, "disk": 1.0, "/dev/shm": 1.0}
+    else:
+        host = rec["host"]
+        have_gb = {"/dev/shm": host["shm_bytes"] / 1e9, "memory": host["memory_bytes"] / 1e9,
+                   "disk": host["disk_free_bytes"] / 1e9}
+        scale = dict.fromkeys(have_gb, 1.0)
+    needs = {"/dev/shm": req["shm_gb"], "memory": req["memory_gb"], "disk": req["disk_gb"],
+             "GPU memory": req.get("gpu_memory_gb", 0.0)}
+    for key, have in have_gb.items():
+        need_gb = needs[key]
+        if have is None:
+            rows.append(_row(key, f"{need_gb} GB needed", "not published by the provider", ADAPTER,
+                             "re-checked on the canary"))
+            continue
+        have_dec = have * scale[key]  # GiB figures converted to GB
+        ok = have_dec >= need_gb
+        rows.append(_row(key, f"{need_gb} GB needed", f"{have_dec:.1f} GB available", EQUIVALENT if ok else NONE,
                          "enough" if ok else "target host is too small"))
     rows.append(_row("storage route", ctx.mig.storage.url, ctx.mig.storage.url, EQUIVALENT,
                      "same store on both sides; objects moved with sha256 manifests"))
@@ -81,7 +170,8 @@ def dependency_map(ctx: PhaseContext) -> list[dict[str, Any]]:
         rows.append(_row("serving config", f"threads {src.threads}, batch {src.batch_size}, workers {src.workers}",
                          f"threads {tgt.threads}, batch {tgt.batch_size}, workers {tgt.workers}", ADAPTER,
                          "changes throughput and latency; measured in phase 04"))
-    rows.append(_row("billing", f"{src.price_usd_per_hour} USD/h", f"{tgt.price_usd_per_hour} USD/h ({caps.billing})",
+    price = f"{best['usd_per_hour']:.3f} USD/h (offer)" if best else f"{tgt.price_usd_per_hour} USD/h"
+    rows.append(_row("billing", f"{src.price_usd_per_hour} USD/h", f"{price} ({caps.billing})",
                      EQUIVALENT, "cost per accepted unit is compared in phase 04"))
     return rows
 

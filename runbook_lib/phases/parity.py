@@ -17,22 +17,43 @@ import numpy as np
 
 from runbook_lib import gates as g
 from runbook_lib.phases import PhaseContext
+from runbook_lib.providers.base import Plan
 from runbook_lib.phases.freeze import prefix
 
 
+def plan_canary(ctx: PhaseContext) -> Plan:
+    """The canary's launch plan (a remote target's tries the offers phase 02 ranked, in order)."""
+    frozen = ctx.records["01"].data["freeze"].get("frozen") or {}
+    frozen_prefix = frozen.get("prefix") or prefix(ctx, "source", "frozen")  # dry-run: where phase 01 will put it
+    return ctx.plan_agent("target", "canary", "accept", prefix=prefix(ctx, "canary"), frozen_prefix=frozen_prefix)
+
+
 def run_canary(ctx: PhaseContext) -> dict[str, Any]:
-    """Launch, wait for and destroy the canary; return its verified result.
+    """Launch, wait for and destroy the canary; return its verified result. In dry-run the plan is
+    recorded and nothing runs.
+
+    A remote canary is ready only when it runs, its ports are reachable and the machine is what
+    was asked for (re-checked); a try that fails that is destroyed and the next ranked offer tried.
 
     Returns:
-        ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs"}``.
+        ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs",
+        "capacity_tries"}``, or ``{"dry_run": True, "plan"}``.
+
+    Raises:
+        ApprovalRequired: the plan is not approved (HOLD). NoCapacity: no ranked offer became
+            ready within ``target.offer.capacity_budget_s``.
     """
-    frozen_prefix = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
-    pod = ctx.launch_agent("target", "canary", "accept", prefix=prefix(ctx, "canary"), frozen_prefix=frozen_prefix)
+    plan = plan_canary(ctx)
+    if plan.dry_run:
+        ctx._apply("target", plan)
+        return {"dry_run": True, "plan": plan.to_dict()}
+    pod = ctx._apply("target", plan)
     try:
         ctx.wait_pod("target", pod)
     finally:
         ctx.destroy("target", pod.id)
-    destroyed = ctx.provider("target").get(pod.id).state == "DESTROYED"
+    destroyed = ctx.provider("target").is_gone(pod.id)
+    tries = [vars(a) for a in getattr(ctx.provider("target"), "attempts", [])]
     files = ctx.fetch(prefix(ctx, "canary", "result"), "03/canary")
     result = json.loads(files["result.json"].read_text())
     result["result_manifest"] = ctx.store.read_manifest(prefix(ctx, "canary", "result"), run_id=ctx.run_id)
@@ -41,7 +62,7 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
         return np.load(files[name]) if name in files else None
 
     return {"pod_id": pod.id, "destroyed": destroyed, "result": result, "outputs": load("outputs.npy"),
-            "final_outputs": load("final_outputs.npy")}
+            "final_outputs": load("final_outputs.npy"), "capacity_tries": tries}
 
 
 def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult]:

@@ -1,0 +1,98 @@
+"""``params/runpod-to-vast.yaml`` end to end through papermill: without credentials it stops at
+the first phase that needs an API, naming the reference; with the provider fixtures it plans
+phases 01-03 in dry-run; with dry-run off and no approval it holds before creating anything.
+Remote APIs are the recorded-shape fixtures (``--provider-fixtures``); nothing reaches a network."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runbook_lib.cli import main as cli_main
+from runbook_lib.errors import EXIT_FAILED, EXIT_HOLD
+from runbook_lib.manifest import verify_run
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+WRITES = ("POST api.runpod.io/v2/pods", "POST api.runpod.io/v2/serverless", "POST api.runpod.io/graphql",
+          "PUT console.vast.ai/api/v0/asks", "DELETE", "PUT console.vast.ai/api/v0/instances")
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project dir with the real notebooks and params, and no provider or bucket keys anywhere."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "m.yaml").write_text((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                "RUNBOOK_PROVIDER_FIXTURES"):
+        monkeypatch.setenv(var, "")  # recorded, so the CLI's own setting is undone after the test
+        monkeypatch.delenv(var)
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.runpod or ~/.config/vastai key files
+    return tmp_path
+
+
+def _run(project: Path, *extra: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, Path, str]:
+    code = cli_main(["run", str(project / "params" / "m.yaml"), *extra])
+    out = capsys.readouterr().out
+    run_dir = Path(out.split("evidence: ")[-1].strip())
+    return code, run_dir, out
+
+
+def _requests(project: Path) -> list[str]:
+    logs = sorted((project / ".runbook" / "fixtures").glob("*.log"))
+    return [line for f in logs for line in f.read_text().splitlines()]
+
+
+def test_without_credentials_stops_at_phase_01_naming_the_reference(project: Path, capsys) -> None:
+    code, run_dir, out = _run(project, capsys=capsys)
+    assert code == EXIT_FAILED
+    rec = json.loads((run_dir / "01_freeze_source.json").read_text())
+    assert rec["status"] == "failed" and "AuthError" in rec["data"]["error"]
+    assert "tried env:RUNPOD_API_KEY" in rec["data"]["error"] and "Nothing was created" in rec["data"]["error"]
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["resources"]["created"] == []
+    teardown = next(g for g in receipt["gates"] if g["name"] == "teardown_verified")
+    assert teardown["verdict"] == "PASS" and "no plan was applied there" in teardown["detail"]
+
+
+def test_fixtures_plan_phases_01_to_03_in_dry_run(project: Path, capsys) -> None:
+    code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys)
+    assert code == EXIT_HOLD, out
+    chain = {p: json.loads((run_dir / f"{p}.json").read_text()) for p in
+             ("01_freeze_source", "02_map_target", "03_prove_parity")}
+    assert all(r["status"] == "completed" for r in chain.values())
+    assert not (run_dir / "04_compare_production.json").exists() and "dry-run: phases 01-03 only planned" in out
+    freeze, canary = chain["01_freeze_source"]["data"], chain["03_prove_parity"]["data"]
+    assert freeze["dry_run"] and canary["dry_run"]
+    assert [p["applied"] for p in freeze["plans"] + canary["plans"]] == [False, False]
+    assert freeze["plans"][0]["plan"]["spec"]["offers"] == ["NVIDIA GeForce RTX 4090"]  # the source's GPU type
+    assert canary["plan"]["spec"]["offers"] == ["8812345", "8812501"]  # phase 02's ranking, cheapest first
+    assert canary["plan"]["spec"]["ports"] == ["8000/tcp"] and canary["plan"]["provider"] == "vast"
+    finding = [f for f in freeze["credential_findings"] if f["finding"]]
+    assert [f["variable"] for f in finding] == ["RUNPOD_API_KEY"]  # exported into the source container
+    offers = chain["02_map_target"]["data"]["offers"]
+    assert {r["offer_id"]: r["accepted"] for r in offers["table"]} == {
+        "8812345": True, "8812399": False, "8812400": False, "8812501": True}
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["decision"] == "HOLD" and any("dry_run" in r for r in receipt["reasons"])
+    assert not [r for r in _requests(project) if r.startswith(WRITES)], "dry-run must not create or change anything"
+    assert {r["status"] for r in verify_run(run_dir)} == {"intact"}
+
+
+def test_headless_non_local_launch_without_approval_holds_and_creates_nothing(project: Path, capsys) -> None:
+    p = project / "params" / "m.yaml"
+    p.write_text(p.read_text().replace("dry_run: true", "dry_run: false"))
+    code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys)
+    assert code == EXIT_HOLD, out
+    rec = json.loads((run_dir / "01_freeze_source.json").read_text())
+    assert rec["status"] == "held" and "has no approval record" in rec["data"]["error"]
+    assert "provider 'runpod'" in rec["data"]["error"]
+    assert not [r for r in _requests(project) if r.startswith(WRITES)], "nothing may be created without approval"
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["decision"] == "HOLD" and receipt["resources"]["created"] == []
