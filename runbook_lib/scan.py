@@ -37,6 +37,10 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
             refs.append((name, ref))
     values: dict[str, str] = {}
     short: list[str] = []
+    for side in (mig.source, mig.target):  # provider API keys, from their reference or standard places
+        key = provider_key(side)
+        if key:
+            values[f"{side.provider} API key"] = key
     for name, ref in refs:
         value = secrets.resolve(name, ref, required=False)
         if value is None:
@@ -46,6 +50,21 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
         else:
             values[name] = value
     return values, sorted(set(short))
+
+
+def provider_key(profile: Any) -> str | None:
+    """The API key a remote profile would use, if one resolves here (None for local)."""
+    import importlib
+
+    from runbook_lib.errors import AuthError
+    from runbook_lib.providers import PROVIDERS, REMOTE
+
+    if profile.provider not in REMOTE:
+        return None
+    try:
+        return importlib.import_module(PROVIDERS[profile.provider]).default_key(profile.api_key_ref).resolve()
+    except AuthError:
+        return None
 
 
 def scan_file(path: Path, values: dict[str, str], root: Path) -> list[Finding]:

@@ -61,7 +61,13 @@ def test_without_credentials_stops_at_phase_01_naming_the_reference(project: Pat
     assert teardown["verdict"] == "PASS" and "no plan was applied there" in teardown["detail"]
 
 
-def test_fixtures_plan_phases_01_to_03_in_dry_run(project: Path, capsys) -> None:
+RUNPOD_CANARY = "rpa_" + "C4n4ry" * 6
+VAST_CANARY = "vast-canary-key-5d1f0e9a7c3b"
+
+
+def test_fixtures_plan_phases_01_to_03_in_dry_run(project: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNPOD_API_KEY", RUNPOD_CANARY)  # present, unused (fixture mode), and never written
+    monkeypatch.setenv("VAST_API_KEY", VAST_CANARY)
     code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys)
     assert code == EXIT_HOLD, out
     chain = {p: json.loads((run_dir / f"{p}.json").read_text()) for p in
@@ -83,6 +89,11 @@ def test_fixtures_plan_phases_01_to_03_in_dry_run(project: Path, capsys) -> None
     assert receipt["decision"] == "HOLD" and any("dry_run" in r for r in receipt["reasons"])
     assert not [r for r in _requests(project) if r.startswith(WRITES)], "dry-run must not create or change anything"
     assert {r["status"] for r in verify_run(run_dir)} == {"intact"}
+    for f in run_dir.rglob("*"):
+        if f.is_file():
+            assert RUNPOD_CANARY.encode() not in f.read_bytes() and VAST_CANARY.encode() not in f.read_bytes(), f
+    scans = json.loads((run_dir / "manifest.json").read_text())["secret_scans"]
+    assert all({"runpod API key", "vast API key"} <= set(s["secret_names"]) for s in scans)
 
 
 def test_headless_non_local_launch_without_approval_holds_and_creates_nothing(project: Path, capsys) -> None:

@@ -18,7 +18,7 @@ from runbook_lib.providers.fixtures import FIXTURE_KEY, SOURCE_POD, FixtureApi
 from runbook_lib.providers.offers import canonical_gpu, filter_offers
 
 from .conftest import ROOT
-from .contract.provider_contract import ProviderContract, ProviderEnv, local_env
+from .contract.provider_contract import ProviderContract, ProviderEnv, approve, local_env
 
 PARAMS = load_params(ROOT / "params" / "runpod-to-vast.yaml")
 WRITES = ("POST /v2/pods", "DELETE", "PUT /api/v0/asks", "POST /v2/serverless", "POST /graphql")
@@ -327,3 +327,47 @@ def test_not_found_is_translated() -> None:
     prov, _, _ = remote("runpod")
     with pytest.raises(NotFound, match="no pod or endpoint nope"):
         prov.get("nope")
+
+
+# -- phase 02 against declared capabilities ----------------------------------------------------------
+
+def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent() -> None:
+    """Vast -> Runpod for a service with a UDP port and 5-minute HTTP requests: both have no
+    equivalent on Runpod (TCP/HTTP only; the HTTP proxy cuts responses at 100 s), which blocks cutover."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from runbook_lib.params import validate
+    from runbook_lib.phases import freeze, mapping
+
+    data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    data["source"], data["target"] = data["target"], data["source"]
+    data["target"].pop("pod_id")
+    data["workload"]["requirements"].update(ports=[{"port": 8000, "protocol": "http"},
+                                                   {"port": 9000, "protocol": "udp"}], max_request_s=300)
+    mig = validate(data)
+    prov, _, _ = remote("runpod", profile=mig.target)
+    ctx = SimpleNamespace(mig=mig, provider=lambda side: prov, write_json=lambda *a: None)
+    ctx.records = {"01": SimpleNamespace(data={"requirements": freeze.requirements(ctx), "freeze": {
+        "environment": None, "source_pod": {"cuda_max": "12.8", "image": mig.source.image}}})}
+    offers = mapping.target_offers(ctx)
+    assert offers["ranked"] == ["NVIDIA GeForce RTX 4090"]
+    rows = {r["dependency"]: r for r in mapping.dependency_map(ctx, offers)}
+    assert rows["port 9000/udp"]["status"] == "no equivalent" and "UDP not supported" in rows["port 9000/udp"]["reason"]
+    assert rows["port 8000/http"]["status"] == "no equivalent" and "proxy" in rows["port 8000/http"]["reason"]
+    assert rows["memory"]["status"] == "adapter needed"  # the v2 catalog publishes no RAM: re-checked on the canary
+    gate = mapping.dependency_gate(list(rows.values()))
+    assert gate.verdict == "FAIL" and "port 9000/udp" in gate.detail and gate.blocking
+
+
+def test_stopped_instance_still_bills_and_is_destroyed_by_its_plan() -> None:
+    prov, fake, _ = remote("vast", script={"poll": ["outbid_stopped"]})
+    spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-stop"),))
+    iid = prov._create(spec, "8812345", {})
+    assert prov.get(iid).state == "STOPPED"
+    [listed] = prov.list(labels={"run_id": "r-stop"})
+    assert listed.state == "STOPPED" and listed.price_usd_per_hour > 0  # storage keeps billing
+    plan = prov.plan_destroy(iid, dry_run=False)
+    prov.apply(plan, approve(plan))
+    assert prov.is_gone(iid) and prov.list(labels={"run_id": "r-stop"}) == []
