@@ -17,8 +17,8 @@ import numpy as np
 
 from runbook_lib import gates as g
 from runbook_lib.phases import PhaseContext
-from runbook_lib.providers.base import Plan
 from runbook_lib.phases.freeze import prefix
+from runbook_lib.providers.base import Plan
 
 
 def plan_canary(ctx: PhaseContext) -> Plan:
