@@ -20,7 +20,7 @@ Every result's ``source`` says whether the threshold is the default or a params 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -307,6 +307,23 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
                       f"source {source_usd:.3g} USD/unit, target {target_usd:.3g} USD/unit, required saving "
                       f"{required_saving:.0%}", source=threshold_source("required_saving", required_saving,
                                               "target no more expensive per accepted unit"), phase=phase)
+
+
+def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
+    """The gate ``result`` with some of its inputs lost to a measurement-machinery failure that
+    outlasted its retries: INCONCLUSIVE, never FAIL or PASS, because an ERROR is "never evidence
+    about the target" (reference/gates.md 5.1, after Argo Rollouts' Error verdict). What the
+    remaining data said is kept in the detail.
+
+    Args:
+        result: the gate as judged on the data that was measured.
+        failures: one line per lost measurement (what, attempts, last error).
+    """
+    return replace(result, verdict="INCONCLUSIVE",
+                   method=f"{result.method}; a measurement it needs failed after retries (ERROR -> INCONCLUSIVE)",
+                   detail=f"measurement machinery failed, not evidence about the target: {'; '.join(failures)}. "
+                          f"On the remaining data it read {result.verdict} ({result.detail}). Fix the provider or "
+                          "endpoint connection and measure again.")
 
 
 def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:

@@ -153,7 +153,14 @@ class Measure(_Model):
     """Phase 04 protocol. ``arrival_rate_per_s`` is the open-loop (Poisson) request rate;
     rounds alternate source, target, target, source (RMIT interleaving). When a side has fewer
     than ``gates.min_latency_samples`` samples, up to ``max_extra_rounds`` more rounds are run
-    (the budget for extending an inconclusive comparison) before the gates are judged."""
+    (the budget for extending an inconclusive comparison) before the gates are judged.
+
+    A measurement whose machinery fails (a provider call, a connection to the endpoint, the
+    store; not a request the target failed, which is a sample) is retried up to
+    ``error_retries`` times, ``error_retry_interval_s`` seconds apart; if every attempt fails,
+    the gates it feeds are INCONCLUSIVE. Defaults are Argo Rollouts' (``consecutiveErrorLimit``
+    4, ``DefaultErrorRetryInterval`` 10 s; reference/gates.md sections 1 and 5.1).
+    """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
     warmup_requests: int = Field(default=5, ge=0)
@@ -162,6 +169,8 @@ class Measure(_Model):
     throughput_requests: int = Field(default=64, ge=1)
     request_timeout_s: float = Field(default=30.0, gt=0)
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
+    error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
+    error_retry_interval_s: float = Field(default=10.0, ge=0, le=3600)  # seconds between attempts (Argo: 10 s)
 
 
 class Gates(_Model):
