@@ -328,8 +328,10 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     burst = t[t["side"] == "target"]
     failures = int((tgt["status"] != "COMPLETED").sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum())
     total = len(tgt) + int(burst["requests"].sum()) if ctx.mig.workload.kind == "inference" else len(tgt)
-    src_rounds = [s[(s["side"] == "source") & (s["round"] == r) & (s["status"] == "COMPLETED")]["total_s"]
-                  .astype(float).to_numpy() for r in sorted(s[s["side"] == "source"]["round"].unique())]
+    done = s[s["status"] == "COMPLETED"]
+    lat_rounds = {side: [d["total_s"].astype(float).to_numpy() for _, d in done[done["side"] == side].groupby("round")]
+                  for side in ("source", "target")}  # per round: the block bootstrap resamples rounds
+    src_rounds = lat_rounds["source"]
     extra: list[g.GateResult] = []
     if ctx.mig.workload.kind == "inference":
         extra.append(g.capacity(res["target_workers_ready"], ctx.mig.target.workers, phase="04"))
@@ -349,7 +351,7 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04"))
     results = [
-        g.latency_p95_ratio(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max,
+        g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
                             min_samples=gc.min_latency_samples, phase="04"),
         g.throughput_ratio(thr["source"], thr["target"], min_ratio=gc.throughput_ratio_min, phase="04"),
         g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04"),
