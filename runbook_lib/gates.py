@@ -380,6 +380,27 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
                                               "target no more expensive per accepted unit"), phase=phase)
 
 
+def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -> GateResult:
+    """Performance and cost gates decide only when the operator chose their threshold: "every
+    parity and reliability gate is blocking; performance and cost gates are blocking when the
+    operator set an SLO or a budget, otherwise scored" (reference/gates.md 5.1).
+
+    Args:
+        result: the gate as judged.
+        setting: the params field holding its threshold (``gates.latency_p95_ratio_max``).
+        operator_set: whether the params file set that field explicitly.
+
+    Returns:
+        ``result`` unchanged when the operator set it; otherwise the same verdict, scored
+        (``blocking=False``), with the detail saying how to make it blocking.
+    """
+    if operator_set:
+        return result
+    return replace(result, blocking=False,
+                   detail=f"{result.detail}; scored: threshold not set by the operator; set {setting} in params to "
+                          "make it blocking")
+
+
 def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
     """The gate ``result`` with some of its inputs lost to a measurement-machinery failure that
     outlasted its retries: INCONCLUSIVE, never FAIL or PASS, because an ERROR is "never evidence

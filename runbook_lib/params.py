@@ -174,7 +174,14 @@ class Measure(_Model):
 
 
 class Gates(_Model):
-    """Thresholds. Defaults and their sources are in :mod:`runbook_lib.gates`."""
+    """Thresholds. Defaults and their sources are in :mod:`runbook_lib.gates`.
+
+    Performance and cost gates are blocking only when their threshold is set in the params file
+    (``latency_p95_ratio_max``, ``throughput_ratio_min``, ``cold_start_ratio_max``,
+    ``required_saving``; the latency SLO is ``workload.requirements.max_request_s``); left at
+    their defaults they are scored, reported but not deciding (reference/gates.md 5.1). Parity
+    and reliability gates are always blocking.
+    """
 
     parity_rtol: float | None = Field(default=None, gt=0)
     parity_atol: float | None = Field(default=None, gt=0)

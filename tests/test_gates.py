@@ -224,3 +224,12 @@ def test_verdicts_do_not_depend_on_sample_order(src: list[float], tgt: list[floa
     a = g.latency_p95_ratio(rs, rt, max_ratio=1.1, min_samples=20)
     b = g.latency_p95_ratio(rs2, rt2, max_ratio=1.1, min_samples=20)
     assert (a.verdict, a.interval) == (b.verdict, b.interval)
+
+
+def test_scored_unless_set() -> None:
+    res = g.GateResult("throughput_ratio", "FAIL", True, 0.5, 0.95, "ratio", "m", "throughput ratio 0.500")
+    assert g.scored_unless_set(res, setting="gates.throughput_ratio_min", operator_set=True) == res
+    scored = g.scored_unless_set(res, setting="gates.throughput_ratio_min", operator_set=False)
+    assert (scored.verdict, scored.blocking) == ("FAIL", False)
+    assert scored.detail == ("throughput ratio 0.500; scored: threshold not set by the operator; set "
+                             "gates.throughput_ratio_min in params to make it blocking")

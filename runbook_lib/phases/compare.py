@@ -59,6 +59,31 @@ AFFECTS: dict[str, tuple[str, ...]] = {
 failed) also makes ``error_rate`` INCONCLUSIVE, except a lost warm-up (discarded anyway)."""
 
 
+OPERATOR_SETTINGS: dict[str, str] = {
+    "latency_p95_ratio": "gates.latency_p95_ratio_max",
+    "noise_floor": "gates.latency_p95_ratio_max",  # its margin is half the latency margin
+    "throughput_ratio": "gates.throughput_ratio_min",
+    "cold_start_ratio": "gates.cold_start_ratio_max",
+    "cost_per_accepted_unit": "gates.required_saving",
+    "latency_slo": "workload.requirements.max_request_s",
+}
+"""Performance and cost gates, and the params field whose explicit setting makes each blocking
+(reference/gates.md 5.1); without it they are scored. ``spend_limit`` is blocking exactly when
+``gates.spend_limit_usd`` is set; parity and reliability gates are always blocking."""
+
+
+def operator_set(mig: Any, setting: str) -> bool:
+    """Whether the params file set ``setting`` (a dotted field path) explicitly, as pydantic's
+    ``model_fields_set`` records it; a default is not a choice."""
+    *parents, name = setting.split(".")
+    model = mig
+    for part in parents:
+        if part not in model.model_fields_set:
+            return False
+        model = getattr(model, part)
+    return name in model.model_fields_set
+
+
 def _retry(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
            side: str, sleep: Callable[[float], None]) -> Attempted[Any]:
     """:func:`with_retries` with this run's retry settings; the result is appended to ``log``."""
@@ -361,6 +386,8 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
                         required_saving=gc.required_saving, phase="04"),
         *extra,
     ]
+    results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(ctx.mig,
+               OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
     lost = lost_measurements(res.get("attempts", []))
     return ctx.add_gates(*(g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results))
 

@@ -1,4 +1,4 @@
-"""A failed measurement (the machinery, not the target) is retried, recorded, then INCONCLUSIVE."""
+"""Phase 04 judging: failed measurements are retried then INCONCLUSIVE; performance gates are scored unless set."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runbook_lib import cost
+from runbook_lib import cost, gates as g
 from runbook_lib.errors import ProviderError, WorkloadError
 from runbook_lib.measure import Attempted, with_retries
-from runbook_lib.params import Measure, load_params
+from runbook_lib.params import Measure, load_params, parse_yaml, validate
 from runbook_lib.phases import compare
 
 from .conftest import ROOT
@@ -105,11 +105,11 @@ def test_a_lost_round_extends_and_is_kept_as_evidence() -> None:
     assert "round 1 target open-loop: 5 attempts failed" in lost["latency_p95_ratio"][0]
 
 
-def _res(attempts: list[Attempted[Any]]) -> dict[str, Any]:
+def _res(attempts: list[Attempted[Any]], slower: float = 1.5) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     rows = []
     for r, side in enumerate(compare.round_sides(4)):
-        for i, v in enumerate(rng.lognormal(-2.0, 0.2, size=200) * (1.5 if side == "target" else 1.0)):
+        for i, v in enumerate(rng.lognormal(-2.0, 0.2, size=200) * (slower if side == "target" else 1.0)):
             rows.append({"side": side, "round": r, "request": i, "total_s": v, "status": "COMPLETED",
                          "accepted": True})
     thr = [{"side": side, "round": r, "requests": 48.0, "completed": 48.0, "failed": 0.0, "elapsed_s": 1.0,
@@ -138,3 +138,54 @@ def test_a_lost_measurement_makes_its_gates_inconclusive_not_fail() -> None:
         assert "round 2 target saturation: 3 attempts failed, last ProviderError: connection refused" in res.detail
         assert "not evidence about the target" in res.detail and "On the remaining data it read PASS" in res.detail
     assert gates["latency_p95_ratio"].verdict == gates["cold_start_ratio"].verdict == "PASS"  # not fed by it
+
+
+PERFORMANCE = ("latency_p95_ratio", "noise_floor", "throughput_ratio", "cold_start_ratio", "cost_per_accepted_unit",
+               "latency_slo")
+
+
+def _ctx_without(*dropped: str) -> SimpleNamespace:
+    """The demo's params with the named ``gates.*`` / ``workload.requirements.*`` settings removed."""
+    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    for setting in dropped:
+        *parents, name = setting.split(".")
+        node = data
+        for p in parents:
+            node = node[p]
+        node.pop(name, None)
+    return SimpleNamespace(mig=validate(data), add_gates=lambda *r: list(r))
+
+
+def test_performance_gates_block_when_the_operator_set_them() -> None:
+    gates = {r.name: r for r in compare.compare_gates(_ctx(), _res([], slower=2.5), _costs())}
+    assert all(gates[n].blocking for n in PERFORMANCE)  # demo.yaml sets every threshold it relies on
+    assert gates["latency_p95_ratio"].verdict == "FAIL"
+    assert g.decide(list(gates.values()))[0] == "NO-GO"
+
+
+def test_performance_gates_are_scored_when_left_at_defaults() -> None:
+    ctx = _ctx_without(*(compare.OPERATOR_SETTINGS[n] for n in PERFORMANCE))
+    gates = {r.name: r for r in compare.compare_gates(ctx, _res([], slower=2.5), _costs())}
+    for n in PERFORMANCE:
+        assert not gates[n].blocking, n
+        assert gates[n].detail.endswith(f"scored: threshold not set by the operator; set "
+                                        f"{compare.OPERATOR_SETTINGS[n]} in params to make it blocking")
+    assert gates["latency_p95_ratio"].verdict == "FAIL"  # judged against the 1.10 default, reported
+    assert gates["error_rate"].blocking and gates["capacity"].blocking  # reliability and policy always block
+    decision, reasons = g.decide(list(gates.values()))
+    assert decision == "GO" and any(r.startswith("scored (not blocking): latency_p95_ratio FAIL") for r in reasons)
+
+
+def test_one_unset_threshold_is_scored_alone() -> None:
+    ctx = _ctx_without("gates.cold_start_ratio_max")
+    assert not compare.operator_set(ctx.mig, "gates.cold_start_ratio_max")
+    assert compare.operator_set(ctx.mig, "gates.latency_p95_ratio_max")
+    gates = {r.name: r for r in compare.compare_gates(ctx, _res([]), _costs())}
+    assert not gates["cold_start_ratio"].blocking and gates["latency_p95_ratio"].blocking
+
+
+def test_shipped_params_set_what_their_gates_rely_on() -> None:
+    for name, kind in (("demo.yaml", "inference"), ("demo-s3.yaml", "inference"), ("demo-train.yaml", "training")):
+        mig = load_params(ROOT / "params" / name)
+        needed = [n for n in PERFORMANCE if not (kind == "training" and n == "latency_slo")]
+        assert all(compare.operator_set(mig, compare.OPERATOR_SETTINGS[n]) for n in needed), name
