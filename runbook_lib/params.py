@@ -194,6 +194,9 @@ class Gates(_Model):
     loss_band_rel: float = Field(default=0.01, gt=0)
     min_latency_samples: int = Field(default=20, ge=1)
     spend_limit_usd: float | None = Field(default=None, gt=0)
+    # Seconds a HOLD waits for a person (`runbook resolve`) before it resolves to NO-GO:
+    # reference/gates.md 5.2, a Flagger progressDeadlineSeconds analogue, 60 min proposed there.
+    hold_deadline_s: float = Field(default=3600.0, gt=0)
 
 
 class Cutover(_Model):
