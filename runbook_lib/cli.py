@@ -1,10 +1,13 @@
-"""``runbook``: run a migration, one phase, verify a run's evidence, report it as HTML, or list runs.
+"""``runbook``: run a migration, one phase, verify a run's evidence, report it as HTML, list runs,
+or resolve a HOLD run.
 
 Exit codes (also in README.md):
-    0  GO: every blocking gate passed
-    1  NO-GO: a blocking gate failed (source route restored, target resources destroyed)
+    0  GO: every blocking gate passed (``resolve``: a person decided GO)
+    1  NO-GO: a blocking gate failed (source route restored, target resources destroyed);
+       ``resolve``: a person decided NO-GO, or the hold deadline passed
     2  usage or params error: nothing ran
     3  HOLD: evidence inconclusive, or an approval is missing; a person must decide
+       (``resolve`` without a decision: still waiting, before the deadline)
     4  failed run: a phase crashed, timed out or lost its kernel (executed notebook kept)
 """
 
@@ -80,23 +83,44 @@ def _cmd_phase(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from runbook_lib.resolve import standing
+
     rows = []
     for d in sorted(Path(args.reports).glob("*/")):
         receipt = d / "receipt.json"
-        manifest = d / "manifest.json"
-        decision = "?"
         src = tgt = ""
-        if manifest.exists():
-            decision = json.loads(manifest.read_text()).get("decision", "?")
+        st = standing(d)  # a HOLD past its deadline shows as NO-GO; `runbook resolve` records it
         if receipt.exists():
             r = json.loads(receipt.read_text())
             src, tgt = r["source"]["release"], r["target"]["release"]
         complete = (d / "_SUCCESS").exists()
-        rows.append(f"{d.name:<55} {decision:<8} {'complete' if complete else 'incomplete':<10} {src} -> {tgt}")
+        note = f"  [{st.note}]" if st.note else ""
+        rows.append(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} {src} -> {tgt}{note}")
     if rows:
         print(f"{'run id':<55} {'decision':<8} {'state':<10} source -> target")
     print("\n".join(rows) if rows else f"no runs under {args.reports}/")
     return 0
+
+
+def _cmd_resolve(args: argparse.Namespace) -> int:
+    from runbook_lib.errors import EXIT_HOLD, UsageError
+    from runbook_lib.resolve import EXIT_BY_STANDING, resolve_run, standing
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a run directory")
+    if args.decision is None:
+        st = standing(run_dir)
+        if st.decision == "HOLD" and st.resolution is None:
+            print(f"{run_dir.name}: HOLD; {st.note}. Decide with --decision GO|NO-GO --by NAME [--reason TEXT].")
+            return EXIT_HOLD
+    elif not args.by:
+        raise UsageError("--by NAME is required with --decision: a resolution names the person who decided")
+    res = resolve_run(run_dir, decision=args.decision, by=args.by, reason=args.reason or "")
+    print(f"{run_dir.name}: HOLD resolved to {res['decision']} by {res['by']} at {res['resolved_at']} "
+          f"(deadline {res['hold_deadline']}); {res['rollback']}")
+    print(f"recorded in {run_dir / 'resolution.json'} (sha256 of the manifest it resolves: {res['resolves']['sha256']})")
+    return EXIT_BY_STANDING[res["decision"]]
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -151,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("run_dir")
     rp.add_argument("-o", "--output", help="output file (default: reports/<run_id>.html)")
     rp.set_defaults(func=_cmd_report)
+    rs = sub.add_parser("resolve", help="record a person's GO/NO-GO on a HOLD run (or NO-GO once its deadline passed)")
+    rs.add_argument("run_dir")
+    rs.add_argument("--decision", choices=["GO", "NO-GO"],
+                    help="the person's decision; without it: show the hold, or record NO-GO after its deadline")
+    rs.add_argument("--by", help="who decided (required with --decision)")
+    rs.add_argument("--reason", help="why, free text")
+    rs.set_defaults(func=_cmd_resolve)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")
     ls.set_defaults(func=_cmd_list)

@@ -10,7 +10,9 @@ Default thresholds and their sources:
 * float tolerances per dtype: ``torch.testing.assert_close`` defaults
   (https://pytorch.org/docs/stable/testing.html): float32 rtol 1.3e-6 atol 1e-5, bfloat16 rtol
   1.6e-2 atol 1e-5, float16 rtol 1e-3 atol 1e-5;
-* latency p95 ratio <= 1.10: Kayenta's documented "fail at +10 %" example;
+* latency p95 ratio <= 1.10: Kayenta's documented "fail at +10 %" example; its interval is a
+  block bootstrap over rounds (reference/gates.md 5.3, ``latency_p95_rel``), because requests
+  within one round share its host state and are not independent;
 * throughput ratio >= 0.95: a 5 % non-inferiority margin;
 * cold start median ratio <= 1.25 (the runbook's default; set yours in params).
 
@@ -20,7 +22,7 @@ Every result's ``source`` says whether the threshold is the default or a params 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -37,6 +39,8 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_CONFIDENCE = 0.90  # two-sided; its upper/lower end is a one-sided 95 % bound
+BOOTSTRAP_SEED = 0  # numpy.random.default_rng seed of every bootstrap: verdicts are reproducible
+MIN_ROUNDS_PER_SIDE = 2  # a block bootstrap needs at least two rounds to see between-round variation
 
 
 @dataclass(frozen=True)
@@ -214,31 +218,96 @@ def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Any) -> tuple[float, 
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
-def latency_p95_ratio(source: np.ndarray, target: np.ndarray, *, max_ratio: float, min_samples: int,
-                      phase: str = "") -> GateResult:
-    """p95(target) / p95(source) of total latency from intended arrival; PASS when the upper end of
-    a 90 % percentile-bootstrap interval (scipy.stats.bootstrap) is <= ``max_ratio``.
+def as_rounds(x: Any) -> list[np.ndarray]:
+    """Per-round samples in a canonical order: each round sorted, empty rounds dropped, rounds
+    ordered by (size, values), so nothing built on them depends on the order samples or rounds
+    arrived in. A 1-D numeric array is one round.
 
     Args:
-        source, target: total latencies in seconds, shape ``(n,)``.
+        x: a sequence of per-round arrays (seconds), or one 1-D array.
     """
-    n = {"source": int(source.size), "target": int(target.size)}
-    if min(n.values()) < min_samples:
-        return GateResult("latency_p95_ratio", "INCONCLUSIVE", True, None, max_ratio, "ratio",
-                          "p95 ratio, bootstrap", f"too few samples {n}; need >= {min_samples} per side",
-                          samples=n, phase=phase)
-    ratio = float(np.percentile(target, 95) / np.percentile(source, 95))
-    ci = _bootstrap((source, target), lambda s, t: np.percentile(t, 95) / np.percentile(s, 95))
+    if isinstance(x, np.ndarray) and x.ndim == 1:
+        x = [x]
+    arrs = [np.sort(np.asarray(r, dtype=float).ravel()) for r in x]
+    return sorted((a for a in arrs if a.size), key=lambda a: (a.size, a.tolist()))
+
+
+def _resample_rounds(rounds: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """One two-stage resample of a side: draw as many rounds as there are, with replacement; then,
+    within each drawn round, as many requests as it holds, with replacement; pool them."""
+    picks = rng.integers(0, len(rounds), size=len(rounds))
+    return np.concatenate([rounds[i][rng.integers(0, rounds[i].size, size=rounds[i].size)] for i in picks])
+
+
+def round_bootstrap(sides: Sequence[list[np.ndarray]], statistic: Any, *, n_resamples: int = BOOTSTRAP_RESAMPLES,
+                    confidence: float = BOOTSTRAP_CONFIDENCE, seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
+    """Percentile interval of ``statistic(*pooled_sides)`` under a hierarchical block bootstrap:
+    each side is resampled independently, rounds first and then requests within each drawn round
+    (the two-stage bootstrap for clustered data; Davison & Hinkley, *Bootstrap Methods and their
+    Application*, 1997, section 3.8). scipy.stats.bootstrap resamples single observations only,
+    so this is numpy with a fixed seed.
+
+    Args:
+        sides: per side, its rounds as from :func:`as_rounds` (each non-empty).
+        statistic: function of one pooled 1-D array per side, returning a float.
+        n_resamples: bootstrap resamples.
+        confidence: two-sided level of the interval.
+
+    Returns:
+        ``(low, high)``, or None when a side has no rounds or the statistic is not finite.
+    """
+    if any(not rounds for rounds in sides):
+        return None
+    rng = np.random.default_rng(seed)
+    stats_ = np.array([statistic(*(_resample_rounds(r, rng) for r in sides)) for _ in range(n_resamples)], float)
+    if not np.all(np.isfinite(stats_)):
+        return None
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(stats_, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def latency_p95_ratio(source: Any, target: Any, *, max_ratio: float, min_samples: int,
+                      min_rounds: int = MIN_ROUNDS_PER_SIDE, phase: str = "") -> GateResult:
+    """p95(target) / p95(source) of total latency from intended arrival; PASS when the upper end of
+    a 90 % interval from a block bootstrap over rounds (:func:`round_bootstrap`) is <=
+    ``max_ratio``, FAIL when its lower end is above it, else INCONCLUSIVE.
+
+    Requests of one round share the host state of that round, so they are not independent: the
+    rounds are resampled, then requests within them (reference/gates.md 5.3, "block bootstrap
+    over rounds").
+
+    Args:
+        source, target: per-round total latencies in seconds (a sequence of 1-D arrays, one per
+            round; a single 1-D array is one round).
+        min_samples: fewest requests per side.
+        min_rounds: fewest non-empty rounds per side (two, to see between-round variation).
+    """
+    rs, rt = as_rounds(source), as_rounds(target)
+    n = {"source": int(sum(r.size for r in rs)), "target": int(sum(r.size for r in rt)),
+         "source_rounds": len(rs), "target_rounds": len(rt)}
+    method = (f"p95 ratio of queue+init+inference latency; 90 % percentile interval of a block bootstrap over "
+              f"rounds (rounds resampled within each side, then requests within each drawn round; "
+              f"{BOOTSTRAP_RESAMPLES} resamples, numpy seed {BOOTSTRAP_SEED})")
+    src = threshold_source("latency_p95_ratio_max", max_ratio, "Spinnaker/Kayenta canary analysis example: fail at +10 %")
+    if min(n["source"], n["target"]) < max(min_samples, 1):
+        return GateResult("latency_p95_ratio", "INCONCLUSIVE", True, None, max_ratio, "ratio", method,
+                          f"too few samples {n}; need >= {min_samples} per side", samples=n, source=src, phase=phase)
+    ratio = float(np.percentile(np.concatenate(rt), 95) / np.percentile(np.concatenate(rs), 95))
+    if min(n["source_rounds"], n["target_rounds"]) < min_rounds:
+        return GateResult("latency_p95_ratio", "INCONCLUSIVE", True, ratio, max_ratio, "ratio", method,
+                          f"only {n['source_rounds']} source and {n['target_rounds']} target round(s) with samples; "
+                          f"need >= {min_rounds} per side to see between-round variation (measure.rounds)",
+                          samples=n, source=src, phase=phase)
+    ci = round_bootstrap((rs, rt), lambda s, t: np.percentile(t, 95) / np.percentile(s, 95))
     if ci is None:
-        return GateResult("latency_p95_ratio", "ERROR", True, ratio, max_ratio, "ratio", "p95 ratio, bootstrap",
-                          "bootstrap interval could not be computed", samples=n, phase=phase)
+        return GateResult("latency_p95_ratio", "ERROR", True, ratio, max_ratio, "ratio", method,
+                          "bootstrap interval could not be computed", samples=n, source=src, phase=phase)
     verdict: Verdict = "PASS" if ci[1] <= max_ratio else ("FAIL" if ci[0] > max_ratio else "INCONCLUSIVE")
-    return GateResult("latency_p95_ratio", verdict, True, ratio, max_ratio, "ratio",
-                      "p95 ratio of queue+init+inference latency; 90 % percentile bootstrap",
-                      f"p95 ratio {ratio:.3f}, 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}] vs max {max_ratio}",
-                      samples=n, interval=ci, source=threshold_source("latency_p95_ratio_max", max_ratio,
-                                              "Spinnaker/Kayenta canary analysis example: fail at +10 %"),
-                      phase=phase)
+    return GateResult("latency_p95_ratio", verdict, True, ratio, max_ratio, "ratio", method,
+                      f"p95 ratio {ratio:.3f}, 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}] over {n['source_rounds']} "
+                      f"source and {n['target_rounds']} target rounds vs max {max_ratio}",
+                      samples=n, interval=ci, source=src, phase=phase)
 
 
 def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ratio: float,
@@ -256,7 +325,9 @@ def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ra
     lo = ci[0] if ci else ratio
     verdict: Verdict = "PASS" if lo >= min_ratio else ("FAIL" if (ci[1] if ci else ratio) < min_ratio else "INCONCLUSIVE")
     return GateResult("throughput_ratio", verdict, True, ratio, min_ratio, "ratio",
-                      "mean throughput ratio over rounds" + ("; 90 % percentile bootstrap" if ci else "; point estimate"),
+                      "mean throughput ratio, one value per round" + (
+                          "; 90 % percentile bootstrap over rounds (scipy.stats.bootstrap, seed 0)" if ci
+                          else "; point estimate (one round on a side)"),
                       f"throughput ratio {ratio:.3f}" + (f", 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""),
                       samples=n, interval=ci, source=threshold_source("throughput_ratio_min", min_ratio, "5 % non-inferiority margin"),
                       phase=phase)
@@ -307,6 +378,44 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
                       f"source {source_usd:.3g} USD/unit, target {target_usd:.3g} USD/unit, required saving "
                       f"{required_saving:.0%}", source=threshold_source("required_saving", required_saving,
                                               "target no more expensive per accepted unit"), phase=phase)
+
+
+def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -> GateResult:
+    """Performance and cost gates decide only when the operator chose their threshold: "every
+    parity and reliability gate is blocking; performance and cost gates are blocking when the
+    operator set an SLO or a budget, otherwise scored" (reference/gates.md 5.1).
+
+    Args:
+        result: the gate as judged.
+        setting: the params field holding its threshold (``gates.latency_p95_ratio_max``).
+        operator_set: whether the params file set that field explicitly.
+
+    Returns:
+        ``result`` unchanged when the operator set it; otherwise the same verdict, scored
+        (``blocking=False``), with the detail saying how to make it blocking.
+    """
+    if operator_set:
+        return result
+    return replace(result, blocking=False,
+                   detail=f"{result.detail}; scored: threshold not set by the operator; set {setting} in params to "
+                          "make it blocking")
+
+
+def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
+    """The gate ``result`` with some of its inputs lost to a measurement-machinery failure that
+    outlasted its retries: INCONCLUSIVE, never FAIL or PASS, because an ERROR is "never evidence
+    about the target" (reference/gates.md 5.1, after Argo Rollouts' Error verdict). What the
+    remaining data said is kept in the detail.
+
+    Args:
+        result: the gate as judged on the data that was measured.
+        failures: one line per lost measurement (what, attempts, last error).
+    """
+    return replace(result, verdict="INCONCLUSIVE",
+                   method=f"{result.method}; a measurement it needs failed after retries (ERROR -> INCONCLUSIVE)",
+                   detail=f"measurement machinery failed, not evidence about the target: {'; '.join(failures)}. "
+                          f"On the remaining data it read {result.verdict} ({result.detail}). Fix the provider or "
+                          "endpoint connection and measure again.")
 
 
 def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:

@@ -13,11 +13,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 import numpy as np
 
-from runbook_lib.errors import ProviderError, ProviderTimeout
+from runbook_lib.errors import ProviderError, ProviderTimeout, StorageError
 
 SAMPLE_COLUMNS = ("side", "round", "request", "intended_s", "sent_s", "done_s", "total_s", "queue_s",
                   "init_s", "execution_s", "status", "batch_size", "input_index")
@@ -184,6 +184,90 @@ def run_saturation(client: JobClient, payloads: list[Any], *, max_in_flight: int
     ok = sum(1 for j in jobs if j.get("status") == "COMPLETED")
     return {"requests": float(len(payloads)), "completed": float(ok), "failed": float(len(payloads) - ok),
             "elapsed_s": elapsed, "throughput_units_per_s": ok / elapsed if elapsed > 0 else 0.0}
+
+
+T = TypeVar("T")
+
+MACHINERY_ERRORS: tuple[type[BaseException], ...] = (ProviderError, StorageError, OSError)
+"""Exceptions that mean the measuring broke (a provider call, a connection, the store), not that
+the target failed a request: a failed request is a sample (``FAILED``, ``CLIENT_ERROR``) and is
+evidence; these are retried and never judged (reference/gates.md section 5.1, ERROR)."""
+
+
+@dataclass(frozen=True)
+class Attempted(Generic[T]):
+    """One measurement taken with retries: its value (None when every attempt failed) and every
+    attempt, in order.
+
+    Attributes:
+        what: which measurement (``"round 3 target open-loop"``).
+        kind: the measurement kind, which says which gates it feeds (``cold_start``, ``open_loop``,
+            ``saturation``, ``health``, ``training_round``).
+        side: ``source`` or ``target``.
+        value: what the measurement returned, or None.
+        attempts: ``{"attempt", "ok", "seconds", "error"}`` per attempt; ``seconds`` is the
+            attempt's wall time, ``error`` is ``"<ExceptionClass>: <message>"`` or None.
+        waited_s: seconds slept between attempts (excluded from timings built on this value).
+    """
+
+    what: str
+    kind: str
+    side: str
+    value: T | None
+    attempts: tuple[dict[str, Any], ...]
+    waited_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.attempts) and bool(self.attempts[-1]["ok"])
+
+    @property
+    def error(self) -> str | None:
+        """The last attempt's error, or None when the measurement succeeded."""
+        return None if self.ok or not self.attempts else self.attempts[-1]["error"]
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        """One evidence row per attempt."""
+        return [{"what": self.what, "kind": self.kind, "side": self.side, **a} for a in self.attempts]
+
+
+def with_retries(fn: Callable[[int], T], *, what: str, kind: str, side: str, retries: int, interval_s: float,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.perf_counter,
+                 retry_on: tuple[type[BaseException], ...] = MACHINERY_ERRORS) -> Attempted[T]:
+    """Take a measurement, retrying it when the measuring machinery fails.
+
+    ``fn(attempt)`` (attempt 0, 1, ...) is called until it returns; an exception in ``retry_on``
+    is recorded and retried after ``interval_s`` seconds, up to ``retries`` times after the first
+    attempt (Argo Rollouts' defaults are 4 consecutive errors tolerated, 10 s apart:
+    ``DefaultConsecutiveErrorLimit``, ``DefaultErrorRetryInterval``; reference/gates.md 5.1).
+    Any other exception propagates at once: it is not a machinery failure.
+
+    Args:
+        fn: the measurement; receives the 0-based attempt number.
+        retries: retries after the first attempt (so at most ``retries + 1`` attempts).
+        interval_s: seconds slept between attempts.
+        sleep, clock: injected so tests need not wait.
+
+    Returns:
+        The :class:`Attempted` record; ``value`` is None when every attempt failed (the gates fed
+        by it are then INCONCLUSIVE, never FAIL or PASS).
+    """
+    attempts: list[dict[str, Any]] = []
+    waited = 0.0
+    for k in range(retries + 1):
+        if k:
+            sleep(interval_s)
+            waited += interval_s
+        t0 = clock()
+        try:
+            value = fn(k)
+        except retry_on as exc:
+            attempts.append({"attempt": k + 1, "ok": False, "seconds": clock() - t0,
+                             "error": f"{type(exc).__name__}: {exc}"[:500]})
+            continue
+        attempts.append({"attempt": k + 1, "ok": True, "seconds": clock() - t0, "error": None})
+        return Attempted(what, kind, side, value, tuple(attempts), waited)
+    return Attempted(what, kind, side, None, tuple(attempts), waited)
 
 
 def percentiles(values: Any, qs: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:

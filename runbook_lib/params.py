@@ -236,7 +236,14 @@ class Measure(_Model):
     """Phase 04 protocol. ``arrival_rate_per_s`` is the open-loop (Poisson) request rate;
     rounds alternate source, target, target, source (RMIT interleaving). When a side has fewer
     than ``gates.min_latency_samples`` samples, up to ``max_extra_rounds`` more rounds are run
-    (the budget for extending an inconclusive comparison) before the gates are judged."""
+    (the budget for extending an inconclusive comparison) before the gates are judged.
+
+    A measurement whose machinery fails (a provider call, a connection to the endpoint, the
+    store; not a request the target failed, which is a sample) is retried up to
+    ``error_retries`` times, ``error_retry_interval_s`` seconds apart; if every attempt fails,
+    the gates it feeds are INCONCLUSIVE. Defaults are Argo Rollouts' (``consecutiveErrorLimit``
+    4, ``DefaultErrorRetryInterval`` 10 s; reference/gates.md sections 1 and 5.1).
+    """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
     warmup_requests: int = Field(default=5, ge=0)
@@ -245,10 +252,19 @@ class Measure(_Model):
     throughput_requests: int = Field(default=64, ge=1)
     request_timeout_s: float = Field(default=30.0, gt=0)
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
+    error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
+    error_retry_interval_s: float = Field(default=10.0, ge=0, le=3600)  # seconds between attempts (Argo: 10 s)
 
 
 class Gates(_Model):
-    """Thresholds. Defaults and their sources are in :mod:`runbook_lib.gates`."""
+    """Thresholds. Defaults and their sources are in :mod:`runbook_lib.gates`.
+
+    Performance and cost gates are blocking only when their threshold is set in the params file
+    (``latency_p95_ratio_max``, ``throughput_ratio_min``, ``cold_start_ratio_max``,
+    ``required_saving``; the latency SLO is ``workload.requirements.max_request_s``); left at
+    their defaults they are scored, reported but not deciding (reference/gates.md 5.1). Parity
+    and reliability gates are always blocking.
+    """
 
     parity_rtol: float | None = Field(default=None, gt=0)
     parity_atol: float | None = Field(default=None, gt=0)
@@ -261,6 +277,9 @@ class Gates(_Model):
     loss_band_rel: float = Field(default=0.01, gt=0)
     min_latency_samples: int = Field(default=20, ge=1)
     spend_limit_usd: float | None = Field(default=None, gt=0)
+    # Seconds a HOLD waits for a person (`runbook resolve`) before it resolves to NO-GO:
+    # reference/gates.md 5.2, a Flagger progressDeadlineSeconds analogue, 60 min proposed there.
+    hold_deadline_s: float = Field(default=3600.0, gt=0)
 
 
 class Cutover(_Model):

@@ -17,6 +17,7 @@ from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
 from runbook_lib.manifest import read_chain, sha256_file, verify_run
 from runbook_lib.report import remote_references
+from runbook_lib.resolve import hold_deadline
 from runbook_lib.runner import RunResult, execute_phase, run_migration
 
 from .conftest import ROOT
@@ -242,6 +243,11 @@ def test_too_few_samples_holds_before_cutover(make_params) -> None:
     assert any(r.startswith("latency_p95_ratio INCONCLUSIVE") for r in res.reasons)
     assert [o.status for o in res.outcomes][3:] == ["completed", "skipped", "completed"]  # no cutover on HOLD
     _gone(res)
+    r = _receipt(res)  # a person decides within the default hour; the resolution leaves the seal intact
+    assert r["hold_deadline"] == hold_deadline(r["decided_at"], 3600)
+    assert cli_main(["resolve", str(res.run_dir)]) == EXIT_HOLD
+    assert cli_main(["resolve", str(res.run_dir), "--decision", "NO-GO", "--by", "e2e"]) == EXIT_NO_GO
+    assert cli_main(["verify", str(res.run_dir)]) == 0
 
 
 def test_slower_target_is_no_go_naming_the_latency_gate(make_params) -> None:

@@ -46,19 +46,58 @@ def _lat(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).lognormal(mean=-2.0, sigma=0.3, size=n)
 
 
+def _rounds(k: int, n: int, seed: int, scale: float = 1.0) -> list[np.ndarray]:
+    return [_lat(n, seed * 100 + i) * scale for i in range(k)]
+
+
 def test_latency_identical_small_n_is_inconclusive_large_n_passes() -> None:
-    assert g.latency_p95_ratio(_lat(30, 1), _lat(30, 2), max_ratio=1.10, min_samples=50).verdict == "INCONCLUSIVE"
-    assert g.latency_p95_ratio(_lat(6000, 1), _lat(6000, 2), max_ratio=1.10, min_samples=50).verdict == "PASS"
+    small = g.latency_p95_ratio(_rounds(2, 15, 1), _rounds(2, 15, 2), max_ratio=1.10, min_samples=50)
+    assert small.verdict == "INCONCLUSIVE" and "too few samples" in small.detail
+    wide = g.latency_p95_ratio(_rounds(2, 15, 1), _rounds(2, 15, 2), max_ratio=1.10, min_samples=20)
+    assert wide.verdict == "INCONCLUSIVE" and wide.interval[0] < 1.10 < wide.interval[1]  # the interval straddles
+    big = g.latency_p95_ratio(_rounds(6, 1000, 1), _rounds(6, 1000, 2), max_ratio=1.10, min_samples=50)
+    assert big.verdict == "PASS" and big.samples == {"source": 6000, "target": 6000, "source_rounds": 6,
+                                                     "target_rounds": 6}
+    assert "block bootstrap over rounds" in big.method
 
 
 def test_latency_20_percent_slower_fails() -> None:
-    res = g.latency_p95_ratio(_lat(6000, 1), _lat(6000, 2) * 1.2, max_ratio=1.10, min_samples=50)
+    res = g.latency_p95_ratio(_rounds(6, 1000, 1), _rounds(6, 1000, 2, 1.2), max_ratio=1.10, min_samples=50)
     assert res.verdict == "FAIL" and res.interval is not None and res.interval[0] > 1.10
     assert res.observed == pytest.approx(1.2, rel=0.05)
 
 
+def test_latency_bootstrap_resamples_rounds_not_just_requests() -> None:
+    # Hand calculation. The source is 1.0 s in both its rounds; the target's two rounds are 1.0 s
+    # and 1.3 s throughout (100 requests each). Resampling rounds draws {1.0, 1.0} with
+    # probability 1/4 (pooled p95 1.0) and otherwise a pool that is at least half 1.3 s (p95
+    # 1.3), so the ratio is 1.0 with probability 1/4 and 1.3 with 3/4: its 5th and 95th
+    # percentiles are exactly 1.0 and 1.3, and a margin of 1.10 cannot be judged.
+    src = [np.full(100, 1.0), np.full(100, 1.0)]
+    tgt = [np.full(100, 1.0), np.full(100, 1.3)]
+    res = g.latency_p95_ratio(src, tgt, max_ratio=1.10, min_samples=50)
+    assert res.interval == pytest.approx((1.0, 1.3)) and res.verdict == "INCONCLUSIVE"
+    # Pooling the requests (scipy.stats.bootstrap over single observations) hides that the two
+    # target rounds disagree: every resample's p95 is 1.3 and the gate would FAIL on one round.
+    from scipy import stats
+
+    pooled = stats.bootstrap((np.concatenate(src), np.concatenate(tgt)),
+                             lambda s, t, axis=-1: np.percentile(t, 95, axis=axis) / np.percentile(s, 95, axis=axis),
+                             n_resamples=2000, confidence_level=0.90, method="percentile", random_state=0)
+    assert pooled.confidence_interval.low == pytest.approx(1.3)
+
+
+def test_latency_needs_two_rounds_per_side() -> None:
+    res = g.latency_p95_ratio([_lat(500, 1)], _rounds(2, 250, 2), max_ratio=1.10, min_samples=50)
+    assert res.verdict == "INCONCLUSIVE" and "need >= 2 per side" in res.detail
+    assert res.observed is not None  # the point estimate is still reported
+    one = g.latency_p95_ratio(_lat(500, 1), _lat(500, 2), max_ratio=1.10, min_samples=50)  # a 1-D array is one round
+    assert one.verdict == "INCONCLUSIVE" and one.samples["source_rounds"] == 1
+
+
 def test_no_data_is_never_pass() -> None:
     assert g.latency_p95_ratio(np.array([]), np.array([]), max_ratio=1.1, min_samples=1).verdict == "INCONCLUSIVE"
+    assert g.latency_p95_ratio([[], []], [[], []], max_ratio=1.1, min_samples=0).verdict == "INCONCLUSIVE"
     assert g.throughput_ratio([], [1.0], min_ratio=0.95).verdict == "INCONCLUSIVE"
     assert g.cold_start_ratio([], [], max_ratio=1.25).verdict == "INCONCLUSIVE"
     assert g.error_rate(0, 0, max_rate=0.0).verdict == "INCONCLUSIVE"
@@ -171,8 +210,26 @@ def test_verdicts_do_not_depend_on_sample_order(src: list[float], tgt: list[floa
     s2, t2 = s.copy(), t.copy()
     rnd.shuffle(s2)
     rnd.shuffle(t2)
-    for fn in (lambda a, b: g.latency_p95_ratio(a, b, max_ratio=1.1, min_samples=20),
-               lambda a, b: g.latency_slo(b, slo_s=1.0),
+    for fn in (lambda a, b: g.latency_slo(b, slo_s=1.0),
                lambda a, b: g.latency_shift(a, b, max_ratio=1.1),
                lambda a, b: g.error_rate(int((b > 4).sum()), b.size, max_rate=0.0)):
         assert fn(s, t).verdict == fn(s2, t2).verdict
+    # Per-round latencies: shuffling requests within each round and the order of the rounds
+    # changes neither the interval nor the verdict.
+    rs, rt = np.array_split(s, 3), np.array_split(t, 2)
+    rs2 = [rnd.sample(list(r), len(r)) for r in rs]
+    rt2 = [rnd.sample(list(r), len(r)) for r in rt]
+    rnd.shuffle(rs2)
+    rnd.shuffle(rt2)
+    a = g.latency_p95_ratio(rs, rt, max_ratio=1.1, min_samples=20)
+    b = g.latency_p95_ratio(rs2, rt2, max_ratio=1.1, min_samples=20)
+    assert (a.verdict, a.interval) == (b.verdict, b.interval)
+
+
+def test_scored_unless_set() -> None:
+    res = g.GateResult("throughput_ratio", "FAIL", True, 0.5, 0.95, "ratio", "m", "throughput ratio 0.500")
+    assert g.scored_unless_set(res, setting="gates.throughput_ratio_min", operator_set=True) == res
+    scored = g.scored_unless_set(res, setting="gates.throughput_ratio_min", operator_set=False)
+    assert (scored.verdict, scored.blocking) == ("FAIL", False)
+    assert scored.detail == ("throughput ratio 0.500; scored: threshold not set by the operator; set "
+                             "gates.throughput_ratio_min in params to make it blocking")

@@ -9,6 +9,12 @@ the SLO and passed parity.
 
 Training: each round is a pod running the job from the frozen checkpoint; samples are step
 times, throughput is samples per second, and an accepted unit is a completed step.
+
+Every measurement (a cold start, a round's open-loop schedule, its saturation burst, a training
+round) is taken through :func:`runbook_lib.measure.with_retries`: when the measuring machinery
+fails it is retried (``measure.error_retries``, ``measure.error_retry_interval_s``), every attempt
+is kept in ``04/measurement_attempts.csv``, and a measurement lost after its retries makes the
+gates it feeds INCONCLUSIVE (:data:`AFFECTS`), never FAIL or PASS.
 """
 
 from __future__ import annotations
@@ -17,18 +23,88 @@ import json
 import math
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from runbook_lib import cost, gates as g
-from runbook_lib.measure import JobClient, Request, poisson_schedule, run_open_loop, run_saturation
+from runbook_lib.measure import (
+    SAMPLE_COLUMNS,
+    Attempted,
+    JobClient,
+    Request,
+    poisson_schedule,
+    run_open_loop,
+    run_saturation,
+    with_retries,
+)
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.freeze import prefix
 from runbook_lib.workload import make_workload
 
 ROUND_PATTERN = ("source", "target", "target", "source")
+THROUGHPUT_COLUMNS = ["side", "round", "requests", "completed", "failed", "elapsed_s", "throughput_units_per_s"]
+
+AFFECTS: dict[str, tuple[str, ...]] = {
+    "cold_start": ("cold_start_ratio",),
+    "warmup": (),
+    "open_loop": ("latency_p95_ratio", "latency_slo", "noise_floor", "latency_shift", "cost_per_accepted_unit"),
+    "saturation": ("throughput_ratio",),
+    "health": ("capacity",),
+    "training_round": ("latency_p95_ratio", "noise_floor", "latency_shift", "throughput_ratio", "cold_start_ratio",
+                       "cost_per_accepted_unit"),
+}
+"""Gates fed by each kind of measurement. A measurement lost on the target side (every attempt
+failed) also makes ``error_rate`` INCONCLUSIVE, except a lost warm-up (discarded anyway)."""
+
+
+OPERATOR_SETTINGS: dict[str, str] = {
+    "latency_p95_ratio": "gates.latency_p95_ratio_max",
+    "noise_floor": "gates.latency_p95_ratio_max",  # its margin is half the latency margin
+    "throughput_ratio": "gates.throughput_ratio_min",
+    "cold_start_ratio": "gates.cold_start_ratio_max",
+    "cost_per_accepted_unit": "gates.required_saving",
+    "latency_slo": "workload.requirements.max_request_s",
+}
+"""Performance and cost gates, and the params field whose explicit setting makes each blocking
+(reference/gates.md 5.1); without it they are scored. ``spend_limit`` is blocking exactly when
+``gates.spend_limit_usd`` is set; parity and reliability gates are always blocking."""
+
+
+def operator_set(mig: Any, setting: str) -> bool:
+    """Whether the params file set ``setting`` (a dotted field path) explicitly, as pydantic's
+    ``model_fields_set`` records it; a default is not a choice."""
+    *parents, name = setting.split(".")
+    model = mig
+    for part in parents:
+        if part not in model.model_fields_set:
+            return False
+        model = getattr(model, part)
+    return name in model.model_fields_set
+
+
+def _retry(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
+           side: str, sleep: Callable[[float], None]) -> Attempted[Any]:
+    """:func:`with_retries` with this run's retry settings; the result is appended to ``log``."""
+    m = ctx.mig.measure
+    a = with_retries(fn, what=what, kind=kind, side=side, retries=m.error_retries, interval_s=m.error_retry_interval_s,
+                     sleep=sleep)
+    log.append(a)
+    return a
+
+
+def lost_measurements(attempts: list[Attempted[Any]]) -> dict[str, list[str]]:
+    """Gate name -> one line per measurement feeding it that failed every attempt."""
+    out: dict[str, list[str]] = {}
+    for a in attempts:
+        if a.ok:
+            continue
+        line = f"{a.what}: {len(a.attempts)} attempts failed, last {a.error}"
+        names = AFFECTS[a.kind] + (("error_rate",) if a.side == "target" and a.kind != "warmup" else ())
+        for name in names:
+            out.setdefault(name, []).append(line)
+    return out
 
 
 def round_sides(rounds: int) -> list[str]:
@@ -75,58 +151,79 @@ def accept_response(ctx: PhaseContext, golden: np.ndarray, row: dict[str, Any]) 
     return obs.shape == ref.shape and bool(np.all(np.abs(obs - ref) <= at + rt * np.abs(ref)))
 
 
-def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
+def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Create both endpoints, measure cold starts and interleaved rounds; keep the endpoints.
+
+    Args:
+        sleep: waits between retries of a failed measurement (injected in tests).
 
     Returns:
         ``{"endpoints", "cold_starts", "samples" (DataFrame), "throughput" (DataFrame),
-        "billed_s", "egress_bytes"}``.
+        "billed_s", "egress_bytes", "attempts" (one :class:`Attempted` per measurement)}``.
     """
     m = ctx.mig.measure
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
     endpoints, clients, cold, ready = {}, {}, [], {}
+    log: list[Attempted[Any]] = []
     for side in ("source", "target"):
         t0 = time.perf_counter()
         ep = ctx.create_endpoint(side, f"endpoint-{side}")
         client = JobClient(ep.url, timeout_s=m.request_timeout_s * 4)
-        first = client.runsync(wl.request_inputs(1, seed=0)[0][1])
+        payload0 = wl.request_inputs(1, seed=0)[0][1]
+        first = _retry(ctx, lambda _k, c=client: c.runsync(payload0), log, what=f"cold start {side}",
+                       kind="cold_start", side=side, sleep=sleep)
         ready[side] = time.perf_counter()
-        cold_s = ready[side] - t0
-        health = client.health()
-        cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s, "first_status": first["status"],
-                     "worker_init_s": [c["init_s"] for c in health["cold_starts"]]})
+        # Create to first served response; the waits between retries are not the target's time.
+        cold_s = ready[side] - t0 - first.waited_s if first.ok else math.nan
+        health = _retry(ctx, lambda _k, c=client: c.health(), log, what=f"cold start {side} worker report",
+                        kind="cold_start", side=side, sleep=sleep)
+        cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s,
+                     "first_status": first.value["status"] if first.ok else "MEASUREMENT_ERROR",
+                     "attempts": len(first.attempts),
+                     "worker_init_s": [c["init_s"] for c in health.value["cold_starts"]] if health.ok else []})
         endpoints[side], clients[side] = ep, client
     rows: list[dict[str, Any]] = []
     thr: list[dict[str, Any]] = []
-    warm_rows = []
+    warm_rows: list[dict[str, Any]] = []
     for side in ("source", "target"):  # warm-up, discarded from the gates and recorded
-        for i, (_, payload) in enumerate(wl.request_inputs(m.warmup_requests, seed=1)):
-            t0 = time.perf_counter()
-            job = clients[side].runsync(payload)
-            warm_rows.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": job["status"]})
+        def warm(_k: int, side: str = side) -> list[dict[str, Any]]:
+            out = []
+            for i, (_, payload) in enumerate(wl.request_inputs(m.warmup_requests, seed=1)):
+                t0 = time.perf_counter()
+                job = clients[side].runsync(payload)
+                out.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": job["status"]})
+            return out
+
+        w = _retry(ctx, warm, log, what=f"warm-up {side}", kind="warmup", side=side, sleep=sleep)
+        warm_rows.extend(w.value or [])
+
     def one_round(r: int, side: str) -> int:
         picks = wl.request_inputs(m.requests_per_round, seed=1000 + r // 2)
         sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + r // 2)
         reqs = [Request(i, float(sched[i]), payload, idx) for i, (idx, payload) in enumerate(picks)]
-        got = run_open_loop(clients[side], reqs, side=side, round_id=r)
-        rows.extend(got)
+        got = _retry(ctx, lambda _k: run_open_loop(clients[side], reqs, side=side, round_id=r), log,
+                     what=f"round {r} {side} open-loop", kind="open_loop", side=side, sleep=sleep)
+        rows.extend(got.value or [])
         burst = wl.request_inputs(m.throughput_requests, seed=3000 + r // 2)
-        res = run_saturation(clients[side], [p for _, p in burst])
-        thr.append({"side": side, "round": r, **res})
-        return sum(1 for x in got if x["status"] == "COMPLETED")
+        sat = _retry(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
+                     what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
+        if sat.ok:
+            thr.append({"side": side, "round": r, **sat.value})
+        return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
 
     extra_rounds = schedule_rounds(ctx, one_round)
     end = time.perf_counter()
-    health = clients["target"].health()["workers"]
-    workers_ready = int(health["idle"] + health["running"])
+    health_end = _retry(ctx, lambda _k: clients["target"].health()["workers"], log, what="target workers after rounds",
+                        kind="health", side="target", sleep=sleep)
+    workers_ready = int(health_end.value["idle"] + health_end.value["running"]) if health_end.ok else 0
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     for row in rows:
         row["accepted"] = accept_response(ctx, golden, row)
         egress[row["side"]] += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
         row.pop("output", None)
-    samples = pd.DataFrame(rows)
-    throughput = pd.DataFrame(thr)
+    samples = pd.DataFrame(rows, columns=[*SAMPLE_COLUMNS, "accepted"]) if not rows else pd.DataFrame(rows)
+    throughput = pd.DataFrame(thr, columns=THROUGHPUT_COLUMNS) if not thr else pd.DataFrame(thr)
     for c in clients.values():
         c.close()
     # Both sides are billed for their own cold start plus the same measurement window (from when
@@ -137,23 +234,36 @@ def measure_inference(ctx: PhaseContext) -> dict[str, Any]:
     return {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
             "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
             "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
-            "target_workers_ready": workers_ready}
+            "target_workers_ready": workers_ready, "attempts": log}
 
 
-def measure_training(ctx: PhaseContext) -> dict[str, Any]:
-    """Interleaved rounds of the training job on pods; step times are the latency samples."""
+def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Interleaved rounds of the training job on pods; step times are the latency samples. A
+    round whose pod cannot be launched, waited on or read back is retried with a new pod (its
+    own store prefix ``bench/<round>-retry<k>``); a pod whose job exits non-zero is not retried
+    (that is the workload failing, not the measuring)."""
     frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
     rows, thr, cold, warm_rows = [], [], [], []
+    log: list[Attempted[Any]] = []
     warmup = max(1, ctx.mig.measure.warmup_requests)
     billed = {"source": 0.0, "target": 0.0}
 
     def one_round(r: int, side: str) -> int:
-        pod = ctx.launch_agent(side, f"bench-{r}", "bench", prefix=prefix(ctx, "bench", str(r)), frozen_prefix=frozen)
-        try:
-            done = ctx.wait_pod(side, pod)
-        finally:
-            ctx.destroy(side, pod.id)
-        files = ctx.fetch(prefix(ctx, "bench", str(r), "result"), f"04/bench/{r}")
+        def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
+            tag = str(r) if k == 0 else f"{r}-retry{k}"
+            pod = ctx.launch_agent(side, f"bench-{tag}", "bench", prefix=prefix(ctx, "bench", tag), frozen_prefix=frozen)
+            try:
+                done = ctx.wait_pod(side, pod)
+            finally:
+                ctx.destroy(side, pod.id)
+            files = ctx.fetch(prefix(ctx, "bench", tag, "result"), f"04/bench/{tag}")
+            return pod, done, files
+
+        got = _retry(ctx, attempt, log, what=f"round {r} {side} training pod", kind="training_round", side=side,
+                     sleep=sleep)
+        if not got.ok:
+            return 0
+        pod, done, files = got.value
         res = json.loads(files["result.json"].read_text())
         att = res["attempts"][0]
         billed[side] += (done.ended_at or time.time()) - done.created_at
@@ -174,14 +284,21 @@ def measure_training(ctx: PhaseContext) -> dict[str, Any]:
         return len(timed)
 
     extra_rounds = schedule_rounds(ctx, one_round)
-    return {"endpoints": {}, "cold_starts": cold, "samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr),
+    samples = pd.DataFrame(rows) if rows else pd.DataFrame(columns=[*SAMPLE_COLUMNS, "loss", "accepted"])
+    throughput = pd.DataFrame(thr) if thr else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
+    return {"endpoints": {}, "cold_starts": cold, "samples": samples, "throughput": throughput,
             "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}, "warmup": warm_rows,
-            "extra_rounds": extra_rounds}
+            "extra_rounds": extra_rounds, "attempts": log}
 
 
-def measure(ctx: PhaseContext) -> dict[str, Any]:
-    """Run the measurement protocol for this workload kind and save the raw samples."""
-    res = measure_inference(ctx) if ctx.mig.workload.kind == "inference" else measure_training(ctx)
+def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Run the measurement protocol for this workload kind and save the raw samples and every
+    measurement attempt (``04/measurement_attempts.csv``)."""
+    kind = measure_inference if ctx.mig.workload.kind == "inference" else measure_training
+    res = kind(ctx, sleep=sleep)
+    pd.DataFrame([row for a in res["attempts"] for row in a.to_rows()],
+                 columns=["what", "kind", "side", "attempt", "ok", "seconds", "error"]
+                 ).to_csv(ctx.path("04/measurement_attempts.csv"), index=False)
     res["samples"].to_csv(ctx.path("04/samples.csv"), index=False)
     res["throughput"].to_csv(ctx.path("04/throughput.csv"), index=False)
     pd.DataFrame(res["cold_starts"]).to_csv(ctx.path("04/cold_starts.csv"), index=False)
@@ -236,8 +353,10 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     burst = t[t["side"] == "target"]
     failures = int((tgt["status"] != "COMPLETED").sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum())
     total = len(tgt) + int(burst["requests"].sum()) if ctx.mig.workload.kind == "inference" else len(tgt)
-    src_rounds = [s[(s["side"] == "source") & (s["round"] == r) & (s["status"] == "COMPLETED")]["total_s"]
-                  .astype(float).to_numpy() for r in sorted(s[s["side"] == "source"]["round"].unique())]
+    done = s[s["status"] == "COMPLETED"]
+    lat_rounds = {side: [d["total_s"].astype(float).to_numpy() for _, d in done[done["side"] == side].groupby("round")]
+                  for side in ("source", "target")}  # per round: the block bootstrap resamples rounds
+    src_rounds = lat_rounds["source"]
     extra: list[g.GateResult] = []
     if ctx.mig.workload.kind == "inference":
         extra.append(g.capacity(res["target_workers_ready"], ctx.mig.target.workers, phase="04"))
@@ -256,8 +375,8 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04"))
-    return ctx.add_gates(
-        g.latency_p95_ratio(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max,
+    results = [
+        g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
                             min_samples=gc.min_latency_samples, phase="04"),
         g.throughput_ratio(thr["source"], thr["target"], min_ratio=gc.throughput_ratio_min, phase="04"),
         g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04"),
@@ -266,7 +385,11 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         g.cost_per_unit(_finite(costs_["source"].usd_per_accepted_unit), _finite(costs_["target"].usd_per_accepted_unit),
                         required_saving=gc.required_saving, phase="04"),
         *extra,
-    )
+    ]
+    results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(ctx.mig,
+               OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
+    lost = lost_measurements(res.get("attempts", []))
+    return ctx.add_gates(*(g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results))
 
 
 def _finite(x: float) -> float | None:
@@ -286,5 +409,8 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "cost": {s: c.to_dict() for s, c in costs_.items()},
         "billed_s": res["billed_s"],
         "extra_rounds": res.get("extra_rounds", 0),
+        "measurement_attempts": len([x for a in res.get("attempts", []) for x in a.attempts]),
+        "measurements_lost": [{"what": a.what, "kind": a.kind, "side": a.side, "attempts": len(a.attempts),
+                               "error": a.error} for a in res.get("attempts", []) if not a.ok],
         "host_load_avg_1_5_15min": list(os.getloadavg()),  # a busy host explains a noisy A/A pair
     }

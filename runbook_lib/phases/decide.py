@@ -20,6 +20,7 @@ from runbook_lib.params import params_sha256
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.cutover import Route
 from runbook_lib.providers import REMOTE
+from runbook_lib.resolve import hold_deadline
 
 EXIT_CODES = {"GO": EXIT_GO, "NO-GO": EXIT_NO_GO, "HOLD": EXIT_HOLD}
 
@@ -154,16 +155,24 @@ def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
 def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: list[g.GateResult],
                   actions: dict[str, Any]) -> dict[str, Any]:
     """Write ``receipt.json``: releases, identities, data moved, deltas, decision, rollback point,
-    resources created and destroyed, and every gate."""
+    resources created and destroyed, and every gate; a HOLD also records ``hold_deadline`` (UTC
+    ISO), ``gates.hold_deadline_s`` after the decision, when it resolves to NO-GO unless a person
+    decides first."""
     r01 = ctx.records.get("01")
     freeze = r01.data.get("freeze", {}) if r01 else {}
     r05 = ctx.records.get("05")
     cut = r05.data if r05 else {}
+    decided_at = utc_now()
+    held = {}
+    if decision == "HOLD":  # a person decides by then (`runbook resolve`); after it, NO-GO
+        held = {"hold_deadline": hold_deadline(decided_at, ctx.mig.gates.hold_deadline_s),
+                "hold_deadline_s": ctx.mig.gates.hold_deadline_s}
     receipt = {
         "run_id": ctx.run_id,
         "migration": ctx.mig.migration,
-        "decided_at": utc_now(),
+        "decided_at": decided_at,
         "decision": decision,
+        **held,
         "run_status": "failed" if any(r["status"] == "failed" for r in phase_status(ctx)) else "completed",
         "exit_code": EXIT_FAILED if any(r["status"] == "failed" for r in phase_status(ctx)) else EXIT_CODES[decision],
         "reasons": reasons,

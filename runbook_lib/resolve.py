@@ -1,0 +1,220 @@
+"""Resolve a HOLD run: a person decides GO or NO-GO before its deadline, or, once the deadline has
+passed with no one deciding, it resolves to NO-GO (reference/gates.md 5.2: "then fail safe").
+
+A HOLD run is already sealed (``manifest.json``, then ``_SUCCESS``) and phase 06 has already
+restored the source route and torn the target down. Its evidence is never rewritten: the
+resolution is a separate file, ``resolution.json``, that names the sha256 of the
+``manifest.json`` it resolves and carries the sha256 of its own content (``content_sha256``);
+``runbook verify`` recomputes both.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runbook_lib.errors import EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EvidenceError, UsageError
+
+RESOLUTION_FILE = "resolution.json"
+DECISIONS = ("GO", "NO-GO")
+DEADLINE_BY = "hold deadline (no person decided in time)"
+
+
+def iso(t: _dt.datetime) -> str:
+    """UTC ISO 8601 with a ``Z`` suffix, to the millisecond (the format of every run timestamp)."""
+    return t.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(s: str) -> _dt.datetime:
+    """Inverse of :func:`iso` (also accepts ``+00:00``); the result is timezone-aware UTC."""
+    t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
+def hold_deadline(decided_at: str, deadline_s: float) -> str:
+    """When a HOLD decided at ``decided_at`` (ISO) resolves to NO-GO: ``deadline_s`` seconds later (ISO)."""
+    return iso(parse_iso(decided_at) + _dt.timedelta(seconds=deadline_s))
+
+
+def content_sha256(body: dict[str, Any]) -> str:
+    """sha256 (hex) of ``body`` without its ``content_sha256`` key, as canonical JSON (sorted keys,
+    no whitespace, UTF-8)."""
+    rest = {k: v for k, v in body.items() if k != "content_sha256"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a run stands now.
+
+    Attributes:
+        decision: the effective decision (``GO``, ``NO-GO``, ``HOLD``, ``FAILED ...`` or ``?``).
+        note: how it came to be (``resolved by alice``, ``hold expired at ...``, ``held until ...``).
+        deadline: the hold deadline, for HOLD runs.
+        resolution: the ``resolution.json`` body, when there is one.
+    """
+
+    decision: str
+    note: str = ""
+    deadline: _dt.datetime | None = None
+    resolution: dict[str, Any] | None = None
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _deadline(run_dir: Path, receipt: dict[str, Any]) -> _dt.datetime:
+    """The receipt's ``hold_deadline``; for receipts written before it was recorded, the decision
+    time plus the run's ``gates.hold_deadline_s``."""
+    if receipt.get("hold_deadline"):
+        return parse_iso(receipt["hold_deadline"])
+    from runbook_lib.params import load_params
+
+    return parse_iso(hold_deadline(receipt["decided_at"], load_params(run_dir / "params.yaml").gates.hold_deadline_s))
+
+
+def standing(run_dir: str | Path, *, now: _dt.datetime | None = None) -> Standing:
+    """The effective decision of a run: a resolution if there is one; NO-GO for a HOLD whose
+    deadline has passed (shown, not recorded: ``runbook resolve`` records it); else the sealed
+    decision.
+
+    Args:
+        now: the current time (injected in tests); default the system clock, UTC.
+    """
+    run_dir = Path(run_dir)
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    manifest = _read(run_dir / "manifest.json")
+    decision = str(manifest.get("decision", "?")) if manifest else "?"
+    res = _read(run_dir / RESOLUTION_FILE)
+    if res is not None:
+        return Standing(str(res.get("decision", "?")), f"HOLD resolved by {res.get('by')} at {res.get('resolved_at')}",
+                        resolution=res)
+    receipt = _read(run_dir / "receipt.json")
+    if decision != "HOLD" or receipt is None:
+        return Standing(decision)
+    deadline = _deadline(run_dir, receipt)
+    if now >= deadline:
+        return Standing("NO-GO", f"hold expired at {iso(deadline)}", deadline)
+    return Standing("HOLD", f"a person decides until {iso(deadline)}", deadline)
+
+
+def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, reason: str = "",
+                now: _dt.datetime | None = None) -> dict[str, Any]:
+    """Record how a sealed HOLD run was resolved, in ``resolution.json``.
+
+    A person may decide ``GO`` before the hold deadline and ``NO-GO`` at any time. With no
+    decision, the run resolves to NO-GO once its deadline has passed (recorded as decided by the
+    deadline). The run's evidence must verify intact first.
+
+    Args:
+        run_dir: ``reports/<run_id>``.
+        decision: ``GO``, ``NO-GO``, or None (deadline expiry).
+        by: who decided (required with a decision).
+        reason: why, free text.
+        now: the current time (injected in tests); default the system clock, UTC.
+
+    Returns:
+        The ``resolution.json`` body as written.
+
+    Raises:
+        UsageError: the run is not a sealed HOLD run, is already resolved, the decision or its
+            author is missing or invalid, GO comes after the deadline, or no decision was given
+            before the deadline.
+        EvidenceError: the run's evidence does not verify.
+    """
+    from runbook_lib.manifest import COMPLETION_MARKER, sha256_file, verify_run, write_json_atomic
+
+    run_dir = Path(run_dir)
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    if not (run_dir / "manifest.json").exists() or not (run_dir / COMPLETION_MARKER).exists():
+        raise UsageError(f"{run_dir} is not a sealed run (manifest.json and {COMPLETION_MARKER} needed); only a "
+                         "finished HOLD run can be resolved")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    if manifest.get("decision") != "HOLD":
+        raise UsageError(f"{run_dir.name} was decided {manifest.get('decision')!r}, not HOLD: only a HOLD run waits "
+                         "for a person, so there is nothing to resolve")
+    existing = _read(run_dir / RESOLUTION_FILE)
+    if (run_dir / RESOLUTION_FILE).exists():
+        got = f"{existing.get('decision')} by {existing.get('by')} at {existing.get('resolved_at')}" if existing \
+            else "unreadable"
+        raise UsageError(f"{run_dir.name} is already resolved ({RESOLUTION_FILE}: {got}); a resolution is final")
+    bad = [r for r in verify_run(run_dir) if r["status"] != "intact"]
+    if bad:
+        raise EvidenceError(f"{run_dir.name}: evidence does not verify ({[(r['path'], r['status']) for r in bad]}); "
+                            "a decision cannot rest on it. Run `runbook verify` and investigate, or start a new run.")
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    deadline = _deadline(run_dir, receipt)
+    expired = now >= deadline
+    if decision is None:
+        if not expired:
+            raise UsageError(f"{run_dir.name} is HOLD until {iso(deadline)} (now {iso(now)}); pass --decision GO|NO-GO "
+                             "--by NAME to decide, or wait: after the deadline it resolves to NO-GO")
+        decision, by, kind = "NO-GO", DEADLINE_BY, "deadline"
+    else:
+        if decision not in DECISIONS:
+            raise UsageError(f"decision must be one of {list(DECISIONS)}, got {decision!r}")
+        if not by or not by.strip():
+            raise UsageError("--by NAME is required with --decision: a resolution names the person who decided")
+        if decision == "GO" and expired:
+            raise UsageError(f"GO is refused: the hold deadline passed at {iso(deadline)} (now {iso(now)}), so "
+                             f"{run_dir.name} resolves to NO-GO; run `runbook resolve {run_dir}` to record that, and "
+                             "start a new run to migrate")
+        kind = "person"
+    route = receipt.get("route") or {}
+    remaining = (receipt.get("resources") or {}).get("remaining") or []
+    rollback = (f"phase 06 restored the source route (target at {route.get('target_percent', 0)} %) and tore the "
+                "target down when it held" + (f"; {len(remaining)} resource(s) are still present: destroy them"
+                                                if remaining else "; nothing is left to roll back"))
+    if decision == "GO":
+        rollback += ". GO accepts this run's evidence; the cutover itself needs a new run, since the target was torn down"
+    body: dict[str, Any] = {
+        "run_id": run_dir.name,
+        "resolves": {"file": "manifest.json", "sha256": sha256_file(run_dir / "manifest.json")},
+        "receipt_sha256": sha256_file(run_dir / "receipt.json"),
+        "held_decision": "HOLD",
+        "decision": decision,
+        "exit_code": EXIT_GO if decision == "GO" else EXIT_NO_GO,
+        "kind": kind,
+        "by": by,
+        "reason": reason,
+        "resolved_at": iso(now),
+        "hold_deadline": iso(deadline),
+        "rollback": rollback,
+    }
+    body["content_sha256"] = content_sha256(body)
+    write_json_atomic(run_dir / RESOLUTION_FILE, body)
+    return body
+
+
+def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:
+    """Rows (``path``, ``status``, ``by``) for ``resolution.json``, as :func:`manifest.verify_run`
+    reports them: ``altered`` when its content no longer matches its ``content_sha256`` (or it is
+    not JSON), ``broken-link`` when the ``manifest.json`` it resolves has a different sha256 now;
+    no rows when there is no resolution."""
+    from runbook_lib.manifest import sha256_file
+
+    run_dir = Path(run_dir)
+    path = run_dir / RESOLUTION_FILE
+    if not path.exists():
+        return []
+    body = _read(path)
+    if body is None or body.get("content_sha256") != content_sha256(body):
+        return [{"path": RESOLUTION_FILE, "status": "altered", "by": "its content_sha256"}]
+    rows = [{"path": RESOLUTION_FILE, "status": "intact", "by": "its content_sha256"}]
+    manifest = run_dir / "manifest.json"
+    want = (body.get("resolves") or {}).get("sha256")
+    if not manifest.exists() or sha256_file(manifest) != want:
+        rows.append({"path": RESOLUTION_FILE, "status": "broken-link",
+                     "by": "names a manifest.json sha256 that differs from the run's manifest.json"})
+    return rows
+
+
+EXIT_BY_STANDING = {"GO": EXIT_GO, "NO-GO": EXIT_NO_GO, "HOLD": EXIT_HOLD}
