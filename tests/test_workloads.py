@@ -73,3 +73,22 @@ def test_embeddings_match_sentence_transformers_directly() -> None:
     assert len(sentences) == 32
     ref = direct.encode(sentences, batch_size=8, convert_to_numpy=True)
     torch.testing.assert_close(torch.from_numpy(ours), torch.from_numpy(ref))
+
+
+def test_a_pipeline_other_than_mean_pooling_is_refused(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from runbook_lib.workload.embed import check_pipeline, packaged_model_dir
+
+    src = packaged_model_dir()
+    for name in ("modules.json", "sentence_bert_config.json"):
+        shutil.copy2(src / name, tmp_path / name)
+    (tmp_path / "1_Pooling").mkdir()
+    cfg = json.loads((src / "1_Pooling" / "config.json").read_text())
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    assert check_pipeline(tmp_path) == 256
+    cfg.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(WorkloadError, match="pooling_mode_cls_token"):
+        check_pipeline(tmp_path)

