@@ -80,7 +80,17 @@ class JobClient:
         return self._json("GET", f"/status/{job_id}")
 
     def cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel a queued or running job; returns ``{"id", "status": "CANCELLED"}``."""
         return self._json("POST", f"/cancel/{job_id}")
+
+    def retry(self, job_id: str) -> dict[str, Any]:
+        """Requeue a FAILED or TIMED_OUT job under the same id (Runpod ``/retry``, within result
+        retention); returns ``{"id", "status": "IN_QUEUE"}``."""
+        return self._json("POST", f"/retry/{job_id}")
+
+    def purge_queue(self) -> dict[str, Any]:
+        """Drop every queued job (in-progress jobs keep running); returns ``{"removed": n, ...}``."""
+        return self._json("POST", "/purge-queue")
 
     def health(self) -> dict[str, Any]:
         return self._json("GET", "/health")

@@ -273,6 +273,8 @@ def test_runpod_job_api_expired_ttl_is_expired_not_a_crash() -> None:
     assert jobs.status(job["id"])["status"] == "EXPIRED"
     assert "no kernel image" in jobs.status(job["id"])["error"]
     assert jobs.cancel(job["id"])["status"] == "CANCELLED" and jobs.health()["workers"]["unhealthy"] == 2
+    assert jobs.retry(job["id"]) == {"id": job["id"], "status": "IN_QUEUE"}  # same id, requeued
+    assert jobs.purge_queue()["removed"] == 17
     assert all(p.startswith("api.runpod.ai/v2/fx0001ep/") for _, p, _ in fake.requests)
 
 
@@ -359,6 +361,20 @@ def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent() -> None:
     assert rows["memory"]["status"] == "adapter needed"  # the v2 catalog publishes no RAM: re-checked on the canary
     gate = mapping.dependency_gate(list(rows.values()))
     assert gate.verdict == "FAIL" and "port 9000/udp" in gate.detail and gate.blocking
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_stop_then_start_is_planned_and_readiness_rechecks(name: str) -> None:
+    prov, fake, _ = remote(name)
+    offers = ranked(prov)
+    spec = remote_spec(prov, offers[:1])("canary", (("run_id", f"r-ss-{name}"),))
+    pod = prov.launch(spec)
+    for action in ("stop", "start"):
+        plan = getattr(prov, f"plan_{action}")(pod.id, dry_run=False)
+        assert plan.action == action
+        prov.apply(plan, approve(plan))
+    assert prov.readiness(prov.get(pod.id), spec).ready  # back, on the hardware asked for
+    assert [r[0] for r in fake.requests if "action" in r[1] or r[0] == "PUT" and "/instances/" in r[1]] != []
 
 
 def test_stopped_instance_still_bills_and_is_destroyed_by_its_plan() -> None:

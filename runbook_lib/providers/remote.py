@@ -128,6 +128,10 @@ class RemoteProvider(Provider):
         """Stop (compute released; storage may still bill)."""
 
     @abstractmethod
+    def _start(self, resource_id: str) -> None:
+        """Start a stopped pod / instance again (it may come back without its GPU)."""
+
+    @abstractmethod
     def _destroy(self, resource_id: str) -> None:
         """Destroy; a resource already gone is not an error."""
 
@@ -149,6 +153,10 @@ class RemoteProvider(Provider):
 
     def plan_stop(self, resource_id: str, *, dry_run: bool = True) -> Plan:
         return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
+
+    def plan_start(self, resource_id: str, *, dry_run: bool = True, price_usd_per_hour: float = 0.0) -> Plan:
+        """Plan restarting a stopped resource (it bills ``price_usd_per_hour`` again once running)."""
+        return Plan(self.name, "start", resource_id, None, price_usd_per_hour, dry_run)
 
     def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
         """Carry out an approved plan. A dry-run plan calls nothing and returns None.
@@ -172,6 +180,9 @@ class RemoteProvider(Provider):
         if plan.action == "stop":
             self._stop(plan.target)
             return None
+        if plan.action == "start":
+            self._start(plan.target)
+            return self._fetch(plan.target)
         raise ProviderError(f"unknown plan action {plan.action!r}", provider=self.name)
 
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:  # pragma: no cover - overridden where supported

@@ -210,6 +210,11 @@ class RunpodProvider(RemoteProvider):
     def _stop(self, resource_id: str) -> None:
         self.api.request("POST", f"/v2/pods/{resource_id}/action", body={"action": "stop"})
 
+    def _start(self, resource_id: str) -> None:
+        """``POST /v2/pods/{id}/action {"action": "start"}``; a stopped pod is tied to its machine and
+        may come back with zero GPUs (runpod/docs pods/troubleshooting/zero-gpus.mdx): readiness re-checks."""
+        self.api.request("POST", f"/v2/pods/{resource_id}/action", body={"action": "start"})
+
     def _destroy(self, resource_id: str) -> None:
         """``DELETE /v2/pods/{id}``, else ``DELETE /v2/serverless/{id}``; 404 on both means gone."""
         for path in (f"/v2/pods/{resource_id}", f"/v2/serverless/{resource_id}"):

@@ -248,6 +248,11 @@ class VastProvider(RemoteProvider):
     def _stop(self, resource_id: str) -> None:
         self.api.request("PUT", f"/api/v0/instances/{resource_id}/", body={"state": "stopped"})
 
+    def _start(self, resource_id: str) -> None:
+        """``PUT /api/v0/instances/{id}/ {"state": "running"}``; it may wait if the GPU went to a
+        higher-priority renter."""
+        self.api.request("PUT", f"/api/v0/instances/{resource_id}/", body={"state": "running"})
+
     def _destroy(self, resource_id: str) -> None:
         try:
             self.api.request("DELETE", f"/api/v0/instances/{resource_id}/", body={})
