@@ -366,18 +366,51 @@ def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", u
 
 
 def cost_per_unit(source_usd: float | None, target_usd: float | None, *, required_saving: float,
-                  phase: str = "") -> GateResult:
-    """Cost per accepted unit: target <= source x (1 - required_saving). USD per unit."""
+                  accepted_rounds: tuple[Any, Any] | None = None, phase: str = "") -> GateResult:
+    """Cost per accepted unit: target <= source x (1 - required_saving). USD per unit.
+
+    With ``accepted_rounds`` (per side, per round, one 0/1 flag per request: accepted or not) the
+    ratio T/S of USD per accepted unit gets a 90 % interval from the block bootstrap over rounds
+    (:func:`round_bootstrap`; reference/gates.md 5.3 "bootstrap the ratio jointly over rounds"):
+    billed cost is fixed, the accepted share is resampled. PASS when the interval's upper end is
+    <= 1 - required_saving, FAIL when its lower end is above, INCONCLUSIVE when it straddles.
+    Without rounds it is a point comparison.
+    """
     thr = None if source_usd is None else source_usd * (1 - required_saving)
+    src = threshold_source("required_saving", required_saving, "target no more expensive per accepted unit")
     if source_usd is None or target_usd is None or not math.isfinite(target_usd):
         return GateResult("cost_per_accepted_unit", "INCONCLUSIVE", True, target_usd, thr, "USD/unit",
                           "billed cost / accepted units", "no accepted units on a side", phase=phase)
     assert thr is not None
-    return GateResult("cost_per_accepted_unit", "PASS" if target_usd <= thr else "FAIL", True, target_usd, thr,
-                      "USD/unit", "price x billed time (init and idle included) + storage + egress, / accepted units",
-                      f"source {source_usd:.3g} USD/unit, target {target_usd:.3g} USD/unit, required saving "
-                      f"{required_saving:.0%}", source=threshold_source("required_saving", required_saving,
-                                              "target no more expensive per accepted unit"), phase=phase)
+    detail = (f"source {source_usd:.3g} USD/unit, target {target_usd:.3g} USD/unit, required saving "
+              f"{required_saving:.0%}")
+    if accepted_rounds is None:
+        return GateResult("cost_per_accepted_unit", "PASS" if target_usd <= thr else "FAIL", True, target_usd, thr,
+                          "USD/unit", "price x billed time (init and idle included) + storage + egress, / accepted "
+                          "units", detail, source=src, phase=phase)
+    rs, rt = (as_rounds(x) for x in accepted_rounds)
+    n_s, n_t = sum(r.size for r in rs), sum(r.size for r in rt)
+    acc_s, acc_t = sum(float(r.sum()) for r in rs), sum(float(r.sum()) for r in rt)
+    cost_s, cost_t = source_usd * acc_s, target_usd * acc_t  # the windows' billed totals
+    limit = 1 - required_saving
+    ratio = target_usd / source_usd
+
+    def stat(s: np.ndarray, t: np.ndarray) -> float:
+        return (cost_t / (t.mean() * n_t)) / (cost_s / (s.mean() * n_s)) if s.mean() > 0 and t.mean() > 0 else np.inf
+
+    ci = round_bootstrap((rs, rt), stat) if len(rs) >= 2 and len(rt) >= 2 else None
+    if ci is None:
+        verdict: Verdict = "INCONCLUSIVE"
+        why = "fewer than 2 rounds per side, or a resample with no accepted unit: no interval"
+    else:
+        verdict = "PASS" if ci[1] <= limit else ("FAIL" if ci[0] > limit else "INCONCLUSIVE")
+        why = f"ratio T/S {ratio:.3f}, 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}] against {limit:.3f}"
+    return GateResult("cost_per_accepted_unit", verdict, True, ratio, limit, "ratio T/S of USD per accepted unit",
+                      "price x billed time (init and idle included) + storage + egress, / accepted units; block "
+                      f"bootstrap over rounds ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}) of the accepted "
+                      "share", f"{detail}; {why}", samples={"source_rounds": len(rs), "target_rounds": len(rt),
+                                                           "source_units": n_s, "target_units": n_t},
+                      interval=ci, source=src, phase=phase)
 
 
 def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -> GateResult:

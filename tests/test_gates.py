@@ -233,3 +233,23 @@ def test_scored_unless_set() -> None:
     assert (scored.verdict, scored.blocking) == ("FAIL", False)
     assert scored.detail == ("throughput ratio 0.500; scored: threshold not set by the operator; set "
                              "gates.throughput_ratio_min in params to make it blocking")
+
+
+def test_cost_ratio_interval_over_rounds() -> None:
+    ones = [np.ones(10), np.ones(10)]
+    # everything accepted: the bootstrap has nothing to vary, so the interval is the point ratio
+    cheaper = g.cost_per_unit(1.0, 0.8, required_saving=0.1, accepted_rounds=(ones, ones))
+    assert cheaper.verdict == "PASS" and cheaper.interval == pytest.approx((0.8, 0.8))
+    dearer = g.cost_per_unit(1.0, 0.95, required_saving=0.1, accepted_rounds=(ones, ones))
+    assert dearer.verdict == "FAIL" and dearer.observed == pytest.approx(0.95) and dearer.threshold == 0.9
+    # target accepts 10 of 10 in one round and 5 of 10 in the other (15 of 20; billed 0.85 x 15).
+    # A resample whose share is 1 gives 0.85 x 15/20 = 0.6375; drawing the half round twice gives a
+    # share near 1/2 (less, with requests resampled inside it), so the ratio reaches past
+    # 0.85 x 15/10 = 1.275. The interval spans the 0.9 limit: INCONCLUSIVE, not a pass on the point
+    half = np.r_[np.ones(5), np.zeros(5)]
+    unsure = g.cost_per_unit(1.0, 0.85, required_saving=0.1, accepted_rounds=(ones, [np.ones(10), half]))
+    lo, hi = unsure.interval
+    assert unsure.verdict == "INCONCLUSIVE" and lo < 0.9 < hi
+    assert lo == pytest.approx(0.85 * 15 / 20) and hi >= 0.85 * 15 / 10
+    one_round = g.cost_per_unit(1.0, 0.5, required_saving=0.0, accepted_rounds=([np.ones(10)], ones))
+    assert one_round.verdict == "INCONCLUSIVE" and one_round.interval is None

@@ -103,7 +103,13 @@ class PhaseContext:
     def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
         return (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
 
-    def _apply(self, side: str, plan: Plan) -> Any:
+    def apply_plan(self, side: str, plan: Plan) -> Any:
+        """Apply ``plan`` on ``side`` once its approval record is found (a dry-run plan is only
+        recorded). Every plan is kept in this phase's record.
+
+        Raises:
+            ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
+        """
         if plan.dry_run:  # shown and recorded; nothing is created, so nothing needs approving yet
             self.plans.append({"plan": plan.to_dict(), "applied": False, "approved_by": None,
                                "method": "dry-run: shown, not applied"})
@@ -170,7 +176,7 @@ class PhaseContext:
                      extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None) -> Pod | None:
         """Plan, approve and launch a pod running the acceptance agent on ``side`` (None in dry-run:
         the plan is recorded, nothing is launched)."""
-        return self._apply(side, self.plan_agent(side, role, mode, prefix=prefix, frozen_prefix=frozen_prefix,
+        return self.apply_plan(side, self.plan_agent(side, role, mode, prefix=prefix, frozen_prefix=frozen_prefix,
                                                  extra=extra, offers=offers))
 
     def wait_pod(self, side: str, pod: Pod) -> Pod:
@@ -191,10 +197,10 @@ class PhaseContext:
                             labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
                             secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
                             image=prof.image)
-        return self._apply(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
+        return self.apply_plan(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
 
     def destroy(self, side: str, resource_id: str) -> None:
-        self._apply(side, self.provider(side).plan_destroy(resource_id, dry_run=self.dry_run(side)))
+        self.apply_plan(side, self.provider(side).plan_destroy(resource_id, dry_run=self.dry_run(side)))
 
     # -- evidence -----------------------------------------------------------------------------
 

@@ -375,6 +375,8 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04"))
+    acc_rounds = {side: [d["accepted"].astype(float).to_numpy() for _, d in s[s["side"] == side].groupby("round")]
+                  for side in ("source", "target")}
     results = [
         g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
                             min_samples=gc.min_latency_samples, phase="04"),
@@ -383,7 +385,8 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",
                      unit="requests" if ctx.mig.workload.kind == "inference" else "training steps"),
         g.cost_per_unit(_finite(costs_["source"].usd_per_accepted_unit), _finite(costs_["target"].usd_per_accepted_unit),
-                        required_saving=gc.required_saving, phase="04"),
+                        required_saving=gc.required_saving, accepted_rounds=(acc_rounds["source"], acc_rounds["target"]),
+                        phase="04"),
         *extra,
     ]
     results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(ctx.mig,

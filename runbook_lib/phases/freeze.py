@@ -75,9 +75,9 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
     """
     plan = plan_freeze(ctx)
     if plan.dry_run:
-        ctx._apply("source", plan)
+        ctx.apply_plan("source", plan)
         return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict()}
-    pod = ctx._apply("source", plan)
+    pod = ctx.apply_plan("source", plan)
     pod = ctx.wait_pod("source", pod)
     frozen = ctx.store.verify_set(prefix(ctx, "source", "frozen"), run_id=ctx.run_id)
     result_objs = ctx.store.verify_set(prefix(ctx, "source", "result"), run_id=ctx.run_id)

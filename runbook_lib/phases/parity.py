@@ -45,9 +45,9 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     """
     plan = plan_canary(ctx)
     if plan.dry_run:
-        ctx._apply("target", plan)
+        ctx.apply_plan("target", plan)
         return {"dry_run": True, "plan": plan.to_dict()}
-    pod = ctx._apply("target", plan)
+    pod = ctx.apply_plan("target", plan)
     try:
         ctx.wait_pod("target", pod)
     finally:
