@@ -230,13 +230,58 @@ class Provider(ABC):
     def plan_destroy(self, resource_id: str, *, dry_run: bool) -> Plan:
         """Plan the destruction of a pod or endpoint (pure)."""
 
-    @abstractmethod
     def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
-        """Carry out ``plan`` once ``approval`` matches its fingerprint.
+        """Carry out ``plan`` once ``approval`` matches its fingerprint; a dry-run plan calls
+        nothing and returns None.
+
+        Returns:
+            The pod or endpoint for ``launch_pod``, ``create_endpoint`` and ``start``; None for
+            ``stop`` and ``destroy``.
 
         Raises:
-            ApprovalRequired: the approval is missing or names another plan.
+            ApprovalRequired: the approval is missing or names another plan (before any call).
+            ProviderError: an action this provider does not support.
         """
+        from runbook_lib.errors import ProviderError
+
+        self.check_approval(plan, approval)
+        if plan.dry_run:
+            return None
+        if plan.action == "launch_pod" and isinstance(plan.spec, PodSpec):
+            return self._launch(plan.spec)
+        if plan.action == "create_endpoint" and isinstance(plan.spec, EndpointSpec):
+            return self._create_endpoint(plan.spec)
+        if plan.action in ("destroy", "stop"):
+            getattr(self, f"_{plan.action}")(plan.target)
+            return None
+        if plan.action == "start":
+            self._start(plan.target)
+            return self.get(plan.target)
+        raise ProviderError(f"unknown plan action {plan.action!r}", provider=self.name)
+
+    # Primitives behind apply (called only with an approved, non-dry-run plan).
+
+    @abstractmethod
+    def _launch(self, spec: PodSpec) -> Pod:
+        """Create and start one pod."""
+
+    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
+        from runbook_lib.errors import ProviderError
+
+        raise ProviderError(f"{self.name} has no queue endpoints in this runbook; serve from a pod", provider=self.name)
+
+    @abstractmethod
+    def _stop(self, resource_id: str) -> None:
+        """Stop: compute released, storage kept (and, on some providers, still billed)."""
+
+    def _start(self, resource_id: str) -> None:
+        from runbook_lib.errors import ProviderError
+
+        raise ProviderError(f"{self.name} cannot start a stopped resource; launch a new one", provider=self.name)
+
+    @abstractmethod
+    def _destroy(self, resource_id: str) -> None:
+        """Destroy; a resource already gone is not an error."""
 
     @abstractmethod
     def get(self, resource_id: str) -> Pod | Endpoint:

@@ -137,24 +137,6 @@ class LocalProvider(Provider):
     def plan_stop(self, resource_id: str, *, dry_run: bool = False) -> Plan:
         return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
 
-    def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
-        self.check_approval(plan, approval)
-        if plan.dry_run:
-            return None
-        if plan.action == "launch_pod":
-            assert isinstance(plan.spec, PodSpec)
-            return self._launch(plan.spec)
-        if plan.action == "create_endpoint":
-            assert isinstance(plan.spec, EndpointSpec)
-            return self._create_endpoint(plan.spec)
-        if plan.action == "destroy":
-            self._destroy(plan.target)
-            return None
-        if plan.action == "stop":
-            self._stop(plan.target)
-            return None
-        raise ProviderError(f"unknown plan action {plan.action!r}", provider=self.name)
-
     # -- state files -------------------------------------------------------------------------
 
     def _dir(self, rid: str) -> Path:

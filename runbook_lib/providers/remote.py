@@ -23,7 +23,14 @@ from typing import Any, Callable
 from runbook_lib import secrets as _secret_refs
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError, ProviderTimeout
 from runbook_lib.providers._http import ApiClient
-from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider
+from runbook_lib.providers.base import (
+    Endpoint,
+    EndpointSpec,
+    Plan,
+    Pod,
+    PodSpec,
+    Provider,
+)
 from runbook_lib.providers.offers import Offer, canonical_gpu, version_tuple
 
 POLL_S = 10.0  # readiness poll interval, seconds (dstack polls Runpod every few seconds for up to 20 min)
@@ -123,17 +130,6 @@ class RemoteProvider(Provider):
     def _list_raw(self) -> list[Pod | Endpoint]:
         """Everything the account has (all pages)."""
 
-    @abstractmethod
-    def _stop(self, resource_id: str) -> None:
-        """Stop (compute released; storage may still bill)."""
-
-    @abstractmethod
-    def _start(self, resource_id: str) -> None:
-        """Start a stopped pod / instance again (it may come back without its GPU)."""
-
-    @abstractmethod
-    def _destroy(self, resource_id: str) -> None:
-        """Destroy; a resource already gone is not an error."""
 
     def check_access(self) -> dict[str, Any]:
         """One cheap authenticated read (preflight). Raises AuthError with the key reference."""
@@ -158,36 +154,6 @@ class RemoteProvider(Provider):
         """Plan restarting a stopped resource (it bills ``price_usd_per_hour`` again once running)."""
         return Plan(self.name, "start", resource_id, None, price_usd_per_hour, dry_run)
 
-    def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
-        """Carry out an approved plan. A dry-run plan calls nothing and returns None.
-
-        Raises:
-            ApprovalRequired: before any call, when ``approval`` does not match.
-            NoCapacity: no offer in ``spec.offers`` became ready within the capacity budget.
-        """
-        self.check_approval(plan, approval)
-        if plan.dry_run:
-            return None
-        if plan.action == "launch_pod":
-            assert isinstance(plan.spec, PodSpec)
-            return self.launch(plan.spec)
-        if plan.action == "create_endpoint":
-            assert isinstance(plan.spec, EndpointSpec)
-            return self._create_endpoint(plan.spec)
-        if plan.action == "destroy":
-            self._destroy(plan.target)
-            return None
-        if plan.action == "stop":
-            self._stop(plan.target)
-            return None
-        if plan.action == "start":
-            self._start(plan.target)
-            return self._fetch(plan.target)
-        raise ProviderError(f"unknown plan action {plan.action!r}", provider=self.name)
-
-    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:  # pragma: no cover - overridden where supported
-        raise ProviderError(f"{self.name} has no queue endpoints", provider=self.name)
-
     # -- launch with capacity tries and readiness --------------------------------------------------
 
     def _env(self, spec: PodSpec | EndpointSpec) -> dict[str, str]:
@@ -197,6 +163,9 @@ class RemoteProvider(Provider):
             if value is not None:
                 env[name] = value
         return env
+
+    def _launch(self, spec: PodSpec) -> Pod:
+        return self.launch(spec)
 
     def launch(self, spec: PodSpec) -> Pod:
         """Try ``spec.offers`` in rank order until one is ready or the budget is spent.

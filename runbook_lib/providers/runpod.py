@@ -24,7 +24,15 @@ from typing import Any
 
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError, WorkloadError
 from runbook_lib.providers._http import ApiClient, KeySource
-from runbook_lib.providers.base import Capabilities, Capability, Endpoint, EndpointSpec, Plan, Pod, PodSpec
+from runbook_lib.providers.base import (
+    Capabilities,
+    Capability,
+    Endpoint,
+    EndpointSpec,
+    Plan,
+    Pod,
+    PodSpec,
+)
 from runbook_lib.providers.offers import Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
 
