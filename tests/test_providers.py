@@ -387,3 +387,43 @@ def test_stopped_instance_still_bills_and_is_destroyed_by_its_plan() -> None:
     plan = prov.plan_destroy(iid, dry_run=False)
     prov.apply(plan, approve(plan))
     assert prov.is_gone(iid) and prov.list(labels={"run_id": "r-stop"}) == []
+
+
+def test_remote_wait_ends_at_the_completion_marker_not_a_container_exit() -> None:
+    prov, _, clock = remote("runpod")
+    spec = remote_spec(prov, ranked(prov)[:1])("agent", (("run_id", "r-wait"),))
+    pod = prov.launch(spec)
+    marker = iter([False, False, True])  # the agent's result set appears on the third look
+    done = prov.wait_exit(pod.id, timeout_s=600, poll_s=10, finished=lambda: next(marker))
+    assert done.state == "RUNNING" and clock.slept == [10, 10]
+    from runbook_lib.errors import ProviderTimeout
+
+    with pytest.raises(ProviderTimeout, match="still RUNNING after 30 s"):
+        prov.wait_exit(pod.id, timeout_s=30, poll_s=10, finished=lambda: False)
+
+
+def test_teardown_of_what_the_run_created_needs_no_second_approval(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch was approved; destroying that resource is covered (a destroy plan's fingerprint
+    names an id no one can know in advance). A resource of another run still needs its own record."""
+    from runbook_lib.errors import ApprovalRequired
+    from runbook_lib.phases import open_phase
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "params").mkdir()
+    text = (ROOT / "params" / "runpod-to-vast.yaml").read_text().replace("dry_run: true", "dry_run: false")
+    (tmp_path / "params" / "m.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    ctx = open_phase("01", str(tmp_path / "params" / "m.yaml"), run_mode="headless")
+    prov, fake, _ = remote("runpod", profile=ctx.mig.source)
+    ctx._providers["source"] = prov
+    spec = remote_spec(prov, ranked(prov)[:1])
+    ours = prov.launch(spec("ours", (("run_id", ctx.run_id), ("side", "source"))))
+    theirs = prov.launch(spec("theirs", (("run_id", "another-run"), ("side", "source"))))
+    ctx.destroy("source", ours.id)
+    assert prov.is_gone(ours.id)
+    assert ctx.plans[-1]["method"] == "teardown of a resource this run created under an approved launch"
+    assert (ctx.run_dir / "approvals").is_dir()
+    with pytest.raises(ApprovalRequired, match="has no approval record"):
+        ctx.destroy("source", theirs.id)
+    assert not prov.is_gone(theirs.id)

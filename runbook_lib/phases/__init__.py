@@ -114,12 +114,32 @@ class PhaseContext:
             self.plans.append({"plan": plan.to_dict(), "applied": False, "approved_by": None,
                                "method": "dry-run: shown, not applied"})
             return None
-        approval = approvals.require(plan, run_dir=self.run_dir, preapproved_local=self.mig.approvals.preapproved_local,
-                                     approval_file=self.approval_ref or self.mig.approvals.approval_file)
+        approval = self._teardown_approval(side, plan) if plan.action == "destroy" else None
+        if approval is None:
+            approval = approvals.require(plan, run_dir=self.run_dir,
+                                         preapproved_local=self.mig.approvals.preapproved_local,
+                                         approval_file=self.approval_ref or self.mig.approvals.approval_file)
         self.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
                            "method": approval.method})
         self.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
         return self.provider(side).apply(plan, approval)
+
+    def _teardown_approval(self, side: str, plan: Plan) -> approvals.Approval | None:
+        """Destroying a resource this run created (its ``run_id`` label) is covered by the approval
+        of the launch that created it: the fingerprint of a destroy plan names a resource id no one
+        can know in advance, and teardown only stops spending. Anything else needs its own record."""
+        from runbook_lib.errors import NotFound
+
+        try:
+            ours = self.provider(side).get(plan.target).labels.get("run_id") == self.run_id
+        except NotFound:
+            ours = False
+        if not ours:
+            return None
+        a = approvals.Approval(plan.fingerprint, "runbook", utc_now(),
+                               "teardown of a resource this run created under an approved launch")
+        approvals.record(self.run_dir, a, plan)
+        return a
 
     def plan_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
                    extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None) -> Plan:
@@ -179,12 +199,19 @@ class PhaseContext:
         return self.apply_plan(side, self.plan_agent(side, role, mode, prefix=prefix, frozen_prefix=frozen_prefix,
                                                  extra=extra, offers=offers))
 
-    def wait_pod(self, side: str, pod: Pod) -> Pod:
-        """Wait for a pod's agent to exit; a non-zero exit is a WorkloadError with the log tail."""
+    def wait_pod(self, side: str, pod: Pod, *, result_prefix: str = "") -> Pod:
+        """Wait for a pod's agent to finish: its process exits (local), or, on a remote provider,
+        its result set's completion marker appears in the store or the pod stops running. A
+        non-zero exit is a WorkloadError with the log tail."""
         from runbook_lib.errors import WorkloadError
+        from runbook_lib.storage import MARKER_KEY
 
         prov = self.provider(side)
-        done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S)
+        if self.profile(side).provider in REMOTE and result_prefix:
+            done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S,
+                                  finished=lambda: self.store.head(f"{result_prefix}/{MARKER_KEY}") is not None)
+        else:
+            done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S)
         if done.exit_code not in (0, None):  # remote providers report none: the store's marker decides
             raise WorkloadError(f"pod {pod.id} ({pod.name}) exited with code {done.exit_code}; log tail:\n"
                                 f"{prov.log_tail(pod.id, 2500)}")

@@ -78,7 +78,7 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
         ctx.apply_plan("source", plan)
         return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict()}
     pod = ctx.apply_plan("source", plan)
-    pod = ctx.wait_pod("source", pod)
+    pod = ctx.wait_pod("source", pod, result_prefix=prefix(ctx, "source", "result"))
     frozen = ctx.store.verify_set(prefix(ctx, "source", "frozen"), run_id=ctx.run_id)
     result_objs = ctx.store.verify_set(prefix(ctx, "source", "result"), run_id=ctx.run_id)
     files = ctx.fetch(prefix(ctx, "source", "result"), "01/source_result")

@@ -49,7 +49,7 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
         return {"dry_run": True, "plan": plan.to_dict()}
     pod = ctx.apply_plan("target", plan)
     try:
-        ctx.wait_pod("target", pod)
+        ctx.wait_pod("target", pod, result_prefix=prefix(ctx, "canary", "result"))
     finally:
         ctx.destroy("target", pod.id)
     destroyed = ctx.provider("target").is_gone(pod.id)

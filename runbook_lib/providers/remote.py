@@ -282,9 +282,11 @@ class RemoteProvider(Provider):
                                       f"{'; '.join(last.problems)}", provider=self.name, resource_id=resource_id)
             self._sleep(poll_s)
 
-    def wait_exit(self, resource_id: str, *, timeout_s: float, poll_s: float = POLL_S) -> Pod:
-        """Poll until the pod is no longer starting or running (its completion marker in the store
-        is the real evidence; remote providers report no exit code).
+    def wait_exit(self, resource_id: str, *, timeout_s: float, poll_s: float = POLL_S,
+                  finished: Callable[[], bool] | None = None) -> Pod:
+        """Poll until the pod is no longer starting or running, or ``finished()`` says its work is
+        done (the agent's completion marker in the store: a container's exit is not reported as
+        a code, and a provider may restart it).
 
         Raises:
             ProviderTimeout: still running after ``timeout_s`` seconds.
@@ -292,7 +294,7 @@ class RemoteProvider(Provider):
         deadline = self._clock() + timeout_s
         while True:
             pod = self._fetch(resource_id)
-            if pod.state not in ("CREATED", "RUNNING"):
+            if pod.state not in ("CREATED", "RUNNING") or (finished is not None and finished()):
                 return pod
             if self._clock() >= deadline:
                 raise ProviderTimeout(f"{self.name}: {resource_id} still {pod.state} after {timeout_s:.0f} s",
