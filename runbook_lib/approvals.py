@@ -69,11 +69,51 @@ def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
                              str(body.get("approved_at", utc_now())), f"file:{p}")
                 record(run_dir, a, plan)
                 return a
+    write_json_atomic(_record_dir(run_dir) / f"pending-{plan.fingerprint[:16]}.json", {"plan": plan.to_dict()})
     raise ApprovalRequired(
         f"plan {plan.action} {plan.target!r} on provider {plan.provider!r} (fingerprint "
         f"{plan.fingerprint}) has no approval record. Approve it in the notebook, or add the "
-        "fingerprint to an approval file named by approvals.approval_file, then run again."
+        "fingerprint to an approval file named by approvals.approval_file (`runbook approve "
+        f"{Path(run_dir).name} --by NAME` writes one from this run's plans), then run again."
     )
+
+
+def plans_awaiting(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Plans a run showed but did not apply: dry-run plans in its phase records and plans that
+    stopped a phase for want of an approval (``approvals/pending-*.json``), one per fingerprint."""
+    run_dir = Path(run_dir)
+    found: dict[str, dict[str, Any]] = {}
+    for rec in sorted(run_dir.glob("0[1-6]_*.json")):
+        for p in json.loads(rec.read_text()).get("data", {}).get("plans", []):
+            if not p.get("applied", True):
+                found.setdefault(p["plan"]["fingerprint"], p["plan"])
+    for f in sorted((run_dir / "approvals").glob("pending-*.json")):
+        plan = json.loads(f.read_text())["plan"]
+        found.setdefault(plan["fingerprint"], plan)
+    return list(found.values())
+
+
+def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: str) -> dict[str, Any]:
+    """Approve every plan :func:`plans_awaiting` finds in ``run_dir``: write the approval file
+    (``fingerprints``, ``approved_by``, ``approved_at``, and a summary of each plan) to ``out``.
+
+    Raises:
+        UsageError: no plan is waiting, or no approver is named.
+    """
+    from runbook_lib.errors import UsageError
+
+    if not approved_by.strip():
+        raise UsageError("--by NAME is required: an approval names the person who approved")
+    plans = plans_awaiting(run_dir)
+    if not plans:
+        raise UsageError(f"{Path(run_dir).name} shows no plan waiting for approval (nothing was dry-run or held)")
+    body = {"approved_by": approved_by, "approved_at": utc_now(), "run_reviewed": Path(run_dir).name,
+            "fingerprints": [p["fingerprint"] for p in plans],
+            "plans": [{k: p[k] for k in ("fingerprint", "provider", "action", "target", "cost_usd_per_hour")}
+                      | {"offers": list((p.get("spec") or {}).get("offers") or []),
+                         "image": (p.get("spec") or {}).get("image", "")} for p in plans]}
+    write_json_atomic(Path(out), body)
+    return body
 
 
 def approval_widget(plan: Any, *, run_dir: str | Path) -> Any:  # pragma: no cover - needs a frontend

@@ -76,9 +76,40 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     preflight(mig, nb_dir)
     _use_fixtures(args)
     environment_ok()
-    out = execute_phase(args.phase, params, run_dir, cell_timeout_s=args.cell_timeout_s,
-                        notebooks_dir=nb_dir, approval_ref=args.approval_file or "")
+    from runbook_lib.errors import EXIT_HOLD, PhaseFailed
+
+    try:
+        out = execute_phase(args.phase, params, run_dir, cell_timeout_s=args.cell_timeout_s or mig.run.cell_timeout_s,
+                            notebooks_dir=nb_dir, approval_ref=args.approval_file or "")
+    except PhaseFailed as exc:
+        if exc.ename != "ApprovalRequired":
+            raise
+        print(f"phase {phase_name(args.phase)} held: {exc}", file=sys.stderr)
+        return EXIT_HOLD  # waiting on a person, not broken
     print(f"phase {phase_name(args.phase)} completed: {out}")
+    return 0
+
+
+def _cmd_approve(args: argparse.Namespace) -> int:
+    from runbook_lib.approvals import write_approval_file
+    from runbook_lib.errors import UsageError
+
+    run_dir = Path(args.run_dir)
+    out = args.output
+    if not out:
+        from runbook_lib.params import load_params, project_root
+
+        kept = run_dir / "params.yaml"
+        mig = load_params(kept) if kept.exists() else None
+        if mig is None or not mig.approvals.approval_file:
+            raise UsageError("no approvals.approval_file in the run's params: pass -o FILE")
+        out = str(project_root(kept) / mig.approvals.approval_file)
+    body = write_approval_file(run_dir, out, approved_by=args.by)
+    for p in body["plans"]:
+        print(f"  approved {p['action']} {p['target']} on {p['provider']} ({p['cost_usd_per_hour']:.3f} USD/h, "
+              f"offers {p['offers'] or '-'}): {p['fingerprint']}")
+    print(f"approval file: {out} (name it in approvals.approval_file or pass --approval-file; set dry_run: false "
+          "to apply)")
     return 0
 
 
@@ -164,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("phase", choices=["01", "02", "03", "04", "05", "06"])
     p.add_argument("params")
     p.add_argument("run_dir")
-    p.add_argument("--cell-timeout-s", type=int, default=600, help="seconds per cell (default 600)")
+    p.add_argument("--cell-timeout-s", type=int, default=None,
+                   help="seconds per cell (default: the params' run.cell_timeout_s)")
     p.add_argument("--approval-file")
     p.add_argument("--provider-fixtures", action="store_true", help="as for run")
     p.set_defaults(func=_cmd_phase)
@@ -182,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--by", help="who decided (required with --decision)")
     rs.add_argument("--reason", help="why, free text")
     rs.set_defaults(func=_cmd_resolve)
+    ap_ = sub.add_parser("approve", help="approve every plan a run showed (dry-run or held): write an approval file")
+    ap_.add_argument("run_dir")
+    ap_.add_argument("--by", required=True, help="who approves (recorded)")
+    ap_.add_argument("-o", "--output", help="approval file (default: the run's approvals.approval_file)")
+    ap_.set_defaults(func=_cmd_approve)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")
     ls.set_defaults(func=_cmd_list)

@@ -101,6 +101,18 @@ class OfferSpec(_Model):
     capacity_budget_s: float = Field(default=900.0, gt=0)
     ready_timeout_s: float = Field(default=1200.0, gt=0)
 
+    @field_validator("query")
+    @classmethod
+    def _query_parses(cls, v: str) -> str:
+        if v:
+            from runbook_lib.providers.vast import parse_query
+
+            try:
+                parse_query(v)
+            except ParamsError as exc:
+                raise ValueError(str(exc).removeprefix("offer.query: ")) from None
+        return v
+
     @model_validator(mode="after")
     def _ranges(self) -> "OfferSpec":
         if self.gpu_count_min > self.gpu_count_max:

@@ -167,6 +167,13 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
             raise UsageError(f"GO is refused: the hold deadline passed at {iso(deadline)} (now {iso(now)}), so "
                              f"{run_dir.name} resolves to NO-GO; run `runbook resolve {run_dir}` to record that, and "
                              "start a new run to migrate")
+        unrun = [g["name"] for g in receipt.get("gates", [])
+                 if g["name"] in ("dry_run", "phases_complete") and g["verdict"] != "PASS"]
+        if decision == "GO" and unrun:
+            raise UsageError(f"GO is refused: {run_dir.name} holds because phases never ran ({unrun}: "
+                             f"{[g['detail'] for g in receipt['gates'] if g['name'] in unrun][0]}). A person may "
+                             "judge inconclusive measurements, not evidence that was never collected: decide NO-GO "
+                             "or start a new run")
         kind = "person"
     route = receipt.get("route") or {}
     remaining = (receipt.get("resources") or {}).get("remaining") or []

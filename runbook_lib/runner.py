@@ -95,7 +95,7 @@ def scrub_paths(nb_path: Path, root: Path) -> None:
     meta = nb.metadata.get("papermill", {})
 
     def rel(v: Any) -> Any:
-        if isinstance(v, str) and v.startswith(str(root)):
+        if isinstance(v, str) and Path(v).is_absolute() and Path(v).is_relative_to(root):  # not /root2 under /root
             return str(Path(v).relative_to(root)) or "."
         return v
 

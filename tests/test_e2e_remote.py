@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runbook_lib.cli import main as cli_main
-from runbook_lib.errors import EXIT_FAILED, EXIT_HOLD
+from runbook_lib.errors import EXIT_FAILED, EXIT_HOLD, EXIT_USAGE
 from runbook_lib.manifest import verify_run
 
 from .conftest import ROOT
@@ -79,7 +79,7 @@ def test_fixtures_plan_phases_01_to_03_in_dry_run(project: Path, capsys, monkeyp
     assert [p["applied"] for p in freeze["plans"] + canary["plans"]] == [False, False]
     assert freeze["plans"][0]["plan"]["spec"]["offers"] == ["NVIDIA GeForce RTX 4090"]  # the source's GPU type
     assert canary["plan"]["spec"]["offers"] == ["8812345", "8812501"]  # phase 02's ranking, cheapest first
-    assert canary["plan"]["spec"]["ports"] == ["8000/tcp"] and canary["plan"]["provider"] == "vast"
+    assert canary["plan"]["spec"]["ports"] == [] and canary["plan"]["provider"] == "vast"  # an agent serves nothing
     finding = [f for f in freeze["credential_findings"] if f["finding"]]
     assert [f["variable"] for f in finding] == ["RUNPOD_API_KEY"]  # exported into the source container
     offers = chain["02_map_target"]["data"]["offers"]
@@ -107,3 +107,30 @@ def test_headless_non_local_launch_without_approval_holds_and_creates_nothing(pr
     assert not [r for r in _requests(project) if r.startswith(WRITES)], "nothing may be created without approval"
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["decision"] == "HOLD" and receipt["resources"]["created"] == []
+
+
+def test_approving_the_dry_run_plans_lets_the_real_run_apply_them(project: Path, capsys,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dry run -> `runbook approve` -> dry_run: false: the same fingerprints are approved, the freeze
+    pod is created on the fake API, and (no agent runs there) phase 01 fails on the missing result
+    set with the pod destroyed: nothing is left behind."""
+    p = project / "params" / "m.yaml"
+    p.write_text(p.read_text().replace("url: s3://embed-migration-evidence/runpod-to-vast", "url: file://.runbook/store"))
+    code, dry_dir, out = _run(project, "--provider-fixtures", capsys=capsys)
+    assert code == EXIT_HOLD
+    assert cli_main(["resolve", str(dry_dir), "--decision", "GO", "--by", "e2e"]) == EXIT_USAGE  # nothing ran
+    assert cli_main(["approve", str(dry_dir), "--by", "e2e-approver"]) == 0
+    approval = json.loads((project / "approvals" / "embed-runpod-to-vast.json").read_text())
+    assert [x["action"] for x in approval["plans"]] == ["launch_pod", "launch_pod"]
+    p.write_text(p.read_text().replace("dry_run: true", "dry_run: false"))
+    code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys)
+    assert code == EXIT_FAILED, out
+    rec = json.loads((run_dir / "01_freeze_source.json").read_text())
+    assert rec["status"] == "failed" and "completion marker" in rec["data"]["error"]
+    applied = json.loads((run_dir / "approvals" / f"{approval['fingerprints'][0][:16]}.json").read_text())
+    assert applied["approval"]["approved_by"] == "e2e-approver"
+    log = _requests(project)
+    created = [r for r in log if r.startswith("POST api.runpod.io/v2/pods")]
+    assert len(created) == 1 and any(r.startswith("DELETE api.runpod.io/v2/pods/") for r in log)
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["resources"]["remaining"] == []

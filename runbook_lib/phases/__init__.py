@@ -103,12 +103,15 @@ class PhaseContext:
     def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
         return (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
 
-    def apply_plan(self, side: str, plan: Plan) -> Any:
+    def apply_plan(self, side: str, plan: Plan, *, needs_store: bool = False) -> Any:
         """Apply ``plan`` on ``side`` once its approval record is found (a dry-run plan is only
-        recorded). Every plan is kept in this phase's record.
+        recorded). Every plan is kept in this phase's record. ``needs_store``: the resource will
+        read or write the store, so the store is opened (its keys resolved) before anything is
+        created: never pay for a pod that cannot upload.
 
         Raises:
             ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
+            AuthError: ``needs_store`` and the store's keys are not set (nothing created).
         """
         if plan.dry_run:  # shown and recorded; nothing is created, so nothing needs approving yet
             self.plans.append({"plan": plan.to_dict(), "applied": False, "approved_by": None,
@@ -122,6 +125,8 @@ class PhaseContext:
         self.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
                            "method": approval.method})
         self.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
+        if needs_store:
+            self.store.url()
         return self.provider(side).apply(plan, approval)
 
     def _teardown_approval(self, side: str, plan: Plan) -> approvals.Approval | None:
@@ -142,9 +147,12 @@ class PhaseContext:
         return a
 
     def plan_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
-                   extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None) -> Plan:
+                   extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None,
+                   price_usd_per_hour: float | None = None) -> Plan:
         """The launch plan of a pod running the acceptance agent on ``side`` (pure; shown in
-        notebooks and approved by fingerprint). ``offers`` overrides :meth:`offer_ids`."""
+        notebooks and approved by fingerprint). ``offers`` overrides :meth:`offer_ids`; the price
+        is the first ranked offer's (with its disk) on a remote target, else ``price_usd_per_hour``
+        or the profile's."""
         prof = self.profile(side)
         argv = [sys.executable, "-m", "runbook_lib.workload.job", "agent", mode, "--params", str(self.params_path),
                 "--side", side, "--run-id", self.run_id, "--store-url", self.store_url(), "--prefix", prefix]
@@ -160,11 +168,14 @@ class PhaseContext:
             env += (("RUNBOOK_PARAMS_YAML", (self.run_dir / "params.yaml").read_text()), ("RUNBOOK_DEVICE", prof.device))
         if remote and offers is None:
             offers = self.offer_ids(side)
+        if price_usd_per_hour is None:
+            price_usd_per_hour = self.offer_price(side) if remote else None
+        price = prof.price_usd_per_hour if price_usd_per_hour is None else price_usd_per_hour
         spec = PodSpec(name=f"{self.mig.migration}-{role}", command=tuple(argv + list(extra)), device=prof.device,
-                       price_usd_per_hour=prof.price_usd_per_hour, labels=self.labels(side, role), env=env,
+                       price_usd_per_hour=price, labels=self.labels(side, role), env=env,
                        secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
                        volume_gb=self.mig.workload.requirements.disk_gb, image=prof.image,
-                       ports=self.published_ports(side) if remote else (), offers=offers if remote else (),
+                       offers=offers if remote else (),  # an agent serves nothing: no ports to publish
                        disk_gb=prof.offer.disk_gb)
         return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
 
@@ -174,12 +185,15 @@ class PhaseContext:
         url = self.mig.storage.url
         return self.store.url() if url.startswith("file://") else url
 
-    def published_ports(self, side: str) -> tuple[str, ...]:
-        """The workload's declared ports as the provider publishes them (``8000/http`` on Runpod's
-        proxy; Vast maps every port as ``tcp``)."""
-        vast = self.profile(side).provider == "vast"
-        return tuple(f"{p.port}/{'tcp' if vast and p.protocol == 'http' else p.protocol}"
-                     for p in self.mig.workload.requirements.ports)
+    def offer_price(self, side: str) -> float | None:
+        """USD per hour of the first ranked target offer including the planned disk (phase 02's
+        record), or None when there is none (the profile's price is used)."""
+        rec = self.records.get("02") if side == "target" else None
+        offers = rec.data.get("offers") if rec else None
+        if not offers or not offers.get("ranked"):
+            return None
+        first = offers["ranked"][0]
+        return next((r["hourly_usd_with_disk"] for r in offers["table"] if r["offer_id"] == first), None)
 
     def offer_ids(self, side: str) -> tuple[str, ...]:
         """Ranked offer ids a launch on ``side`` may try: the target's from phase 02's record; the

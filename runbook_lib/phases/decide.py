@@ -66,9 +66,11 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
         sides = [s for s in ("source", "target") if ctx.profile(s).provider in REMOTE and ctx.profile(s).dry_run]
         gates.append(g.GateResult(
             "dry_run", "INCONCLUSIVE", True, len(planned), 0, "plans shown, none applied", "records",
-            f"phases {dry} only planned ({len(planned)} plans recorded, nothing created). To run them: approve the "
-            f"plans' fingerprints in an approval file (approvals.approval_file) and set dry_run: false on "
-            f"{sides or 'the remote sides'}", source="engineering standard: real providers default to dry-run",
+            f"phases {dry} only planned ({len(planned)} plans recorded, nothing created: "
+            f"{[p['plan']['action'] + ' ' + p['plan']['target'] + ' ' + p['plan']['fingerprint'] for p in planned]}). "
+            f"To run them: `runbook approve {ctx.run_dir.name} --by NAME` writes the approval file "
+            f"(approvals.approval_file), then set dry_run: false on {sides or 'the remote sides'} and run again",
+            source="engineering standard: real providers default to dry-run",
             phase="06"))
     cut = ctx.records.get("05")
     if cut is not None and cut.status == "completed":

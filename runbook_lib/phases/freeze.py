@@ -55,7 +55,9 @@ def plan_freeze(ctx: PhaseContext) -> Plan:
     :func:`freeze_source`). A remote source's pod is planned on the GPU type it runs on today."""
     src = describe_source(ctx)
     offers = (str(src["gpu_name"]),) if src and src.get("gpu_name") else None
-    return ctx.plan_agent("source", "source-freeze", "freeze", prefix=prefix(ctx, "source"), offers=offers)
+    price = src.get("price_usd_per_hour") if src else None  # what the running source pod costs
+    return ctx.plan_agent("source", "source-freeze", "freeze", prefix=prefix(ctx, "source"), offers=offers,
+                          price_usd_per_hour=price or None)
 
 
 def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
@@ -77,17 +79,19 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
     if plan.dry_run:
         ctx.apply_plan("source", plan)
         return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict()}
-    pod = ctx.apply_plan("source", plan)
-    pod = ctx.wait_pod("source", pod, result_prefix=prefix(ctx, "source", "result"))
-    frozen = ctx.store.verify_set(prefix(ctx, "source", "frozen"), run_id=ctx.run_id)
-    result_objs = ctx.store.verify_set(prefix(ctx, "source", "result"), run_id=ctx.run_id)
-    files = ctx.fetch(prefix(ctx, "source", "result"), "01/source_result")
-    result = json.loads(files["result.json"].read_text())
-    golden = np.load(files["outputs.npy"])
-    np.save(ctx.path("01/golden_outputs.npy"), golden)
-    if "final_outputs.npy" in files:
-        np.save(ctx.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
-    ctx.destroy("source", pod.id)
+    pod = ctx.apply_plan("source", plan, needs_store=True)
+    try:  # the freeze pod is disposable: destroyed whatever happens (phase 06 re-checks by label)
+        ctx.wait_pod("source", pod, result_prefix=prefix(ctx, "source", "result"))
+        frozen = ctx.store.verify_set(prefix(ctx, "source", "frozen"), run_id=ctx.run_id)
+        result_objs = ctx.store.verify_set(prefix(ctx, "source", "result"), run_id=ctx.run_id)
+        files = ctx.fetch(prefix(ctx, "source", "result"), "01/source_result")
+        result = json.loads(files["result.json"].read_text())
+        golden = np.load(files["outputs.npy"])
+        np.save(ctx.path("01/golden_outputs.npy"), golden)
+        if "final_outputs.npy" in files:
+            np.save(ctx.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
+    finally:
+        ctx.destroy("source", pod.id)
     gone = ctx.provider("source").is_gone(pod.id)
     attempt = result["attempts"][0]
     return {

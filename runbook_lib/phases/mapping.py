@@ -96,15 +96,19 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
         rows.append(_row("image / python / torch", src.image or f"{sf['python']} / {sf['torch']}", tgt.image,
                          EQUIVALENT if same else ADAPTER, "the same image on both sides" if same else
                          "the image changes; parity decides in phase 03"))
-        need = sf["cuda"] if sf["cuda"] and sf["cuda"][0].isdigit() else ""
+        # What the image needs is target.offer.cuda_min (the source host's driver maximum is only
+        # what that host offers, recorded for comparison)
+        need = tgt.offer.cuda_min
         have = (best or {}).get("cuda_max", "")
         if not need or not have:
-            rows.append(_row("CUDA (host driver)", sf["cuda"], have or "unknown", ADAPTER,
-                             "not known on both sides yet; the canary re-checks the host driver"))
+            rows.append(_row("CUDA (host driver)", f"source host supports {sf['cuda']}", have or "unknown", ADAPTER,
+                             "set target.offer.cuda_min to the CUDA version the image is built for; the canary "
+                             "re-checks the host driver" if not need else "the offer does not say; the canary re-checks"))
         else:
             ok = version_tuple(have) >= version_tuple(need)
-            rows.append(_row("CUDA (host driver)", need, have, EQUIVALENT if ok else NONE,
-                             "target driver supports the source's CUDA" if ok else
+            rows.append(_row("CUDA (host driver)", f"image needs {need} (source host supports {sf['cuda']})", have,
+                             EQUIVALENT if ok else NONE,
+                             f"target host driver supports CUDA {have} >= {need}" if ok else
                              f"target host driver supports CUDA {have} < {need}: images built for {need} fail to start"))
     else:
         host = rec["host"]

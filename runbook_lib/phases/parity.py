@@ -47,7 +47,7 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     if plan.dry_run:
         ctx.apply_plan("target", plan)
         return {"dry_run": True, "plan": plan.to_dict()}
-    pod = ctx.apply_plan("target", plan)
+    pod = ctx.apply_plan("target", plan, needs_store=True)
     try:
         ctx.wait_pod("target", pod, result_prefix=prefix(ctx, "canary", "result"))
     finally:

@@ -43,4 +43,5 @@ def create_provider(name: str, **kwargs: Any) -> Any:
 
         kwargs.setdefault("transport", fixtures.transport_from_env(name))
         kwargs.setdefault("key", KeySource(name, ("fixture mode (no key)",), _value=fixtures.FIXTURE_KEY))
+        kwargs.setdefault("poll_s", 0.05)  # the fake APIs answer at once
     return importlib.import_module(module).create(**kwargs)

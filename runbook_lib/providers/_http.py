@@ -67,8 +67,8 @@ class KeySource:
                 self._value = value
                 return value
         raise AuthError(
-            f"{self.provider}: no API key found; tried {', '.join(self.refs)}. Export the variable or create the "
-            f"file (params name the reference with {self.provider}.api_key_ref; the key itself never goes in params), "
+            f"{self.provider}: no API key found; tried {', '.join(self.refs)}. Set one of them (or name another "
+            "reference with api_key_ref on the source or target profile; the key itself never goes in params), "
             "then run again. Nothing was created.", provider=self.provider)
 
     def present(self) -> bool:

@@ -114,9 +114,24 @@ class Plan:
 
     @property
     def fingerprint(self) -> str:
-        """sha256 of the plan's canonical JSON; an approval names it."""
+        """sha256 of what the plan creates, changes or destroys and what it costs; an approval
+        names it.
+
+        Left out, so that a plan shown in a dry run, or in an earlier run of the same params, is
+        approved by the same fingerprint: ``dry_run`` (the mode, not the action), the run id
+        (replaced by ``<run_id>`` wherever it appears), and the params copy a remote pod carries
+        in ``RUNBOOK_PARAMS_YAML`` (it holds ``dry_run`` itself).
+        """
         d = asdict(self)
-        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+        d.pop("dry_run")
+        run_id = ""
+        if d["spec"] is not None:
+            run_id = dict(self.spec.labels).get("run_id", "") if self.spec else ""
+            d["spec"]["env"] = [kv for kv in d["spec"]["env"] if kv[0] != "RUNBOOK_PARAMS_YAML"]
+        text = json.dumps(d, sort_keys=True, default=str)
+        if run_id:
+            text = text.replace(run_id, "<run_id>")
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -98,13 +98,16 @@ class RemoteProvider(Provider):
         clock: monotonic seconds (injected in tests).
         sleep: injected in tests.
         probe: ``(host, port) -> bool`` reachability check (tests inject one).
+        poll_s: status poll interval, seconds.
     """
 
     TERMINAL_BAD: tuple[str, ...] = ()
 
     def __init__(self, *, api: ApiClient, profile: Any = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, probe: Callable[[str, int], bool] = tcp_probe) -> None:
+                 sleep: Callable[[float], None] = time.sleep, probe: Callable[[str, int], bool] = tcp_probe,
+                 poll_s: float = POLL_S) -> None:
         self.api = api
+        self.poll_s = poll_s
         self.profile = profile
         self._clock = clock
         self._sleep = sleep
@@ -210,9 +213,10 @@ class RemoteProvider(Provider):
                                          self._clock() - t0))
             self._destroy(rid)
         tries = "; ".join(f"{a.offer_id}: {a.outcome} ({a.detail})" for a in self.attempts)
-        raise NoCapacity(f"{self.name}: no ready canary for {spec.name!r} from {len(spec.offers)} ranked offers within "
-                         f"{budget} s. Tries: {tries}. Widen the offer requirements or raise offer.capacity_budget_s.",
-                         provider=self.name)
+        raise NoCapacity(f"{self.name}: no pod for {spec.name!r} became ready on any of {len(spec.offers)} ranked "
+                         f"offers within {budget} s. Tries: {tries}. If every try had no capacity, widen the offer "
+                         "requirements or raise offer.capacity_budget_s; if a machine failed readiness, the try says "
+                         "why (wrong hardware, an unreachable port, a container error).", provider=self.name)
 
     def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:
         """Judge one snapshot: running, every port in ``spec.ports`` mapped and reachable, and the
@@ -259,7 +263,7 @@ class RemoteProvider(Provider):
                 problems.append(f"host CUDA {cuda or 'unknown'} below {req.cuda_min}")
         return problems
 
-    def wait_ready(self, resource_id: str, spec: PodSpec, *, timeout_s: float, poll_s: float = POLL_S) -> Readiness:
+    def wait_ready(self, resource_id: str, spec: PodSpec, *, timeout_s: float, poll_s: float | None = None) -> Readiness:
         """Poll until :meth:`readiness` holds; fail fast on a terminal bad state (an exited
         container, an OCI error, a host gone offline).
 
@@ -267,11 +271,17 @@ class RemoteProvider(Provider):
             ProviderTimeout: not ready within ``timeout_s`` seconds (the last problems named).
         """
         deadline = self._clock() + timeout_s
+        poll_s = self.poll_s if poll_s is None else poll_s
         last: Readiness | None = None
         while True:
             pod = self._fetch(resource_id)
-            if pod.state in ("EXITED", "STOPPED", "DESTROYED") or any(w in pod.status_detail.lower()
-                                                                     for w in self.TERMINAL_BAD):
+            broken = any(w in pod.status_detail.lower() for w in self.TERMINAL_BAD)
+            if pod.state == "EXITED" and not spec.ports and not broken:
+                # a job pod (no ports) may finish before we look: it ran on the machine it got,
+                # which is re-checked; whether its work is complete is the store marker's to say
+                wrong = self.hardware_problems(pod.host, spec)
+                return Readiness(not wrong, pod.state, wrong, host=pod.host, final=True)
+            if pod.state in ("EXITED", "STOPPED", "DESTROYED") or broken:
                 return Readiness(False, pod.state, [f"{pod.state.lower()}: {pod.status_detail}"], host=pod.host,
                                  final=True)
             last = self.readiness(pod, spec)
@@ -282,7 +292,7 @@ class RemoteProvider(Provider):
                                       f"{'; '.join(last.problems)}", provider=self.name, resource_id=resource_id)
             self._sleep(poll_s)
 
-    def wait_exit(self, resource_id: str, *, timeout_s: float, poll_s: float = POLL_S,
+    def wait_exit(self, resource_id: str, *, timeout_s: float, poll_s: float | None = None,
                   finished: Callable[[], bool] | None = None) -> Pod:
         """Poll until the pod is no longer starting or running, or ``finished()`` says its work is
         done (the agent's completion marker in the store: a container's exit is not reported as
@@ -292,6 +302,7 @@ class RemoteProvider(Provider):
             ProviderTimeout: still running after ``timeout_s`` seconds.
         """
         deadline = self._clock() + timeout_s
+        poll_s = self.poll_s if poll_s is None else poll_s
         while True:
             pod = self._fetch(resource_id)
             if pod.state not in ("CREATED", "RUNNING") or (finished is not None and finished()):

@@ -16,6 +16,7 @@ Sources (paraphrased in ``../shared/reference/providers.md`` section 2):
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 import warnings
@@ -153,6 +154,8 @@ class RunpodProvider(RemoteProvider):
         body: dict[str, Any] = {"name": spec.name, "image": spec.image, "args": shlex.join(spec.command),
                                 "disk": int(round(spec.disk_gb)), "env": env, "ports": list(spec.ports),
                                 "cloud": req.cloud if req is not None else "SECURE", "gpu": gpu, "startSsh": False}
+        if spec.volume_gb > 0:  # the volume disk at /workspace survives a stop; Runpod's minimum is 10 GB
+            body["mounts"] = {"persistent": {"size": max(10, math.ceil(spec.volume_gb)), "path": "/workspace"}}
         if req is not None and req.regions:
             body["dataCenterIds"] = list(req.regions)
         pod = self.api.request("POST", "/v2/pods", body=body)

@@ -4,7 +4,7 @@ the calls that reached the provider's API (remote providers; None for local)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,7 +41,12 @@ class ProviderContract:
         spec = env.spec("c-pure", (("run_id", "contract-pure"),))
         a, b = env.provider.plan_launch(spec, dry_run=False), env.provider.plan_launch(spec, dry_run=False)
         assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 64
-        assert env.provider.plan_launch(spec, dry_run=True).fingerprint != a.fingerprint
+        # what a dry run showed, and the same launch in a later run, is approved by the same fingerprint
+        assert env.provider.plan_launch(spec, dry_run=True).fingerprint == a.fingerprint
+        rerun = env.spec("c-pure", (("run_id", "contract-pure-2"),))
+        assert env.provider.plan_launch(rerun, dry_run=False).fingerprint == a.fingerprint
+        dearer = replace(spec, price_usd_per_hour=spec.price_usd_per_hour * 2)
+        assert env.provider.plan_launch(dearer, dry_run=False).fingerprint != a.fingerprint
         assert env.provider.plan_destroy("x", dry_run=False).action == "destroy"
         assert env.writes() == 0
 
