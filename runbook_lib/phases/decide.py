@@ -114,7 +114,8 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
                 unlisted.append(f"{side} ({prov.name}) not listed, but no plan was applied there: nothing to tear down")
             found = []
         for res in found:
-            must_go = ctx.mig.run.teardown_source or (side == "target" and decision != "GO")
+            job_pod = not (res.labels.get("role") or "").startswith("endpoint-")  # freeze, canary, bench, slice
+            must_go = ctx.mig.run.teardown_source or job_pod or (side == "target" and decision != "GO")
             if must_go and res.state != "DESTROYED":
                 ctx.destroy(side, res.id)
             gone = prov.is_gone(res.id)
