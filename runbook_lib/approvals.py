@@ -74,7 +74,7 @@ def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
         f"plan {plan.action} {plan.target!r} on provider {plan.provider!r} (fingerprint "
         f"{plan.fingerprint}) has no approval record. Approve it in the notebook, or add the "
         "fingerprint to an approval file named by approvals.approval_file (`runbook approve "
-        f"{Path(run_dir).name} --by NAME` writes one from this run's plans), then run again."
+        f"reports/{Path(run_dir).name} --by NAME` writes one from this run's plans), then run again."
     )
 
 

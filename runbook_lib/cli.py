@@ -1,5 +1,5 @@
 """``runbook``: run a migration, one phase, verify a run's evidence, report it as HTML, list runs,
-or resolve a HOLD run.
+approve the plans a run showed, or resolve a HOLD run.
 
 Exit codes (also in README.md):
     0  GO: every blocking gate passed (``resolve``: a person decided GO)

@@ -68,7 +68,7 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
             "dry_run", "INCONCLUSIVE", True, len(planned), 0, "plans shown, none applied", "records",
             f"phases {dry} only planned ({len(planned)} plans recorded, nothing created: "
             f"{[p['plan']['action'] + ' ' + p['plan']['target'] + ' ' + p['plan']['fingerprint'] for p in planned]}). "
-            f"To run them: `runbook approve {ctx.run_dir.name} --by NAME` writes the approval file "
+            f"To run them: `runbook approve reports/{ctx.run_dir.name} --by NAME` writes the approval file "
             f"(approvals.approval_file), then set dry_run: false on {sides or 'the remote sides'} and run again",
             source="engineering standard: real providers default to dry-run",
             phase="06"))
