@@ -33,9 +33,20 @@ COMPLETION_MARKER = "_SUCCESS"
 GENESIS = "0" * 64  # prev_sha256 of the first record
 
 
+def iso(t: _dt.datetime) -> str:
+    """UTC ISO 8601 with a ``Z`` suffix, to the millisecond (the format of every run timestamp)."""
+    return t.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(s: str) -> _dt.datetime:
+    """Inverse of :func:`iso` (also accepts ``+00:00``, as provider APIs write); timezone-aware UTC."""
+    t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
 def utc_now() -> str:
     """Current UTC time as ISO 8601 with a ``Z`` suffix, to the millisecond."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(_dt.datetime.now(_dt.timezone.utc))
 
 
 def new_run_id(migration: str) -> str:

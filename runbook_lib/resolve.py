@@ -18,21 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EvidenceError, UsageError
+from runbook_lib.manifest import iso, parse_iso
 
 RESOLUTION_FILE = "resolution.json"
 DECISIONS = ("GO", "NO-GO")
 DEADLINE_BY = "hold deadline (no person decided in time)"
-
-
-def iso(t: _dt.datetime) -> str:
-    """UTC ISO 8601 with a ``Z`` suffix, to the millisecond (the format of every run timestamp)."""
-    return t.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_iso(s: str) -> _dt.datetime:
-    """Inverse of :func:`iso` (also accepts ``+00:00``); the result is timezone-aware UTC."""
-    t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
 
 
 def hold_deadline(decided_at: str, deadline_s: float) -> str:
@@ -130,7 +120,12 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
             before the deadline.
         EvidenceError: the run's evidence does not verify.
     """
-    from runbook_lib.manifest import COMPLETION_MARKER, sha256_file, verify_run, write_json_atomic
+    from runbook_lib.manifest import (
+        COMPLETION_MARKER,
+        sha256_file,
+        verify_run,
+        write_json_atomic,
+    )
 
     run_dir = Path(run_dir)
     now = now or _dt.datetime.now(_dt.timezone.utc)

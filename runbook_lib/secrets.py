@@ -40,6 +40,17 @@ def resolve(name: str, ref: str, *, required: bool = True) -> str | None:
     return value
 
 
+def resolve_refs(refs: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> dict[str, str]:
+    """``{NAME: value}`` for each ``(NAME, reference)`` that resolves here; unset optional ones are
+    left out. For injecting into a pod at launch: the values are never stored or logged."""
+    out: dict[str, str] = {}
+    for name, ref in refs:
+        value = resolve(name, ref, required=False)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"})
 
 

@@ -74,19 +74,10 @@ class TestLocalContract(ProviderContract):
         return local_env(tmp_path)
 
 
-class TestRunpodContract(ProviderContract):
-    @pytest.fixture
-    def env(self) -> ProviderEnv:
-        prov, fake, _ = remote("runpod")
-        offers = ranked(prov)
-        fake.requests.clear()
-        return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake))
-
-
-class TestVastContract(ProviderContract):
-    @pytest.fixture
-    def env(self) -> ProviderEnv:
-        prov, fake, _ = remote("vast")
+class TestRemoteContract(ProviderContract):
+    @pytest.fixture(params=["runpod", "vast"])
+    def env(self, request: pytest.FixtureRequest) -> ProviderEnv:
+        prov, fake, _ = remote(request.param)
         offers = ranked(prov)
         fake.requests.clear()
         return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake))

@@ -157,10 +157,7 @@ class LocalProvider(Provider):
         d = self._dir(rid)
         env = {k: v for k, v in os.environ.items() if not _is_ambient_secret(k)}
         env.update(dict(env_pairs))
-        for name, ref in secret_refs:  # resolved now, injected, never written to disk
-            value = _secret_refs.resolve(name, ref, required=False)
-            if value is not None:
-                env[name] = value
+        env.update(_secret_refs.resolve_refs(secret_refs))  # resolved now, injected, never written to disk
         env["RUNBOOK_POD_ID"] = rid
         env["RUNBOOK_VOLUME_DIR"] = str(d / "volume")
         env["PYTHONUNBUFFERED"] = "1"

@@ -31,7 +31,7 @@ from runbook_lib.providers.base import (
     PodSpec,
     Provider,
 )
-from runbook_lib.providers.offers import Offer, canonical_gpu, version_tuple
+from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu, version_tuple
 
 POLL_S = 10.0  # readiness poll interval, seconds (dstack polls Runpod every few seconds for up to 20 min)
 LABEL_PREFIX = "runbook:"
@@ -160,12 +160,7 @@ class RemoteProvider(Provider):
     # -- launch with capacity tries and readiness --------------------------------------------------
 
     def _env(self, spec: PodSpec | EndpointSpec) -> dict[str, str]:
-        env = dict(spec.env)
-        for name, ref in spec.secret_refs:  # resolved at launch, sent once, never stored or logged
-            value = _secret_refs.resolve(name, ref, required=False)
-            if value is not None:
-                env[name] = value
-        return env
+        return {**dict(spec.env), **_secret_refs.resolve_refs(spec.secret_refs)}  # sent once, never stored
 
     def _launch(self, spec: PodSpec) -> Pod:
         return self.launch(spec)
@@ -253,7 +248,7 @@ class RemoteProvider(Provider):
             if count is not None and not req.gpu_count_min <= count <= req.gpu_count_max:
                 problems.append(f"got {count} GPUs, asked for {req.gpu_count_min}..{req.gpu_count_max}")
             vram = host.get("vram_mib")
-            if vram is not None and vram < req.vram_gib_min * 1024 * 0.98:
+            if vram is not None and vram < req.vram_gib_min * 1024 * (1 - VRAM_SLACK):
                 problems.append(f"got {vram} MiB VRAM, asked for {req.vram_gib_min} GiB")
             disk = host.get("disk_gb")
             if disk is not None and disk < spec.disk_gb:
@@ -323,6 +318,17 @@ class RemoteProvider(Provider):
 
     def get(self, resource_id: str) -> Pod | Endpoint:
         return self._fetch(resource_id)
+
+    def describe(self, resource_id: str) -> dict[str, Any]:
+        """What the provider reports about an existing (source) pod or instance: image, GPU, CUDA,
+        disk, ports, price and environment variable *names* (values are never kept).
+
+        Raises:
+            NotFound: no such pod or instance. AuthError: the key is missing or refused.
+        """
+        pod = self._fetch(resource_id)
+        return {"provider": self.name, "id": pod.id, "name": pod.name, "state": pod.state,
+                "price_usd_per_hour": pod.price_usd_per_hour, **pod.host}
 
     def list(self, *, labels: dict[str, str]) -> list[Pod | Endpoint]:
         return [r for r in self._list_raw() if r.labels and all(r.labels.get(k) == v for k, v in labels.items())]

@@ -20,10 +20,10 @@ import math
 import shlex
 import time
 import warnings
-from datetime import datetime
 from typing import Any
 
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError, WorkloadError
+from runbook_lib.manifest import parse_iso
 from runbook_lib.providers._http import ApiClient, KeySource
 from runbook_lib.providers.base import (
     Capabilities,
@@ -66,9 +66,7 @@ def _classify(status: int, body: Any, text: str) -> Exception | None:
 
 
 def _epoch(ts: str | None) -> float:
-    if not ts:
-        return 0.0
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    return parse_iso(ts).timestamp() if ts else 0.0
 
 
 class RunpodProvider(RemoteProvider):
@@ -251,21 +249,13 @@ class RunpodProvider(RemoteProvider):
             raise NotFound(f"runpod: no pod or endpoint {resource_id} (terminated or never created)",
                            provider=self.name, resource_id=resource_id) from None
 
-    def describe(self, pod_id: str) -> dict[str, Any]:
-        """What Runpod reports about an existing (source) pod: image, GPU, CUDA, disk, ports,
-        price and environment variable *names* (values are never kept)."""
-        pod = self._fetch(pod_id)
-        return {"provider": self.name, "id": pod.id, "name": pod.name, "state": pod.state,
-                "price_usd_per_hour": pod.price_usd_per_hour, **pod.host}
-
     # -- serverless ----------------------------------------------------------------------------
 
     def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool = True) -> Plan:
         return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers, dry_run)
 
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
-        env = {**dict(spec.env), LABELS_ENV: encode_labels(dict(spec.labels))}
-        env.update(self._env(spec))
+        env = {**self._env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
         body = {"name": spec.name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types),
                                                                                  "count": 1},
                 "workers": {"min": 0, "max": spec.workers, "idleTimeout": 5},

@@ -259,12 +259,6 @@ class VastProvider(RemoteProvider):
         except NotFound:
             pass  # 404 no_such_instance: already gone (dstack)
 
-    def describe(self, instance_id: str) -> dict[str, Any]:
-        """What Vast reports about an existing (source) instance; env variable *names* only."""
-        pod = self._fetch(instance_id)
-        return {"provider": self.name, "id": pod.id, "name": pod.name, "state": pod.state,
-                "price_usd_per_hour": pod.price_usd_per_hour, **pod.host}
-
     def check_access(self) -> dict[str, Any]:
         """``GET /api/v0/users/current/``: the cheapest authenticated call."""
         self.api.request("GET", "/api/v0/users/current/")
