@@ -1,5 +1,5 @@
 """``runbook``: run a migration, one phase, verify a run's evidence, report it as HTML, list runs,
-approve the plans a run showed, or resolve a HOLD run.
+approve the plans a run showed, resolve a HOLD run, or clean up what a run left behind.
 
 Exit codes (also in README.md):
     0  GO: every blocking gate passed (``resolve``: a person decided GO)
@@ -9,6 +9,8 @@ Exit codes (also in README.md):
     3  HOLD: evidence inconclusive, or an approval is missing; a person must decide
        (``resolve`` without a decision: still waiting, before the deadline)
     4  failed run: a phase crashed, timed out or lost its kernel (executed notebook kept)
+    130  interrupted by SIGINT (Ctrl-C): the phase stopped, the run's resources torn down
+    143  interrupted by SIGTERM: as for SIGINT
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from runbook_lib.errors import EXIT_FAILED, RunbookError
 
 
-def _use_fixtures(args: argparse.Namespace) -> None:
+def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) -> None:
     """``--provider-fixtures``: remote providers answer from recorded-shape fixtures (a test
     option: no network, no key, nothing real is planned against); request lines are logged under
     ``.runbook/fixtures/``. Kernels inherit the setting through the environment."""
@@ -30,7 +32,7 @@ def _use_fixtures(args: argparse.Namespace) -> None:
         from runbook_lib.params import project_root
         from runbook_lib.providers.fixtures import ENV
 
-        where = project_root(args.params) / ".runbook" / "fixtures"
+        where = project_root(params or args.params) / ".runbook" / "fixtures"
         os.environ[ENV] = str(where)
         print(f"provider fixtures: remote APIs answer from recorded shapes (request log: {where})", flush=True)
 
@@ -111,6 +113,22 @@ def _cmd_approve(args: argparse.Namespace) -> int:
     print(f"approval file: {out} (name it in approvals.approval_file or pass --approval-file; set dry_run: false "
           "to apply)")
     return 0
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from runbook_lib.cleanup import cleanup_run, summary
+    from runbook_lib.errors import UsageError
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "params.yaml").exists():
+        raise UsageError(f"{run_dir} is not a run directory (no params.yaml in it); pass reports/<run_id>")
+    _use_fixtures(args, run_dir / "params.yaml")
+    print(f"resources labelled run_id={run_dir.resolve().name}" + (" (dry run: nothing is destroyed)" if args.dry_run
+                                                                    else ""))
+    res = cleanup_run(run_dir, project=args.project, dry_run=args.dry_run, echo=print)
+    print(f"found {len(res.found)}; {summary(res)}")
+    print(f"recorded in {run_dir / 'cleanup.json'}")
+    return 0 if res.clean or (args.dry_run and not res.unlisted) else 1
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -219,6 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap_.add_argument("--by", required=True, help="who approves (recorded)")
     ap_.add_argument("-o", "--output", help="approval file (default: the run's approvals.approval_file)")
     ap_.set_defaults(func=_cmd_approve)
+    cl = sub.add_parser("cleanup", help="destroy every resource labelled with a run's id, on the providers its "
+                                        "params name (after Ctrl-C, a dead kernel, or to check nothing is left)")
+    cl.add_argument("run_dir")
+    cl.add_argument("--dry-run", action="store_true", help="list and show the destroy plans; destroy nothing")
+    cl.add_argument("--project", help="project whose .runbook/ holds local state (default: found from run_dir)")
+    cl.add_argument("--provider-fixtures", action="store_true", help="as for run")
+    cl.set_defaults(func=_cmd_cleanup)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")
     ls.set_defaults(func=_cmd_list)
@@ -236,9 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:  # anything else unexpected: a failed run, not "NO-GO"
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("interrupted: resources this run created may still exist; `runbook phase 06` tears them down",
-              file=sys.stderr)
+    except KeyboardInterrupt:  # `runbook run` handles its own signals; this is any other command
+        hint = f" `runbook cleanup {args.run_dir}` tears down what the run created" if getattr(args, "run_dir", "") else ""
+        print(f"interrupted.{hint}", file=sys.stderr)
         return 130
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib.errors import EXIT_FAILED, EvidenceError, PhaseFailed
+from runbook_lib.interrupt import Interrupts
 from runbook_lib.manifest import PHASES, new_run_id, phase_name, read_chain, utc_now, write_record
 from runbook_lib.params import Migration, load_params, project_root
 from runbook_lib.seal import seal_run
@@ -28,6 +29,7 @@ from runbook_lib.seal import seal_run
 NOTEBOOKS_DIR = "notebooks"
 KERNEL_NAME = "python3"
 EXIT_BY_DECISION = {"GO": 0, "NO-GO": 1, "HOLD": 3}
+INTERRUPTED = "Interrupted"  # ename of a phase stopped by SIGINT/SIGTERM
 
 
 @dataclass
@@ -125,12 +127,16 @@ def guard_phase(pid: str, run_dir: Path, mig: Migration) -> dict[str, Any]:
 
 
 def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: int,
-                  notebooks_dir: Path, approval_ref: str = "") -> Path:
+                  notebooks_dir: Path, approval_ref: str = "", interrupts: Interrupts | None = None) -> Path:
     """Run one phase notebook into ``run_dir/NN_<phase>.ipynb``.
 
+    Args:
+        interrupts: the run's signal handler; when it has seen SIGINT/SIGTERM, a failure of the
+            phase is reported as ``Interrupted`` (ename) and the notebook stamped ``interrupted``.
+
     Raises:
-        PhaseFailed: a cell raised, timed out, or the kernel died (the notebook is kept and
-            stamped; the message names notebook, cell, error name and value).
+        PhaseFailed: a cell raised, timed out, the kernel died, or the run was interrupted (the
+            notebook is kept and stamped; the message names notebook, cell, error name and value).
     """
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -150,18 +156,27 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
         )
     except pm.PapermillExecutionError as exc:
         ename, evalue = exc.ename, exc.evalue
-        if ename == "KeyboardInterrupt":  # headless runs send SIGINT only on a cell timeout
+        if interrupts is not None and interrupts.signum:
+            ename, evalue = INTERRUPTED, f"stopped by {interrupts.name} at {interrupts.received_at}"
+        elif ename == "KeyboardInterrupt":  # otherwise the runner sends SIGINT only on a cell timeout
             ename, evalue = "CellTimeoutError", f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s and was interrupted"
-        _stamp(out, status="failed", cell_index=exc.cell_index, ename=ename, evalue=evalue)
-        raise PhaseFailed(f"phase {phase} failed in {out.name}, cell {exc.cell_index}: {ename}: {evalue}",
+        status = "interrupted" if ename == INTERRUPTED else "failed"
+        _stamp(out, status=status, cell_index=exc.cell_index, ename=ename, evalue=evalue)
+        raise PhaseFailed(f"phase {phase} {status} in {out.name}, cell {exc.cell_index}: {ename}: {evalue}",
                           phase=phase, notebook=str(out), cell_index=exc.cell_index, ename=ename) from None
-    except (DeadKernelError, CellTimeoutError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a dead kernel, a timeout, or anything an interrupt broke
         import nbformat
 
+        interrupted = interrupts is not None and interrupts.signum
+        if not interrupted and not isinstance(exc, (DeadKernelError, CellTimeoutError)):
+            raise
         idx = _failed_cell(nbformat.read(out, as_version=4)) if out.exists() else -1
-        ename = type(exc).__name__
-        _stamp(out, status="failed", cell_index=idx, ename=ename, evalue=str(exc))
-        raise PhaseFailed(f"phase {phase} failed in {out.name}, cell {idx}: {ename}: {exc}",
+        ename = INTERRUPTED if interrupted else type(exc).__name__
+        evalue = (f"stopped by {interrupts.name} at {interrupts.received_at} ({type(exc).__name__}: {exc})"
+                  if interrupted and interrupts is not None else str(exc))
+        status = "interrupted" if interrupted else "failed"
+        _stamp(out, status=status, cell_index=idx, ename=ename, evalue=evalue)
+        raise PhaseFailed(f"phase {phase} {status} in {out.name}, cell {idx}: {ename}: {evalue}",
                           phase=phase, notebook=str(out), cell_index=idx, ename=ename) from None
     return out
 
@@ -200,7 +215,9 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
         echo: progress line sink (default: a tqdm bar's ``write``).
 
     Returns:
-        The :class:`RunResult`; its exit code is 0 GO, 1 NO-GO, 3 HOLD, 4 failed run.
+        The :class:`RunResult`; its exit code is 0 GO, 1 NO-GO, 3 HOLD, 4 failed run, 130 / 143
+        interrupted by SIGINT / SIGTERM (the current phase stopped, the run's resources torn down
+        by :func:`runbook_lib.cleanup.cleanup_run`, the run sealed as ``INTERRUPTED``).
 
     Raises:
         ParamsError: the params file is invalid (nothing ran, no run directory is created).
@@ -222,58 +239,66 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
                disable=not sys.stderr.isatty())
     say = echo or bar.write
     say(f"run {run_dir.name}: {mig.source.release}  ->  {mig.target.release}")
-    for pid, name in PHASES:
-        if pid != "06" and (failed or stopped or (dry and pid in ("04", "05"))):
-            outcomes.append(PhaseOutcome(pid, "skipped", 0.0, "earlier phase failed" if failed else
-                                         "stopped: a blocking gate failed or was inconclusive, or an approval is missing"
-                                         if stopped else "dry-run: phases 01-03 only planned; 04-05 need what those "
-                                         "plans would create"))
-            say(f"  {pid} {name:<20} skipped ({outcomes[-1].reason})")
+    with Interrupts() as intr:
+        for pid, name in PHASES:
+            if intr.signum or (pid != "06" and (failed or stopped or (dry and pid in ("04", "05")))):
+                reason = (f"interrupted by {intr.name}" if intr.signum else "earlier phase failed" if failed else
+                          "stopped: a blocking gate failed or was inconclusive, or an approval is missing"
+                          if stopped else "dry-run: phases 01-03 only planned; 04-05 need what those plans would create")
+                outcomes.append(PhaseOutcome(pid, "skipped", 0.0, reason))
+                say(f"  {pid} {name:<20} skipped ({reason})")
+                bar.update(1)
+                continue
+            t0 = time.perf_counter()
+            started = utc_now()
+            try:
+                try:
+                    execute_phase(pid, params, run_dir, cell_timeout_s=mig.run.cell_timeout_s, notebooks_dir=nb_dir,
+                                  approval_ref=approval_ref, interrupts=intr)
+                finally:
+                    intr.phase_ended()
+                    scrub_paths(run_dir / f"{phase_name(pid)}.ipynb", root)
+                    scan = guard_phase(pid, run_dir, mig)
+                    scans.append(scan)
+                if scan["findings"]:
+                    where = sorted({f["path"] for f in scan["findings"]})
+                    raise PhaseFailed(f"phase {pid}: credentials ({sorted({f['what'] for f in scan['findings']})}) "
+                                      f"found in {where}; those files were redacted. Find what printed them and run "
+                                      "again.", phase=pid, notebook=str(run_dir / f"{phase_name(pid)}.ipynb"),
+                                      ename="SecretLeak")
+                chain = {r.phase: r for r in read_chain(run_dir)}
+                if pid not in chain:
+                    raise PhaseFailed(f"phase {pid} ran but wrote no record", phase=pid,
+                                      notebook=str(run_dir / f"{pid}_{name}.ipynb"))
+                rec = chain[pid]
+                stopped = stopped or bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration"))
+                dry = dry or bool(rec.data.get("dry_run"))
+                verdicts = [g["verdict"] for g in rec.data.get("gates", [])]
+                outcomes.append(PhaseOutcome(pid, "completed", time.perf_counter() - t0))
+                say(f"  {pid} {name:<20} completed in {outcomes[-1].seconds:5.1f} s  gates: "
+                    + (", ".join(f"{v} x{verdicts.count(v)}" for v in sorted(set(verdicts))) or "none"))
+            except (PhaseFailed, EvidenceError) as exc:
+                ename = getattr(exc, "ename", "")
+                held = ename == "ApprovalRequired"  # waiting on a person, not broken
+                status = "interrupted" if ename == INTERRUPTED else "held" if held else "failed"
+                failed = failed or status == "failed"
+                stopped = stopped or held
+                nb = getattr(exc, "notebook", "")
+                outcomes.append(PhaseOutcome(pid, status, time.perf_counter() - t0, str(exc)))
+                say(f"  {pid} {name:<20} {status.upper()} after {outcomes[-1].seconds:.1f} s: {exc}")
+                try:
+                    files = [Path(nb).name] if nb and Path(nb).exists() else []
+                    write_record(run_dir, pid, status=status, started=started, files=files,
+                                 data={"error": str(exc), "notebook": Path(nb).name if nb else None,
+                                       "cell_index": getattr(exc, "cell_index", -1), "ename": ename,
+                                       **({"signal": intr.name, "signal_received_at": intr.received_at}
+                                          if status == "interrupted" else {})})
+                except EvidenceError as inner:
+                    say(f"     could not write the failed record: {inner}")
             bar.update(1)
-            continue
-        t0 = time.perf_counter()
-        started = utc_now()
-        try:
-            try:
-                execute_phase(pid, params, run_dir, cell_timeout_s=mig.run.cell_timeout_s, notebooks_dir=nb_dir,
-                              approval_ref=approval_ref)
-            finally:
-                scrub_paths(run_dir / f"{phase_name(pid)}.ipynb", root)
-                scan = guard_phase(pid, run_dir, mig)
-                scans.append(scan)
-            if scan["findings"]:
-                where = sorted({f["path"] for f in scan["findings"]})
-                raise PhaseFailed(f"phase {pid}: credentials ({sorted({f['what'] for f in scan['findings']})}) found "
-                                  f"in {where}; those files were redacted. Find what printed them and run again.",
-                                  phase=pid, notebook=str(run_dir / f"{phase_name(pid)}.ipynb"), ename="SecretLeak")
-            chain = {r.phase: r for r in read_chain(run_dir)}
-            if pid not in chain:
-                raise PhaseFailed(f"phase {pid} ran but wrote no record", phase=pid,
-                                  notebook=str(run_dir / f"{pid}_{name}.ipynb"))
-            rec = chain[pid]
-            stopped = stopped or bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration"))
-            dry = dry or bool(rec.data.get("dry_run"))
-            verdicts = [g["verdict"] for g in rec.data.get("gates", [])]
-            outcomes.append(PhaseOutcome(pid, "completed", time.perf_counter() - t0))
-            say(f"  {pid} {name:<20} completed in {outcomes[-1].seconds:5.1f} s  gates: "
-                + (", ".join(f"{v} x{verdicts.count(v)}" for v in sorted(set(verdicts))) or "none"))
-        except (PhaseFailed, EvidenceError) as exc:
-            held = getattr(exc, "ename", "") == "ApprovalRequired"  # waiting on a person, not broken
-            status = "held" if held else "failed"
-            failed = failed or not held
-            stopped = stopped or held
-            nb = getattr(exc, "notebook", "")
-            outcomes.append(PhaseOutcome(pid, status, time.perf_counter() - t0, str(exc)))
-            say(f"  {pid} {name:<20} {status.upper()} after {outcomes[-1].seconds:.1f} s: {exc}")
-            try:
-                files = [Path(nb).name] if nb and Path(nb).exists() else []
-                write_record(run_dir, pid, status=status, started=started, files=files,
-                             data={"error": str(exc), "notebook": Path(nb).name if nb else None,
-                                   "cell_index": getattr(exc, "cell_index", -1), "ename": getattr(exc, "ename", "")})
-            except EvidenceError as inner:
-                say(f"     could not write the failed record: {inner}")
-        bar.update(1)
-    bar.close()
+        bar.close()
+        if intr.signum:
+            return _interrupted(intr, run_dir, mig, params, outcomes, scans, say)
     receipt_path = run_dir / "receipt.json"
     decision = "FAILED"
     reasons: list[str] = [o.reason for o in outcomes if o.status in ("failed", "held")]
@@ -289,6 +314,53 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed,
              extra={"secret_scans": scans})
     return RunResult(run_dir, decision, exit_code, outcomes, reasons)
+
+
+def _interrupted(intr: Interrupts, run_dir: Path, mig: Migration, params: Path, outcomes: list[PhaseOutcome],
+                 scans: list[dict[str, Any]], say: Callable[[str], None]) -> RunResult:
+    """After SIGINT/SIGTERM: tear down what the run created (unless a second signal said not to,
+    or arrives meanwhile), say what was destroyed and what is left, and seal the run as
+    ``INTERRUPTED`` without a completion marker."""
+    from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
+    from runbook_lib.interrupt import exit_code
+
+    finish = f"runbook cleanup {_shown(run_dir)}"
+    teardown: dict[str, Any] = {"skipped": True, "finish_with": finish}
+    intr.wait_kernels_gone()
+    if intr.skip_teardown:
+        say(f"teardown skipped (second {intr.name}); what this run created may still bill: run `{finish}`")
+    else:
+        say("tearing down what this run created (its launch approvals cover it; Ctrl-C again to stop)")
+        intr.tearing_down = True
+        try:
+            res = cleanup_run(run_dir, mig=mig, project=project_root(params), echo=say)
+            teardown = res.to_dict()
+            say(f"teardown: {summary(res)}")
+            if not res.clean:
+                say(f"not everything is gone: run `{finish}` to try again")
+        except CleanupAborted as exc:
+            teardown = {"aborted": True, "why": str(exc), "finish_with": finish}
+            say(f"teardown stopped ({exc}); finish it with `{finish}`")
+        finally:
+            intr.tearing_down = False
+    code = exit_code(intr.signum or 2)
+    decision = "INTERRUPTED"
+    seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=False,
+             extra={"secret_scans": scans, "interrupted": {"signal": intr.name, "received_at": intr.received_at,
+                                                           "signals_received": intr.count, "exit_code": code,
+                                                           "kernel_killed": intr.kernel_killed,
+                                                           "teardown": teardown}})
+    reasons = [f"interrupted by {intr.name} at {intr.received_at}"] + [o.reason for o in outcomes
+                                                                      if o.status == "interrupted"]
+    return RunResult(run_dir, decision, code, outcomes, reasons)
+
+
+def _shown(run_dir: Path) -> str:
+    """The run directory as a person would type it (relative to the working directory if inside)."""
+    try:
+        return str(run_dir.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(run_dir)
 
 
 def environment_ok() -> None:

@@ -21,7 +21,7 @@ from runbook_lib.gates import GateResult, from_dict
 from runbook_lib.manifest import PHASES, Record, new_run_id, require_records, utc_now, write_record
 from runbook_lib.params import Migration, Profile, load_params, project_root
 from runbook_lib.providers import REMOTE, create_provider
-from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec
+from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Teardown
 from runbook_lib.storage import Store, credential_env, store_from_params
 
 REPORTS_DIR = "reports"
@@ -103,11 +103,14 @@ class PhaseContext:
     def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
         return (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
 
-    def apply_plan(self, side: str, plan: Plan, *, needs_store: bool = False) -> Any:
+    def apply_plan(self, side: str, plan: Plan, *, needs_store: bool = False,
+                   owner_labels: dict[str, str] | None = None) -> Any:
         """Apply ``plan`` on ``side`` once its approval record is found (a dry-run plan is only
         recorded). Every plan is kept in this phase's record. ``needs_store``: the resource will
         read or write the store, so the store is opened (its keys resolved) before anything is
-        created: never pay for a pod that cannot upload.
+        created: never pay for a pod that cannot upload. ``owner_labels``: for a destroy, the
+        labels the resource was listed with (its owner is judged on them, not on a second read
+        that may find it already gone).
 
         Raises:
             ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
@@ -117,7 +120,7 @@ class PhaseContext:
             self.plans.append({"plan": plan.to_dict(), "applied": False, "approved_by": None,
                                "method": "dry-run: shown, not applied"})
             return None
-        approval = self._teardown_approval(side, plan) if plan.action == "destroy" else None
+        approval = self._teardown_approval(side, plan, owner_labels) if plan.action == "destroy" else None
         if approval is None:
             approval = approvals.require(plan, run_dir=self.run_dir,
                                          preapproved_local=self.mig.approvals.preapproved_local,
@@ -129,20 +132,24 @@ class PhaseContext:
             self.store.url()
         return self.provider(side).apply(plan, approval)
 
-    def _teardown_approval(self, side: str, plan: Plan) -> approvals.Approval | None:
+    def _teardown_approval(self, side: str, plan: Plan,
+                           labels: dict[str, str] | None = None) -> approvals.Approval | None:
         """Destroying a resource this run created (its ``run_id`` label) is covered by the approval
         of the launch that created it: the fingerprint of a destroy plan names a resource id no one
-        can know in advance, and teardown only stops spending. Anything else needs its own record."""
+        can know in advance, and teardown only stops spending. A resource the provider no longer
+        knows costs nothing to "destroy" (the provider's teardown records it as already gone).
+        Anything else needs its own record."""
         from runbook_lib.errors import NotFound
 
-        try:
-            ours = self.provider(side).get(plan.target).labels.get("run_id") == self.run_id
-        except NotFound:
-            ours = False
-        if not ours:
+        method = "teardown of a resource this run created under an approved launch"
+        if labels is None:
+            try:
+                labels = self.provider(side).get(plan.target).labels
+            except NotFound:
+                labels, method = {"run_id": self.run_id}, "nothing to destroy: the provider no longer knows it"
+        if labels.get("run_id") != self.run_id:
             return None
-        a = approvals.Approval(plan.fingerprint, "runbook", utc_now(),
-                               "teardown of a resource this run created under an approved launch")
+        a = approvals.Approval(plan.fingerprint, "runbook", utc_now(), method)
         approvals.record(self.run_dir, a, plan)
         return a
 
@@ -226,8 +233,11 @@ class PhaseContext:
                                   finished=lambda: self.store.head(f"{result_prefix}/{MARKER_KEY}") is not None)
         else:
             done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S)
-        if done.exit_code not in (0, None):  # remote providers report none: the store's marker decides
-            raise WorkloadError(f"pod {pod.id} ({pod.name}) exited with code {done.exit_code}; log tail:\n"
+        # remote providers report no exit code (the store's marker decides); a local pod always
+        # has one unless it was killed by a signal, which is a failure
+        local = self.profile(side).provider not in REMOTE
+        if done.exit_code not in (0, None) or (local and done.exit_code is None):
+            raise WorkloadError(f"pod {pod.id} ({pod.name}) ended {done.status_detail or done.state}; log tail:\n"
                                 f"{prov.log_tail(pod.id, 2500)}")
         return done
 
@@ -240,8 +250,12 @@ class PhaseContext:
                             image=prof.image)
         return self.apply_plan(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
 
-    def destroy(self, side: str, resource_id: str) -> None:
-        self.apply_plan(side, self.provider(side).plan_destroy(resource_id, dry_run=self.dry_run(side)))
+    def destroy(self, side: str, resource_id: str, *, labels: dict[str, str] | None = None) -> Teardown | None:
+        """Plan and apply the destruction of ``resource_id`` (a run's own resource is covered by its
+        launch approval; ``labels`` as it was listed). Returns what the teardown found and did
+        (None in dry-run)."""
+        return self.apply_plan(side, self.provider(side).plan_destroy(resource_id, dry_run=self.dry_run(side)),
+                               owner_labels=labels)
 
     # -- evidence -----------------------------------------------------------------------------
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import asdict
 from typing import Any
 
 from runbook_lib import __version__
 from runbook_lib import gates as g
-from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, AuthError
+from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, AuthError, NotFound
 from runbook_lib.manifest import PHASES, utc_now
 from runbook_lib.params import params_sha256
 from runbook_lib.phases import PhaseContext
@@ -40,7 +41,7 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
     """Gates of earlier phases, plus completeness and the rollback window."""
     gates = ctx.earlier_gates()
     rows = phase_status(ctx)
-    failed = [r for r in rows if r["status"] == "failed"]
+    failed = [r for r in rows if r["status"] in ("failed", "interrupted")]
     held = [r for r in rows if r["status"] == "held"]
     missing = [r["phase"] for r in rows if r["status"] == "missing"]
     stopped = any(r["stop_migration"] for r in rows)
@@ -116,14 +117,19 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
         for res in found:
             job_pod = not (res.labels.get("role") or "").startswith("endpoint-")  # freeze, canary, bench, slice
             must_go = ctx.mig.run.teardown_source or job_pod or (side == "target" and decision != "GO")
+            done = None
             if must_go and res.state != "DESTROYED":
-                ctx.destroy(side, res.id)
-            gone = prov.is_gone(res.id)
-            after = None if gone and ctx.profile(side).provider in REMOTE else prov.get(res.id)
+                done = ctx.destroy(side, res.id, labels=res.labels)
+            try:  # one read after the teardown: gone from the provider, or its final state
+                after = prov.get(res.id)
+            except NotFound:
+                after = None
+            state = "DESTROYED" if after is None else after.state
             created.append({"id": res.id, "name": res.name, "side": side, "kind": type(res).__name__.lower(),
                             "role": res.labels.get("role"), "phase": res.labels.get("phase"),
                             "created_at": res.created_at, "ended_at": after.ended_at if after else None,
-                            "state": "DESTROYED" if gone else after.state, "should_be_gone": must_go})
+                            "state": state, "should_be_gone": must_go,
+                            "teardown": asdict(done) if done is not None else None})
     remaining = [c for c in created if c["should_be_gone"] and c["state"] != "DESTROYED"]
     blind = [u for u in unlisted if "nothing to tear down" not in u]
     ok = None if blind and not remaining else not remaining

@@ -173,6 +173,27 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class Teardown:
+    """What one stop or destroy found and did (evidence for phase 06 and ``runbook cleanup``).
+
+    Attributes:
+        resource_id: the pod, instance or endpoint.
+        action: ``stop`` or ``destroy``.
+        found: the state the resource was in when the action began (``"gone"`` when the
+            provider no longer knew it: already destroyed, which is success).
+        detail: provider-specific steps (local: processes found, signalled, killed; remote: the
+            request made and the answer, e.g. ``404 already gone``).
+        seconds: wall time of the action, seconds.
+    """
+
+    resource_id: str
+    action: str
+    found: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class Capability:
     """One declared capability: ``supported`` plus the reason and source when it is not."""
 
@@ -199,8 +220,11 @@ class Capabilities:
 class Provider(ABC):
     """One GPU provider. Implementations supply the primitives; public calls are idempotent.
 
-    Contract of :meth:`destroy`: no error if the resource is already gone; returns once the
-    resource no longer bills and its container disk is gone.
+    Contract of stop and destroy (``_stop``/``_destroy``): idempotent and bounded in time. A
+    resource that disappears while it is being stopped or destroyed (listed, then gone before
+    its status is read, before it is signalled, or before it is waited on) is a success, never
+    an error; each returns a :class:`Teardown` saying what it found and did, once the resource
+    no longer bills and its container disk is gone.
     """
 
     name: str = ""
@@ -245,13 +269,13 @@ class Provider(ABC):
     def plan_destroy(self, resource_id: str, *, dry_run: bool) -> Plan:
         """Plan the destruction of a pod or endpoint (pure)."""
 
-    def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | None:
+    def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | Teardown | None:
         """Carry out ``plan`` once ``approval`` matches its fingerprint; a dry-run plan calls
         nothing and returns None.
 
         Returns:
-            The pod or endpoint for ``launch_pod``, ``create_endpoint`` and ``start``; None for
-            ``stop`` and ``destroy``.
+            The pod or endpoint for ``launch_pod``, ``create_endpoint`` and ``start``; the
+            :class:`Teardown` record for ``stop`` and ``destroy``.
 
         Raises:
             ApprovalRequired: the approval is missing or names another plan (before any call).
@@ -267,12 +291,33 @@ class Provider(ABC):
         if plan.action == "create_endpoint" and isinstance(plan.spec, EndpointSpec):
             return self._create_endpoint(plan.spec)
         if plan.action in ("destroy", "stop"):
-            getattr(self, f"_{plan.action}")(plan.target)
-            return None
+            return self.teardown(plan.action, plan.target)
         if plan.action == "start":
             self._start(plan.target)
             return self.get(plan.target)
         raise ProviderError(f"unknown plan action {plan.action!r}", provider=self.name)
+
+    def teardown(self, action: str, resource_id: str) -> Teardown:
+        """Run ``_stop`` or ``_destroy`` and time it; called by :meth:`apply` only (approved).
+
+        Raises:
+            ProviderError: the resource still runs after the bounded teardown (the message names
+                what survived).
+        """
+        import time
+
+        from runbook_lib.errors import NotFound
+
+        t0 = time.monotonic()
+        try:
+            found = self.get(resource_id).state
+        except NotFound:
+            found = "gone"
+        if found == "gone":  # nothing bills: stopping or destroying it is already done
+            detail: dict[str, Any] = {"note": "the provider no longer knows it: already destroyed"}
+        else:
+            detail = getattr(self, f"_{action}")(resource_id) or {}
+        return Teardown(resource_id, action, found, detail, round(time.monotonic() - t0, 3))
 
     # Primitives behind apply (called only with an approved, non-dry-run plan).
 
@@ -286,8 +331,9 @@ class Provider(ABC):
         raise ProviderError(f"{self.name} has no queue endpoints in this runbook; serve from a pod", provider=self.name)
 
     @abstractmethod
-    def _stop(self, resource_id: str) -> None:
-        """Stop: compute released, storage kept (and, on some providers, still billed)."""
+    def _stop(self, resource_id: str) -> dict[str, Any] | None:
+        """Stop: compute released, storage kept (and, on some providers, still billed); returns
+        what it did (evidence)."""
 
     def _start(self, resource_id: str) -> None:
         from runbook_lib.errors import ProviderError
@@ -295,8 +341,8 @@ class Provider(ABC):
         raise ProviderError(f"{self.name} cannot start a stopped resource; launch a new one", provider=self.name)
 
     @abstractmethod
-    def _destroy(self, resource_id: str) -> None:
-        """Destroy; a resource already gone is not an error."""
+    def _destroy(self, resource_id: str) -> dict[str, Any] | None:
+        """Destroy; a resource already gone is not an error; returns what it did (evidence)."""
 
     @abstractmethod
     def get(self, resource_id: str) -> Pod | Endpoint:

@@ -16,7 +16,6 @@ import json
 import os
 import secrets as _secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any, Callable
 from runbook_lib import secrets as _secret_refs
 from runbook_lib.errors import NotFound, ProviderError, ProviderTimeout
 from runbook_lib.manifest import write_json_atomic
+from runbook_lib.providers import _procs
 from runbook_lib.providers.base import (
     Capabilities,
     Capability,
@@ -38,49 +38,27 @@ from runbook_lib.providers.base import (
 )
 
 ENDPOINT_READY_TIMEOUT_S = 120.0  # front door must publish its port within this, seconds
-_KILL_GRACE_S = 5.0
 
 
-def _alive(pid: int) -> bool:
+def _leader_running(meta: dict[str, Any]) -> bool:
+    """True while the resource's leader process (the one spawned at launch) runs. Identified by
+    pid *and* creation time, so a pid reused by another process after the leader was reaped
+    reads as not running."""
     import psutil
 
+    pid, created = meta.get("pid"), meta.get("pid_create_time")
+    if not pid or created is None:  # never started, or exited before it could be identified
+        return False
     try:
         p = psutil.Process(pid)
-        return p.status() != psutil.STATUS_ZOMBIE
+        if abs(p.create_time() - created) > 0.01:
+            return False  # the pid now names another process
     except psutil.NoSuchProcess:
         return False
-
-
-def _kill_group(pid: int) -> None:
-    """SIGTERM the process group led by ``pid``, then SIGKILL what is left after a grace period."""
-    import psutil
-
-    try:
-        pgid = os.getpgid(pid)
-    except ProcessLookupError:
-        return
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + _KILL_GRACE_S
-    while time.monotonic() < deadline:
-        try:
-            procs = [p for p in psutil.process_iter(["pid"]) if os.getpgid(p.pid) == pgid]
-        except (ProcessLookupError, psutil.Error):
-            procs = []
-        live = [p for p in procs if p.status() != psutil.STATUS_ZOMBIE] if procs else []
-        if not live:
-            break
-        time.sleep(0.05)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:  # reap if it is our child
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    if _procs.running(p):
+        return True
+    _procs.reap(pid)  # our exited child (the kernel that launched it): collect it, leave no zombie
+    return False
 
 
 class LocalProvider(Provider):
@@ -90,6 +68,14 @@ class LocalProvider(Provider):
         root: state directory (``.runbook/local`` by default); one per machine, shared by runs.
         clock: wall clock in epoch seconds (injected for tests).
         python: interpreter used for pod and worker processes.
+        term_grace_s: on stop and destroy, seconds between SIGTERM and SIGKILL.
+        on_teardown_step: called as ``(step, pids)`` at each step of stopping a resource's
+            processes (``listed``, ``signalled``, ``killed``); lets a test make processes exit at
+            exactly those moments.
+
+    Stop and destroy find a resource's processes by the marker in their environment, never by a
+    pid kept on disk, and treat a process that exits at any moment of the teardown as stopped
+    (:mod:`runbook_lib.providers._procs`).
     """
 
     name = "local"
@@ -100,11 +86,15 @@ class LocalProvider(Provider):
         root: str | Path = ".runbook/local",
         clock: Callable[[], float] = time.time,
         python: str = sys.executable,
+        term_grace_s: float = _procs.TERM_GRACE_S,
+        on_teardown_step: _procs.StepHook | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         (self.root / "pods").mkdir(parents=True, exist_ok=True)
         self._clock = clock
         self._python = python
+        self._term_grace_s = term_grace_s
+        self._on_step = on_teardown_step
 
     # -- declared capabilities ---------------------------------------------------------------
 
@@ -153,13 +143,17 @@ class LocalProvider(Provider):
         write_json_atomic(self._dir(rid) / "pod.json", meta)
 
     def _spawn(self, rid: str, argv: list[str], env_pairs: tuple[tuple[str, str], ...],
-               secret_refs: tuple[tuple[str, str], ...]) -> int:
+               secret_refs: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+        """Start the resource's leader process in its own session; returns ``pid`` and
+        ``pid_create_time`` (None when it already exited: it cannot be mistaken for another)."""
+        import psutil
+
         d = self._dir(rid)
         env = {k: v for k, v in os.environ.items() if not _is_ambient_secret(k)}
         env.update(dict(env_pairs))
         env.update(_secret_refs.resolve_refs(secret_refs))  # resolved now, injected, never written to disk
-        env["RUNBOOK_POD_ID"] = rid
-        env["RUNBOOK_VOLUME_DIR"] = str(d / "volume")
+        env[_procs.MARKER_ID] = rid  # with the volume path, the marker that finds its processes
+        env[_procs.MARKER_DIR] = str(d / "volume")
         env["PYTHONUNBUFFERED"] = "1"
         log = open(d / "log.txt", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
@@ -168,7 +162,11 @@ class LocalProvider(Provider):
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
         log.close()
-        return proc.pid
+        try:
+            created: float | None = psutil.Process(proc.pid).create_time()
+        except psutil.NoSuchProcess:
+            created = None
+        return {"pid": proc.pid, "pid_create_time": created}
 
     def _new(self, kind: str, spec: PodSpec | EndpointSpec, **extra: Any) -> dict[str, Any]:
         """Create the resource's directories and record it before anything is started or waited on."""
@@ -186,8 +184,8 @@ class LocalProvider(Provider):
         meta = self._new("pod", spec, device=spec.device, command=list(spec.command),
                          env_names=[k for k, _ in spec.env])
         rid = meta["id"]
-        meta["pid"] = self._spawn(rid, list(spec.command), spec.env + (("RUNBOOK_DEVICE", spec.device),),
-                                  spec.secret_refs)
+        meta.update(self._spawn(rid, list(spec.command), spec.env + (("RUNBOOK_DEVICE", spec.device),),
+                                spec.secret_refs))
         meta["state"] = "RUNNING"
         self._save(rid, meta)
         return self._pod(meta)
@@ -199,12 +197,12 @@ class LocalProvider(Provider):
         argv = ["-m", "runbook_lib.providers._local_endpoint", "serve", "--params", spec.params_path,
                 "--side", spec.side, "--workers", str(spec.workers), "--port-file", str(d / "port"),
                 "--execution-timeout-s", str(spec.execution_timeout_s), "--ttl-s", str(spec.ttl_s)]
-        meta["pid"] = self._spawn(rid, [self._python, *argv], spec.env, spec.secret_refs)
+        meta.update(self._spawn(rid, [self._python, *argv], spec.env, spec.secret_refs))
         meta["state"] = "RUNNING"
         self._save(rid, meta)
         deadline = time.monotonic() + ENDPOINT_READY_TIMEOUT_S
         while not (d / "port").exists():
-            if not _alive(meta["pid"]):
+            if not _leader_running(meta):
                 tail = (d / "log.txt").read_text(errors="replace")[-2000:]
                 raise ProviderError(f"endpoint {rid} front door exited before serving; log tail:\n{tail}",
                                     provider=self.name, resource_id=rid)
@@ -216,38 +214,59 @@ class LocalProvider(Provider):
         self._save(rid, meta)
         return self._endpoint(meta)
 
-    def _stop(self, rid: str) -> None:
+    def _stop_processes(self, rid: str) -> dict[str, Any]:
+        """Stop every process of ``rid``; a process gone at any step counts as stopped.
+
+        Raises:
+            ProviderError: a process survived SIGKILL within the bounded wait (named by pid).
+        """
+        rec = _procs.stop(rid, str(self._dir(rid) / "volume"), term_grace_s=self._term_grace_s, hook=self._on_step)
+        if rec.survivors:
+            raise ProviderError(f"local {rid}: processes {rec.survivors} still run after SIGTERM, {self._term_grace_s} "
+                                f"s, SIGKILL and {_procs.KILL_WAIT_S} s (found {rec.found}); check them with `ps` and "
+                                "run the teardown again", provider=self.name, resource_id=rid)
+        return rec.to_dict()
+
+    def _stop(self, rid: str) -> dict[str, Any]:
         meta = self._meta(rid)
         if meta["state"] in ("STOPPED", "DESTROYED"):
-            return
-        if meta.get("pid"):
-            _kill_group(meta["pid"])
+            return {"note": f"already {meta['state'].lower()}"}
+        procs = self._stop_processes(rid)
         shutil.rmtree(self._dir(rid) / "container", ignore_errors=True)
         (self._dir(rid) / "container").mkdir(exist_ok=True)
-        meta.update(state="STOPPED", ended_at=self._clock())
+        meta.update(state="STOPPED", ended_at=meta.get("ended_at") or self._clock())
+        meta.setdefault("teardowns", []).append({"action": "stop", "processes": procs})
         self._save(rid, meta)
+        return {"processes": procs, "container_disk": "wiped", "volume": "kept"}
 
-    def _destroy(self, rid: str) -> None:
+    def _destroy(self, rid: str) -> dict[str, Any]:
         try:
             meta = self._meta(rid)
         except NotFound:
-            return  # never existed here, or already wiped: destroy is idempotent
+            return {"note": "no record: never existed here, or already wiped"}
         if meta["state"] == "DESTROYED":
-            return
-        if meta.get("pid"):
-            _kill_group(meta["pid"])
+            return {"note": "already destroyed"}
+        procs = self._stop_processes(rid)  # a stopped pod has none left; listing again costs little
         for sub in ("container", "volume"):
             shutil.rmtree(self._dir(rid) / sub, ignore_errors=True)
         meta.update(state="DESTROYED", ended_at=meta.get("ended_at") or self._clock())
+        meta.setdefault("teardowns", []).append({"action": "destroy", "processes": procs})
         self._save(rid, meta)
+        return {"processes": procs, "container_disk": "removed", "volume": "removed"}
 
     # -- reads -------------------------------------------------------------------------------
 
     def _refresh(self, meta: dict[str, Any]) -> dict[str, Any]:
-        if meta["state"] == "RUNNING" and meta.get("pid") and not _alive(meta["pid"]):
-            exit_file = self._dir(meta["id"]) / "exit.json"
-            ex = json.loads(exit_file.read_text()) if exit_file.exists() else {}
-            meta.update(state="EXITED", exit_code=ex.get("exit_code"), ended_at=ex.get("ended_at", self._clock()))
+        """A RUNNING resource whose leader has exited becomes EXITED with the exit record the
+        leader wrote; a leader killed by a signal writes none (``exit_code`` None, said in
+        ``status_detail``). Written atomically, so a concurrent reader sees one state or the other."""
+        if meta["state"] == "RUNNING" and meta.get("pid") and not _leader_running(meta):
+            try:
+                ex = json.loads((self._dir(meta["id"]) / "exit.json").read_text())
+            except FileNotFoundError:
+                ex = {"detail": "exited without an exit record: killed by a signal, or the machine restarted"}
+            meta.update(state="EXITED", exit_code=ex.get("exit_code"), ended_at=ex.get("ended_at", self._clock()),
+                        status_detail=ex.get("detail", f"exited with code {ex.get('exit_code')}"))
             self._save(meta["id"], meta)
         return meta
 
@@ -255,7 +274,7 @@ class LocalProvider(Provider):
         d = self._dir(meta["id"])
         return Pod(meta["id"], meta["name"], meta["state"], meta["labels"], meta["price_usd_per_hour"],
                    meta["created_at"], meta.get("ended_at"), meta.get("exit_code"),
-                   str(d / "volume"), str(d / "container"))
+                   str(d / "volume"), str(d / "container"), status_detail=meta.get("status_detail", ""))
 
     def _endpoint(self, meta: dict[str, Any]) -> Endpoint:
         return Endpoint(meta["id"], meta["name"], meta["state"], meta.get("url", ""), meta["workers"],
@@ -268,15 +287,20 @@ class LocalProvider(Provider):
     def list(self, *, labels: dict[str, str]) -> list[Pod | Endpoint]:
         out: list[Pod | Endpoint] = []
         for f in sorted((self.root / "pods").glob("*/pod.json")):
-            meta = json.loads(f.read_text())
-            if all(meta["labels"].get(k) == v for k, v in labels.items()):
-                out.append(self.get(meta["id"]))
+            try:  # a record is written atomically; one removed under us is simply not listed
+                meta = json.loads(f.read_text())
+                if all(meta["labels"].get(k) == v for k, v in labels.items()):
+                    out.append(self.get(meta["id"]))
+            except (FileNotFoundError, NotFound):
+                continue
         return out
 
     def log_tail(self, resource_id: str, n_bytes: int = 4000) -> str:
         """Last ``n_bytes`` of a pod's combined stdout/stderr."""
-        p = self._dir(resource_id) / "log.txt"
-        return p.read_text(errors="replace")[-n_bytes:] if p.exists() else ""
+        try:
+            return (self._dir(resource_id) / "log.txt").read_text(errors="replace")[-n_bytes:]
+        except FileNotFoundError:
+            return ""
 
     def wait_exit(self, resource_id: str, *, timeout_s: float, poll_s: float = 0.1,
                   sleep: Callable[[float], None] = time.sleep) -> Pod:

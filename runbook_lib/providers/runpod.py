@@ -216,22 +216,25 @@ class RunpodProvider(RemoteProvider):
             out.append(self._endpoint(e))
         return out
 
-    def _stop(self, resource_id: str) -> None:
+    def _stop(self, resource_id: str) -> dict[str, Any]:
         self.api.request("POST", f"/v2/pods/{resource_id}/action", body={"action": "stop"})
+        return {"request": f"POST /v2/pods/{resource_id}/action stop", "answer": "accepted"}
 
     def _start(self, resource_id: str) -> None:
         """``POST /v2/pods/{id}/action {"action": "start"}``; a stopped pod is tied to its machine and
         may come back with zero GPUs (runpod/docs pods/troubleshooting/zero-gpus.mdx): readiness re-checks."""
         self.api.request("POST", f"/v2/pods/{resource_id}/action", body={"action": "start"})
 
-    def _destroy(self, resource_id: str) -> None:
+    def _destroy(self, resource_id: str) -> dict[str, Any]:
         """``DELETE /v2/pods/{id}``, else ``DELETE /v2/serverless/{id}``; 404 on both means gone."""
         for path in (f"/v2/pods/{resource_id}", f"/v2/serverless/{resource_id}"):
             try:
                 self.api.request("DELETE", path)
-                return
+                return {"request": f"DELETE {path}", "answer": "deleted"}
             except NotFound:
                 continue
+        return {"request": f"DELETE /v2/pods/{resource_id}, /v2/serverless/{resource_id}",
+                "answer": "404 on both: already gone"}
 
     def get(self, resource_id: str) -> Pod | Endpoint:
         """A pod, else a queue endpoint, with that id.

@@ -245,19 +245,22 @@ class VastProvider(RemoteProvider):
                 return out
             params = {"limit": PAGE_LIMIT, "after_token": token}
 
-    def _stop(self, resource_id: str) -> None:
+    def _stop(self, resource_id: str) -> dict[str, Any]:
         self.api.request("PUT", f"/api/v0/instances/{resource_id}/", body={"state": "stopped"})
+        return {"request": f"PUT /api/v0/instances/{resource_id}/ state=stopped", "answer": "accepted"}
 
     def _start(self, resource_id: str) -> None:
         """``PUT /api/v0/instances/{id}/ {"state": "running"}``; it may wait if the GPU went to a
         higher-priority renter."""
         self.api.request("PUT", f"/api/v0/instances/{resource_id}/", body={"state": "running"})
 
-    def _destroy(self, resource_id: str) -> None:
+    def _destroy(self, resource_id: str) -> dict[str, Any]:
+        req = f"DELETE /api/v0/instances/{resource_id}/"
         try:
             self.api.request("DELETE", f"/api/v0/instances/{resource_id}/", body={})
-        except NotFound:
-            pass  # 404 no_such_instance: already gone (dstack)
+        except NotFound:  # 404 no_such_instance: already gone (dstack treats it so too)
+            return {"request": req, "answer": "404: already gone"}
+        return {"request": req, "answer": "deleted"}
 
     def check_access(self) -> dict[str, Any]:
         """``GET /api/v0/users/current/``: the cheapest authenticated call."""

@@ -198,12 +198,15 @@ class Store(ABC):
             StorageError: no marker (incomplete upload), a marker from another run than
                 ``run_id`` (stale), or a manifest that differs from what the marker names.
         """
-        if self.head(f"{prefix}/{MARKER_KEY}") is None:
+        try:  # one read, no existence check before it: the marker may vanish in between
+            marker = json.loads(self.get_bytes(f"{prefix}/{MARKER_KEY}"))
+        except StorageError:
+            if self.head(f"{prefix}/{MARKER_KEY}") is not None:
+                raise  # it exists, so the read failed for another reason: say that one
             raise StorageError(
                 f"{self.url(prefix)} has no completion marker {MARKER_KEY}: the set is incomplete (an upload that "
                 "did not finish). Do not use it; re-run the producer."
-            )
-        marker = json.loads(self.get_bytes(f"{prefix}/{MARKER_KEY}"))
+            ) from None
         if run_id is not None and marker.get("producer_run_id") != run_id:
             raise StorageError(
                 f"{self.url(prefix)}: completion marker is from run {marker.get('producer_run_id')!r}, not {run_id!r}; "

@@ -7,6 +7,7 @@ is always a full re-hash.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -72,33 +73,39 @@ class FileStore(Store):
         return ObjectInfo(key, info.size_bytes, info.sha256)
 
     def head(self, key: str) -> ObjectInfo | None:
-        p = self._path(key)
-        if not p.is_file():
+        """Opens first and reads size and hash from the one open file: an object removed or
+        replaced between a check and the read can never mix two versions."""
+        try:
+            f = open(self._path(key), "rb")  # noqa: SIM115 - closed below
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         h = hashlib.sha256()
-        with open(p, "rb") as f:
+        size = 0
+        with f:
             while chunk := f.read(CHUNK_BYTES):
                 h.update(chunk)
-        return ObjectInfo(key, p.stat().st_size, h.hexdigest())
+                size += len(chunk)
+        return ObjectInfo(key, size, h.hexdigest())
 
     def get_bytes(self, key: str) -> bytes:
-        p = self._path(key)
-        if not p.is_file():
-            raise StorageError(f"object {self.url(key)} does not exist")
-        return p.read_bytes()
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise StorageError(f"object {self.url(key)} does not exist") from None
 
     def get_file(self, key: str, dest: str | Path, *, expect: ObjectInfo | None = None,
                  progress: bool = False) -> ObjectInfo:
-        src = self._path(key)
-        if not src.is_file():
-            raise StorageError(f"object {self.url(key)} does not exist")
+        try:
+            fin = open(self._path(key), "rb")  # noqa: SIM115 - closed below
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise StorageError(f"object {self.url(key)} does not exist") from None
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        bar = progress_bar(src.stat().st_size, f"get {key}", progress)
+        bar = progress_bar(os.fstat(fin.fileno()).st_size, f"get {key}", progress)
         h = hashlib.sha256()
         size = 0
         try:
-            with open(src, "rb") as fin, open(dest, "wb") as fout:
+            with fin, open(dest, "wb") as fout:
                 while chunk := fin.read(CHUNK_BYTES):
                     h.update(chunk)
                     size += len(chunk)

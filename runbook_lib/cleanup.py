@@ -1,0 +1,166 @@
+"""Tear down everything a run created, outside the phase notebooks: after Ctrl-C or SIGTERM
+stopped a run, after a dead kernel, or whenever ``runbook cleanup <run_dir>`` is asked to.
+
+Resources are found through each provider's own listing, filtered by the run's ``run_id`` label
+(every launch carries it), so nothing depends on what a dead kernel remembered. Each destroy is
+planned, shown, and applied under the approval of the launch that created the resource (the
+same rule as phase 06: the fingerprint of a destroy names an id nobody could approve in
+advance, and tearing down only stops spending); the approval record is kept in the run's
+``approvals/``. A resource without this run's label is never touched here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from runbook_lib import approvals
+from runbook_lib.errors import NotFound, RunbookError
+from runbook_lib.manifest import utc_now
+from runbook_lib.params import Migration, load_params
+from runbook_lib.providers import create_provider
+
+STATE_DIR = ".runbook"
+CLEANUP_RECORD = "cleanup.json"
+
+
+@dataclass
+class CleanupResult:
+    """What a cleanup found and did.
+
+    Attributes:
+        run_id: the run whose label was searched for.
+        found: ``{"side", "provider", "id", "name", "state", "role", "phase"}`` per resource.
+        destroyed: ids destroyed by this cleanup and verified gone.
+        already_gone: ids listed as destroyed already (nothing to do).
+        remaining: ``{"id", "provider", "state", "why"}`` for what is still there.
+        unlisted: ``"<side> (<provider>): <error>"`` where a provider could not be listed.
+        aborted: a second interrupt stopped the cleanup before it finished.
+        dry_run: plans shown, nothing applied.
+        teardowns: the provider's :class:`~runbook_lib.providers.base.Teardown` records.
+    """
+
+    run_id: str
+    found: list[dict[str, Any]] = field(default_factory=list)
+    destroyed: list[str] = field(default_factory=list)
+    already_gone: list[str] = field(default_factory=list)
+    remaining: list[dict[str, Any]] = field(default_factory=list)
+    unlisted: list[str] = field(default_factory=list)
+    aborted: bool = False
+    dry_run: bool = False
+    teardowns: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing the run created is left and every provider could be listed."""
+        return not self.remaining and not self.unlisted and not self.aborted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "clean": self.clean}
+
+
+class CleanupAborted(RunbookError):
+    """A second interrupt arrived while the cleanup was tearing resources down."""
+
+
+def project_of_run(run_dir: Path) -> Path:
+    """The project a run directory belongs to: the nearest ancestor holding ``pyproject.toml``,
+    else the parent of its ``reports/`` directory (where ``.runbook/`` lives)."""
+    run_dir = run_dir.resolve()
+    for d in run_dir.parents:
+        if (d / "pyproject.toml").exists():
+            return d
+    return run_dir.parent.parent
+
+
+def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: str | Path | None = None,
+                dry_run: bool = False, echo: Callable[[str], None] = print,
+                providers: dict[str, Any] | None = None) -> CleanupResult:
+    """Find every resource labelled with the run's id on the providers its params name, and
+    destroy each one (``dry_run``: show the plans only). Writes ``cleanup.json`` in the run.
+
+    Args:
+        run_dir: ``reports/<run_id>`` (its ``params.yaml`` names the providers).
+        mig: the run's params, when the caller has them loaded.
+        project: the project whose ``.runbook/`` holds local state (default :func:`project_of_run`).
+        dry_run: list and show plans, destroy nothing.
+        echo: progress lines.
+        providers: ``side -> provider`` to use instead of building them (tests, the runner).
+
+    Returns:
+        The :class:`CleanupResult`.
+
+    Raises:
+        CleanupAborted: raised out of ``echo`` or a provider call by an interrupt handler; the
+            resources not yet destroyed are still listed by the next ``runbook cleanup``.
+    """
+    run_dir = Path(run_dir).resolve()
+    mig = mig or load_params(run_dir / "params.yaml")
+    root = Path(project).resolve() if project else project_of_run(run_dir)
+    run_id = run_dir.name
+    res = CleanupResult(run_id, dry_run=dry_run)
+    seen: set[tuple[str, str]] = set()
+    for side in ("source", "target"):
+        prof = getattr(mig, side)
+        prov = (providers or {}).get(side) or create_provider(prof.provider, root=root / STATE_DIR / prof.provider,
+                                                               profile=prof)
+        try:
+            listed = prov.list(labels={"run_id": run_id})
+        except CleanupAborted:
+            raise
+        except RunbookError as exc:
+            res.unlisted.append(f"{side} ({prof.provider}): {exc}")
+            echo(f"  {side} ({prof.provider}): could not list: {exc}")
+            continue
+        for r in listed:
+            if (prov.name, r.id) in seen:  # both sides on one provider list the same resources
+                continue
+            seen.add((prov.name, r.id))
+            row = {"side": r.labels.get("side", side), "provider": prov.name, "id": r.id, "name": r.name,
+                   "state": r.state, "role": r.labels.get("role"), "phase": r.labels.get("phase")}
+            res.found.append(row)
+            if r.state == "DESTROYED":
+                res.already_gone.append(r.id)
+                continue
+            plan = prov.plan_destroy(r.id, dry_run=dry_run)
+            echo(f"  destroy {r.id} ({r.name}, {row['role']}, {r.state}) on {prov.name}: plan {plan.fingerprint[:16]}")
+            if dry_run:
+                res.remaining.append({"id": r.id, "provider": prov.name, "state": r.state, "why": "dry run"})
+                continue
+            a = approvals.Approval(plan.fingerprint, "runbook", utc_now(),
+                                   "teardown of a resource this run created under an approved launch")
+            approvals.record(run_dir, a, plan)
+            try:
+                done = prov.apply(plan, a)
+            except CleanupAborted:
+                raise
+            except RunbookError as exc:
+                res.remaining.append({"id": r.id, "provider": prov.name, "state": r.state, "why": str(exc)})
+                continue
+            res.teardowns.append(asdict(done) if done is not None else {})
+            try:
+                after = prov.get(r.id).state
+            except NotFound:
+                after = "DESTROYED"
+            if after == "DESTROYED":
+                res.destroyed.append(r.id)
+            else:
+                res.remaining.append({"id": r.id, "provider": prov.name, "state": after,
+                                      "why": "still listed after the destroy"})
+    from runbook_lib.manifest import write_json_atomic
+
+    write_json_atomic(run_dir / CLEANUP_RECORD, {"at": utc_now(), **res.to_dict()})
+    return res
+
+
+def summary(res: CleanupResult) -> str:
+    """One line: what was destroyed and what is left."""
+    left = [f"{r['id']} ({r['provider']}, {r['state']}: {r['why']})" for r in res.remaining]
+    parts = [f"destroyed {res.destroyed or 'nothing'}"]
+    if res.already_gone:
+        parts.append(f"already gone {res.already_gone}")
+    parts.append(f"left {left or 'nothing'}")
+    if res.unlisted:
+        parts.append(f"not listed {res.unlisted}")
+    return "; ".join(parts)
