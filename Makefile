@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-train demo-s3 test bench clean
+.PHONY: demo demo-train demo-s3 test test-e2e bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,21 @@ demo-s3: $(STAMP)
 	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(VENV)/bin/runbook run params/demo-s3.yaml; rc=$$?; \
 	kill $$pid; exit $$rc
 
+# Lint, types, the unit and contract tests, and one whole migration through every phase
+# (under 5 minutes on 2 cores). The other end-to-end cases are `make test-e2e`.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(VENV)/bin/ruff check runbook_lib tests benchmarks scripts
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -m "not e2e or smoke"
+
+test-e2e: $(STAMP)
+	$(PY) -m pytest -q -m "e2e and not smoke"
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_phases.py params/demo.yaml
+
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py --runs 20
 
 clean:
 	rm -rf .runbook reports/*/ $(VENV)

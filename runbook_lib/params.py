@@ -440,7 +440,7 @@ def validate(data: dict[str, Any], *, origin: str = "<params>") -> Migration:
     try:
         return Migration.model_validate(data)
     except ValidationError as exc:
-        lines = []
+        problems: list[str] = []
         first_field, first_value = "", None
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -451,11 +451,11 @@ def validate(data: dict[str, Any], *, origin: str = "<params>") -> Migration:
                 value = None
             if len(shown) > 80:
                 shown = shown[:77] + "..."
-            lines.append(f"  - {field}: {err['msg']} (got {shown})")
+            problems.append(f"  - {field}: {err['msg']} (got {shown})")
             if not first_field:
                 first_field, first_value = field, value
         raise ParamsError(
-            f"{origin}: {len(lines)} invalid field(s); nothing was run:\n" + "\n".join(lines),
+            f"{origin}: {len(problems)} invalid field(s); nothing was run:\n" + "\n".join(problems),
             field=first_field,
             value=first_value,
         ) from None

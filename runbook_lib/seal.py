@@ -59,7 +59,7 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
     """
     chain = {r.phase: r for r in read_chain(run_dir)}
     freeze = chain["01"].data.get("freeze", {}) if "01" in chain else {}
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in VERSIONED_PACKAGES:
         try:
             versions[pkg] = md.version(pkg)

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runbook_lib import cost, gates as g
+from runbook_lib import cost
+from runbook_lib import gates as g
 from runbook_lib.errors import ProviderError, WorkloadError
 from runbook_lib.measure import Attempted, with_retries
 from runbook_lib.params import Measure, load_params, parse_yaml, validate

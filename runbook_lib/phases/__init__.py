@@ -165,7 +165,7 @@ class PhaseContext:
                 "--side", side, "--run-id", self.run_id, "--store-url", self.store_url(), "--prefix", prefix]
         if frozen_prefix:
             argv += ["--frozen-prefix", frozen_prefix]
-        env = (("RUNBOOK_FAULT", prof.fault),) if prof.fault != "none" else ()
+        env: tuple[tuple[str, str], ...] = (("RUNBOOK_FAULT", prof.fault),) if prof.fault != "none" else ()
         remote = prof.provider in REMOTE
         if remote:  # inside the image: its own python; the run's params travel in the pod's environment
             from runbook_lib.workload.job import PARAMS_FROM_ENV
@@ -182,7 +182,7 @@ class PhaseContext:
                        price_usd_per_hour=price, labels=self.labels(side, role), env=env,
                        secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
                        volume_gb=self.mig.workload.requirements.disk_gb, image=prof.image,
-                       offers=offers if remote else (),  # an agent serves nothing: no ports to publish
+                       offers=(offers or ()) if remote else (),  # an agent serves nothing: no ports to publish
                        disk_gb=prof.offer.disk_gb)
         return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
 
@@ -219,6 +219,18 @@ class PhaseContext:
         the plan is recorded, nothing is launched)."""
         return self.apply_plan(side, self.plan_agent(side, role, mode, prefix=prefix, frozen_prefix=frozen_prefix,
                                                  extra=extra, offers=offers))
+
+    def launched(self, pod: Pod | None) -> Pod:
+        """The pod a launch returned; None means the launch was only planned (dry-run), which a
+        phase that measures or moves work cannot proceed on.
+
+        Raises:
+            EvidenceError: the launch was a dry-run plan (phases 04-05 are skipped in dry-run).
+        """
+        if pod is None:
+            raise EvidenceError(f"phase {self.phase} needs a running pod, but its launch was only planned (dry-run); "
+                                "set dry_run: false and approve the plans to run it")
+        return pod
 
     def wait_pod(self, side: str, pod: Pod, *, result_prefix: str = "") -> Pod:
         """Wait for a pod's agent to finish: its process exits (local), or, on a remote provider,

@@ -28,7 +28,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from runbook_lib import cost, gates as g
+from runbook_lib import cost
+from runbook_lib import gates as g
 from runbook_lib.measure import (
     SAMPLE_COLUMNS,
     Attempted,
@@ -164,24 +165,33 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     m = ctx.mig.measure
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
-    endpoints, clients, cold, ready = {}, {}, [], {}
+    endpoints: dict[str, Any] = {}
+    clients: dict[str, JobClient] = {}
+    cold: list[dict[str, Any]] = []
+    ready: dict[str, float] = {}
     log: list[Attempted[Any]] = []
     for side in ("source", "target"):
         t0 = time.perf_counter()
         ep = ctx.create_endpoint(side, f"endpoint-{side}")
         client = JobClient(ep.url, timeout_s=m.request_timeout_s * 4)
         payload0 = wl.request_inputs(1, seed=0)[0][1]
-        first = _retry(ctx, lambda _k, c=client: c.runsync(payload0), log, what=f"cold start {side}",
-                       kind="cold_start", side=side, sleep=sleep)
+        def first_job(_k: int, c: JobClient = client, payload: Any = payload0) -> dict[str, Any]:
+            return c.runsync(payload)
+
+        def worker_report(_k: int, c: JobClient = client) -> dict[str, Any]:
+            return c.health()
+
+        first = _retry(ctx, first_job, log, what=f"cold start {side}", kind="cold_start", side=side, sleep=sleep)
         ready[side] = time.perf_counter()
         # Create to first served response; the waits between retries are not the target's time.
         cold_s = ready[side] - t0 - first.waited_s if first.ok else math.nan
-        health = _retry(ctx, lambda _k, c=client: c.health(), log, what=f"cold start {side} worker report",
-                        kind="cold_start", side=side, sleep=sleep)
+        health = _retry(ctx, worker_report, log, what=f"cold start {side} worker report", kind="cold_start",
+                        side=side, sleep=sleep)
         cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s,
-                     "first_status": first.value["status"] if first.ok else "MEASUREMENT_ERROR",
+                     "first_status": first.value["status"] if first.value is not None else "MEASUREMENT_ERROR",
                      "attempts": len(first.attempts),
-                     "worker_init_s": [c["init_s"] for c in health.value["cold_starts"]] if health.ok else []})
+                     "worker_init_s": [c["init_s"] for c in health.value["cold_starts"]]
+                     if health.value is not None else []})
         endpoints[side], clients[side] = ep, client
     rows: list[dict[str, Any]] = []
     thr: list[dict[str, Any]] = []
@@ -208,7 +218,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         burst = wl.request_inputs(m.throughput_requests, seed=3000 + r // 2)
         sat = _retry(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
                      what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
-        if sat.ok:
+        if sat.value is not None:
             thr.append({"side": side, "round": r, **sat.value})
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
 
@@ -216,7 +226,8 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     end = time.perf_counter()
     health_end = _retry(ctx, lambda _k: clients["target"].health()["workers"], log, what="target workers after rounds",
                         kind="health", side="target", sleep=sleep)
-    workers_ready = int(health_end.value["idle"] + health_end.value["running"]) if health_end.ok else 0
+    workers_ready = (int(health_end.value["idle"] + health_end.value["running"]) if health_end.value is not None
+                     else 0)
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     for row in rows:
         row["accepted"] = accept_response(ctx, golden, row)
@@ -251,7 +262,8 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     def one_round(r: int, side: str) -> int:
         def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
             tag = str(r) if k == 0 else f"{r}-retry{k}"
-            pod = ctx.launch_agent(side, f"bench-{tag}", "bench", prefix=prefix(ctx, "bench", tag), frozen_prefix=frozen)
+            pod = ctx.launched(ctx.launch_agent(side, f"bench-{tag}", "bench", prefix=prefix(ctx, "bench", tag),
+                                                frozen_prefix=frozen))
             try:
                 done = ctx.wait_pod(side, pod)
             finally:
@@ -261,7 +273,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
 
         got = _retry(ctx, attempt, log, what=f"round {r} {side} training pod", kind="training_round", side=side,
                      sleep=sleep)
-        if not got.ok:
+        if got.value is None:
             return 0
         pod, done, files = got.value
         res = json.loads(files["result.json"].read_text())

@@ -45,7 +45,8 @@ class Route:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.state = json.loads(path.read_text()) if path.exists() else {"target_percent": 0, "history": []}
+        self.state: dict[str, Any] = (json.loads(path.read_text()) if path.exists()
+                                      else {"target_percent": 0, "history": []})
 
     @property
     def target_percent(self) -> int:
@@ -143,8 +144,8 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
             continue
         route.set(pct, f"slice {k + 1}: target runs steps {done_steps}..{until - 1}")
         pfx = prefix(ctx, "cutover", str(k))
-        pod = ctx.launch_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
-                               extra=("--steps", str(n)))
+        pod = ctx.launched(ctx.launch_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
+                                            extra=("--steps", str(n))))
         try:
             ctx.wait_pod("target", pod)
         finally:

@@ -81,7 +81,7 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
             rows.append(_row("target offer", src.release, f"{best['gpu_count']} x {best['gpu_name']} "
                              f"({best['offer_id']}, {best['region'] or 'any region'})", EQUIVALENT,
                              f"cheapest of {len((offers or {})['ranked'])} qualifying offers out of {seen}; "
-                             f"unverified until the canary: {_unverified(offers, best['offer_id']) or 'none'}"))
+                             f"unverified until the canary: {_unverified(offers or {}, best['offer_id']) or 'none'}"))
     if tgt.device.startswith("cuda") and not caps.gpu.supported:
         rows.append(_row("device", src.device, tgt.device, NONE, f"target asks for {tgt.device}: {caps.gpu.detail}"))
     elif src.device.split(":")[0] != tgt.device.split(":")[0]:

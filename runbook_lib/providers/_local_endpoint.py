@@ -140,7 +140,7 @@ class FrontDoor:
                 if left <= 0:
                     return []
                 self.cond.wait(left)
-            taken = []
+            taken: list[dict[str, Any]] = []
             now = time.time()
             while self.queue and len(taken) < max_jobs:
                 jid = self.queue.popleft()

@@ -309,6 +309,7 @@ class Provider(ABC):
         from runbook_lib.errors import NotFound
 
         t0 = time.monotonic()
+        found: str
         try:
             found = self.get(resource_id).state
         except NotFound:

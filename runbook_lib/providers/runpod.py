@@ -57,7 +57,7 @@ def default_key(ref: str = "") -> KeySource:
     return KeySource("runpod", refs)
 
 
-def _classify(status: int, body: Any, text: str) -> Exception | None:
+def _classify(status: int, body: Any, text: str) -> ProviderError | None:
     words = (text or "").lower()
     if status in (400, 409) and any(w in words for w in CAPACITY_WORDS):
         return NoCapacity("no capacity for the requested GPU type (HTTP %d); try the next ranked offer" % status,

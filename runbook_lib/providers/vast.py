@@ -22,7 +22,7 @@ import re
 import time
 from typing import Any
 
-from runbook_lib.errors import NoCapacity, NotFound, ParamsError
+from runbook_lib.errors import NoCapacity, NotFound, ParamsError, ProviderError
 from runbook_lib.providers._http import ApiClient, KeySource
 from runbook_lib.providers.base import Capabilities, Capability, Endpoint, Pod, PodSpec
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
@@ -128,7 +128,7 @@ def search_body(req: Any, *, ports: int = 0) -> dict[str, Any]:
     return q
 
 
-def _classify(status: int, body: Any, text: str) -> Exception | None:
+def _classify(status: int, body: Any, text: str) -> ProviderError | None:
     """``no_such_ask`` (404/410) means the offer is gone: try the next one. An error that still
     names ``new_contract`` left an instance behind (a failed bid): the caller destroys it."""
     body = body if isinstance(body, dict) else {}

@@ -13,6 +13,7 @@ marker from another run, or with any mismatch, and name the object that failed.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 from abc import ABC, abstractmethod
@@ -175,7 +176,7 @@ class Store(ABC):
 
     # -- sets: objects, then manifest, then marker ------------------------------------------
 
-    def commit_set(self, prefix: str, objects: list[ObjectInfo], *, run_id: str) -> ObjectInfo:
+    def commit_set(self, prefix: str, objects: builtins.list[ObjectInfo], *, run_id: str) -> ObjectInfo:
         """Write ``MANIFEST.json`` for ``objects`` under ``prefix``, then the completion marker.
 
         Returns:
@@ -254,7 +255,7 @@ class Store(ABC):
             self.get_file(info.key, out[rel], expect=info, progress=progress)
         return out
 
-    def newest_verified_set(self, parent: str) -> tuple[str | None, list[dict[str, str]]]:
+    def newest_verified_set(self, parent: str) -> tuple[str | None, builtins.list[dict[str, str]]]:
         """Among the sets directly under ``parent`` (e.g. ``ckpt/step-000010``), the newest by name
         that verifies, and the rejected newer ones with the reason.
 
@@ -263,7 +264,7 @@ class Store(ABC):
         """
         names = sorted({k[len(parent) + 1:].split("/", 1)[0] for k in self.list(parent) if "/" in k[len(parent) + 1:]},
                        reverse=True)
-        rejected = []
+        rejected: builtins.list[dict[str, str]] = []
         for name in names:
             pfx = f"{parent}/{name}"
             try:

@@ -230,7 +230,7 @@ class S3Store(Store):
         try:
             check(key, self.url(key), got, expect or recorded)
             if recorded.sha256 and got.sha256 != recorded.sha256:
-                raise StorageError(f"{self.url(key)}: bytes hash to {got.sha256[:16]}..., object metadata says "
+                raise StorageError(f"{self.url(key)}: bytes hash to {(got.sha256 or '')[:16]}..., object metadata says "
                                    f"{recorded.sha256[:16]}...; the object is corrupt")
         except StorageError:
             dest.unlink(missing_ok=True)

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from runbook_lib.errors import RunbookError, WorkloadError
 from runbook_lib.manifest import sha256_file
@@ -47,7 +47,7 @@ def save_checkpoint(state: dict[str, Any], ckpt_dir: Path, step: int) -> Path:
     tmp = ckpt_dir / f".{final.name}.tmp"
     with open(tmp, "wb") as f:
         w = HashingWriter(f)
-        torch.save(state, w)
+        torch.save(state, cast(IO[bytes], w))  # a file-like writer: write, flush, writable
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, final)
@@ -95,7 +95,8 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
     """
     import torch
 
-    start, resumed_from, rejected = 0, None, []
+    start, resumed_from = 0, None
+    rejected: list[dict[str, str]] = []
     if resume:
         ck, rejected = newest_verified_checkpoint(ckpt_dir)
         if ck is not None:
@@ -326,12 +327,12 @@ def main(argv: list[str]) -> int:
     c.add_argument("--resume", action="store_true")
     c.add_argument("--pause", action="store_true")
     c.add_argument("--reload-check", action="store_true")
-    a = sub.add_parser("agent")
-    a.add_argument("mode", choices=["freeze", "accept", "bench", "slice"])
-    a.add_argument("--steps", type=int, default=0, help="bench/slice: steps to run (0 = all)")
+    ag = sub.add_parser("agent")
+    ag.add_argument("mode", choices=["freeze", "accept", "bench", "slice"])
+    ag.add_argument("--steps", type=int, default=0, help="bench/slice: steps to run (0 = all)")
     for opt in ("--params", "--side", "--run-id", "--store-url", "--prefix"):
-        a.add_argument(opt, required=True)
-    a.add_argument("--frozen-prefix", default="")
+        ag.add_argument(opt, required=True)
+    ag.add_argument("--frozen-prefix", default="")
     args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.params == PARAMS_FROM_ENV:  # a remote pod: the run's params travel in its environment

@@ -1,0 +1,105 @@
+"""``runbook cleanup`` and the interrupt handler, on real local pods (no notebook runs here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from runbook_lib.approvals import require
+from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
+from runbook_lib.cli import main as cli_main
+from runbook_lib.interrupt import Interrupts, exit_code
+from runbook_lib.providers.base import PodSpec
+from runbook_lib.providers.local import LocalProvider
+
+from .conftest import ROOT
+
+RUN_ID = "20261130T000000Z-m-abc123"
+
+
+def _project(tmp_path: Path) -> tuple[Path, LocalProvider]:
+    run_dir = tmp_path / "reports" / RUN_ID
+    run_dir.mkdir(parents=True)
+    shutil.copyfile(ROOT / "params" / "demo.yaml", run_dir / "params.yaml")
+    return run_dir, LocalProvider(root=tmp_path / ".runbook" / "local")
+
+
+def _sleeper(prov: LocalProvider, tmp_path: Path, run_id: str, role: str):
+    spec = PodSpec(name=role, command=(sys.executable, "-c", "import time; time.sleep(600)"), device="cpu",
+                   price_usd_per_hour=0.1, labels=(("run_id", run_id), ("side", "target"), ("role", role)))
+    plan = prov.plan_launch(spec)
+    return prov.apply(plan, require(plan, run_dir=tmp_path / "approvals", preapproved_local=True))
+
+
+def test_cleanup_destroys_only_what_the_run_labelled(tmp_path: Path, capsys) -> None:
+    run_dir, prov = _project(tmp_path)
+    ours = [_sleeper(prov, tmp_path, RUN_ID, r) for r in ("canary", "endpoint-target")]
+    other = _sleeper(prov, tmp_path, "another-run", "canary")
+    gone = _sleeper(prov, tmp_path, RUN_ID, "bench")
+    plan = prov.plan_destroy(gone.id)
+    prov.apply(plan, require(plan, run_dir=tmp_path / "approvals", preapproved_local=True))
+
+    assert cli_main(["cleanup", str(run_dir), "--dry-run"]) == 0
+    assert {p.id: prov.get(p.id).state for p in ours} == {p.id: "RUNNING" for p in ours}  # dry run: nothing
+    assert "dry run" in capsys.readouterr().out
+
+    assert cli_main(["cleanup", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert all(p.id in out for p in ours) and other.id not in out
+    assert all(prov.get(p.id).state == "DESTROYED" for p in ours)
+    assert prov.get(other.id).state == "RUNNING"
+    record = json.loads((run_dir / "cleanup.json").read_text())
+    assert sorted(record["destroyed"]) == sorted(p.id for p in ours) and record["already_gone"] == [gone.id]
+    assert record["clean"] and len(record["teardowns"]) == 2
+    assert all(t["detail"]["processes"]["survivors"] == [] for t in record["teardowns"])
+    approvals = list((run_dir / "approvals").glob("*.json"))
+    assert len(approvals) == 2  # each destroy is recorded under the run's launch approvals
+
+    plan = prov.plan_destroy(other.id)
+    prov.apply(plan, require(plan, run_dir=tmp_path / "approvals", preapproved_local=True))
+
+
+def test_an_aborted_cleanup_leaves_the_rest_for_the_next_one(tmp_path: Path) -> None:
+    run_dir, prov = _project(tmp_path)
+    pods = [_sleeper(prov, tmp_path, RUN_ID, r) for r in ("a", "b")]
+
+    def echo(line: str) -> None:
+        if line.strip().startswith("destroy"):
+            raise CleanupAborted("second Ctrl-C")
+
+    with pytest.raises(CleanupAborted):
+        cleanup_run(run_dir, project=tmp_path, echo=echo)
+    assert sorted(prov.get(p.id).state for p in pods) == ["RUNNING", "RUNNING"]
+    res = cleanup_run(run_dir, project=tmp_path, echo=lambda s: None)
+    assert res.clean and sorted(res.destroyed) == sorted(p.id for p in pods)
+    assert summary(res).startswith("destroyed [")
+
+
+def test_cleanup_refuses_a_directory_that_is_not_a_run(tmp_path: Path, capsys) -> None:
+    assert cli_main(["cleanup", str(tmp_path)]) == 2
+    assert "is not a run directory (no params.yaml in it)" in capsys.readouterr().err
+
+
+def test_a_signal_during_teardown_aborts_it_and_handlers_are_restored() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    with Interrupts() as intr:
+        intr.tearing_down = True
+        with pytest.raises(CleanupAborted, match="SIGINT during teardown"):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert intr.name == "SIGINT" and intr.count == 1
+    assert signal.getsignal(signal.SIGINT) is before
+    assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)) == (130, 143)
+
+
+def test_first_signal_is_recorded_and_a_second_skips_the_teardown() -> None:
+    with Interrupts(kernel_grace_s=0.1) as intr:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert intr.name == "SIGTERM" and intr.received_at and not intr.skip_teardown
+        os.kill(os.getpid(), signal.SIGINT)
+        assert intr.count == 2 and intr.skip_teardown and intr.name == "SIGTERM"

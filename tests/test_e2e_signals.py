@@ -1,0 +1,119 @@
+"""Ctrl-C and SIGTERM during a real run: ``runbook run`` is started as a person would start it
+(its own process group, as a terminal's foreground job), the signal goes to the whole group
+while phase 03, 04 or 05 has resources running, and the test checks the exit code, that no
+process of the run survives, and that the records say what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from runbook_lib.cli import main as cli_main
+from runbook_lib.providers.local import LocalProvider
+
+from .conftest import ROOT
+from .test_e2e import FAST_INFERENCE
+
+pytestmark = pytest.mark.e2e
+
+PHASE_FILES = {"03": "03_prove_parity", "04": "04_compare_production", "05": "05_cutover"}
+
+
+def _start(params: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "runbook_lib.cli", "run", str(params), "--notebooks",
+                             str(ROOT / "notebooks")], cwd=params.parent.parent, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _wait_for_phase(project: Path, phase: str, proc: subprocess.Popen, timeout_s: float = 240) -> Path:
+    """Until phase ``phase``'s notebook runs and a resource of the run is RUNNING; returns the run dir."""
+    prov = LocalProvider(root=project / ".runbook" / "local")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        for nb in (project / "reports").glob(f"*/{PHASE_FILES[phase]}.ipynb"):
+            running = [r for r in prov.list(labels={"run_id": nb.parent.name}) if r.state == "RUNNING"]
+            if running:
+                return nb.parent
+        time.sleep(0.1)
+    raise AssertionError(f"phase {phase} never ran with a resource up")
+
+
+def _survivors(project: Path, run_id: str, runner_pid: int) -> list[str]:
+    """Processes of the run still alive: its pods' and endpoints' (by marker) and its kernels."""
+    ids = {r.id for r in LocalProvider(root=project / ".runbook" / "local").list(labels={"run_id": run_id})}
+    out = []
+    for p in psutil.process_iter(["environ", "status"], ad_value=None):
+        env = p.info["environ"] or {}
+        if p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if env.get("RUNBOOK_POD_ID") in ids or env.get("JPY_PARENT_PID") == str(runner_pid):
+            out.append(f"{p.pid} {env.get('RUNBOOK_POD_ID', 'kernel')}")
+    return out
+
+
+@pytest.mark.parametrize(("phase", "sig"), [("03", signal.SIGINT), ("04", signal.SIGTERM), ("05", signal.SIGINT)])
+def test_a_signal_stops_the_phase_tears_down_and_exits_128_plus_signal(make_params, phase: str, sig: int) -> None:
+    params = make_params(**FAST_INFERENCE)
+    project = params.parent.parent
+    proc = _start(params)
+    run_dir = _wait_for_phase(project, phase, proc)
+    sent = time.monotonic()
+    os.killpg(proc.pid, sig)
+    out, _ = proc.communicate(timeout=120)
+    took = time.monotonic() - sent
+    assert proc.returncode == 128 + sig, out
+    assert took < 60, f"{took:.0f} s from the signal to the exit"
+    assert _survivors(project, run_dir.name, proc.pid) == []
+    resources = LocalProvider(root=project / ".runbook" / "local").list(labels={"run_id": run_dir.name})
+    assert resources and all(r.state == "DESTROYED" for r in resources)
+    name = signal.Signals(sig).name
+    rec = json.loads((run_dir / f"{PHASE_FILES[phase]}.json").read_text())
+    assert rec["status"] == "interrupted" and rec["data"]["signal"] == name
+    nb = nbformat.read(run_dir / f"{PHASE_FILES[phase]}.ipynb", as_version=4)
+    assert nb.metadata.runbook["status"] == "interrupted" and nb.metadata.runbook["ename"] == "Interrupted"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["decision"] == "INTERRUPTED" and manifest["interrupted"]["signal"] == name
+    assert manifest["interrupted"]["teardown"]["clean"] is True
+    later = [p for p in manifest["phases"] if p["phase"] > phase]
+    assert later and all(p["status"] == "skipped" and name in p["reason"] for p in later)
+    assert not (run_dir / "_SUCCESS").exists() and not (run_dir / "receipt.json").exists()
+    assert f"decision: INTERRUPTED (exit {128 + sig})" in out and "teardown: destroyed" in out
+
+
+def test_a_second_ctrl_c_skips_the_teardown_and_runbook_cleanup_finishes_it(make_params, capsys) -> None:
+    params = make_params(**FAST_INFERENCE)
+    project = params.parent.parent
+    proc = _start(params)
+    run_dir = _wait_for_phase(project, "04", proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert f"runbook cleanup {run_dir.relative_to(project)}" in out
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["interrupted"]["signals_received"] == 2 and manifest["interrupted"]["teardown"]["skipped"]
+    prov = LocalProvider(root=project / ".runbook" / "local")
+    left = [r for r in prov.list(labels={"run_id": run_dir.name}) if r.state != "DESTROYED"]
+    assert left, "the second Ctrl-C left the endpoints for `runbook cleanup`"
+    capsys.readouterr()
+    assert cli_main(["cleanup", str(run_dir), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert all(r.id in shown for r in left)
+    assert [r.id for r in prov.list(labels={"run_id": run_dir.name}) if r.state != "DESTROYED"] == [r.id for r in left]
+    assert cli_main(["cleanup", str(run_dir)]) == 0
+    assert all(r.state == "DESTROYED" for r in prov.list(labels={"run_id": run_dir.name}))
+    assert _survivors(project, run_dir.name, proc.pid) == []
+    record = json.loads((run_dir / "cleanup.json").read_text())
+    assert sorted(record["destroyed"]) == sorted(r.id for r in left) and record["clean"]
