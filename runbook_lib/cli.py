@@ -37,17 +37,27 @@ def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) ->
         print(f"provider fixtures: remote APIs answer from recorded shapes (request log: {where})", flush=True)
 
 
+def _echo(line: str) -> None:
+    """Progress to stdout; a reader that went away (a closed pipe or terminal) must not stop a run
+    that holds paid resources, so progress is then dropped and the run goes on to its teardown."""
+    try:
+        print(line, flush=True)
+    except (BrokenPipeError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # later prints (and the interpreter's flush at exit) go nowhere
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from runbook_lib.runner import environment_ok, run_migration
 
     _use_fixtures(args)
     environment_ok()
     res = run_migration(args.params, reports_dir=args.reports, approval_ref=args.approval_file or "",
-                        notebooks_dir=args.notebooks, echo=lambda s: print(s, flush=True))
-    print(f"decision: {res.decision} (exit {res.exit_code})")
+                        notebooks_dir=args.notebooks, echo=_echo)
+    _echo(f"decision: {res.decision} (exit {res.exit_code})")
     for reason in res.reasons:
-        print(f"  - {reason}")
-    print(f"evidence: {res.run_dir}")
+        _echo(f"  - {reason}")
+    _echo(f"evidence: {res.run_dir}")
     return res.exit_code
 
 
@@ -152,8 +162,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
-    from runbook_lib.errors import EXIT_HOLD, UsageError
-    from runbook_lib.resolve import EXIT_BY_STANDING, resolve_run, standing
+    from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD, UsageError
+    from runbook_lib.resolve import resolve_run, standing
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -169,7 +179,7 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     print(f"{run_dir.name}: HOLD resolved to {res['decision']} by {res['by']} at {res['resolved_at']} "
           f"(deadline {res['hold_deadline']}); {res['rollback']}")
     print(f"recorded in {run_dir / 'resolution.json'} (sha256 of the manifest it resolves: {res['resolves']['sha256']})")
-    return EXIT_BY_STANDING[res["decision"]]
+    return EXIT_BY_DECISION[res["decision"]]
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

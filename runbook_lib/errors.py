@@ -30,6 +30,8 @@ EXIT_NO_GO = 1
 EXIT_USAGE = 2
 EXIT_HOLD = 3
 EXIT_FAILED = 4
+EXIT_BY_DECISION = {"GO": EXIT_GO, "NO-GO": EXIT_NO_GO, "HOLD": EXIT_HOLD}
+"""Exit code of a decided run (or a resolution) by its decision; the one map every caller uses."""
 
 
 class RunbookError(Exception):

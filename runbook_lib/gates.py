@@ -11,7 +11,7 @@ Default thresholds and their sources:
   (https://pytorch.org/docs/stable/testing.html): float32 rtol 1.3e-6 atol 1e-5, bfloat16 rtol
   1.6e-2 atol 1e-5, float16 rtol 1e-3 atol 1e-5;
 * latency p95 ratio <= 1.10: Kayenta's documented "fail at +10 %" example; its interval is a
-  block bootstrap over rounds (reference/gates.md 5.3, ``latency_p95_rel``), because requests
+  block bootstrap over rounds (docs/reference/gates.md 5.3, ``latency_p95_rel``), because requests
   within one round share its host state and are not independent;
 * throughput ratio >= 0.95: a 5 % non-inferiority margin;
 * cold start median ratio <= 1.25 (the runbook's default; set yours in params).
@@ -274,7 +274,7 @@ def latency_p95_ratio(source: Any, target: Any, *, max_ratio: float, min_samples
     ``max_ratio``, FAIL when its lower end is above it, else INCONCLUSIVE.
 
     Requests of one round share the host state of that round, so they are not independent: the
-    rounds are resampled, then requests within them (reference/gates.md 5.3, "block bootstrap
+    rounds are resampled, then requests within them (docs/reference/gates.md 5.3, "block bootstrap
     over rounds").
 
     Args:
@@ -371,7 +371,7 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
 
     With ``accepted_rounds`` (per side, per round, one 0/1 flag per request: accepted or not) the
     ratio T/S of USD per accepted unit gets a 90 % interval from the block bootstrap over rounds
-    (:func:`round_bootstrap`; reference/gates.md 5.3 "bootstrap the ratio jointly over rounds"):
+    (:func:`round_bootstrap`; docs/reference/gates.md 5.3 "bootstrap the ratio jointly over rounds"):
     billed cost is fixed, the accepted share is resampled. PASS when the interval's upper end is
     <= 1 - required_saving, FAIL when its lower end is above, INCONCLUSIVE when it straddles.
     Without rounds it is a point comparison.
@@ -416,7 +416,7 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
 def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -> GateResult:
     """Performance and cost gates decide only when the operator chose their threshold: "every
     parity and reliability gate is blocking; performance and cost gates are blocking when the
-    operator set an SLO or a budget, otherwise scored" (reference/gates.md 5.1).
+    operator set an SLO or a budget, otherwise scored" (docs/reference/gates.md 5.1).
 
     Args:
         result: the gate as judged.
@@ -437,7 +437,7 @@ def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -
 def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
     """The gate ``result`` with some of its inputs lost to a measurement-machinery failure that
     outlasted its retries: INCONCLUSIVE, never FAIL or PASS, because an ERROR is "never evidence
-    about the target" (reference/gates.md 5.1, after Argo Rollouts' Error verdict). What the
+    about the target" (docs/reference/gates.md 5.1, after Argo Rollouts' Error verdict). What the
     remaining data said is kept in the detail.
 
     Args:

@@ -50,9 +50,14 @@ def _kernels() -> list[Any]:
 def _signal_kernels(sig: int) -> list[int]:
     """Send ``sig`` to each kernel's process group; a kernel already gone is skipped."""
     sent = []
+    ours = os.getpgrp()
     for k in _kernels():
         try:
-            os.killpg(os.getpgid(k.pid), sig)
+            group = os.getpgid(k.pid)
+            if group == ours:  # a kernel in our own group: signal it alone, never ourselves again
+                os.kill(k.pid, sig)
+            else:
+                os.killpg(group, sig)
             sent.append(k.pid)
         except (ProcessLookupError, PermissionError):
             continue
@@ -115,8 +120,11 @@ class Interrupts:
             self._kill_kernels()
             return
         if self.count == 1:
-            print(f"\n{signal.Signals(signum).name}: stopping the current phase, then tearing down what this run "
-                  "created (press Ctrl-C again to skip the teardown)", flush=True)
+            try:
+                print(f"\n{signal.Signals(signum).name}: stopping the current phase, then tearing down what this "
+                      "run created (press Ctrl-C again to skip the teardown)", flush=True)
+            except (OSError, ValueError):  # nobody reads stdout any more: stopping matters, not saying so
+                pass
             _signal_kernels(signal.SIGINT)
             self._timer = threading.Timer(self.kernel_grace_s, self._kill_kernels)
             self._timer.daemon = True

@@ -201,7 +201,7 @@ T = TypeVar("T")
 MACHINERY_ERRORS: tuple[type[BaseException], ...] = (ProviderError, StorageError, OSError)
 """Exceptions that mean the measuring broke (a provider call, a connection, the store), not that
 the target failed a request: a failed request is a sample (``FAILED``, ``CLIENT_ERROR``) and is
-evidence; these are retried and never judged (reference/gates.md section 5.1, ERROR)."""
+evidence; these are retried and never judged (docs/reference/gates.md section 5.1, ERROR)."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ def with_retries(fn: Callable[[int], T], *, what: str, kind: str, side: str, ret
     ``fn(attempt)`` (attempt 0, 1, ...) is called until it returns; an exception in ``retry_on``
     is recorded and retried after ``interval_s`` seconds, up to ``retries`` times after the first
     attempt (Argo Rollouts' defaults are 4 consecutive errors tolerated, 10 s apart:
-    ``DefaultConsecutiveErrorLimit``, ``DefaultErrorRetryInterval``; reference/gates.md 5.1).
+    ``DefaultConsecutiveErrorLimit``, ``DefaultErrorRetryInterval``; docs/reference/gates.md 5.1).
     Any other exception propagates at once: it is not a machinery failure.
 
     Args:
@@ -279,10 +279,3 @@ def with_retries(fn: Callable[[int], T], *, what: str, kind: str, side: str, ret
         return Attempted(what, kind, side, value, tuple(attempts), waited)
     return Attempted(what, kind, side, None, tuple(attempts), waited)
 
-
-def percentiles(values: Any, qs: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:
-    """``{"p50": ..., "p95": ..., "p99": ...}`` of ``values`` (seconds), by numpy's default
-    linear interpolation; NaN when there are no values."""
-    arr = np.asarray(values, dtype=float)
-    arr = arr[~np.isnan(arr)]
-    return {f"p{int(q)}": (float(np.percentile(arr, q)) if arr.size else float("nan")) for q in qs}

@@ -120,7 +120,8 @@ class OfferSpec(_Model):
         return self
 
 
-REMOTE_PROVIDERS = ("runpod", "vast")
+REMOTE_PROVIDERS = frozenset({"runpod", "vast"})
+"""Providers that rent real machines: they need an image and a key, and default to dry-run."""
 
 
 class Profile(_Model):
@@ -254,7 +255,7 @@ class Measure(_Model):
     store; not a request the target failed, which is a sample) is retried up to
     ``error_retries`` times, ``error_retry_interval_s`` seconds apart; if every attempt fails,
     the gates it feeds are INCONCLUSIVE. Defaults are Argo Rollouts' (``consecutiveErrorLimit``
-    4, ``DefaultErrorRetryInterval`` 10 s; reference/gates.md sections 1 and 5.1).
+    4, ``DefaultErrorRetryInterval`` 10 s; docs/reference/gates.md sections 1 and 5.1).
     """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
@@ -274,7 +275,7 @@ class Gates(_Model):
     Performance and cost gates are blocking only when their threshold is set in the params file
     (``latency_p95_ratio_max``, ``throughput_ratio_min``, ``cold_start_ratio_max``,
     ``required_saving``; the latency SLO is ``workload.requirements.max_request_s``); left at
-    their defaults they are scored, reported but not deciding (reference/gates.md 5.1). Parity
+    their defaults they are scored, reported but not deciding (docs/reference/gates.md 5.1). Parity
     and reliability gates are always blocking.
     """
 
@@ -290,7 +291,7 @@ class Gates(_Model):
     min_latency_samples: int = Field(default=20, ge=1)
     spend_limit_usd: float | None = Field(default=None, gt=0)
     # Seconds a HOLD waits for a person (`runbook resolve`) before it resolves to NO-GO:
-    # reference/gates.md 5.2, a Flagger progressDeadlineSeconds analogue, 60 min proposed there.
+    # docs/reference/gates.md 5.2, a Flagger progressDeadlineSeconds analogue, 60 min proposed there.
     hold_deadline_s: float = Field(default=3600.0, gt=0)
 
 

@@ -1,5 +1,5 @@
 """Resolve a HOLD run: a person decides GO or NO-GO before its deadline, or, once the deadline has
-passed with no one deciding, it resolves to NO-GO (reference/gates.md 5.2: "then fail safe").
+passed with no one deciding, it resolves to NO-GO (docs/reference/gates.md 5.2: "then fail safe").
 
 A HOLD run is already sealed (``manifest.json``, then ``_SUCCESS``) and phase 06 has already
 restored the source route and torn the target down. Its evidence is never rewritten: the
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.errors import EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EvidenceError, UsageError
+from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, UsageError
 from runbook_lib.manifest import iso, parse_iso
 
 RESOLUTION_FILE = "resolution.json"
@@ -183,7 +183,7 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
         "receipt_sha256": sha256_file(run_dir / "receipt.json"),
         "held_decision": "HOLD",
         "decision": decision,
-        "exit_code": EXIT_GO if decision == "GO" else EXIT_NO_GO,
+        "exit_code": EXIT_BY_DECISION[decision],
         "kind": kind,
         "by": by,
         "reason": reason,
@@ -219,4 +219,3 @@ def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:
     return rows
 
 
-EXIT_BY_STANDING = {"GO": EXIT_GO, "NO-GO": EXIT_NO_GO, "HOLD": EXIT_HOLD}

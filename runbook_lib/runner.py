@@ -1,7 +1,7 @@
 """Execute the phase notebooks with papermill, honestly.
 
 Plain papermill marks every cell "completed" after a cell timeout or a dead kernel
-(reference/notebooks.md section 1.7). The runner therefore asks nbclient to interrupt a timed
+(docs/reference/notebooks.md section 1.7). The runner therefore asks nbclient to interrupt a timed
 out cell and raise, catches ``DeadKernelError`` itself, stamps the executed notebook with its
 own status (``metadata.runbook``), marks cells that never ran as such, and writes a ``failed``
 phase record naming the notebook and cell. The executed notebook is always kept.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runbook_lib.errors import EXIT_FAILED, EvidenceError, PhaseFailed
+from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, EvidenceError, PhaseFailed
 from runbook_lib.interrupt import Interrupts
 from runbook_lib.manifest import PHASES, new_run_id, phase_name, read_chain, utc_now, write_record
 from runbook_lib.params import Migration, load_params, project_root
@@ -28,7 +28,6 @@ from runbook_lib.seal import seal_run
 
 NOTEBOOKS_DIR = "notebooks"
 KERNEL_NAME = "python3"
-EXIT_BY_DECISION = {"GO": 0, "NO-GO": 1, "HOLD": 3}
 INTERRUPTED = "Interrupted"  # ename of a phase stopped by SIGINT/SIGTERM
 
 

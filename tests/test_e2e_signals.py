@@ -117,3 +117,19 @@ def test_a_second_ctrl_c_skips_the_teardown_and_runbook_cleanup_finishes_it(make
     assert _survivors(project, run_dir.name, proc.pid) == []
     record = json.loads((run_dir / "cleanup.json").read_text())
     assert sorted(record["destroyed"]) == sorted(r.id for r in left) and record["clean"]
+
+
+def test_a_run_whose_reader_went_away_still_stops_cleanly(make_params) -> None:
+    # The terminal or the pipe reading `runbook run` goes away (a closed `| tee`, a dead parent):
+    # progress can no longer be printed, and a later SIGTERM must still tear down and seal.
+    params = make_params(**FAST_INFERENCE)
+    project = params.parent.parent
+    proc = _start(params)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("run ")
+    proc.stdout.close()
+    run_dir = _wait_for_phase(project, "03", proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["decision"] == "INTERRUPTED" and manifest["interrupted"]["teardown"]["clean"] is True
+    assert _survivors(project, run_dir.name, proc.pid) == []

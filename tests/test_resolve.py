@@ -38,7 +38,7 @@ def _sealed(tmp_path: Path, decision: str = "HOLD", deadline: dt.datetime | None
 
 
 def test_deadline_default_and_arithmetic() -> None:
-    assert Gates().hold_deadline_s == 3600.0  # reference/gates.md 5.2: 60 min
+    assert Gates().hold_deadline_s == 3600.0  # docs/reference/gates.md 5.2: 60 min
     assert hold_deadline("2026-03-01T12:00:00.000Z", 3600) == "2026-03-01T13:00:00.000Z"
     assert hold_deadline("2026-12-31T23:30:00.250Z", 5400) == "2027-01-01T01:00:00.250Z"
 

@@ -292,3 +292,65 @@ def test_objects_replaced_under_a_reader_never_crash_it(tmp_path: Path) -> None:
     finally:
         stop.set()
         t.join()
+
+
+def test_a_reused_pid_is_never_taken_for_the_pod(tmp_path: Path) -> None:
+    # The provider keeps the leader's pid in its record. After the pod dies that pid can name
+    # another process; simulated here by pointing the record at a live stranger. The pod must
+    # read as exited, and its destroy must leave the stranger alone.
+    import json
+    import subprocess
+
+    prov = LocalProvider(root=tmp_path / "state")
+    pod = _launch_tree(prov, tmp_path)
+    _sigkill(_marked(pod.id))
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        record = tmp_path / "state" / "pods" / pod.id / "pod.json"
+        meta = json.loads(record.read_text())
+        assert meta["state"] == "RUNNING"  # not refreshed since the kill
+        meta["pid"] = stranger.pid  # same number, another process (different creation time)
+        record.write_text(json.dumps(meta))
+        assert prov.get(pod.id).state == "EXITED"
+        _destroy(prov, pod.id, tmp_path)
+        _assert_gone(prov, pod.id)
+        assert stranger.poll() is None  # never signalled
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_phase_teardown_of_a_resource_gone_since_it_was_listed(make_params, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # Phase 06 lists the run's resources, then destroys each. One that vanished in between is
+    # judged on the labels it was listed with and ends as a teardown that found it gone; an id
+    # nobody knows is "nothing to destroy"; a live resource of another run still needs its own
+    # approval.
+    from runbook_lib.errors import ApprovalRequired
+    from runbook_lib.phases import open_phase
+
+    monkeypatch.chdir(tmp_path)
+    params = make_params(approvals={"preapproved_local": False})
+    ctx = open_phase("06", str(params), str(tmp_path / "reports" / "20261130T000000Z-race-000001"))
+    vanished = ctx.destroy("target", "pod-0badc0de", labels={"run_id": ctx.run_id, "role": "canary"})
+    unknown = ctx.destroy("target", "pod-00000000")
+    assert isinstance(vanished, Teardown) and vanished.found == "gone"
+    assert isinstance(unknown, Teardown) and unknown.found == "gone"
+    assert [p["method"] for p in ctx.plans] == [
+        "teardown of a resource this run created under an approved launch",
+        "nothing to destroy: the provider no longer knows it"]
+    prov = LocalProvider(root=tmp_path / ".runbook" / "local")
+    stranger = prov.apply(*_planned_launch(prov, tmp_path, (("run_id", "another-run"),)))
+    try:
+        with pytest.raises(ApprovalRequired):
+            ctx.destroy("target", stranger.id)
+        assert prov.get(stranger.id).state == "RUNNING"
+    finally:
+        _destroy(prov, stranger.id, tmp_path)
+
+
+def _planned_launch(prov: LocalProvider, tmp_path: Path, labels: tuple[tuple[str, str], ...]) -> tuple:
+    spec = PodSpec(name="s", command=(sys.executable, "-c", "import time; time.sleep(600)"), device="cpu",
+                   price_usd_per_hour=0.1, labels=labels)
+    plan = prov.plan_launch(spec)
+    return plan, _approve(plan, tmp_path)

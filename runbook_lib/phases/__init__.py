@@ -8,7 +8,6 @@ with :meth:`PhaseContext.finish`, which writes the chained record.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -18,7 +17,15 @@ from typing import Any, Callable
 from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, ParamsError
 from runbook_lib.gates import GateResult, from_dict
-from runbook_lib.manifest import PHASES, Record, new_run_id, require_records, utc_now, write_record
+from runbook_lib.manifest import (
+    PHASES,
+    Record,
+    new_run_id,
+    require_records,
+    utc_now,
+    write_json_atomic,
+    write_record,
+)
 from runbook_lib.params import Migration, Profile, load_params, project_root
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Teardown
@@ -288,8 +295,10 @@ class PhaseContext:
         return paths
 
     def write_json(self, rel: str, data: Any) -> Path:
+        """Write evidence ``rel`` as indented JSON, atomically (temporary name, fsync, rename), and
+        register it for this phase's record."""
         p = self.path(rel)
-        p.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        write_json_atomic(p, data)
         return p
 
     def add_gates(self, *results: GateResult) -> list[GateResult]:
@@ -306,7 +315,7 @@ class PhaseContext:
         body["plans"] = self.plans
         body["stop_migration"] = any(g.blocking and g.verdict == "FAIL" for g in self.gates)
         # Never cut over on inconclusive evidence: an INCONCLUSIVE or ERROR blocking gate holds
-        # the migration before the next phase (reference/gates.md section 5.2).
+        # the migration before the next phase (docs/reference/gates.md section 5.2).
         body["hold_migration"] = any(g.blocking and g.verdict in ("INCONCLUSIVE", "ERROR") for g in self.gates)
         return write_record(self.run_dir, self.phase, status="completed", data=body, files=self.files,
                             started=self.started)

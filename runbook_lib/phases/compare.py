@@ -69,7 +69,7 @@ OPERATOR_SETTINGS: dict[str, str] = {
     "latency_slo": "workload.requirements.max_request_s",
 }
 """Performance and cost gates, and the params field whose explicit setting makes each blocking
-(reference/gates.md 5.1); without it they are scored. ``spend_limit`` is blocking exactly when
+(docs/reference/gates.md 5.1); without it they are scored. ``spend_limit`` is blocking exactly when
 ``gates.spend_limit_usd`` is set; parity and reliability gates are always blocking."""
 
 
@@ -378,9 +378,9 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max,
                            q=95 if ctx.mig.workload.kind == "inference" else 50, phase="04")
         if ctx.mig.workload.kind == "training":
-            # Sub-millisecond steps of the demo MLP drift with any host activity between pods; the
-            # A/A result is reported (scored) rather than holding the decision. Real training steps
-            # (hundreds of ms) should keep it blocking: see the closing note of this change.
+            # For training the A/A result is scored, not blocking: sub-millisecond steps of the demo
+            # MLP drift with any host activity between pods. Training steps of hundreds of ms would
+            # support a blocking check; no params setting asks for one yet.
             aa = g.from_dict({**aa.to_dict(), "blocking": False})
         extra.append(aa)
     else:

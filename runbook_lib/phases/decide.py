@@ -15,15 +15,13 @@ from typing import Any
 
 from runbook_lib import __version__
 from runbook_lib import gates as g
-from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, AuthError, NotFound
+from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound
 from runbook_lib.manifest import PHASES, utc_now
 from runbook_lib.params import params_sha256
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.cutover import Route
 from runbook_lib.providers import REMOTE
 from runbook_lib.resolve import hold_deadline
-
-EXIT_CODES = {"GO": EXIT_GO, "NO-GO": EXIT_NO_GO, "HOLD": EXIT_HOLD}
 
 
 def phase_status(ctx: PhaseContext) -> list[dict[str, Any]]:
@@ -183,7 +181,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         "decision": decision,
         **held,
         "run_status": "failed" if any(r["status"] == "failed" for r in phase_status(ctx)) else "completed",
-        "exit_code": EXIT_FAILED if any(r["status"] == "failed" for r in phase_status(ctx)) else EXIT_CODES[decision],
+        "exit_code": EXIT_FAILED if any(r["status"] == "failed" for r in phase_status(ctx)) else EXIT_BY_DECISION[decision],
         "reasons": reasons,
         "source": {"release": ctx.mig.source.release, "provider": ctx.mig.source.provider,
                    "profile": ctx.mig.source.model_dump(exclude={"secrets"})},

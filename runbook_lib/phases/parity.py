@@ -10,7 +10,6 @@ destroys the canary (verified gone).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -105,11 +104,3 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                               detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
     return ctx.add_gates(*out)
 
-
-def frozen_manifest(ctx: PhaseContext) -> dict[str, Any]:
-    """The frozen set's manifest as phase 01 recorded it (for display)."""
-    return ctx.records["01"].data["freeze"]["frozen"]
-
-
-def golden_path(ctx: PhaseContext) -> Path:
-    return ctx.run_dir / "01/golden_outputs.npy"

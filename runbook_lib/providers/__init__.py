@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from runbook_lib.errors import ProviderError
+from runbook_lib.params import REMOTE_PROVIDERS
 
 PROVIDERS = MappingProxyType({
     "local": "runbook_lib.providers.local",
@@ -20,7 +21,8 @@ PROVIDERS = MappingProxyType({
 """Registry name -> module path. Read-only; tests build their own providers directly."""
 
 
-REMOTE = frozenset({"runpod", "vast"})
+REMOTE = REMOTE_PROVIDERS
+"""Registry names of the providers that rent real machines (dry-run by default, keys needed)."""
 
 
 def create_provider(name: str, **kwargs: Any) -> Any:

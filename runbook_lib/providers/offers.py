@@ -4,7 +4,7 @@ Runpod's v2 catalog (``GET /v2/catalog/gpus``) and Vast.ai's offer search (``POS
 /api/v0/bundles/``) describe the same thing differently: GPU names ("NVIDIA GeForce RTX 4090" vs
 "RTX 4090"), per-GPU vs per-machine prices, host RAM vs our share of it. :class:`Offer` is the
 normalized record (after dstack's offer and SkyPilot's catalog columns; see
-``../shared/reference/providers.md`` section 1), and :func:`filter_offers` re-checks every
+``docs/reference/providers.md`` section 1), and :func:`filter_offers` re-checks every
 requirement on our side, because provider searches can drop filters silently (SkyPilot PR #9892,
 vast-cli #391, gpuhunt #142).
 """

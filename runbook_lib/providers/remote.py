@@ -134,11 +134,6 @@ class RemoteProvider(Provider):
         """Everything the account has (all pages)."""
 
 
-    def check_access(self) -> dict[str, Any]:
-        """One cheap authenticated read (preflight). Raises AuthError with the key reference."""
-        self._list_raw()
-        return {"provider": self.name, "authenticated": True}
-
     # -- plans -----------------------------------------------------------------------------------
 
     def plan_launch(self, spec: PodSpec, *, dry_run: bool = True) -> Plan:

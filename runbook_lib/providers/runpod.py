@@ -1,6 +1,6 @@
 """Runpod over REST v2 (pods, catalog, serverless management) and the job API.
 
-Sources (paraphrased in ``../shared/reference/providers.md`` section 2):
+Sources (paraphrased in ``docs/reference/providers.md`` section 2):
 
 * REST v2, ``https://api.runpod.io/v2/...``: GA 2026-08-18; REST v1 was retired 2026-11-15
   (runpod/docs ``release-notes.mdx``, ``api-reference-v2/migrate-from-v1.mdx``). Errors are RFC

@@ -1,6 +1,6 @@
 """Vast.ai over its REST API (``https://console.vast.ai/api/v0``; instance list on ``/api/v1``).
 
-Sources (paraphrased in ``../shared/reference/providers.md`` section 3): vast-ai/docs
+Sources (paraphrased in ``docs/reference/providers.md`` section 3): vast-ai/docs
 ``api-reference`` pages, vast-cli ``vastai/api/offers.py`` / ``query.py`` / ``instances.py``,
 dstack ``backends/vastai``. Where the docs and the working clients disagree (``env`` format,
 ``ports`` shape, ``type`` spelling) this module follows the clients:
@@ -165,7 +165,7 @@ class VastProvider(RemoteProvider):
     TERMINAL_BAD = ("oci runtime", "error response from daemon", "unsatisfied condition")
 
     def capabilities(self) -> Capabilities:
-        src = "vast-ai/docs guides/instances; ../shared/reference/providers.md 3.8"
+        src = "vast-ai/docs guides/instances; docs/reference/providers.md 3.8"
         return Capabilities(
             provider=self.name,
             udp=Capability(True, "ports published with -p host:container; UDP mappings allowed", src),
@@ -261,11 +261,6 @@ class VastProvider(RemoteProvider):
         except NotFound:  # 404 no_such_instance: already gone (dstack treats it so too)
             return {"request": req, "answer": "404: already gone"}
         return {"request": req, "answer": "deleted"}
-
-    def check_access(self) -> dict[str, Any]:
-        """``GET /api/v0/users/current/``: the cheapest authenticated call."""
-        self.api.request("GET", "/api/v0/users/current/")
-        return {"provider": self.name, "authenticated": True}
 
 
 def create(*, root: Any = None, profile: Any = None, transport: Any = None, key: KeySource | None = None,

@@ -12,7 +12,7 @@ import pytest
 
 from runbook_lib.approvals import Approval
 from runbook_lib.errors import ApprovalRequired
-from runbook_lib.providers.base import Capabilities, Pod, PodSpec
+from runbook_lib.providers.base import Capabilities, Pod, PodSpec, Teardown
 
 
 @dataclass
@@ -75,15 +75,22 @@ class ProviderContract:
         assert [r.id for r in env.provider.list(labels={"run_id": "contract-life"})] == [pod.id]
         assert env.provider.list(labels={"run_id": "another-run"}) == []
         assert not env.provider.is_gone(pod.id)
+        done = []
         for _ in range(2):  # destroying twice is not an error
             d = env.provider.plan_destroy(pod.id, dry_run=False)
-            env.provider.apply(d, approve(d))
+            done.append(env.provider.apply(d, approve(d)))
         assert env.provider.is_gone(pod.id)
+        assert all(isinstance(t, Teardown) and t.action == "destroy" and t.resource_id == pod.id for t in done)
+        assert done[0].found != "gone" and done[0].detail  # it says what it found and did
+        assert done[1].found in ("gone", "DESTROYED")  # the second found nothing left to destroy
         left = env.provider.list(labels={"run_id": "contract-life"})  # gone, or listed as DESTROYED
         assert all(r.id == pod.id and r.state == "DESTROYED" for r in left)
 
     def test_unknown_resource_is_gone(self, env: ProviderEnv) -> None:
         assert env.provider.is_gone("no-such-resource-0000")
+        d = env.provider.plan_destroy("no-such-resource-0000", dry_run=False)
+        done = env.provider.apply(d, approve(d))  # destroying what is already gone is a success
+        assert isinstance(done, Teardown) and done.found == "gone"
 
 
 def local_env(tmp_path: Path) -> ProviderEnv:
