@@ -183,7 +183,7 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from runbook_lib.manifest import verify_run
+    from runbook_lib.verify import verify_run
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():

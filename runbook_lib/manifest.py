@@ -215,12 +215,11 @@ def write_completion_marker(run_dir: str | Path, files: dict[str, str]) -> Path:
     return path
 
 
-def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
-    """Recompute every hash a run's evidence names, offline, without stopping at the first problem.
-
-    Checks each phase record's link to the record before it, every file a record lists, the
-    manifest's records and executed notebooks, the completion marker's files, and a HOLD run's
-    ``resolution.json`` when there is one (its own content hash and the manifest it names).
+def verify_evidence(run_dir: str | Path) -> list[dict[str, str]]:
+    """Recompute every hash the sealed evidence names, offline, without stopping at the first
+    problem: each phase record's link to the record before it, every file a record lists, the
+    manifest's records and executed notebooks, and the completion marker's files. (What is
+    written after the seal, ``resolution.json``, is checked by :mod:`runbook_lib.verify`.)
 
     Returns:
         Rows ``{"path", "status", "by"}`` with status ``intact``, ``altered``, ``missing`` or
@@ -265,14 +264,4 @@ def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
             check(name, want, COMPLETION_MARKER)
     elif manifest.exists():
         rows.append({"path": COMPLETION_MARKER, "status": "missing", "by": "a sealed run ends with it"})
-    from runbook_lib.resolve import verify_resolution
-
-    rows += verify_resolution(run_dir)
-    seen: dict[tuple[str, str], dict[str, str]] = {}
-    for r in rows:  # one row per (path, status); several vouchers are joined
-        key = (r["path"], r["status"])
-        if key in seen:
-            seen[key]["by"] += f", {r['by']}"
-        else:
-            seen[key] = dict(r)
-    return list(seen.values())
+    return rows

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runbook_lib.errors import ParamsError
+from runbook_lib.offer_query import parse_query
 
 Device = Annotated[str, Field(pattern=r"^(cpu|cuda|cuda:\d+)$")]
 DType = Literal["float32", "bfloat16", "float16"]
@@ -105,8 +106,6 @@ class OfferSpec(_Model):
     @classmethod
     def _query_parses(cls, v: str) -> str:
         if v:
-            from runbook_lib.providers.vast import parse_query
-
             try:
                 parse_query(v)
             except ParamsError as exc:

@@ -120,12 +120,7 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
             before the deadline.
         EvidenceError: the run's evidence does not verify.
     """
-    from runbook_lib.manifest import (
-        COMPLETION_MARKER,
-        sha256_file,
-        verify_run,
-        write_json_atomic,
-    )
+    from runbook_lib.manifest import COMPLETION_MARKER, sha256_file, verify_evidence, write_json_atomic
 
     run_dir = Path(run_dir)
     now = now or _dt.datetime.now(_dt.timezone.utc)
@@ -141,7 +136,7 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
         got = f"{existing.get('decision')} by {existing.get('by')} at {existing.get('resolved_at')}" if existing \
             else "unreadable"
         raise UsageError(f"{run_dir.name} is already resolved ({RESOLUTION_FILE}: {got}); a resolution is final")
-    bad = [r for r in verify_run(run_dir) if r["status"] != "intact"]
+    bad = [r for r in verify_evidence(run_dir) if r["status"] != "intact"]
     if bad:
         raise EvidenceError(f"{run_dir.name}: evidence does not verify ({[(r['path'], r['status']) for r in bad]}); "
                             "a decision cannot rest on it. Run `runbook verify` and investigate, or start a new run.")
@@ -197,7 +192,7 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
 
 
 def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:
-    """Rows (``path``, ``status``, ``by``) for ``resolution.json``, as :func:`manifest.verify_run`
+    """Rows (``path``, ``status``, ``by``) for ``resolution.json``, as :func:`verify.verify_run`
     reports them: ``altered`` when its content no longer matches its ``content_sha256`` (or it is
     not JSON), ``broken-link`` when the ``manifest.json`` it resolves has a different sha256 now;
     no rows when there is no resolution."""

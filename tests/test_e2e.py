@@ -15,10 +15,11 @@ import pytest
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
-from runbook_lib.manifest import read_chain, sha256_file, verify_run
+from runbook_lib.manifest import read_chain, sha256_file
 from runbook_lib.report import remote_references
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.runner import RunResult, execute_phase, run_migration
+from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
 

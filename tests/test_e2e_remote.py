@@ -12,7 +12,7 @@ import pytest
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_HOLD, EXIT_USAGE
-from runbook_lib.manifest import verify_run
+from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
 

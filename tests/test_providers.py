@@ -110,7 +110,7 @@ def test_vast_offers_are_post_filtered_and_normalized() -> None:
 
 def test_vast_cli_query_language() -> None:
     from runbook_lib.errors import ParamsError
-    from runbook_lib.providers.vast import parse_query
+    from runbook_lib.offer_query import parse_query
 
     q = parse_query("gpu_name=RTX_4090 num_gpus>=1 cuda_vers>=12.4 cpu_ram>=32 duration>2 dph<0.5 rented=any")
     assert q == {"gpu_name": {"eq": "RTX 4090"}, "num_gpus": {"gte": 1}, "cuda_max_good": {"gte": 12.4},

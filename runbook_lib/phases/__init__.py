@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, ParamsError
-from runbook_lib.gates import GateResult, from_dict
+from runbook_lib.gates import GateResult, from_dict, tolerance_for
 from runbook_lib.manifest import (
     PHASES,
     Record,
@@ -192,6 +192,27 @@ class PhaseContext:
                        offers=(offers or ()) if remote else (),  # an agent serves nothing: no ports to publish
                        disk_gb=prof.offer.disk_gb)
         return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
+
+    def store_prefix(self, *parts: str) -> str:
+        """Store prefix of this run: ``runs/<run_id>/<parts...>``."""
+        return "/".join(("runs", self.run_id, *parts))
+
+    def accepted(self, golden: Any, row: dict[str, Any]) -> bool:
+        """An accepted unit (README, cost per accepted unit): COMPLETED, within the SLO
+        (``workload.requirements.max_request_s``, seconds from intended arrival), and its output
+        within the dtype's tolerance of golden row ``row["input_index"]`` (``golden``: float64
+        array, shape ``(inputs, dims)``)."""
+        import numpy as np
+
+        if row["status"] != "COMPLETED" or row["total_s"] > self.mig.workload.requirements.max_request_s:
+            return False
+        out = row.get("output")
+        if out is None:
+            return False
+        ref = golden[int(row["input_index"])]
+        rt, at, _ = tolerance_for(self.mig.source.dtype, self.mig.gates.parity_rtol, self.mig.gates.parity_atol)
+        obs = np.asarray(out, dtype=np.float64)
+        return obs.shape == ref.shape and bool(np.all(np.abs(obs - ref) <= at + rt * np.abs(ref)))
 
     def store_url(self) -> str:
         """The store's URL as a pod sees it (a local directory made absolute; an S3 URL as given,

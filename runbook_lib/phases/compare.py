@@ -41,7 +41,6 @@ from runbook_lib.measure import (
     with_retries,
 )
 from runbook_lib.phases import PhaseContext
-from runbook_lib.phases.freeze import prefix
 from runbook_lib.workload import make_workload
 
 ROUND_PATTERN = ("source", "target", "target", "source")
@@ -138,20 +137,6 @@ def schedule_rounds(ctx: PhaseContext, run_round: Any) -> int:
     return extra
 
 
-def accept_response(ctx: PhaseContext, golden: np.ndarray, row: dict[str, Any]) -> bool:
-    """An accepted unit: COMPLETED, within the SLO (``workload.requirements.max_request_s``,
-    seconds from intended arrival), and its output within tolerance of the golden row."""
-    if row["status"] != "COMPLETED" or row["total_s"] > ctx.mig.workload.requirements.max_request_s:
-        return False
-    out = row.get("output")
-    if out is None:
-        return False
-    ref = golden[int(row["input_index"])]
-    rt, at, _ = g.tolerance_for(ctx.mig.source.dtype, ctx.mig.gates.parity_rtol, ctx.mig.gates.parity_atol)
-    obs = np.asarray(out, dtype=np.float64)
-    return obs.shape == ref.shape and bool(np.all(np.abs(obs - ref) <= at + rt * np.abs(ref)))
-
-
 def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Create both endpoints, measure cold starts and interleaved rounds; keep the endpoints.
 
@@ -230,7 +215,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
                      else 0)
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     for row in rows:
-        row["accepted"] = accept_response(ctx, golden, row)
+        row["accepted"] = ctx.accepted(golden, row)
         egress[row["side"]] += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
         row.pop("output", None)
     samples = pd.DataFrame(rows, columns=[*SAMPLE_COLUMNS, "accepted"]) if not rows else pd.DataFrame(rows)
@@ -262,13 +247,13 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     def one_round(r: int, side: str) -> int:
         def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
             tag = str(r) if k == 0 else f"{r}-retry{k}"
-            pod = ctx.launched(ctx.launch_agent(side, f"bench-{tag}", "bench", prefix=prefix(ctx, "bench", tag),
+            pod = ctx.launched(ctx.launch_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
                                                 frozen_prefix=frozen))
             try:
                 done = ctx.wait_pod(side, pod)
             finally:
                 ctx.destroy(side, pod.id)
-            files = ctx.fetch(prefix(ctx, "bench", tag, "result"), f"04/bench/{tag}")
+            files = ctx.fetch(ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
             return pod, done, files
 
         got = _retry(ctx, attempt, log, what=f"round {r} {side} training pod", kind="training_round", side=side,

@@ -26,37 +26,13 @@ import numpy as np
 import pandas as pd
 
 from runbook_lib import gates as g
-from runbook_lib.manifest import utc_now, write_json_atomic
+from runbook_lib.manifest import utc_now
 from runbook_lib.measure import JobClient, Request, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext
-from runbook_lib.phases.compare import accept_response
-from runbook_lib.phases.freeze import prefix
+from runbook_lib.route import Route
 from runbook_lib.workload import make_workload
 
 MIN_STEP_LATENCY_SAMPLES = 5  # target responses in a step before its p95 is judged
-
-
-class Route:
-    """Traffic split between source and target, persisted with its history.
-
-    Args:
-        path: the route file (``<run_dir>/route.json``).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.state: dict[str, Any] = (json.loads(path.read_text()) if path.exists()
-                                      else {"target_percent": 0, "history": []})
-
-    @property
-    def target_percent(self) -> int:
-        return int(self.state["target_percent"])
-
-    def set(self, percent: int, reason: str) -> None:
-        """Point ``percent`` % of traffic at the target (0 = all on source) and record why."""
-        self.state["target_percent"] = percent
-        self.state["history"].append({"at": utc_now(), "target_percent": percent, "reason": reason})
-        write_json_atomic(self.path, self.state)
 
 
 def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
@@ -104,7 +80,7 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
             if reqs:
                 step_rows += run_open_loop(clients[side], reqs, side=side, round_id=k)
         for r in step_rows:
-            r["accepted"] = accept_response(ctx, golden, r)
+            r["accepted"] = ctx.accepted(golden, r)
             r.pop("output", None)
             r["step"] = k
             r["target_percent"] = pct
@@ -143,7 +119,7 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
         if n <= 0:
             continue
         route.set(pct, f"slice {k + 1}: target runs steps {done_steps}..{until - 1}")
-        pfx = prefix(ctx, "cutover", str(k))
+        pfx = ctx.store_prefix("cutover", str(k))
         pod = ctx.launched(ctx.launch_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
                                             extra=("--steps", str(n))))
         try:

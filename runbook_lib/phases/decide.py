@@ -19,9 +19,9 @@ from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFoun
 from runbook_lib.manifest import PHASES, utc_now
 from runbook_lib.params import params_sha256
 from runbook_lib.phases import PhaseContext
-from runbook_lib.phases.cutover import Route
 from runbook_lib.providers import REMOTE
 from runbook_lib.resolve import hold_deadline
+from runbook_lib.route import Route
 
 
 def phase_status(ctx: PhaseContext) -> list[dict[str, Any]]:

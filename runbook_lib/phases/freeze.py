@@ -20,11 +20,6 @@ from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Plan
 
 
-def prefix(ctx: PhaseContext, *parts: str) -> str:
-    """Store prefix of this run: ``runs/<run_id>/<parts...>``."""
-    return "/".join(("runs", ctx.run_id, *parts))
-
-
 def host_inventory(ctx: PhaseContext) -> dict[str, Any]:
     """Probe the machine the runbook runs on (device from the source profile)."""
     inv = probe(device=ctx.mig.source.device)
@@ -56,7 +51,7 @@ def plan_freeze(ctx: PhaseContext) -> Plan:
     src = describe_source(ctx)
     offers = (str(src["gpu_name"]),) if src and src.get("gpu_name") else None
     price = src.get("price_usd_per_hour") if src else None  # what the running source pod costs
-    return ctx.plan_agent("source", "source-freeze", "freeze", prefix=prefix(ctx, "source"), offers=offers,
+    return ctx.plan_agent("source", "source-freeze", "freeze", prefix=ctx.store_prefix("source"), offers=offers,
                           price_usd_per_hour=price or None)
 
 
@@ -81,10 +76,10 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
         return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict()}
     pod = ctx.apply_plan("source", plan, needs_store=True)
     try:  # the freeze pod is disposable: destroyed whatever happens (phase 06 re-checks by label)
-        ctx.wait_pod("source", pod, result_prefix=prefix(ctx, "source", "result"))
-        frozen = ctx.store.verify_set(prefix(ctx, "source", "frozen"), run_id=ctx.run_id)
-        result_objs = ctx.store.verify_set(prefix(ctx, "source", "result"), run_id=ctx.run_id)
-        files = ctx.fetch(prefix(ctx, "source", "result"), "01/source_result")
+        ctx.wait_pod("source", pod, result_prefix=ctx.store_prefix("source", "result"))
+        frozen = ctx.store.verify_set(ctx.store_prefix("source", "frozen"), run_id=ctx.run_id)
+        result_objs = ctx.store.verify_set(ctx.store_prefix("source", "result"), run_id=ctx.run_id)
+        files = ctx.fetch(ctx.store_prefix("source", "result"), "01/source_result")
         result = json.loads(files["result.json"].read_text())
         golden = np.load(files["outputs.npy"])
         np.save(ctx.path("01/golden_outputs.npy"), golden)
@@ -100,9 +95,9 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
         "environment": result["environment"],
         "identity": result["identity"],
         "store": ctx.store.settings(),
-        "frozen": {"prefix": prefix(ctx, "source", "frozen"), "manifest_sha256": result["frozen_manifest_sha256"],
+        "frozen": {"prefix": ctx.store_prefix("source", "frozen"), "manifest_sha256": result["frozen_manifest_sha256"],
                    "objects": {k: {"size_bytes": o.size_bytes, "sha256": o.sha256} for k, o in frozen.items()}},
-        "golden": {"prefix": prefix(ctx, "source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
+        "golden": {"prefix": ctx.store_prefix("source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
                    "outputs_sha256": result_objs["outputs.npy"].sha256},
         "golden_run": {"losses": [m.get("loss") for m in attempt["metrics"] if "loss" in m],
                        "aa_losses": result.get("aa_losses"),

@@ -16,15 +16,14 @@ import numpy as np
 
 from runbook_lib import gates as g
 from runbook_lib.phases import PhaseContext
-from runbook_lib.phases.freeze import prefix
 from runbook_lib.providers.base import Plan
 
 
 def plan_canary(ctx: PhaseContext) -> Plan:
     """The canary's launch plan (a remote target's tries the offers phase 02 ranked, in order)."""
     frozen = ctx.records["01"].data["freeze"].get("frozen") or {}
-    frozen_prefix = frozen.get("prefix") or prefix(ctx, "source", "frozen")  # dry-run: where phase 01 will put it
-    return ctx.plan_agent("target", "canary", "accept", prefix=prefix(ctx, "canary"), frozen_prefix=frozen_prefix)
+    frozen_prefix = frozen.get("prefix") or ctx.store_prefix("source", "frozen")  # dry-run: where phase 01 will put it
+    return ctx.plan_agent("target", "canary", "accept", prefix=ctx.store_prefix("canary"), frozen_prefix=frozen_prefix)
 
 
 def run_canary(ctx: PhaseContext) -> dict[str, Any]:
@@ -48,14 +47,14 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
         return {"dry_run": True, "plan": plan.to_dict()}
     pod = ctx.apply_plan("target", plan, needs_store=True)
     try:
-        ctx.wait_pod("target", pod, result_prefix=prefix(ctx, "canary", "result"))
+        ctx.wait_pod("target", pod, result_prefix=ctx.store_prefix("canary", "result"))
     finally:
         ctx.destroy("target", pod.id)
     destroyed = ctx.provider("target").is_gone(pod.id)
     tries = [vars(a) for a in getattr(ctx.provider("target"), "attempts", [])]
-    files = ctx.fetch(prefix(ctx, "canary", "result"), "03/canary")
+    files = ctx.fetch(ctx.store_prefix("canary", "result"), "03/canary")
     result = json.loads(files["result.json"].read_text())
-    result["result_manifest"] = ctx.store.read_manifest(prefix(ctx, "canary", "result"), run_id=ctx.run_id)
+    result["result_manifest"] = ctx.store.read_manifest(ctx.store_prefix("canary", "result"), run_id=ctx.run_id)
 
     def load(name: str) -> np.ndarray | None:
         return np.load(files[name]) if name in files else None

@@ -14,7 +14,7 @@ from typing import Any
 
 from runbook_lib._fs import atomic_write
 from runbook_lib.errors import StorageError
-from runbook_lib.storage import CHUNK_BYTES, ObjectInfo, Store, check, progress_bar
+from runbook_lib.storage.base import CHUNK_BYTES, ObjectInfo, Store, check, progress_bar
 
 
 class FileStore(Store):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from runbook_lib.errors import AuthError, StorageError
-from runbook_lib.storage import HashingReader, HashingWriter, ObjectInfo, Store, check, progress_bar
+from runbook_lib.storage.base import HashingReader, HashingWriter, ObjectInfo, Store, check, progress_bar
 
 META_SHA256 = "sha256"
 MIB = 1 << 20

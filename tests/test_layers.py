@@ -1,0 +1,103 @@
+"""The library's import direction, checked: lower layers never import higher ones, no two modules
+import each other (directly or around a loop), and a phase module uses the shared phase
+context, never another phase. Imports inside functions count the same as those at the top."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from .conftest import ROOT
+
+LAYERS: list[set[str]] = [
+    {"errors", "_fs"},
+    {"__init__"},  # the package itself: __version__
+    {"manifest", "secrets", "offer_query"},
+    {"params"},
+    {"gates", "cost", "measure", "inventory", "approvals", "storage", "resolve", "report", "route", "seal"},
+    {"workload"},
+    {"providers"},
+    {"phases", "scan", "cleanup"},
+    {"interrupt", "verify"},
+    {"runner"},
+    {"cli"},
+]
+"""Bottom to top; a module may import its own component and anything in a lower layer."""
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in (ROOT / "runbook_lib").rglob("*.py"):
+        parts = f.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = f
+    return out
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """``runbook_lib`` modules imported anywhere in ``path`` (``from pkg import sub`` resolves to
+    the submodule)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runbook_lib"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("runbook_lib")}
+    return found
+
+
+def _component(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _layer(module: str) -> int:
+    comp = _component(module)
+    for i, layer in enumerate(LAYERS):
+        if comp in layer:
+            return i
+    raise AssertionError(f"{module} is in no layer: add its component {comp!r} to LAYERS")
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: {t for t in _imports(f, modules) if t != m} for m, f in modules.items()}
+
+
+def test_lower_layers_never_import_higher_ones() -> None:
+    wrong = []
+    for mod, targets in _graph().items():
+        for t in targets:
+            same = _component(t) == _component(mod)
+            if not same and _layer(t) >= _layer(mod):
+                wrong.append(f"{mod} (layer {_layer(mod)}) imports {t} (layer {_layer(t)})")
+    assert wrong == []
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for t in sorted(graph.get(node, ())):
+            if t in path:
+                cycles.append(" -> ".join(path[path.index(t):] + [t]))
+            elif t in graph and len(path) < 12:
+                visit(t, path + [t])
+
+    for m in sorted(graph):
+        visit(m, [m])
+    assert sorted(set(cycles)) == []
+
+
+def test_phase_modules_share_the_context_not_each_other() -> None:
+    graph = _graph()
+    crossing = [f"{m} imports {t}" for m, ts in graph.items() if m.startswith("runbook_lib.phases.")
+                for t in ts if t.startswith("runbook_lib.phases.")]
+    assert crossing == []
+
+
+def test_layers_name_every_component() -> None:
+    assert {_component(m) for m in _modules()} <= set().union(*LAYERS)
