@@ -142,3 +142,12 @@ def test_endpoint_job_states(endpoint) -> None:
     assert client.status(slow["id"])["status"] == "EXPIRED"
     h = client.health()
     assert len(h["cold_starts"]) >= 2 and h["workers"]["idle"] + h["workers"]["running"] >= 1
+
+
+def test_local_has_no_offer_marketplace_and_says_so(tmp_path: Path) -> None:
+    from runbook_lib.errors import ProviderError
+    from runbook_lib.params import load_params
+
+    prov = LocalProvider(root=tmp_path / "state")
+    with pytest.raises(ProviderError, match="local has no offer marketplace"):
+        prov.search_offers(load_params(ROOT / "params" / "runpod-to-vast.yaml").target.offer)

@@ -28,7 +28,7 @@ from runbook_lib.manifest import (
 )
 from runbook_lib.params import Migration, Profile, load_params, project_root
 from runbook_lib.providers import REMOTE, create_provider
-from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Teardown
+from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
 from runbook_lib.storage import Store, credential_env, store_from_params
 
 REPORTS_DIR = "reports"
@@ -92,7 +92,7 @@ class PhaseContext:
             raise ParamsError(f"side must be 'source' or 'target', got {side!r}")
         return getattr(self.mig, side)
 
-    def provider(self, side: str) -> Any:
+    def provider(self, side: str) -> Provider:
         """The provider of ``side`` (one instance per phase, so its evidence of tries accumulates)."""
         if side not in self._providers:
             prof = self.profile(side)

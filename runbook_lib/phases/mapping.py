@@ -121,8 +121,8 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                          EQUIVALENT if sf["cuda"] == host["cuda"]["runtime"] else ADAPTER,
                          "recorded; must satisfy the image's CUDA build"))
     max_ports = caps.extra.get("max_ports")
-    if max_ports is not None and len(req["ports"]) > 64:
-        rows.append(_row("port count", len(req["ports"]), "64 at most", NONE, max_ports.detail))
+    if max_ports is not None and max_ports.limit is not None and len(req["ports"]) > max_ports.limit:
+        rows.append(_row("port count", len(req["ports"]), f"{max_ports.limit:g} at most", NONE, max_ports.detail))
     for p in req["ports"]:
         label = f"port {p['port']}/{p['protocol']}"
         if p["protocol"] == "udp" and not caps.udp.supported:

@@ -12,6 +12,7 @@ from typing import Any
 
 from runbook_lib.errors import ProviderError
 from runbook_lib.params import REMOTE_PROVIDERS
+from runbook_lib.providers.base import Provider
 
 PROVIDERS = MappingProxyType({
     "local": "runbook_lib.providers.local",
@@ -25,7 +26,7 @@ REMOTE = REMOTE_PROVIDERS
 """Registry names of the providers that rent real machines (dry-run by default, keys needed)."""
 
 
-def create_provider(name: str, **kwargs: Any) -> Any:
+def create_provider(name: str, **kwargs: Any) -> Provider:
     """Build the provider registered as ``name``.
 
     With ``RUNBOOK_PROVIDER_FIXTURES`` set (the documented test option ``runbook run
@@ -46,4 +47,7 @@ def create_provider(name: str, **kwargs: Any) -> Any:
         kwargs.setdefault("transport", fixtures.transport_from_env(name))
         kwargs.setdefault("key", KeySource(name, ("fixture mode (no key)",), _value=fixtures.FIXTURE_KEY))
         kwargs.setdefault("poll_s", 0.05)  # the fake APIs answer at once
-    return importlib.import_module(module).create(**kwargs)
+    prov = importlib.import_module(module).create(**kwargs)
+    if not isinstance(prov, Provider):
+        raise ProviderError(f"{module}.create returned {type(prov).__name__}, not a Provider")
+    return prov

@@ -12,7 +12,10 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+if TYPE_CHECKING:
+    from runbook_lib.providers.offers import Offer
 
 PodState = Literal["CREATED", "RUNNING", "EXITED", "STOPPED", "DESTROYED"]
 
@@ -195,11 +198,13 @@ class Teardown:
 
 @dataclass(frozen=True)
 class Capability:
-    """One declared capability: ``supported`` plus the reason and source when it is not."""
+    """One declared capability: ``supported`` plus the reason and source when it is not, and a
+    numeric ``limit`` where the capability is a bound (``max_ports``: ports per container)."""
 
     supported: bool
     detail: str = ""
     source: str = ""
+    limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -344,6 +349,44 @@ class Provider(ABC):
     @abstractmethod
     def _destroy(self, resource_id: str) -> dict[str, Any] | None:
         """Destroy; a resource already gone is not an error; returns what it did (evidence)."""
+
+    @abstractmethod
+    def wait_exit(self, resource_id: str, *, timeout_s: float, finished: Callable[[], bool] | None = None) -> Pod:
+        """Wait until a pod no longer runs, or ``finished()`` says its work is done (a store
+        completion marker), whichever comes first.
+
+        Raises:
+            ProviderTimeout: still running after ``timeout_s`` seconds.
+        """
+
+    @abstractmethod
+    def log_tail(self, resource_id: str, n_bytes: int = 4000) -> str:
+        """The last ``n_bytes`` of what the pod printed, or what the provider says about it ("" if
+        nothing)."""
+
+    def describe(self, resource_id: str) -> dict[str, Any]:
+        """What the provider reports about an existing (source) pod: state, price and the machine
+        (GPU, CUDA, disk, ports, environment variable *names*; values are never kept).
+
+        Raises:
+            NotFound: no such pod.
+        """
+        pod = self.get(resource_id)
+        host = pod.host if isinstance(pod, Pod) else {}
+        return {"provider": self.name, "id": pod.id, "name": pod.name, "state": pod.state,
+                "price_usd_per_hour": pod.price_usd_per_hour, **host}
+
+    def search_offers(self, req: Any, *, ports: int = 0) -> list[Offer]:
+        """Offers matching requirement ranges ``req`` (an ``OfferSpec``) with at least ``ports``
+        mappable ports, normalized (read-only).
+
+        Raises:
+            ProviderError: the provider has no marketplace (a local pod's machine is its profile).
+        """
+        from runbook_lib.errors import ProviderError
+
+        raise ProviderError(f"{self.name} has no offer marketplace: its pods run on the machine the profile names; "
+                            "offer requirements apply to remote targets", provider=self.name)
 
     @abstractmethod
     def get(self, resource_id: str) -> Pod | Endpoint:

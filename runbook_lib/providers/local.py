@@ -302,18 +302,21 @@ class LocalProvider(Provider):
         except FileNotFoundError:
             return ""
 
-    def wait_exit(self, resource_id: str, *, timeout_s: float, poll_s: float = 0.1,
-                  sleep: Callable[[float], None] = time.sleep) -> Pod:
-        """Wait until a pod has exited.
+    def wait_exit(self, resource_id: str, *, timeout_s: float, finished: Callable[[], bool] | None = None,
+                  poll_s: float = 0.1, sleep: Callable[[float], None] = time.sleep) -> Pod:
+        """Wait until a pod has exited, or ``finished()`` says its work is done.
 
         Raises:
             ProviderTimeout: still running after ``timeout_s`` seconds.
+            ProviderError: ``resource_id`` is an endpoint (endpoints do not exit).
         """
         deadline = time.monotonic() + timeout_s
         while True:
             pod = self.get(resource_id)
-            if pod.state != "RUNNING":
-                assert isinstance(pod, Pod)
+            if not isinstance(pod, Pod):
+                raise ProviderError(f"{resource_id} is an endpoint; only pods exit", provider=self.name,
+                                    resource_id=resource_id)
+            if pod.state != "RUNNING" or (finished is not None and finished()):
                 return pod
             if time.monotonic() > deadline:
                 raise ProviderTimeout(f"pod {resource_id} still running after {timeout_s} s; log tail:\n"

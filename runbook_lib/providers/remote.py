@@ -314,16 +314,5 @@ class RemoteProvider(Provider):
     def get(self, resource_id: str) -> Pod | Endpoint:
         return self._fetch(resource_id)
 
-    def describe(self, resource_id: str) -> dict[str, Any]:
-        """What the provider reports about an existing (source) pod or instance: image, GPU, CUDA,
-        disk, ports, price and environment variable *names* (values are never kept).
-
-        Raises:
-            NotFound: no such pod or instance. AuthError: the key is missing or refused.
-        """
-        pod = self._fetch(resource_id)
-        return {"provider": self.name, "id": pod.id, "name": pod.name, "state": pod.state,
-                "price_usd_per_hour": pod.price_usd_per_hour, **pod.host}
-
     def list(self, *, labels: dict[str, str]) -> list[Pod | Endpoint]:
         return [r for r in self._list_raw() if r.labels and all(r.labels.get(k) == v for k, v in labels.items())]

@@ -124,7 +124,7 @@ class VastProvider(RemoteProvider):
             gpu=Capability(True, "NVIDIA (and some AMD) GPUs per offer", "POST /api/v0/bundles/"),
             billing="per second while running; storage bills while stopped; bandwidth billed per GB both ways",
             extra={
-                "max_ports": Capability(True, "at most 64 open ports per container", src),
+                "max_ports": Capability(True, "at most 64 open ports per container", src, limit=64),
                 "disk_resize": Capability(False, "disk size is fixed at creation; resizing means recreating", src),
                 "interruptible": Capability(True, "bids at or above min_bid; outbid instances stop and keep data",
                                             "vast-ai/docs guides/instances/choosing/instance-types.mdx"),

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from runbook_lib.approvals import Approval
-from runbook_lib.errors import ApprovalRequired
+from runbook_lib.errors import ApprovalRequired, NotFound
 from runbook_lib.providers.base import Capabilities, Pod, PodSpec, Teardown
 
 
@@ -35,7 +35,23 @@ class ProviderContract:
         for cap in (caps.udp, caps.docker_compose, caps.privileged, caps.persistent_volume, caps.gpu,
                     *caps.extra.values()):
             assert cap.detail, f"{env.provider.name}: a capability without a reason"
+            assert cap.limit is None or cap.limit > 0
         assert caps.billing
+
+    def test_the_whole_interface_is_declared_and_answers(self, env: ProviderEnv) -> None:
+        labels = (("run_id", "contract-iface"), ("role", "canary"))
+        plan = env.provider.plan_launch(env.spec("c-iface", labels), dry_run=False)
+        pod = env.provider.apply(plan, approve(plan))
+        assert isinstance(pod, Pod)
+        described = env.provider.describe(pod.id)
+        assert described["id"] == pod.id and described["provider"] == env.provider.name
+        assert isinstance(env.provider.log_tail(pod.id), str)
+        done = env.provider.wait_exit(pod.id, timeout_s=120, finished=lambda: True)  # finished: returns at once
+        assert done.id == pod.id
+        d = env.provider.plan_destroy(pod.id, dry_run=False)
+        env.provider.apply(d, approve(d))
+        with pytest.raises(NotFound):
+            env.provider.describe("no-such-resource-0000")
 
     def test_plans_are_pure_and_fingerprinted(self, env: ProviderEnv) -> None:
         spec = env.spec("c-pure", (("run_id", "contract-pure"),))
