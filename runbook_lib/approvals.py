@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.errors import ApprovalRequired
+from runbook_lib.errors import ApprovalRequired, UsageError
 from runbook_lib.manifest import utc_now, write_json_atomic
 
 
@@ -100,8 +100,6 @@ def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: st
     Raises:
         UsageError: no plan is waiting, or no approver is named.
     """
-    from runbook_lib.errors import UsageError
-
     if not approved_by.strip():
         raise UsageError("--by NAME is required: an approval names the person who approved")
     plans = plans_awaiting(run_dir)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from runbook_lib import approvals
 from runbook_lib.errors import NotFound, RunbookError
-from runbook_lib.manifest import utc_now
+from runbook_lib.manifest import utc_now, write_json_atomic
 from runbook_lib.params import Migration, load_params
 from runbook_lib.providers import create_provider
 
@@ -148,7 +148,6 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
             else:
                 res.remaining.append({"id": r.id, "provider": prov.name, "state": after,
                                       "why": "still listed after the destroy"})
-    from runbook_lib.manifest import write_json_atomic
 
     write_json_atomic(run_dir / CLEANUP_RECORD, {"at": utc_now(), **res.to_dict()})
     return res

@@ -27,6 +27,8 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
+from runbook_lib.params import Gates
+
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "ERROR"]
 Decision = Literal["GO", "NO-GO", "HOLD"]
 
@@ -86,8 +88,6 @@ class GateResult:
 def threshold_source(field: str, value: Any, doc: str) -> str:
     """Say where a threshold came from: the params default (with its basis ``doc``) or an
     operator's override of it, so an overridden value is visible in evidence."""
-    from runbook_lib.params import Gates
-
     default = Gates.model_fields[field].default
     if value != default:
         return f"params override: gates.{field} = {value} (default {default}; {doc})"

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from runbook_lib.cleanup import CleanupAborted
+from runbook_lib.manifest import utc_now
 
 KERNEL_GRACE_S = 5.0  # after forwarding SIGINT, a kernel still running this long is killed, seconds
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -108,8 +109,6 @@ class Interrupts:
         self._previous.clear()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        from runbook_lib.manifest import utc_now
-
         self.count += 1
         if self.signum is None:
             self.signum, self.received_at = signum, utc_now()

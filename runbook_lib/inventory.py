@@ -14,6 +14,8 @@ import subprocess
 import sys
 from typing import Any
 
+from runbook_lib.secrets import names_present
+
 
 def _nvidia_smi() -> dict[str, str]:
     exe = shutil.which("nvidia-smi")
@@ -80,8 +82,6 @@ def probe(*, device: str = "cpu") -> dict[str, Any]:
 
 def _credential_names() -> list[str]:
     """Names (never values) of environment variables that look like credentials."""
-    from runbook_lib.secrets import names_present
-
     return names_present()
 
 

@@ -14,6 +14,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from runbook_lib.errors import EvidenceError
+
 COLORS = {"source": "#4c72b0", "target": "#dd8452"}
 VERDICT_COLORS = {"PASS": "#c8e6c9", "FAIL": "#ffcdd2", "INCONCLUSIVE": "#fff9c4", "ERROR": "#e1bee7"}
 FIGSIZE = (7.0, 4.0)
@@ -144,8 +146,6 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
 
     import nbformat
     from nbconvert import HTMLExporter
-
-    from runbook_lib.errors import EvidenceError
 
     notebooks = sorted(run_dir.glob("0[1-6]_*.ipynb"))
     if not notebooks:

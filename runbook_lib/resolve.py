@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, UsageError
-from runbook_lib.manifest import iso, parse_iso
+from runbook_lib.manifest import COMPLETION_MARKER, iso, parse_iso, sha256_file, verify_evidence, write_json_atomic
+from runbook_lib.params import load_params
 
 RESOLUTION_FILE = "resolution.json"
 DECISIONS = ("GO", "NO-GO")
@@ -66,7 +67,6 @@ def _deadline(run_dir: Path, receipt: dict[str, Any]) -> _dt.datetime:
     time plus the run's ``gates.hold_deadline_s``."""
     if receipt.get("hold_deadline"):
         return parse_iso(receipt["hold_deadline"])
-    from runbook_lib.params import load_params
 
     return parse_iso(hold_deadline(receipt["decided_at"], load_params(run_dir / "params.yaml").gates.hold_deadline_s))
 
@@ -120,8 +120,6 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
             before the deadline.
         EvidenceError: the run's evidence does not verify.
     """
-    from runbook_lib.manifest import COMPLETION_MARKER, sha256_file, verify_evidence, write_json_atomic
-
     run_dir = Path(run_dir)
     now = now or _dt.datetime.now(_dt.timezone.utc)
     if not (run_dir / "manifest.json").exists() or not (run_dir / COMPLETION_MARKER).exists():
@@ -196,8 +194,6 @@ def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:
     reports them: ``altered`` when its content no longer matches its ``content_sha256`` (or it is
     not JSON), ``broken-link`` when the ``manifest.json`` it resolves has a different sha256 now;
     no rows when there is no resolution."""
-    from runbook_lib.manifest import sha256_file
-
     run_dir = Path(run_dir)
     path = run_dir / RESOLUTION_FILE
     if not path.exists():

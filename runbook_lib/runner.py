@@ -20,11 +20,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, EvidenceError, PhaseFailed
-from runbook_lib.interrupt import Interrupts
+from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
+from runbook_lib.errors import (
+    EXIT_BY_DECISION,
+    EXIT_FAILED,
+    EvidenceError,
+    ParamsError,
+    PhaseFailed,
+    UsageError,
+    WorkloadError,
+)
+from runbook_lib.interrupt import Interrupts, exit_code
 from runbook_lib.manifest import PHASES, new_run_id, phase_name, read_chain, utc_now, write_record
 from runbook_lib.params import Migration, load_params, project_root
+from runbook_lib.scan import scan_run
 from runbook_lib.seal import seal_run
+from runbook_lib.workload import load_workload_class
 
 NOTEBOOKS_DIR = "notebooks"
 KERNEL_NAME = "python3"
@@ -117,8 +128,6 @@ def guard_phase(pid: str, run_dir: Path, mig: Migration) -> dict[str, Any]:
     Returns:
         The scan summary (names and files only); ``findings`` empty when clean.
     """
-    from runbook_lib.scan import scan_run
-
     res = scan_run(run_dir, mig, redact=True)
     res["phase"] = pid
     res["findings"] = [f.__dict__ for f in res["findings"]]
@@ -187,9 +196,6 @@ def preflight(mig: Migration, notebooks_dir: Path) -> None:
         UsageError: the phase notebooks are not where the project layout puts them.
         ParamsError: ``workload.entry_point`` cannot be imported.
     """
-    from runbook_lib.errors import ParamsError, UsageError, WorkloadError
-    from runbook_lib.workload import load_workload_class
-
     try:
         load_workload_class(mig.workload.entry_point)
     except WorkloadError as exc:
@@ -320,9 +326,6 @@ def _interrupted(intr: Interrupts, run_dir: Path, mig: Migration, params: Path, 
     """After SIGINT/SIGTERM: tear down what the run created (unless a second signal said not to,
     or arrives meanwhile), say what was destroyed and what is left, and seal the run as
     ``INTERRUPTED`` without a completion marker."""
-    from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
-    from runbook_lib.interrupt import exit_code
-
     finish = f"runbook cleanup {_shown(run_dir)}"
     teardown: dict[str, Any] = {"skipped": True, "finish_with": finish}
     intr.wait_kernels_gone()

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib import secrets
+from runbook_lib.errors import AuthError
 from runbook_lib.params import KEY_PATTERNS, Migration
+from runbook_lib.providers import PROVIDERS, REMOTE
 
 MIN_SCANNABLE_CHARS = 8  # shorter values would match ordinary text; they are reported, not scanned
 
@@ -55,9 +57,6 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
 def provider_key(profile: Any) -> str | None:
     """The API key a remote profile would use, if one resolves here (None for local)."""
     import importlib
-
-    from runbook_lib.errors import AuthError
-    from runbook_lib.providers import PROVIDERS, REMOTE
 
     if profile.provider not in REMOTE:
         return None

@@ -101,3 +101,31 @@ def test_phase_modules_share_the_context_not_each_other() -> None:
 
 def test_layers_name_every_component() -> None:
     assert {_component(m) for m in _modules()} <= set().union(*LAYERS)
+
+
+LAZY_ALLOWED = {
+    "runbook_lib.storage.local", "runbook_lib.storage.s3",  # boto3 only when an S3 store is opened
+    "runbook_lib.providers.fixtures", "runbook_lib.providers._http",  # the --provider-fixtures test option
+}
+
+
+def test_library_dependencies_are_stated_at_the_top_of_each_module() -> None:
+    # Imports inside functions hide what a module depends on; only the command line (which keeps
+    # `runbook --help` fast) and the optional backends above import lazily.
+    modules = _modules()
+    hidden = []
+    for mod, path in modules.items():
+        if mod == "runbook_lib.cli":
+            continue
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        for n in tree.body:  # typing-only imports state a dependency too
+            if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING":
+                top |= {id(x) for x in n.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runbook_lib") \
+                    and id(node) not in top:
+                names = {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+                if not names & LAZY_ALLOWED:
+                    hidden.append(f"{mod}: from {node.module} import ... (line {node.lineno})")
+    assert hidden == []

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib import approvals
-from runbook_lib.errors import EvidenceError, ParamsError
+from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadError
 from runbook_lib.gates import GateResult, from_dict, tolerance_for
 from runbook_lib.manifest import (
     PHASES,
@@ -29,7 +29,8 @@ from runbook_lib.manifest import (
 from runbook_lib.params import Migration, Profile, load_params, project_root
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
-from runbook_lib.storage import Store, credential_env, store_from_params
+from runbook_lib.storage import MARKER_KEY, Store, credential_env, store_from_params
+from runbook_lib.workload.job import PARAMS_FROM_ENV
 
 REPORTS_DIR = "reports"
 STATE_DIR = ".runbook"
@@ -146,8 +147,6 @@ class PhaseContext:
         can know in advance, and teardown only stops spending. A resource the provider no longer
         knows costs nothing to "destroy" (the provider's teardown records it as already gone).
         Anything else needs its own record."""
-        from runbook_lib.errors import NotFound
-
         method = "teardown of a resource this run created under an approved launch"
         if labels is None:
             try:
@@ -175,7 +174,6 @@ class PhaseContext:
         env: tuple[tuple[str, str], ...] = (("RUNBOOK_FAULT", prof.fault),) if prof.fault != "none" else ()
         remote = prof.provider in REMOTE
         if remote:  # inside the image: its own python; the run's params travel in the pod's environment
-            from runbook_lib.workload.job import PARAMS_FROM_ENV
 
             argv[0] = "python"
             argv[argv.index("--params") + 1] = PARAMS_FROM_ENV
@@ -264,9 +262,6 @@ class PhaseContext:
         """Wait for a pod's agent to finish: its process exits (local), or, on a remote provider,
         its result set's completion marker appears in the store or the pod stops running. A
         non-zero exit is a WorkloadError with the log tail."""
-        from runbook_lib.errors import WorkloadError
-        from runbook_lib.storage import MARKER_KEY
-
         prov = self.provider(side)
         if self.profile(side).provider in REMOTE and result_prefix:
             done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S,

@@ -22,6 +22,7 @@ from runbook_lib.phases import PhaseContext
 from runbook_lib.providers import REMOTE
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.route import Route
+from runbook_lib.seal import seal_run
 
 
 def phase_status(ctx: PhaseContext) -> list[dict[str, Any]]:
@@ -217,8 +218,6 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
 
 def seal(ctx: PhaseContext, out: dict[str, Any]) -> dict[str, Any]:
     """Write ``manifest.json`` and (unless a phase failed) ``_SUCCESS`` for this run."""
-    from runbook_lib.seal import seal_run
-
     failed = out["receipt"]["run_status"] == "failed"
     decision = f"FAILED (decision {out['decision']})" if failed else out["decision"]
     return seal_run(ctx.run_dir, ctx.mig, ctx.params_path, decision=decision, complete=not failed)

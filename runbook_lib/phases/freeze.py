@@ -18,6 +18,7 @@ from runbook_lib.inventory import probe
 from runbook_lib.phases import PhaseContext
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Plan
+from runbook_lib.storage import credential_env
 
 
 def host_inventory(ctx: PhaseContext) -> dict[str, Any]:
@@ -125,8 +126,6 @@ def credential_findings(ctx: PhaseContext, source_env: dict[str, Any] | None) ->
     environment and, for a remote source, in the environment the provider reports for the
     running pod. A name the source profile or the storage section does not declare is a finding:
     a key baked into the image or exported into the container, which the target must not inherit."""
-    from runbook_lib.storage import credential_env
-
     declared = {s.name for s in ctx.mig.source.secrets} | {n for n, _ in credential_env(ctx.mig.storage)}
     rows = [{"variable": n, "where": "source pod process", "declared": n in declared,
              "finding": "" if n in declared else "undeclared credential in the source environment"}

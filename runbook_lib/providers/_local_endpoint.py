@@ -27,6 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from runbook_lib.params import load_params
+from runbook_lib.workload import make_workload
+
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT")
 RUNSYNC_WAIT_S = 90.0  # /runsync answers with the current status after this, seconds (as Runpod)
 TAKE_WAIT_S = 1.0  # a worker's long poll for jobs, seconds
@@ -282,9 +285,6 @@ def work(args: argparse.Namespace) -> int:
 
     spawned = psutil.Process().create_time()
     import httpx
-
-    from runbook_lib.params import load_params
-    from runbook_lib.workload import make_workload
 
     mig = load_params(args.params)
     profile = getattr(mig, args.side)

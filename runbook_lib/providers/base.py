@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
+
 if TYPE_CHECKING:
     from runbook_lib.providers.offers import Offer
 
@@ -241,8 +243,6 @@ class Provider(ABC):
             ApprovalRequired: ``approval`` is missing or names another fingerprint.
             ProviderError: the plan names another provider.
         """
-        from runbook_lib.errors import ApprovalRequired, ProviderError
-
         if approval is None or getattr(approval, "fingerprint", None) != plan.fingerprint:
             raise ApprovalRequired(
                 f"plan {plan.action} {plan.target!r} (fingerprint {plan.fingerprint[:16]}...) is not approved")
@@ -251,8 +251,6 @@ class Provider(ABC):
 
     def is_gone(self, resource_id: str) -> bool:
         """True when the resource is destroyed or the provider no longer knows it."""
-        from runbook_lib.errors import NotFound
-
         try:
             return self.get(resource_id).state == "DESTROYED"
         except NotFound:
@@ -286,8 +284,6 @@ class Provider(ABC):
             ApprovalRequired: the approval is missing or names another plan (before any call).
             ProviderError: an action this provider does not support.
         """
-        from runbook_lib.errors import ProviderError
-
         self.check_approval(plan, approval)
         if plan.dry_run:
             return None
@@ -311,8 +307,6 @@ class Provider(ABC):
         """
         import time
 
-        from runbook_lib.errors import NotFound
-
         t0 = time.monotonic()
         found: str
         try:
@@ -332,8 +326,6 @@ class Provider(ABC):
         """Create and start one pod."""
 
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
-        from runbook_lib.errors import ProviderError
-
         raise ProviderError(f"{self.name} has no queue endpoints in this runbook; serve from a pod", provider=self.name)
 
     @abstractmethod
@@ -342,8 +334,6 @@ class Provider(ABC):
         what it did (evidence)."""
 
     def _start(self, resource_id: str) -> None:
-        from runbook_lib.errors import ProviderError
-
         raise ProviderError(f"{self.name} cannot start a stopped resource; launch a new one", provider=self.name)
 
     @abstractmethod
@@ -383,8 +373,6 @@ class Provider(ABC):
         Raises:
             ProviderError: the provider has no marketplace (a local pod's machine is its profile).
         """
-        from runbook_lib.errors import ProviderError
-
         raise ProviderError(f"{self.name} has no offer marketplace: its pods run on the machine the profile names; "
                             "offer requirements apply to remote targets", provider=self.name)
 

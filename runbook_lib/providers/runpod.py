@@ -24,6 +24,7 @@ from typing import Any
 
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError, WorkloadError
 from runbook_lib.manifest import parse_iso
+from runbook_lib.measure import JobClient
 from runbook_lib.providers._http import ApiClient, KeySource
 from runbook_lib.providers.base import (
     Capabilities,
@@ -305,8 +306,6 @@ class RunpodProvider(RemoteProvider):
         """A :class:`runbook_lib.measure.JobClient` for ``https://api.runpod.ai/v2/{endpoint_id}``
         with Bearer auth over this provider's transport."""
         import httpx
-
-        from runbook_lib.measure import JobClient
 
         http = httpx.Client(base_url=f"{JOB_URL}/v2/{endpoint_id}", transport=self.api._transport, timeout=120.0,
                             headers={"Authorization": f"Bearer {self.api.key.resolve()}"})

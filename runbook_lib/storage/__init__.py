@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from runbook_lib import secrets
 from runbook_lib.errors import StorageError
 from runbook_lib.storage.base import (
     CHUNK_BYTES,
@@ -63,8 +64,6 @@ def store_from_params(storage: Any, *, base: str | Path = ".") -> Store:
     Raises:
         StorageError: bad URL. AuthError: a credential reference is set but does not resolve.
     """
-    from runbook_lib import secrets
-
     opts: dict[str, Any] = {}
     if storage.url.startswith("s3://"):
         opts = {"endpoint_url": storage.endpoint_url, "region": storage.region,

@@ -29,8 +29,11 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from runbook_lib.errors import RunbookError, WorkloadError
+from runbook_lib.inventory import probe
 from runbook_lib.manifest import sha256_file
-from runbook_lib.storage import ObjectInfo, Store, store_from_params
+from runbook_lib.params import load_params
+from runbook_lib.storage import HashingWriter, ObjectInfo, Store, store_from_params
+from runbook_lib.workload import make_workload
 
 CHILD_TIMEOUT_S = 600.0
 
@@ -39,8 +42,6 @@ def save_checkpoint(state: dict[str, Any], ckpt_dir: Path, step: int) -> Path:
     """torch.save ``state`` as ``step-NNNNNN.pt`` (temp name, fsync, rename), hashing the bytes as
     they are written; the sha256 goes into a ``.sha256`` sidecar written after the rename."""
     import torch
-
-    from runbook_lib.storage import HashingWriter
 
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step-{step:06d}.pt"
@@ -123,9 +124,6 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
 
 
 def _make(params_path: str, side: str) -> Any:
-    from runbook_lib.params import load_params
-    from runbook_lib.workload import make_workload
-
     mig = load_params(params_path)
     return mig, make_workload(mig.workload, getattr(mig, side))
 
@@ -258,8 +256,6 @@ def agent_main(args: argparse.Namespace) -> int:
     """Freeze (source), accept (canary, with the failure drill), bench (timed run) or slice
     (a cutover slice that writes a checkpoint set); then upload the results set with its marker."""
     import psutil
-
-    from runbook_lib.inventory import probe
 
     started_epoch = psutil.Process().create_time()
     mig, _ = _make(args.params, args.side)
