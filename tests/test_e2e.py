@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 FAST_INFERENCE = {"measure": {"requests_per_round": 45, "throughput_requests": 24, "warmup_requests": 10},
                   "gates": {"min_latency_samples": 40}, "cutover": {"requests_per_step": 10}}
-FAST_TRAINING = {"workload": {"train_steps": 30}, "measure": {"rounds": 4}, "gates": {"min_latency_samples": 20}}
+FAST_TRAINING = {"workload": {"train_steps": 60}, "measure": {"rounds": 4}, "gates": {"min_latency_samples": 20}}
 
 
 def _run(params: Path) -> RunResult:
