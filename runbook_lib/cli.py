@@ -10,7 +10,7 @@ Exit codes (also in README.md):
        (``resolve`` without a decision: still waiting, before the deadline)
     4  failed run: a phase crashed, timed out or lost its kernel (executed notebook kept)
     130  interrupted by SIGINT (Ctrl-C): the phase stopped, the run's resources torn down
-    143  interrupted by SIGTERM: as for SIGINT
+    143  interrupted by SIGTERM: as for SIGINT (129: SIGHUP, the terminal closed)
 """
 
 from __future__ import annotations

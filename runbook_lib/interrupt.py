@@ -9,8 +9,11 @@ runner then skips the remaining phases and tears down what the run created. A se
 while that teardown runs raises :class:`~runbook_lib.cleanup.CleanupAborted`, so the person who
 pressed Ctrl-C twice gets their terminal back at once, with the command that finishes the job.
 
-Exit codes follow the shell convention 128 + signal number: 130 for SIGINT, 143 for SIGTERM
-(https://tldp.org/LDP/abs/html/exitcodes.html).
+SIGHUP (the terminal closed, an SSH session dropped) is handled the same way: by default it
+would kill the runner and leave paid resources running.
+
+Exit codes follow the shell convention 128 + signal number: 130 for SIGINT, 143 for SIGTERM,
+129 for SIGHUP (https://tldp.org/LDP/abs/html/exitcodes.html).
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from runbook_lib.cleanup import CleanupAborted
 from runbook_lib.manifest import utc_now
 
 KERNEL_GRACE_S = 5.0  # after forwarding SIGINT, a kernel still running this long is killed, seconds
-HANDLED = (signal.SIGINT, signal.SIGTERM)
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def exit_code(signum: int) -> int:
-    """128 + the signal number: 130 for SIGINT, 143 for SIGTERM."""
+    """128 + the signal number: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP."""
     return 128 + int(signum)
 
 

@@ -94,7 +94,13 @@ def test_a_signal_during_teardown_aborts_it_and_handlers_are_restored() -> None:
             os.kill(os.getpid(), signal.SIGINT)
         assert intr.name == "SIGINT" and intr.count == 1
     assert signal.getsignal(signal.SIGINT) is before
-    assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM)) == (130, 143)
+    assert (exit_code(signal.SIGINT), exit_code(signal.SIGTERM), exit_code(signal.SIGHUP)) == (130, 143, 129)
+
+
+def test_a_closed_terminal_stops_the_run_like_sigterm() -> None:
+    with Interrupts(kernel_grace_s=0.1) as intr:
+        os.kill(os.getpid(), signal.SIGHUP)  # without the handler this would kill the test process
+        assert intr.name == "SIGHUP" and intr.count == 1
 
 
 def test_first_signal_is_recorded_and_a_second_skips_the_teardown() -> None:
