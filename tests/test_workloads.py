@@ -35,7 +35,7 @@ def test_newest_verified_checkpoint_skips_bad_ones(tmp_path: Path) -> None:
     assert ck is not None and ck.name == "step-000001.pt"
     assert [(r["file"], r["reason"].split(" ")[0]) for r in rejected] == [
         ("step-000004.pt", "zero"), ("step-000003.pt", "sha256"), ("step-000002.pt", "no")]
-    assert torch.load(ck, weights_only=False) == {"step": 1}
+    assert torch.load(ck, weights_only=True) == {"step": 1}
 
 
 def test_digits_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
@@ -92,3 +92,36 @@ def test_a_pipeline_other_than_mean_pooling_is_refused(tmp_path: Path) -> None:
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(WorkloadError, match="pooling_mode_cls_token"):
         check_pipeline(tmp_path)
+
+
+class _Payload:
+    """Pickles to a call of ``os.system``: what an attacker with write access to the store plants."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_never_runs(tmp_path: Path) -> None:
+
+    from runbook_lib.workload.digits import CHECKPOINT_FILE
+
+    marker = tmp_path / "pwned"
+    art = tmp_path / "artifact"
+    art.mkdir()
+    torch.save({"step": 0, "model": _Payload(marker)}, art / CHECKPOINT_FILE)
+    mig = load_params(ROOT / "params" / "demo-train.yaml")
+    wl = make_workload(mig.workload, mig.source)
+    with pytest.raises(WorkloadError, match="cannot be loaded safely"):
+        wl.load(art)
+    assert not marker.exists()
+
+
+def test_library_never_loads_with_weights_only_false() -> None:
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "runbook_lib").rglob("*.py")
+                 if "weights_only=False" in p.read_text()]
+    assert offenders == []

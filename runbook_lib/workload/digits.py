@@ -71,9 +71,11 @@ class DigitsWorkload(AcceptanceWorkload):
         if artifact_dir is not None:
             path = Path(artifact_dir) / CHECKPOINT_FILE
             try:
-                state = torch.load(path, map_location=self._device, weights_only=False)
+                # weights_only: tensors and plain containers only; a pickle that names any other global
+                # is refused before it runs (https://pytorch.org/docs/stable/generated/torch.load.html)
+                state = torch.load(path, map_location=self._device, weights_only=True)
             except Exception as exc:  # noqa: BLE001 - torch.load raises several types on bad files
-                raise WorkloadError(f"checkpoint {path} cannot be loaded: {exc}") from exc
+                raise WorkloadError(f"checkpoint {path} cannot be loaded safely (weights_only): {exc}") from exc
             self.load_state_dict(state)
         self._base_step = self._step
 

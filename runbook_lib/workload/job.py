@@ -101,7 +101,11 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
     if resume:
         ck, rejected = newest_verified_checkpoint(ckpt_dir)
         if ck is not None:
-            start = wl.load_state_dict(torch.load(ck, weights_only=False))
+            try:  # weights_only: a checkpoint naming any non-tensor global is refused, never run
+                state = torch.load(ck, weights_only=True)
+            except Exception as exc:  # noqa: BLE001 - torch.load raises several types on bad files
+                raise WorkloadError(f"checkpoint {ck} cannot be loaded safely (weights_only): {exc}") from exc
+            start = wl.load_state_dict(state)
             resumed_from = ck.name
     times, metrics = [], []
     first_done: float | None = None
