@@ -41,6 +41,18 @@ def record(run_dir: str | Path, approval: Approval, plan: Any) -> Path:
     return path
 
 
+RUN_TEARDOWN = "teardown of a resource this run created under an approved launch"
+
+
+def run_teardown(plan: Any, run_dir: str | Path, *, method: str = RUN_TEARDOWN) -> Approval:
+    """The approval of destroying a resource the run itself created (its ``run_id`` label): covered
+    by the approval of the launch that created it, since a destroy plan's fingerprint names an id
+    nobody can know in advance and tearing down only stops spending. Recorded like any other."""
+    a = Approval(plan.fingerprint, "runbook", utc_now(), method)
+    record(run_dir, a, plan)
+    return a
+
+
 def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str = "") -> Approval:
     """Find the approval for ``plan`` or stop.
 

@@ -17,11 +17,10 @@ from typing import Any, Callable
 
 from runbook_lib import approvals
 from runbook_lib.errors import NotFound, RunbookError
-from runbook_lib.manifest import utc_now, write_json_atomic
+from runbook_lib.manifest import STATE_DIR, utc_now, write_json_atomic
 from runbook_lib.params import Migration, load_params
 from runbook_lib.providers import create_provider
 
-STATE_DIR = ".runbook"
 CLEANUP_RECORD = "cleanup.json"
 
 
@@ -36,7 +35,6 @@ class CleanupResult:
         already_gone: ids listed as destroyed already (nothing to do).
         remaining: ``{"id", "provider", "state", "why"}`` for what is still there.
         unlisted: ``"<side> (<provider>): <error>"`` where a provider could not be listed.
-        aborted: a second interrupt stopped the cleanup before it finished.
         dry_run: plans shown, nothing applied.
         teardowns: the provider's :class:`~runbook_lib.providers.base.Teardown` records.
     """
@@ -47,14 +45,13 @@ class CleanupResult:
     already_gone: list[str] = field(default_factory=list)
     remaining: list[dict[str, Any]] = field(default_factory=list)
     unlisted: list[str] = field(default_factory=list)
-    aborted: bool = False
     dry_run: bool = False
     teardowns: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
         """True when nothing the run created is left and every provider could be listed."""
-        return not self.remaining and not self.unlisted and not self.aborted
+        return not self.remaining and not self.unlisted
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "clean": self.clean}
@@ -75,8 +72,7 @@ def project_of_run(run_dir: Path) -> Path:
 
 
 def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: str | Path | None = None,
-                dry_run: bool = False, echo: Callable[[str], None] = print,
-                providers: dict[str, Any] | None = None) -> CleanupResult:
+                dry_run: bool = False, echo: Callable[[str], None] = print) -> CleanupResult:
     """Find every resource labelled with the run's id on the providers its params name, and
     destroy each one (``dry_run``: show the plans only). Writes ``cleanup.json`` in the run.
 
@@ -86,7 +82,6 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
         project: the project whose ``.runbook/`` holds local state (default :func:`project_of_run`).
         dry_run: list and show plans, destroy nothing.
         echo: progress lines.
-        providers: ``side -> provider`` to use instead of building them (tests, the runner).
 
     Returns:
         The :class:`CleanupResult`.
@@ -103,8 +98,7 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
     seen: set[tuple[str, str]] = set()
     for side in ("source", "target"):
         prof = getattr(mig, side)
-        prov = (providers or {}).get(side) or create_provider(prof.provider, root=root / STATE_DIR / prof.provider,
-                                                               profile=prof)
+        prov = create_provider(prof.provider, root=root / STATE_DIR / prof.provider, profile=prof)
         try:
             listed = prov.list(labels={"run_id": run_id})
         except CleanupAborted:
@@ -128,9 +122,7 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
             if dry_run:
                 res.remaining.append({"id": r.id, "provider": prov.name, "state": r.state, "why": "dry run"})
                 continue
-            a = approvals.Approval(plan.fingerprint, "runbook", utc_now(),
-                                   "teardown of a resource this run created under an approved launch")
-            approvals.record(run_dir, a, plan)
+            a = approvals.run_teardown(plan, run_dir)
             try:
                 done = prov.apply(plan, a)
             except CleanupAborted:

@@ -121,16 +121,15 @@ class Interrupts:
             self.skip_teardown = True
             self._kill_kernels()
             return
-        if self.count == 1:
-            try:
-                print(f"\n{signal.Signals(signum).name}: stopping the current phase, then tearing down what this "
-                      "run created (press Ctrl-C again to skip the teardown)", flush=True)
-            except (OSError, ValueError):  # nobody reads stdout any more: stopping matters, not saying so
-                pass
-            _signal_kernels(signal.SIGINT)
-            self._timer = threading.Timer(self.kernel_grace_s, self._kill_kernels)
-            self._timer.daemon = True
-            self._timer.start()
+        try:
+            print(f"\n{signal.Signals(signum).name}: stopping the current phase, then tearing down what this "
+                  "run created (press Ctrl-C again to skip the teardown)", flush=True)
+        except (OSError, ValueError):  # nobody reads stdout any more: stopping matters, not saying so
+            pass
+        _signal_kernels(signal.SIGINT)
+        self._timer = threading.Timer(self.kernel_grace_s, self._kill_kernels)
+        self._timer.daemon = True
+        self._timer.start()
 
     def _kill_kernels(self) -> None:
         self.kernel_killed = _signal_kernels(signal.SIGKILL)

@@ -30,6 +30,7 @@ PHASES: tuple[tuple[str, str], ...] = (
 """Phase ids and names, in order; notebook ``NN_<name>.ipynb`` and record ``NN_<name>.json``."""
 
 COMPLETION_MARKER = "_SUCCESS"
+STATE_DIR = ".runbook"  # provider state under the project root: .runbook/<provider>
 GENESIS = "0" * 64  # prev_sha256 of the first record
 
 

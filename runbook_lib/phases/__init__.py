@@ -19,6 +19,7 @@ from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadErr
 from runbook_lib.gates import GateResult, from_dict, tolerance_for
 from runbook_lib.manifest import (
     PHASES,
+    STATE_DIR,
     Record,
     new_run_id,
     require_records,
@@ -33,7 +34,6 @@ from runbook_lib.storage import MARKER_KEY, Store, credential_env, store_from_pa
 from runbook_lib.workload.job import PARAMS_FROM_ENV
 
 REPORTS_DIR = "reports"
-STATE_DIR = ".runbook"
 POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
 
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -147,7 +147,7 @@ class PhaseContext:
         can know in advance, and teardown only stops spending. A resource the provider no longer
         knows costs nothing to "destroy" (the provider's teardown records it as already gone).
         Anything else needs its own record."""
-        method = "teardown of a resource this run created under an approved launch"
+        method = approvals.RUN_TEARDOWN
         if labels is None:
             try:
                 labels = self.provider(side).get(plan.target).labels
@@ -155,9 +155,7 @@ class PhaseContext:
                 labels, method = {"run_id": self.run_id}, "nothing to destroy: the provider no longer knows it"
         if labels.get("run_id") != self.run_id:
             return None
-        a = approvals.Approval(plan.fingerprint, "runbook", utc_now(), method)
-        approvals.record(self.run_dir, a, plan)
-        return a
+        return approvals.run_teardown(plan, self.run_dir, method=method)
 
     def plan_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
                    extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None,
