@@ -65,7 +65,8 @@ class AcceptanceWorkload(ABC):
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume after step ``i``: for torch.save."""
+        """Everything needed to resume after step ``i``: for torch.save. Tensors, numbers, strings
+        and containers of them only: checkpoints are read back with ``torch.load(weights_only=True)``."""
 
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> int:

@@ -158,10 +158,14 @@ class EmbeddingWorkload(AcceptanceWorkload):
         return {"rows": float(len(batch))}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"next_step": len(self._done), "outputs": [a.copy() for a in self._done]}
+        """Steps done and their float32 outputs as tensors (checkpoints load with
+        ``weights_only=True``, which admits tensors and plain containers, not numpy arrays)."""
+        import torch
+
+        return {"next_step": len(self._done), "outputs": [torch.from_numpy(a.copy()) for a in self._done]}
 
     def load_state_dict(self, state: dict[str, Any]) -> int:
-        self._done = [np.asarray(a, dtype=np.float32) for a in state["outputs"]]
+        self._done = [np.asarray(a.numpy() if hasattr(a, "numpy") else a, dtype=np.float32) for a in state["outputs"]]
         return int(state["next_step"])
 
     def outputs(self) -> np.ndarray:
