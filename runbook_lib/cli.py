@@ -62,43 +62,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_phase(args: argparse.Namespace) -> int:
-    from runbook_lib.errors import UsageError
-    from runbook_lib.manifest import COMPLETION_MARKER, phase_name
-    from runbook_lib.params import load_params, params_sha256, project_root
-    from runbook_lib.runner import environment_ok, execute_phase, preflight
+    """One phase into a run, through the same path as ``runbook run`` (scan, stamp, record)."""
+    from runbook_lib.errors import EXIT_HOLD
+    from runbook_lib.manifest import phase_name
+    from runbook_lib.rundir import KEPT_PARAMS, RunDir
+    from runbook_lib.runner import NOTEBOOKS_DIR, environment_ok, preflight, run_phase
 
-    params = Path(args.params).resolve()
-    mig = load_params(params)
-    run_dir = Path(args.run_dir).resolve()
-    if not run_dir.is_dir():
-        if args.phase != "01" or not run_dir.parent.is_dir():
-            raise UsageError(f"run directory {run_dir} does not exist; phase {args.phase} needs the run that "
-                             "phases before it wrote (or use phase 01 to start a run in a new directory)")
-        run_dir.mkdir()
-    if (run_dir / COMPLETION_MARKER).exists():
-        raise UsageError(f"{run_dir} is sealed ({COMPLETION_MARKER} present): its evidence is final. Start a new "
-                         "run instead of rewriting this one.")
-    kept = run_dir / "params.yaml"
-    if kept.exists() and params_sha256(kept) != params_sha256(params):
-        raise UsageError(f"{args.params} differs from the params this run started with ({kept}); "
-                         "a phase must run with the same params as the phases before it")
-    if not kept.exists():
-        kept.write_bytes(params.read_bytes())
-    nb_dir = project_root(params) / "notebooks"
-    preflight(mig, nb_dir)
+    run_dir = Path(args.run_dir)
+    if args.phase == "01" and not (run_dir / KEPT_PARAMS).exists():
+        run = RunDir.create(args.params, path=run_dir)
+    else:
+        run = RunDir.open(run_dir.resolve(), args.params)
+    nb_dir = Path(args.notebooks).resolve() if args.notebooks else run.project / NOTEBOOKS_DIR
+    preflight(run.mig, nb_dir)
     _use_fixtures(args)
     environment_ok()
-    from runbook_lib.errors import EXIT_HOLD, PhaseFailed
-
-    try:
-        out = execute_phase(args.phase, params, run_dir, cell_timeout_s=args.cell_timeout_s or mig.run.cell_timeout_s,
-                            notebooks_dir=nb_dir, approval_ref=args.approval_file or "")
-    except PhaseFailed as exc:
-        if exc.ename != "ApprovalRequired":
-            raise
-        print(f"phase {phase_name(args.phase)} held: {exc}", file=sys.stderr)
-        return EXIT_HOLD  # waiting on a person, not broken
-    print(f"phase {phase_name(args.phase)} completed: {out}")
+    out = run_phase(run, args.phase, notebooks_dir=nb_dir, approval_ref=args.approval_file or "",
+                    cell_timeout_s=args.cell_timeout_s or None)
+    if out.status == "held":  # waiting on a person, not broken
+        print(f"phase {phase_name(args.phase)} held: {out.reason}", file=sys.stderr)
+        return EXIT_HOLD
+    if out.status != "completed":
+        print(f"phase {phase_name(args.phase)} {out.status}: {out.reason}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"phase {phase_name(args.phase)} completed in {out.seconds:.1f} s: {run.path / phase_name(args.phase)}.ipynb")
     return 0
 
 
@@ -226,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell-timeout-s", type=int, default=None,
                    help="seconds per cell (default: the params' run.cell_timeout_s)")
     p.add_argument("--approval-file")
+    p.add_argument("--notebooks", help="as for run")
     p.add_argument("--provider-fixtures", action="store_true", help="as for run")
     p.set_defaults(func=_cmd_phase)
     v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")

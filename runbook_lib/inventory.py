@@ -32,11 +32,12 @@ def _nvidia_smi() -> dict[str, str]:
     return {"driver_version": driver, "name": name, "memory_total": mem}
 
 
-def probe(*, device: str = "cpu") -> dict[str, Any]:
+def probe(*, device: str = "cpu", disk_path: str | os.PathLike[str] = ".") -> dict[str, Any]:
     """Describe this host as the workload sees it.
 
     Args:
         device: the device the workload will use (``cpu``, ``cuda``, ``cuda:N``).
+        disk_path: a directory on the disk whose free bytes are reported (where the work is written).
 
     Returns:
         JSON-serialisable dict: ``python``, ``torch``, ``cuda`` (``available``, ``runtime``,
@@ -72,7 +73,7 @@ def probe(*, device: str = "cpu") -> dict[str, Any]:
         "cpu": {"model": cpu_model, "logical": psutil.cpu_count(logical=True) or 0},
         "memory_bytes": int(psutil.virtual_memory().total),
         "shm_bytes": int(shm),
-        "disk_free_bytes": int(shutil.disk_usage(os.getcwd()).free),
+        "disk_free_bytes": int(shutil.disk_usage(disk_path).free),
         "os": f"{platform.system()} {platform.release()}",
         "features": {"udp_sockets": True, "dev_fuse": os.path.exists("/dev/fuse"),
                      "running_as_root": hasattr(os, "geteuid") and os.geteuid() == 0},

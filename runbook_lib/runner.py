@@ -13,7 +13,6 @@ so every run ends decided and torn down. Then ``manifest.json`` and, last, ``_SU
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,9 +30,10 @@ from runbook_lib.errors import (
     WorkloadError,
 )
 from runbook_lib.interrupt import Interrupts, exit_code
-from runbook_lib.manifest import PHASES, new_run_id, phase_name, read_chain, utc_now, write_record
+from runbook_lib.manifest import PHASES, phase_name, utc_now
 from runbook_lib.params import Migration, load_params, project_root
-from runbook_lib.scan import scan_run
+from runbook_lib.phases import leak_message, scan_phase
+from runbook_lib.rundir import REPORTS_DIR, RunDir
 from runbook_lib.seal import seal_run
 from runbook_lib.workload import load_workload_class
 
@@ -44,12 +44,17 @@ INTERRUPTED = "Interrupted"  # ename of a phase stopped by SIGINT/SIGTERM
 
 @dataclass
 class PhaseOutcome:
-    """How one phase ended: ``completed``, ``failed`` or ``skipped``, with seconds and the reason."""
+    """How one phase ended: ``completed``, ``failed``, ``held`` (an approval is missing),
+    ``interrupted`` or ``skipped``, with wall seconds, the reason, and (for a phase that ran) its
+    gate verdicts and whether its record stops or holds the migration."""
 
     phase: str
     status: str
     seconds: float = 0.0
     reason: str = ""
+    verdicts: list[str] = field(default_factory=list)
+    stop: bool = False
+    dry_run: bool = False
 
 
 @dataclass
@@ -122,20 +127,9 @@ def scrub_paths(nb_path: Path, root: Path) -> None:
     nbformat.write(nb, nb_path)
 
 
-def guard_phase(pid: str, run_dir: Path, mig: Migration) -> dict[str, Any]:
-    """Scan the run directory for credentials after a phase; redact and report what was found.
-
-    Returns:
-        The scan summary (names and files only); ``findings`` empty when clean.
-    """
-    res = scan_run(run_dir, mig, redact=True)
-    res["phase"] = pid
-    res["findings"] = [f.__dict__ for f in res["findings"]]
-    return res
-
-
 def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: int,
-                  notebooks_dir: Path, approval_ref: str = "", interrupts: Interrupts | None = None) -> Path:
+                  notebooks_dir: Path, approval_ref: str = "", interrupts: Interrupts | None = None,
+                  cwd: Path | None = None) -> Path:
     """Run one phase notebook into ``run_dir/NN_<phase>.ipynb``.
 
     Args:
@@ -156,7 +150,8 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
               "approval_ref": approval_ref}
     try:
         pm.execute_notebook(
-            str(src), str(out), parameters=params, kernel_name=KERNEL_NAME, cwd=str(params_path.parent),
+            str(src), str(out), parameters=params, kernel_name=KERNEL_NAME,
+            cwd=str(cwd or params_path.parent),
             progress_bar=False, log_output=False, execution_timeout=cell_timeout_s, interrupt_on_timeout=True,
             error_on_timeout={"ename": "CellTimeoutError",
                               "evalue": f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s",
@@ -189,6 +184,65 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
     return out
 
 
+def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path, approval_ref: str = "",
+              cell_timeout_s: int | None = None, interrupts: Interrupts | None = None,
+              scans: list[dict[str, Any]] | None = None) -> PhaseOutcome:
+    """The one way a phase runs headlessly (``runbook run`` and ``runbook phase`` alike): execute its
+    notebook into the run, make the paths in it relative, scan the run for credentials (redacting
+    what is found), check the phase wrote its record, and record a failure when it did not finish.
+
+    Args:
+        run: the run, opened or created (:class:`runbook_lib.rundir.RunDir`).
+        cell_timeout_s: per-cell limit, seconds (default ``run.cell_timeout_s`` from params).
+        scans: the run's list of scan summaries; this phase's is appended.
+
+    Returns:
+        The outcome; ``failed`` / ``held`` / ``interrupted`` outcomes have a record with the
+        notebook, cell and error written for them. Never raises for a phase that failed.
+    """
+    pid = phase
+    t0 = time.perf_counter()
+    started = utc_now()
+    try:
+        try:
+            execute_phase(pid, run.params_path, run.path, cell_timeout_s=cell_timeout_s or run.mig.run.cell_timeout_s,
+                          notebooks_dir=notebooks_dir, approval_ref=approval_ref, interrupts=interrupts,
+                          cwd=run.project)
+        finally:
+            if interrupts is not None:
+                interrupts.phase_ended()
+            scrub_paths(run.path / f"{phase_name(pid)}.ipynb", run.project)
+            scan = scan_phase(run, pid)
+            if scans is not None:
+                scans.append(scan)
+        if scan["findings"]:
+            raise PhaseFailed(leak_message(scan), phase=pid, notebook=str(run.path / f"{phase_name(pid)}.ipynb"),
+                              ename="SecretLeak")
+        rec = run.records().get(pid)
+        if rec is None:
+            raise PhaseFailed(f"phase {pid} ran but wrote no record", phase=pid,
+                              notebook=str(run.path / f"{phase_name(pid)}.ipynb"))
+        return PhaseOutcome(pid, "completed", time.perf_counter() - t0,
+                            verdicts=[g["verdict"] for g in rec.data.get("gates", [])],
+                            stop=bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration")),
+                            dry_run=bool(rec.data.get("dry_run")))
+    except (PhaseFailed, EvidenceError) as exc:
+        ename = getattr(exc, "ename", "")
+        status = "interrupted" if ename == INTERRUPTED else "held" if ename == "ApprovalRequired" else "failed"
+        nb = getattr(exc, "notebook", "")
+        out = PhaseOutcome(pid, status, time.perf_counter() - t0, str(exc), stop=status == "held")
+        files = [Path(nb).name] if nb and Path(nb).exists() else []
+        data: dict[str, Any] = {"error": str(exc), "notebook": Path(nb).name if nb else None,
+                                "cell_index": getattr(exc, "cell_index", -1), "ename": ename}
+        if status == "interrupted" and interrupts is not None:
+            data.update(signal=interrupts.name, signal_received_at=interrupts.received_at)
+        try:
+            run.write_record(pid, status=status, started=started, files=files, data=data)
+        except EvidenceError as inner:
+            out.reason += f" (could not write the {status} record: {inner})"
+        return out
+
+
 def preflight(mig: Migration, notebooks_dir: Path) -> None:
     """Checks that need no resources, before a run directory exists.
 
@@ -208,7 +262,7 @@ def preflight(mig: Migration, notebooks_dir: Path) -> None:
                          "--notebooks DIR.")
 
 
-def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports", approval_ref: str = "",
+def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_DIR, approval_ref: str = "",
                   notebooks_dir: str | Path | None = None, echo: Callable[[str], None] | None = None) -> RunResult:
     """Run all six phases of a migration headlessly.
 
@@ -234,9 +288,8 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
     root = project_root(params)
     nb_dir = Path(notebooks_dir).resolve() if notebooks_dir else root / NOTEBOOKS_DIR
     preflight(mig, nb_dir)
-    run_dir = (Path(reports_dir) if Path(reports_dir).is_absolute() else root / reports_dir) / new_run_id(mig.migration)
-    run_dir.mkdir(parents=True)
-    shutil.copyfile(params, run_dir / "params.yaml")
+    run = RunDir.create(params, reports_dir=reports_dir)
+    run_dir = run.path
     outcomes: list[PhaseOutcome] = []
     scans: list[dict[str, Any]] = []
     failed = stopped = dry = False
@@ -254,52 +307,16 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = "reports
                 say(f"  {pid} {name:<20} skipped ({reason})")
                 bar.update(1)
                 continue
-            t0 = time.perf_counter()
-            started = utc_now()
-            try:
-                try:
-                    execute_phase(pid, params, run_dir, cell_timeout_s=mig.run.cell_timeout_s, notebooks_dir=nb_dir,
-                                  approval_ref=approval_ref, interrupts=intr)
-                finally:
-                    intr.phase_ended()
-                    scrub_paths(run_dir / f"{phase_name(pid)}.ipynb", root)
-                    scan = guard_phase(pid, run_dir, mig)
-                    scans.append(scan)
-                if scan["findings"]:
-                    where = sorted({f["path"] for f in scan["findings"]})
-                    raise PhaseFailed(f"phase {pid}: credentials ({sorted({f['what'] for f in scan['findings']})}) "
-                                      f"found in {where}; those files were redacted. Find what printed them and run "
-                                      "again.", phase=pid, notebook=str(run_dir / f"{phase_name(pid)}.ipynb"),
-                                      ename="SecretLeak")
-                chain = {r.phase: r for r in read_chain(run_dir)}
-                if pid not in chain:
-                    raise PhaseFailed(f"phase {pid} ran but wrote no record", phase=pid,
-                                      notebook=str(run_dir / f"{pid}_{name}.ipynb"))
-                rec = chain[pid]
-                stopped = stopped or bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration"))
-                dry = dry or bool(rec.data.get("dry_run"))
-                verdicts = [g["verdict"] for g in rec.data.get("gates", [])]
-                outcomes.append(PhaseOutcome(pid, "completed", time.perf_counter() - t0))
-                say(f"  {pid} {name:<20} completed in {outcomes[-1].seconds:5.1f} s  gates: "
-                    + (", ".join(f"{v} x{verdicts.count(v)}" for v in sorted(set(verdicts))) or "none"))
-            except (PhaseFailed, EvidenceError) as exc:
-                ename = getattr(exc, "ename", "")
-                held = ename == "ApprovalRequired"  # waiting on a person, not broken
-                status = "interrupted" if ename == INTERRUPTED else "held" if held else "failed"
-                failed = failed or status == "failed"
-                stopped = stopped or held
-                nb = getattr(exc, "notebook", "")
-                outcomes.append(PhaseOutcome(pid, status, time.perf_counter() - t0, str(exc)))
-                say(f"  {pid} {name:<20} {status.upper()} after {outcomes[-1].seconds:.1f} s: {exc}")
-                try:
-                    files = [Path(nb).name] if nb and Path(nb).exists() else []
-                    write_record(run_dir, pid, status=status, started=started, files=files,
-                                 data={"error": str(exc), "notebook": Path(nb).name if nb else None,
-                                       "cell_index": getattr(exc, "cell_index", -1), "ename": ename,
-                                       **({"signal": intr.name, "signal_received_at": intr.received_at}
-                                          if status == "interrupted" else {})})
-                except EvidenceError as inner:
-                    say(f"     could not write the failed record: {inner}")
+            out = run_phase(run, pid, notebooks_dir=nb_dir, approval_ref=approval_ref, interrupts=intr, scans=scans)
+            outcomes.append(out)
+            failed = failed or out.status == "failed"
+            stopped = stopped or out.stop
+            dry = dry or out.dry_run
+            if out.status == "completed":
+                say(f"  {pid} {name:<20} completed in {out.seconds:5.1f} s  gates: "
+                    + (", ".join(f"{v} x{out.verdicts.count(v)}" for v in sorted(set(out.verdicts))) or "none"))
+            else:
+                say(f"  {pid} {name:<20} {out.status.upper()} after {out.seconds:.1f} s: {out.reason}")
             bar.update(1)
         bar.close()
         if intr.signum:

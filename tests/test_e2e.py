@@ -277,3 +277,23 @@ def test_a_leaked_secret_fails_the_phase_and_is_redacted(make_params, tmp_path: 
     assert "[REDACTED:HF_TOKEN]" in (res.run_dir / "02_map_target.ipynb").read_text()
     _no_canary_anywhere(res.run_dir)
     _gone(res)
+
+
+def test_runbook_phase_scans_and_redacts_like_a_full_run(make_params, tmp_path: Path, monkeypatch) -> None:
+    # `runbook phase` goes through the runner's one execution path: a phase that prints a
+    # credential fails (exit 4), is recorded as failed, and the notebook is redacted.
+    monkeypatch.setenv("HF_TOKEN", CANARY_ENV)
+    nbs = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", nbs)
+    nb = nbformat.read(nbs / "01_freeze_source.ipynb", as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell("import os\nprint('debug', os.environ['HF_TOKEN'])"))
+    nbformat.write(nb, nbs / "01_freeze_source.ipynb")
+    p = make_params("demo-train.yaml", source={"secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"}]},
+                    **FAST_TRAINING)
+    run_dir = tmp_path / "reports" / "by-hand"
+    (tmp_path / "reports").mkdir(exist_ok=True)
+    assert cli_main(["phase", "01", str(p), str(run_dir), "--notebooks", str(nbs)]) == EXIT_FAILED
+    rec = json.loads((run_dir / "01_freeze_source.json").read_text())
+    assert rec["status"] == "failed" and rec["data"]["ename"] == "SecretLeak"
+    assert "[REDACTED:HF_TOKEN]" in (run_dir / "01_freeze_source.ipynb").read_text()
+    _no_canary_anywhere(run_dir)

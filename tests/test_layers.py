@@ -14,10 +14,12 @@ LAYERS: list[set[str]] = [
     {"__init__"},  # the package itself: __version__
     {"manifest", "secrets", "offer_query"},
     {"params"},
+    {"rundir"},
     {"gates", "cost", "measure", "inventory", "approvals", "storage", "resolve", "report", "route", "seal"},
     {"workload"},
     {"providers"},
-    {"phases", "scan", "cleanup"},
+    {"scan"},
+    {"phases", "cleanup"},
     {"interrupt", "verify"},
     {"runner"},
     {"cli"},

@@ -407,7 +407,7 @@ def test_teardown_of_what_the_run_created_needs_no_second_approval(tmp_path: Pat
     monkeypatch.chdir(tmp_path)
     ctx = open_phase("01", str(tmp_path / "params" / "m.yaml"), run_mode="headless")
     prov, fake, _ = remote("runpod", profile=ctx.mig.source)
-    ctx._providers["source"] = prov
+    ctx.providers["source"] = prov
     spec = remote_spec(prov, ranked(prov)[:1])
     ours = prov.launch(spec("ours", (("run_id", ctx.run_id), ("side", "source"))))
     theirs = prov.launch(spec("theirs", (("run_id", "another-run"), ("side", "source"))))

@@ -328,10 +328,12 @@ def test_phase_teardown_of_a_resource_gone_since_it_was_listed(make_params, tmp_
     # approval.
     from runbook_lib.errors import ApprovalRequired
     from runbook_lib.phases import open_phase
+    from runbook_lib.rundir import RunDir
 
-    monkeypatch.chdir(tmp_path)
     params = make_params(approvals={"preapproved_local": False})
-    ctx = open_phase("06", str(params), str(tmp_path / "reports" / "20261130T000000Z-race-000001"))
+    (tmp_path / "reports").mkdir(exist_ok=True)
+    run = RunDir.create(params, path=tmp_path / "reports" / "20261130T000000Z-race-000001")
+    ctx = open_phase("06", str(params), str(run.path))
     vanished = ctx.destroy("target", "pod-0badc0de", labels={"run_id": ctx.run_id, "role": "canary"})
     unknown = ctx.destroy("target", "pod-00000000")
     assert isinstance(vanished, Teardown) and vanished.found == "gone"

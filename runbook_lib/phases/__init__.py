@@ -8,7 +8,6 @@ with :meth:`PhaseContext.finish`, which writes the chained record.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,35 +16,16 @@ from typing import Any, Callable
 from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadError
 from runbook_lib.gates import GateResult, from_dict, tolerance_for
-from runbook_lib.manifest import (
-    PHASES,
-    STATE_DIR,
-    Record,
-    new_run_id,
-    require_records,
-    utc_now,
-    write_json_atomic,
-    write_record,
-)
-from runbook_lib.params import Migration, Profile, load_params, project_root
+from runbook_lib.manifest import PHASES, Record, utc_now
+from runbook_lib.params import Migration, Profile
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
+from runbook_lib.rundir import RunDir
+from runbook_lib.scan import scan_run
 from runbook_lib.storage import MARKER_KEY, Store, credential_env, store_from_params
 from runbook_lib.workload.job import PARAMS_FROM_ENV
 
-REPORTS_DIR = "reports"
 POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
-
-NEEDS: dict[str, tuple[str, ...]] = {
-    "01": (),
-    "02": ("01",),
-    "03": ("01", "02"),
-    "04": ("01", "02", "03"),
-    "05": ("01", "04"),
-    "06": (),
-}
-"""Records each phase requires (phase 06 reads whatever exists: a stopped or failed run is still
-decided and torn down)."""
 
 
 @dataclass
@@ -55,18 +35,14 @@ class PhaseContext:
 
     Attributes:
         phase: phase id ``"01"`` .. ``"06"``.
-        mig: validated params.
-        params_path: absolute path of the params file.
-        run_dir: absolute run directory ``reports/<run_id>``.
-        run_id: the run id (the run directory's name).
+        run: the run directory (params, project root, records).
+        run_mode: ``interactive`` (a person steps through the notebook; :meth:`finish` scans the
+            run for credentials) or ``headless`` (the runner scans after the phase).
         records: verified records of earlier phases, by phase id.
     """
 
     phase: str
-    mig: Migration
-    params_path: Path
-    run_dir: Path
-    run_id: str
+    run: RunDir
     run_mode: str
     approval_ref: str
     records: dict[str, Record]
@@ -76,7 +52,23 @@ class PhaseContext:
     gates: list[GateResult] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # provider reads reused within a phase
-    _providers: dict[str, Any] = field(default_factory=dict, repr=False)
+    providers: dict[str, Provider] = field(default_factory=dict, repr=False)  # one instance per side
+
+    @property
+    def mig(self) -> Migration:
+        return self.run.mig
+
+    @property
+    def params_path(self) -> Path:
+        return self.run.params_path
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
 
     @property
     def store(self) -> Store:
@@ -95,10 +87,10 @@ class PhaseContext:
 
     def provider(self, side: str) -> Provider:
         """The provider of ``side`` (one instance per phase, so its evidence of tries accumulates)."""
-        if side not in self._providers:
+        if side not in self.providers:
             prof = self.profile(side)
-            self._providers[side] = create_provider(prof.provider, root=Path(STATE_DIR) / prof.provider, profile=prof)
-        return self._providers[side]
+            self.providers[side] = create_provider(prof.provider, root=self.run.state_dir(prof.provider), profile=prof)
+        return self.providers[side]
 
     def dry_run(self, side: str) -> bool:
         """True when ``side`` is a remote provider left in dry-run (real providers default to it;
@@ -294,8 +286,7 @@ class PhaseContext:
 
     def path(self, rel: str) -> Path:
         """Absolute path of a file this phase produces; registered for hashing into the record."""
-        p = self.run_dir / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
+        p = self.run.file(rel)
         if rel not in self.files:
             self.files.append(rel)
         return p
@@ -311,9 +302,8 @@ class PhaseContext:
     def write_json(self, rel: str, data: Any) -> Path:
         """Write evidence ``rel`` as indented JSON, atomically (temporary name, fsync, rename), and
         register it for this phase's record."""
-        p = self.path(rel)
-        write_json_atomic(p, data)
-        return p
+        self.path(rel)
+        return self.run.write_json(rel, data)
 
     def add_gates(self, *results: GateResult) -> list[GateResult]:
         self.gates.extend(results)
@@ -323,7 +313,15 @@ class PhaseContext:
         return [from_dict(g) for r in self.records.values() for g in r.body.get("data", {}).get("gates", [])]
 
     def finish(self, data: dict[str, Any]) -> Record:
-        """Write this phase's record (chained to the previous one) with its gates, plans and files."""
+        """Write this phase's record (chained to the previous one) with its gates, plans and files.
+
+        In interactive mode (no runner around the kernel) the run directory is then scanned for
+        the values of every declared credential, as the runner does after each headless phase.
+
+        Raises:
+            EvidenceError: a credential's value was found in the run's files (they are redacted;
+                the message names the files and the credentials, never a value).
+        """
         body = dict(data)
         body["gates"] = [g.to_dict() for g in self.gates]
         body["plans"] = self.plans
@@ -331,50 +329,71 @@ class PhaseContext:
         # Never cut over on inconclusive evidence: an INCONCLUSIVE or ERROR blocking gate holds
         # the migration before the next phase (docs/reference/gates.md section 5.2).
         body["hold_migration"] = any(g.blocking and g.verdict in ("INCONCLUSIVE", "ERROR") for g in self.gates)
-        return write_record(self.run_dir, self.phase, status="completed", data=body, files=self.files,
-                            started=self.started)
+        record = self.run.write_record(self.phase, status="completed", data=body, files=self.files,
+                                       started=self.started)
+        if self.run_mode == "interactive":
+            check_credentials(self.run, self.phase)
+        return record
 
 
-def latest_run_dir(migration: str, reports: str | Path = REPORTS_DIR) -> Path | None:
-    """Newest ``reports/<run_id>`` of ``migration`` (run ids sort by start time)."""
-    runs = sorted(p for p in Path(reports).glob(f"*-{migration}-*") if p.is_dir())
-    return runs[-1].resolve() if runs else None
+def scan_phase(run: RunDir, phase: str) -> dict[str, Any]:
+    """Scan ``run`` for the values of every credential its params declare and redact what is
+    found. The runner calls this after each headless phase; :meth:`PhaseContext.finish` calls it
+    in interactive mode.
+
+    Returns:
+        The scan summary: ``phase``, ``files`` scanned, ``findings`` (names and paths only, never
+        a value; empty when clean).
+    """
+    res = scan_run(run.path, run.mig, redact=True)
+    res["phase"] = phase
+    res["findings"] = [f.__dict__ for f in res["findings"]]
+    return res
+
+
+def leak_message(scan: dict[str, Any]) -> str:
+    """What a scan with findings says: the credentials' names and the files, never a value."""
+    where = sorted({f["path"] for f in scan["findings"]})
+    return (f"phase {scan['phase']}: credentials ({sorted({f['what'] for f in scan['findings']})}) found in {where}; "
+            "those files were redacted. Find what printed them and run the phase again.")
+
+
+def check_credentials(run: RunDir, phase: str) -> dict[str, Any]:
+    """:func:`scan_phase`, raising when anything was found.
+
+    Raises:
+        EvidenceError: a credential's value was in the run's files (now redacted).
+    """
+    res = scan_phase(run, phase)
+    if res["findings"]:
+        raise EvidenceError(leak_message(res))
+    return res
 
 
 def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str = "interactive",
                approval_ref: str = "") -> PhaseContext:
-    """Start a phase: validate params, find or create the run directory, verify earlier records.
+    """Start a phase: validate params, open (or, for phase 01, create) the run, verify earlier records.
 
     Args:
         phase: ``"01"`` .. ``"06"``.
         params_path: the migration YAML.
-        run_dir: the run directory; empty means a new run for phase 01 and the newest run of this
-            migration for later phases (interactive use).
+        run_dir: the run directory (relative to the project root, or absolute); empty means a new
+            run for phase 01 and the newest run of this migration for later phases (interactive use).
         run_mode: ``interactive`` or ``headless`` (the runner passes ``headless``).
         approval_ref: path of an approval file for headless runs.
 
     Raises:
-        ParamsError: bad params. EvidenceError: an earlier record is missing or altered.
+        ParamsError: bad params. UsageError: the run is sealed, not a run, or has other params.
+        EvidenceError: unknown phase, an earlier record is missing or altered.
     """
     if phase not in dict(PHASES):
-        raise EvidenceError(f"unknown phase {phase!r}")
-    params = Path(params_path).resolve()
-    mig = load_params(params)
-    os.chdir(project_root(params))  # reports/ and .runbook/ resolve against the project, also in Jupyter
+        raise EvidenceError(f"unknown phase {phase!r}; known phases are {[p for p, _ in PHASES]}")
     if run_dir:
-        rd = Path(run_dir).resolve() if Path(run_dir).is_absolute() else (project_root(params) / run_dir).resolve()
+        run = RunDir.open(run_dir, params_path)
     elif phase == "01":
-        rd = (Path(REPORTS_DIR) / new_run_id(mig.migration)).resolve()
+        run = RunDir.create(params_path)
     else:
-        found = latest_run_dir(mig.migration)
-        if found is None:
-            raise EvidenceError(f"no run of {mig.migration!r} under {REPORTS_DIR}/; run phase 01 first")
-        rd = found
-    rd.mkdir(parents=True, exist_ok=True)
-    if phase == "01" and not (rd / "params.yaml").exists():  # the run keeps the params it started with
-        (rd / "params.yaml").write_bytes(params.read_bytes())
-    records = require_records(rd, phase, NEEDS[phase])
-    base = os.getcwd()
-    return PhaseContext(phase=phase, mig=mig, params_path=params, run_dir=rd, run_id=rd.name, run_mode=run_mode,
-                        approval_ref=approval_ref, records=records, started=utc_now(),
-                        store_factory=lambda: store_from_params(mig.storage, base=base))
+        run = RunDir.latest(params_path)
+    records = run.require(phase)
+    return PhaseContext(phase=phase, run=run, run_mode=run_mode, approval_ref=approval_ref, records=records,
+                        started=utc_now(), store_factory=lambda: store_from_params(run.mig.storage, base=str(run.project)))

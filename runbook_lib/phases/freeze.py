@@ -23,7 +23,7 @@ from runbook_lib.storage import credential_env
 
 def host_inventory(ctx: PhaseContext) -> dict[str, Any]:
     """Probe the machine the runbook runs on (device from the source profile)."""
-    inv = probe(device=ctx.mig.source.device)
+    inv = probe(device=ctx.mig.source.device, disk_path=ctx.run_dir)
     ctx.write_json("01/host_inventory.json", inv)
     return inv
 
