@@ -27,7 +27,7 @@ demo-s3: $(STAMP)
 # Lint, types, the unit and contract tests, and one whole migration through every phase
 # (under 5 minutes on 2 cores). The other end-to-end cases are `make test-e2e`.
 test: $(STAMP)
-	$(VENV)/bin/ruff check runbook_lib tests benchmarks scripts
+	$(VENV)/bin/ruff check runbook_lib tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -m "not e2e or smoke"
 

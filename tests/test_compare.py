@@ -90,7 +90,7 @@ def test_a_lost_round_extends_and_is_kept_as_evidence() -> None:
                 raise ProviderError("GET /health failed: ConnectError")
             return 60
 
-        got = compare._retry(ctx, take, log, what=f"round {r} {side} open-loop", kind="open_loop", side=side,
+        got = compare.measured_with_retries(ctx, take, log, what=f"round {r} {side} open-loop", kind="open_loop", side=side,
                              sleep=sleeps)
         return got.value or 0
 

@@ -1,7 +1,12 @@
-"""Package hygiene: a light import, notebooks in sync with their generator and without outputs."""
+"""Package hygiene: a light import; notebooks that are thin, structured alike and without outputs.
+
+The ``.ipynb`` files are the notebooks' source (edited in JupyterLab); this test holds their shape:
+the parameters cell holds references only, and every other code cell makes exactly one call into
+``runbook_lib.phases`` and displays what it returned."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -9,10 +14,10 @@ import sys
 import nbformat
 import papermill
 
-from .conftest import ROOT
+from runbook_lib import phases
+from runbook_lib.manifest import PHASES, phase_name
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import build_notebooks  # noqa: E402
+from .conftest import ROOT
 
 
 def test_import_is_light() -> None:
@@ -23,14 +28,73 @@ def test_import_is_light() -> None:
     assert out == "[]"
 
 
-def test_notebooks_match_generator_and_have_no_outputs() -> None:
-    names = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
-    assert names == sorted(build_notebooks.NOTEBOOKS)
-    for name in names:
-        committed = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-        assert committed == build_notebooks.build(name), f"run scripts/build_notebooks.py ({name} drifted)"
-        assert all(not c.get("outputs") and c.get("execution_count") is None
-                   for c in committed.cells if c.cell_type == "code")
+def _phases_call(node: ast.expr, phase_names: set[str]) -> bool:
+    """``name(...)`` or ``module.name(...)`` where the name was imported from ``runbook_lib.phases``."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    if isinstance(f, ast.Name):
+        return f.id in phase_names
+    return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in phase_names
+
+
+def cell_shape(source: str, phase_names: set[str]) -> str:
+    """``ok``, or what is wrong with a code cell: it must be imports (IPython's display, names from
+    runbook_lib.phases), then one call into runbook_lib.phases, then a display of its result."""
+    body = [n for n in ast.parse(source).body if not isinstance(n, (ast.Import, ast.ImportFrom))]
+    imports = [n for n in ast.parse(source).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    for imp in imports:
+        if not (isinstance(imp, ast.ImportFrom) and imp.module in ("runbook_lib.phases", "IPython.display")):
+            return f"imports something other than runbook_lib.phases / IPython.display (line {imp.lineno})"
+    calls = [n for stmt in body for n in ast.walk(stmt) if _phases_call(n, phase_names)]  # type: ignore[arg-type]
+    if len(calls) != 1:
+        return f"makes {len(calls)} calls into runbook_lib.phases (want exactly 1)"
+    last = body[-1] if body else None
+    shown = (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and isinstance(last.value.func, ast.Name)
+             and last.value.func.id == "display" and len(last.value.args) == 1)
+    if not shown:
+        return "does not end by displaying the call's result"
+    arg = last.value.args[0]  # type: ignore[union-attr]
+    if len(body) == 1:
+        return "ok" if _phases_call(arg, phase_names) else "displays something other than the phases call"
+    first = body[0]
+    if len(body) != 2 or not (isinstance(first, ast.Assign) and _phases_call(first.value, phase_names)):
+        return "holds statements besides the call and its display"
+    target = first.targets[0]
+    same = isinstance(target, ast.Name) and isinstance(arg, ast.Name) and arg.id == target.id
+    return "ok" if same else "displays something other than the call's result"
+
+
+def test_every_code_cell_is_one_phases_call_and_its_display() -> None:
+    assert sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")) == [f"{phase_name(p)}.ipynb" for p, _ in PHASES]
+    for pid, _ in PHASES:
+        nb = nbformat.read(ROOT / "notebooks" / f"{phase_name(pid)}.ipynb", as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert "parameters" in code[0].metadata.get("tags", []), f"{pid}: first code cell is the parameters cell"
+        names: set[str] = set()
+        for node in ast.walk(ast.parse("\n".join(c.source for c in code[1:]))):
+            if isinstance(node, ast.ImportFrom) and node.module == "runbook_lib.phases":
+                names |= {a.asname or a.name for a in node.names}
+        assert names, f"{pid}: imports nothing from runbook_lib.phases"
+        assert all(hasattr(phases, n) or n in {"freeze", "mapping", "parity", "compare", "cutover", "decide"}
+                   for n in names), f"{pid}: imports {names}"
+        for i, cell in enumerate(code[1:], start=1):
+            assert cell_shape(cell.source, names) == "ok", f"{phase_name(pid)} code cell {i}: " \
+                f"{cell_shape(cell.source, names)}\n{cell.source}"
+        assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), \
+            f"{phase_name(pid)} was saved with outputs; clear them before committing"
+
+
+def test_cell_shape_check_catches_thick_cells() -> None:
+    names = {"freeze", "finish"}
+    assert cell_shape("result = freeze.run(ctx)\ndisplay(result)", names) == "ok"
+    assert cell_shape("display(finish(ctx, result))", names) == "ok"
+    assert "2 calls" in cell_shape("a = freeze.run(ctx)\nb = freeze.plan(ctx)\ndisplay(a)", names)
+    assert "0 calls" in cell_shape("display(ctx.mig)", names)
+    assert "does not end by displaying" in cell_shape("result = freeze.run(ctx)", names)
+    assert "besides the call" in cell_shape("x = 1\nresult = freeze.run(ctx)\ndisplay(result)", names)
+    assert "other than the call's result" in cell_shape("result = freeze.run(ctx)\ndisplay(ctx)", names)
+    assert "imports something other" in cell_shape("import os\nresult = freeze.run(ctx)\ndisplay(result)", names)
 
 
 def test_parameters_cells_hold_references_only() -> None:

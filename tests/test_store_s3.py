@@ -44,8 +44,8 @@ class TestS3Store(StoreContract):
                        multipart_threshold_bytes=5 * MIB, multipart_chunksize_bytes=5 * MIB)
 
     def corrupt(self, store: S3Store, key: str, data: bytes) -> None:
-        meta = store.client.head_object(Bucket=store.bucket, Key=store._k(key))["Metadata"]
-        store.client.put_object(Bucket=store.bucket, Key=store._k(key), Body=data, Metadata=meta)
+        meta = store.client.head_object(Bucket=store.bucket, Key=store.object_key(key))["Metadata"]
+        store.client.put_object(Bucket=store.bucket, Key=store.object_key(key), Body=data, Metadata=meta)
 
 
 def test_multipart_object_etag_is_not_an_md5(s3_endpoint: str, tmp_path: Path) -> None:
@@ -79,8 +79,10 @@ def test_interrupted_multipart_upload_leaves_nothing_and_retry_succeeds(s3_endpo
                 raise OSError(5, "input/output error")
             return self.f.read(n)
 
+    dies = Dies()
     with pytest.raises(StorageError, match="failed while reading the source"):
-        store.put_fileobj(Dies(), "ck/big")
+        store.put_fileobj(dies, "ck/big")
+    dies.f.close()
     assert store.head("ck/big") is None
     assert store.client.list_multipart_uploads(Bucket="interrupt").get("Uploads", []) == []  # aborted
     info = store.put_file(src, "ck/big")

@@ -1,9 +1,10 @@
 """What each phase notebook does, as library calls the notebooks stay thin around.
 
-A notebook opens its phase with :func:`open_phase` (loads and validates params, verifies the
-records of the phases before it), calls the phase's functions (``freeze``, ``mapping``,
-``parity``, ``compare``, ``cutover``, ``decide`` modules), displays what they return, and closes
-with :meth:`PhaseContext.finish`, which writes the chained record.
+A notebook opens its phase with :func:`open_phase` (opens the run, verifies the records of the
+phases before it), calls its phase module's steps (``freeze``, ``mapping``, ``parity``,
+``compare``, ``cutover``, ``decide``), each of which returns a typed result that displays
+itself, and closes with :func:`finish`, which writes the chained record from the result's
+:meth:`PhaseResult.record`. Every code cell is one call and one display.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runbook_lib import approvals
+from runbook_lib import approvals, report
 from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadError
 from runbook_lib.gates import GateResult, from_dict, tolerance_for
 from runbook_lib.manifest import PHASES, Record, utc_now
@@ -69,6 +70,11 @@ class PhaseContext:
     @property
     def run_id(self) -> str:
         return self.run.run_id
+
+    def _repr_markdown_(self) -> str:
+        m = self.mig
+        return (f"**Phase {self.phase}** · run `{self.run_id}` · migration `{m.migration}` ({m.workload.kind}, "
+                f"{self.run_mode})  \n**Source** {m.source.release}  \n**Target** {m.target.release}")
 
     @property
     def store(self) -> Store:
@@ -334,6 +340,81 @@ class PhaseContext:
         if self.run_mode == "interactive":
             check_credentials(self.run, self.phase)
         return record
+
+
+class PhaseResult:
+    """What a phase's main step returns: a frozen dataclass whose fields are typed, which a
+    notebook displays as is (IPython calls ``_ipython_display_``) and whose :meth:`record` is the
+    data written into the phase record (JSON-serialisable)."""
+
+    def record(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parts(self) -> list[Any]:
+        """What a notebook shows, in order: Markdown, DataFrames, Stylers, figures."""
+        raise NotImplementedError
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        for part in self.parts():
+            display(part)
+
+
+def md(text: str) -> Any:
+    """IPython Markdown for a result's display (IPython imported only when displaying)."""
+    from IPython.display import Markdown
+
+    return Markdown(text)
+
+
+def table(rows: Any, **kwargs: Any) -> Any:
+    """A pandas DataFrame of ``rows`` (records, a dict of columns, or a mapping shown as one column)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, **kwargs)
+
+
+@dataclass(frozen=True)
+class PlanShown:
+    """A launch plan as a notebook shows it before its approval cell: the plan, its fingerprint,
+    and the ranked offers a remote launch tries in order."""
+
+    plan: Plan
+
+    def _repr_html_(self) -> str:
+        d = self.plan.to_dict()
+        d.pop("spec")
+        offers = list(getattr(self.plan.spec, "offers", ()) or ())
+        head = table([d]).to_html(index=False)
+        return head + (f"<p>ranked offers tried in order: {', '.join(offers)}</p>" if offers else "")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A phase's written record, with the gates it judged (shown as a verdict table)."""
+
+    record: Record
+    gates: tuple[GateResult, ...]
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        if self.gates:
+            display(report.gates_table(self.gates))
+        prev = self.record.body["prev_sha256"][:16]
+        display(md(f"Record `{self.record.path.name}` · sha256 `{self.record.sha256}` · previous `{prev}…`"))
+
+
+def approval_widget(ctx: PhaseContext, plan: PlanShown | Plan) -> Any:
+    """The Approve button for ``plan`` (interactive use; its cell is tagged ``skip-execution``
+    so a headless run never waits on a click)."""
+    return approvals.approval_widget(plan.plan if isinstance(plan, PlanShown) else plan, run_dir=ctx.run_dir)
+
+
+def finish(ctx: PhaseContext, result: PhaseResult) -> Finished:
+    """Write the phase's record from ``result.record()`` (see :meth:`PhaseContext.finish`)."""
+    return Finished(ctx.finish(result.record()), tuple(ctx.gates))
 
 
 def scan_phase(run: RunDir, phase: str) -> dict[str, Any]:

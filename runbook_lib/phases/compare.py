@@ -23,12 +23,14 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from runbook_lib import cost
+from runbook_lib import cost, report
 from runbook_lib import gates as g
 from runbook_lib.measure import (
     SAMPLE_COLUMNS,
@@ -40,7 +42,7 @@ from runbook_lib.measure import (
     run_saturation,
     with_retries,
 )
-from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.workload import make_workload
 
 ROUND_PATTERN = ("source", "target", "target", "source")
@@ -84,9 +86,11 @@ def operator_set(mig: Any, setting: str) -> bool:
     return name in model.model_fields_set
 
 
-def _retry(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
+def measured_with_retries(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
            side: str, sleep: Callable[[float], None]) -> Attempted[Any]:
-    """:func:`with_retries` with this run's retry settings; the result is appended to ``log``."""
+    """Take one measurement through :func:`runbook_lib.measure.with_retries` with this run's
+    settings (``measure.error_retries``, ``measure.error_retry_interval_s``); the attempt record
+    is appended to ``log`` (phase 04 writes it to ``04/measurement_attempts.csv``)."""
     m = ctx.mig.measure
     a = with_retries(fn, what=what, kind=kind, side=side, retries=m.error_retries, interval_s=m.error_retry_interval_s,
                      sleep=sleep)
@@ -166,11 +170,11 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         def worker_report(_k: int, c: JobClient = client) -> dict[str, Any]:
             return c.health()
 
-        first = _retry(ctx, first_job, log, what=f"cold start {side}", kind="cold_start", side=side, sleep=sleep)
+        first = measured_with_retries(ctx, first_job, log, what=f"cold start {side}", kind="cold_start", side=side, sleep=sleep)
         ready[side] = time.perf_counter()
         # Create to first served response; the waits between retries are not the target's time.
         cold_s = ready[side] - t0 - first.waited_s if first.ok else math.nan
-        health = _retry(ctx, worker_report, log, what=f"cold start {side} worker report", kind="cold_start",
+        health = measured_with_retries(ctx, worker_report, log, what=f"cold start {side} worker report", kind="cold_start",
                         side=side, sleep=sleep)
         cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s,
                      "first_status": first.value["status"] if first.value is not None else "MEASUREMENT_ERROR",
@@ -190,18 +194,18 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
                 out.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": job["status"]})
             return out
 
-        w = _retry(ctx, warm, log, what=f"warm-up {side}", kind="warmup", side=side, sleep=sleep)
+        w = measured_with_retries(ctx, warm, log, what=f"warm-up {side}", kind="warmup", side=side, sleep=sleep)
         warm_rows.extend(w.value or [])
 
     def one_round(r: int, side: str) -> int:
         picks = wl.request_inputs(m.requests_per_round, seed=1000 + r // 2)
         sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + r // 2)
         reqs = [Request(i, float(sched[i]), payload, idx) for i, (idx, payload) in enumerate(picks)]
-        got = _retry(ctx, lambda _k: run_open_loop(clients[side], reqs, side=side, round_id=r), log,
+        got = measured_with_retries(ctx, lambda _k: run_open_loop(clients[side], reqs, side=side, round_id=r), log,
                      what=f"round {r} {side} open-loop", kind="open_loop", side=side, sleep=sleep)
         rows.extend(got.value or [])
         burst = wl.request_inputs(m.throughput_requests, seed=3000 + r // 2)
-        sat = _retry(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
+        sat = measured_with_retries(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
                      what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
         if sat.value is not None:
             thr.append({"side": side, "round": r, **sat.value})
@@ -209,7 +213,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
 
     extra_rounds = schedule_rounds(ctx, one_round)
     end = time.perf_counter()
-    health_end = _retry(ctx, lambda _k: clients["target"].health()["workers"], log, what="target workers after rounds",
+    health_end = measured_with_retries(ctx, lambda _k: clients["target"].health()["workers"], log, what="target workers after rounds",
                         kind="health", side="target", sleep=sleep)
     workers_ready = (int(health_end.value["idle"] + health_end.value["running"]) if health_end.value is not None
                      else 0)
@@ -256,7 +260,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
             files = ctx.fetch(ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
             return pod, done, files
 
-        got = _retry(ctx, attempt, log, what=f"round {r} {side} training pod", kind="training_round", side=side,
+        got = measured_with_retries(ctx, attempt, log, what=f"round {r} {side} training pod", kind="training_round", side=side,
                      sleep=sleep)
         if got.value is None:
             return 0
@@ -414,3 +418,65 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
                                "error": a.error} for a in res.get("attempts", []) if not a.ok],
         "host_load_avg_1_5_15min": list(os.getloadavg()),  # a busy host explains a noisy A/A pair
     }
+
+
+@dataclass(frozen=True)
+class Measurement(PhaseResult):
+    """Phase 04's raw measurement (:func:`measure`) and its p50/p95/p99 summary per side
+    (:func:`summary`); judged by :func:`evaluate`. Not a record on its own."""
+
+    raw: dict[str, Any]
+    summary: pd.DataFrame
+
+    def record(self) -> dict[str, Any]:
+        raise NotImplementedError("a measurement is recorded through evaluate(): pass it there")
+
+    def parts(self) -> list[Any]:
+        return [md("**Cold starts** (create call to first served response, seconds)"), table(self.raw["cold_starts"]),
+                md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary]
+
+
+@dataclass(frozen=True)
+class CompareResult(PhaseResult):
+    """Phase 04's judged evidence: cost per accepted unit per side, the comparison plots (PNG
+    files in the run; shown from the files, whatever the kernel's plotting backend) and the gates
+    (kept in the phase's context)."""
+
+    measurement: Measurement
+    costs: dict[str, cost.CostBreakdown]
+    plots: tuple[Path, ...]
+
+    def record(self) -> dict[str, Any]:
+        return record_data(self.measurement.raw, self.costs, self.measurement.summary)
+
+    def parts(self) -> list[Any]:
+        from IPython.display import Image
+
+        return [md("**Cost per accepted unit** (USD)"), table({s: c.to_dict() for s, c in self.costs.items()}),
+                *(Image(filename=str(p)) for p in self.plots)]
+
+
+def measure_sides(ctx: PhaseContext) -> Measurement:
+    """Phase 04, first step: run the measurement protocol (:func:`measure`) and summarise it."""
+    res = measure(ctx)
+    return Measurement(raw=res, summary=summary(res))
+
+
+def evaluate(ctx: PhaseContext, measured: Measurement) -> CompareResult:
+    """Phase 04, second step: costs (``04/cost.json``), the latency CDF, throughput and cost plots
+    (``04/*.png``), and the comparison gates."""
+    import matplotlib.pyplot as plt
+
+    res = measured.raw
+    unit = "request" if ctx.mig.workload.kind == "inference" else "training step"
+    costs_ = costs(ctx, res)
+    figs = [report.latency_cdf(res["samples"], ctx.path("04/latency_cdf.png"), unit_label=unit),
+            report.throughput_plot(res["throughput"], ctx.path("04/throughput.png"),
+                                   unit="requests/s" if unit == "request" else "samples/s"),
+            report.cost_plot(costs_, ctx.path("04/cost.png"), unit=unit)]
+    for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
+        plt.close(fig)
+    compare_gates(ctx, res, costs_)
+    return CompareResult(measurement=measured, costs=costs_,
+                         plots=tuple(ctx.run_dir / rel for rel in ("04/latency_cdf.png", "04/throughput.png",
+                                                                   "04/cost.png")))

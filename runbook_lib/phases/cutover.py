@@ -19,6 +19,7 @@ import json
 import math
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import pandas as pd
 from runbook_lib import gates as g
 from runbook_lib.manifest import utc_now
 from runbook_lib.measure import JobClient, Request, poisson_schedule, run_open_loop
-from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.route import Route
 from runbook_lib.workload import make_workload
 
@@ -173,3 +174,24 @@ def cutover(ctx: PhaseContext) -> dict[str, Any]:
                                    "detail": "source reloads the target's checkpoint: " + rev.detail}))
     ctx.write_json("05/cutover.json", res)
     return res
+
+
+@dataclass(frozen=True)
+class CutoverResult(PhaseResult):
+    """Phase 05's evidence: the rollback point, each slice step and the route's history
+    (:func:`cutover`)."""
+
+    cutover: dict[str, Any]
+
+    def record(self) -> dict[str, Any]:
+        return {"cutover": self.cutover}
+
+    def parts(self) -> list[Any]:
+        c = self.cutover
+        return [md("**Rollback point**"), table({"rollback point": c["rollback_point"]}, dtype=object),
+                md("**Slice steps**"), table(c["steps"]), md("**Route history**"), table(c["route"]["history"])]
+
+
+def run(ctx: PhaseContext) -> CutoverResult:
+    """Phase 05: record the rollback point, move the slices, judge each (:func:`cutover`)."""
+    return CutoverResult(cutover(ctx))

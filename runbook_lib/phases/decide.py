@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from runbook_lib import __version__
+from runbook_lib import __version__, report
 from runbook_lib import gates as g
 from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound
 from runbook_lib.manifest import PHASES, utc_now
 from runbook_lib.params import params_sha256
-from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
 from runbook_lib.providers import REMOTE
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.route import Route
@@ -216,13 +216,6 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
     return receipt
 
 
-def seal(ctx: PhaseContext, out: dict[str, Any]) -> dict[str, Any]:
-    """Write ``manifest.json`` and (unless a phase failed) ``_SUCCESS`` for this run."""
-    failed = out["receipt"]["run_status"] == "failed"
-    decision = f"FAILED (decision {out['decision']})" if failed else out["decision"]
-    return seal_run(ctx.run_dir, ctx.mig, ctx.params_path, decision=decision, complete=not failed)
-
-
 def decide_and_act(ctx: PhaseContext) -> dict[str, Any]:
     """Evaluate every gate, decide, act on the decision, decide again with the teardown gate,
     and write the receipt."""
@@ -234,3 +227,57 @@ def decide_and_act(ctx: PhaseContext) -> dict[str, Any]:
     decision, reasons = g.decide(gates)
     receipt = write_receipt(ctx, decision, reasons, gates, actions)
     return {"decision": decision, "reasons": reasons, "gates": gates, "actions": actions, "receipt": receipt}
+
+
+@dataclass(frozen=True)
+class DecisionResult(PhaseResult):
+    """Phase 06's outcome (:func:`decide_and_act`): the status of phases 01-05, every gate, the
+    decision and why, the actions taken, and the receipt written to ``receipt.json``."""
+
+    phases: list[dict[str, Any]]
+    decision: str
+    reasons: list[str]
+    gates: list[g.GateResult]
+    actions: dict[str, Any]
+    receipt: dict[str, Any]
+
+    def record(self) -> dict[str, Any]:
+        return {"decision": self.decision, "reasons": self.reasons}
+
+    def parts(self) -> list[Any]:
+        return [table(self.phases), report.gates_table(self.gates),
+                md(f"## Decision: **{self.decision}**\n\n" + "\n".join(f"- {r}" for r in self.reasons)),
+                md("**Acceptance deltas**"), table(self.receipt["acceptance_deltas"]),
+                md("**Resources this run created**"), table(self.actions["created"])]
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """Phase 06's record and the run's manifest, written last (``manifest.json``, then
+    ``_SUCCESS`` unless a phase failed; the headless runner seals again with every phase's outcome)."""
+
+    finished: Finished
+    manifest: dict[str, Any]
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.finished)
+        display(md(f"Sealed: `manifest.json` for run `{self.manifest['run_id']}`"))
+
+
+def run(ctx: PhaseContext) -> DecisionResult:
+    """Phase 06: judge every gate, decide, act (route, teardown verified), write the receipt."""
+    status = phase_status(ctx)
+    out = decide_and_act(ctx)
+    return DecisionResult(phases=status, decision=out["decision"], reasons=out["reasons"], gates=out["gates"],
+                          actions=out["actions"], receipt=out["receipt"])
+
+
+def finish(ctx: PhaseContext, result: DecisionResult) -> Sealed:
+    """Write phase 06's record (it hashes ``receipt.json``), then seal the run."""
+    record = ctx.finish(result.record())
+    failed = result.receipt["run_status"] == "failed"
+    decision = f"FAILED (decision {result.decision})" if failed else result.decision
+    manifest = seal_run(ctx.run_dir, ctx.mig, ctx.params_path, decision=decision, complete=not failed)
+    return Sealed(Finished(record, tuple(ctx.gates)), manifest)

@@ -9,13 +9,14 @@ manifest; golden outputs for fixed inputs; declared ports, protocols and host ne
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from runbook_lib import secrets as secret_refs
 from runbook_lib.inventory import probe
-from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Plan
 from runbook_lib.storage import credential_env
@@ -166,3 +167,59 @@ def inventory_rows(host: dict[str, Any], source_env: dict[str, Any]) -> list[dic
         }
     h, s = flat(host), flat(source_env)
     return [{"item": k, "this host": h[k], "source pod": s[k]} for k in h]
+
+
+def plan(ctx: PhaseContext) -> PlanShown:
+    """The freeze pod's launch plan, for display before its approval cell."""
+    return PlanShown(plan_freeze(ctx))
+
+
+@dataclass(frozen=True)
+class FreezeResult(PhaseResult):
+    """Phase 01's evidence.
+
+    Attributes:
+        host: :func:`host_inventory`. source: :func:`freeze_source` (or its dry-run form).
+        requirements: :func:`requirements`. secrets: :func:`secrets_table`.
+        credential_findings: :func:`credential_findings`. dry_run: the freeze pod was only planned.
+    """
+
+    host: dict[str, Any]
+    source: dict[str, Any]
+    requirements: dict[str, Any]
+    secrets: list[dict[str, Any]]
+    credential_findings: list[dict[str, Any]]
+    dry_run: bool
+
+    def record(self) -> dict[str, Any]:
+        return {"host": self.host, "freeze": self.source, "requirements": self.requirements, "secrets": self.secrets,
+                "credential_findings": self.credential_findings, "dry_run": self.dry_run}
+
+    def parts(self) -> list[Any]:
+        src = self.source
+        out: list[Any] = []
+        if self.dry_run:
+            out += [md("**Dry-run**: the freeze pod is planned above and recorded; nothing was launched."),
+                    table({"source pod (provider report)": src.get("source_pod") or {}}, dtype=object)]
+        else:
+            out += [table(inventory_rows(self.host, src["environment"])),
+                    md("**Immutable identities**"), table({"value": src["identity"]}),
+                    md(f"**Frozen artifact** `{src['frozen']['prefix']}` manifest sha256 "
+                       f"`{src['frozen']['manifest_sha256']}`"),
+                    table(src["frozen"]["objects"]).T,
+                    md(f"**Golden outputs** shape {src['golden']['shape']} {src['golden']['dtype']}, sha256 "
+                       f"`{src['golden']['outputs_sha256']}`")]
+        return out + [md("**Declared requirements**"), table({"declared": self.requirements}, dtype=object),
+                      md("**Secrets** (names and references, never values)"), table(self.secrets),
+                      md("**Credential findings**"),
+                      table(self.credential_findings, columns=["variable", "where", "declared", "finding"])]
+
+
+def run(ctx: PhaseContext) -> FreezeResult:
+    """Phase 01: probe this host, freeze the source (pod, artifact, golden outputs), declare the
+    requirements, the secrets and what looks like an undeclared credential."""
+    host = host_inventory(ctx)
+    src = freeze_source(ctx)
+    return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=secrets_table(ctx),
+                        credential_findings=credential_findings(ctx, src.get("environment")),
+                        dry_run=bool(src.get("dry_run")))

@@ -7,11 +7,12 @@ provider capabilities are declared data (:class:`runbook_lib.providers.base.Capa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from runbook_lib import secrets as secret_refs
 from runbook_lib.gates import GateResult
-from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.offers import filter_offers, version_tuple
 
@@ -195,3 +196,46 @@ def dependency_gate(rows: list[dict[str, Any]], *, phase: str = "02") -> GateRes
                       f"no target equivalent for {blocked}: design and test an adapter before cutover" if blocked
                       else f"all {len(rows)} dependencies have an equivalent or a tested adapter path",
                       samples={"rows": len(rows)}, source="failure responses (README): no target equivalent blocks cutover", phase=phase)
+
+
+OFFER_COLUMNS = ["offer_id", "gpu_name", "gpu_count", "hourly_usd_with_disk", "region", "accepted", "reasons",
+                 "unverified"]
+
+
+@dataclass(frozen=True)
+class MappingResult(PhaseResult):
+    """Phase 02's evidence.
+
+    Attributes:
+        offers: :func:`target_offers` (None for a local target).
+        rows: :func:`dependency_map` rows. capabilities: the target's declared capabilities.
+        gate: :func:`dependency_gate`.
+    """
+
+    offers: dict[str, Any] | None
+    rows: list[dict[str, Any]]
+    capabilities: dict[str, Any]
+    gate: GateResult
+
+    def record(self) -> dict[str, Any]:
+        return {"dependency_map": self.rows, "target_capabilities": self.capabilities, "offers": self.offers}
+
+    def parts(self) -> list[Any]:
+        out: list[Any] = []
+        if self.offers is not None:
+            out += [md(f"**Offers**: {len(self.offers['ranked'])} of {len(self.offers['table'])} qualify; ranked: "
+                       f"{self.offers['ranked']}"),
+                    table(self.offers["table"], columns=OFFER_COLUMNS)]
+        return out + [table(self.rows)]
+
+
+def run(ctx: PhaseContext) -> MappingResult:
+    """Phase 02: a remote target's offers (searched, re-checked, ranked), the dependency map
+    (``02/dependency_map.json``) and its gate."""
+    caps = ctx.provider("target").capabilities()
+    offers = target_offers(ctx)
+    rows = dependency_map(ctx, offers)
+    ctx.write_json("02/dependency_map.json", rows)
+    gate = dependency_gate(rows)
+    ctx.add_gates(gate)
+    return MappingResult(offers=offers, rows=rows, capabilities=capabilities_dict(caps), gate=gate)

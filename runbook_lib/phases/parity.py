@@ -10,12 +10,13 @@ destroys the canary (verified gone).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from runbook_lib import gates as g
-from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
 
 
@@ -103,3 +104,44 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                               detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
     return ctx.add_gates(*out)
 
+
+
+def plan(ctx: PhaseContext) -> PlanShown:
+    """The canary's launch plan, for display before its approval cell."""
+    return PlanShown(plan_canary(ctx))
+
+
+TRY_COLUMNS = ["offer_id", "outcome", "detail", "resource_id", "at_s"]
+
+
+@dataclass(frozen=True)
+class ParityResult(PhaseResult):
+    """Phase 03's evidence: the canary's verified result (or its dry-run plan) and the gates
+    judged on it (:func:`parity_gates`, kept in the phase's context)."""
+
+    canary: dict[str, Any]
+    dry_run: bool
+
+    def record(self) -> dict[str, Any]:
+        c = self.canary
+        if self.dry_run:
+            return {"dry_run": True, "plan": c["plan"]}
+        return {"canary_pod": c["pod_id"], "canary_destroyed": c["destroyed"], "capacity_tries": c["capacity_tries"],
+                "result": {k: v for k, v in c["result"].items() if k != "attempts"}}
+
+    def parts(self) -> list[Any]:
+        if self.dry_run:
+            return [md("**Dry-run**: the canary launch is planned above and recorded; nothing was launched.")]
+        res = self.canary["result"]
+        return [md("**Capacity tries**"), table(self.canary["capacity_tries"], columns=TRY_COLUMNS),
+                md("**Artifact checksums re-verified on the canary**"), table(res.get("artifact_checksums", [])),
+                md("**Failure drill**"), table({"failure drill": res.get("failure_drill") or {}}, dtype=object)]
+
+
+def run(ctx: PhaseContext) -> ParityResult:
+    """Phase 03: launch, wait for and destroy the canary (:func:`run_canary`), then judge parity."""
+    canary = run_canary(ctx)
+    dry = bool(canary.get("dry_run"))
+    if not dry:
+        parity_gates(ctx, canary)
+    return ParityResult(canary=canary, dry_run=dry)

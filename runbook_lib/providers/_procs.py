@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -26,6 +27,22 @@ TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this many seconds
 KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for the kernel to remove the processes
 POLL_S = 0.05
 MAX_ROUNDS = 5  # a process may spawn a child while it is being stopped: list and stop again
+
+_LEADERS: dict[int, subprocess.Popen[bytes]] = {}  # pid -> leader this process started (see adopt)
+
+
+def adopt(proc: subprocess.Popen[bytes]) -> None:
+    """Keep the ``Popen`` of a leader this process started, for the process's lifetime.
+
+    A local pod outlives the call that launched it, as a machine outlives an API request, so
+    nothing waits on the ``Popen`` where it was made. Kept here, it is reaped by :func:`reap`
+    (no zombie lingers) and is never garbage-collected while the pod still runs (``Popen``
+    warns about that: https://docs.python.org/3/library/subprocess.html#subprocess.Popen).
+    """
+    for pid in list(_LEADERS):
+        reap(pid)
+    _LEADERS[proc.pid] = proc
+
 
 StepHook = Callable[[str, list[int]], None]
 """Called with a step name and the pids concerned: ``listed`` (after a listing, before any
@@ -129,8 +146,14 @@ def _wait(procs: list[Any], timeout_s: float) -> list[Any]:
 
 
 def reap(pid: int) -> None:
-    """Collect the exit status of ``pid`` if it is an exited child of this process; anything
-    else (not our child, already reaped) is left alone."""
+    """Collect the exit status of ``pid`` if it is an exited child of this process (through its
+    adopted ``Popen`` when it has one, which is then forgotten); anything else (not our child,
+    already reaped) is left alone."""
+    proc = _LEADERS.get(pid)
+    if proc is not None:
+        if proc.poll() is not None:
+            _LEADERS.pop(pid, None)
+        return
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:

@@ -162,6 +162,7 @@ class LocalProvider(Provider):
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
         log.close()
+        _procs.adopt(proc)
         try:
             created: float | None = psutil.Process(proc.pid).create_time()
         except psutil.NoSuchProcess:

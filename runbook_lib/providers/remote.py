@@ -6,7 +6,7 @@ per resource, applies each with its approval, and checks each is gone); the only
 a launch is of a resource that launch itself just created and could not make ready, which the
 approved launch plan covers.
 
-A subclass supplies the primitives (``_create``, ``_fetch``, ``_pod``, ``_list_raw``, ``_stop``,
+A subclass supplies the primitives (``create_on_offer``, ``_fetch``, ``_pod``, ``_list_raw``, ``_stop``,
 ``_destroy``, ``search_offers``); this class owns the rules. Polling uses an injected clock and
 sleep, so tests never wait.
 """
@@ -122,8 +122,10 @@ class RemoteProvider(Provider):
         least ``ports`` directly mappable ports (read-only), normalized."""
 
     @abstractmethod
-    def _create(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
-        """Create one pod / instance on ``offer_id``; return its id. NoCapacity when the offer is gone."""
+    def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
+        """Send one create request for a pod / instance on ``offer_id`` and return its id, without
+        waiting for readiness (:meth:`launch` waits, and tries the next offer). NoCapacity when
+        the offer is gone."""
 
     @abstractmethod
     def _fetch(self, resource_id: str) -> Pod:
@@ -184,7 +186,7 @@ class RemoteProvider(Provider):
                 self.attempts.append(Attempt(offer_id, "not tried", f"capacity budget {budget} s spent", at_s=spent))
                 break
             try:
-                rid = self._create(spec, offer_id, env)
+                rid = self.create_on_offer(spec, offer_id, env)
             except NoCapacity as exc:
                 self.attempts.append(Attempt(offer_id, "no capacity", str(exc), getattr(exc, "resource_id", ""),
                                              self._clock() - t0))

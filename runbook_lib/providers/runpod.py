@@ -141,7 +141,7 @@ class RunpodProvider(RemoteProvider):
 
     # -- pods --------------------------------------------------------------------------------------
 
-    def _create(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
+    def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
         env = {**env, LABELS_ENV: encode_labels(dict(spec.labels))}
         req = self.profile.offer if self.profile is not None else None
         count = max(1, req.gpu_count_min) if req is not None else 1

@@ -139,7 +139,7 @@ class VastProvider(RemoteProvider):
         body = self.api.request("POST", "/api/v0/bundles/", body=search_body(req, ports=ports)) or {}
         return [_offer(o) for o in body.get("offers", [])]
 
-    def _create(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
+    def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
         body: dict[str, Any] = {"client_id": "me", "image": spec.image, "disk": spec.disk_gb,
                                 "label": encode_labels(dict(spec.labels)), "runtype": "args",
                                 "args": list(spec.command), "cancel_unavail": True,

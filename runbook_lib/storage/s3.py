@@ -99,7 +99,8 @@ class S3Store(Store):
 
         return TransferConfig(**self._transfer_kw)
 
-    def _k(self, key: str) -> str:
+    def object_key(self, key: str) -> str:
+        """The bucket key of store key ``key`` (the store's prefix joined in front)."""
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def url(self, key: str = "") -> str:
@@ -173,16 +174,16 @@ class S3Store(Store):
         extra = {"Metadata": {META_SHA256: sha256}} if sha256 else {}
         try:
             with self._errors("put", key):
-                self.client.upload_fileobj(reader, self.bucket, self._k(key), ExtraArgs=extra or None,
+                self.client.upload_fileobj(reader, self.bucket, self.object_key(key), ExtraArgs=extra or None,
                                            Config=self._transfer())
                 digest = reader.sha256.hexdigest()
                 if sha256 and digest != sha256:
-                    self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+                    self.client.delete_object(Bucket=self.bucket, Key=self.object_key(key))
                     raise StorageError(f"put {self.url(key)}: the bytes read hash to {digest[:16]}..., the writer "
                                        f"recorded {sha256[:16]}...; the file changed after it was written (object "
                                        "removed). Re-create it from a verified copy.")
                 if not sha256:
-                    self.client.copy({"Bucket": self.bucket, "Key": self._k(key)}, self.bucket, self._k(key),
+                    self.client.copy({"Bucket": self.bucket, "Key": self.object_key(key)}, self.bucket, self.object_key(key),
                                      ExtraArgs={"Metadata": {META_SHA256: digest}, "MetadataDirective": "REPLACE"},
                                      Config=self._transfer())
         except OSError as exc:
@@ -192,14 +193,14 @@ class S3Store(Store):
     def put_bytes(self, data: bytes, key: str) -> ObjectInfo:
         digest = hashlib.sha256(data).hexdigest()
         with self._errors("put", key):
-            self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, Metadata={META_SHA256: digest})
+            self.client.put_object(Bucket=self.bucket, Key=self.object_key(key), Body=data, Metadata={META_SHA256: digest})
         return ObjectInfo(key, len(data), digest)
 
     def head(self, key: str) -> ObjectInfo | None:
         from botocore.exceptions import ClientError
 
         try:
-            r = self.client.head_object(Bucket=self.bucket, Key=self._k(key))
+            r = self.client.head_object(Bucket=self.bucket, Key=self.object_key(key))
         except ClientError as exc:
             if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
                 return None
@@ -209,7 +210,7 @@ class S3Store(Store):
 
     def get_bytes(self, key: str) -> bytes:
         with self._errors("get", key):
-            return self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
+            return self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"].read()
 
     def get_file(self, key: str, dest: str | Path, *, expect: ObjectInfo | None = None,
                  progress: bool = False) -> ObjectInfo:
@@ -251,15 +252,15 @@ class S3Store(Store):
 
         chunk = self._transfer_kw["multipart_chunksize"]
         if size <= self._transfer_kw["multipart_threshold"]:
-            body = self.client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"]
+            body = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"]
             for part in body.iter_chunks(1 << 20):
                 writer.write(part)
             return
-        etag = self.client.head_object(Bucket=self.bucket, Key=self._k(key))["ETag"]
+        etag = self.client.head_object(Bucket=self.bucket, Key=self.object_key(key))["ETag"]
 
         def fetch(first: int) -> bytes:
             last = min(first + chunk, size) - 1
-            r = self.client.get_object(Bucket=self.bucket, Key=self._k(key), Range=f"bytes={first}-{last}", IfMatch=etag)
+            r = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key), Range=f"bytes={first}-{last}", IfMatch=etag)
             return r["Body"].read()
 
         starts = iter(range(0, size, chunk))
@@ -272,7 +273,7 @@ class S3Store(Store):
                     pending.append(pool.submit(fetch, nxt))
 
     def list(self, prefix: str = "") -> list[str]:
-        base = self._k(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")
+        base = self.object_key(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")
         keys: list[str] = []
         with self._errors("list", prefix):
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
@@ -282,11 +283,11 @@ class S3Store(Store):
 
     def delete(self, key: str) -> None:
         with self._errors("delete", key):
-            self.client.delete_object(Bucket=self.bucket, Key=self._k(key))
+            self.client.delete_object(Bucket=self.bucket, Key=self.object_key(key))
 
     def delete_prefix(self, prefix: str) -> None:
         keys = self.list(prefix)
         with self._errors("delete", prefix):
             for i in range(0, len(keys), 1000):
                 self.client.delete_objects(Bucket=self.bucket,
-                                           Delete={"Objects": [{"Key": self._k(k)} for k in keys[i:i + 1000]]})
+                                           Delete={"Objects": [{"Key": self.object_key(k)} for k in keys[i:i + 1000]]})

@@ -1,0 +1,74 @@
+"""The tests hold themselves to the guide: they reach the library through public names only, and
+every file a docstring or comment in the library cites exists in the repository (see also
+``test_citations``)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from .conftest import ROOT
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _library_private_names() -> set[str]:
+    """Every private name the library defines: functions, methods, classes, module and instance
+    attributes (``self._x = ...``)."""
+    names: set[str] = set()
+    for f in (ROOT / "runbook_lib").rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+    return {n for n in names if _private(n)}
+
+
+def private_uses(source: str, library_private: set[str]) -> list[str]:
+    """Where ``source`` (a test module) imports a private library module or name, or reads a
+    private attribute the library defines on anything but the test's own ``self``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("runbook_lib"):
+            if any(_private(part) for part in node.module.split(".")):
+                found.append(f"line {node.lineno}: from {node.module} import ...")
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if _private(a.name)]
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names
+                      if a.name.startswith("runbook_lib") and any(_private(p) for p in a.name.split("."))]
+        elif isinstance(node, ast.Attribute) and node.attr in library_private:
+            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if not own:
+                found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+def test_tests_use_public_names_only() -> None:
+    library_private = _library_private_names()
+    offenders = {}
+    for f in sorted((ROOT / "tests").rglob("*.py")):
+        uses = private_uses(f.read_text(), library_private)
+        if uses:
+            offenders[str(f.relative_to(ROOT))] = uses
+    assert offenders == {}
+
+
+def test_private_use_check_sees_what_it_should() -> None:
+    lib = {"_create", "_k"}
+    assert private_uses("from runbook_lib.providers._http import x", lib) == [
+        "line 1: from runbook_lib.providers._http import ..."]
+    assert private_uses("from runbook_lib.phases import _helper", lib) == ["line 1: imports _helper"]
+    assert private_uses("prov._create(1)\nself._create(2)\nos._exit(0)", lib) == ["line 1: ._create"]
+    assert private_uses("import runbook_lib._fs", lib) == ["line 1: import runbook_lib._fs"]
+
+
+def test_pytest_turns_warnings_into_errors() -> None:
+    import tomllib
+
+    conf = tomllib.loads(Path(ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert conf["filterwarnings"][0] == "error"
