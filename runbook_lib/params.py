@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from runbook_lib.errors import ParamsError
 from runbook_lib.offer_query import parse_query
@@ -119,16 +129,13 @@ class OfferSpec(_Model):
         return self
 
 
-REMOTE_PROVIDERS = frozenset({"runpod", "vast"})
-"""Providers that rent real machines: they need an image and a key, and default to dry-run."""
-
-
-class Profile(_Model):
-    """One side of the migration: where and how the workload runs.
+class ProfileBase(_Model):
+    """What every side of a migration declares, whatever runs it: where the workload runs is
+    chosen by ``provider``, which selects one of :data:`PROVIDER_TABLE`'s profile models.
 
     Attributes:
-        provider: registry name of the provider: ``local`` (the embedded default), ``runpod``
-            or ``vast``.
+        provider: registry name of the provider (a :data:`PROVIDER_TABLE` row).
+        name: the side's name in evidence.
         release: human-readable release the receipt names (image tag, git ref).
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: compute dtype of the workload on this side.
@@ -138,27 +145,11 @@ class Profile(_Model):
         price_usd_per_hour: on-demand price of one pod / worker, USD per hour.
         storage_usd_per_gb_month: volume price, USD per GB-month.
         egress_usd_per_gb: data-out price, USD per GB.
-        fault: deliberate fault for drills and tests (``none`` in real migrations):
-            ``corrupt_checkpoint`` flips a byte of each artifact the canary downloads,
-            ``worker_crash`` kills an endpoint worker every 7 requests, ``slow_worker`` adds
-            0.25 s to every batch an endpoint worker serves.
-        image: container image remote pods run (it must contain this package); remote only.
-        api_key_ref: reference of the provider API key (``env:VAR`` / ``file:/path``); empty
-            uses the provider's standard places (Runpod: ``env:RUNPOD_API_KEY``,
-            ``~/.runpod/config.toml``; Vast.ai: ``env:VAST_API_KEY``,
-            ``~/.config/vastai/vast_api_key``, ``~/.vast_api_key``).
-        dry_run: remote providers only plan: every launch, stop and destroy is shown and
-            recorded, nothing is applied. Real providers default to it; set ``false`` and supply
-            approvals to apply.
-        pod_id: the existing source pod / instance that runs today (remote source); phase 01
-            records what the provider reports about it.
-        offer: requirement ranges for the target's offer (remote target).
-        runpod_graphql_spot: allow Runpod spot pods through the deprecated GraphQL API
-            (retiring early 2027); a warning is recorded.
+        secrets: secrets the workload needs, by name and reference (never by value).
     """
 
+    provider: str
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
-    provider: Literal["local", "runpod", "vast"] = "local"
     release: str = Field(min_length=1)
     device: Device = "cpu"
     dtype: DType = "float32"
@@ -169,26 +160,120 @@ class Profile(_Model):
     storage_usd_per_gb_month: float = Field(default=0.0, ge=0)
     egress_usd_per_gb: float = Field(default=0.0, ge=0)
     secrets: tuple[SecretRef, ...] = ()
+
+    @property
+    def remote(self) -> bool:
+        """True for a provider that rents real machines (dry-run by default, a key needed)."""
+        return False
+
+
+class LocalProfile(ProfileBase):
+    """The embedded local provider: pods and endpoints are processes on this machine.
+
+    Attributes:
+        fault: deliberate fault for drills and tests (``none`` in real migrations):
+            ``corrupt_checkpoint`` flips a byte of each artifact the canary downloads,
+            ``worker_crash`` kills an endpoint worker every 7 requests, ``slow_worker`` adds
+            0.25 s to every batch an endpoint worker serves.
+    """
+
+    provider: Literal["local"] = "local"
     fault: Literal["none", "corrupt_checkpoint", "worker_crash", "slow_worker"] = "none"
-    image: str = ""
+
+
+class RemoteProfile(ProfileBase):
+    """A provider that rents real machines running a container image.
+
+    Attributes:
+        image: container image remote pods run (it must contain this package).
+        api_key_ref: reference of the provider API key (``env:VAR`` / ``file:/path``); empty
+            uses the provider's standard places (Runpod: ``env:RUNPOD_API_KEY``,
+            ``~/.runpod/config.toml``; Vast.ai: ``env:VAST_API_KEY``,
+            ``~/.config/vastai/vast_api_key``, ``~/.vast_api_key``).
+        dry_run: only plan: every launch, stop and destroy is shown and recorded, nothing is
+            applied. The default; set ``false`` and supply approvals to apply.
+        pod_id: the existing source pod / instance that runs today (remote source); phase 01
+            records what the provider reports about it.
+        offer: requirement ranges for the target's offer (remote target).
+    """
+
+    image: str = Field(min_length=1, description="a tag or digest of an image that contains this package")
     api_key_ref: str = Field(default="", pattern=r"^(|env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
     dry_run: bool = True
     pod_id: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,64}$")
     offer: OfferSpec = OfferSpec()
+
+    @property
+    def remote(self) -> bool:
+        return True
+
+
+class RunpodProfile(RemoteProfile):
+    """Runpod (REST v2 pods and serverless endpoints).
+
+    Attributes:
+        runpod_graphql_spot: allow spot pods through the deprecated GraphQL API (retiring early
+            2027); a warning is recorded.
+    """
+
+    provider: Literal["runpod"] = "runpod"
     runpod_graphql_spot: bool = False
 
     @model_validator(mode="after")
-    def _remote_needs(self) -> "Profile":
-        if self.provider in REMOTE_PROVIDERS:
-            if not self.image:
-                raise ValueError(f"provider {self.provider!r} runs a container: set image (a tag or digest of an "
-                                 "image that contains this package)")
-            if self.fault != "none":
-                raise ValueError("fault drills run on the local provider only")
-        if self.offer.interruptible and self.provider == "runpod" and not self.runpod_graphql_spot:
+    def _spot_needs_graphql(self) -> "RunpodProfile":
+        if self.offer.interruptible and not self.runpod_graphql_spot:
             raise ValueError("Runpod REST v2 has no spot pods; set runpod_graphql_spot: true to use the deprecated "
                              "GraphQL API (retiring early 2027), or offer.interruptible: false")
         return self
+
+
+class VastProfile(RemoteProfile):
+    """Vast.ai (offers searched and rented as instances; no queue endpoints)."""
+
+    provider: Literal["vast"] = "vast"
+
+
+@dataclass(frozen=True)
+class ProviderEntry:
+    """One provider: its registry name, the params model of a side it runs, the module whose
+    ``create(**kwargs)`` builds its adapter, and whether it rents real machines."""
+
+    name: str
+    profile: type[ProfileBase]
+    adapter: str
+    remote: bool
+
+
+PROVIDER_TABLE: tuple[ProviderEntry, ...] = (
+    ProviderEntry("local", LocalProfile, "runbook_lib.providers.local", remote=False),
+    ProviderEntry("runpod", RunpodProfile, "runbook_lib.providers.runpod", remote=True),
+    ProviderEntry("vast", VastProfile, "runbook_lib.providers.vast", remote=True),
+)
+"""The one table of providers: it feeds the registry (:mod:`runbook_lib.providers`), the params
+schema (:data:`Profile`), and the tests. Adding a provider: ``runbook_lib/providers/GUIDE.md``."""
+
+REMOTE_PROVIDERS = frozenset(e.name for e in PROVIDER_TABLE if e.remote)
+"""Providers that rent real machines: they need an image and a key, and default to dry-run."""
+
+
+def _provider_of(v: Any) -> str:
+    """The discriminator of a side: its ``provider`` (``local`` when left out)."""
+    return str(v.get("provider", "local") if isinstance(v, dict) else getattr(v, "provider", "local"))
+
+
+AnyProfile = Union[LocalProfile, RunpodProfile, VastProfile]
+"""The profile models of :data:`PROVIDER_TABLE`, spelled out for type checkers (which cannot read
+a union built from the table); a test holds the two equal."""
+
+if TYPE_CHECKING:
+    Profile = AnyProfile
+else:
+    Profile = Annotated[Union[tuple(Annotated[e.profile, Tag(e.name)] for e in PROVIDER_TABLE)],
+                        Discriminator(_provider_of, custom_error_type="unknown_provider",
+                                      custom_error_message="provider must be one of "
+                                                           f"{', '.join(e.name for e in PROVIDER_TABLE)}")]
+    """One side of the migration: the profile model of its ``provider`` (a discriminated union
+    built from :data:`PROVIDER_TABLE`); a field another provider would need is refused, not ignored."""
 
 
 class Workload(_Model):
@@ -425,6 +510,13 @@ def credential_findings(data: Any, path: str = "") -> list[tuple[str, str]]:
     return out
 
 
+def _field_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A pydantic error location as the YAML spells it: the profile union's tag (``source.local``,
+    ``target.vast``) is not a key in the file, so it is left out."""
+    tags = {e.name for e in PROVIDER_TABLE}
+    return tuple(p for i, p in enumerate(loc) if not (i == 1 and loc[0] in ("source", "target") and p in tags))
+
+
 def validate(data: dict[str, Any], *, origin: str = "<params>") -> Migration:
     """Validate a params mapping into a :class:`Migration`.
 
@@ -443,7 +535,7 @@ def validate(data: dict[str, Any], *, origin: str = "<params>") -> Migration:
         problems: list[str] = []
         first_field, first_value = "", None
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            field = ".".join(str(p) for p in _field_path(err["loc"])) or "(top level)"
             value = err.get("input")
             shown = "(missing)" if err["type"] == "missing" else repr(value)
             if _secret_field(field):  # never echo what may be a credential

@@ -1,6 +1,7 @@
-"""``params/runpod-to-vast.yaml`` end to end through papermill: without credentials it stops at
-the first phase that needs an API, naming the reference; with the provider fixtures it plans
-phases 01-03 in dry-run; with dry-run off and no approval it holds before creating anything.
+"""``params/runpod-to-vast*.yaml`` end to end through papermill: without credentials a run stops at
+the first phase that needs an API, naming the reference; with the provider fixtures the training
+migration plans phases 01-03 in dry-run, and the inference one stops at phase 02 (Vast.ai has no
+queue endpoint); with dry-run off and no approval a run holds before creating anything.
 Remote APIs are the recorded-shape fixtures (``--provider-fixtures``); nothing reaches a network."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runbook_lib.cli import main as cli_main
-from runbook_lib.errors import EXIT_FAILED, EXIT_HOLD, EXIT_USAGE
+from runbook_lib.errors import EXIT_FAILED, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE
 from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
@@ -23,11 +24,13 @@ WRITES = ("POST api.runpod.io/v2/pods", "POST api.runpod.io/v2/serverless", "POS
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A project dir with the real notebooks and params, and no provider or bucket keys anywhere."""
+    """A project dir with the real notebooks and params (``m.yaml``: the training migration,
+    ``inference.yaml``: the inference one), and no provider or bucket keys anywhere."""
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
     (tmp_path / "params").mkdir()
-    (tmp_path / "params" / "m.yaml").write_text((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    (tmp_path / "params" / "m.yaml").write_text((ROOT / "params" / "runpod-to-vast-train.yaml").read_text())
+    (tmp_path / "params" / "inference.yaml").write_text((ROOT / "params" / "runpod-to-vast.yaml").read_text())
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                 "RUNBOOK_PROVIDER_FIXTURES"):
         monkeypatch.setenv(var, "")  # recorded, so the CLI's own setting is undone after the test
@@ -37,8 +40,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _run(project: Path, *extra: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, Path, str]:
-    code = cli_main(["run", str(project / "params" / "m.yaml"), *extra])
+def _run(project: Path, *extra: str, capsys: pytest.CaptureFixture[str], params: str = "m.yaml"
+         ) -> tuple[int, Path, str]:
+    code = cli_main(["run", str(project / "params" / params), *extra])
     out = capsys.readouterr().out
     run_dir = Path(out.split("evidence: ")[-1].strip())
     return code, run_dir, out
@@ -81,7 +85,8 @@ def test_fixtures_plan_phases_01_to_03_in_dry_run(project: Path, capsys, monkeyp
     assert canary["plan"]["spec"]["offers"] == ["8812345", "8812501"]  # phase 02's ranking, cheapest first
     assert canary["plan"]["spec"]["ports"] == [] and canary["plan"]["provider"] == "vast"  # an agent serves nothing
     finding = [f for f in freeze["credential_findings"] if f["finding"]]
-    assert [f["variable"] for f in finding] == ["RUNPOD_API_KEY"]  # exported into the source container
+    # the source container exports the provider key, and an HF_TOKEN these params do not declare
+    assert [f["variable"] for f in finding] == ["HF_TOKEN", "RUNPOD_API_KEY"]
     offers = chain["02_map_target"]["data"]["offers"]
     assert {r["offer_id"]: r["accepted"] for r in offers["table"]} == {
         "8812345": True, "8812399": False, "8812400": False, "8812501": True}
@@ -115,12 +120,12 @@ def test_approving_the_dry_run_plans_lets_the_real_run_apply_them(project: Path,
     pod is created on the fake API, and (no agent runs there) phase 01 fails on the missing result
     set with the pod destroyed: nothing is left behind."""
     p = project / "params" / "m.yaml"
-    p.write_text(p.read_text().replace("url: s3://embed-migration-evidence/runpod-to-vast", "url: file://.runbook/store"))
+    p.write_text(p.read_text().replace("url: s3://digits-migration-evidence/runpod-to-vast", "url: file://.runbook/store"))
     code, dry_dir, out = _run(project, "--provider-fixtures", capsys=capsys)
     assert code == EXIT_HOLD
     assert cli_main(["resolve", str(dry_dir), "--decision", "GO", "--by", "e2e"]) == EXIT_USAGE  # nothing ran
     assert cli_main(["approve", str(dry_dir), "--by", "e2e-approver"]) == 0
-    approval = json.loads((project / "approvals" / "embed-runpod-to-vast.json").read_text())
+    approval = json.loads((project / "approvals" / "digits-runpod-to-vast.json").read_text())
     assert [x["action"] for x in approval["plans"]] == ["launch_pod", "launch_pod"]
     p.write_text(p.read_text().replace("dry_run: true", "dry_run: false"))
     code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys)
@@ -134,3 +139,17 @@ def test_approving_the_dry_run_plans_lets_the_real_run_apply_them(project: Path,
     assert len(created) == 1 and any(r.startswith("DELETE api.runpod.io/v2/pods/") for r in log)
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["resources"]["remaining"] == []
+
+
+def test_inference_to_vast_stops_at_phase_02_for_want_of_a_queue_endpoint(project: Path, capsys) -> None:
+    # Vast.ai declares no queue endpoints; phase 02 reads that capability and blocks the
+    # migration there, before any canary is planned, instead of failing in phase 04.
+    code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys, params="inference.yaml")
+    assert code == EXIT_NO_GO, out
+    rec = json.loads((run_dir / "02_map_target.json").read_text())
+    row = next(r for r in rec["data"]["dependency_map"] if r["dependency"] == "queue endpoint")
+    assert row["status"] == "no equivalent" and "no queue endpoint" in row["reason"]
+    assert not (run_dir / "03_prove_parity.json").exists()
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert any("queue endpoint" in r for r in receipt["reasons"])
+    assert not [r for r in _requests(project) if r.startswith(WRITES)]

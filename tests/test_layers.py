@@ -107,7 +107,7 @@ def test_layers_name_every_component() -> None:
 
 LAZY_ALLOWED = {
     "runbook_lib.storage.local", "runbook_lib.storage.s3",  # boto3 only when an S3 store is opened
-    "runbook_lib.providers.fixtures", "runbook_lib.providers._http",  # the --provider-fixtures test option
+    "runbook_lib.providers.fixtures", "runbook_lib.providers.api",  # the --provider-fixtures test option
 }
 
 

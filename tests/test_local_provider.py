@@ -79,7 +79,7 @@ def test_stop_keeps_volume_and_kills_process(tmp_path: Path) -> None:
     while not (Path(pod.volume_dir) / "v").exists() and time.time() < deadline:
         time.sleep(0.05)
     pid = json.loads((tmp_path / "state" / "pods" / pod.id / "pod.json").read_text())["pid"]
-    prov.apply(prov.plan_stop(pod.id), _approve(prov.plan_stop(pod.id), tmp_path))
+    prov.apply(prov.plan_stop(pod.id, dry_run=False), _approve(prov.plan_stop(pod.id, dry_run=False), tmp_path))
     st = prov.get(pod.id)
     assert st.state == "STOPPED"
     assert (Path(st.volume_dir) / "v").exists() and not (Path(st.container_dir) / "c").exists()
@@ -98,7 +98,7 @@ def endpoint(request, tmp_path: Path, make_params, monkeypatch):
     prov = LocalProvider(root=tmp_path / "state")
     spec = EndpointSpec(name="e", params_path=str(params), side="target", workers=1, price_usd_per_hour=0.2,
                         labels=LABELS, execution_timeout_s=1.5, ttl_s=getattr(request, "param", 3.0))
-    plan = prov.plan_endpoint(spec)
+    plan = prov.plan_endpoint(spec, dry_run=False)
     ep = prov.apply(plan, _approve(plan, tmp_path))
     client = JobClient(ep.url)
     client.wait_ready(timeout_s=60)

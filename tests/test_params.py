@@ -83,3 +83,16 @@ def test_key_pasted_anywhere_is_refused_by_field(make_params, value: str, kind: 
 def test_ordinary_values_are_not_mistaken_for_keys() -> None:
     mig = load_params(ROOT / "params" / "demo-s3.yaml")
     assert mig.storage.access_key_id_ref == "env:AWS_ACCESS_KEY_ID"
+
+
+def test_a_side_accepts_only_its_providers_fields(make_params) -> None:
+    # The profile is a discriminated union on `provider`: a field another provider needs is
+    # refused where it was written, never silently ignored.
+    with pytest.raises(ParamsError, match=r"target.image: Extra inputs are not permitted"):
+        load_params(make_params(target={"image": "ghcr.io/example/agent:1"}))
+    with pytest.raises(ParamsError, match=r"target.runpod_graphql_spot: Extra inputs are not permitted"):
+        load_params(make_params("runpod-to-vast.yaml", target={"runpod_graphql_spot": True}))
+    with pytest.raises(ParamsError, match=r"source: provider must be one of local, runpod, vast \(got"):
+        load_params(make_params(source={"provider": "lambda"}))
+    with pytest.raises(ParamsError, match=r"source.fault: Extra inputs are not permitted"):
+        load_params(make_params("runpod-to-vast.yaml", source={"fault": "worker_crash"}))

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from runbook_lib.errors import AuthError, BadRequest, NoCapacity, NotFound, RateLimited, WorkloadError
-from runbook_lib.params import load_params
-from runbook_lib.providers import create_provider
-from runbook_lib.providers._http import KeySource, retry_after_s
+from runbook_lib.params import PROVIDER_TABLE, load_params
+from runbook_lib.providers import REMOTE, create_provider
+from runbook_lib.providers.api import KeySource, retry_after_s
 from runbook_lib.providers.base import EndpointSpec, PodSpec
-from runbook_lib.providers.fixtures import FIXTURE_KEY, SOURCE_POD, FixtureApi
+from runbook_lib.providers.fixtures import FIXTURE_KEY, SOURCE_POD, FixtureApi, fixture_api
 from runbook_lib.providers.offers import canonical_gpu, filter_offers
 
 from .conftest import ROOT
@@ -41,7 +41,7 @@ class Clock:
 
 def remote(name: str, *, script: dict[str, list[str]] | None = None, profile: Any = None,
            probe: Any = lambda h, p: True) -> tuple[Any, FixtureApi, Clock]:
-    fake = FixtureApi(name, script=script)
+    fake = fixture_api(name, script=script)
     clock = Clock()
     prof = profile or (PARAMS.source if name == "runpod" else PARAMS.target)
     prov = create_provider(name, profile=prof, transport=fake.transport,
@@ -68,19 +68,37 @@ def remote_spec(prov: Any, offers: tuple[str, ...]) -> Any:
     return spec
 
 
-class TestLocalContract(ProviderContract):
-    @pytest.fixture
-    def env(self, tmp_path: Path) -> ProviderEnv:
-        return local_env(tmp_path)
+def remote_endpoint_spec(labels: tuple[tuple[str, str], ...]) -> EndpointSpec:
+    return EndpointSpec(name="c-endpoint", params_path="p.yaml", side="target", workers=1, price_usd_per_hour=0.3,
+                        labels=labels, image="ghcr.io/example/agent:1", gpu_types=("ADA_24",))
 
 
-class TestRemoteContract(ProviderContract):
-    @pytest.fixture(params=["runpod", "vast"])
-    def env(self, request: pytest.FixtureRequest) -> ProviderEnv:
+class TestContract(ProviderContract):
+    """Every provider in the table passes the contract suite."""
+
+    @pytest.fixture(params=[e.name for e in PROVIDER_TABLE])
+    def env(self, request: pytest.FixtureRequest, tmp_path: Path, make_params: Any) -> ProviderEnv:
+        if request.param == "local":
+            params = make_params(workload={"entry_point": "tests.fixture_workloads:SleepWorkload"},
+                                 target={"batch_size": 1, "workers": 1})
+            return local_env(tmp_path, params)
         prov, fake, _ = remote(request.param)
         offers = ranked(prov)
         fake.requests.clear()
-        return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake))
+        return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake), remote_endpoint_spec)
+
+
+def test_the_table_feeds_the_registry_and_the_params_schema() -> None:
+    import typing
+
+    from runbook_lib.params import AnyProfile
+    from runbook_lib.providers import PROVIDERS
+
+    assert dict(PROVIDERS) == {e.name: e.adapter for e in PROVIDER_TABLE}
+    assert set(typing.get_args(AnyProfile)) == {e.profile for e in PROVIDER_TABLE}
+    assert REMOTE == {e.name for e in PROVIDER_TABLE if e.remote}
+    for e in PROVIDER_TABLE:
+        assert e.profile.model_fields["provider"].default == e.name
 
 
 # -- offers ----------------------------------------------------------------------------------------
@@ -286,7 +304,7 @@ def test_runpod_queue_diagnosis_reads_worker_states() -> None:
 def test_missing_key_names_the_references_and_calls_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    fake = FixtureApi("runpod")
+    fake = fixture_api("runpod")
     prov = create_provider("runpod", profile=PARAMS.source.model_copy(update={"api_key_ref": ""}),
                            transport=fake.transport)
     with pytest.raises(AuthError, match=r"tried env:RUNPOD_API_KEY, file:~/.runpod/config.toml"):
@@ -301,7 +319,7 @@ def test_key_from_runpod_config_toml_and_refused_key_not_echoed(tmp_path: Path,
     (tmp_path / ".runpod").mkdir()
     planted = "rpa_" + "Z9" * 20
     (tmp_path / ".runpod" / "config.toml").write_text(f'[default]\napi_key = "{planted}"\n')
-    fake = FixtureApi("runpod")
+    fake = fixture_api("runpod")
     prov = create_provider("runpod", profile=PARAMS.source.model_copy(update={"api_key_ref": ""}),
                            transport=fake.transport)
     with pytest.raises(AuthError, match="refused") as exc:  # the fake accepts only the fixture key

@@ -182,7 +182,7 @@ def test_stop_races_like_destroy_and_keeps_the_volume(tmp_path: Path) -> None:
     prov = LocalProvider(root=tmp_path / "state",
                          on_teardown_step=lambda step, pids: _sigkill(pids[:1]) if step == "listed" else None)
     pod = _launch_tree(prov, tmp_path)
-    plan = prov.plan_stop(pod.id)
+    plan = prov.plan_stop(pod.id, dry_run=False)
     done = prov.apply(plan, _approve(plan, tmp_path))
     assert isinstance(done, Teardown) and done.detail["volume"] == "kept"
     st = prov.get(pod.id)
@@ -219,7 +219,7 @@ def test_endpoint_worker_exits_between_listing_and_status(tmp_path: Path, make_p
     prov = LocalProvider(root=tmp_path / "state", on_teardown_step=hook)
     spec = EndpointSpec(name="e", params_path=str(params), side="target", workers=2, price_usd_per_hour=0.2,
                         labels=LABELS)
-    plan = prov.plan_endpoint(spec)
+    plan = prov.plan_endpoint(spec, dry_run=False)
     ep = prov.apply(plan, _approve(plan, tmp_path))
     client = JobClient(ep.url)
     try:
@@ -235,7 +235,7 @@ def test_an_endpoint_whose_front_door_dies_fails_fast(tmp_path: Path) -> None:
     prov = LocalProvider(root=tmp_path / "state", python="/bin/false")  # the front door cannot even start
     spec = EndpointSpec(name="e", params_path="unused.yaml", side="target", workers=1, price_usd_per_hour=0.2,
                         labels=LABELS)
-    plan = prov.plan_endpoint(spec)
+    plan = prov.plan_endpoint(spec, dry_run=False)
     t0 = time.monotonic()
     with pytest.raises(ProviderError, match="front door exited before serving"):
         prov.apply(plan, _approve(plan, tmp_path))

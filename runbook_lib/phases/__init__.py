@@ -10,7 +10,7 @@ itself, and closes with :func:`finish`, which writes the chained record from the
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,7 +18,7 @@ from runbook_lib import approvals, report
 from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadError
 from runbook_lib.gates import GateResult, from_dict, tolerance_for
 from runbook_lib.manifest import PHASES, Record, utc_now
-from runbook_lib.params import Migration, Profile
+from runbook_lib.params import LocalProfile, Migration, Profile, RemoteProfile
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
 from runbook_lib.rundir import RunDir
@@ -104,7 +104,7 @@ class PhaseContext:
         shown and recorded, nothing is applied."""
         prof = self.profile(side)
         earlier = any(r.data.get("dry_run") for r in self.records.values())
-        return prof.provider in REMOTE and (prof.dry_run or earlier)
+        return isinstance(prof, RemoteProfile) and (prof.dry_run or earlier)
 
     def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
         return (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
@@ -167,8 +167,9 @@ class PhaseContext:
                 "--side", side, "--run-id", self.run_id, "--store-url", self.store_url(), "--prefix", prefix]
         if frozen_prefix:
             argv += ["--frozen-prefix", frozen_prefix]
-        env: tuple[tuple[str, str], ...] = (("RUNBOOK_FAULT", prof.fault),) if prof.fault != "none" else ()
-        remote = prof.provider in REMOTE
+        fault = prof.fault if isinstance(prof, LocalProfile) else "none"
+        env: tuple[tuple[str, str], ...] = (("RUNBOOK_FAULT", fault),) if fault != "none" else ()
+        remote = isinstance(prof, RemoteProfile)
         if remote:  # inside the image: its own python; the run's params travel in the pod's environment
 
             argv[0] = "python"
@@ -182,9 +183,11 @@ class PhaseContext:
         spec = PodSpec(name=f"{self.mig.migration}-{role}", command=tuple(argv + list(extra)), device=prof.device,
                        price_usd_per_hour=price, labels=self.labels(side, role), env=env,
                        secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
-                       volume_gb=self.mig.workload.requirements.disk_gb, image=prof.image,
+                       volume_gb=self.mig.workload.requirements.disk_gb,
                        offers=(offers or ()) if remote else (),  # an agent serves nothing: no ports to publish
-                       disk_gb=prof.offer.disk_gb)
+                       )
+        if isinstance(prof, RemoteProfile):
+            spec = replace(spec, image=prof.image, disk_gb=prof.offer.disk_gb)
         return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
 
     def store_prefix(self, *parts: str) -> str:
@@ -230,7 +233,8 @@ class PhaseContext:
         if side == "target":
             rec = self.records.get("02")
             ranked = rec.data.get("offers", {}).get("ranked", []) if rec else []
-            return tuple(ranked)[: self.mig.target.offer.max_tries]
+            tgt = self.mig.target
+            return tuple(ranked)[: tgt.offer.max_tries] if isinstance(tgt, RemoteProfile) else tuple(ranked)
         rec = self.records.get("01")
         gpu = ((rec.data["freeze"].get("source_pod") or {}) if rec else {}).get("gpu_name")
         return (str(gpu),) if gpu else ()
@@ -278,7 +282,7 @@ class PhaseContext:
                             workers=prof.workers, price_usd_per_hour=prof.price_usd_per_hour,
                             labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
                             secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
-                            image=prof.image)
+                            image=prof.image if isinstance(prof, RemoteProfile) else "")
         return self.apply_plan(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
 
     def destroy(self, side: str, resource_id: str, *, labels: dict[str, str] | None = None) -> Teardown | None:

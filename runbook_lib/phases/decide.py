@@ -17,12 +17,16 @@ from runbook_lib import __version__, report
 from runbook_lib import gates as g
 from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound
 from runbook_lib.manifest import PHASES, utc_now
-from runbook_lib.params import params_sha256
+from runbook_lib.params import AnyProfile, RemoteProfile, params_sha256
 from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
-from runbook_lib.providers import REMOTE
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.route import Route
 from runbook_lib.seal import seal_run
+
+
+def _planned_only(prof: AnyProfile) -> bool:
+    """A remote side left in dry-run: its launches were only shown."""
+    return isinstance(prof, RemoteProfile) and prof.dry_run
 
 
 def phase_status(ctx: PhaseContext) -> list[dict[str, Any]]:
@@ -63,7 +67,7 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
     dry = sorted(pid for pid, r in ctx.records.items() if r.data.get("dry_run"))
     if dry:
         planned = [p for r in ctx.records.values() for p in r.data.get("plans", []) if not p.get("applied", True)]
-        sides = [s for s in ("source", "target") if ctx.profile(s).provider in REMOTE and ctx.profile(s).dry_run]
+        sides = [s for s in ("source", "target") if _planned_only(ctx.profile(s))]
         gates.append(g.GateResult(
             "dry_run", "INCONCLUSIVE", True, len(planned), 0, "plans shown, none applied", "records",
             f"phases {dry} only planned ({len(planned)} plans recorded, nothing created: "

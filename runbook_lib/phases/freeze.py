@@ -16,8 +16,8 @@ import numpy as np
 
 from runbook_lib import secrets as secret_refs
 from runbook_lib.inventory import probe
+from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
-from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Plan
 from runbook_lib.storage import credential_env
 
@@ -39,7 +39,7 @@ def describe_source(ctx: PhaseContext) -> dict[str, Any] | None:
         NotFound: ``source.pod_id`` does not exist.
     """
     prof = ctx.mig.source
-    if prof.provider not in REMOTE or not prof.pod_id:
+    if not isinstance(prof, RemoteProfile) or not prof.pod_id:
         return None
     if "source_pod" not in ctx.cache:
         ctx.cache["source_pod"] = ctx.provider("source").describe(prof.pod_id)

@@ -12,6 +12,7 @@ from typing import Any
 
 from runbook_lib import secrets as secret_refs
 from runbook_lib.gates import GateResult
+from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.offers import filter_offers, version_tuple
@@ -33,7 +34,7 @@ def target_offers(ctx: PhaseContext) -> dict[str, Any] | None:
         offer seen, with accepted / reasons / unverified], "requirements": {...}}``.
     """
     prof = ctx.mig.target
-    if prof.provider not in REMOTE:
+    if not isinstance(prof, RemoteProfile):
         return None
     req = prof.offer
     offers = ctx.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
@@ -92,9 +93,10 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     rows.append(_row("dtype", src.dtype, tgt.dtype, EQUIVALENT if src.dtype == tgt.dtype else ADAPTER,
                      "same compute dtype" if src.dtype == tgt.dtype else
                      "numerics change; outputs are held to the source dtype's tolerance in phase 03"))
-    if remote:
-        same = bool(src.image) and src.image == tgt.image
-        rows.append(_row("image / python / torch", src.image or f"{sf['python']} / {sf['torch']}", tgt.image,
+    if isinstance(tgt, RemoteProfile):
+        src_image = src.image if isinstance(src, RemoteProfile) else ""
+        same = bool(src_image) and src_image == tgt.image
+        rows.append(_row("image / python / torch", src_image or f"{sf['python']} / {sf['torch']}", tgt.image,
                          EQUIVALENT if same else ADAPTER, "the same image on both sides" if same else
                          "the image changes; parity decides in phase 03"))
         # What the image needs is target.offer.cuda_min (the source host's driver maximum is only
@@ -121,6 +123,11 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                          f"{host['cuda']['runtime']} / {host['cuda']['driver_version']}",
                          EQUIVALENT if sf["cuda"] == host["cuda"]["runtime"] else ADAPTER,
                          "recorded; must satisfy the image's CUDA build"))
+    if ctx.mig.workload.kind == "inference":
+        qe = caps.queue_endpoints
+        rows.append(_row("queue endpoint", "serves the workload's requests",
+                         "supported" if qe.supported else "unsupported", EQUIVALENT if qe.supported else NONE,
+                         qe.detail if qe.supported else f"{qe.detail}: phase 04 needs an endpoint on each side"))
     max_ports = caps.extra.get("max_ports")
     if max_ports is not None and max_ports.limit is not None and len(req["ports"]) > max_ports.limit:
         rows.append(_row("port count", len(req["ports"]), f"{max_ports.limit:g} at most", NONE, max_ports.detail))
@@ -141,7 +148,7 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     if req["persistent_volume"]:
         rows.append(_row("persistent volume", "required", caps.persistent_volume.detail,
                          EQUIVALENT if caps.persistent_volume.supported else NONE, "checkpoints survive a stop"))
-    if remote:
+    if isinstance(tgt, RemoteProfile):
         have_gb = {"/dev/shm": None, "memory": (best or {}).get("ram_gib"),
                    "disk": (best or {}).get("disk_gb") or tgt.offer.disk_gb,
                    "GPU memory": ((best or {}).get("vram_mib") or 0) / 1024 or None}

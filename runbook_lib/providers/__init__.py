@@ -1,6 +1,8 @@
-"""Provider registry: one module per provider, named in one read-only table, imported lazily.
+"""Provider registry: one package per provider, listed in :data:`runbook_lib.params.PROVIDER_TABLE`
+(which also gives each provider its params model), imported lazily.
 
-Adding a provider means one module with a ``create(**kwargs)`` factory and one line here.
+Adding a provider: one package with a ``create(**kwargs)`` factory, one table row, its fixtures
+(``GUIDE.md`` in this directory).
 """
 
 from __future__ import annotations
@@ -11,15 +13,11 @@ from types import MappingProxyType
 from typing import Any
 
 from runbook_lib.errors import ProviderError
-from runbook_lib.params import REMOTE_PROVIDERS
+from runbook_lib.params import PROVIDER_TABLE, REMOTE_PROVIDERS
 from runbook_lib.providers.base import Provider
 
-PROVIDERS = MappingProxyType({
-    "local": "runbook_lib.providers.local",
-    "runpod": "runbook_lib.providers.runpod",
-    "vast": "runbook_lib.providers.vast",
-})
-"""Registry name -> module path. Read-only; tests build their own providers directly."""
+PROVIDERS = MappingProxyType({e.name: e.adapter for e in PROVIDER_TABLE})
+"""Registry name -> adapter module path (from the provider table). Read-only."""
 
 
 REMOTE = REMOTE_PROVIDERS
@@ -42,7 +40,7 @@ def create_provider(name: str, **kwargs: Any) -> Provider:
         raise ProviderError(f"unknown provider {name!r}; known providers: {sorted(PROVIDERS)}") from None
     if name in REMOTE and os.environ.get("RUNBOOK_PROVIDER_FIXTURES"):
         from runbook_lib.providers import fixtures
-        from runbook_lib.providers._http import KeySource
+        from runbook_lib.providers.api import KeySource
 
         kwargs.setdefault("transport", fixtures.transport_from_env(name))
         kwargs.setdefault("key", KeySource(name, ("fixture mode (no key)",), _value=fixtures.FIXTURE_KEY))

@@ -198,6 +198,18 @@ class Teardown:
     seconds: float = 0.0
 
 
+@dataclass
+class Readiness:
+    """Whether a launched resource is usable: state, ports reachable, hardware as asked."""
+
+    ready: bool
+    state: str
+    problems: list[str] = field(default_factory=list)
+    ports: dict[str, str] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
+    final: bool = False  # waiting cannot help (wrong hardware, a dead container)
+
+
 @dataclass(frozen=True)
 class Capability:
     """One declared capability: ``supported`` plus the reason and source when it is not, and a
@@ -221,6 +233,8 @@ class Capabilities:
     max_request_s: float | None
     gpu: Capability
     billing: str
+    queue_endpoints: Capability
+    restart: Capability
     extra: dict[str, Capability] = field(default_factory=dict)
 
 
@@ -264,13 +278,43 @@ class Provider(ABC):
     def plan_launch(self, spec: PodSpec, *, dry_run: bool) -> Plan:
         """Plan a pod launch (pure)."""
 
-    @abstractmethod
     def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool) -> Plan:
-        """Plan an endpoint creation (pure)."""
+        """Plan an endpoint creation (pure); it bills ``workers`` times the worker price.
+
+        Raises:
+            ProviderError: the provider has no queue endpoints (``capabilities().queue_endpoints``).
+        """
+        qe = self.capabilities().queue_endpoints
+        if not qe.supported:
+            raise ProviderError(f"{self.name} has no queue endpoints in this runbook ({qe.detail}); serve the "
+                                "workload from a pod, or choose a provider that has them", provider=self.name)
+        return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers, dry_run)
 
     @abstractmethod
     def plan_destroy(self, resource_id: str, *, dry_run: bool) -> Plan:
         """Plan the destruction of a pod or endpoint (pure)."""
+
+    def plan_stop(self, resource_id: str, *, dry_run: bool) -> Plan:
+        """Plan stopping a pod: compute released, its volume kept (pure)."""
+        return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
+
+    def plan_start(self, resource_id: str, *, dry_run: bool, price_usd_per_hour: float = 0.0) -> Plan:
+        """Plan restarting a stopped pod (it bills ``price_usd_per_hour`` again once running).
+
+        Raises:
+            ProviderError: the provider cannot restart a stopped resource (``capabilities().restart``).
+        """
+        restart = self.capabilities().restart
+        if not restart.supported:
+            raise ProviderError(f"{self.name} cannot start a stopped resource: {restart.detail}; launch a new pod "
+                                "instead", provider=self.name)
+        return Plan(self.name, "start", resource_id, None, price_usd_per_hour, dry_run)
+
+    def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:
+        """Whether a launched pod is usable now. Here: it is RUNNING (a remote provider also
+        re-checks ports and hardware)."""
+        ok = pod.state == "RUNNING"
+        return Readiness(ok, pod.state, [] if ok else [f"state {pod.state}: {pod.status_detail}"], host=pod.host)
 
     def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | Teardown | None:
         """Carry out ``plan`` once ``approval`` matches its fingerprint; a dry-run plan calls
@@ -326,7 +370,8 @@ class Provider(ABC):
         """Create and start one pod."""
 
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
-        raise ProviderError(f"{self.name} has no queue endpoints in this runbook; serve from a pod", provider=self.name)
+        raise ProviderError(f"{self.name} has no queue endpoints in this runbook "
+                            f"({self.capabilities().queue_endpoints.detail}); serve from a pod", provider=self.name)
 
     @abstractmethod
     def _stop(self, resource_id: str) -> dict[str, Any] | None:

@@ -17,12 +17,12 @@ import json
 import socket
 import time
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from runbook_lib import secrets as _secret_refs
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError, ProviderTimeout
-from runbook_lib.providers._http import ApiClient
+from runbook_lib.providers.api import ApiClient
 from runbook_lib.providers.base import (
     Endpoint,
     EndpointSpec,
@@ -30,6 +30,7 @@ from runbook_lib.providers.base import (
     Pod,
     PodSpec,
     Provider,
+    Readiness,
 )
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu, version_tuple
 
@@ -75,18 +76,6 @@ class Attempt:
     detail: str
     resource_id: str = ""
     at_s: float = 0.0  # seconds since the search began
-
-
-@dataclass
-class Readiness:
-    """Whether a launched resource is usable: state, ports reachable, hardware as asked."""
-
-    ready: bool
-    state: str
-    problems: list[str] = field(default_factory=list)
-    ports: dict[str, str] = field(default_factory=dict)
-    host: dict[str, Any] = field(default_factory=dict)
-    final: bool = False  # waiting cannot help (wrong hardware, a dead container)
 
 
 class RemoteProvider(Provider):
@@ -141,18 +130,8 @@ class RemoteProvider(Provider):
     def plan_launch(self, spec: PodSpec, *, dry_run: bool = True) -> Plan:
         return Plan(self.name, "launch_pod", spec.name, spec, spec.price_usd_per_hour, dry_run)
 
-    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool = True) -> Plan:
-        raise ProviderError(f"{self.name} has no queue endpoints in this runbook; serve from a pod", provider=self.name)
-
     def plan_destroy(self, resource_id: str, *, dry_run: bool = True) -> Plan:
         return Plan(self.name, "destroy", resource_id, None, 0.0, dry_run)
-
-    def plan_stop(self, resource_id: str, *, dry_run: bool = True) -> Plan:
-        return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
-
-    def plan_start(self, resource_id: str, *, dry_run: bool = True, price_usd_per_hour: float = 0.0) -> Plan:
-        """Plan restarting a stopped resource (it bills ``price_usd_per_hour`` again once running)."""
-        return Plan(self.name, "start", resource_id, None, price_usd_per_hour, dry_run)
 
     # -- launch with capacity tries and readiness --------------------------------------------------
 

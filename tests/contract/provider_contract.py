@@ -1,6 +1,9 @@
-"""The conformance suite every provider passes (local, runpod, vast). Subclasses supply the
-``env`` fixture: a :class:`ProviderEnv` with the provider, a launch spec factory, and a count of
-the calls that reached the provider's API (remote providers; None for local)."""
+"""The conformance suite every provider in the provider table passes. A subclass supplies the
+``env`` fixture: a :class:`ProviderEnv` with the provider, a launch spec factory, a count of the
+calls that changed something at the provider's API (0 for local), and an endpoint spec factory.
+
+It covers plans and approvals, launch / list / destroy, stop and start (or the declared refusal
+to start), readiness, a missing resource, and endpoints (or the declared refusal to create one)."""
 
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ from typing import Any, Callable
 import pytest
 
 from runbook_lib.approvals import Approval
-from runbook_lib.errors import ApprovalRequired, NotFound
-from runbook_lib.providers.base import Capabilities, Pod, PodSpec, Teardown
+from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
+from runbook_lib.providers.base import Capabilities, Endpoint, EndpointSpec, Pod, PodSpec, Readiness, Teardown
 
 
 @dataclass
@@ -20,6 +23,7 @@ class ProviderEnv:
     provider: Any
     spec: Callable[[str, tuple[tuple[str, str], ...]], PodSpec]
     writes: Callable[[], int]  # requests that create, change or destroy something so far
+    endpoint_spec: Callable[[tuple[tuple[str, str], ...]], EndpointSpec]
 
 
 def approve(plan: Any) -> Approval:
@@ -37,6 +41,8 @@ class ProviderContract:
             assert cap.detail, f"{env.provider.name}: a capability without a reason"
             assert cap.limit is None or cap.limit > 0
         assert caps.billing
+        for cap in (caps.queue_endpoints, caps.restart):
+            assert cap.detail
 
     def test_the_whole_interface_is_declared_and_answers(self, env: ProviderEnv) -> None:
         labels = (("run_id", "contract-iface"), ("role", "canary"))
@@ -102,6 +108,65 @@ class ProviderContract:
         left = env.provider.list(labels={"run_id": "contract-life"})  # gone, or listed as DESTROYED
         assert all(r.id == pod.id and r.state == "DESTROYED" for r in left)
 
+    def test_get_of_a_missing_resource_is_not_found(self, env: ProviderEnv) -> None:
+        with pytest.raises(NotFound):
+            env.provider.get("no-such-resource-0000")
+        assert env.provider.list(labels={"run_id": "contract-none"}) == []
+
+    def test_a_launched_pod_becomes_ready(self, env: ProviderEnv) -> None:
+        spec = env.spec("c-ready", (("run_id", "contract-ready"),))
+        plan = env.provider.plan_launch(spec, dry_run=False)
+        pod = env.provider.apply(plan, approve(plan))
+        try:
+            ready = env.provider.readiness(env.provider.get(pod.id), spec)
+            assert isinstance(ready, Readiness) and ready.ready and ready.state == "RUNNING", ready.problems
+        finally:
+            d = env.provider.plan_destroy(pod.id, dry_run=False)
+            env.provider.apply(d, approve(d))
+
+    def test_stop_keeps_the_pod_and_start_is_supported_or_refused(self, env: ProviderEnv) -> None:
+        spec = env.spec("c-stop", (("run_id", "contract-stop"),))
+        plan = env.provider.plan_launch(spec, dry_run=False)
+        pod = env.provider.apply(plan, approve(plan))
+        try:
+            stop = env.provider.plan_stop(pod.id, dry_run=False)
+            assert stop.action == "stop" and stop.spec is None
+            done = env.provider.apply(stop, approve(stop))
+            assert isinstance(done, Teardown) and done.action == "stop"
+            assert env.provider.get(pod.id).state in ("STOPPED", "EXITED")  # compute released ...
+            assert not env.provider.is_gone(pod.id)  # ... the pod (and its volume) kept
+            if env.provider.capabilities().restart.supported:
+                start = env.provider.plan_start(pod.id, dry_run=False, price_usd_per_hour=spec.price_usd_per_hour)
+                assert start.action == "start" and start.cost_usd_per_hour == spec.price_usd_per_hour
+                back = env.provider.apply(start, approve(start))
+                assert isinstance(back, Pod) and back.id == pod.id
+                assert env.provider.readiness(env.provider.get(pod.id), spec).ready
+            else:
+                before = env.writes()
+                with pytest.raises(ProviderError, match="cannot start a stopped resource"):
+                    env.provider.plan_start(pod.id, dry_run=False)
+                assert env.writes() == before
+        finally:
+            d = env.provider.plan_destroy(pod.id, dry_run=False)
+            env.provider.apply(d, approve(d))
+
+    def test_endpoints_are_created_and_destroyed_or_refused(self, env: ProviderEnv) -> None:
+        labels = (("run_id", "contract-endpoint"), ("role", "endpoint"))
+        spec = env.endpoint_spec(labels)
+        if not env.provider.capabilities().queue_endpoints.supported:  # refused before anything is planned
+            with pytest.raises(ProviderError, match="no queue endpoints"):
+                env.provider.plan_endpoint(spec, dry_run=False)
+            assert env.writes() == 0 and env.provider.list(labels=dict(labels)) == []
+            return
+        plan = env.provider.plan_endpoint(spec, dry_run=False)
+        assert plan.action == "create_endpoint" and plan.cost_usd_per_hour == spec.price_usd_per_hour * spec.workers
+        ep = env.provider.apply(plan, approve(plan))
+        assert isinstance(ep, Endpoint) and ep.url
+        assert [r.id for r in env.provider.list(labels={"run_id": "contract-endpoint"})] == [ep.id]
+        d = env.provider.plan_destroy(ep.id, dry_run=False)
+        assert isinstance(env.provider.apply(d, approve(d)), Teardown)
+        assert env.provider.is_gone(ep.id)
+
     def test_unknown_resource_is_gone(self, env: ProviderEnv) -> None:
         assert env.provider.is_gone("no-such-resource-0000")
         d = env.provider.plan_destroy("no-such-resource-0000", dry_run=False)
@@ -109,7 +174,8 @@ class ProviderContract:
         assert isinstance(done, Teardown) and done.found == "gone"
 
 
-def local_env(tmp_path: Path) -> ProviderEnv:
+def local_env(tmp_path: Path, params_path: Path) -> ProviderEnv:
+    """The local provider; its endpoints serve ``params_path``'s workload (keep it light)."""
     import sys
 
     from runbook_lib.providers.local import LocalProvider
@@ -120,4 +186,8 @@ def local_env(tmp_path: Path) -> ProviderEnv:
         return PodSpec(name=name, command=(sys.executable, "-c", "import time; time.sleep(30)"), device="cpu",
                        price_usd_per_hour=0.1, labels=labels)
 
-    return ProviderEnv(prov, spec, lambda: 0)
+    def endpoint(labels: tuple[tuple[str, str], ...]) -> EndpointSpec:
+        return EndpointSpec(name="c-endpoint", params_path=str(params_path), side="target", workers=1,
+                            price_usd_per_hour=0.2, labels=labels)
+
+    return ProviderEnv(prov, spec, lambda: 0, endpoint)

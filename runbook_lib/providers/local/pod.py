@@ -1,6 +1,6 @@
 """Entry of a local pod process: run the pod's command, then record its exit code.
 
-Usage: ``python -m runbook_lib.providers._local_pod <pod_dir> <argv...>`` (started by
+Usage: ``python -m runbook_lib.providers.local.pod <pod_dir> <argv...>`` (started by
 :class:`runbook_lib.providers.local.LocalProvider` in its own session, cwd = container disk).
 """
 

@@ -8,7 +8,7 @@ IN_PROGRESS, COMPLETED, FAILED, CANCELLED, TIMED_OUT. A job IN_PROGRESS longer t
 execution timeout is TIMED_OUT and its worker is replaced; a job older than its TTL is
 forgotten (status answers 404). Workers talk to the front door over ``/worker/*``.
 
-Usage: ``python -m runbook_lib.providers._local_endpoint serve|work ...`` (started by
+Usage: ``python -m runbook_lib.providers.local.endpoint serve|work ...`` (started by
 :class:`runbook_lib.providers.local.LocalProvider`).
 """
 
@@ -266,7 +266,7 @@ def _handler(door: FrontDoor) -> type[BaseHTTPRequestHandler]:
 def serve(args: argparse.Namespace) -> int:
     server = _Server(("127.0.0.1", 0), None)  # type: ignore[arg-type]
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    worker_argv = [sys.executable, "-m", "runbook_lib.providers._local_endpoint", "work", "--params", args.params,
+    worker_argv = [sys.executable, "-m", "runbook_lib.providers.local.endpoint", "work", "--params", args.params,
                    "--side", args.side, "--url", url]
     door = FrontDoor(worker_argv=worker_argv, workers=args.workers,
                      execution_timeout_s=args.execution_timeout_s, ttl_s=args.ttl_s)

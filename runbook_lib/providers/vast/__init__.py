@@ -23,7 +23,7 @@ from typing import Any
 
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError
 from runbook_lib.offer_query import parse_query
-from runbook_lib.providers._http import ApiClient, KeySource
+from runbook_lib.providers.api import ApiClient, KeySource
 from runbook_lib.providers.base import Capabilities, Capability, Endpoint, Pod, PodSpec
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
@@ -123,12 +123,13 @@ class VastProvider(RemoteProvider):
             max_request_s=None,
             gpu=Capability(True, "NVIDIA (and some AMD) GPUs per offer", "POST /api/v0/bundles/"),
             billing="per second while running; storage bills while stopped; bandwidth billed per GB both ways",
+            queue_endpoints=Capability(False, "no queue endpoint in this runbook; serve from an instance", src),
+            restart=Capability(True, "a stopped instance starts again once its GPU is free", src),
             extra={
                 "max_ports": Capability(True, "at most 64 open ports per container", src, limit=64),
                 "disk_resize": Capability(False, "disk size is fixed at creation; resizing means recreating", src),
                 "interruptible": Capability(True, "bids at or above min_bid; outbid instances stop and keep data",
                                             "vast-ai/docs guides/instances/choosing/instance-types.mdx"),
-                "queue_endpoints": Capability(False, "no queue endpoint in this runbook; serve from an instance", src),
                 "cross_host_volumes": Capability(False, "move data through object storage", src),
             },
         )

@@ -7,7 +7,7 @@ that launched them, as real pods do; :meth:`LocalProvider.list` finds them again
 
 An endpoint is a front-door process that holds the job queue and serves the job API on
 127.0.0.1, plus ``workers`` worker processes that each load the model once
-(:mod:`runbook_lib.providers._local_endpoint`).
+(:mod:`runbook_lib.providers.local.endpoint`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any, Callable
 from runbook_lib import secrets as _secret_refs
 from runbook_lib.errors import NotFound, ProviderError, ProviderTimeout
 from runbook_lib.manifest import write_json_atomic
-from runbook_lib.providers import _procs
 from runbook_lib.providers.base import (
     Capabilities,
     Capability,
@@ -36,6 +35,7 @@ from runbook_lib.providers.base import (
     PodSpec,
     Provider,
 )
+from runbook_lib.providers.local import procs
 
 ENDPOINT_READY_TIMEOUT_S = 120.0  # front door must publish its port within this, seconds
 
@@ -55,9 +55,9 @@ def _leader_running(meta: dict[str, Any]) -> bool:
             return False  # the pid now names another process
     except psutil.NoSuchProcess:
         return False
-    if _procs.running(p):
+    if procs.running(p):
         return True
-    _procs.reap(pid)  # our exited child (the kernel that launched it): collect it, leave no zombie
+    procs.reap(pid)  # our exited child (the kernel that launched it): collect it, leave no zombie
     return False
 
 
@@ -75,7 +75,7 @@ class LocalProvider(Provider):
 
     Stop and destroy find a resource's processes by the marker in their environment, never by a
     pid kept on disk, and treat a process that exits at any moment of the teardown as stopped
-    (:mod:`runbook_lib.providers._procs`).
+    (:mod:`runbook_lib.providers.local.procs`).
     """
 
     name = "local"
@@ -86,8 +86,8 @@ class LocalProvider(Provider):
         root: str | Path = ".runbook/local",
         clock: Callable[[], float] = time.time,
         python: str = sys.executable,
-        term_grace_s: float = _procs.TERM_GRACE_S,
-        on_teardown_step: _procs.StepHook | None = None,
+        term_grace_s: float = procs.TERM_GRACE_S,
+        on_teardown_step: procs.StepHook | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         (self.root / "pods").mkdir(parents=True, exist_ok=True)
@@ -111,21 +111,18 @@ class LocalProvider(Provider):
             max_request_s=None,
             gpu=Capability(gpu, f"{torch.cuda.device_count()} CUDA device(s)" if gpu else "CPU only on this host"),
             billing="per second, from params price_usd_per_hour",
+            queue_endpoints=Capability(True, "a local front door with a job queue and worker processes",
+                                       "runbook_lib/providers/local/endpoint.py"),
+            restart=Capability(False, "a stopped local pod's process is gone; its volume is kept for a new pod"),
         )
 
     # -- plans -------------------------------------------------------------------------------
 
-    def plan_launch(self, spec: PodSpec, *, dry_run: bool = False) -> Plan:
+    def plan_launch(self, spec: PodSpec, *, dry_run: bool = False) -> Plan:  # the local provider never dry-runs
         return Plan(self.name, "launch_pod", spec.name, spec, spec.price_usd_per_hour, dry_run)
-
-    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool = False) -> Plan:
-        return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers, dry_run)
 
     def plan_destroy(self, resource_id: str, *, dry_run: bool = False) -> Plan:
         return Plan(self.name, "destroy", resource_id, None, 0.0, dry_run)
-
-    def plan_stop(self, resource_id: str, *, dry_run: bool = False) -> Plan:
-        return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
 
     # -- state files -------------------------------------------------------------------------
 
@@ -152,17 +149,17 @@ class LocalProvider(Provider):
         env = {k: v for k, v in os.environ.items() if not _is_ambient_secret(k)}
         env.update(dict(env_pairs))
         env.update(_secret_refs.resolve_refs(secret_refs))  # resolved now, injected, never written to disk
-        env[_procs.MARKER_ID] = rid  # with the volume path, the marker that finds its processes
-        env[_procs.MARKER_DIR] = str(d / "volume")
+        env[procs.MARKER_ID] = rid  # with the volume path, the marker that finds its processes
+        env[procs.MARKER_DIR] = str(d / "volume")
         env["PYTHONUNBUFFERED"] = "1"
         log = open(d / "log.txt", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
-            [self._python, "-m", "runbook_lib.providers._local_pod", str(d), *argv],
+            [self._python, "-m", "runbook_lib.providers.local.pod", str(d), *argv],
             cwd=d / "container", env=env, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
         log.close()
-        _procs.adopt(proc)
+        procs.adopt(proc)
         try:
             created: float | None = psutil.Process(proc.pid).create_time()
         except psutil.NoSuchProcess:
@@ -195,7 +192,7 @@ class LocalProvider(Provider):
         meta = self._new("endpoint", spec, workers=spec.workers, side=spec.side, url="")
         rid = meta["id"]
         d = self._dir(rid)
-        argv = ["-m", "runbook_lib.providers._local_endpoint", "serve", "--params", spec.params_path,
+        argv = ["-m", "runbook_lib.providers.local.endpoint", "serve", "--params", spec.params_path,
                 "--side", spec.side, "--workers", str(spec.workers), "--port-file", str(d / "port"),
                 "--execution-timeout-s", str(spec.execution_timeout_s), "--ttl-s", str(spec.ttl_s)]
         meta.update(self._spawn(rid, [self._python, *argv], spec.env, spec.secret_refs))
@@ -221,10 +218,10 @@ class LocalProvider(Provider):
         Raises:
             ProviderError: a process survived SIGKILL within the bounded wait (named by pid).
         """
-        rec = _procs.stop(rid, str(self._dir(rid) / "volume"), term_grace_s=self._term_grace_s, hook=self._on_step)
+        rec = procs.stop(rid, str(self._dir(rid) / "volume"), term_grace_s=self._term_grace_s, hook=self._on_step)
         if rec.survivors:
             raise ProviderError(f"local {rid}: processes {rec.survivors} still run after SIGTERM, {self._term_grace_s} "
-                                f"s, SIGKILL and {_procs.KILL_WAIT_S} s (found {rec.found}); check them with `ps` and "
+                                f"s, SIGKILL and {procs.KILL_WAIT_S} s (found {rec.found}); check them with `ps` and "
                                 "run the teardown again", provider=self.name, resource_id=rid)
         return rec.to_dict()
 

@@ -25,13 +25,12 @@ from typing import Any
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError, WorkloadError
 from runbook_lib.manifest import parse_iso
 from runbook_lib.measure import JobClient
-from runbook_lib.providers._http import ApiClient, KeySource
+from runbook_lib.providers.api import ApiClient, KeySource
 from runbook_lib.providers.base import (
     Capabilities,
     Capability,
     Endpoint,
     EndpointSpec,
-    Plan,
     Pod,
     PodSpec,
 )
@@ -95,14 +94,16 @@ class RunpodProvider(RemoteProvider):
             max_request_s=PROXY_LIMIT_S,
             gpu=Capability(True, "NVIDIA and AMD GPUs by type id", "GET /v2/catalog/gpus"),
             billing="per minute; no ingress or egress fees (runpod/docs pods/overview.mdx)",
+            queue_endpoints=Capability(True, "serverless queue endpoints and the job API",
+                                       "runpod/docs serverless/endpoints/operation-reference.mdx"),
+            restart=Capability(True, "a stopped pod starts again on its machine, possibly with zero GPUs "
+                                     "(readiness re-checks)", "runpod/docs pods/troubleshooting/zero-gpus.mdx"),
             extra={
                 "ports_after_create": Capability(False, "ports are fixed at creation; changing them recreates the pod "
                                                         "and loses data", "skypilot PR #3748"),
                 "interruptible": Capability(bool(self.profile is not None and self.profile.runpod_graphql_spot),
                                             "spot pods only via deprecated GraphQL podRentInterruptable",
                                             "skypilot sky/provision/runpod/utils.py"),
-                "queue_endpoints": Capability(True, "serverless queue endpoints and the job API",
-                                              "runpod/docs serverless/endpoints/operation-reference.mdx"),
                 "stopped_keeps_gpu": Capability(False, "a stopped pod may restart with zero GPUs",
                                                 "runpod/docs pods/troubleshooting/zero-gpus.mdx"),
             },
@@ -254,9 +255,6 @@ class RunpodProvider(RemoteProvider):
                            provider=self.name, resource_id=resource_id) from None
 
     # -- serverless ----------------------------------------------------------------------------
-
-    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool = True) -> Plan:
-        return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers, dry_run)
 
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
         env = {**self._env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
