@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runbook_lib._time import utc_now
 from runbook_lib.errors import ApprovalRequired, UsageError
-from runbook_lib.manifest import utc_now, write_json_atomic
+from runbook_lib.manifest import write_json_atomic
 
 
 @dataclass(frozen=True)

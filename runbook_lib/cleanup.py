@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib import approvals
+from runbook_lib._time import utc_now
 from runbook_lib.errors import NotFound, RunbookError
-from runbook_lib.manifest import STATE_DIR, utc_now, write_json_atomic
+from runbook_lib.layout import STATE_DIR
+from runbook_lib.manifest import write_json_atomic
 from runbook_lib.params import Migration, load_params
 from runbook_lib.providers import create_provider
 

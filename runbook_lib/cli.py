@@ -29,7 +29,7 @@ def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) ->
     option: no network, no key, nothing real is planned against); request lines are logged under
     ``.runbook/fixtures/``. Kernels inherit the setting through the environment."""
     if getattr(args, "provider_fixtures", False):
-        from runbook_lib.params import project_root
+        from runbook_lib.layout import project_root
         from runbook_lib.providers.fixtures import ENV
 
         where = project_root(params or args.params) / ".runbook" / "fixtures"
@@ -64,9 +64,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_phase(args: argparse.Namespace) -> int:
     """One phase into a run, through the same path as ``runbook run`` (scan, stamp, record)."""
     from runbook_lib.errors import EXIT_HOLD
+    from runbook_lib.layout import NOTEBOOKS_DIR
     from runbook_lib.manifest import phase_name
     from runbook_lib.rundir import KEPT_PARAMS, RunDir
-    from runbook_lib.runner import NOTEBOOKS_DIR, environment_ok, preflight, run_phase
+    from runbook_lib.runner import environment_ok, preflight, run_phase
 
     run_dir = Path(args.run_dir)
     if args.phase == "01" and not (run_dir / KEPT_PARAMS).exists():
@@ -96,7 +97,8 @@ def _cmd_approve(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     out = args.output
     if not out:
-        from runbook_lib.params import load_params, project_root
+        from runbook_lib.layout import project_root
+        from runbook_lib.params import load_params
 
         kept = run_dir / "params.yaml"
         mig = load_params(kept) if kept.exists() else None

@@ -25,8 +25,8 @@ import time
 from types import FrameType
 from typing import Any
 
+from runbook_lib._time import utc_now
 from runbook_lib.cleanup import CleanupAborted
-from runbook_lib.manifest import utc_now
 
 KERNEL_GRACE_S = 5.0  # after forwarding SIGINT, a kernel still running this long is killed, seconds
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

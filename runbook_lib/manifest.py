@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib._fs import atomic_write
+from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError
 
 PHASES: tuple[tuple[str, str], ...] = (
@@ -30,24 +31,7 @@ PHASES: tuple[tuple[str, str], ...] = (
 """Phase ids and names, in order; notebook ``NN_<name>.ipynb`` and record ``NN_<name>.json``."""
 
 COMPLETION_MARKER = "_SUCCESS"
-STATE_DIR = ".runbook"  # provider state under the project root: .runbook/<provider>
 GENESIS = "0" * 64  # prev_sha256 of the first record
-
-
-def iso(t: _dt.datetime) -> str:
-    """UTC ISO 8601 with a ``Z`` suffix, to the millisecond (the format of every run timestamp)."""
-    return t.astimezone(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_iso(s: str) -> _dt.datetime:
-    """Inverse of :func:`iso` (also accepts ``+00:00``, as provider APIs write); timezone-aware UTC."""
-    t = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
-
-
-def utc_now() -> str:
-    """Current UTC time as ISO 8601 with a ``Z`` suffix, to the millisecond."""
-    return iso(_dt.datetime.now(_dt.timezone.utc))
 
 
 def new_run_id(migration: str) -> str:

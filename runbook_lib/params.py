@@ -8,7 +8,6 @@ The YAML is read with a loader that keeps ``no``/``yes``/``on``/``off`` and date
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from pydantic import (
 
 from runbook_lib.errors import ParamsError
 from runbook_lib.offer_query import parse_query
+from runbook_lib.secrets import credential_findings
 
 Device = Annotated[str, Field(pattern=r"^(cpu|cuda|cuda:\d+)$")]
 DType = Literal["float32", "bfloat16", "float16"]
@@ -468,48 +468,6 @@ def parse_yaml(text: str, *, origin: str = "<string>") -> dict[str, Any]:
     return data
 
 
-KEY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("an AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
-    ("a Runpod API key", re.compile(r"\brpa_[A-Za-z0-9]{20,}")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-    ("a 64-hex-digit API key (Vast.ai style)", re.compile(r"\b[0-9a-f]{64}\b")),
-)
-"""Credential shapes refused anywhere in params (values must be references, never secrets)."""
-
-
-def _entropy_bits_per_char(s: str) -> float:
-    import math
-    from collections import Counter
-
-    n = len(s)
-    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())
-
-
-def credential_findings(data: Any, path: str = "") -> list[tuple[str, str]]:
-    """``(field, kind)`` for every string in ``data`` that looks like a credential: a known key
-    shape, or a long (>= 32 characters) high-entropy token (> 4.5 bits per character) that is not
-    a path or URL. Values are not returned."""
-    out: list[tuple[str, str]] = []
-    if isinstance(data, dict):
-        for k, v in data.items():
-            out += credential_findings(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            out += credential_findings(v, f"{path}.{i}")
-    elif isinstance(data, str):
-        for kind, rx in KEY_PATTERNS:
-            if rx.search(data):
-                out.append((path, kind))
-                break
-        else:
-            for token in re.findall(r"[A-Za-z0-9+/=_\-]{32,}", data):
-                if "/" not in token and _entropy_bits_per_char(token) > 4.5:
-                    out.append((path, "a long high-entropy token"))
-                    break
-    return out
-
-
 def _field_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """A pydantic error location as the YAML spells it: the profile union's tag (``source.local``,
     ``target.vast``) is not a key in the file, so it is left out."""
@@ -571,19 +529,3 @@ def load_params(path: str | Path) -> Migration:
     except OSError as exc:
         raise ParamsError(f"cannot read params file {p}: {exc.strerror}. Pass an existing YAML file.") from exc
     return validate(parse_yaml(text, origin=str(p)), origin=str(p))
-
-
-def project_root(params_path: str | Path) -> Path:
-    """The project a params file belongs to: the nearest ancestor holding ``pyproject.toml``;
-    else the parent of a ``params/`` directory; else the file's directory. ``reports/``,
-    ``notebooks/`` and ``.runbook/`` resolve against it."""
-    p = Path(params_path).resolve()
-    for d in p.parents:
-        if (d / "pyproject.toml").exists():
-            return d
-    return p.parent.parent if p.parent.name == "params" else p.parent
-
-
-def params_sha256(path: str | Path) -> str:
-    """sha256 (hex) of the params file's bytes, as recorded in the run manifest."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runbook_lib._time import iso, parse_iso
 from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, UsageError
-from runbook_lib.manifest import COMPLETION_MARKER, iso, parse_iso, sha256_file, verify_evidence, write_json_atomic
+from runbook_lib.manifest import COMPLETION_MARKER, sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.params import load_params
 
 RESOLUTION_FILE = "resolution.json"

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EvidenceError, UsageError
+from runbook_lib.layout import REPORTS_DIR, STATE_DIR, params_sha256, project_root
 from runbook_lib.manifest import (
     COMPLETION_MARKER,
     PHASES,
-    STATE_DIR,
     Record,
     new_run_id,
     read_chain,
@@ -27,9 +27,8 @@ from runbook_lib.manifest import (
     write_json_atomic,
     write_record,
 )
-from runbook_lib.params import Migration, load_params, params_sha256, project_root
+from runbook_lib.params import Migration, load_params
 
-REPORTS_DIR = "reports"
 KEPT_PARAMS = "params.yaml"  # the params a run started with, inside its directory
 
 NEEDS: dict[str, tuple[str, ...]] = {

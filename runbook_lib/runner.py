@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from runbook_lib._time import utc_now
 from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
 from runbook_lib.errors import (
     EXIT_BY_DECISION,
@@ -30,14 +31,14 @@ from runbook_lib.errors import (
     WorkloadError,
 )
 from runbook_lib.interrupt import Interrupts, exit_code
-from runbook_lib.manifest import PHASES, phase_name, utc_now
-from runbook_lib.params import Migration, load_params, project_root
+from runbook_lib.layout import NOTEBOOKS_DIR, REPORTS_DIR, project_root
+from runbook_lib.manifest import PHASES, phase_name
+from runbook_lib.params import Migration, load_params
 from runbook_lib.phases import leak_message, scan_phase
-from runbook_lib.rundir import REPORTS_DIR, RunDir
+from runbook_lib.rundir import RunDir
 from runbook_lib.seal import seal_run
 from runbook_lib.workload import load_workload_class
 
-NOTEBOOKS_DIR = "notebooks"
 KERNEL_NAME = "python3"
 INTERRUPTED = "Interrupted"  # ename of a phase stopped by SIGINT/SIGTERM
 

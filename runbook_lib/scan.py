@@ -13,8 +13,9 @@ from typing import Any
 
 from runbook_lib import secrets
 from runbook_lib.errors import AuthError
-from runbook_lib.params import KEY_PATTERNS, Migration
+from runbook_lib.params import Migration
 from runbook_lib.providers import PROVIDERS, REMOTE
+from runbook_lib.secrets import KEY_PATTERNS
 
 MIN_SCANNABLE_CHARS = 8  # shorter values would match ordinary text; they are reported, not scanned
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib import __version__
+from runbook_lib.layout import params_sha256, project_root
 from runbook_lib.manifest import (
     COMPLETION_MARKER,
     read_chain,
@@ -23,7 +24,7 @@ from runbook_lib.manifest import (
     write_completion_marker,
     write_json_atomic,
 )
-from runbook_lib.params import Migration, params_sha256, project_root
+from runbook_lib.params import Migration
 
 VERSIONED_PACKAGES = ("torch", "papermill", "nbclient", "sentence-transformers", "scikit-learn", "numpy", "pandas",
                       "scipy", "boto3")

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib import approvals, report
+from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadError
 from runbook_lib.gates import GateResult, from_dict, tolerance_for
-from runbook_lib.manifest import PHASES, Record, utc_now
+from runbook_lib.manifest import PHASES, Record
 from runbook_lib.params import LocalProfile, Migration, Profile, RemoteProfile
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown

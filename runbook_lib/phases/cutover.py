@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from runbook_lib import gates as g
-from runbook_lib.manifest import utc_now
+from runbook_lib._time import utc_now
 from runbook_lib.measure import JobClient, Request, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.route import Route

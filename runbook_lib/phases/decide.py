@@ -15,9 +15,11 @@ from typing import Any
 
 from runbook_lib import __version__, report
 from runbook_lib import gates as g
+from runbook_lib._time import utc_now
 from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound
-from runbook_lib.manifest import PHASES, utc_now
-from runbook_lib.params import AnyProfile, RemoteProfile, params_sha256
+from runbook_lib.layout import params_sha256
+from runbook_lib.manifest import PHASES
+from runbook_lib.params import AnyProfile, RemoteProfile
 from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.route import Route

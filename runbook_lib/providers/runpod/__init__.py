@@ -22,8 +22,8 @@ import time
 import warnings
 from typing import Any
 
+from runbook_lib._time import parse_iso
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError, WorkloadError
-from runbook_lib.manifest import parse_iso
 from runbook_lib.measure import JobClient
 from runbook_lib.providers.api import ApiClient, KeySource
 from runbook_lib.providers.base import (

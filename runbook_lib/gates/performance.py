@@ -1,270 +1,22 @@
-"""Gates: pure functions from measurements and thresholds to verdicts, and the decision.
-
-Every gate returns PASS, FAIL, INCONCLUSIVE or ERROR with its evidence (observed value,
-threshold, unit, method, sample counts, source of the default). Missing data is never a PASS.
-GO needs every blocking gate PASS; any blocking FAIL is NO-GO; otherwise anything INCONCLUSIVE
-or ERROR is HOLD.
-
-Default thresholds and their sources:
-
-* float tolerances per dtype: ``torch.testing.assert_close`` defaults
-  (https://pytorch.org/docs/stable/testing.html): float32 rtol 1.3e-6 atol 1e-5, bfloat16 rtol
-  1.6e-2 atol 1e-5, float16 rtol 1e-3 atol 1e-5;
-* latency p95 ratio <= 1.10: Kayenta's documented "fail at +10 %" example; its interval is a
-  block bootstrap over rounds (docs/reference/gates.md 5.3, ``latency_p95_rel``), because requests
-  within one round share its host state and are not independent;
-* throughput ratio >= 0.95: a 5 % non-inferiority margin;
-* cold start median ratio <= 1.25 (the runbook's default; set yours in params).
-
-Every result's ``source`` says whether the threshold is the default or a params override.
-"""
+"""Performance and cost gates: latency (p95 ratio, SLO, shift, A/A noise floor), throughput,
+cold start, error rate, cost per accepted unit, spend limit and worker capacity."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from runbook_lib.params import Gates
-
-Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "ERROR"]
-Decision = Literal["GO", "NO-GO", "HOLD"]
-
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float32": (1.3e-6, 1e-5),
-    "bfloat16": (1.6e-2, 1e-5),
-    "float16": (1e-3, 1e-5),
-}
-"""dtype -> (rtol, atol), from torch.testing.assert_close's documented defaults."""
-
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_CONFIDENCE = 0.90  # two-sided; its upper/lower end is a one-sided 95 % bound
-BOOTSTRAP_SEED = 0  # numpy.random.default_rng seed of every bootstrap: verdicts are reproducible
-MIN_ROUNDS_PER_SIDE = 2  # a block bootstrap needs at least two rounds to see between-round variation
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """One gate's verdict and the evidence behind it.
-
-    Attributes:
-        name: gate id (``output_parity``, ``latency_p95_ratio``, ...).
-        verdict: PASS, FAIL, INCONCLUSIVE or ERROR.
-        blocking: a blocking FAIL makes the decision NO-GO.
-        observed: the measured value (None when there was none).
-        threshold: the limit it was judged against.
-        unit: unit of ``observed`` and ``threshold`` (``ratio``, ``s``, ``USD``...).
-        method: how ``observed`` was computed.
-        samples: sample counts per side.
-        interval: confidence interval of ``observed``, when there is one.
-        detail: one sentence a reader can act on.
-        source: where the threshold's default comes from.
-        phase: phase that evaluated the gate.
-    """
-
-    name: str
-    verdict: Verdict
-    blocking: bool
-    observed: float | str | None
-    threshold: float | str | None
-    unit: str
-    method: str
-    detail: str
-    samples: dict[str, int] = field(default_factory=dict)
-    interval: tuple[float, float] | None = None
-    source: str = ""
-    phase: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in ("observed", "threshold"):
-            if isinstance(d[k], float) and not math.isfinite(d[k]):
-                d[k] = str(d[k])
-        return d
-
-
-def threshold_source(field: str, value: Any, doc: str) -> str:
-    """Say where a threshold came from: the params default (with its basis ``doc``) or an
-    operator's override of it, so an overridden value is visible in evidence."""
-    default = Gates.model_fields[field].default
-    if value != default:
-        return f"params override: gates.{field} = {value} (default {default}; {doc})"
-    return f"default gates.{field} = {default} ({doc})"
-
-
-def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None) -> tuple[float, float, str]:
-    """(rtol, atol, source) for ``dtype``; overrides from params win and are labelled as such."""
-    d_rtol, d_atol = TOLERANCES[dtype]
-    src = f"torch.testing.assert_close defaults for {dtype}"
-    if rtol is not None or atol is not None:
-        src = f"params override (default {dtype}: rtol {d_rtol}, atol {d_atol})"
-    return (rtol if rtol is not None else d_rtol), (atol if atol is not None else d_atol), src
-
-
-def checksum_exact(name: str, checks: Sequence[dict[str, Any]], *, phase: str = "") -> GateResult:
-    """Every object's sha256 must equal its manifest's; no objects is INCONCLUSIVE.
-
-    Args:
-        checks: rows with ``key``, ``expected_sha256``, ``observed_sha256``.
-    """
-    if not checks:
-        return GateResult(name, "INCONCLUSIVE", True, None, "all match", "objects", "sha256",
-                          "no objects were checked", phase=phase)
-    bad = [c["key"] for c in checks if c["expected_sha256"] != c["observed_sha256"]]
-    return GateResult(
-        name, "FAIL" if bad else "PASS", True, len(checks) - len(bad), len(checks), "objects matching",
-        "sha256 of every byte, compared exactly",
-        f"sha256 mismatch for {bad}: stop the migration and reconcile the data" if bad
-        else f"all {len(checks)} object(s) match their manifest",
-        samples={"objects": len(checks)}, source="bytes at rest must match exactly (sha256, FIPS 180-4)", phase=phase)
-
-
-def output_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, dtype: str,
-                  rtol: float | None = None, atol: float | None = None, phase: str = "") -> GateResult:
-    """Elementwise ``|obs - ref| <= atol + rtol * |ref|`` (``torch.isclose`` rule) on golden inputs.
-
-    Args:
-        reference: golden outputs from the source, float32, any shape.
-        observed: outputs from the target, same shape.
-        dtype: the reference (source) dtype, which picks the default tolerance.
-
-    Returns:
-        PASS when every element is within tolerance; ``observed`` is the max abs error.
-    """
-    rt, at, src = tolerance_for(dtype, rtol, atol)
-    thr = f"rtol {rt:g}, atol {at:g}"
-    if reference is None or observed is None:
-        return GateResult("output_parity", "INCONCLUSIVE", True, None, thr, "abs error", "elementwise tolerance",
-                          "no outputs to compare", phase=phase, source=src)
-    if reference.shape != observed.shape:
-        return GateResult("output_parity", "FAIL", True, f"shape {observed.shape}", f"shape {reference.shape}",
-                          "shape", "shape check", "output shape differs from the golden outputs",
-                          phase=phase, source=src)
-    ref64, obs64 = reference.astype(np.float64), observed.astype(np.float64)
-    err = np.abs(obs64 - ref64)
-    bad = err > at + rt * np.abs(ref64)
-    if not np.all(np.isfinite(obs64)):
-        bad |= ~np.isfinite(obs64)
-    used = float(np.max(err / (at + rt * np.abs(ref64))))  # share of its allowance the worst element used
-    frac = float(bad.mean())
-    return GateResult(
-        "output_parity", "FAIL" if bad.any() else "PASS", True, float(err.max()), thr, "max abs error",
-        f"elementwise |T-S| <= atol + rtol*|S| over {reference.size} values",
-        f"{int(bad.sum())} of {bad.size} values ({frac:.2%}) outside tolerance; the worst used {used:.3g}x its "
-        "allowance" if bad.any() else f"all {bad.size} values within tolerance; the worst used {used:.1%} of its "
-        "allowance atol + rtol*|S|",
-        samples={"values": int(reference.size)}, source=src, phase=phase)
-
-
-def top1_agreement(reference: np.ndarray | None, observed: np.ndarray | None, *, minimum: float,
-                   phase: str = "") -> GateResult:
-    """Share of rows whose argmax class agrees (classifiers); must be >= ``minimum``."""
-    if reference is None or observed is None or reference.shape != observed.shape:
-        return GateResult("top1_agreement", "INCONCLUSIVE", True, None, minimum, "fraction", "argmax agreement",
-                          "no comparable classifier outputs", phase=phase)
-    agree = float((reference.argmax(axis=1) == observed.argmax(axis=1)).mean())
-    return GateResult("top1_agreement", "PASS" if agree >= minimum else "FAIL", True, agree, minimum, "fraction",
-                      "share of rows with equal argmax", f"top-1 agreement {agree:.4f} (minimum {minimum})",
-                      samples={"rows": int(reference.shape[0])}, source=threshold_source("top1_agreement_min", minimum, "every class decision unchanged"),
-                      phase=phase)
-
-
-def boolean_gate(name: str, ok: bool | None, *, detail: str, blocking: bool = True, phase: str = "",
-                 source: str = "") -> GateResult:
-    """A yes/no check; ``None`` (not measured) is INCONCLUSIVE."""
-    verdict: Verdict = "INCONCLUSIVE" if ok is None else ("PASS" if ok else "FAIL")
-    return GateResult(name, verdict, blocking, None if ok is None else str(ok), "True", "bool", "check", detail,
-                      phase=phase, source=source)
-
-
-def loss_band(reference: Sequence[float], observed: Sequence[float], *, rel: float, last_k: int = 10,
-              replicate: Sequence[float] | None = None, phase: str = "") -> GateResult:
-    """Mean training loss over the last ``last_k`` steps: ``|T - S| / S <= band``, where the band
-    is ``max(rel, 3 x A/A spread)`` and the A/A spread is the same relative difference between
-    two source runs (``replicate``); without a replicate the gate is INCONCLUSIVE."""
-    if len(reference) < 1 or len(observed) < 1:
-        return GateResult("loss_band", "INCONCLUSIVE", True, None, rel, "relative difference", "mean of last steps",
-                          "no loss values", phase=phase)
-    k = min(last_k, len(reference), len(observed))
-    s, t = float(np.mean(reference[-k:])), float(np.mean(observed[-k:]))
-    d = abs(t - s) / max(abs(s), 1e-12)
-    if replicate is None or len(replicate) < k:
-        return GateResult("loss_band", "INCONCLUSIVE", True, d, rel, "relative difference", "mean of last steps",
-                          "no A/A replicate of the source run: the band's noise floor is unknown", phase=phase)
-    spread = abs(float(np.mean(replicate[-k:])) - s) / max(abs(s), 1e-12)
-    band = max(rel, 3 * spread)
-    return GateResult("loss_band", "PASS" if d <= band else "FAIL", True, d, band, "relative difference",
-                      f"mean loss over the last {k} steps: source {s:.6f}, target {t:.6f}; band = max(rel, 3 x A/A "
-                      f"spread {spread:.3g})",
-                      f"loss differs by {d:.3%} (band {band:.2%})", samples={"steps": k},
-                      source=threshold_source("loss_band_rel", rel, "1 % band on the mean loss of the last steps"),
-                      phase=phase)
-
-
-def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Any) -> tuple[float, float] | None:
-    """Percentile bootstrap interval (scipy.stats.bootstrap, seeded). Samples are sorted first, so
-    the interval, and every verdict built on it, does not depend on the order samples arrived in."""
-    from scipy import stats
-
-    samples = tuple(np.sort(np.asarray(x, dtype=float)) for x in samples)
-    try:
-        res = stats.bootstrap(samples, statistic, n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=BOOTSTRAP_CONFIDENCE,
-                              method="percentile", vectorized=False, paired=False, random_state=0)
-    except ValueError:
-        return None
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
-
-
-def as_rounds(x: Any) -> list[np.ndarray]:
-    """Per-round samples in a canonical order: each round sorted, empty rounds dropped, rounds
-    ordered by (size, values), so nothing built on them depends on the order samples or rounds
-    arrived in. A 1-D numeric array is one round.
-
-    Args:
-        x: a sequence of per-round arrays (seconds), or one 1-D array.
-    """
-    if isinstance(x, np.ndarray) and x.ndim == 1:
-        x = [x]
-    arrs = [np.sort(np.asarray(r, dtype=float).ravel()) for r in x]
-    return sorted((a for a in arrs if a.size), key=lambda a: (a.size, a.tolist()))
-
-
-def _resample_rounds(rounds: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """One two-stage resample of a side: draw as many rounds as there are, with replacement; then,
-    within each drawn round, as many requests as it holds, with replacement; pool them."""
-    picks = rng.integers(0, len(rounds), size=len(rounds))
-    return np.concatenate([rounds[i][rng.integers(0, rounds[i].size, size=rounds[i].size)] for i in picks])
-
-
-def round_bootstrap(sides: Sequence[list[np.ndarray]], statistic: Any, *, n_resamples: int = BOOTSTRAP_RESAMPLES,
-                    confidence: float = BOOTSTRAP_CONFIDENCE, seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
-    """Percentile interval of ``statistic(*pooled_sides)`` under a hierarchical block bootstrap:
-    each side is resampled independently, rounds first and then requests within each drawn round
-    (the two-stage bootstrap for clustered data; Davison & Hinkley, *Bootstrap Methods and their
-    Application*, 1997, section 3.8). scipy.stats.bootstrap resamples single observations only,
-    so this is numpy with a fixed seed.
-
-    Args:
-        sides: per side, its rounds as from :func:`as_rounds` (each non-empty).
-        statistic: function of one pooled 1-D array per side, returning a float.
-        n_resamples: bootstrap resamples.
-        confidence: two-sided level of the interval.
-
-    Returns:
-        ``(low, high)``, or None when a side has no rounds or the statistic is not finite.
-    """
-    if any(not rounds for rounds in sides):
-        return None
-    rng = np.random.default_rng(seed)
-    stats_ = np.array([statistic(*(_resample_rounds(r, rng) for r in sides)) for _ in range(n_resamples)], float)
-    if not np.all(np.isfinite(stats_)):
-        return None
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(stats_, [alpha, 1 - alpha])
-    return float(lo), float(hi)
+from runbook_lib.gates.result import GateResult, Verdict, threshold_source
+from runbook_lib.gates.stats import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    MIN_ROUNDS_PER_SIDE,
+    as_rounds,
+    bootstrap_interval,
+    round_bootstrap,
+)
 
 
 def latency_p95_ratio(source: Any, target: Any, *, max_ratio: float, min_samples: int,
@@ -309,7 +61,6 @@ def latency_p95_ratio(source: Any, target: Any, *, max_ratio: float, min_samples
                       f"source and {n['target_rounds']} target rounds vs max {max_ratio}",
                       samples=n, interval=ci, source=src, phase=phase)
 
-
 def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ratio: float,
                      phase: str = "") -> GateResult:
     """Throughput target / source (units per second, one value per round); PASS when the lower end
@@ -321,7 +72,7 @@ def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ra
         return GateResult("throughput_ratio", "INCONCLUSIVE", True, None, min_ratio, "ratio", "mean ratio",
                           "no throughput measured", samples=n, phase=phase)
     ratio = float(np.mean(t) / np.mean(s))
-    ci = _bootstrap((s, t), lambda a, b: np.mean(b) / np.mean(a)) if min(s.size, t.size) >= 2 else None
+    ci = bootstrap_interval((s, t), lambda a, b: np.mean(b) / np.mean(a)) if min(s.size, t.size) >= 2 else None
     lo = ci[0] if ci else ratio
     verdict: Verdict = "PASS" if lo >= min_ratio else ("FAIL" if (ci[1] if ci else ratio) < min_ratio else "INCONCLUSIVE")
     return GateResult("throughput_ratio", verdict, True, ratio, min_ratio, "ratio",
@@ -331,7 +82,6 @@ def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ra
                       f"throughput ratio {ratio:.3f}" + (f", 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""),
                       samples=n, interval=ci, source=threshold_source("throughput_ratio_min", min_ratio, "5 % non-inferiority margin"),
                       phase=phase)
-
 
 def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ratio: float, phase: str = "") -> GateResult:
     """median(target cold starts) / median(source cold starts), seconds; PASS when <= ``max_ratio``."""
@@ -345,7 +95,6 @@ def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ra
                       f"median cold start source {np.median(source):.2f} s, target {np.median(target):.2f} s",
                       samples=n, source=threshold_source("cold_start_ratio_max", max_ratio, "median cold start within 25 %"),
                       phase=phase)
-
 
 def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", unit: str = "requests") -> GateResult:
     """Target failure rate (FAILED, TIMED_OUT, client errors) must be <= ``max_rate``; the upper end
@@ -363,7 +112,6 @@ def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", u
                       f"{failures} of {total} target {unit} failed (one-sided 97.5 % upper bound {hi:.3%})",
                       samples={"requests": total}, interval=(0.0, hi), source=threshold_source("error_rate_max", max_rate, "no failed request"),
                       phase=phase)
-
 
 def cost_per_unit(source_usd: float | None, target_usd: float | None, *, required_saving: float,
                   accepted_rounds: tuple[Any, Any] | None = None, phase: str = "") -> GateResult:
@@ -412,77 +160,11 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
                                                            "source_units": n_s, "target_units": n_t},
                       interval=ci, source=src, phase=phase)
 
-
-def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -> GateResult:
-    """Performance and cost gates decide only when the operator chose their threshold: "every
-    parity and reliability gate is blocking; performance and cost gates are blocking when the
-    operator set an SLO or a budget, otherwise scored" (docs/reference/gates.md 5.1).
-
-    Args:
-        result: the gate as judged.
-        setting: the params field holding its threshold (``gates.latency_p95_ratio_max``).
-        operator_set: whether the params file set that field explicitly.
-
-    Returns:
-        ``result`` unchanged when the operator set it; otherwise the same verdict, scored
-        (``blocking=False``), with the detail saying how to make it blocking.
-    """
-    if operator_set:
-        return result
-    return replace(result, blocking=False,
-                   detail=f"{result.detail}; scored: threshold not set by the operator; set {setting} in params to "
-                          "make it blocking")
-
-
-def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
-    """The gate ``result`` with some of its inputs lost to a measurement-machinery failure that
-    outlasted its retries: INCONCLUSIVE, never FAIL or PASS, because an ERROR is "never evidence
-    about the target" (docs/reference/gates.md 5.1, after Argo Rollouts' Error verdict). What the
-    remaining data said is kept in the detail.
-
-    Args:
-        result: the gate as judged on the data that was measured.
-        failures: one line per lost measurement (what, attempts, last error).
-    """
-    return replace(result, verdict="INCONCLUSIVE",
-                   method=f"{result.method}; a measurement it needs failed after retries (ERROR -> INCONCLUSIVE)",
-                   detail=f"measurement machinery failed, not evidence about the target: {'; '.join(failures)}. "
-                          f"On the remaining data it read {result.verdict} ({result.detail}). Fix the provider or "
-                          "endpoint connection and measure again.")
-
-
-def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:
-    """GO / NO-GO / HOLD and the reasons, from every gate result.
-
-    Any blocking FAIL is NO-GO; else any blocking INCONCLUSIVE or ERROR (or no gates at all) is
-    HOLD; else GO. Scored (non-blocking) gates are reported but do not decide. The reasons name
-    each gate that drove the decision.
-    """
-    if not results:
-        return "HOLD", ["no gate was evaluated"]
-    fails = [r for r in results if r.blocking and r.verdict == "FAIL"]
-    if fails:
-        return "NO-GO", [f"{r.name} FAIL (phase {r.phase}): {r.detail}" for r in fails]
-    unsure = [r for r in results if r.blocking and r.verdict in ("INCONCLUSIVE", "ERROR")]
-    if unsure:
-        return "HOLD", [f"{r.name} {r.verdict} (phase {r.phase}): {r.detail}" for r in unsure]
-    scored = [r for r in results if not r.blocking and r.verdict != "PASS"]
-    return "GO", [f"all {sum(r.blocking for r in results)} blocking gates PASS"] + \
-        [f"scored (not blocking): {r.name} {r.verdict}: {r.detail}" for r in scored]
-
-
-def from_dict(d: dict[str, Any]) -> GateResult:
-    """Rebuild a :class:`GateResult` from :meth:`GateResult.to_dict` output (records)."""
-    d = dict(d)
-    if d.get("interval") is not None:
-        d["interval"] = tuple(d["interval"])
-    return GateResult(**d)
-
-
 SLO_PERCENTILE = 0.95  # P(latency <= SLO) must be at least this (MLPerf LoadGen server scenario)
-SLO_CONFIDENCE = 0.99  # one-sided confidence of that claim (MLPerf early-stopping criterion)
-SHIFT_FLOOR_S = 0.005  # shifts smaller than 5 ms are never called a regression (absolute floor)
 
+SLO_CONFIDENCE = 0.99  # one-sided confidence of that claim (MLPerf early-stopping criterion)
+
+SHIFT_FLOOR_S = 0.005  # shifts smaller than 5 ms are never called a regression (absolute floor)
 
 def min_slo_samples(percentile: float = SLO_PERCENTILE, confidence: float = SLO_CONFIDENCE) -> int:
     """Fewest requests that can PASS :func:`latency_slo` (all within the SLO): the smallest n with
@@ -490,7 +172,6 @@ def min_slo_samples(percentile: float = SLO_PERCENTILE, confidence: float = SLO_
     import math
 
     return math.ceil(math.log(1 - confidence) / math.log(percentile))
-
 
 def latency_slo(latencies: np.ndarray, *, slo_s: float, percentile: float = SLO_PERCENTILE,
                 confidence: float = SLO_CONFIDENCE, phase: str = "") -> GateResult:
@@ -526,7 +207,6 @@ def latency_slo(latencies: np.ndarray, *, slo_s: float, percentile: float = SLO_
                       source="MLPerf inference rules, early stopping (p95 at 99 % confidence); SLO from "
                              "workload.requirements.max_request_s", phase=phase)
 
-
 def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, floor_s: float = SHIFT_FLOOR_S,
                   phase: str = "") -> GateResult:
     """Secondary, scored (non-blocking) check in the manner of Kayenta's Mann-Whitney classifier:
@@ -549,7 +229,6 @@ def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, f
                       f"shift > {floor_s * 1e3:.0f} ms and ratio >= {max_ratio})", samples=n,
                       source="Kayenta MannWhitneyClassifier, with an absolute floor", phase=phase)
 
-
 def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q: float = 95,
                 phase: str = "") -> GateResult:
     """A/A check on two source rounds: the 90 % bootstrap interval of the ratio of their ``q``-th
@@ -564,7 +243,7 @@ def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q
         return GateResult("noise_floor", "INCONCLUSIVE", True, None, half, "ratio - 1", "A/A p95 ratio",
                           "fewer than two source rounds with samples", samples=n, phase=phase)
     ratio = float(np.percentile(round_b, q) / np.percentile(round_a, q))
-    ci = _bootstrap((round_a, round_b), lambda a, b: np.percentile(b, q) / np.percentile(a, q))
+    ci = bootstrap_interval((round_a, round_b), lambda a, b: np.percentile(b, q) / np.percentile(a, q))
     if ci is None:
         return GateResult("noise_floor", "ERROR", True, ratio, half, "ratio - 1", f"A/A {label} ratio",
                           "bootstrap interval could not be computed", samples=n, phase=phase)
@@ -576,7 +255,6 @@ def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q
                            "setup is too noisy for this margin; measure more or on quieter hosts",
                       samples=n, interval=ci, source="A/A noise floor: half the comparison margin", phase=phase)
 
-
 def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "") -> GateResult:
     """What the measurement cost (both sides), USD, must stay within the operator's limit."""
     if limit_usd is None:
@@ -585,7 +263,6 @@ def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "") -
     return GateResult("spend_limit", "PASS" if total_usd <= limit_usd else "FAIL", True, total_usd, limit_usd, "USD",
                       "sum of billed cost of both sides", f"spent {total_usd:.5f} USD of {limit_usd} USD allowed",
                       source="params gates.spend_limit_usd", phase=phase)
-
 
 def capacity(ready: int, required: int, *, phase: str = "") -> GateResult:
     """Target capacity against policy: ``ready`` workers serving versus the ``required`` count.

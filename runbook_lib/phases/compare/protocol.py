@@ -1,36 +1,17 @@
-"""Phase 04, compare production characteristics: cold start, latency, throughput, errors, cost.
-
-Inference: a source and a target endpoint are created (and kept for phase 05). Cold start is
-timed from the create call to the first served response. Rounds alternate source, target,
-target, source (RMIT interleaving); each round sends an open-loop Poisson schedule (latency
-from intended arrival) and then a saturation burst (throughput). Every response is checked
-against the golden output of its input; an *accepted unit* is a request that completed within
-the SLO and passed parity.
-
-Training: each round is a pod running the job from the frozen checkpoint; samples are step
-times, throughput is samples per second, and an accepted unit is a completed step.
-
-Every measurement (a cold start, a round's open-loop schedule, its saturation burst, a training
-round) is taken through :func:`runbook_lib.measure.with_retries`: when the measuring machinery
-fails it is retried (``measure.error_retries``, ``measure.error_retry_interval_s``), every attempt
-is kept in ``04/measurement_attempts.csv``, and a measurement lost after its retries makes the
-gates it feeds INCONCLUSIVE (:data:`AFFECTS`), never FAIL or PASS.
-"""
+"""Phase 04's measurement protocols: interleaved rounds (S, T, T, S) of an open-loop schedule
+and a saturation burst on two endpoints (inference), or of training pods (training); every
+measurement taken through retries that are kept as evidence."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from runbook_lib import cost, report
 from runbook_lib import gates as g
 from runbook_lib.measure import (
     SAMPLE_COLUMNS,
@@ -42,11 +23,14 @@ from runbook_lib.measure import (
     run_saturation,
     with_retries,
 )
-from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.phases import PhaseContext
 from runbook_lib.workload import make_workload
 
 ROUND_PATTERN = ("source", "target", "target", "source")
+
+
 THROUGHPUT_COLUMNS = ["side", "round", "requests", "completed", "failed", "elapsed_s", "throughput_units_per_s"]
+
 
 AFFECTS: dict[str, tuple[str, ...]] = {
     "cold_start": ("cold_start_ratio",),
@@ -59,31 +43,6 @@ AFFECTS: dict[str, tuple[str, ...]] = {
 }
 """Gates fed by each kind of measurement. A measurement lost on the target side (every attempt
 failed) also makes ``error_rate`` INCONCLUSIVE, except a lost warm-up (discarded anyway)."""
-
-
-OPERATOR_SETTINGS: dict[str, str] = {
-    "latency_p95_ratio": "gates.latency_p95_ratio_max",
-    "noise_floor": "gates.latency_p95_ratio_max",  # its margin is half the latency margin
-    "throughput_ratio": "gates.throughput_ratio_min",
-    "cold_start_ratio": "gates.cold_start_ratio_max",
-    "cost_per_accepted_unit": "gates.required_saving",
-    "latency_slo": "workload.requirements.max_request_s",
-}
-"""Performance and cost gates, and the params field whose explicit setting makes each blocking
-(docs/reference/gates.md 5.1); without it they are scored. ``spend_limit`` is blocking exactly when
-``gates.spend_limit_usd`` is set; parity and reliability gates are always blocking."""
-
-
-def operator_set(mig: Any, setting: str) -> bool:
-    """Whether the params file set ``setting`` (a dotted field path) explicitly, as pydantic's
-    ``model_fields_set`` records it; a default is not a choice."""
-    *parents, name = setting.split(".")
-    model = mig
-    for part in parents:
-        if part not in model.model_fields_set:
-            return False
-        model = getattr(model, part)
-    return name in model.model_fields_set
 
 
 def measured_with_retries(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
@@ -305,178 +264,3 @@ def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -
     pd.DataFrame(res["cold_starts"]).to_csv(ctx.path("04/cold_starts.csv"), index=False)
     pd.DataFrame(res["warmup"]).to_csv(ctx.path("04/warmup_discarded.csv"), index=False)
     return res
-
-
-def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdown]:
-    """Cost per accepted unit per side over the measurement window (billed from launch)."""
-    out = {}
-    for side in ("source", "target"):
-        prof = ctx.profile(side)
-        s = res["samples"]
-        accepted = int(s[(s["side"] == side) & (s["accepted"])].shape[0]) if len(s) else 0
-        instances = prof.workers if ctx.mig.workload.kind == "inference" else 1
-        out[side] = cost.breakdown(price_usd_per_hour=prof.price_usd_per_hour, billed_s=res["billed_s"][side],
-                                   instances=instances, accepted_units=accepted,
-                                   storage_gb=ctx.mig.workload.requirements.disk_gb,
-                                   storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
-                                   egress_bytes=res["egress_bytes"][side], egress_usd_per_gb=prof.egress_usd_per_gb)
-    ctx.write_json("04/cost.json", {k: v.to_dict() for k, v in out.items()})
-    return out
-
-
-def summary(res: dict[str, Any]) -> pd.DataFrame:
-    """p50/p95/p99 of total, queue, init and execution time per side, seconds."""
-    s = res["samples"]
-    rows = []
-    for side in ("source", "target"):
-        d = s[s["side"] == side]
-        row: dict[str, Any] = {"side": side, "requests": len(d), "accepted": int(d["accepted"].sum()) if len(d) else 0,
-                               "failed": int((d["status"] != "COMPLETED").sum()) if len(d) else 0}
-        for col in ("total_s", "queue_s", "init_s", "execution_s"):
-            vals = d[col].astype(float).dropna().to_numpy() if len(d) else np.array([])
-            for q in (50, 95, 99):
-                row[f"{col[:-2]} p{q} (s)"] = float(np.percentile(vals, q)) if vals.size else math.nan
-        t = res["throughput"]
-        row["throughput mean (units/s)"] = float(t[t["side"] == side]["throughput_units_per_s"].mean())
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost.CostBreakdown]) -> list[g.GateResult]:
-    """Latency p95 ratio, throughput ratio, cold start ratio, target error rate, cost per unit."""
-    s, t, gc = res["samples"], res["throughput"], ctx.mig.gates
-    lat = {side: s[(s["side"] == side) & (s["status"] == "COMPLETED")]["total_s"].astype(float).to_numpy()
-           for side in ("source", "target")}
-    thr = {side: t[t["side"] == side]["throughput_units_per_s"].astype(float).tolist() for side in ("source", "target")}
-    cold = {side: [c["cold_start_s"] for c in res["cold_starts"] if c["side"] == side and math.isfinite(c["cold_start_s"])]
-            for side in ("source", "target")}
-    tgt = s[s["side"] == "target"]
-    burst = t[t["side"] == "target"]
-    failures = int((tgt["status"] != "COMPLETED").sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum())
-    total = len(tgt) + int(burst["requests"].sum()) if ctx.mig.workload.kind == "inference" else len(tgt)
-    done = s[s["status"] == "COMPLETED"]
-    lat_rounds = {side: [d["total_s"].astype(float).to_numpy() for _, d in done[done["side"] == side].groupby("round")]
-                  for side in ("source", "target")}  # per round: the block bootstrap resamples rounds
-    src_rounds = lat_rounds["source"]
-    extra: list[g.GateResult] = []
-    if ctx.mig.workload.kind == "inference":
-        extra.append(g.capacity(res["target_workers_ready"], ctx.mig.target.workers, phase="04"))
-        extra.append(g.latency_slo(tgt[tgt["status"] == "COMPLETED"]["total_s"].astype(float).to_numpy(),
-                                   slo_s=ctx.mig.workload.requirements.max_request_s, phase="04"))
-    if len(src_rounds) >= 2:
-        aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max,
-                           q=95 if ctx.mig.workload.kind == "inference" else 50, phase="04")
-        if ctx.mig.workload.kind == "training":
-            # For training the A/A result is scored, not blocking: sub-millisecond steps of the demo
-            # MLP drift with any host activity between pods. Training steps of hundreds of ms would
-            # support a blocking check; no params setting asks for one yet.
-            aa = g.from_dict({**aa.to_dict(), "blocking": False})
-        extra.append(aa)
-    else:
-        extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
-    extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
-    extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04"))
-    acc_rounds = {side: [d["accepted"].astype(float).to_numpy() for _, d in s[s["side"] == side].groupby("round")]
-                  for side in ("source", "target")}
-    results = [
-        g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
-                            min_samples=gc.min_latency_samples, phase="04"),
-        g.throughput_ratio(thr["source"], thr["target"], min_ratio=gc.throughput_ratio_min, phase="04"),
-        g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04"),
-        g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",
-                     unit="requests" if ctx.mig.workload.kind == "inference" else "training steps"),
-        g.cost_per_unit(_finite(costs_["source"].usd_per_accepted_unit), _finite(costs_["target"].usd_per_accepted_unit),
-                        required_saving=gc.required_saving, accepted_rounds=(acc_rounds["source"], acc_rounds["target"]),
-                        phase="04"),
-        *extra,
-    ]
-    results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(ctx.mig,
-               OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
-    lost = lost_measurements(res.get("attempts", []))
-    return ctx.add_gates(*(g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results))
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ: pd.DataFrame) -> dict[str, Any]:
-    """What phase 04's record keeps (raw samples stay in the CSV files the record hashes)."""
-    by_side = {r["side"]: {k: v for k, v in r.items() if k != "side"} for r in summ.to_dict("records")}
-    cold = pd.DataFrame(res["cold_starts"])
-    return {
-        "endpoints": res["endpoints"],
-        "endpoint_urls": res.get("endpoint_urls", {}),
-        "summary": by_side,
-        "cold_start_median_s": {s: float(cold[cold["side"] == s]["cold_start_s"].median()) for s in ("source", "target")},
-        "usd_per_accepted_unit": {s: _finite(c.usd_per_accepted_unit) for s, c in costs_.items()},
-        "cost": {s: c.to_dict() for s, c in costs_.items()},
-        "billed_s": res["billed_s"],
-        "extra_rounds": res.get("extra_rounds", 0),
-        "measurement_attempts": len([x for a in res.get("attempts", []) for x in a.attempts]),
-        "measurements_lost": [{"what": a.what, "kind": a.kind, "side": a.side, "attempts": len(a.attempts),
-                               "error": a.error} for a in res.get("attempts", []) if not a.ok],
-        "host_load_avg_1_5_15min": list(os.getloadavg()),  # a busy host explains a noisy A/A pair
-    }
-
-
-@dataclass(frozen=True)
-class Measurement(PhaseResult):
-    """Phase 04's raw measurement (:func:`measure`) and its p50/p95/p99 summary per side
-    (:func:`summary`); judged by :func:`evaluate`. Not a record on its own."""
-
-    raw: dict[str, Any]
-    summary: pd.DataFrame
-
-    def record(self) -> dict[str, Any]:
-        raise NotImplementedError("a measurement is recorded through evaluate(): pass it there")
-
-    def parts(self) -> list[Any]:
-        return [md("**Cold starts** (create call to first served response, seconds)"), table(self.raw["cold_starts"]),
-                md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary]
-
-
-@dataclass(frozen=True)
-class CompareResult(PhaseResult):
-    """Phase 04's judged evidence: cost per accepted unit per side, the comparison plots (PNG
-    files in the run; shown from the files, whatever the kernel's plotting backend) and the gates
-    (kept in the phase's context)."""
-
-    measurement: Measurement
-    costs: dict[str, cost.CostBreakdown]
-    plots: tuple[Path, ...]
-
-    def record(self) -> dict[str, Any]:
-        return record_data(self.measurement.raw, self.costs, self.measurement.summary)
-
-    def parts(self) -> list[Any]:
-        from IPython.display import Image
-
-        return [md("**Cost per accepted unit** (USD)"), table({s: c.to_dict() for s, c in self.costs.items()}),
-                *(Image(filename=str(p)) for p in self.plots)]
-
-
-def measure_sides(ctx: PhaseContext) -> Measurement:
-    """Phase 04, first step: run the measurement protocol (:func:`measure`) and summarise it."""
-    res = measure(ctx)
-    return Measurement(raw=res, summary=summary(res))
-
-
-def evaluate(ctx: PhaseContext, measured: Measurement) -> CompareResult:
-    """Phase 04, second step: costs (``04/cost.json``), the latency CDF, throughput and cost plots
-    (``04/*.png``), and the comparison gates."""
-    import matplotlib.pyplot as plt
-
-    res = measured.raw
-    unit = "request" if ctx.mig.workload.kind == "inference" else "training step"
-    costs_ = costs(ctx, res)
-    figs = [report.latency_cdf(res["samples"], ctx.path("04/latency_cdf.png"), unit_label=unit),
-            report.throughput_plot(res["throughput"], ctx.path("04/throughput.png"),
-                                   unit="requests/s" if unit == "request" else "samples/s"),
-            report.cost_plot(costs_, ctx.path("04/cost.png"), unit=unit)]
-    for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
-        plt.close(fig)
-    compare_gates(ctx, res, costs_)
-    return CompareResult(measurement=measured, costs=costs_,
-                         plots=tuple(ctx.run_dir / rel for rel in ("04/latency_cdf.png", "04/throughput.png",
-                                                                   "04/cost.png")))

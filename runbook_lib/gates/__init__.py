@@ -1,0 +1,62 @@
+"""Gates: pure functions from measurements and thresholds to verdicts, and the decision.
+
+Every gate returns PASS, FAIL, INCONCLUSIVE or ERROR with its evidence (observed value,
+threshold, unit, method, sample counts, source of the default). Missing data is never a PASS.
+GO needs every blocking gate PASS; any blocking FAIL is NO-GO; otherwise anything INCONCLUSIVE
+or ERROR is HOLD.
+
+Default thresholds and their sources:
+
+* float tolerances per dtype: ``torch.testing.assert_close`` defaults
+  (https://pytorch.org/docs/stable/testing.html): float32 rtol 1.3e-6 atol 1e-5, bfloat16 rtol
+  1.6e-2 atol 1e-5, float16 rtol 1e-3 atol 1e-5;
+* latency p95 ratio <= 1.10: Kayenta's documented "fail at +10 %" example; its interval is a
+  block bootstrap over rounds (docs/reference/gates.md 5.3, ``latency_p95_rel``), because requests
+  within one round share its host state and are not independent;
+* throughput ratio >= 0.95: a 5 % non-inferiority margin;
+* cold start median ratio <= 1.25 (the runbook's default; set yours in params).
+
+Every result's ``source`` says whether the threshold is the default or a params override.
+
+The package is cut by responsibility: :mod:`.result` (the verdict record), :mod:`.stats`
+(bootstrap intervals), :mod:`.parity`, :mod:`.performance` (latency, throughput, cost) and
+:mod:`.decision` (GO / NO-GO / HOLD). Everything is re-exported here.
+"""
+
+from runbook_lib.gates.decision import decide, measurement_lost, scored_unless_set
+from runbook_lib.gates.parity import TOLERANCES, checksum_exact, loss_band, output_parity, tolerance_for, top1_agreement
+from runbook_lib.gates.performance import (
+    SHIFT_FLOOR_S,
+    SLO_CONFIDENCE,
+    SLO_PERCENTILE,
+    capacity,
+    cold_start_ratio,
+    cost_per_unit,
+    error_rate,
+    latency_p95_ratio,
+    latency_shift,
+    latency_slo,
+    min_slo_samples,
+    noise_floor,
+    spend_limit,
+    throughput_ratio,
+)
+from runbook_lib.gates.result import Decision, GateResult, Verdict, boolean_gate, from_dict, threshold_source
+from runbook_lib.gates.stats import (
+    BOOTSTRAP_CONFIDENCE,
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    MIN_ROUNDS_PER_SIDE,
+    as_rounds,
+    bootstrap_interval,
+    round_bootstrap,
+)
+
+__all__ = [
+    "BOOTSTRAP_CONFIDENCE", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "MIN_ROUNDS_PER_SIDE", "SHIFT_FLOOR_S",
+    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "as_rounds",
+    "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
+    "error_rate", "from_dict", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost",
+    "min_slo_samples", "noise_floor", "output_parity", "round_bootstrap", "scored_unless_set", "spend_limit",
+    "threshold_source", "throughput_ratio", "tolerance_for", "top1_agreement",
+]

@@ -1,0 +1,65 @@
+"""The decision: GO / NO-GO / HOLD from every gate, and the rules that turn a gate scored or
+INCONCLUSIVE."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from runbook_lib.gates.result import Decision, GateResult
+
+
+def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -> GateResult:
+    """Performance and cost gates decide only when the operator chose their threshold: "every
+    parity and reliability gate is blocking; performance and cost gates are blocking when the
+    operator set an SLO or a budget, otherwise scored" (docs/reference/gates.md 5.1).
+
+    Args:
+        result: the gate as judged.
+        setting: the params field holding its threshold (``gates.latency_p95_ratio_max``).
+        operator_set: whether the params file set that field explicitly.
+
+    Returns:
+        ``result`` unchanged when the operator set it; otherwise the same verdict, scored
+        (``blocking=False``), with the detail saying how to make it blocking.
+    """
+    if operator_set:
+        return result
+    return replace(result, blocking=False,
+                   detail=f"{result.detail}; scored: threshold not set by the operator; set {setting} in params to "
+                          "make it blocking")
+
+def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
+    """The gate ``result`` with some of its inputs lost to a measurement-machinery failure that
+    outlasted its retries: INCONCLUSIVE, never FAIL or PASS, because an ERROR is "never evidence
+    about the target" (docs/reference/gates.md 5.1, after Argo Rollouts' Error verdict). What the
+    remaining data said is kept in the detail.
+
+    Args:
+        result: the gate as judged on the data that was measured.
+        failures: one line per lost measurement (what, attempts, last error).
+    """
+    return replace(result, verdict="INCONCLUSIVE",
+                   method=f"{result.method}; a measurement it needs failed after retries (ERROR -> INCONCLUSIVE)",
+                   detail=f"measurement machinery failed, not evidence about the target: {'; '.join(failures)}. "
+                          f"On the remaining data it read {result.verdict} ({result.detail}). Fix the provider or "
+                          "endpoint connection and measure again.")
+
+def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:
+    """GO / NO-GO / HOLD and the reasons, from every gate result.
+
+    Any blocking FAIL is NO-GO; else any blocking INCONCLUSIVE or ERROR (or no gates at all) is
+    HOLD; else GO. Scored (non-blocking) gates are reported but do not decide. The reasons name
+    each gate that drove the decision.
+    """
+    if not results:
+        return "HOLD", ["no gate was evaluated"]
+    fails = [r for r in results if r.blocking and r.verdict == "FAIL"]
+    if fails:
+        return "NO-GO", [f"{r.name} FAIL (phase {r.phase}): {r.detail}" for r in fails]
+    unsure = [r for r in results if r.blocking and r.verdict in ("INCONCLUSIVE", "ERROR")]
+    if unsure:
+        return "HOLD", [f"{r.name} {r.verdict} (phase {r.phase}): {r.detail}" for r in unsure]
+    scored = [r for r in results if not r.blocking and r.verdict != "PASS"]
+    return "GO", [f"all {sum(r.blocking for r in results)} blocking gates PASS"] + \
+        [f"scored (not blocking): {r.name} {r.verdict}: {r.detail}" for r in scored]

@@ -1,0 +1,118 @@
+"""Phase 04, compare production characteristics: cold start, latency, throughput, errors, cost.
+
+Inference: a source and a target endpoint are created (and kept for phase 05). Cold start is
+timed from the create call to the first served response. Rounds alternate source, target,
+target, source (RMIT interleaving); each round sends an open-loop Poisson schedule (latency
+from intended arrival) and then a saturation burst (throughput). Every response is checked
+against the golden output of its input; an *accepted unit* is a request that completed within
+the SLO and passed parity.
+
+Training: each round is a pod running the job from the frozen checkpoint; samples are step
+times, throughput is samples per second, and an accepted unit is a completed step.
+
+Every measurement (a cold start, a round's open-loop schedule, its saturation burst, a training
+round) is taken through :func:`runbook_lib.measure.with_retries`: when the measuring machinery
+fails it is retried (``measure.error_retries``, ``measure.error_retry_interval_s``), every attempt
+is kept in ``04/measurement_attempts.csv``, and a measurement lost after its retries makes the
+gates it feeds INCONCLUSIVE (:data:`AFFECTS`), never FAIL or PASS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from runbook_lib import cost, report
+from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.phases.compare.judge import (
+    OPERATOR_SETTINGS,
+    compare_gates,
+    costs,
+    operator_set,
+    record_data,
+    summary,
+)
+from runbook_lib.phases.compare.protocol import (
+    AFFECTS,
+    ROUND_PATTERN,
+    THROUGHPUT_COLUMNS,
+    lost_measurements,
+    measure,
+    measure_inference,
+    measure_training,
+    measured_with_retries,
+    round_sides,
+    schedule_rounds,
+)
+
+__all__ = [
+    "AFFECTS", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
+    "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
+    "measure_training", "measured_with_retries", "operator_set", "record_data", "round_sides", "schedule_rounds",
+    "summary",
+]
+
+
+@dataclass(frozen=True)
+class Measurement(PhaseResult):
+    """Phase 04's raw measurement (:func:`measure`) and its p50/p95/p99 summary per side
+    (:func:`summary`); judged by :func:`evaluate`. Not a record on its own."""
+
+    raw: dict[str, Any]
+    summary: pd.DataFrame
+
+    def record(self) -> dict[str, Any]:
+        raise NotImplementedError("a measurement is recorded through evaluate(): pass it there")
+
+    def parts(self) -> list[Any]:
+        return [md("**Cold starts** (create call to first served response, seconds)"), table(self.raw["cold_starts"]),
+                md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary]
+
+
+@dataclass(frozen=True)
+class CompareResult(PhaseResult):
+    """Phase 04's judged evidence: cost per accepted unit per side, the comparison plots (PNG
+    files in the run; shown from the files, whatever the kernel's plotting backend) and the gates
+    (kept in the phase's context)."""
+
+    measurement: Measurement
+    costs: dict[str, cost.CostBreakdown]
+    plots: tuple[Path, ...]
+
+    def record(self) -> dict[str, Any]:
+        return record_data(self.measurement.raw, self.costs, self.measurement.summary)
+
+    def parts(self) -> list[Any]:
+        from IPython.display import Image
+
+        return [md("**Cost per accepted unit** (USD)"), table({s: c.to_dict() for s, c in self.costs.items()}),
+                *(Image(filename=str(p)) for p in self.plots)]
+
+
+def measure_sides(ctx: PhaseContext) -> Measurement:
+    """Phase 04, first step: run the measurement protocol (:func:`measure`) and summarise it."""
+    res = measure(ctx)
+    return Measurement(raw=res, summary=summary(res))
+
+
+def evaluate(ctx: PhaseContext, measured: Measurement) -> CompareResult:
+    """Phase 04, second step: costs (``04/cost.json``), the latency CDF, throughput and cost plots
+    (``04/*.png``), and the comparison gates."""
+    import matplotlib.pyplot as plt
+
+    res = measured.raw
+    unit = "request" if ctx.mig.workload.kind == "inference" else "training step"
+    costs_ = costs(ctx, res)
+    figs = [report.latency_cdf(res["samples"], ctx.path("04/latency_cdf.png"), unit_label=unit),
+            report.throughput_plot(res["throughput"], ctx.path("04/throughput.png"),
+                                   unit="requests/s" if unit == "request" else "samples/s"),
+            report.cost_plot(costs_, ctx.path("04/cost.png"), unit=unit)]
+    for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
+        plt.close(fig)
+    compare_gates(ctx, res, costs_)
+    return CompareResult(measurement=measured, costs=costs_,
+                         plots=tuple(ctx.run_dir / rel for rel in ("04/latency_cdf.png", "04/throughput.png",
+                                                                   "04/cost.png")))
