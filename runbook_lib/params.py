@@ -404,11 +404,20 @@ class Approvals(_Model):
 
 
 class Run(_Model):
-    """Execution limits. ``cell_timeout_s`` bounds every notebook cell, whole seconds (nbclient's
-    ``timeout`` is an integer)."""
+    """Execution limits.
+
+    Attributes:
+        cell_timeout_s: bounds every notebook cell, whole seconds (nbclient's ``timeout`` is an
+            integer).
+        teardown_source: phase 06 also destroys the source resources the run created.
+        acceptance_budget_s: wall seconds the canary's acceptance job (launch to completion
+            marker, phase 03) may take: ten minutes by default, the portability guidance's
+            "ten-minute acceptance job" (docs/reference/portability.md). Scored unless set.
+    """
 
     cell_timeout_s: int = Field(default=600, ge=1)
     teardown_source: bool = True
+    acceptance_budget_s: float = Field(default=600.0, gt=0)
 
 
 class Migration(_Model):
@@ -466,6 +475,18 @@ def parse_yaml(text: str, *, origin: str = "<string>") -> dict[str, Any]:
             f"target, ...), got {type(data).__name__}"
         )
     return data
+
+
+def operator_set(mig: Migration, setting: str) -> bool:
+    """Whether the params file set ``setting`` (a dotted field path) explicitly, as pydantic's
+    ``model_fields_set`` records it; a default is not a choice."""
+    *parents, name = setting.split(".")
+    model = mig
+    for part in parents:
+        if part not in model.model_fields_set:
+            return False
+        model = getattr(model, part)
+    return name in model.model_fields_set
 
 
 def _field_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:

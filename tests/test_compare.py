@@ -13,7 +13,7 @@ from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ProviderError, WorkloadError
 from runbook_lib.measure import Attempted, with_retries
-from runbook_lib.params import Measure, load_params, parse_yaml, validate
+from runbook_lib.params import Measure, load_params, operator_set, parse_yaml, validate
 from runbook_lib.phases import compare
 
 from .conftest import ROOT
@@ -179,8 +179,8 @@ def test_performance_gates_are_scored_when_left_at_defaults() -> None:
 
 def test_one_unset_threshold_is_scored_alone() -> None:
     ctx = _ctx_without("gates.cold_start_ratio_max")
-    assert not compare.operator_set(ctx.mig, "gates.cold_start_ratio_max")
-    assert compare.operator_set(ctx.mig, "gates.latency_p95_ratio_max")
+    assert not operator_set(ctx.mig, "gates.cold_start_ratio_max")
+    assert operator_set(ctx.mig, "gates.latency_p95_ratio_max")
     gates = {r.name: r for r in compare.compare_gates(ctx, _res([]), _costs())}
     assert not gates["cold_start_ratio"].blocking and gates["latency_p95_ratio"].blocking
 
@@ -189,4 +189,4 @@ def test_shipped_params_set_what_their_gates_rely_on() -> None:
     for name, kind in (("demo.yaml", "inference"), ("demo-s3.yaml", "inference"), ("demo-train.yaml", "training")):
         mig = load_params(ROOT / "params" / name)
         needed = [n for n in PERFORMANCE if not (kind == "training" and n == "latency_slo")]
-        assert all(compare.operator_set(mig, compare.OPERATOR_SETTINGS[n]) for n in needed), name
+        assert all(operator_set(mig, compare.OPERATOR_SETTINGS[n]) for n in needed), name

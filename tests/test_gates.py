@@ -254,3 +254,14 @@ def test_cost_ratio_interval_over_rounds() -> None:
     assert lo == pytest.approx(0.85 * 15 / 20) and hi >= 0.85 * 15 / 10
     one_round = g.cost_per_unit(1.0, 0.5, required_saving=0.0, accepted_rounds=([np.ones(10)], ones))
     assert one_round.verdict == "INCONCLUSIVE" and one_round.interval is None
+
+
+def test_acceptance_budget_judges_the_jobs_wall_time() -> None:
+    # hand values: 412.5 s of a 600 s budget passes, 601 s fails, an unknown time is never a pass
+    ok = g.acceptance_budget(412.5, budget_s=600.0, phase="03")
+    assert (ok.verdict, ok.observed, ok.threshold, ok.unit) == ("PASS", 412.5, 600.0, "s")
+    assert g.acceptance_budget(601.0, budget_s=600.0).verdict == "FAIL"
+    assert g.acceptance_budget(None, budget_s=600.0).verdict == "INCONCLUSIVE"
+    scored = g.scored_unless_set(g.acceptance_budget(601.0, budget_s=600.0), setting="run.acceptance_budget_s",
+                                 operator_set=False)
+    assert scored.verdict == "FAIL" and not scored.blocking and "run.acceptance_budget_s" in scored.detail

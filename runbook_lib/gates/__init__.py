@@ -29,6 +29,7 @@ from runbook_lib.gates.performance import (
     SHIFT_FLOOR_S,
     SLO_CONFIDENCE,
     SLO_PERCENTILE,
+    acceptance_budget,
     capacity,
     cold_start_ratio,
     cost_per_unit,
@@ -54,7 +55,7 @@ from runbook_lib.gates.stats import (
 
 __all__ = [
     "BOOTSTRAP_CONFIDENCE", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "MIN_ROUNDS_PER_SIDE", "SHIFT_FLOOR_S",
-    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "as_rounds",
+    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "acceptance_budget", "as_rounds",
     "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
     "error_rate", "from_dict", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost",
     "min_slo_samples", "noise_floor", "output_parity", "round_bootstrap", "scored_unless_set", "spend_limit",

@@ -264,6 +264,23 @@ def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "") -
                       "sum of billed cost of both sides", f"spent {total_usd:.5f} USD of {limit_usd} USD allowed",
                       source="params gates.spend_limit_usd", phase=phase)
 
+def acceptance_budget(wall_s: float | None, *, budget_s: float, phase: str = "") -> GateResult:
+    """The canary's acceptance job, launch to completion marker (seconds), within ``budget_s``:
+    a job too slow to run before every provider change stops being run (the portability
+    guidance's ten-minute acceptance job, docs/reference/portability.md)."""
+    if wall_s is None:
+        return GateResult("acceptance_budget", "INCONCLUSIVE", True, None, budget_s, "s", "launch to completion marker",
+                          "the acceptance job did not finish, so its time is unknown", source="params run.acceptance_budget_s",
+                          phase=phase)
+    ok = wall_s <= budget_s
+    return GateResult("acceptance_budget", "PASS" if ok else "FAIL", True, round(wall_s, 3), budget_s, "s",
+                      "launch to completion marker, measured by the runbook", f"the acceptance job took {wall_s:.1f} s "
+                      f"of {budget_s:g} s allowed" + ("" if ok else "; make it smaller (fewer steps or inputs) or set "
+                                                                 "run.acceptance_budget_s"),
+                      source="params run.acceptance_budget_s (default: ten minutes, docs/reference/portability.md)",
+                      phase=phase)
+
+
 def capacity(ready: int, required: int, *, phase: str = "") -> GateResult:
     """Target capacity against policy: ``ready`` workers serving versus the ``required`` count.
     Short capacity is INCONCLUSIVE (delay, or document an approved alternative in params), never a

@@ -166,6 +166,16 @@ def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
     return out
 
 
+def _acceptance_job(ctx: PhaseContext, gates: list[g.GateResult]) -> dict[str, Any]:
+    """The canary's acceptance job as phase 03 timed it: wall seconds (launch to completion
+    marker), the budget (``run.acceptance_budget_s``) and the gate's verdict; None values when
+    phase 03 did not run it."""
+    rec = ctx.records.get("03")
+    gate = next((x for x in gates if x.name == "acceptance_budget"), None)
+    return {"wall_s": rec.data.get("acceptance_job_s") if rec else None, "budget_s": ctx.mig.run.acceptance_budget_s,
+            "verdict": gate.verdict if gate else None, "blocking": gate.blocking if gate else None}
+
+
 def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: list[g.GateResult],
                   actions: dict[str, Any]) -> dict[str, Any]:
     """Write ``receipt.json``: releases, identities, data moved, deltas, decision, rollback point,
@@ -206,6 +216,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
             "final_checkpoint_prefix": cut.get("cutover", {}).get("checkpoint_moved"),
         },
         "acceptance_deltas": _deltas(ctx),
+        "acceptance_job": _acceptance_job(ctx, gates),
         "rollback_point": cut.get("cutover", {}).get("rollback_point"),
         "route": actions["route"],
         "teardown": {

@@ -10,12 +10,14 @@ destroys the canary (verified gone).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from runbook_lib import gates as g
+from runbook_lib.params import operator_set
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
 
@@ -36,7 +38,8 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
 
     Returns:
         ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs",
-        "capacity_tries"}``, or ``{"dry_run": True, "plan"}``.
+        "capacity_tries", "acceptance_job_s"}`` (wall seconds from launch to the result set's
+        completion marker), or ``{"dry_run": True, "plan"}``.
 
     Raises:
         ApprovalRequired: the plan is not approved (HOLD). NoCapacity: no ranked offer became
@@ -46,9 +49,11 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     if plan.dry_run:
         ctx.apply_plan("target", plan)
         return {"dry_run": True, "plan": plan.to_dict()}
+    t0 = time.monotonic()
     pod = ctx.apply_plan("target", plan, needs_store=True)
     try:
         ctx.wait_pod("target", pod, result_prefix=ctx.store_prefix("canary", "result"))
+        acceptance_s = time.monotonic() - t0
     finally:
         ctx.destroy("target", pod.id)
     destroyed = ctx.provider("target").is_gone(pod.id)
@@ -61,7 +66,7 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
         return np.load(files[name]) if name in files else None
 
     return {"pod_id": pod.id, "destroyed": destroyed, "result": result, "outputs": load("outputs.npy"),
-            "final_outputs": load("final_outputs.npy"), "capacity_tries": tries}
+            "final_outputs": load("final_outputs.npy"), "capacity_tries": tries, "acceptance_job_s": acceptance_s}
 
 
 def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult]:
@@ -100,6 +105,9 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
         obs_losses = [m["loss"] for m in attempts[-1]["metrics"] if "loss" in m]
         out.append(g.loss_band(golden_run["losses"], obs_losses, rel=gates_cfg.loss_band_rel,
                                replicate=golden_run.get("aa_losses"), phase="03"))
+    budget = g.acceptance_budget(canary.get("acceptance_job_s"), budget_s=ctx.mig.run.acceptance_budget_s, phase="03")
+    out.append(g.scored_unless_set(budget, setting="run.acceptance_budget_s",
+                                   operator_set=operator_set(ctx.mig, "run.acceptance_budget_s")))
     out.append(g.boolean_gate("canary_destroyed", canary["destroyed"], phase="03",
                               detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
     return ctx.add_gates(*out)
@@ -121,19 +129,23 @@ class ParityResult(PhaseResult):
 
     canary: dict[str, Any]
     dry_run: bool
+    budget_s: float
 
     def record(self) -> dict[str, Any]:
         c = self.canary
         if self.dry_run:
             return {"dry_run": True, "plan": c["plan"]}
         return {"canary_pod": c["pod_id"], "canary_destroyed": c["destroyed"], "capacity_tries": c["capacity_tries"],
+                "acceptance_job_s": c["acceptance_job_s"], "acceptance_budget_s": self.budget_s,
                 "result": {k: v for k, v in c["result"].items() if k != "attempts"}}
 
     def parts(self) -> list[Any]:
         if self.dry_run:
             return [md("**Dry-run**: the canary launch is planned above and recorded; nothing was launched.")]
         res = self.canary["result"]
-        return [md("**Capacity tries**"), table(self.canary["capacity_tries"], columns=TRY_COLUMNS),
+        return [md(f"**Acceptance job**: {self.canary['acceptance_job_s']:.1f} s from launch to its completion marker "
+                   f"(budget {self.budget_s:g} s)"),
+                md("**Capacity tries**"), table(self.canary["capacity_tries"], columns=TRY_COLUMNS),
                 md("**Artifact checksums re-verified on the canary**"), table(res.get("artifact_checksums", [])),
                 md("**Failure drill**"), table({"failure drill": res.get("failure_drill") or {}}, dtype=object)]
 
@@ -144,4 +156,4 @@ def run(ctx: PhaseContext) -> ParityResult:
     dry = bool(canary.get("dry_run"))
     if not dry:
         parity_gates(ctx, canary)
-    return ParityResult(canary=canary, dry_run=dry)
+    return ParityResult(canary=canary, dry_run=dry, budget_s=ctx.mig.run.acceptance_budget_s)

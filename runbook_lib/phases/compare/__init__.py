@@ -31,7 +31,6 @@ from runbook_lib.phases.compare.judge import (
     OPERATOR_SETTINGS,
     compare_gates,
     costs,
-    operator_set,
     record_data,
     summary,
 )
@@ -51,7 +50,7 @@ from runbook_lib.phases.compare.protocol import (
 __all__ = [
     "AFFECTS", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
     "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
-    "measure_training", "measured_with_retries", "operator_set", "record_data", "round_sides", "schedule_rounds",
+    "measure_training", "measured_with_retries", "record_data", "round_sides", "schedule_rounds",
     "summary",
 ]
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from runbook_lib import cost
 from runbook_lib import gates as g
+from runbook_lib.params import operator_set
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.compare.protocol import lost_measurements
 
@@ -27,18 +28,6 @@ OPERATOR_SETTINGS: dict[str, str] = {
 """Performance and cost gates, and the params field whose explicit setting makes each blocking
 (docs/reference/gates.md 5.1); without it they are scored. ``spend_limit`` is blocking exactly when
 ``gates.spend_limit_usd`` is set; parity and reliability gates are always blocking."""
-
-
-def operator_set(mig: Any, setting: str) -> bool:
-    """Whether the params file set ``setting`` (a dotted field path) explicitly, as pydantic's
-    ``model_fields_set`` records it; a default is not a choice."""
-    *parents, name = setting.split(".")
-    model = mig
-    for part in parents:
-        if part not in model.model_fields_set:
-            return False
-        model = getattr(model, part)
-    return name in model.model_fields_set
 
 
 def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdown]:
