@@ -29,6 +29,7 @@ def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -
                    detail=f"{result.detail}; scored: threshold not set by the operator; set {setting} in params to "
                           "make it blocking")
 
+
 def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
     """The gate ``result`` with some of its inputs lost to a measurement-machinery failure that
     outlasted its retries: INCONCLUSIVE, never FAIL or PASS, because an ERROR is "never evidence
@@ -44,6 +45,7 @@ def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
                    detail=f"measurement machinery failed, not evidence about the target: {'; '.join(failures)}. "
                           f"On the remaining data it read {result.verdict} ({result.detail}). Fix the provider or "
                           "endpoint connection and measure again.")
+
 
 def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:
     """GO / NO-GO / HOLD and the reasons, from every gate result.

@@ -18,6 +18,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 }
 """dtype -> (rtol, atol), from torch.testing.assert_close's documented defaults."""
 
+
 def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = None) -> tuple[float, float, str]:
     """(rtol, atol, source) for ``dtype``; overrides from params win and are labelled as such."""
     d_rtol, d_atol = TOLERANCES[dtype]
@@ -25,6 +26,7 @@ def tolerance_for(dtype: str, rtol: float | None = None, atol: float | None = No
     if rtol is not None or atol is not None:
         src = f"params override (default {dtype}: rtol {d_rtol}, atol {d_atol})"
     return (rtol if rtol is not None else d_rtol), (atol if atol is not None else d_atol), src
+
 
 def checksum_exact(name: str, checks: Sequence[dict[str, Any]], *, phase: str = "") -> GateResult:
     """Every object's sha256 must equal its manifest's; no objects is INCONCLUSIVE.
@@ -42,6 +44,7 @@ def checksum_exact(name: str, checks: Sequence[dict[str, Any]], *, phase: str = 
         f"sha256 mismatch for {bad}: stop the migration and reconcile the data" if bad
         else f"all {len(checks)} object(s) match their manifest",
         samples={"objects": len(checks)}, source="bytes at rest must match exactly (sha256, FIPS 180-4)", phase=phase)
+
 
 def output_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, dtype: str,
                   rtol: float | None = None, atol: float | None = None, phase: str = "") -> GateResult:
@@ -79,6 +82,7 @@ def output_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, 
         "allowance atol + rtol*|S|",
         samples={"values": int(reference.size)}, source=src, phase=phase)
 
+
 def top1_agreement(reference: np.ndarray | None, observed: np.ndarray | None, *, minimum: float,
                    phase: str = "") -> GateResult:
     """Share of rows whose argmax class agrees (classifiers); must be >= ``minimum``."""
@@ -90,6 +94,7 @@ def top1_agreement(reference: np.ndarray | None, observed: np.ndarray | None, *,
                       "share of rows with equal argmax", f"top-1 agreement {agree:.4f} (minimum {minimum})",
                       samples={"rows": int(reference.shape[0])}, source=threshold_source("top1_agreement_min", minimum, "every class decision unchanged"),
                       phase=phase)
+
 
 def loss_band(reference: Sequence[float], observed: Sequence[float], *, rel: float, last_k: int = 10,
               replicate: Sequence[float] | None = None, phase: str = "") -> GateResult:

@@ -61,6 +61,7 @@ def latency_p95_ratio(source: Any, target: Any, *, max_ratio: float, min_samples
                       f"source and {n['target_rounds']} target rounds vs max {max_ratio}",
                       samples=n, interval=ci, source=src, phase=phase)
 
+
 def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ratio: float,
                      phase: str = "") -> GateResult:
     """Throughput target / source (units per second, one value per round); PASS when the lower end
@@ -83,6 +84,7 @@ def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ra
                       samples=n, interval=ci, source=threshold_source("throughput_ratio_min", min_ratio, "5 % non-inferiority margin"),
                       phase=phase)
 
+
 def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ratio: float, phase: str = "") -> GateResult:
     """median(target cold starts) / median(source cold starts), seconds; PASS when <= ``max_ratio``."""
     n = {"source": len(source), "target": len(target)}
@@ -95,6 +97,7 @@ def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ra
                       f"median cold start source {np.median(source):.2f} s, target {np.median(target):.2f} s",
                       samples=n, source=threshold_source("cold_start_ratio_max", max_ratio, "median cold start within 25 %"),
                       phase=phase)
+
 
 def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", unit: str = "requests") -> GateResult:
     """Target failure rate (FAILED, TIMED_OUT, client errors) must be <= ``max_rate``; the upper end
@@ -112,6 +115,7 @@ def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", u
                       f"{failures} of {total} target {unit} failed (one-sided 97.5 % upper bound {hi:.3%})",
                       samples={"requests": total}, interval=(0.0, hi), source=threshold_source("error_rate_max", max_rate, "no failed request"),
                       phase=phase)
+
 
 def cost_per_unit(source_usd: float | None, target_usd: float | None, *, required_saving: float,
                   accepted_rounds: tuple[Any, Any] | None = None, phase: str = "") -> GateResult:
@@ -166,12 +170,14 @@ SLO_CONFIDENCE = 0.99  # one-sided confidence of that claim (MLPerf early-stoppi
 
 SHIFT_FLOOR_S = 0.005  # shifts smaller than 5 ms are never called a regression (absolute floor)
 
+
 def min_slo_samples(percentile: float = SLO_PERCENTILE, confidence: float = SLO_CONFIDENCE) -> int:
     """Fewest requests that can PASS :func:`latency_slo` (all within the SLO): the smallest n with
     ``percentile ** n <= 1 - confidence``; 90 for p95 at 99 %."""
     import math
 
     return math.ceil(math.log(1 - confidence) / math.log(percentile))
+
 
 def latency_slo(latencies: np.ndarray, *, slo_s: float, percentile: float = SLO_PERCENTILE,
                 confidence: float = SLO_CONFIDENCE, phase: str = "") -> GateResult:
@@ -207,6 +213,7 @@ def latency_slo(latencies: np.ndarray, *, slo_s: float, percentile: float = SLO_
                       source="MLPerf inference rules, early stopping (p95 at 99 % confidence); SLO from "
                              "workload.requirements.max_request_s", phase=phase)
 
+
 def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, floor_s: float = SHIFT_FLOOR_S,
                   phase: str = "") -> GateResult:
     """Secondary, scored (non-blocking) check in the manner of Kayenta's Mann-Whitney classifier:
@@ -228,6 +235,7 @@ def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, f
                       f"shift {shift * 1e3:.1f} ms, p = {p:.3g}, mean ratio {ratio:.3f} (regression needs p < 0.02, "
                       f"shift > {floor_s * 1e3:.0f} ms and ratio >= {max_ratio})", samples=n,
                       source="Kayenta MannWhitneyClassifier, with an absolute floor", phase=phase)
+
 
 def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q: float = 95,
                 phase: str = "") -> GateResult:
@@ -255,6 +263,7 @@ def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q
                            "setup is too noisy for this margin; measure more or on quieter hosts",
                       samples=n, interval=ci, source="A/A noise floor: half the comparison margin", phase=phase)
 
+
 def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "") -> GateResult:
     """What the measurement cost (both sides), USD, must stay within the operator's limit."""
     if limit_usd is None:
@@ -263,6 +272,7 @@ def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "") -
     return GateResult("spend_limit", "PASS" if total_usd <= limit_usd else "FAIL", True, total_usd, limit_usd, "USD",
                       "sum of billed cost of both sides", f"spent {total_usd:.5f} USD of {limit_usd} USD allowed",
                       source="params gates.spend_limit_usd", phase=phase)
+
 
 def acceptance_budget(wall_s: float | None, *, budget_s: float, phase: str = "") -> GateResult:
     """The canary's acceptance job, launch to completion marker (seconds), within ``budget_s``:

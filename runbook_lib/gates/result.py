@@ -12,6 +12,7 @@ Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "ERROR"]
 
 Decision = Literal["GO", "NO-GO", "HOLD"]
 
+
 @dataclass(frozen=True)
 class GateResult:
     """One gate's verdict and the evidence behind it.
@@ -51,12 +52,14 @@ class GateResult:
                 d[k] = str(d[k])
         return d
 
+
 def from_dict(d: dict[str, Any]) -> GateResult:
     """Rebuild a :class:`GateResult` from :meth:`GateResult.to_dict` output (records)."""
     d = dict(d)
     if d.get("interval") is not None:
         d["interval"] = tuple(d["interval"])
     return GateResult(**d)
+
 
 def threshold_source(field: str, value: Any, doc: str) -> str:
     """Say where a threshold came from: the params default (with its basis ``doc``) or an
@@ -65,6 +68,7 @@ def threshold_source(field: str, value: Any, doc: str) -> str:
     if value != default:
         return f"params override: gates.{field} = {value} (default {default}; {doc})"
     return f"default gates.{field} = {default} ({doc})"
+
 
 def boolean_gate(name: str, ok: bool | None, *, detail: str, blocking: bool = True, phase: str = "",
                  source: str = "") -> GateResult:

@@ -17,6 +17,7 @@ BOOTSTRAP_SEED = 0  # numpy.random.default_rng seed of every bootstrap: verdicts
 
 MIN_ROUNDS_PER_SIDE = 2  # a block bootstrap needs at least two rounds to see between-round variation
 
+
 def bootstrap_interval(samples: tuple[np.ndarray, ...], statistic: Any) -> tuple[float, float] | None:
     """Percentile bootstrap interval (scipy.stats.bootstrap, seeded). Samples are sorted first, so
     the interval, and every verdict built on it, does not depend on the order samples arrived in."""
@@ -31,6 +32,7 @@ def bootstrap_interval(samples: tuple[np.ndarray, ...], statistic: Any) -> tuple
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
+
 def as_rounds(x: Any) -> list[np.ndarray]:
     """Per-round samples in a canonical order: each round sorted, empty rounds dropped, rounds
     ordered by (size, values), so nothing built on them depends on the order samples or rounds
@@ -44,11 +46,13 @@ def as_rounds(x: Any) -> list[np.ndarray]:
     arrs = [np.sort(np.asarray(r, dtype=float).ravel()) for r in x]
     return sorted((a for a in arrs if a.size), key=lambda a: (a.size, a.tolist()))
 
+
 def _resample_rounds(rounds: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
     """One two-stage resample of a side: draw as many rounds as there are, with replacement; then,
     within each drawn round, as many requests as it holds, with replacement; pool them."""
     picks = rng.integers(0, len(rounds), size=len(rounds))
     return np.concatenate([rounds[i][rng.integers(0, rounds[i].size, size=rounds[i].size)] for i in picks])
+
 
 def round_bootstrap(sides: Sequence[list[np.ndarray]], statistic: Any, *, n_resamples: int = BOOTSTRAP_RESAMPLES,
                     confidence: float = BOOTSTRAP_CONFIDENCE, seed: int = BOOTSTRAP_SEED) -> tuple[float, float] | None:
