@@ -96,6 +96,12 @@ class NotFound(ProviderError):
     """The resource does not exist (or no longer exists)."""
 
 
+class CreateOutcomeUnknown(ProviderError):
+    """A request that creates something got no clear answer (a 5xx after it was sent, a timeout,
+    a dropped connection): the resource may exist. It is never retried blindly; the adapter lists
+    by the run's labels and adopts what it finds, or fails without creating a second one."""
+
+
 class BadRequest(ProviderError):
     """The provider rejected the request as invalid (HTTP 400/422 that is not a capacity error)."""
 

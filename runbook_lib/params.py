@@ -195,6 +195,9 @@ class RemoteProfile(ProfileBase):
         pod_id: the existing source pod / instance that runs today (remote source); phase 01
             records what the provider reports about it.
         offer: requirement ranges for the target's offer (remote target).
+        api_url: the provider API's base URL; empty: the environment variable the adapter names
+            (``RUNBOOK_RUNPOD_API_URL``, ``RUNBOOK_VAST_API_URL``), else the provider's own
+            address. A rehearsal points it at a simulator.
     """
 
     image: str = Field(min_length=1, description="a tag or digest of an image that contains this package")
@@ -202,6 +205,7 @@ class RemoteProfile(ProfileBase):
     dry_run: bool = True
     pod_id: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,64}$")
     offer: OfferSpec = OfferSpec()
+    api_url: str = Field(default="", pattern=r"^(|https?://[^\s]+)$")
 
     @property
     def remote(self) -> bool:
@@ -214,10 +218,13 @@ class RunpodProfile(RemoteProfile):
     Attributes:
         runpod_graphql_spot: allow spot pods through the deprecated GraphQL API (retiring early
             2027); a warning is recorded.
+        job_api_url: base URL of the serverless job API; empty: ``RUNBOOK_RUNPOD_JOB_API_URL``,
+            else ``https://api.runpod.ai``.
     """
 
     provider: Literal["runpod"] = "runpod"
     runpod_graphql_spot: bool = False
+    job_api_url: str = Field(default="", pattern=r"^(|https?://[^\s]+)$")
 
     @model_validator(mode="after")
     def _spot_needs_graphql(self) -> "RunpodProfile":

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runbook_lib.errors import AuthError, BadRequest, NoCapacity, NotFound, RateLimited, WorkloadError
+from runbook_lib.errors import AuthError, BadRequest, NoCapacity, NotFound, ProviderError, RateLimited, WorkloadError
 from runbook_lib.params import PROVIDER_TABLE, load_params
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.api import KeySource, retry_after_s
@@ -274,7 +274,7 @@ def test_runpod_spot_needs_graphql_option_and_maps_supply_constraint() -> None:
 
 def test_runpod_job_api_expired_ttl_is_expired_not_a_crash() -> None:
     prov, fake, _ = remote("runpod", script={"job": ["in_queue", "completed", "ttl", "failed"]})
-    jobs = prov.job_client("fx0001ep")
+    jobs = prov.job_client("fx0001ep", "")
     job = jobs.run({"text": "hello"})
     assert job["status"] == "IN_QUEUE"
     assert jobs.status(job["id"])["status"] == "IN_QUEUE"
@@ -439,3 +439,107 @@ def test_teardown_of_what_the_run_created_needs_no_second_approval(tmp_path: Pat
     with pytest.raises(ApprovalRequired, match="has no approval record"):
         ctx.destroy("source", theirs.id)
     assert not prov.is_gone(theirs.id)
+
+
+# -- money safety: a create is never retried blindly ------------------------------------------------
+
+def _creates(fake: FixtureApi) -> list[str]:
+    return [f"{m} {p}" for m, p, _ in fake.requests
+            if (m == "POST" and p.endswith(("/v2/pods", "/v2/serverless"))) or (m == "PUT" and "/asks/" in p)]
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_a_502_after_create_adopts_the_one_machine_it_made(name: str) -> None:
+    prov, fake, _ = remote(name, script={"create": ["created_then_502"]})
+    spec = remote_spec(prov, ranked(prov)[:2])("canary", (("run_id", "r-502"), ("role", "canary")))
+    pod = prov.launch(spec)
+    assert len(_creates(fake)) == 1  # one create request, never a second
+    assert [r.id for r in prov.list(labels={"run_id": "r-502"})] == [pod.id]  # exactly one machine
+    assert prov.attempts[0].outcome == "adopted" and "found" in prov.attempts[0].detail
+    assert prov.attempts[-1].outcome == "ready"
+
+
+def test_a_502_with_nothing_created_fails_without_a_second_create() -> None:
+    # The gateway failed and the listing shows nothing: nothing was created, nothing is retried.
+    prov, fake, _ = remote("runpod")
+    calls = []
+
+    def gateway(request: Any) -> Any:
+        import httpx
+
+        if request.method == "POST" and request.url.path == "/v2/pods":
+            calls.append(request.url.path)
+            return httpx.Response(502, json={"title": "Bad Gateway", "status": 502})
+        return fake.handle(request)
+
+    prov2 = create_provider("runpod", profile=PARAMS.source, transport=__import__("httpx").MockTransport(gateway),
+                            key=KeySource("runpod", ("env:TEST_KEY",), _value=FIXTURE_KEY),
+                            clock=lambda: 0.0, sleep=lambda s: None, probe=lambda h, p: True)
+    spec = remote_spec(prov2, ("NVIDIA GeForce RTX 4090",))("canary", (("run_id", "r-none"),))
+    with pytest.raises(ProviderError, match="nothing was created and nothing was retried"):
+        prov2.launch(spec)
+    assert calls == ["/v2/pods"]
+
+
+def test_an_endpoint_create_answered_502_is_adopted_not_repeated() -> None:
+    prov, fake, _ = remote("runpod", script={"endpoint": ["created_then_502"]})
+    plan = prov.plan_endpoint(remote_endpoint_spec((("run_id", "r-ep502"), ("role", "endpoint"))), dry_run=False)
+    ep = prov.apply(plan, approve(plan))
+    assert len(_creates(fake)) == 1
+    assert [r.id for r in prov.list(labels={"run_id": "r-ep502"})] == [ep.id]
+
+
+def test_a_create_is_retried_on_429_only() -> None:
+    from runbook_lib.errors import CreateOutcomeUnknown
+    from runbook_lib.providers.api import ApiClient
+
+    answers = iter([429, 503])
+
+    def handler(request: Any) -> Any:
+        import httpx
+
+        return httpx.Response(next(answers), json={"title": "busy"}, headers={"Retry-After": "0"})
+
+    api = ApiClient(provider="runpod", base_url="https://api.runpod.io", key=KeySource("runpod", ("env:X",),
+                    _value=FIXTURE_KEY), transport=__import__("httpx").MockTransport(handler), sleep=lambda s: None)
+    with pytest.raises(CreateOutcomeUnknown, match="HTTP 503"):
+        api.request("POST", "/v2/pods", body={}, creates=True)
+    assert api.waits_s == [0.0]  # the 429 was waited out once, the 503 was not retried
+
+
+def test_base_urls_come_from_params_then_the_environment_then_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    seen: list[str] = []
+
+    def record(request: Any) -> Any:
+        seen.append(f"{request.url.scheme}://{request.url.host}:{request.url.port}{request.url.path}")
+        return httpx.Response(200, json={"offers": [], "pods": []})
+
+    key = KeySource("x", ("env:TEST_KEY",), _value=FIXTURE_KEY)
+    monkeypatch.setenv("RUNBOOK_VAST_API_URL", "http://127.0.0.1:9002")
+    vast = create_provider("vast", profile=PARAMS.target, transport=httpx.MockTransport(record), key=key)
+    vast.search_offers(PARAMS.target.offer)
+    own = PARAMS.target.model_copy(update={"api_url": "http://127.0.0.1:9003/"})
+    create_provider("vast", profile=own, transport=httpx.MockTransport(record), key=key).search_offers(own.offer)
+    monkeypatch.delenv("RUNBOOK_VAST_API_URL")
+    create_provider("vast", profile=PARAMS.target, transport=httpx.MockTransport(record), key=key).search_offers(
+        PARAMS.target.offer)
+    assert seen == ["http://127.0.0.1:9002/api/v0/bundles/", "http://127.0.0.1:9003/api/v0/bundles/",
+                    "https://console.vast.ai:None/api/v0/bundles/"]  # httpx: no explicit port
+
+
+def test_the_runpod_job_client_sends_the_key_to_the_configured_job_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    seen: list[tuple[str, str]] = []
+
+    def record(request: Any) -> Any:
+        seen.append((str(request.url), request.headers.get("authorization", "")))
+        return httpx.Response(200, json={"workers": {"idle": 1}})
+
+    monkeypatch.setenv("RUNBOOK_RUNPOD_JOB_API_URL", "http://127.0.0.1:9004")
+    prov = create_provider("runpod", profile=PARAMS.source, transport=httpx.MockTransport(record),
+                           key=KeySource("runpod", ("env:TEST_KEY",), _value=FIXTURE_KEY))
+    prov.job_client("ep123", "https://ignored.example/v2/ep123").health()
+    assert seen == [("http://127.0.0.1:9004/v2/ep123/health", f"Bearer {FIXTURE_KEY}")]

@@ -28,7 +28,7 @@ import pandas as pd
 
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
-from runbook_lib.measure import JobClient, Request, poisson_schedule, run_open_loop
+from runbook_lib.measure import Request, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.route import Route
 from runbook_lib.workload import make_workload
@@ -62,7 +62,7 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     bound = src_p95 * ctx.mig.gates.latency_p95_ratio_max
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
-    clients = {s: JobClient(u) for s, u in urls.items()}
+    clients = {s: ctx.provider(s).job_client(rec04["endpoints"][s], u) for s, u in urls.items()}
     route = Route(ctx.run_dir / "route.json")
     route.set(0, "cutover start: all traffic on source")
     steps, rows = [], []

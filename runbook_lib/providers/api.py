@@ -24,6 +24,7 @@ from runbook_lib import secrets as _secret_refs
 from runbook_lib.errors import (
     AuthError,
     BadRequest,
+    CreateOutcomeUnknown,
     NotFound,
     ProviderError,
     ProviderTimeout,
@@ -98,6 +99,14 @@ def _read_ref(ref: str, toml_key: str) -> str | None:
     return _secret_refs.resolve("API key", ref, required=False)
 
 
+def api_url(configured: str, env_var: str, default: str) -> str:
+    """The base URL of a provider API: the params value when set, else the environment variable
+    ``env_var``, else the provider's documented address. A rehearsal points it at a simulator."""
+    import os
+
+    return (configured or os.environ.get(env_var, "") or default).rstrip("/")
+
+
 def retry_after_s(headers: Any) -> float | None:
     """Seconds to wait from ``Retry-After`` (delta-seconds form) or a ``RateLimit`` header's
     reset (``t=30`` structured-field form, or the older ``reset=30``); None when neither says."""
@@ -154,7 +163,7 @@ class ApiClient:
         self.provider = provider
         self.base_url = base_url.rstrip("/")
         self.key = key
-        self._transport = transport
+        self.transport = transport  # None: the network
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._sleep = sleep
@@ -166,7 +175,7 @@ class ApiClient:
         import httpx
 
         if self._http is None:
-            self._http = httpx.Client(base_url=self.base_url, timeout=self._timeout_s, transport=self._transport,
+            self._http = httpx.Client(base_url=self.base_url, timeout=self._timeout_s, transport=self.transport,
                                       headers={"Accept": "application/json"})
         return self._http
 
@@ -180,10 +189,16 @@ class ApiClient:
         return text.replace(key, "<redacted>") if key else text
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
-                base_url: str | None = None) -> Any:
+                base_url: str | None = None, creates: bool = False) -> Any:
         """Send one request; return the decoded JSON body (None for an empty body).
 
+        ``creates``: the request creates (and bills) a resource. It is then retried only on 429
+        (the provider refused it unprocessed, RFC 6585 section 4); a 5xx, a timeout or a
+        connection dropped after sending raise :class:`CreateOutcomeUnknown` instead, because a
+        second try could rent a second machine. The caller looks the resource up by its labels.
+
         Raises:
+            CreateOutcomeUnknown: ``creates`` and the answer does not say whether it happened.
             AuthError: no key, or 401/403. NotFound: 404. BadRequest: 400/422 the provider hook
             did not classify. RateLimited: still 429 after ``max_retries`` retries.
             ProviderTimeout: the request timed out. ProviderError: anything else (5xx,
@@ -198,7 +213,13 @@ class ApiClient:
         for attempt in range(self._max_retries + 1):
             try:
                 r = self._client().request(method, url, params=params, json=body, headers=headers)
-            except httpx.TimeoutException as exc:
+            except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                if creates and not isinstance(exc, httpx.ConnectTimeout):  # it may have been sent and done
+                    raise CreateOutcomeUnknown(f"{what}: no answer ({type(exc).__name__}); the resource may have "
+                                               "been created", provider=self.provider) from None
+                if not isinstance(exc, httpx.TimeoutException):
+                    raise ProviderError(f"{what} failed before an answer: {type(exc).__name__}: "
+                                        f"{self._scrub(str(exc))}", provider=self.provider) from None
                 raise ProviderTimeout(f"{what} timed out after {self._timeout_s} s ({type(exc).__name__}); "
                                       "the provider is slow or unreachable, try again later",
                                       provider=self.provider) from None
@@ -210,6 +231,10 @@ class ApiClient:
                 data = r.json() if text.strip() else None
             except ValueError:
                 data = None
+            if creates and r.status_code >= 500:
+                raise CreateOutcomeUnknown(f"{what} answered HTTP {r.status_code} "
+                                           f"({self._scrub(problem_text(data, text))}); the resource may have been "
+                                           "created", provider=self.provider)
             if r.status_code in RETRY_STATUSES and attempt < self._max_retries:
                 wait = retry_after_s(r.headers)
                 if wait is None:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
+from runbook_lib.measure import JobClient
 
 if TYPE_CHECKING:
     from runbook_lib.providers.offers import Offer
@@ -309,6 +310,11 @@ class Provider(ABC):
             raise ProviderError(f"{self.name} cannot start a stopped resource: {restart.detail}; launch a new pod "
                                 "instead", provider=self.name)
         return Plan(self.name, "start", resource_id, None, price_usd_per_hour, dry_run)
+
+    def job_client(self, endpoint_id: str, url: str, *, timeout_s: float = 120.0) -> JobClient:
+        """A client of endpoint ``endpoint_id``'s job API (``url`` as the endpoint reported it),
+        with whatever authentication the provider needs; ``timeout_s`` per request, seconds."""
+        return JobClient(url, timeout_s=timeout_s)
 
     def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:
         """Whether a launched pod is usable now. Here: it is RUNNING (a remote provider also

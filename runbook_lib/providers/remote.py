@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from runbook_lib import secrets as _secret_refs
-from runbook_lib.errors import NoCapacity, NotFound, ProviderError, ProviderTimeout
+from runbook_lib.errors import CreateOutcomeUnknown, NoCapacity, NotFound, ProviderError, ProviderTimeout
 from runbook_lib.providers.api import ApiClient
 from runbook_lib.providers.base import (
     Endpoint,
@@ -165,7 +165,12 @@ class RemoteProvider(Provider):
                 self.attempts.append(Attempt(offer_id, "not tried", f"capacity budget {budget} s spent", at_s=spent))
                 break
             try:
-                rid = self.create_on_offer(spec, offer_id, env)
+                try:
+                    rid = self.create_on_offer(spec, offer_id, env)
+                except CreateOutcomeUnknown as exc:
+                    rid = self.adopt(spec.name, dict(spec.labels), exc).id
+                    self.attempts.append(Attempt(offer_id, "adopted", f"{exc}; found {rid} by its labels and kept it",
+                                                 rid, self._clock() - t0))
             except NoCapacity as exc:
                 self.attempts.append(Attempt(offer_id, "no capacity", str(exc), getattr(exc, "resource_id", ""),
                                              self._clock() - t0))
@@ -188,6 +193,25 @@ class RemoteProvider(Provider):
                          f"offers within {budget} s. Tries: {tries}. If every try had no capacity, widen the offer "
                          "requirements or raise offer.capacity_budget_s; if a machine failed readiness, the try says "
                          "why (wrong hardware, an unreachable port, a container error).", provider=self.name)
+
+    def adopt(self, name: str, labels: dict[str, str], unclear: CreateOutcomeUnknown) -> Pod | Endpoint:
+        """After a create got no clear answer, find what it created by ``name`` and ``labels`` (the
+        run's labels make it unique) in the provider's own listing, instead of creating again.
+
+        Raises:
+            ProviderError: nothing carries those labels (nothing was created: run again), or more
+                than one resource does (``runbook cleanup <run_dir>`` destroys them).
+        """
+        found = [r for r in self.list(labels=labels) if r.name == name and r.state != "DESTROYED"]
+        if len(found) == 1:
+            return found[0]
+        where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        if not found:
+            raise ProviderError(f"{unclear}; the listing shows no {name!r} labelled {where}, so nothing was created "
+                                "and nothing was retried. Run the phase again.", provider=self.name) from unclear
+        raise ProviderError(f"{unclear}; the listing shows {len(found)} resources named {name!r} labelled {where} "
+                            f"({[r.id for r in found]}); destroy them with `runbook cleanup <run_dir>` before running "
+                            "again", provider=self.name) from unclear
 
     def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:
         """Judge one snapshot: running, every port in ``spec.ports`` mapped and reachable, and the

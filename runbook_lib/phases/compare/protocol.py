@@ -121,7 +121,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     for side in ("source", "target"):
         t0 = time.perf_counter()
         ep = ctx.create_endpoint(side, f"endpoint-{side}")
-        client = JobClient(ep.url, timeout_s=m.request_timeout_s * 4)
+        client = ctx.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4)
         payload0 = wl.request_inputs(1, seed=0)[0][1]
         def first_job(_k: int, c: JobClient = client, payload: Any = payload0) -> dict[str, Any]:
             return c.runsync(payload)

@@ -23,9 +23,9 @@ import warnings
 from typing import Any
 
 from runbook_lib._time import parse_iso
-from runbook_lib.errors import NoCapacity, NotFound, ProviderError, WorkloadError
+from runbook_lib.errors import CreateOutcomeUnknown, NoCapacity, NotFound, ProviderError, WorkloadError
 from runbook_lib.measure import JobClient
-from runbook_lib.providers.api import ApiClient, KeySource
+from runbook_lib.providers.api import ApiClient, KeySource, api_url
 from runbook_lib.providers.base import (
     Capabilities,
     Capability,
@@ -39,6 +39,8 @@ from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_l
 
 REST_URL = "https://api.runpod.io"
 JOB_URL = "https://api.runpod.ai"
+REST_URL_ENV = "RUNBOOK_RUNPOD_API_URL"  # overrides REST_URL unless params set runpod api_url
+JOB_URL_ENV = "RUNBOOK_RUNPOD_JOB_API_URL"  # overrides JOB_URL unless params set job_api_url
 LABELS_ENV = "RUNBOOK_LABELS"
 DISK_USD_PER_GB_MONTH = 0.10
 """Container and volume disk on a running pod, USD per GB-month (runpod.io/pricing; the API does
@@ -80,6 +82,7 @@ class RunpodProvider(RemoteProvider):
 
     name = "runpod"
     TERMINAL_BAD = ("error",)
+    job_url = JOB_URL  # the serverless job API's base; create() sets it from params or the environment
 
     def capabilities(self) -> Capabilities:
         src = "runpod/docs pods/overview.mdx, pods/configuration/expose-ports.mdx"
@@ -158,7 +161,7 @@ class RunpodProvider(RemoteProvider):
             body["mounts"] = {"persistent": {"size": max(10, math.ceil(spec.volume_gb)), "path": "/workspace"}}
         if req is not None and req.regions:
             body["dataCenterIds"] = list(req.regions)
-        pod = self.api.request("POST", "/v2/pods", body=body)
+        pod = self.api.request("POST", "/v2/pods", body=body, creates=True)
         return str(pod["id"])
 
     def _create_spot(self, spec: PodSpec, offer_id: str, env: dict[str, str], count: int) -> str:
@@ -177,7 +180,8 @@ class RunpodProvider(RemoteProvider):
                                "containerDiskInGb": int(round(spec.disk_gb)), "ports": ",".join(spec.ports),
                                "dockerArgs": shlex.join(spec.command),
                                "env": [{"key": k, "value": v} for k, v in env.items()]}}
-        out = self.api.request("POST", "/graphql", body={"query": query, "variables": variables}) or {}
+        out = self.api.request("POST", "/graphql", body={"query": query, "variables": variables},
+                               creates=True) or {}
         errors = out.get("errors") or []
         if errors:
             codes = {str((e.get("extensions") or {}).get("code", "")) for e in errors}
@@ -262,11 +266,19 @@ class RunpodProvider(RemoteProvider):
                                                                                  "count": 1},
                 "workers": {"min": 0, "max": spec.workers, "idleTimeout": 5},
                 "timeout": int(spec.execution_timeout_s * 1000), "env": env}
-        return self._endpoint(self.api.request("POST", "/v2/serverless", body=body))
+        try:
+            return self._endpoint(self.api.request("POST", "/v2/serverless", body=body, creates=True))
+        except CreateOutcomeUnknown as exc:
+            found = self.adopt(spec.name, dict(spec.labels), exc)
+            if not isinstance(found, Endpoint):
+                raise ProviderError(f"{self.name}: after an unclear answer to creating endpoint {spec.name!r}, "
+                                    f"{found.id} carries its labels but is not an endpoint; run `runbook cleanup`",
+                                    provider=self.name) from exc
+            return found
 
     def _endpoint(self, e: dict[str, Any]) -> Endpoint:
         urls = e.get("requestUrls") or {}
-        url = urls.get("run", "").rsplit("/run", 1)[0] or f"{JOB_URL}/v2/{e['id']}"
+        url = urls.get("run", "").rsplit("/run", 1)[0] or f"{self.job_url}/v2/{e['id']}"
         labels = decode_labels((e.get("env") or {}).get(LABELS_ENV))
         workers = int((e.get("workers") or {}).get("max", 0))
         return Endpoint(str(e["id"]), str(e.get("name", "")), "RUNNING", url, workers, labels, 0.0,
@@ -300,20 +312,27 @@ class RunpodProvider(RemoteProvider):
                          "in the endpoint's pools; widen gpu pools or wait", provider=self.name,
                          resource_id=endpoint_id)
 
-    def job_client(self, endpoint_id: str) -> Any:
-        """A :class:`runbook_lib.measure.JobClient` for ``https://api.runpod.ai/v2/{endpoint_id}``
-        with Bearer auth over this provider's transport."""
+    def job_client(self, endpoint_id: str, url: str = "", *, timeout_s: float = 120.0) -> JobClient:
+        """A :class:`runbook_lib.measure.JobClient` for ``<job API>/v2/{endpoint_id}`` (the job
+        API's base: ``https://api.runpod.ai`` unless params or the environment name another) with
+        the API key as Bearer auth, over this provider's transport. ``url`` is not used: the job
+        API's address follows from the endpoint id."""
         import httpx
 
-        http = httpx.Client(base_url=f"{JOB_URL}/v2/{endpoint_id}", transport=self.api._transport, timeout=120.0,
-                            headers={"Authorization": f"Bearer {self.api.key.resolve()}"})
-        return JobClient(f"{JOB_URL}/v2/{endpoint_id}", http=http)
+        base = f"{self.job_url}/v2/{endpoint_id}"
+        http = httpx.Client(base_url=base, transport=self.api.transport, timeout=timeout_s,
+                            headers={"Authorization": f"Bearer {self.api.key.resolve()}"},
+                            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        return JobClient(base, http=http)
 
 
 def create(*, root: Any = None, profile: Any = None, transport: Any = None, key: KeySource | None = None,
            **kwargs: Any) -> RunpodProvider:
     """Registry factory: the key comes from ``profile.api_key_ref`` or Runpod's standard places."""
     key = key or default_key(profile.api_key_ref if profile else "")
-    api = ApiClient(provider="runpod", base_url=REST_URL, key=key, transport=transport, classify=_classify,
+    rest = api_url(getattr(profile, "api_url", ""), REST_URL_ENV, REST_URL)
+    api = ApiClient(provider="runpod", base_url=rest, key=key, transport=transport, classify=_classify,
                     sleep=kwargs.get("sleep", time.sleep))
-    return RunpodProvider(api=api, profile=profile, **kwargs)
+    prov = RunpodProvider(api=api, profile=profile, **kwargs)
+    prov.job_url = api_url(getattr(profile, "job_api_url", ""), JOB_URL_ENV, JOB_URL)
+    return prov

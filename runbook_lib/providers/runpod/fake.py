@@ -43,6 +43,8 @@ class FakeApi(FixtureApi):
                            gpu=body["gpu"])
                 pod["cost"] = 0.69 * body["gpu"].get("count", 1)
                 self.state[pid] = pod
+                if answer == "created_then_502":  # the gateway failed after the pod was created
+                    return self._json(502, {"title": "Bad Gateway", "status": 502, "detail": "upstream timed out"})
                 return self._json(201, pod)
             if m == "GET" and len(parts) == 2:
                 pods = [load("runpod", "pod_source_running.json")] + [self.poll_pod(p) for p in self.state
@@ -70,6 +72,8 @@ class FakeApi(FixtureApi):
                 ep = load("runpod", "endpoint_create.json", id=eid, name=body["name"], image=body["image"])
                 ep.update(env=body.get("env", {}), workers=body.get("workers", ep["workers"]))
                 self.state[eid] = ep
+                if self._next("endpoint", "ok") == "created_then_502":
+                    return self._json(502, {"title": "Bad Gateway", "status": 502, "detail": "upstream timed out"})
                 return self._json(200, ep)
             if m == "GET" and len(parts) == 2:
                 return self._json(200, {"endpoints": [v for k, v in self.state.items()

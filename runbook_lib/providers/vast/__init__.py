@@ -23,12 +23,14 @@ from typing import Any
 
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError
 from runbook_lib.offer_query import parse_query
-from runbook_lib.providers.api import ApiClient, KeySource
+from runbook_lib.providers.api import ApiClient, KeySource, api_url
 from runbook_lib.providers.base import Capabilities, Capability, Endpoint, Pod, PodSpec
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
 
 BASE_URL = "https://console.vast.ai"
+BASE_URL_ENV = "RUNBOOK_VAST_API_URL"  # overrides BASE_URL unless params set api_url
+NAME_LABEL = "name"  # Vast instances have no name field: the runbook keeps the pod name among its labels
 PAGE_LIMIT = 25  # /api/v1/instances/ pages hold at most 25 (show_instances.yaml)
 OFFER_LIMIT = 64
 SEARCH_DEFAULTS: dict[str, Any] = {"verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
@@ -142,12 +144,12 @@ class VastProvider(RemoteProvider):
 
     def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
         body: dict[str, Any] = {"client_id": "me", "image": spec.image, "disk": spec.disk_gb,
-                                "label": encode_labels(dict(spec.labels)), "runtype": "args",
+                                "label": encode_labels({**dict(spec.labels), NAME_LABEL: spec.name}), "runtype": "args",
                                 "args": list(spec.command), "cancel_unavail": True,
                                 "env": {**env, **{f"-p {p.split('/')[0]}:{p.split('/')[0]}": "1" for p in spec.ports}}}
         if spec.interruptible_bid_usd_per_hour is not None:
             body["price"] = spec.interruptible_bid_usd_per_hour
-        out = self.api.request("PUT", f"/api/v0/asks/{offer_id}/", body=body) or {}
+        out = self.api.request("PUT", f"/api/v0/asks/{offer_id}/", body=body, creates=True) or {}
         if not out.get("success") or not out.get("new_contract"):
             contract = str(out.get("new_contract") or "")
             raise NoCapacity(f"offer {offer_id}: create answered {out.get('error') or out}", provider=self.name,
@@ -169,8 +171,10 @@ class VastProvider(RemoteProvider):
                 "cuda_max": str(i["cuda_max_good"]) if i.get("cuda_max_good") is not None else "",
                 "public_ip": ip, "ports": ports, "image": i.get("image_uuid", ""),
                 "env_names": sorted(k for k, _ in (i.get("extra_env") or []))}
-        return Pod(str(i.get("id", rid)), str(i.get("label") or ""), STATUS.get(status, "EXITED"),  # type: ignore[arg-type]
-                   decode_labels(i.get("label")), float(i.get("dph_total") or 0.0), float(i.get("start_date") or 0.0),
+        labels = decode_labels(i.get("label"))
+        name = labels.pop(NAME_LABEL, "") or str(i.get("label") or "")
+        return Pod(str(i.get("id", rid)), name, STATUS.get(status, "EXITED"),  # type: ignore[arg-type]
+                   labels, float(i.get("dph_total") or 0.0), float(i.get("start_date") or 0.0),
                    i.get("end_date"), None, "", "", status_detail=detail, host=host)
 
     def _fetch(self, resource_id: str) -> Pod:
@@ -215,6 +219,6 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
            **kwargs: Any) -> VastProvider:
     """Registry factory: the key comes from ``profile.api_key_ref`` or vast-cli's standard places."""
     key = key or default_key(profile.api_key_ref if profile else "")
-    api = ApiClient(provider="vast", base_url=BASE_URL, key=key, transport=transport, classify=_classify,
+    api = ApiClient(provider="vast", base_url=api_url(getattr(profile, "api_url", ""), BASE_URL_ENV, BASE_URL), key=key, transport=transport, classify=_classify,
                     sleep=kwargs.get("sleep", time.sleep))
     return VastProvider(api=api, profile=profile, **kwargs)

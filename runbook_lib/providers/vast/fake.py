@@ -46,6 +46,8 @@ class FakeApi(FixtureApi):
                         _serves=any(k.startswith("-p ") for k in (body.get("env") or {})),
                         extra_env=[[k, v] for k, v in (body.get("env") or {}).items() if not k.startswith("-p ")])
             self.state[iid] = inst
+            if answer == "created_then_502":  # the gateway failed after the instance was created
+                return httpx.Response(502, text="<html><body>502 Bad Gateway</body></html>")
             if answer == "bid_fail":
                 inst.update(actual_status="stopped", intended_status="stopped")
                 return self._json(400, load("vast", "asks_create_bid_fail_with_contract.json", id=iid))
