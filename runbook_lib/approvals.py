@@ -54,11 +54,13 @@ def run_teardown(plan: Any, run_dir: str | Path, *, method: str = RUN_TEARDOWN) 
     return a
 
 
-def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str = "") -> Approval:
+def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str = "",
+            simulator: str = "") -> Approval:
     """Find the approval for ``plan`` or stop.
 
-    Order: an existing record in the run directory (a widget click), params pre-approval (only
-    for the ``local`` provider), then ``approval_file`` (JSON with a ``fingerprints`` list,
+    Order: an existing record in the run directory (a widget click), params pre-approval (for
+    the ``local`` provider; or, given ``simulator``, the name a pre-approved simulator gave for
+    the plan's provider API), then ``approval_file`` (JSON with a ``fingerprints`` list,
     ``approved_by`` and ``approved_at``).
 
     Raises:
@@ -71,6 +73,11 @@ def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
             return Approval(**a)
     if preapproved_local and plan.provider == "local":
         a = Approval(plan.fingerprint, "params", utc_now(), "params:approvals.preapproved_local")
+        record(run_dir, a, plan)
+        return a
+    if simulator and plan.provider != "local":
+        a = Approval(plan.fingerprint, "params", utc_now(),
+                     f"params:approvals.preapproved_simulator (the {plan.provider} API is the {simulator} simulator)")
         record(run_dir, a, plan)
         return a
     if approval_file:

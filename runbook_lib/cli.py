@@ -130,6 +130,51 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     return 0 if res.clean or (args.dry_run and not res.unlisted) else 1
 
 
+def _cmd_rehearse(args: argparse.Namespace) -> int:
+    import time
+
+    from runbook_lib.errors import EXIT_BY_DECISION
+    from runbook_lib.rehearse import rehearse
+    from runbook_lib.runner import environment_ok
+
+    environment_ok()
+    t0 = time.perf_counter()
+    worst = 0
+    lines = []
+    for out in rehearse([Path(p) for p in args.params], echo=_echo):
+        res = out.result
+        lines.append(f"{out.params}: {res.decision} (exit {res.exit_code}) in {out.seconds:.1f} s; evidence {res.run_dir}")
+        for reason in res.reasons:
+            lines.append(f"  - {reason}")
+        worst = max(worst, res.exit_code if res.exit_code in EXIT_BY_DECISION.values() else EXIT_FAILED)
+    for line in lines:
+        _echo(line)
+    _echo(f"rehearse_s={time.perf_counter() - t0:.1f}")
+    return worst
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    import secrets
+    import time
+
+    from runbook_lib.providers.simulator import simulate
+
+    key = args.key or f"sim-{args.provider}-{secrets.token_hex(16)}"
+    srv = simulate(args.provider, state_dir=args.state, key=key, port=args.port)
+    env = {"runpod": ("RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL", "RUNPOD_API_KEY"),
+           "vast": ("RUNBOOK_VAST_API_URL", "", "VAST_API_KEY")}[args.provider]
+    print(f"{args.provider} simulator at {srv.url} (Ctrl-C stops it and destroys its machines). Point a run at it:")
+    print(f"  export {env[0]}={srv.url}" + (f" {env[1]}={srv.url}" if env[1] else "") + f" {env[2]}={key}")
+    print("  and set approvals.preapproved_simulator: true (or approve its plans) and dry_run: false.", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        srv.close()
+        print("simulator stopped; its machines are destroyed")
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     from runbook_lib.resolve import standing
 
@@ -142,8 +187,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
             r = json.loads(receipt.read_text())
             src, tgt = r["source"]["release"], r["target"]["release"]
         complete = (d / "_SUCCESS").exists()
+        manifest = json.loads((d / "manifest.json").read_text()) if (d / "manifest.json").exists() else {}
         note = f"  [{st.note}]" if st.note else ""
-        rows.append(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} {src} -> {tgt}{note}")
+        kind = "REHEARSAL: " if manifest.get("rehearsal") else ""  # never mistaken for a real migration
+        rows.append(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} "
+                    f"{kind}{src} -> {tgt}{note}")
     if rows:
         print(f"{'run id':<55} {'decision':<8} {'state':<10} source -> target")
     print("\n".join(rows) if rows else f"no runs under {args.reports}/")
@@ -244,6 +292,18 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--project", help="project whose .runbook/ holds local state (default: found from run_dir)")
     cl.add_argument("--provider-fixtures", action="store_true", help="as for run")
     cl.set_defaults(func=_cmd_cleanup)
+    rh = sub.add_parser("rehearse", help="run migrations end to end against loopback Runpod and Vast.ai simulators "
+                                         "and a loopback S3 (declared overrides, evidence marked as a rehearsal)")
+    rh.add_argument("params", nargs="*", default=["params/runpod-to-vast-train.yaml"],
+                    help="migration YAMLs (default: params/runpod-to-vast-train.yaml)")
+    rh.set_defaults(func=_cmd_rehearse)
+    sm = sub.add_parser("simulate", help="serve a loopback simulator of a provider API until Ctrl-C, to rehearse "
+                                         "your own params before spending money")
+    sm.add_argument("provider", choices=["runpod", "vast"])
+    sm.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    sm.add_argument("--key", default="", help="the Bearer key it accepts (default: a new random one, printed)")
+    sm.add_argument("--state", default=".runbook/simulator", help="where its machines keep disks and logs")
+    sm.set_defaults(func=_cmd_simulate)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")
     ls.set_defaults(func=_cmd_list)

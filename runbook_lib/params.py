@@ -404,9 +404,13 @@ class Cutover(_Model):
 
 class Approvals(_Model):
     """``preapproved_local``: plans on the embedded local provider are approved by these params
-    (recorded as such). ``approval_file``: a JSON approval record for headless runs."""
+    (recorded as such). ``preapproved_simulator``: plans on a provider whose API says it is a
+    loopback simulator (``runbook simulate``, ``make rehearse``) are approved by these params:
+    nothing real is created or billed; a real API never says so. ``approval_file``: a JSON
+    approval record for headless runs."""
 
     preapproved_local: bool = False
+    preapproved_simulator: bool = False
     approval_file: str = ""
 
 
@@ -427,6 +431,26 @@ class Run(_Model):
     acceptance_budget_s: float = Field(default=600.0, gt=0)
 
 
+class Rehearsal(_Model):
+    """Written by ``runbook rehearse`` into the copy of a params file it runs against the
+    simulators: which file it rehearses and every value it changed, so the evidence says what
+    differs from the real migration.
+
+    Attributes:
+        of: the rehearsed params file, relative to the project.
+        sha256: sha256 of that file's bytes.
+        overrides: each change as ``dotted.field = value``.
+    """
+
+    of: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    overrides: tuple[str, ...] = ()
+
+
+DIGEST_FIELDS = frozenset({"rehearsal.sha256"})
+"""Fields that hold a sha256 digest by definition: 64 hex digits there are a checksum, not a key."""
+
+
 class Migration(_Model):
     """A whole migration, as validated from one YAML file."""
 
@@ -441,6 +465,7 @@ class Migration(_Model):
     cutover: Cutover = Cutover()
     approvals: Approvals = Approvals()
     run: Run = Run()
+    rehearsal: Rehearsal | None = None
 
     @model_validator(mode="after")
     def _distinct_sides(self) -> "Migration":
@@ -510,7 +535,7 @@ def validate(data: dict[str, Any], *, origin: str = "<params>") -> Migration:
         ParamsError: names every offending field, the value seen and what is allowed; a value that
             looks like a credential is refused by field name, without echoing it.
     """
-    found = credential_findings(data)
+    found = [(f, kind) for f, kind in credential_findings(data) if f not in DIGEST_FIELDS]
     if found:
         lines = "\n".join(f"  - {field}: looks like {kind} (value not shown)" for field, kind in found)
         raise ParamsError(f"{origin}: params must name credentials by reference (env:VAR or file:/path), never "

@@ -41,6 +41,17 @@ def git_commit(root: Path) -> str | None:
     return (r.stdout.strip() + ("+dirty" if dirty else "")) if r.returncode == 0 else None
 
 
+def rehearsal_of(records: Any, mig: Migration) -> dict[str, Any] | None:
+    """The run's rehearsal marks: the simulators its phases talked to (as their answers said) and
+    the params' ``rehearsal`` section; None for a real migration."""
+    sims: dict[str, str] = {}
+    for r in records:
+        sims.update(r.data.get("simulators") or {})
+    if not sims and mig.rehearsal is None:
+        return None
+    return {"simulators": sims, "params": mig.rehearsal.model_dump() if mig.rehearsal is not None else None}
+
+
 def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
              phases: list[dict[str, Any]] | None = None, complete: bool = True,
              extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -85,6 +96,7 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
         "outputs": {"run_dir": str(run_dir), "records": {r.path.name: r.sha256 for r in chain.values()},
                     "notebooks": {p.name: sha256_file(p) for p in sorted(run_dir.glob("*.ipynb"))}},
         "phases": phases,
+        "rehearsal": rehearsal_of(chain.values(), mig),
         "finished": utc_now(),
         **(extra or {}),
     }

@@ -22,6 +22,7 @@ LAYERS: list[set[str]] = [
     {"phases", "cleanup"},
     {"interrupt", "verify"},
     {"runner"},
+    {"rehearse"},
     {"cli"},
 ]
 """Bottom to top; a module may import its own component and anything in a lower layer."""

@@ -129,9 +129,11 @@ class PhaseContext:
             return None
         approval = self._teardown_approval(side, plan, owner_labels) if plan.action == "destroy" else None
         if approval is None:
+            sim = self.provider(side).simulator() if self.mig.approvals.preapproved_simulator else ""
             approval = approvals.require(plan, run_dir=self.run_dir,
                                          preapproved_local=self.mig.approvals.preapproved_local,
-                                         approval_file=self.approval_ref or self.mig.approvals.approval_file)
+                                         approval_file=self.approval_ref or self.mig.approvals.approval_file,
+                                         simulator=sim)
         self.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
                            "method": approval.method})
         self.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
@@ -340,6 +342,9 @@ class PhaseContext:
         # Never cut over on inconclusive evidence: an INCONCLUSIVE or ERROR blocking gate holds
         # the migration before the next phase (docs/reference/gates.md section 5.2).
         body["hold_migration"] = any(g.blocking and g.verdict in ("INCONCLUSIVE", "ERROR") for g in self.gates)
+        # a provider API that said it is a simulator makes this phase's evidence a rehearsal's
+        sims = {side: p.simulator() for side, p in self.providers.items()}
+        body["simulators"] = {side: name for side, name in sims.items() if name}
         record = self.run.write_record(self.phase, status="completed", data=body, files=self.files,
                                        started=self.started)
         if self.run_mode == "interactive":

@@ -23,7 +23,7 @@ from runbook_lib.params import AnyProfile, RemoteProfile
 from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.route import Route
-from runbook_lib.seal import seal_run
+from runbook_lib.seal import rehearsal_of, seal_run
 
 
 def _planned_only(prof: AnyProfile) -> bool:
@@ -166,6 +166,13 @@ def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
     return out
 
 
+def _rehearsal(ctx: PhaseContext) -> dict[str, Any] | None:
+    """:func:`runbook_lib.seal.rehearsal_of` over the records so far and this phase's providers."""
+    out = rehearsal_of(ctx.records.values(), ctx.mig) or {"simulators": {}, "params": None}
+    out["simulators"].update({side: p.simulator() for side, p in ctx.providers.items() if p.simulator()})
+    return out if out["simulators"] or out["params"] else None
+
+
 def _acceptance_job(ctx: PhaseContext, gates: list[g.GateResult]) -> dict[str, Any]:
     """The canary's acceptance job as phase 03 timed it: wall seconds (launch to completion
     marker), the budget (``run.acceptance_budget_s``) and the gate's verdict; None values when
@@ -217,6 +224,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         },
         "acceptance_deltas": _deltas(ctx),
         "acceptance_job": _acceptance_job(ctx, gates),
+        "rehearsal": _rehearsal(ctx),
         "rollback_point": cut.get("cutover", {}).get("rollback_point"),
         "route": actions["route"],
         "teardown": {

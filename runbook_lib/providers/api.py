@@ -32,6 +32,7 @@ from runbook_lib.errors import (
 )
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+SIMULATOR_HEADER = "X-Runbook-Simulator"  # a loopback simulator names itself in every answer
 BACKOFF_START_S = 0.15  # vast-cli vastai/api/client.py: first retry after 0.15 s ...
 BACKOFF_FACTOR = 1.5  # ... each next one 1.5 x longer
 MAX_RETRY_WAIT_S = 60.0  # never sleep longer than this on one answer, seconds
@@ -170,6 +171,7 @@ class ApiClient:
         self._classify = classify
         self._http: Any = None
         self.waits_s: list[float] = []  # every backoff slept, seconds (evidence of rate limiting)
+        self.simulator = ""  # what an answer's X-Runbook-Simulator header said: the API is a simulator
 
     def _client(self) -> Any:
         import httpx
@@ -226,6 +228,7 @@ class ApiClient:
             except httpx.HTTPError as exc:
                 raise ProviderError(f"{what} failed before an answer: {type(exc).__name__}: {self._scrub(str(exc))}",
                                     provider=self.provider) from None
+            self.simulator = self.simulator or r.headers.get(SIMULATOR_HEADER, "")
             text = r.text
             try:
                 data = r.json() if text.strip() else None

@@ -264,6 +264,11 @@ class Provider(ABC):
         if plan.provider != self.name:
             raise ProviderError(f"plan is for provider {plan.provider!r}, not {self.name!r}", provider=self.name)
 
+    def simulator(self) -> str:
+        """The name a simulator gave for this provider's API (``runpod``), or ``""`` for a real
+        one. A run that talked to a simulator is a rehearsal (:mod:`runbook_lib.providers.simulator`)."""
+        return ""
+
     def is_gone(self, resource_id: str) -> bool:
         """True when the resource is destroyed or the provider no longer knows it."""
         try:

@@ -71,13 +71,16 @@ class FixtureApi:
             one run (separate notebook kernels) see one account.
         agent_exits_after: a pod that publishes no ports (an agent) exits after this many polls
             while running (None: it keeps running).
+        key: the Bearer key it accepts (the fixture key by default; a simulator's own).
     """
 
     error_content_type = "application/json"
 
     def __init__(self, provider: str, *, script: dict[str, list[str]] | None = None, log_dir: str | Path = "",
-                 ip: str = "203.0.113.51", state_path: str | Path = "", agent_exits_after: int | None = None) -> None:
+                 ip: str = "203.0.113.51", state_path: str | Path = "", agent_exits_after: int | None = None,
+                 key: str = FIXTURE_KEY) -> None:
         self.provider = provider
+        self.key = key
         self.script = {k: list(v) for k, v in (script or {}).items()}
         self.log_dir = Path(log_dir) if log_dir else None
         self.ip = ip
@@ -130,7 +133,7 @@ class FixtureApi:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_dir / f"{self.provider}-requests.log", "a") as f:
                 f.write(f"{request.method} {request.url.host}{request.url.path}\n")
-        if request.headers.get("authorization") != f"Bearer {FIXTURE_KEY}":
+        if request.headers.get("authorization") != f"Bearer {self.key}":
             return self.unauthorized()
         response = self.answer(request, body)
         self._save()

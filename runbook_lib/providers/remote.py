@@ -194,6 +194,18 @@ class RemoteProvider(Provider):
                          "requirements or raise offer.capacity_budget_s; if a machine failed readiness, the try says "
                          "why (wrong hardware, an unreachable port, a container error).", provider=self.name)
 
+    PROBE_PATH = ""  # a read-only request that any key may make (subclasses name one)
+
+    def simulator(self) -> str:
+        """What the API's answers said about being a simulator; asks once (``PROBE_PATH``) when
+        nothing was asked yet."""
+        if not self.api.simulator and self.PROBE_PATH:
+            try:
+                self.api.request("GET", self.PROBE_PATH)
+            except ProviderError:
+                pass  # an unreachable or refusing API is no simulator; the real call will say why
+        return self.api.simulator
+
     def adopt(self, name: str, labels: dict[str, str], unclear: CreateOutcomeUnknown) -> Pod | Endpoint:
         """After a create got no clear answer, find what it created by ``name`` and ``labels`` (the
         run's labels make it unique) in the provider's own listing, instead of creating again.

@@ -83,6 +83,7 @@ class RunpodProvider(RemoteProvider):
     name = "runpod"
     TERMINAL_BAD = ("error",)
     job_url = JOB_URL  # the serverless job API's base; create() sets it from params or the environment
+    PROBE_PATH = "/v2/pods"
 
     def capabilities(self) -> Capabilities:
         src = "runpod/docs pods/overview.mdx, pods/configuration/expose-ports.mdx"

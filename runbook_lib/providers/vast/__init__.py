@@ -111,6 +111,7 @@ class VastProvider(RemoteProvider):
     """Vast.ai instances rented from offers."""
 
     name = "vast"
+    PROBE_PATH = "/api/v0/users/current/"
     TERMINAL_BAD = ("oci runtime", "error response from daemon", "unsatisfied condition")
 
     def capabilities(self) -> Capabilities:

@@ -1,0 +1,202 @@
+"""Loopback simulators of the remote providers' APIs, for rehearsing a migration before paying for it.
+
+A simulator is a provider's fake API (``<provider>/fake.py``, the recorded wire shapes) served
+over real HTTP on 127.0.0.1, with real machines behind it: every pod or instance it creates
+runs the command it was given as a local process, through the local provider
+(:class:`runbook_lib.providers.local.LocalProvider`: process groups, race-free teardown). There
+is no container engine here, so the image is recorded by name and the project's own interpreter
+runs the command (``python`` in the command means ``sys.executable``). Everything the adapters
+send is exactly what they send to the real service; only the base URL differs.
+
+Every answer carries ``X-Runbook-Simulator: <provider>`` so a run that talked to a simulator is
+marked as a rehearsal, never mistaken for a real migration. The simulator demands the Bearer
+key it was started with and answers a wrong one with the provider's own error shape.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from runbook_lib._time import utc_now
+from runbook_lib.errors import NotFound, ProviderError
+from runbook_lib.providers.api import SIMULATOR_HEADER
+from runbook_lib.providers.base import PodSpec
+from runbook_lib.providers.fixtures import FixtureApi
+
+__all__ = ["SIMULATOR_HEADER", "Machines", "SimServer", "simulate"]
+
+
+
+def _approval(plan: Any) -> Any:
+    """The simulated provider's own consent to run what the runbook asked for: the runbook
+    approved the plan before it sent the request, so the machine behind the API just starts."""
+    from runbook_lib.approvals import Approval
+
+    return Approval(plan.fingerprint, "simulator", utc_now(), "simulator: the API accepted the create request")
+
+
+@dataclass
+class Machines:
+    """The processes behind a simulator's pods and instances.
+
+    Args:
+        root: state directory; each machine is a local pod under ``root/machines``.
+    """
+
+    root: Path
+    ids: dict[str, str] = field(default_factory=dict)  # simulated resource id -> local pod id
+    commands: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from runbook_lib.providers.local import LocalProvider
+
+        self.local = LocalProvider(root=Path(self.root) / "machines")
+
+    @staticmethod
+    def argv(command: str | list[str]) -> tuple[str, ...]:
+        """The command as argv; ``python`` (the image's interpreter) becomes this interpreter."""
+        parts = shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+        return tuple(sys.executable if i == 0 and p in ("python", "python3") else p for i, p in enumerate(parts))
+
+    def start(self, rid: str, command: str | list[str], env: dict[str, str]) -> None:
+        """Run ``command`` with ``env`` as the machine of resource ``rid`` (an empty command: the
+        image's own entry point, which cannot run here, so the machine idles)."""
+        argv = self.argv(command) or (sys.executable, "-c", "import time; time.sleep(86400)")
+        pairs = tuple((k, str(v)) for k, v in env.items())
+        self.commands[rid] = (argv, pairs)
+        spec = PodSpec(name=rid, command=argv, device="cpu", price_usd_per_hour=0.0, labels=(("sim", rid),),
+                       env=pairs)
+        plan = self.local.plan_launch(spec, dry_run=False)
+        self.ids[rid] = self.local.apply(plan, _approval(plan)).id  # type: ignore[union-attr]
+
+    def restart(self, rid: str) -> None:
+        """Start ``rid``'s command again after a stop (its container disk is new)."""
+        argv, pairs = self.commands[rid]
+        self.start(rid, list(argv), dict(pairs))
+
+    def state(self, rid: str) -> tuple[str, int | None]:
+        """``(state, exit_code)``: ``RUNNING``, ``EXITED`` or ``GONE`` (never started or destroyed)."""
+        local = self.ids.get(rid)
+        if local is None:
+            return "GONE", None
+        try:
+            pod = self.local.get(local)
+        except NotFound:
+            return "GONE", None
+        return ("RUNNING" if pod.state == "RUNNING" else "EXITED"), getattr(pod, "exit_code", None)
+
+    def stop(self, rid: str) -> None:
+        """Stop ``rid``'s processes (compute released)."""
+        local = self.ids.get(rid)
+        if local is not None:
+            plan = self.local.plan_stop(local, dry_run=False)
+            self.local.apply(plan, _approval(plan))
+
+    def destroy(self, rid: str) -> None:
+        """Destroy ``rid``'s processes and disks; a machine already gone is fine."""
+        local = self.ids.pop(rid, None)
+        if local is not None:
+            plan = self.local.plan_destroy(local, dry_run=False)
+            self.local.apply(plan, _approval(plan))
+
+    def close(self) -> None:
+        """Destroy every machine (the simulator is shutting down)."""
+        for rid in list(self.ids):
+            try:
+                self.destroy(rid)
+            except ProviderError:
+                pass  # reported by the local provider's teardown record; shutting down regardless
+
+
+class SimServer:
+    """``api`` served over HTTP on ``host:port`` (0: a free port) in a background thread.
+
+    Attributes:
+        url: ``http://127.0.0.1:<port>``, the base URL to give the adapter.
+    """
+
+    def __init__(self, api: FixtureApi, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.api = api
+        lock = threading.Lock()
+        name = api.provider
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # the API keeps its own request log
+                pass
+
+            def _serve(self) -> None:
+                import httpx
+
+                size = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(size) if size else b""
+                request = httpx.Request(self.command, f"http://{self.headers.get('Host', host)}{self.path}",
+                                        headers=[(k, v) for k, v in self.headers.items()], content=body)
+                with lock:
+                    try:
+                        response = api.handle(request)
+                    except Exception as exc:  # noqa: BLE001 - a simulator bug answers 500, like a real server
+                        response = httpx.Response(500, json={"error": "simulator", "msg": f"{type(exc).__name__}: "
+                                                                                           f"{exc}"})
+                payload = response.content
+                self.send_response(response.status_code)
+                for k, v in response.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header(SIMULATOR_HEADER, name)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve  # noqa: N815 - http.server's names
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, name=f"sim-{name}", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """Stop serving and destroy every machine the simulator started."""
+        self.server.shutdown()
+        self.server.server_close()
+        machines = getattr(self.api, "machines", None)
+        if isinstance(machines, Machines):
+            machines.close()
+
+    def request_summary(self) -> dict[str, int]:
+        """Requests served, by ``METHOD /path`` with resource ids folded (``{id}``)."""
+        out: dict[str, int] = {}
+        for method, path, _ in self.api.requests:
+            parts = path.split("/", 1)[-1].strip("/").split("/")
+            shape = "/".join("{id}" if any(c.isdigit() for c in p) and p not in ("v0", "v1", "v2") else p for p in parts)
+            key = f"{method} /{shape}"
+            out[key] = out.get(key, 0) + 1
+        return dict(sorted(out.items()))
+
+
+def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127.0.0.1", port: int = 0) -> SimServer:
+    """Start the simulator of remote provider ``provider`` and return its server.
+
+    Args:
+        state_dir: where its machines keep their disks and logs.
+        key: the Bearer key it accepts (give the adapter the same one, e.g. ``RUNPOD_API_KEY``).
+
+    Raises:
+        ValueError: ``provider`` has no simulator.
+    """
+    import importlib
+
+    try:
+        module = importlib.import_module(f"runbook_lib.providers.{provider}.sim")
+    except ModuleNotFoundError:
+        raise ValueError(f"no simulator for provider {provider!r}; there are simulators for runpod and vast") from None
+    api = module.SimApi(provider, machines=Machines(Path(state_dir) / provider), key=key)
+    return SimServer(api, host=host, port=port)

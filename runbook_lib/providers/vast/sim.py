@@ -1,0 +1,67 @@
+"""The Vast.ai simulator: the fake API (``fake.py``) over HTTP, with a local process behind every
+instance.
+
+A created instance runs its ``args`` (``python`` is this interpreter) with its ``env`` (the
+``-p`` port options excluded); ``actual_status`` follows the process in Vast's vocabulary
+(``loading`` until it starts, ``running``, then ``exited`` with its exit code in ``status_msg``).
+A stop ends the process and keeps the instance (and its disk, which still bills); a start runs
+the command again; a delete destroys it. Machine facts come from the offer it was created on
+(``recorded/bundles_search_ondemand.json``). See :mod:`runbook_lib.providers.simulator`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runbook_lib.providers.fixtures import load
+from runbook_lib.providers.simulator import Machines
+from runbook_lib.providers.vast.fake import FakeApi
+
+HOST = "127.0.0.1"
+
+
+class SimApi(FakeApi):
+    """Vast.ai's answers with real processes behind its instances.
+
+    Args:
+        provider: ``vast``.
+        machines: the process backend.
+        **kwargs: :class:`runbook_lib.providers.fixtures.FixtureApi`'s arguments (``key``, ``script``).
+    """
+
+    def __init__(self, provider: str, *, machines: Machines, **kwargs: Any) -> None:
+        super().__init__(provider, ip=HOST, **kwargs)
+        self.machines = machines
+
+    def answer(self, request: Any, body: Any) -> Any:
+        m, parts = request.method, request.url.path.strip("/").split("/")
+        known = parts[:3] == ["api", "v0", "instances"] and len(parts) == 4 and parts[3] in self.state \
+            and not self.state[parts[3]].get("destroyed")
+        if known and m == "DELETE":
+            self.machines.destroy(parts[3])
+        elif known and m == "PUT":
+            if (body or {}).get("state") == "running":
+                self.machines.restart(parts[3])
+            else:
+                self.machines.stop(parts[3])
+        before = set(self.state)
+        response = super().answer(request, body)
+        created = set(self.state) - before
+        if m == "PUT" and parts[:3] == ["api", "v0", "asks"] and created:
+            iid = created.pop()
+            env = {k: str(v) for k, v in ((body or {}).get("env") or {}).items() if not k.startswith("-p ")}
+            if self.state[iid].get("actual_status") != "stopped":  # a failed bid leaves a stopped instance
+                self.machines.start(iid, list((body or {}).get("args") or []), env)
+        return response
+
+    def poll_instance(self, iid: str, *, advance: bool = True) -> dict[str, Any]:
+        inst = self.state[iid]
+        if self.script.get("poll") or inst.get("intended_status") == "stopped":
+            return super().poll_instance(iid, advance=advance) if self.script.get("poll") else inst
+        state, code = self.machines.state(iid)
+        if state == "RUNNING" and inst.get("actual_status") != "running":
+            inst.update(load("vast", "instance_running.json")["instances"])
+            inst["public_ipaddr"] = f" {HOST}\n"
+        elif state != "RUNNING" and inst.get("actual_status") == "running":
+            inst.update(actual_status="exited", status_msg=f"container exited (code {code})")
+        return inst

@@ -1,0 +1,184 @@
+"""Rehearse a real migration offline: the same params, the same adapter code, simulated providers.
+
+``runbook rehearse params/runpod-to-vast-train.yaml`` starts loopback simulators of Runpod and
+Vast.ai (:mod:`runbook_lib.providers.simulator`) and moto's S3 server, writes a rehearsal copy of
+each params file with declared overrides (real providers' dry-run off, CPU devices, the
+simulators' URLs, the loopback bucket, shorter measurements and the margins a shared 2-core
+machine needs, approvals granted for simulated providers only), and runs all six phases on it.
+The copy's ``rehearsal`` section lists every override, so the evidence says what differs from
+the real migration; the simulators name themselves in every answer, so the receipt, the manifest
+and ``runbook list`` mark the run as a rehearsal.
+
+The committed params stay dry-run and real-sized; nothing here edits them.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import yaml
+
+from runbook_lib.layout import STATE_DIR, project_root
+from runbook_lib.params import load_params, validate
+from runbook_lib.providers.simulator import SimServer, simulate
+from runbook_lib.runner import RunResult, run_migration
+
+REHEARSAL_DIR = "rehearsal"  # under .runbook/: the rehearsal copies of params, and the simulators' machines
+
+SHORTER: dict[str, dict[str, Any]] = {
+    "training": {"workload.train_steps": 60, "measure.rounds": 4, "gates.latency_p95_ratio_max": 3.0,
+                 "gates.throughput_ratio_min": 0.3, "gates.cold_start_ratio_max": 4.0, "gates.required_saving": 0.0,
+                 "gates.min_latency_samples": 40, "cutover.rollback_window_s": 3600},
+}
+"""Per workload kind: the measurement and margin overrides a rehearsal on a shared 2-core machine
+uses (the embedded demo's values, params/demo-train.yaml), listed in the evidence like any other."""
+
+
+@dataclass
+class Rehearsal:
+    """Simulators and a loopback S3 endpoint, with the environment that points the adapters at them.
+
+    Attributes:
+        sims: provider name -> running simulator.
+        s3_url: the moto server's URL.
+        env: variables set for the run (keys and URLs; restored by :meth:`close`).
+    """
+
+    sims: dict[str, SimServer]
+    s3_url: str
+    env: dict[str, str]
+    _moto: Any = None
+    _saved: dict[str, str | None] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Stop the simulators (destroying every machine they still run) and the S3 server, and
+        restore the environment."""
+        for sim in self.sims.values():
+            sim.close()
+        if self._moto is not None:
+            self._moto.stop()
+        for k, v in self._saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(project: Path) -> Rehearsal:
+    """Start the Runpod and Vast.ai simulators and moto's S3 server on 127.0.0.1, each with a
+    fresh key, and export what the adapters and the pods read (``RUNPOD_API_KEY``,
+    ``VAST_API_KEY``, dummy AWS keys moto accepts)."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
+    state = project / STATE_DIR / REHEARSAL_DIR
+    keys = {"runpod": "sim-rp-" + secrets.token_hex(16), "vast": "sim-vast-" + secrets.token_hex(16)}
+    sims = {name: simulate(name, state_dir=state, key=key) for name, key in keys.items()}
+    port = _free_port()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    env = {"RUNPOD_API_KEY": keys["runpod"], "VAST_API_KEY": keys["vast"],  # moto accepts any AWS keys
+           "AWS_ACCESS_KEY_ID": "AKSIM" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_hex(20)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    return Rehearsal(sims, f"http://127.0.0.1:{port}", env, moto, saved)
+
+
+def overrides_for(data: dict[str, Any], reh: Rehearsal) -> dict[str, Any]:
+    """The dotted-path overrides a rehearsal applies to one migration's params ``data``."""
+    out: dict[str, Any] = {}
+    for side in ("source", "target"):
+        prof = data.get(side) or {}
+        provider = prof.get("provider", "local")
+        if provider in reh.sims:
+            out[f"{side}.dry_run"] = False
+            out[f"{side}.api_url"] = reh.sims[provider].url
+            if provider == "runpod":
+                out[f"{side}.job_api_url"] = reh.sims[provider].url
+        out[f"{side}.device"] = "cpu"
+    if str((data.get("storage") or {}).get("url", "")).startswith("s3://"):
+        out["storage.endpoint_url"] = reh.s3_url
+        out["storage.create_bucket"] = True
+    out["approvals.preapproved_simulator"] = True
+    out.update(SHORTER.get((data.get("workload") or {}).get("kind", ""), {}))
+    return out
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, name = dotted.split(".")
+    node = data
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[name] = value
+
+
+def write_copy(params_path: Path, reh: Rehearsal) -> Path:
+    """Write the rehearsal copy of ``params_path`` under ``.runbook/rehearsal/``, with its
+    overrides applied and listed in its ``rehearsal`` section; validated before it is written.
+
+    Raises:
+        ParamsError: the params (or the copy) are invalid.
+    """
+    load_params(params_path)  # the real file must be valid as it is
+    project = project_root(params_path)
+    data = yaml.safe_load(params_path.read_text())
+    over = overrides_for(data, reh)
+    copy_data = copy.deepcopy(data)
+    for k, v in over.items():
+        _set(copy_data, k, v)
+    rel = params_path.resolve().relative_to(project) if params_path.resolve().is_relative_to(project) else params_path
+    copy_data["rehearsal"] = {"of": str(rel), "sha256": hashlib.sha256(params_path.read_bytes()).hexdigest(),
+                              "overrides": [f"{k} = {v}" for k, v in over.items()]}
+    validate(copy_data, origin=f"rehearsal copy of {params_path}")
+    out = project / STATE_DIR / REHEARSAL_DIR / params_path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("# Written by `runbook rehearse`: a rehearsal copy; see its rehearsal section.\n"
+                   + yaml.safe_dump(copy_data, sort_keys=False))
+    return out
+
+
+@dataclass
+class Outcome:
+    """One rehearsed migration: the params rehearsed, the run, and its wall seconds."""
+
+    params: Path
+    result: RunResult
+    seconds: float
+
+
+def rehearse(params_files: list[Path], *, echo: Callable[[str], None] = print) -> Iterator[Outcome]:
+    """Rehearse each migration in turn against one set of simulators; yield each outcome.
+
+    Raises:
+        ParamsError: a params file is invalid (nothing of it runs).
+    """
+    project = project_root(params_files[0])
+    reh = start(project)
+    try:
+        echo(f"simulators: runpod {reh.sims['runpod'].url}, vast {reh.sims['vast'].url}; S3 (moto) {reh.s3_url}")
+        for p in params_files:
+            copy_path = write_copy(p, reh)
+            echo(f"rehearsing {p} as {copy_path.relative_to(project)}")
+            t0 = time.perf_counter()
+            res = run_migration(copy_path, echo=echo)
+            yield Outcome(p, res, time.perf_counter() - t0)
+        for name, sim in reh.sims.items():
+            echo(f"{name} simulator requests: " + ", ".join(f"{k} x{n}" for k, n in sim.request_summary().items()))
+    finally:
+        reh.close()
