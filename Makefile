@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-train demo-s3 test test-e2e bench soak clean
+.PHONY: demo demo-train demo-s3 rehearse test test-e2e bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo-s3: $(STAMP)
 	$(VENV)/bin/moto_server -H 127.0.0.1 -p 5000 >/dev/null 2>&1 & pid=$$!; sleep 2; \
 	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(VENV)/bin/runbook run params/demo-s3.yaml; rc=$$?; \
 	kill $$pid; exit $$rc
+
+# A real Runpod-to-Vast.ai migration rehearsed offline: loopback simulators of both APIs and of S3,
+# all six phases through the real adapters, evidence marked as a rehearsal.
+rehearse: $(STAMP)
+	$(VENV)/bin/runbook rehearse params/runpod-to-vast-train.yaml
 
 # Lint, types, the unit and contract tests, and one whole migration through every phase
 # (under 5 minutes on 2 cores). The other end-to-end cases are `make test-e2e`.

@@ -264,6 +264,9 @@ class Provider(ABC):
         if plan.provider != self.name:
             raise ProviderError(f"plan is for provider {plan.provider!r}, not {self.name!r}", provider=self.name)
 
+    def close(self) -> None:
+        """Release connections the provider holds (nothing for a provider without any)."""
+
     def simulator(self) -> str:
         """The name a simulator gave for this provider's API (``runpod``), or ``""`` for a real
         one. A run that talked to a simulator is a rehearsal (:mod:`runbook_lib.providers.simulator`)."""

@@ -196,6 +196,10 @@ class RemoteProvider(Provider):
 
     PROBE_PATH = ""  # a read-only request that any key may make (subclasses name one)
 
+    def close(self) -> None:
+        """Close the API client's connections."""
+        self.api.close()
+
     def simulator(self) -> str:
         """What the API's answers said about being a simulator; asks once (``PROBE_PATH``) when
         nothing was asked yet."""

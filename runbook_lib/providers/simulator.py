@@ -182,12 +182,15 @@ class SimServer:
         return dict(sorted(out.items()))
 
 
-def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127.0.0.1", port: int = 0) -> SimServer:
+def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127.0.0.1", port: int = 0,
+             script: dict[str, list[str]] | None = None) -> SimServer:
     """Start the simulator of remote provider ``provider`` and return its server.
 
     Args:
         state_dir: where its machines keep their disks and logs.
         key: the Bearer key it accepts (give the adapter the same one, e.g. ``RUNPOD_API_KEY``).
+        script: scripted faults, served first (the operations and answers of
+            :class:`runbook_lib.providers.fixtures.FixtureApi`, e.g. ``{"create": ["created_then_502"]}``).
 
     Raises:
         ValueError: ``provider`` has no simulator.
@@ -198,5 +201,5 @@ def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127
         module = importlib.import_module(f"runbook_lib.providers.{provider}.sim")
     except ModuleNotFoundError:
         raise ValueError(f"no simulator for provider {provider!r}; there are simulators for runpod and vast") from None
-    api = module.SimApi(provider, machines=Machines(Path(state_dir) / provider), key=key)
+    api = module.SimApi(provider, machines=Machines(Path(state_dir) / provider), key=key, script=script)
     return SimServer(api, host=host, port=port)

@@ -1,0 +1,129 @@
+"""The provider simulators: the real adapters over real HTTP on 127.0.0.1, a local process behind
+every pod and instance, their own key, and marks that make a run that used them a rehearsal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from runbook_lib.approvals import Approval, require
+from runbook_lib.errors import ApprovalRequired, AuthError
+from runbook_lib.params import load_params
+from runbook_lib.providers import create_provider
+from runbook_lib.providers.api import KeySource
+from runbook_lib.providers.base import PodSpec
+from runbook_lib.providers.simulator import SimServer, simulate
+from runbook_lib.rehearse import write_copy
+
+from .conftest import ROOT
+
+PARAMS = load_params(ROOT / "params" / "runpod-to-vast-train.yaml")
+KEY = "sim-test-key-0123456789abcdef"
+OFFERS = {"runpod": ("NVIDIA GeForce RTX 4090",), "vast": ("8812345",)}
+
+
+@pytest.fixture(params=["runpod", "vast"])
+def sim(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, SimServer, Any]]:
+    name = request.param
+    script = getattr(request, "param_script", None)
+    srv = simulate(name, state_dir=tmp_path / "sim", key=KEY, script=script)
+    prof = (PARAMS.source if name == "runpod" else PARAMS.target).model_copy(update={"api_url": srv.url})
+    prov = create_provider(name, profile=prof, key=KeySource(name, ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        yield name, srv, prov
+    finally:
+        prov.close()
+        srv.close()
+
+
+def _spec(name: str, command: str, run_id: str) -> PodSpec:
+    return PodSpec(name="job", command=("python", "-c", command), device="cpu", price_usd_per_hour=0.4,
+                   labels=(("run_id", run_id), ("role", "canary")), image="ghcr.io/example/agent:1",
+                   offers=OFFERS[name], disk_gb=40)
+
+
+def _ok(plan: Any) -> Approval:
+    return Approval(plan.fingerprint, "test", "2026-11-30T00:00:00Z", "test")
+
+
+def test_a_pod_runs_its_command_as_a_process_and_is_destroyed(sim: tuple[str, SimServer, Any], tmp_path: Path) -> None:
+    name, srv, prov = sim
+    marker = tmp_path / "ran.txt"
+    plan = prov.plan_launch(_spec(name, f"open({str(marker)!r}, 'w').write('ran')", "sim-run"), dry_run=False)
+    pod = prov.apply(plan, _ok(plan))
+    done = prov.wait_exit(pod.id, timeout_s=60)
+    assert marker.read_text() == "ran"  # the command really ran, with this interpreter
+    assert done.state == "EXITED"
+    assert prov.simulator() == name  # it said what it is
+    d = prov.plan_destroy(pod.id, dry_run=False)
+    prov.apply(d, _ok(d))
+    assert prov.list(labels={"run_id": "sim-run"}) == [] and prov.is_gone(pod.id)
+    summary = srv.request_summary()
+    assert sum(n for k, n in summary.items() if k.startswith(("POST /v2/pods", "PUT /api/v0/asks"))) == 1
+
+
+def test_a_wrong_key_is_refused_in_the_providers_own_shape(sim: tuple[str, SimServer, Any]) -> None:
+    name, srv, _ = sim
+    prof = (PARAMS.source if name == "runpod" else PARAMS.target).model_copy(update={"api_url": srv.url})
+    wrong = create_provider(name, profile=prof, key=KeySource(name, ("env:NONE",), _value="not-the-key"))
+    with pytest.raises(AuthError, match="HTTP 401"):
+        wrong.list(labels={"run_id": "x"})
+    wrong.close()
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_a_502_after_create_on_the_wire_leaves_one_machine(name: str, tmp_path: Path) -> None:
+    srv = simulate(name, state_dir=tmp_path / "sim", key=KEY, script={"create": ["created_then_502"]})
+    try:
+        prof = (PARAMS.source if name == "runpod" else PARAMS.target).model_copy(update={"api_url": srv.url})
+        prov = create_provider(name, profile=prof, key=KeySource(name, ("env:NONE",), _value=KEY), poll_s=0.1)
+        plan = prov.plan_launch(_spec(name, "import time; time.sleep(30)", "sim-502"), dry_run=False)
+        pod = prov.apply(plan, _ok(plan))
+        assert [p.id for p in prov.list(labels={"run_id": "sim-502"})] == [pod.id]
+        assert prov.attempts[0].outcome == "adopted"
+        creates = {k: n for k, n in srv.request_summary().items() if k.startswith(("POST /v2/pods", "PUT /api"))}
+        assert list(creates.values()) == [1]
+        prov.close()
+    finally:
+        srv.close()
+
+
+def test_only_a_simulator_is_preapproved_by_preapproved_simulator(tmp_path: Path) -> None:
+    plan = SimpleNamespace(fingerprint="f" * 64, provider="vast", action="launch_pod", target="x",
+                           to_dict=lambda: {"fingerprint": "f" * 64})
+    got = require(plan, run_dir=tmp_path, preapproved_local=False, simulator="vast")
+    assert "preapproved_simulator" in got.method and "simulator" in got.method
+    with pytest.raises(ApprovalRequired):
+        require(SimpleNamespace(**{**plan.__dict__, "fingerprint": "e" * 64}), run_dir=tmp_path,
+                preapproved_local=False, simulator="")
+
+
+def test_the_rehearsal_copy_lists_every_override_and_leaves_the_params_alone(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "params").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    real = project / "params" / "m.yaml"
+    real.write_text((ROOT / "params" / "runpod-to-vast-train.yaml").read_text())
+    before = real.read_bytes()
+    reh = SimpleNamespace(sims={"runpod": SimpleNamespace(url="http://127.0.0.1:1"),
+                                "vast": SimpleNamespace(url="http://127.0.0.1:2")}, s3_url="http://127.0.0.1:3")
+    out = write_copy(real, reh)  # type: ignore[arg-type]
+    assert real.read_bytes() == before and out.parent == project / ".runbook" / "rehearsal"
+    mig = load_params(out)
+    assert mig.rehearsal is not None and mig.rehearsal.of == "params/m.yaml"
+    assert (mig.source.dry_run, mig.target.dry_run, mig.source.device) == (False, False, "cpu")
+    assert mig.target.api_url == "http://127.0.0.1:2" and mig.storage.endpoint_url == "http://127.0.0.1:3"
+    assert "target.api_url = http://127.0.0.1:2" in mig.rehearsal.overrides
+    written = yaml.safe_load(out.read_text())
+    changed = {o.split(" = ")[0] for o in mig.rehearsal.overrides}
+    original = yaml.safe_load(before)
+    for dotted in changed:  # every difference from the real params is listed
+        node_a, node_b = original, written
+        for part in dotted.split("."):
+            node_a = (node_a or {}).get(part) if isinstance(node_a, dict) else None
+            node_b = node_b[part]
+        assert node_a != node_b or dotted.endswith("device"), dotted
