@@ -264,7 +264,7 @@ class Provider(ABC):
         if plan.provider != self.name:
             raise ProviderError(f"plan is for provider {plan.provider!r}, not {self.name!r}", provider=self.name)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - deliberately empty: most providers hold no connection
         """Release connections the provider holds (nothing for a provider without any)."""
 
     def simulator(self) -> str:

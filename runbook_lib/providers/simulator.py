@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib._time import utc_now
+from runbook_lib.approvals import Approval
 from runbook_lib.errors import NotFound, ProviderError
 from runbook_lib.providers.api import SIMULATOR_HEADER
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.fixtures import FixtureApi
+from runbook_lib.providers.local import LocalProvider
 
 __all__ = ["SIMULATOR_HEADER", "Machines", "SimServer", "simulate"]
 
@@ -36,8 +38,6 @@ __all__ = ["SIMULATOR_HEADER", "Machines", "SimServer", "simulate"]
 def _approval(plan: Any) -> Any:
     """The simulated provider's own consent to run what the runbook asked for: the runbook
     approved the plan before it sent the request, so the machine behind the API just starts."""
-    from runbook_lib.approvals import Approval
-
     return Approval(plan.fingerprint, "simulator", utc_now(), "simulator: the API accepted the create request")
 
 
@@ -54,8 +54,6 @@ class Machines:
     commands: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from runbook_lib.providers.local import LocalProvider
-
         self.local = LocalProvider(root=Path(self.root) / "machines")
 
     @staticmethod
