@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The official Vast.ai client, in its own environment (vastai 1.9.1 pins cryptography==49.0.0),
+# for the test that drives the simulator with it.
+VASTAI_STAMP := .venv-vastai/.installed
 
 .PHONY: demo demo-train demo-s3 rehearse test test-e2e bench soak clean
 
@@ -36,7 +39,12 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -m "not e2e or smoke"
 
-test-e2e: $(STAMP)
+$(VASTAI_STAMP):
+	$(PYTHON) -m venv .venv-vastai
+	.venv-vastai/bin/python -m pip install --quiet --disable-pip-version-check 'vastai==1.9.1'
+	touch $(VASTAI_STAMP)
+
+test-e2e: $(STAMP) $(VASTAI_STAMP)
 	$(PY) -m pytest -q -m "e2e and not smoke"
 
 bench: $(STAMP)
@@ -46,4 +54,4 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --runs 20
 
 clean:
-	rm -rf .runbook reports/*/ $(VENV)
+	rm -rf .runbook reports/*/ $(VENV) .venv-vastai

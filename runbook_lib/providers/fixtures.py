@@ -51,6 +51,15 @@ def load(provider: str, fixture: str, **subst: Any) -> Any:
     return fill(json.loads(text))
 
 
+def _public(v: Any) -> Any:
+    """``v`` without the fake's own bookkeeping (keys starting with ``_``), as the API would answer."""
+    if isinstance(v, dict):
+        return {k: _public(x) for k, x in v.items() if not str(k).startswith("_")}
+    if isinstance(v, list):
+        return [_public(x) for x in v]
+    return v
+
+
 class FixtureApi:
     """A fake provider API: the state, script, request log and transport every fake shares;
     a provider's subclass answers in :meth:`answer`. Build one with :func:`fixture_api`.
@@ -123,7 +132,8 @@ class FixtureApi:
         import httpx
 
         ctype = self.error_content_type if status >= 400 else "application/json"
-        return httpx.Response(status, content=json.dumps(body).encode(), headers={"content-type": ctype, **headers})
+        return httpx.Response(status, content=json.dumps(_public(body)).encode(),
+                              headers={"content-type": ctype, **headers})
 
     def handle(self, request: Any) -> Any:
 

@@ -51,7 +51,7 @@ class FakeApi(FixtureApi):
             if answer == "bid_fail":
                 inst.update(actual_status="stopped", intended_status="stopped")
                 return self._json(400, load("vast", "asks_create_bid_fail_with_contract.json", id=iid))
-            return self._json(200, load("vast", "asks_create_ok.json", id=iid))
+            return self._json(200, {**load("vast", "asks_create_ok.json"), "new_contract": int(iid)})
         if m == "GET" and path == "/api/v1/instances/":
             if request.url.params.get("after_token"):
                 page = load("vast", "instances_v1_page2.json")

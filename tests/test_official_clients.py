@@ -1,0 +1,72 @@
+"""The outside check: the official Vast.ai client (the ``vastai`` CLI 1.9.1, unmodified, in its own
+environment ``.venv-vastai`` that `make test-e2e` creates) drives the Vast.ai simulator with only
+``--url`` changed, and sees the same state the runbook's adapter sees. Where the two disagree, the
+simulator is wrong."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runbook_lib.approvals import Approval
+from runbook_lib.params import load_params
+from runbook_lib.providers import create_provider
+from runbook_lib.providers.api import KeySource
+from runbook_lib.providers.base import PodSpec
+from runbook_lib.providers.simulator import simulate
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+VASTAI = ROOT / ".venv-vastai" / "bin" / "vastai"
+KEY = "official-client-key-5e0c"
+
+
+def _vastai(url: str, *args: str) -> Any:
+    """Run the official CLI with ``--raw``; its answer as data (``create instance`` prints
+    ``Started.`` and a Python dict before nothing else; destroy prints nothing)."""
+    assert VASTAI.exists(), "the official client is missing: `make test-e2e` installs it into .venv-vastai"
+    r = subprocess.run([str(VASTAI), "--url", url, "--api-key", KEY, *args, "--raw"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout.strip()
+    starts = [i for i in (out.find("{"), out.find("[")) if i >= 0]
+    if not starts:
+        return out
+    text = out[min(starts):]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return ast.literal_eval(text)
+
+
+def test_the_vastai_cli_and_the_adapter_see_one_simulated_account(tmp_path: Path) -> None:
+    srv = simulate("vast", state_dir=tmp_path / "sim", key=KEY)
+    prof = load_params(ROOT / "params" / "runpod-to-vast-train.yaml").target.model_copy(update={"api_url": srv.url})
+    prov = create_provider("vast", profile=prof, key=KeySource("vast", ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        offers = _vastai(srv.url, "search", "offers", "gpu_name=RTX_4090")
+        assert {str(o["id"]) for o in offers} >= {o.offer_id for o in prov.search_offers(prof.offer)}
+        made = _vastai(srv.url, "create", "instance", "8812345", "--image", "ghcr.io/example/agent:1", "--disk",
+                       "40", "--args", "python", "-c", "import time; time.sleep(60)")
+        iid = str(made["new_contract"])
+        assert made["success"] is True and isinstance(made["new_contract"], int)
+        spec = PodSpec(name="adapter-made", command=("python", "-c", "import time; time.sleep(60)"), device="cpu",
+                       price_usd_per_hour=0.4, labels=(("run_id", "official"),), image="ghcr.io/example/agent:1",
+                       offers=("8812501",), disk_gb=40)
+        plan = prov.plan_launch(spec, dry_run=False)
+        ours = prov.apply(plan, Approval(plan.fingerprint, "test", "2026-11-30T00:00:00Z", "test"))
+        assert prov.get(iid).state == "RUNNING"  # the adapter sees what the CLI created ...
+        shown = {str(r["id"]): r for r in _vastai(srv.url, "show", "instances")}
+        assert {iid, ours.id} <= set(shown)  # ... and the CLI sees what the adapter created
+        assert shown[ours.id]["actual_status"] == "running" and shown[ours.id]["label"].startswith("runbook:")
+        _vastai(srv.url, "destroy", "instance", iid, "-y")
+        assert prov.is_gone(iid) and iid not in {str(r["id"]) for r in _vastai(srv.url, "show", "instances")}
+    finally:
+        prov.close()
+        srv.close()
