@@ -77,7 +77,7 @@ def test_a_target_failure_is_not_retried() -> None:
 
 def _ctx() -> SimpleNamespace:
     mig = load_params(ROOT / "params" / "demo.yaml")
-    return SimpleNamespace(mig=mig, add_gates=lambda *r: list(r))
+    return SimpleNamespace(mig=mig, evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
 
 
 def test_a_lost_round_extends_and_is_kept_as_evidence() -> None:
@@ -154,7 +154,7 @@ def _ctx_without(*dropped: str) -> SimpleNamespace:
         for p in parents:
             node = node[p]
         node.pop(name, None)
-    return SimpleNamespace(mig=validate(data), add_gates=lambda *r: list(r))
+    return SimpleNamespace(mig=validate(data), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
 
 
 def test_performance_gates_block_when_the_operator_set_them() -> None:

@@ -360,7 +360,8 @@ def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent() -> None:
                                                    {"port": 9000, "protocol": "udp"}], max_request_s=300)
     mig = validate(data)
     prov, _, _ = remote("runpod", profile=mig.target)
-    ctx = SimpleNamespace(mig=mig, provider=lambda side: prov, write_json=lambda *a: None)
+    ctx = SimpleNamespace(mig=mig, resources=SimpleNamespace(provider=lambda side: prov),
+                          evidence=SimpleNamespace(write_json=lambda *a: None))
     ctx.records = {"01": SimpleNamespace(data={"requirements": freeze.requirements(ctx), "freeze": {
         "environment": None, "source_pod": {"cuda_max": "12.8", "image": mig.source.image}}})}
     offers = mapping.target_offers(ctx)
@@ -428,16 +429,16 @@ def test_teardown_of_what_the_run_created_needs_no_second_approval(tmp_path: Pat
     monkeypatch.chdir(tmp_path)
     ctx = open_phase("01", str(tmp_path / "params" / "m.yaml"), run_mode="headless")
     prov, fake, _ = remote("runpod", profile=ctx.mig.source)
-    ctx.providers["source"] = prov
+    ctx.resources.providers["source"] = prov
     spec = remote_spec(prov, ranked(prov)[:1])
     ours = prov.launch(spec("ours", (("run_id", ctx.run_id), ("side", "source"))))
     theirs = prov.launch(spec("theirs", (("run_id", "another-run"), ("side", "source"))))
-    ctx.destroy("source", ours.id)
+    ctx.resources.destroy("source", ours.id)
     assert prov.is_gone(ours.id)
-    assert ctx.plans[-1]["method"] == "teardown of a resource this run created under an approved launch"
+    assert ctx.evidence.plans[-1]["method"] == "teardown of a resource this run created under an approved launch"
     assert (ctx.run_dir / "approvals").is_dir()
     with pytest.raises(ApprovalRequired, match="has no approval record"):
-        ctx.destroy("source", theirs.id)
+        ctx.resources.destroy("source", theirs.id)
     assert not prov.is_gone(theirs.id)
 
 

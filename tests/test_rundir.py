@@ -64,7 +64,7 @@ def test_a_phase_never_changes_the_working_directory(make_params, tmp_path: Path
     ctx = open_phase("01", str(params), run_mode="headless")
     assert Path.cwd() == elsewhere
     assert ctx.run_dir.parent == tmp_path / "reports"
-    assert ctx.provider("source").capabilities().provider == "local"
+    assert ctx.resources.provider("source").capabilities().provider == "local"
     assert (tmp_path / ".runbook" / "local").is_dir() and not (elsewhere / ".runbook").exists()
     assert not (elsewhere / "reports").exists()
 
@@ -73,7 +73,7 @@ def test_interactive_finish_scans_and_redacts_like_the_runner(make_params, monke
     monkeypatch.setenv("HF_TOKEN", SECRET)
     params = make_params(source={"secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"}]})
     ctx = open_phase("01", str(params), run_mode="interactive")
-    ctx.write_json("01/debug.json", {"printed": f"token={SECRET}"})
+    ctx.evidence.write_json("01/debug.json", {"printed": f"token={SECRET}"})
     with pytest.raises(EvidenceError, match=r"credentials \(\['HF_TOKEN'\]\) found in \['01/debug.json'\]") as ei:
         ctx.finish({"dry_run": False})
     assert SECRET not in str(ei.value)
@@ -85,7 +85,7 @@ def test_headless_finish_leaves_the_scan_to_the_runner(make_params, monkeypatch:
     monkeypatch.setenv("HF_TOKEN", SECRET)
     params = make_params(source={"secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"}]})
     ctx = open_phase("01", str(params), run_mode="headless")
-    ctx.write_json("01/debug.json", {"printed": SECRET})
+    ctx.evidence.write_json("01/debug.json", {"printed": SECRET})
     record = ctx.finish({"dry_run": False})  # the runner scans after the kernel is gone
     assert record.path.exists() and SECRET in (ctx.run_dir / "01" / "debug.json").read_text()
     with pytest.raises(EvidenceError, match="HF_TOKEN"):

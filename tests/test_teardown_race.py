@@ -334,18 +334,18 @@ def test_phase_teardown_of_a_resource_gone_since_it_was_listed(make_params, tmp_
     (tmp_path / "reports").mkdir(exist_ok=True)
     run = RunDir.create(params, path=tmp_path / "reports" / "20261130T000000Z-race-000001")
     ctx = open_phase("06", str(params), str(run.path))
-    vanished = ctx.destroy("target", "pod-0badc0de", labels={"run_id": ctx.run_id, "role": "canary"})
-    unknown = ctx.destroy("target", "pod-00000000")
+    vanished = ctx.resources.destroy("target", "pod-0badc0de", labels={"run_id": ctx.run_id, "role": "canary"})
+    unknown = ctx.resources.destroy("target", "pod-00000000")
     assert isinstance(vanished, Teardown) and vanished.found == "gone"
     assert isinstance(unknown, Teardown) and unknown.found == "gone"
-    assert [p["method"] for p in ctx.plans] == [
+    assert [p["method"] for p in ctx.evidence.plans] == [
         "teardown of a resource this run created under an approved launch",
         "nothing to destroy: the provider no longer knows it"]
     prov = LocalProvider(root=tmp_path / ".runbook" / "local")
     stranger = prov.apply(*_planned_launch(prov, tmp_path, (("run_id", "another-run"),)))
     try:
         with pytest.raises(ApprovalRequired):
-            ctx.destroy("target", stranger.id)
+            ctx.resources.destroy("target", stranger.id)
         assert prov.get(stranger.id).state == "RUNNING"
     finally:
         _destroy(prov, stranger.id, tmp_path)

@@ -50,7 +50,7 @@ def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
     }
     if ctx.mig.workload.kind == "inference":
         point["source_endpoint"] = ctx.records["04"].data["endpoints"].get("source")
-    ctx.write_json("05/rollback_point.json", point)
+    ctx.evidence.write_json("05/rollback_point.json", point)
     return point
 
 
@@ -62,7 +62,7 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     bound = src_p95 * ctx.mig.gates.latency_p95_ratio_max
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
-    clients = {s: ctx.provider(s).job_client(rec04["endpoints"][s], u) for s, u in urls.items()}
+    clients = {s: ctx.resources.provider(s).job_client(rec04["endpoints"][s], u) for s, u in urls.items()}
     route = Route(ctx.run_dir / "route.json")
     route.set(0, "cutover start: all traffic on source")
     steps, rows = [], []
@@ -100,7 +100,7 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
             break
     for c in clients.values():
         c.close()
-    pd.DataFrame(rows).to_csv(ctx.path("05/cutover_samples.csv"), index=False)
+    pd.DataFrame(rows).to_csv(ctx.evidence.path("05/cutover_samples.csv"), index=False)
     return {"steps": steps, "route": route.state, "final_target_percent": route.target_percent}
 
 
@@ -121,13 +121,13 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
             continue
         route.set(pct, f"slice {k + 1}: target runs steps {done_steps}..{until - 1}")
         pfx = ctx.store_prefix("cutover", str(k))
-        pod = ctx.launched(ctx.launch_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
+        pod = ctx.resources.launched(ctx.resources.launch_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
                                             extra=("--steps", str(n))))
         try:
-            ctx.wait_pod("target", pod)
+            ctx.resources.wait_pod("target", pod)
         finally:
-            ctx.destroy("target", pod.id)
-        res = json.loads(ctx.fetch(f"{pfx}/result", f"05/slice/{k}")["result.json"].read_text())
+            ctx.resources.destroy("target", pod.id)
+        res = json.loads(ctx.evidence.fetch(ctx.store, f"{pfx}/result", f"05/slice/{k}")["result.json"].read_text())
         checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint", run_id=ctx.run_id)
         losses = [m["loss"] for m in res["attempts"][0]["metrics"]]
         aa = rec01["golden_run"].get("aa_losses")
@@ -162,17 +162,17 @@ def cutover(ctx: PhaseContext) -> dict[str, Any]:
     point = rollback_point(ctx)
     res = cutover_inference(ctx) if ctx.mig.workload.kind == "inference" else cutover_training(ctx)
     res["rollback_point"] = point
-    ctx.write_json("05/route_history.json", res["route"])
+    ctx.evidence.write_json("05/route_history.json", res["route"])
     all_ok = bool(res["steps"]) and all(s["passed"] for s in res["steps"])
-    ctx.add_gates(g.boolean_gate(
+    ctx.evidence.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",
         detail=f"{sum(s['passed'] for s in res['steps'])} of {len(ctx.mig.cutover.steps_percent)} slice steps passed; "
                f"route now {res['final_target_percent']} % target"))
     rev = res.pop("reverse_reload", None)
     if rev is not None:
-        ctx.add_gates(g.from_dict({**rev.to_dict(), "name": "reverse_reload",
+        ctx.evidence.add_gates(g.from_dict({**rev.to_dict(), "name": "reverse_reload",
                                    "detail": "source reloads the target's checkpoint: " + rev.detail}))
-    ctx.write_json("05/cutover.json", res)
+    ctx.evidence.write_json("05/cutover.json", res)
     return res
 
 

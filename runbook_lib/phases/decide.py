@@ -69,7 +69,7 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
     dry = sorted(pid for pid, r in ctx.records.items() if r.data.get("dry_run"))
     if dry:
         planned = [p for r in ctx.records.values() for p in r.data.get("plans", []) if not p.get("applied", True)]
-        sides = [s for s in ("source", "target") if _planned_only(ctx.profile(s))]
+        sides = [s for s in ("source", "target") if _planned_only(ctx.resources.profile(s))]
         gates.append(g.GateResult(
             "dry_run", "INCONCLUSIVE", True, len(planned), 0, "plans shown, none applied", "records",
             f"phases {dry} only planned ({len(planned)} plans recorded, nothing created: "
@@ -104,11 +104,11 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
         if decision != "GO" and r.target_percent != 0:
             r.set(0, f"{decision}: source route restored")
         route = r.state
-        ctx.write_json("06/route_final.json", route)
+        ctx.evidence.write_json("06/route_final.json", route)
     created: list[dict[str, Any]] = []
     unlisted: list[str] = []
     for side in ("source", "target"):
-        prov = ctx.provider(side)
+        prov = ctx.resources.provider(side)
         try:
             found = prov.list(labels={"run_id": ctx.run_id, "side": side})
         except AuthError as exc:
@@ -124,7 +124,7 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
             must_go = ctx.mig.run.teardown_source or job_pod or (side == "target" and decision != "GO")
             done = None
             if must_go and res.state != "DESTROYED":
-                done = ctx.destroy(side, res.id, labels=res.labels)
+                done = ctx.resources.destroy(side, res.id, labels=res.labels)
             try:  # one read after the teardown: gone from the provider, or its final state
                 after = prov.get(res.id)
             except NotFound:
@@ -142,7 +142,7 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
               f"could not list: {blind}" if blind else
               f"{len(created) - len(remaining)} of {len(created)} resources created by the run are destroyed and "
               f"verified gone" + (f"; {'; '.join(unlisted)}" if unlisted else ""))
-    ctx.add_gates(g.boolean_gate("teardown_verified", ok, phase="06", detail=detail))
+    ctx.evidence.add_gates(g.boolean_gate("teardown_verified", ok, phase="06", detail=detail))
     return {"route": route, "created": created, "destroyed": [c["id"] for c in created if c["state"] == "DESTROYED"],
             "remaining": remaining}
 
@@ -169,7 +169,7 @@ def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
 def _rehearsal(ctx: PhaseContext) -> dict[str, Any] | None:
     """:func:`runbook_lib.seal.rehearsal_of` over the records so far and this phase's providers."""
     out = rehearsal_of(ctx.records.values(), ctx.mig) or {"simulators": {}, "params": None}
-    out["simulators"].update({side: p.simulator() for side, p in ctx.providers.items() if p.simulator()})
+    out["simulators"].update({side: p.simulator() for side, p in ctx.resources.providers.items() if p.simulator()})
     return out if out["simulators"] or out["params"] else None
 
 
@@ -237,7 +237,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
                       "remaining": actions["remaining"]},
         "gates": [x.to_dict() for x in gates],
     }
-    ctx.write_json("receipt.json", receipt)
+    ctx.evidence.write_json("receipt.json", receipt)
     return receipt
 
 
@@ -247,8 +247,8 @@ def decide_and_act(ctx: PhaseContext) -> dict[str, Any]:
     gates = evidence_gates(ctx)
     decision, _ = g.decide(gates)
     actions = act(ctx, decision)
-    gates += ctx.gates[-1:]  # teardown_verified
-    ctx.gates = [x for x in gates if x.phase == "06"]
+    gates += ctx.evidence.gates[-1:]  # teardown_verified
+    ctx.evidence.gates = [x for x in gates if x.phase == "06"]
     decision, reasons = g.decide(gates)
     receipt = write_receipt(ctx, decision, reasons, gates, actions)
     return {"decision": decision, "reasons": reasons, "gates": gates, "actions": actions, "receipt": receipt}
@@ -305,4 +305,4 @@ def finish(ctx: PhaseContext, result: DecisionResult) -> Sealed:
     failed = result.receipt["run_status"] == "failed"
     decision = f"FAILED (decision {result.decision})" if failed else result.decision
     manifest = seal_run(ctx.run_dir, ctx.mig, ctx.params_path, decision=decision, complete=not failed)
-    return Sealed(Finished(record, tuple(ctx.gates)), manifest)
+    return Sealed(Finished(record, tuple(ctx.evidence.gates)), manifest)

@@ -25,7 +25,7 @@ from runbook_lib.storage import credential_env
 def host_inventory(ctx: PhaseContext) -> dict[str, Any]:
     """Probe the machine the runbook runs on (device from the source profile)."""
     inv = probe(device=ctx.mig.source.device, disk_path=ctx.run_dir)
-    ctx.write_json("01/host_inventory.json", inv)
+    ctx.evidence.write_json("01/host_inventory.json", inv)
     return inv
 
 
@@ -42,8 +42,8 @@ def describe_source(ctx: PhaseContext) -> dict[str, Any] | None:
     if not isinstance(prof, RemoteProfile) or not prof.pod_id:
         return None
     if "source_pod" not in ctx.cache:
-        ctx.cache["source_pod"] = ctx.provider("source").describe(prof.pod_id)
-        ctx.write_json("01/source_pod.json", ctx.cache["source_pod"])
+        ctx.cache["source_pod"] = ctx.resources.provider("source").describe(prof.pod_id)
+        ctx.evidence.write_json("01/source_pod.json", ctx.cache["source_pod"])
     return ctx.cache["source_pod"]
 
 
@@ -53,7 +53,7 @@ def plan_freeze(ctx: PhaseContext) -> Plan:
     src = describe_source(ctx)
     offers = (str(src["gpu_name"]),) if src and src.get("gpu_name") else None
     price = src.get("price_usd_per_hour") if src else None  # what the running source pod costs
-    return ctx.plan_agent("source", "source-freeze", "freeze", prefix=ctx.store_prefix("source"), offers=offers,
+    return ctx.resources.plan_agent("source", "source-freeze", "freeze", prefix=ctx.store_prefix("source"), offers=offers,
                           price_usd_per_hour=price or None)
 
 
@@ -74,22 +74,22 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
     """
     plan = plan_freeze(ctx)
     if plan.dry_run:
-        ctx.apply_plan("source", plan)
+        ctx.resources.apply_plan("source", plan)
         return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict()}
-    pod = ctx.apply_plan("source", plan, needs_store=True)
+    pod = ctx.resources.apply_plan("source", plan, needs_store=True)
     try:  # the freeze pod is disposable: destroyed whatever happens (phase 06 re-checks by label)
-        ctx.wait_pod("source", pod, result_prefix=ctx.store_prefix("source", "result"))
+        ctx.resources.wait_pod("source", pod, result_prefix=ctx.store_prefix("source", "result"))
         frozen = ctx.store.verify_set(ctx.store_prefix("source", "frozen"), run_id=ctx.run_id)
         result_objs = ctx.store.verify_set(ctx.store_prefix("source", "result"), run_id=ctx.run_id)
-        files = ctx.fetch(ctx.store_prefix("source", "result"), "01/source_result")
+        files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("source", "result"), "01/source_result")
         result = json.loads(files["result.json"].read_text())
         golden = np.load(files["outputs.npy"])
-        np.save(ctx.path("01/golden_outputs.npy"), golden)
+        np.save(ctx.evidence.path("01/golden_outputs.npy"), golden)
         if "final_outputs.npy" in files:
-            np.save(ctx.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
+            np.save(ctx.evidence.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
     finally:
-        ctx.destroy("source", pod.id)
-    gone = ctx.provider("source").is_gone(pod.id)
+        ctx.resources.destroy("source", pod.id)
+    gone = ctx.resources.provider("source").is_gone(pod.id)
     attempt = result["attempts"][0]
     return {
         "pod": {"id": pod.id, "state_after_destroy": "DESTROYED" if gone else "STILL PRESENT"},
@@ -112,7 +112,7 @@ def secrets_table(ctx: PhaseContext) -> list[dict[str, Any]]:
     and credential-looking variable names in this environment (a finding, by name only)."""
     rows = []
     for side in ("source", "target"):
-        for s in ctx.profile(side).secrets:
+        for s in ctx.resources.profile(side).secrets:
             present = secret_refs.resolve(s.name, s.ref, required=False) is not None
             rows.append({"side": side, "name": s.name, "ref": s.ref, "required": s.required, "resolves_here": present})
     ambient = secret_refs.names_present()

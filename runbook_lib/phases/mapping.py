@@ -37,9 +37,9 @@ def target_offers(ctx: PhaseContext) -> dict[str, Any] | None:
     if not isinstance(prof, RemoteProfile):
         return None
     req = prof.offer
-    offers = ctx.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
+    offers = ctx.resources.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
     ranked, table = filter_offers(offers, req)
-    ctx.write_json("02/offers.json", table)
+    ctx.evidence.write_json("02/offers.json", table)
     return {"ranked": [o.offer_id for o in ranked], "best": ranked[0].to_dict() if ranked else None, "table": table,
             "requirements": req.model_dump()}
 
@@ -68,7 +68,7 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     rec = ctx.records["01"].data
     req = rec["requirements"]
     src, tgt = ctx.mig.source, ctx.mig.target
-    caps = ctx.provider("target").capabilities()
+    caps = ctx.resources.provider("target").capabilities()
     sf = _source_facts(rec)
     remote = tgt.provider in REMOTE
     best = (offers or {}).get("best") if remote else None
@@ -239,10 +239,10 @@ class MappingResult(PhaseResult):
 def run(ctx: PhaseContext) -> MappingResult:
     """Phase 02: a remote target's offers (searched, re-checked, ranked), the dependency map
     (``02/dependency_map.json``) and its gate."""
-    caps = ctx.provider("target").capabilities()
+    caps = ctx.resources.provider("target").capabilities()
     offers = target_offers(ctx)
     rows = dependency_map(ctx, offers)
-    ctx.write_json("02/dependency_map.json", rows)
+    ctx.evidence.write_json("02/dependency_map.json", rows)
     gate = dependency_gate(rows)
-    ctx.add_gates(gate)
+    ctx.evidence.add_gates(gate)
     return MappingResult(offers=offers, rows=rows, capabilities=capabilities_dict(caps), gate=gate)

@@ -26,7 +26,7 @@ def plan_canary(ctx: PhaseContext) -> Plan:
     """The canary's launch plan (a remote target's tries the offers phase 02 ranked, in order)."""
     frozen = ctx.records["01"].data["freeze"].get("frozen") or {}
     frozen_prefix = frozen.get("prefix") or ctx.store_prefix("source", "frozen")  # dry-run: where phase 01 will put it
-    return ctx.plan_agent("target", "canary", "accept", prefix=ctx.store_prefix("canary"), frozen_prefix=frozen_prefix)
+    return ctx.resources.plan_agent("target", "canary", "accept", prefix=ctx.store_prefix("canary"), frozen_prefix=frozen_prefix)
 
 
 def run_canary(ctx: PhaseContext) -> dict[str, Any]:
@@ -47,18 +47,18 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     """
     plan = plan_canary(ctx)
     if plan.dry_run:
-        ctx.apply_plan("target", plan)
+        ctx.resources.apply_plan("target", plan)
         return {"dry_run": True, "plan": plan.to_dict()}
     t0 = time.monotonic()
-    pod = ctx.apply_plan("target", plan, needs_store=True)
+    pod = ctx.resources.apply_plan("target", plan, needs_store=True)
     try:
-        ctx.wait_pod("target", pod, result_prefix=ctx.store_prefix("canary", "result"))
+        ctx.resources.wait_pod("target", pod, result_prefix=ctx.store_prefix("canary", "result"))
         acceptance_s = time.monotonic() - t0
     finally:
-        ctx.destroy("target", pod.id)
-    destroyed = ctx.provider("target").is_gone(pod.id)
-    tries = [vars(a) for a in getattr(ctx.provider("target"), "attempts", [])]
-    files = ctx.fetch(ctx.store_prefix("canary", "result"), "03/canary")
+        ctx.resources.destroy("target", pod.id)
+    destroyed = ctx.resources.provider("target").is_gone(pod.id)
+    tries = [vars(a) for a in getattr(ctx.resources.provider("target"), "attempts", [])]
+    files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("canary", "result"), "03/canary")
     result = json.loads(files["result.json"].read_text())
     result["result_manifest"] = ctx.store.read_manifest(ctx.store_prefix("canary", "result"), run_id=ctx.run_id)
 
@@ -110,7 +110,7 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                                    operator_set=operator_set(ctx.mig, "run.acceptance_budget_s")))
     out.append(g.boolean_gate("canary_destroyed", canary["destroyed"], phase="03",
                               detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
-    return ctx.add_gates(*out)
+    return ctx.evidence.add_gates(*out)
 
 
 

@@ -105,10 +105,10 @@ def evaluate(ctx: PhaseContext, measured: Measurement) -> CompareResult:
     res = measured.raw
     unit = "request" if ctx.mig.workload.kind == "inference" else "training step"
     costs_ = costs(ctx, res)
-    figs = [report.latency_cdf(res["samples"], ctx.path("04/latency_cdf.png"), unit_label=unit),
-            report.throughput_plot(res["throughput"], ctx.path("04/throughput.png"),
+    figs = [report.latency_cdf(res["samples"], ctx.evidence.path("04/latency_cdf.png"), unit_label=unit),
+            report.throughput_plot(res["throughput"], ctx.evidence.path("04/throughput.png"),
                                    unit="requests/s" if unit == "request" else "samples/s"),
-            report.cost_plot(costs_, ctx.path("04/cost.png"), unit=unit)]
+            report.cost_plot(costs_, ctx.evidence.path("04/cost.png"), unit=unit)]
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
         plt.close(fig)
     compare_gates(ctx, res, costs_)

@@ -34,7 +34,7 @@ def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdow
     """Cost per accepted unit per side over the measurement window (billed from launch)."""
     out = {}
     for side in ("source", "target"):
-        prof = ctx.profile(side)
+        prof = ctx.resources.profile(side)
         s = res["samples"]
         accepted = int(s[(s["side"] == side) & (s["accepted"])].shape[0]) if len(s) else 0
         instances = prof.workers if ctx.mig.workload.kind == "inference" else 1
@@ -43,7 +43,7 @@ def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdow
                                    storage_gb=ctx.mig.workload.requirements.disk_gb,
                                    storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
                                    egress_bytes=res["egress_bytes"][side], egress_usd_per_gb=prof.egress_usd_per_gb)
-    ctx.write_json("04/cost.json", {k: v.to_dict() for k, v in out.items()})
+    ctx.evidence.write_json("04/cost.json", {k: v.to_dict() for k, v in out.items()})
     return out
 
 
@@ -116,7 +116,7 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(ctx.mig,
                OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
     lost = lost_measurements(res.get("attempts", []))
-    return ctx.add_gates(*(g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results))
+    return ctx.evidence.add_gates(*(g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results))
 
 
 def _finite(x: float) -> float | None:

@@ -120,8 +120,8 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     log: list[Attempted[Any]] = []
     for side in ("source", "target"):
         t0 = time.perf_counter()
-        ep = ctx.create_endpoint(side, f"endpoint-{side}")
-        client = ctx.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4)
+        ep = ctx.resources.create_endpoint(side, f"endpoint-{side}")
+        client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4)
         payload0 = wl.request_inputs(1, seed=0)[0][1]
         def first_job(_k: int, c: JobClient = client, payload: Any = payload0) -> dict[str, Any]:
             return c.runsync(payload)
@@ -210,13 +210,13 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     def one_round(r: int, side: str) -> int:
         def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
             tag = str(r) if k == 0 else f"{r}-retry{k}"
-            pod = ctx.launched(ctx.launch_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
+            pod = ctx.resources.launched(ctx.resources.launch_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
                                                 frozen_prefix=frozen))
             try:
-                done = ctx.wait_pod(side, pod)
+                done = ctx.resources.wait_pod(side, pod)
             finally:
-                ctx.destroy(side, pod.id)
-            files = ctx.fetch(ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
+                ctx.resources.destroy(side, pod.id)
+            files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
             return pod, done, files
 
         got = measured_with_retries(ctx, attempt, log, what=f"round {r} {side} training pod", kind="training_round", side=side,
@@ -229,7 +229,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
         billed[side] += (done.ended_at or time.time()) - done.created_at
         cold.append({"side": side, "round": r, "pod": pod.id,
                      "cold_start_s": (att["first_step_done_epoch"] or math.nan) - done.created_at})
-        bs = ctx.profile(side).batch_size
+        bs = ctx.resources.profile(side).batch_size
         for i, (t, met) in enumerate(zip(att["step_times_s"], att["metrics"], strict=True)):
             if i < warmup:  # first steps pay allocation and cache warm-up: recorded, not judged
                 warm_rows.append({"side": side, "round": r, "step": i, "seconds": t})
@@ -258,9 +258,9 @@ def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -
     res = kind(ctx, sleep=sleep)
     pd.DataFrame([row for a in res["attempts"] for row in a.to_rows()],
                  columns=["what", "kind", "side", "attempt", "ok", "seconds", "error"]
-                 ).to_csv(ctx.path("04/measurement_attempts.csv"), index=False)
-    res["samples"].to_csv(ctx.path("04/samples.csv"), index=False)
-    res["throughput"].to_csv(ctx.path("04/throughput.csv"), index=False)
-    pd.DataFrame(res["cold_starts"]).to_csv(ctx.path("04/cold_starts.csv"), index=False)
-    pd.DataFrame(res["warmup"]).to_csv(ctx.path("04/warmup_discarded.csv"), index=False)
+                 ).to_csv(ctx.evidence.path("04/measurement_attempts.csv"), index=False)
+    res["samples"].to_csv(ctx.evidence.path("04/samples.csv"), index=False)
+    res["throughput"].to_csv(ctx.evidence.path("04/throughput.csv"), index=False)
+    pd.DataFrame(res["cold_starts"]).to_csv(ctx.evidence.path("04/cold_starts.csv"), index=False)
+    pd.DataFrame(res["warmup"]).to_csv(ctx.evidence.path("04/warmup_discarded.csv"), index=False)
     return res

@@ -1,0 +1,196 @@
+"""The phase context: one phase of one run, with its evidence, its resources and its store;
+opened by :func:`open_phase` and written by :meth:`PhaseContext.finish`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from runbook_lib._time import utc_now
+from runbook_lib.errors import EvidenceError
+from runbook_lib.gates import GateResult, from_dict, tolerance_for
+from runbook_lib.manifest import PHASES, Record
+from runbook_lib.params import Migration
+from runbook_lib.phases.evidence import Evidence
+from runbook_lib.phases.resources import Resources
+from runbook_lib.rundir import RunDir
+from runbook_lib.scan import scan_run
+from runbook_lib.storage import Store, store_from_params
+
+
+@dataclass
+class PhaseContext:
+    """One phase of one run.
+
+    Attributes:
+        phase: phase id ``"01"`` .. ``"06"``.
+        run: the run directory (params, project root, records).
+        run_mode: ``interactive`` (a person steps through the notebook; :meth:`finish` scans the
+            run for credentials) or ``headless`` (the runner scans after the phase).
+        approval_ref: an approval file for headless runs.
+        records: verified records of earlier phases, by phase id.
+        started: when the phase started (UTC ISO 8601).
+        store_factory: opens the run's store; called once, on first use.
+        evidence: what the phase produces (files, plans, gates).
+        resources: the providers of both sides and the plans that use them.
+        cache: provider reads reused within the phase.
+    """
+
+    phase: str
+    run: RunDir
+    run_mode: str
+    approval_ref: str
+    records: dict[str, Record]
+    started: str
+    store_factory: Callable[[], Store]
+    evidence: Evidence = field(init=False)
+    resources: Resources = field(init=False)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.evidence = Evidence(self.run)
+        self.resources = Resources(self.phase, self.run, self.records, self.evidence, lambda: self.store,
+                                   self.approval_ref)
+
+    @property
+    def mig(self) -> Migration:
+        return self.run.mig
+
+    @property
+    def params_path(self) -> Path:
+        return self.run.params_path
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def store(self) -> Store:
+        """The run's store, opened (and its credentials resolved) on first use: a phase that only
+        plans never needs the bucket's keys."""
+        if "store" not in self.cache:
+            self.cache["store"] = self.store_factory()
+        return self.cache["store"]
+
+    def _repr_markdown_(self) -> str:
+        m = self.mig
+        return (f"**Phase {self.phase}** · run `{self.run_id}` · migration `{m.migration}` ({m.workload.kind}, "
+                f"{self.run_mode})  \n**Source** {m.source.release}  \n**Target** {m.target.release}")
+
+    def store_prefix(self, *parts: str) -> str:
+        """Store prefix of this run: ``runs/<run_id>/<parts...>``."""
+        return "/".join(("runs", self.run_id, *parts))
+
+    def accepted(self, golden: Any, row: dict[str, Any]) -> bool:
+        """An accepted unit (README, cost per accepted unit): COMPLETED, within the SLO
+        (``workload.requirements.max_request_s``, seconds from intended arrival), and its output
+        within the dtype's tolerance of golden row ``row["input_index"]`` (``golden``: float64
+        array, shape ``(inputs, dims)``)."""
+        import numpy as np
+
+        if row["status"] != "COMPLETED" or row["total_s"] > self.mig.workload.requirements.max_request_s:
+            return False
+        out = row.get("output")
+        if out is None:
+            return False
+        ref = golden[int(row["input_index"])]
+        rt, at, _ = tolerance_for(self.mig.source.dtype, self.mig.gates.parity_rtol, self.mig.gates.parity_atol)
+        obs = np.asarray(out, dtype=np.float64)
+        return obs.shape == ref.shape and bool(np.all(np.abs(obs - ref) <= at + rt * np.abs(ref)))
+
+    def earlier_gates(self) -> list[GateResult]:
+        return [from_dict(g) for r in self.records.values() for g in r.body.get("data", {}).get("gates", [])]
+
+    def finish(self, data: dict[str, Any]) -> Record:
+        """Write this phase's record (chained to the previous one) with its gates, plans and files.
+
+        In interactive mode (no runner around the kernel) the run directory is then scanned for
+        the values of every declared credential, as the runner does after each headless phase.
+
+        Raises:
+            EvidenceError: a credential's value was found in the run's files (they are redacted;
+                the message names the files and the credentials, never a value).
+        """
+        body = self.evidence.body(data)
+        # a provider API that said it is a simulator makes this phase's evidence a rehearsal's
+        sims = {side: p.simulator() for side, p in self.resources.providers.items()}
+        body["simulators"] = {side: name for side, name in sims.items() if name}
+        record = self.run.write_record(self.phase, status="completed", data=body, files=self.evidence.files,
+                                       started=self.started)
+        if self.run_mode == "interactive":
+            check_credentials(self.run, self.phase)
+        return record
+
+
+class PhaseResult:
+    """What a phase's main step returns: a frozen dataclass whose fields are typed, which a
+    notebook displays as is (IPython calls ``_ipython_display_``) and whose :meth:`record` is the
+    data written into the phase record (JSON-serialisable)."""
+
+
+def scan_phase(run: RunDir, phase: str) -> dict[str, Any]:
+    """Scan ``run`` for the values of every credential its params declare and redact what is
+    found. The runner calls this after each headless phase; :meth:`PhaseContext.finish` calls it
+    in interactive mode.
+
+    Returns:
+        The scan summary: ``phase``, ``files`` scanned, ``findings`` (names and paths only, never
+        a value; empty when clean).
+    """
+    res = scan_run(run.path, run.mig, redact=True)
+    res["phase"] = phase
+    res["findings"] = [f.__dict__ for f in res["findings"]]
+    return res
+
+
+def leak_message(scan: dict[str, Any]) -> str:
+    """What a scan with findings says: the credentials' names and the files, never a value."""
+    where = sorted({f["path"] for f in scan["findings"]})
+    return (f"phase {scan['phase']}: credentials ({sorted({f['what'] for f in scan['findings']})}) found in {where}; "
+            "those files were redacted. Find what printed them and run the phase again.")
+
+
+def check_credentials(run: RunDir, phase: str) -> dict[str, Any]:
+    """:func:`scan_phase`, raising when anything was found.
+
+    Raises:
+        EvidenceError: a credential's value was in the run's files (now redacted).
+    """
+    res = scan_phase(run, phase)
+    if res["findings"]:
+        raise EvidenceError(leak_message(res))
+    return res
+
+
+def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str = "interactive",
+               approval_ref: str = "") -> PhaseContext:
+    """Start a phase: validate params, open (or, for phase 01, create) the run, verify earlier records.
+
+    Args:
+        phase: ``"01"`` .. ``"06"``.
+        params_path: the migration YAML.
+        run_dir: the run directory (relative to the project root, or absolute); empty means a new
+            run for phase 01 and the newest run of this migration for later phases (interactive use).
+        run_mode: ``interactive`` or ``headless`` (the runner passes ``headless``).
+        approval_ref: path of an approval file for headless runs.
+
+    Raises:
+        ParamsError: bad params. UsageError: the run is sealed, not a run, or has other params.
+        EvidenceError: unknown phase, an earlier record is missing or altered.
+    """
+    if phase not in dict(PHASES):
+        raise EvidenceError(f"unknown phase {phase!r}; known phases are {[p for p, _ in PHASES]}")
+    if run_dir:
+        run = RunDir.open(run_dir, params_path)
+    elif phase == "01":
+        run = RunDir.create(params_path)
+    else:
+        run = RunDir.latest(params_path)
+    records = run.require(phase)
+    return PhaseContext(phase=phase, run=run, run_mode=run_mode, approval_ref=approval_ref, records=records,
+                        started=utc_now(), store_factory=lambda: store_from_params(run.mig.storage, base=str(run.project)))

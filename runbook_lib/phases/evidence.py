@@ -1,0 +1,66 @@
+"""What a phase produces: the files its record hashes, the plans it showed or applied, the gates
+it judged, and the record body built from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook_lib.gates import GateResult
+from runbook_lib.rundir import RunDir
+from runbook_lib.storage import Store
+
+
+@dataclass
+class Evidence:
+    """One phase's evidence.
+
+    Attributes:
+        run: the run directory.
+        files: paths (relative to the run) the phase produced, hashed into its record.
+        plans: every plan the phase showed (dry-run) or applied, with who approved it and how.
+        gates: the gates the phase judged.
+    """
+
+    run: RunDir
+    files: list[str] = field(default_factory=list)
+    plans: list[dict[str, Any]] = field(default_factory=list)
+    gates: list[GateResult] = field(default_factory=list)
+
+    def path(self, rel: str) -> Path:
+        """Absolute path of a file this phase produces; registered for hashing into the record."""
+        p = self.run.file(rel)
+        if rel not in self.files:
+            self.files.append(rel)
+        return p
+
+    def fetch(self, store: Store, prefix: str, rel_dir: str) -> dict[str, Path]:
+        """Download a verified set from ``store`` into ``<run>/rel_dir`` (re-hashing every byte);
+        the files become evidence of this phase."""
+        paths = store.fetch_set(prefix, self.run.path / rel_dir)
+        for p in paths.values():
+            self.path(str(p.relative_to(self.run.path)))
+        return paths
+
+    def write_json(self, rel: str, data: Any) -> Path:
+        """Write evidence ``rel`` as indented JSON, atomically (temporary name, fsync, rename), and
+        register it for this phase's record."""
+        self.path(rel)
+        return self.run.write_json(rel, data)
+
+    def add_gates(self, *results: GateResult) -> list[GateResult]:
+        self.gates.extend(results)
+        return list(results)
+
+    def body(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The record body: ``data`` plus the gates, the plans, and whether a blocking gate stops
+        (FAIL) or holds (INCONCLUSIVE or ERROR) the migration. Never cut over on inconclusive
+        evidence: an INCONCLUSIVE or ERROR blocking gate holds the migration before the next phase
+        (docs/reference/gates.md section 5.2)."""
+        body = dict(data)
+        body["gates"] = [g.to_dict() for g in self.gates]
+        body["plans"] = self.plans
+        body["stop_migration"] = any(g.blocking and g.verdict == "FAIL" for g in self.gates)
+        body["hold_migration"] = any(g.blocking and g.verdict in ("INCONCLUSIVE", "ERROR") for g in self.gates)
+        return body

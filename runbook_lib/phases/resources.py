@@ -1,0 +1,252 @@
+"""What a phase rents and releases: the providers of both sides, the plans that create, wait on
+and destroy pods and endpoints, and the approvals each plan needs."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from runbook_lib import approvals
+from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadError
+from runbook_lib.manifest import Record
+from runbook_lib.params import LocalProfile, Migration, Profile, RemoteProfile
+from runbook_lib.phases.evidence import Evidence
+from runbook_lib.providers import REMOTE, create_provider
+from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
+from runbook_lib.rundir import RunDir
+from runbook_lib.storage import MARKER_KEY, Store, credential_env
+from runbook_lib.workload.job import PARAMS_FROM_ENV
+
+POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
+
+
+@dataclass
+class Resources:
+    """The providers of both sides of one phase and every plan that uses them.
+
+    Attributes:
+        phase: the phase id (a label of everything it creates).
+        run: the run directory.
+        records: verified records of earlier phases (offers ranked in phase 02, the source's GPU).
+        evidence: where the phase's plans and approval records go.
+        store_factory: opens the run's store (resolving its keys) when a plan needs it.
+        approval_ref: an approval file for headless runs (else ``approvals.approval_file``).
+        providers: one provider instance per side, made on first use.
+    """
+
+    phase: str
+    run: RunDir
+    records: dict[str, Record]
+    evidence: Evidence
+    store_factory: Callable[[], Store]
+    approval_ref: str = ""
+    providers: dict[str, Provider] = field(default_factory=dict)
+
+    @property
+    def mig(self) -> Migration:
+        return self.run.mig
+
+    @property
+    def params_path(self) -> Path:
+        return self.run.params_path
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def store(self) -> Store:
+        return self.store_factory()
+
+    def profile(self, side: str) -> Profile:
+        if side not in ("source", "target"):
+            raise ParamsError(f"side must be 'source' or 'target', got {side!r}")
+        return getattr(self.mig, side)
+
+    def provider(self, side: str) -> Provider:
+        """The provider of ``side`` (one instance per phase, so its evidence of tries accumulates)."""
+        if side not in self.providers:
+            prof = self.profile(side)
+            self.providers[side] = create_provider(prof.provider, root=self.run.state_dir(prof.provider), profile=prof)
+        return self.providers[side]
+
+    def dry_run(self, side: str) -> bool:
+        """True when ``side`` is a remote provider left in dry-run (real providers default to it;
+        the local provider never is), or an earlier phase of this run only planned: plans are then
+        shown and recorded, nothing is applied."""
+        prof = self.profile(side)
+        earlier = any(r.data.get("dry_run") for r in self.records.values())
+        return isinstance(prof, RemoteProfile) and (prof.dry_run or earlier)
+
+    def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
+        return (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
+
+    def apply_plan(self, side: str, plan: Plan, *, needs_store: bool = False,
+                   owner_labels: dict[str, str] | None = None) -> Any:
+        """Apply ``plan`` on ``side`` once its approval record is found (a dry-run plan is only
+        recorded). Every plan is kept in this phase's record. ``needs_store``: the resource will
+        read or write the store, so the store is opened (its keys resolved) before anything is
+        created: never pay for a pod that cannot upload. ``owner_labels``: for a destroy, the
+        labels the resource was listed with (its owner is judged on them, not on a second read
+        that may find it already gone).
+
+        Raises:
+            ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
+            AuthError: ``needs_store`` and the store's keys are not set (nothing created).
+        """
+        if plan.dry_run:  # shown and recorded; nothing is created, so nothing needs approving yet
+            self.evidence.plans.append({"plan": plan.to_dict(), "applied": False, "approved_by": None,
+                               "method": "dry-run: shown, not applied"})
+            return None
+        approval = self._teardown_approval(side, plan, owner_labels) if plan.action == "destroy" else None
+        if approval is None:
+            sim = self.provider(side).simulator() if self.mig.approvals.preapproved_simulator else ""
+            approval = approvals.require(plan, run_dir=self.run_dir,
+                                         preapproved_local=self.mig.approvals.preapproved_local,
+                                         approval_file=self.approval_ref or self.mig.approvals.approval_file,
+                                         simulator=sim)
+        self.evidence.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
+                           "method": approval.method})
+        self.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
+        if needs_store:
+            self.store.url()
+        return self.provider(side).apply(plan, approval)
+
+    def _teardown_approval(self, side: str, plan: Plan,
+                           labels: dict[str, str] | None = None) -> approvals.Approval | None:
+        """Destroying a resource this run created (its ``run_id`` label) is covered by the approval
+        of the launch that created it: the fingerprint of a destroy plan names a resource id no one
+        can know in advance, and teardown only stops spending. A resource the provider no longer
+        knows costs nothing to "destroy" (the provider's teardown records it as already gone).
+        Anything else needs its own record."""
+        method = approvals.RUN_TEARDOWN
+        if labels is None:
+            try:
+                labels = self.provider(side).get(plan.target).labels
+            except NotFound:
+                labels, method = {"run_id": self.run_id}, "nothing to destroy: the provider no longer knows it"
+        if labels.get("run_id") != self.run_id:
+            return None
+        return approvals.run_teardown(plan, self.run_dir, method=method)
+
+    def plan_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
+                   extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None,
+                   price_usd_per_hour: float | None = None) -> Plan:
+        """The launch plan of a pod running the acceptance agent on ``side`` (pure; shown in
+        notebooks and approved by fingerprint). ``offers`` overrides :meth:`offer_ids`; the price
+        is the first ranked offer's (with its disk) on a remote target, else ``price_usd_per_hour``
+        or the profile's."""
+        prof = self.profile(side)
+        argv = [sys.executable, "-m", "runbook_lib.workload.job", "agent", mode, "--params", str(self.params_path),
+                "--side", side, "--run-id", self.run_id, "--store-url", self.store_url(), "--prefix", prefix]
+        if frozen_prefix:
+            argv += ["--frozen-prefix", frozen_prefix]
+        fault = prof.fault if isinstance(prof, LocalProfile) else "none"
+        env: tuple[tuple[str, str], ...] = (("RUNBOOK_FAULT", fault),) if fault != "none" else ()
+        remote = isinstance(prof, RemoteProfile)
+        if remote:  # inside the image: its own python; the run's params travel in the pod's environment
+
+            argv[0] = "python"
+            argv[argv.index("--params") + 1] = PARAMS_FROM_ENV
+            env += (("RUNBOOK_PARAMS_YAML", (self.run_dir / "params.yaml").read_text()), ("RUNBOOK_DEVICE", prof.device))
+        if remote and offers is None:
+            offers = self.offer_ids(side)
+        if price_usd_per_hour is None:
+            price_usd_per_hour = self.offer_price(side) if remote else None
+        price = prof.price_usd_per_hour if price_usd_per_hour is None else price_usd_per_hour
+        spec = PodSpec(name=f"{self.mig.migration}-{role}", command=tuple(argv + list(extra)), device=prof.device,
+                       price_usd_per_hour=price, labels=self.labels(side, role), env=env,
+                       secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
+                       volume_gb=self.mig.workload.requirements.disk_gb,
+                       offers=(offers or ()) if remote else (),  # an agent serves nothing: no ports to publish
+                       )
+        if isinstance(prof, RemoteProfile):
+            spec = replace(spec, image=prof.image, disk_gb=prof.offer.disk_gb)
+        return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
+
+    def store_url(self) -> str:
+        """The store's URL as a pod sees it (a local directory made absolute; an S3 URL as given,
+        without opening the store or resolving its keys)."""
+        url = self.mig.storage.url
+        return self.store.url() if url.startswith("file://") else url
+
+    def offer_price(self, side: str) -> float | None:
+        """USD per hour of the first ranked target offer including the planned disk (phase 02's
+        record), or None when there is none (the profile's price is used)."""
+        rec = self.records.get("02") if side == "target" else None
+        offers = rec.data.get("offers") if rec else None
+        if not offers or not offers.get("ranked"):
+            return None
+        first = offers["ranked"][0]
+        return next((r["hourly_usd_with_disk"] for r in offers["table"] if r["offer_id"] == first), None)
+
+    def offer_ids(self, side: str) -> tuple[str, ...]:
+        """Ranked offer ids a launch on ``side`` may try: the target's from phase 02's record; the
+        source's is the GPU type its running pod uses (phase 01)."""
+        if side == "target":
+            rec = self.records.get("02")
+            ranked = rec.data.get("offers", {}).get("ranked", []) if rec else []
+            tgt = self.mig.target
+            return tuple(ranked)[: tgt.offer.max_tries] if isinstance(tgt, RemoteProfile) else tuple(ranked)
+        rec = self.records.get("01")
+        gpu = ((rec.data["freeze"].get("source_pod") or {}) if rec else {}).get("gpu_name")
+        return (str(gpu),) if gpu else ()
+
+    def launch_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
+                     extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None) -> Pod | None:
+        """Plan, approve and launch a pod running the acceptance agent on ``side`` (None in dry-run:
+        the plan is recorded, nothing is launched)."""
+        return self.apply_plan(side, self.plan_agent(side, role, mode, prefix=prefix, frozen_prefix=frozen_prefix,
+                                                 extra=extra, offers=offers))
+
+    def launched(self, pod: Pod | None) -> Pod:
+        """The pod a launch returned; None means the launch was only planned (dry-run), which a
+        phase that measures or moves work cannot proceed on.
+
+        Raises:
+            EvidenceError: the launch was a dry-run plan (phases 04-05 are skipped in dry-run).
+        """
+        if pod is None:
+            raise EvidenceError(f"phase {self.phase} needs a running pod, but its launch was only planned (dry-run); "
+                                "set dry_run: false and approve the plans to run it")
+        return pod
+
+    def wait_pod(self, side: str, pod: Pod, *, result_prefix: str = "") -> Pod:
+        """Wait for a pod's agent to finish: its process exits (local), or, on a remote provider,
+        its result set's completion marker appears in the store or the pod stops running. A
+        non-zero exit is a WorkloadError with the log tail."""
+        prov = self.provider(side)
+        if self.profile(side).provider in REMOTE and result_prefix:
+            done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S,
+                                  finished=lambda: self.store.head(f"{result_prefix}/{MARKER_KEY}") is not None)
+        else:
+            done = prov.wait_exit(pod.id, timeout_s=POD_TIMEOUT_S)
+        # remote providers report no exit code (the store's marker decides); a local pod always
+        # has one unless it was killed by a signal, which is a failure
+        local = self.profile(side).provider not in REMOTE
+        if done.exit_code not in (0, None) or (local and done.exit_code is None):
+            raise WorkloadError(f"pod {pod.id} ({pod.name}) ended {done.status_detail or done.state}; log tail:\n"
+                                f"{prov.log_tail(pod.id, 2500)}")
+        return done
+
+    def create_endpoint(self, side: str, role: str) -> Endpoint:
+        prof = self.profile(side)
+        spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
+                            workers=prof.workers, price_usd_per_hour=prof.price_usd_per_hour,
+                            labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
+                            secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
+                            image=prof.image if isinstance(prof, RemoteProfile) else "")
+        return self.apply_plan(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
+
+    def destroy(self, side: str, resource_id: str, *, labels: dict[str, str] | None = None) -> Teardown | None:
+        """Plan and apply the destruction of ``resource_id`` (a run's own resource is covered by its
+        launch approval; ``labels`` as it was listed). Returns what the teardown found and did
+        (None in dry-run)."""
+        return self.apply_plan(side, self.provider(side).plan_destroy(resource_id, dry_run=self.dry_run(side)),
+                               owner_labels=labels)
