@@ -360,7 +360,8 @@ def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent() -> None:
                                                    {"port": 9000, "protocol": "udp"}], max_request_s=300)
     mig = validate(data)
     prov, _, _ = remote("runpod", profile=mig.target)
-    ctx = SimpleNamespace(mig=mig, resources=SimpleNamespace(provider=lambda side: prov),
+    vast, _, _ = remote("vast", profile=mig.source)
+    ctx = SimpleNamespace(mig=mig, resources=SimpleNamespace(provider=lambda side: prov if side == "target" else vast),
                           evidence=SimpleNamespace(write_json=lambda *a: None))
     ctx.records = {"01": SimpleNamespace(data={"requirements": freeze.requirements(ctx), "freeze": {
         "environment": None, "source_pod": {"cuda_max": "12.8", "image": mig.source.image}}})}
@@ -370,6 +371,11 @@ def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent() -> None:
     assert rows["port 9000/udp"]["status"] == "no equivalent" and "UDP not supported" in rows["port 9000/udp"]["reason"]
     assert rows["port 8000/http"]["status"] == "no equivalent" and "proxy" in rows["port 8000/http"]["reason"]
     assert rows["memory"]["status"] == "adapter needed"  # the v2 catalog publishes no RAM: re-checked on the canary
+    # what a stop keeps and how ports are reached differ between Vast and Runpod: mapped, not assumed
+    life, net = rows["lifecycle (stop, restart, interruption)"], rows["network mode"]
+    assert life["status"] == net["status"] == "adapter needed"
+    assert "container disk" in life["source"] and "/workspace volume" in life["target"]
+    assert "random external port" in net["source"] and "proxy" in net["target"]
     gate = mapping.dependency_gate(list(rows.values()))
     assert gate.verdict == "FAIL" and "port 9000/udp" in gate.detail and gate.blocking
 

@@ -123,6 +123,16 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                          f"{host['cuda']['runtime']} / {host['cuda']['driver_version']}",
                          EQUIVALENT if sf["cuda"] == host["cuda"]["runtime"] else ADAPTER,
                          "recorded; must satisfy the image's CUDA build"))
+    src_caps = ctx.resources.provider("source").capabilities()
+    for dep, src_v, tgt_v, consequence in (
+            ("lifecycle (stop, restart, interruption)", src_caps.lifecycle, caps.lifecycle,
+             "what survives a stop differs: state must live in the store (phase 03 proves resume from it) and the "
+             "rollback point must not rely on a disk"),
+            ("network mode", src_caps.network, caps.network,
+             "ports are published and reached differently: the canary checks each declared port is reachable")):
+        same = src_v == tgt_v
+        rows.append(_row(dep, src_v, tgt_v, EQUIVALENT if same else ADAPTER,
+                         "the same provider semantics on both sides" if same else consequence))
     if ctx.mig.workload.kind == "inference":
         qe = caps.queue_endpoints
         rows.append(_row("queue endpoint", "serves the workload's requests",

@@ -106,7 +106,7 @@ class Resources:
             return None
         approval = self._teardown_approval(side, plan, owner_labels) if plan.action == "destroy" else None
         if approval is None:
-            sim = self.provider(side).simulator() if self.mig.approvals.preapproved_simulator else ""
+            sim = self.provider(side).simulator(ask=True) if self.mig.approvals.preapproved_simulator else ""
             approval = approvals.require(plan, run_dir=self.run_dir,
                                          preapproved_local=self.mig.approvals.preapproved_local,
                                          approval_file=self.approval_ref or self.mig.approvals.approval_file,

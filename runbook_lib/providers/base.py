@@ -224,7 +224,10 @@ class Capability:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a provider offers, as data (phase 02 reads it to build the dependency map)."""
+    """What a provider offers, as data (phase 02 reads it to build the dependency map).
+
+    ``lifecycle`` says what a stop, a restart and an interruption do and what survives each;
+    ``network`` how ports are published and reached. Phase 02 maps both, side against side."""
 
     provider: str
     udp: Capability
@@ -236,6 +239,8 @@ class Capabilities:
     billing: str
     queue_endpoints: Capability
     restart: Capability
+    lifecycle: str
+    network: str
     extra: dict[str, Capability] = field(default_factory=dict)
 
 
@@ -267,9 +272,10 @@ class Provider(ABC):
     def close(self) -> None:  # noqa: B027 - deliberately empty: most providers hold no connection
         """Release connections the provider holds (nothing for a provider without any)."""
 
-    def simulator(self) -> str:
-        """The name a simulator gave for this provider's API (``runpod``), or ``""`` for a real
-        one. A run that talked to a simulator is a rehearsal (:mod:`runbook_lib.providers.simulator`)."""
+    def simulator(self, *, ask: bool = False) -> str:
+        """The name a simulator gave for this provider's API in its answers so far (``runpod``),
+        or ``""`` for a real one; ``ask``: make one read-only request first if none was made. A
+        run that talked to a simulator is a rehearsal (:mod:`runbook_lib.providers.simulator`)."""
         return ""
 
     def is_gone(self, resource_id: str) -> bool:

@@ -200,10 +200,10 @@ class RemoteProvider(Provider):
         """Close the API client's connections."""
         self.api.close()
 
-    def simulator(self) -> str:
-        """What the API's answers said about being a simulator; asks once (``PROBE_PATH``) when
-        nothing was asked yet."""
-        if not self.api.simulator and self.PROBE_PATH:
+    def simulator(self, *, ask: bool = False) -> str:
+        """What the API's answers said about being a simulator; with ``ask`` and nothing asked
+        yet, one read-only request (``PROBE_PATH``) first."""
+        if ask and not self.api.simulator and self.PROBE_PATH:
             try:
                 self.api.request("GET", self.PROBE_PATH)
             except ProviderError:

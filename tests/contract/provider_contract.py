@@ -43,6 +43,7 @@ class ProviderContract:
         assert caps.billing
         for cap in (caps.queue_endpoints, caps.restart):
             assert cap.detail
+        assert caps.lifecycle and caps.network  # what survives a stop, how ports are reached
 
     def test_the_whole_interface_is_declared_and_answers(self, env: ProviderEnv) -> None:
         labels = (("run_id", "contract-iface"), ("role", "canary"))

@@ -114,6 +114,9 @@ class LocalProvider(Provider):
             queue_endpoints=Capability(True, "a local front door with a job queue and worker processes",
                                        "runbook_lib/providers/local/endpoint.py"),
             restart=Capability(False, "a stopped local pod's process is gone; its volume is kept for a new pod"),
+            lifecycle="stop ends the processes and keeps the volume directory; no restart (launch a new pod); "
+                      "never interrupted",
+            network="loopback ports, any protocol, no proxy",
         )
 
     # -- plans -------------------------------------------------------------------------------

@@ -102,6 +102,10 @@ class RunpodProvider(RemoteProvider):
                                        "runpod/docs serverless/endpoints/operation-reference.mdx"),
             restart=Capability(True, "a stopped pod starts again on its machine, possibly with zero GPUs "
                                      "(readiness re-checks)", "runpod/docs pods/troubleshooting/zero-gpus.mdx"),
+            lifecycle="stop keeps the /workspace volume and wipes the container disk; start on the same machine, "
+                      "possibly with zero GPUs; spot pods can be interrupted (runpod/docs pods/storage/types.mdx)",
+            network="HTTP ports through the proxy (<pod>-<port>.proxy.runpod.net, cut at 100 s), TCP ports on a "
+                    "public IP and port; SSH (runpod/docs pods/configuration/expose-ports.mdx)",
             extra={
                 "ports_after_create": Capability(False, "ports are fixed at creation; changing them recreates the pod "
                                                         "and loses data", "skypilot PR #3748"),

@@ -128,6 +128,10 @@ class VastProvider(RemoteProvider):
             billing="per second while running; storage bills while stopped; bandwidth billed per GB both ways",
             queue_endpoints=Capability(False, "no queue endpoint in this runbook; serve from an instance", src),
             restart=Capability(True, "a stopped instance starts again once its GPU is free", src),
+            lifecycle="stop keeps the container disk, which still bills; start waits for the GPU; an interruptible "
+                      f"instance is stopped when outbid and keeps its data ({src})",
+            network=f"direct ports: each internal port mapped to a random external port on the host's IP, read "
+                    f"from the instance's port map; SSH; no HTTP proxy ({src})",
             extra={
                 "max_ports": Capability(True, "at most 64 open ports per container", src, limit=64),
                 "disk_resize": Capability(False, "disk size is fixed at creation; resizing means recreating", src),
