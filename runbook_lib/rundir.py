@@ -43,6 +43,29 @@ NEEDS: dict[str, tuple[str, ...]] = {
 decided and torn down)."""
 
 
+class OnRun:
+    """Shorthands for an object working on one run (its ``run`` attribute): the run's params,
+    params file, directory and id."""
+
+    run: RunDir
+
+    @property
+    def mig(self) -> Migration:
+        return self.run.mig
+
+    @property
+    def params_path(self) -> Path:
+        return self.run.params_path
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+
 @dataclass(frozen=True)
 class RunDir:
     """One run's directory, bound to the params it runs with.

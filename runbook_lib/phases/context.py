@@ -4,23 +4,21 @@ opened by :func:`open_phase` and written by :meth:`PhaseContext.finish`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError
 from runbook_lib.gates import GateResult, from_dict, tolerance_for
 from runbook_lib.manifest import PHASES, Record
-from runbook_lib.params import Migration
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.phases.resources import Resources
-from runbook_lib.rundir import RunDir
+from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.scan import scan_run
 from runbook_lib.storage import Store, store_from_params
 
 
 @dataclass
-class PhaseContext:
+class PhaseContext(OnRun):
     """One phase of one run.
 
     Attributes:
@@ -52,22 +50,6 @@ class PhaseContext:
         self.evidence = Evidence(self.run)
         self.resources = Resources(self.phase, self.run, self.records, self.evidence, lambda: self.store,
                                    self.approval_ref)
-
-    @property
-    def mig(self) -> Migration:
-        return self.run.mig
-
-    @property
-    def params_path(self) -> Path:
-        return self.run.params_path
-
-    @property
-    def run_dir(self) -> Path:
-        return self.run.path
-
-    @property
-    def run_id(self) -> str:
-        return self.run.run_id
 
     @property
     def store(self) -> Store:

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadError
 from runbook_lib.manifest import Record
-from runbook_lib.params import LocalProfile, Migration, Profile, RemoteProfile
+from runbook_lib.params import LocalProfile, Profile, RemoteProfile
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
-from runbook_lib.rundir import RunDir
+from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.storage import MARKER_KEY, Store, credential_env
 from runbook_lib.workload.job import PARAMS_FROM_ENV
 
@@ -23,7 +22,7 @@ POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
 
 
 @dataclass
-class Resources:
+class Resources(OnRun):
     """The providers of both sides of one phase and every plan that uses them.
 
     Attributes:
@@ -43,22 +42,6 @@ class Resources:
     store_factory: Callable[[], Store]
     approval_ref: str = ""
     providers: dict[str, Provider] = field(default_factory=dict)
-
-    @property
-    def mig(self) -> Migration:
-        return self.run.mig
-
-    @property
-    def params_path(self) -> Path:
-        return self.run.params_path
-
-    @property
-    def run_dir(self) -> Path:
-        return self.run.path
-
-    @property
-    def run_id(self) -> str:
-        return self.run.run_id
 
     @property
     def store(self) -> Store:

@@ -31,7 +31,9 @@ from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.fixtures import FixtureApi
 from runbook_lib.providers.local import LocalProvider
 
-__all__ = ["SIMULATOR_HEADER", "Machines", "SimServer", "simulate"]
+HOST = "127.0.0.1"  # every simulated machine's address
+
+__all__ = ["HOST", "SIMULATOR_HEADER", "MachineBacked", "Machines", "SimServer", "simulate"]
 
 
 
@@ -110,6 +112,21 @@ class Machines:
                 self.destroy(rid)
             except ProviderError:
                 pass  # reported by the local provider's teardown record; shutting down regardless
+
+
+class MachineBacked:
+    """Mixin of a simulator's API (before its provider's fake API in the bases): the machines
+    behind its resources, and answers that report 127.0.0.1 as their address.
+
+    Args:
+        provider: the provider's registry name.
+        machines: the process backend.
+        **kwargs: :class:`runbook_lib.providers.fixtures.FixtureApi`'s arguments (``key``, ``script``).
+    """
+
+    def __init__(self, provider: str, *, machines: Machines, **kwargs: Any) -> None:
+        super().__init__(provider, ip=HOST, **kwargs)  # type: ignore[call-arg]
+        self.machines = machines
 
 
 class SimServer:

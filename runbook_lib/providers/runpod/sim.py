@@ -13,23 +13,11 @@ from typing import Any
 
 from runbook_lib.providers.fixtures import load
 from runbook_lib.providers.runpod.fake import FakeApi
-from runbook_lib.providers.simulator import Machines
-
-HOST = "127.0.0.1"
+from runbook_lib.providers.simulator import HOST, MachineBacked
 
 
-class SimApi(FakeApi):
-    """Runpod's answers with real processes behind its pods.
-
-    Args:
-        provider: ``runpod``.
-        machines: the process backend.
-        **kwargs: :class:`runbook_lib.providers.fixtures.FixtureApi`'s arguments (``key``, ``script``).
-    """
-
-    def __init__(self, provider: str, *, machines: Machines, **kwargs: Any) -> None:
-        super().__init__(provider, ip=HOST, **kwargs)
-        self.machines = machines
+class SimApi(MachineBacked, FakeApi):
+    """Runpod's answers with real processes behind its pods (arguments: :class:`MachineBacked`)."""
 
     def answer(self, request: Any, body: Any) -> Any:
         m, parts = request.method, request.url.path.strip("/").split("/")

@@ -14,24 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from runbook_lib.providers.fixtures import load
-from runbook_lib.providers.simulator import Machines
+from runbook_lib.providers.simulator import HOST, MachineBacked
 from runbook_lib.providers.vast.fake import FakeApi
 
-HOST = "127.0.0.1"
 
-
-class SimApi(FakeApi):
-    """Vast.ai's answers with real processes behind its instances.
-
-    Args:
-        provider: ``vast``.
-        machines: the process backend.
-        **kwargs: :class:`runbook_lib.providers.fixtures.FixtureApi`'s arguments (``key``, ``script``).
-    """
-
-    def __init__(self, provider: str, *, machines: Machines, **kwargs: Any) -> None:
-        super().__init__(provider, ip=HOST, **kwargs)
-        self.machines = machines
+class SimApi(MachineBacked, FakeApi):
+    """Vast.ai's answers with real processes behind its instances (arguments: :class:`MachineBacked`)."""
 
     def answer(self, request: Any, body: Any) -> Any:
         m, parts = request.method, request.url.path.strip("/").split("/")
