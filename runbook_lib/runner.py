@@ -201,29 +201,28 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path, approval_ref: str
         The outcome; ``failed`` / ``held`` / ``interrupted`` outcomes have a record with the
         notebook, cell and error written for them. Never raises for a phase that failed.
     """
-    pid = phase
     t0 = time.perf_counter()
     started = utc_now()
     try:
         try:
-            execute_phase(pid, run.params_path, run.path, cell_timeout_s=cell_timeout_s or run.mig.run.cell_timeout_s,
+            execute_phase(phase, run.params_path, run.path, cell_timeout_s=cell_timeout_s or run.mig.run.cell_timeout_s,
                           notebooks_dir=notebooks_dir, approval_ref=approval_ref, interrupts=interrupts,
                           cwd=run.project)
         finally:
             if interrupts is not None:
                 interrupts.phase_ended()
-            scrub_paths(run.path / f"{phase_name(pid)}.ipynb", run.project)
-            scan = scan_phase(run, pid)
+            scrub_paths(run.path / f"{phase_name(phase)}.ipynb", run.project)
+            scan = scan_phase(run, phase)
             if scans is not None:
                 scans.append(scan)
         if scan["findings"]:
-            raise PhaseFailed(leak_message(scan), phase=pid, notebook=str(run.path / f"{phase_name(pid)}.ipynb"),
+            raise PhaseFailed(leak_message(scan), phase=phase, notebook=str(run.path / f"{phase_name(phase)}.ipynb"),
                               ename="SecretLeak")
-        rec = run.records().get(pid)
+        rec = run.records().get(phase)
         if rec is None:
-            raise PhaseFailed(f"phase {pid} ran but wrote no record", phase=pid,
-                              notebook=str(run.path / f"{phase_name(pid)}.ipynb"))
-        return PhaseOutcome(pid, "completed", time.perf_counter() - t0,
+            raise PhaseFailed(f"phase {phase} ran but wrote no record", phase=phase,
+                              notebook=str(run.path / f"{phase_name(phase)}.ipynb"))
+        return PhaseOutcome(phase, "completed", time.perf_counter() - t0,
                             verdicts=[g["verdict"] for g in rec.data.get("gates", [])],
                             stop=bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration")),
                             dry_run=bool(rec.data.get("dry_run")))
@@ -231,14 +230,14 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path, approval_ref: str
         ename = getattr(exc, "ename", "")
         status = "interrupted" if ename == INTERRUPTED else "held" if ename == "ApprovalRequired" else "failed"
         nb = getattr(exc, "notebook", "")
-        out = PhaseOutcome(pid, status, time.perf_counter() - t0, str(exc), stop=status == "held")
+        out = PhaseOutcome(phase, status, time.perf_counter() - t0, str(exc), stop=status == "held")
         files = [Path(nb).name] if nb and Path(nb).exists() else []
         data: dict[str, Any] = {"error": str(exc), "notebook": Path(nb).name if nb else None,
                                 "cell_index": getattr(exc, "cell_index", -1), "ename": ename}
         if status == "interrupted" and interrupts is not None:
             data.update(signal=interrupts.name, signal_received_at=interrupts.received_at)
         try:
-            run.write_record(pid, status=status, started=started, files=files, data=data)
+            run.write_record(phase, status=status, started=started, files=files, data=data)
         except EvidenceError as inner:
             out.reason += f" (could not write the {status} record: {inner})"
         return out

@@ -2,8 +2,8 @@
 
 One :class:`ApiClient` per provider surface (Runpod REST v2, Runpod job API, Vast.ai). It
 resolves the API key lazily from a reference (``env:VAR`` / ``file:/path`` / the provider's
-standard key files), sends it as ``Authorization: Bearer``, retries 429 and 502/503/504, and
-turns every other answer into the runbook's exception tree (:mod:`runbook_lib.errors`). The key
+standard key files), sends it as ``Authorization: Bearer``, retries 429 and 502/503/504 (a
+request that creates something: 429 only, see :meth:`ApiClient.request`), and turns every other answer into the runbook's exception tree (:mod:`runbook_lib.errors`). The key
 never appears in a message: bodies quoted in errors are cut short and scrubbed of it.
 
 Rate limits: ``Retry-After`` (RFC 9110 section 10.2.3, seconds) wins; else the reset ``t`` of a
