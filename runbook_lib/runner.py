@@ -154,6 +154,9 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
             str(src), str(out), parameters=params, kernel_name=KERNEL_NAME,
             cwd=str(cwd or params_path.parent),
             progress_bar=False, log_output=False, execution_timeout=cell_timeout_s, interrupt_on_timeout=True,
+            # The kernel listens on 127.0.0.1 only (jupyter_client's default); its start-up warning
+            # about unencrypted TCP would otherwise be printed once per phase. Errors still show.
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
             error_on_timeout={"ename": "CellTimeoutError",
                               "evalue": f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s",
                               "traceback": [f"CellTimeoutError: cell exceeded {cell_timeout_s} s"]},
