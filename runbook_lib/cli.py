@@ -157,10 +157,21 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     import secrets
     import time
 
+    from runbook_lib.errors import UsageError
     from runbook_lib.providers.simulator import simulate
 
     key = args.key or f"sim-{args.provider}-{secrets.token_hex(16)}"
-    srv = simulate(args.provider, state_dir=args.state, key=key, port=args.port)
+    faults: dict = {}  # JSON as the user wrote it; simulate() reads its two keys
+    if args.faults:
+        try:
+            faults = json.loads(Path(args.faults).read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--faults {args.faults}: cannot read it as JSON ({exc}); nothing was started") from None
+        unknown = set(faults) - {"script", "lies"}
+        if unknown:
+            raise UsageError(f"--faults {args.faults}: unknown keys {sorted(unknown)}; use script and lies")
+    srv = simulate(args.provider, state_dir=args.state, key=key, port=args.port, script=faults.get("script"),
+                   lies=faults.get("lies"))
     env = {"runpod": ("RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL", "RUNPOD_API_KEY"),
            "vast": ("RUNBOOK_VAST_API_URL", "", "VAST_API_KEY")}[args.provider]
     print(f"{args.provider} simulator at {srv.url} (Ctrl-C stops it and destroys its machines). Point a run at it:")
@@ -303,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     sm.add_argument("--key", default="", help="the Bearer key it accepts (default: a new random one, printed)")
     sm.add_argument("--state", default=".runbook/simulator", help="where its machines keep disks and logs")
+    sm.add_argument("--faults", help="JSON file of scripted faults: {\"script\": {operation: [answers]}, "
+                                     "\"lies\": {offer_id: {field: value}}} (see runbook_lib.providers.fixtures)")
     sm.set_defaults(func=_cmd_simulate)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")

@@ -127,3 +127,48 @@ def test_the_rehearsal_copy_lists_every_override_and_leaves_the_params_alone(tmp
             node_a = (node_a or {}).get(part) if isinstance(node_a, dict) else None
             node_b = node_b[part]
         assert node_a != node_b or dotted.endswith("device"), dotted
+
+
+@pytest.mark.parametrize("name,script,outcome", [
+    ("vast", {"create": ["gone"]}, "no capacity"),  # the offer was taken between search and create (410)
+    ("vast", {"create": ["rate"]}, "ready"),  # Vast's plain-text 429: our own backoff, then created
+    ("vast", {"poll": ["exited_oci_error"]}, "failed readiness"),  # the container never started
+    ("runpod", {"create": ["capacity"]}, "no capacity"),  # 400 "no longer any instances available"
+    ("runpod", {"create": ["rate"]}, "ready"),  # 429 with Retry-After, honoured
+])
+def test_scripted_faults_on_the_wire_end_in_the_documented_outcome(name: str, script: dict[str, list[str]],
+                                                                   outcome: str, tmp_path: Path) -> None:
+    srv = simulate(name, state_dir=tmp_path / "sim", key=KEY, script=script)
+    prof = (PARAMS.source if name == "runpod" else PARAMS.target).model_copy(update={"api_url": srv.url})
+    prov = create_provider(name, profile=prof, key=KeySource(name, ("env:NONE",), _value=KEY), poll_s=0.1,
+                           sleep=lambda s: None)
+    try:
+        offers = OFFERS[name] * 2 if name == "runpod" else ("8812345", "8812501")
+        spec = _spec(name, "import time; time.sleep(30)", "sim-fault")
+        spec = PodSpec(**{**spec.__dict__, "offers": offers})
+        plan = prov.plan_launch(spec, dry_run=False)
+        pod = prov.apply(plan, _ok(plan))
+        assert prov.attempts[0].outcome == outcome and prov.attempts[-1].outcome == "ready"
+        assert [p.id for p in prov.list(labels={"run_id": "sim-fault"})] == [pod.id]  # failed tries destroyed
+    finally:
+        prov.close()
+        srv.close()
+
+
+def test_an_offer_that_lies_about_its_machine_is_caught_by_readiness(tmp_path: Path) -> None:
+    # Offer 8812345 lists host CUDA 12.8; the machine really has 11.8, below target.offer.cuda_min 12.4.
+    srv = simulate("vast", state_dir=tmp_path / "sim", key=KEY, lies={"8812345": {"cuda_max_good": 11.8}})
+    prof = PARAMS.target.model_copy(update={"api_url": srv.url})
+    prov = create_provider("vast", profile=prof, key=KeySource("vast", ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        spec = PodSpec(**{**_spec("vast", "import time; time.sleep(30)", "sim-lie").__dict__,
+                          "offers": ("8812345", "8812501")})
+        plan = prov.plan_launch(spec, dry_run=False)
+        pod = prov.apply(plan, _ok(plan))
+        first = prov.attempts[0]
+        assert first.offer_id == "8812345" and first.outcome == "failed readiness" and "CUDA" in first.detail
+        assert prov.is_gone(first.resource_id)  # the machine that lied was destroyed
+        assert prov.attempts[-1].offer_id == "8812501" and pod.id != first.resource_id
+    finally:
+        prov.close()
+        srv.close()

@@ -127,6 +127,7 @@ class MachineBacked:
     def __init__(self, provider: str, *, machines: Machines, **kwargs: Any) -> None:
         super().__init__(provider, ip=HOST, **kwargs)  # type: ignore[call-arg]
         self.machines = machines
+        self.lies: dict[str, dict[str, Any]] = {}  # offer id -> facts the machine really has
 
 
 class SimServer:
@@ -198,7 +199,7 @@ class SimServer:
 
 
 def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127.0.0.1", port: int = 0,
-             script: dict[str, list[str]] | None = None) -> SimServer:
+             script: dict[str, list[str]] | None = None, lies: dict[str, dict[str, Any]] | None = None) -> SimServer:
     """Start the simulator of remote provider ``provider`` and return its server.
 
     Args:
@@ -206,6 +207,9 @@ def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127
         key: the Bearer key it accepts (give the adapter the same one, e.g. ``RUNPOD_API_KEY``).
         script: scripted faults, served first (the operations and answers of
             :class:`runbook_lib.providers.fixtures.FixtureApi`, e.g. ``{"create": ["created_then_502"]}``).
+        lies: per offer id, machine facts that differ from what the offer listed (Vast.ai: instance
+            fields such as ``{"cuda_max_good": 11.8}``): the machine is not what was advertised, and
+            readiness must catch it.
 
     Raises:
         ValueError: ``provider`` has no simulator.
@@ -217,4 +221,5 @@ def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127
     except ModuleNotFoundError:
         raise ValueError(f"no simulator for provider {provider!r}; there are simulators for runpod and vast") from None
     api = module.SimApi(provider, machines=Machines(Path(state_dir) / provider), key=key, script=script)
+    api.lies = dict(lies or {})
     return SimServer(api, host=host, port=port)

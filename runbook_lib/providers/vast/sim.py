@@ -37,6 +37,7 @@ class SimApi(MachineBacked, FakeApi):
         created = set(self.state) - before
         if m == "PUT" and parts[:3] == ["api", "v0", "asks"] and created:
             iid = created.pop()
+            self.state[iid].update(self.lies.get(parts[3], {}))  # the machine may not be what the offer said
             env = {k: str(v) for k, v in ((body or {}).get("env") or {}).items() if not k.startswith("-p ")}
             if self.state[iid].get("actual_status") != "stopped":  # a failed bid leaves a stopped instance
                 self.machines.start(iid, list((body or {}).get("args") or []), env)
