@@ -123,6 +123,20 @@ class Request:
     input_index: int
 
 
+def job_timings(job: dict[str, Any]) -> dict[str, float]:
+    """Queue, init and execution seconds of a finished job record. The local endpoint reports
+    ``queue_s``/``init_s``/``execution_s``; Runpod reports ``delayTime`` (queued until a worker
+    took the job) and ``executionTime``, in milliseconds (docs/reference/providers.md 2.4, job
+    API): those become ``queue_s`` and ``execution_s``, and ``init_s`` is unknown (NaN)."""
+    def seconds(local: str, runpod_ms: str) -> float:
+        if job.get(local) is not None:
+            return float(job[local])
+        return float(job[runpod_ms]) / 1000.0 if job.get(runpod_ms) is not None else float("nan")
+
+    return {"queue_s": seconds("queue_s", "delayTime"), "init_s": seconds("init_s", ""),
+            "execution_s": seconds("execution_s", "executionTime")}
+
+
 def poisson_schedule(n: int, rate_per_s: float, seed: int) -> np.ndarray:
     """Intended arrival offsets (seconds, shape ``(n,)``, float64) of a Poisson process.
 
@@ -157,9 +171,8 @@ def run_open_loop(client: JobClient, requests: list[Request], *, side: str, roun
             job = {"status": "CLIENT_ERROR", "error": str(exc)}
         done = time.perf_counter() - t0
         row = {"side": side, "round": round_id, "request": req.index, "intended_s": req.intended_s,
-               "sent_s": sent, "done_s": done, "total_s": done - req.intended_s,
-               "queue_s": job.get("queue_s", np.nan), "init_s": job.get("init_s", np.nan),
-               "execution_s": job.get("execution_s", np.nan), "status": job.get("status"),
+               "sent_s": sent, "done_s": done, "total_s": done - req.intended_s, **job_timings(job),
+               "status": job.get("status"),
                "batch_size": job.get("batch_size", np.nan), "input_index": req.input_index,
                "output": job.get("output")}
         with lock:

@@ -190,3 +190,15 @@ def test_shipped_params_set_what_their_gates_rely_on() -> None:
         mig = load_params(ROOT / "params" / name)
         needed = [n for n in PERFORMANCE if not (kind == "training" and n == "latency_slo")]
         assert all(operator_set(mig, compare.OPERATOR_SETTINGS[n]) for n in needed), name
+
+
+def test_runpod_job_times_in_milliseconds_become_seconds() -> None:
+    # Runpod's job record (docs/reference/providers.md 2.4): delayTime 812 ms queued, executionTime
+    # 143 ms running; the local endpoint reports seconds itself.
+    from runbook_lib.measure import job_timings
+
+    rp = job_timings({"status": "COMPLETED", "delayTime": 812, "executionTime": 143})
+    assert rp["queue_s"] == pytest.approx(0.812) and rp["execution_s"] == pytest.approx(0.143)
+    assert rp["init_s"] != rp["init_s"]  # NaN: Runpod does not report it
+    local = job_timings({"queue_s": 0.5, "init_s": 0.0, "execution_s": 0.25})
+    assert (local["queue_s"], local["init_s"], local["execution_s"]) == (0.5, 0.0, 0.25)
