@@ -387,11 +387,18 @@ class Gates(_Model):
 
 
 class Cutover(_Model):
-    """Phase 05: traffic (or job) percentages per slice step and the rollback window."""
+    """Phase 05: traffic (or job) percentages per slice step and the rollback window.
+
+    Attributes:
+        rollback_owner: the person who may order a rollback while the window is open (a name or
+            a role address, recorded with the rollback point); empty: nobody is named, and the
+            rollback point says so.
+    """
 
     steps_percent: tuple[int, ...] = (10, 50, 100)
     requests_per_step: int = Field(default=20, ge=1)
     rollback_window_s: float = Field(default=3600.0, gt=0)
+    rollback_owner: str = Field(default="", max_length=200)
 
     @field_validator("steps_percent")
     @classmethod

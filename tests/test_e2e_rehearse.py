@@ -38,6 +38,8 @@ def test_the_training_migration_rehearses_go_and_is_marked_a_rehearsal(tmp_path:
     assert receipt["decision"] == "GO"
     assert receipt["rehearsal"]["simulators"] == {"source": "runpod", "target": "vast"}
     assert "source.dry_run = False" in receipt["rehearsal"]["params"]["overrides"]
+    point = receipt["rollback_point"]  # names who may order a rollback, and the source kept running
+    assert (point["rollback_owner"], point["source_provider"]) == ("platform-oncall@example.com", "runpod")
     assert json.loads((run_dir / "manifest.json").read_text())["rehearsal"]["simulators"]
     approvals = [json.loads(p.read_text())["approval"]["method"] for p in (run_dir / "approvals").glob("*.json")]
     assert approvals and all("simulator" in m or "teardown" in m for m in approvals)

@@ -47,6 +47,8 @@ def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
         "frozen_prefix": rec01["frozen"]["prefix"],
         "window_s": ctx.mig.cutover.rollback_window_s,
         "window_closes_epoch": time.time() + ctx.mig.cutover.rollback_window_s,
+        "source_provider": ctx.mig.source.provider,
+        "rollback_owner": ctx.mig.cutover.rollback_owner or "not named (set cutover.rollback_owner)",
     }
     if ctx.mig.workload.kind == "inference":
         point["source_endpoint"] = ctx.records["04"].data["endpoints"].get("source")
