@@ -269,15 +269,22 @@ def test_slower_target_is_no_go_naming_the_latency_gate(make_params) -> None:
     _gone(res)
 
 
-def test_a_leaked_secret_fails_the_phase_and_is_redacted(make_params, tmp_path: Path, monkeypatch) -> None:
+def _leaky_phase(make_params, tmp_path: Path, monkeypatch, notebook: str) -> tuple[Path, Path]:
+    """Copies of the notebooks where ``notebook`` prints HF_TOKEN (set to the canary), and params
+    that declare it: the phase leaks a credential into its evidence."""
     monkeypatch.setenv("HF_TOKEN", CANARY_ENV)
     nbs = tmp_path / "notebooks"
     shutil.copytree(ROOT / "notebooks", nbs)
-    nb = nbformat.read(nbs / "02_map_target.ipynb", as_version=4)
+    nb = nbformat.read(nbs / f"{notebook}.ipynb", as_version=4)
     nb.cells.insert(2, nbformat.v4.new_code_cell("import os\nprint('debug', os.environ['HF_TOKEN'])"))
-    nbformat.write(nb, nbs / "02_map_target.ipynb")
+    nbformat.write(nb, nbs / f"{notebook}.ipynb")
     p = make_params("demo-train.yaml", source={"secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"}]},
                     **FAST_TRAINING)
+    return nbs, p
+
+
+def test_a_leaked_secret_fails_the_phase_and_is_redacted(make_params, tmp_path: Path, monkeypatch) -> None:
+    nbs, p = _leaky_phase(make_params, tmp_path, monkeypatch, "02_map_target")
     res = run_migration(p, reports_dir=p.parent.parent / "reports", notebooks_dir=nbs, echo=print)
     assert res.exit_code == EXIT_FAILED
     assert res.outcomes[1].status == "failed" and "credentials" in res.outcomes[1].reason
@@ -291,14 +298,7 @@ def test_a_leaked_secret_fails_the_phase_and_is_redacted(make_params, tmp_path: 
 def test_runbook_phase_scans_and_redacts_like_a_full_run(make_params, tmp_path: Path, monkeypatch) -> None:
     # `runbook phase` goes through the runner's one execution path: a phase that prints a
     # credential fails (exit 4), is recorded as failed, and the notebook is redacted.
-    monkeypatch.setenv("HF_TOKEN", CANARY_ENV)
-    nbs = tmp_path / "notebooks"
-    shutil.copytree(ROOT / "notebooks", nbs)
-    nb = nbformat.read(nbs / "01_freeze_source.ipynb", as_version=4)
-    nb.cells.insert(2, nbformat.v4.new_code_cell("import os\nprint('debug', os.environ['HF_TOKEN'])"))
-    nbformat.write(nb, nbs / "01_freeze_source.ipynb")
-    p = make_params("demo-train.yaml", source={"secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"}]},
-                    **FAST_TRAINING)
+    nbs, p = _leaky_phase(make_params, tmp_path, monkeypatch, "01_freeze_source")
     run_dir = tmp_path / "reports" / "by-hand"
     (tmp_path / "reports").mkdir(exist_ok=True)
     assert cli_main(["phase", "01", str(p), str(run_dir), "--notebooks", str(nbs)]) == EXIT_FAILED
