@@ -43,6 +43,16 @@ NEEDS: dict[str, tuple[str, ...]] = {
 decided and torn down)."""
 
 
+def _load(params_path: str | Path) -> tuple[Path, Migration, Path]:
+    """The params file made absolute, its validated params, and its project root.
+
+    Raises:
+        ParamsError: the params are invalid.
+    """
+    params = Path(params_path).resolve()
+    return params, load_params(params), project_root(params)
+
+
 class OnRun:
     """Shorthands for an object working on one run (its ``run`` attribute): the run's params,
     params file, directory and id."""
@@ -91,11 +101,6 @@ class RunDir:
         """``params.yaml`` inside the run: the bytes the run started with."""
         return self.path / KEPT_PARAMS
 
-    @property
-    def sealed(self) -> bool:
-        """True once the completion marker exists: the run's evidence is final."""
-        return (self.path / COMPLETION_MARKER).exists()
-
     def state_dir(self, provider: str) -> Path:
         """Where a provider keeps its local state: ``<project>/.runbook/<provider>``."""
         return self.project / STATE_DIR / provider
@@ -113,9 +118,7 @@ class RunDir:
             ParamsError: the params are invalid (nothing is created).
             UsageError: ``path`` exists as a non-empty directory, or its parent does not exist.
         """
-        params = Path(params_path).resolve()
-        mig = load_params(params)
-        project = project_root(params)
+        params, mig, project = _load(params_path)
         if path is None:
             reports = Path(reports_dir) if Path(reports_dir).is_absolute() else project / reports_dir
             target = reports / new_run_id(mig.migration)
@@ -143,9 +146,7 @@ class RunDir:
                 ``params.yaml``), or
                 ``params_path``'s bytes differ from the params the run started with.
         """
-        params = Path(params_path).resolve()
-        mig = load_params(params)
-        project = project_root(params)
+        params, mig, project = _load(params_path)
         target = Path(path) if Path(path).is_absolute() else project / path
         target = target.resolve()
         kept = target / KEPT_PARAMS
@@ -171,9 +172,7 @@ class RunDir:
             EvidenceError: the migration has no run yet.
             UsageError: as :meth:`open`.
         """
-        params = Path(params_path).resolve()
-        mig = load_params(params)
-        project = project_root(params)
+        params, mig, project = _load(params_path)
         reports = Path(reports_dir) if Path(reports_dir).is_absolute() else project / reports_dir
         runs = sorted(p for p in reports.glob(f"*-{mig.migration}-*") if (p / KEPT_PARAMS).exists())
         if not runs:

@@ -215,17 +215,16 @@ class ApiClient:
         for attempt in range(self._max_retries + 1):
             try:
                 r = self._client().request(method, url, params=params, json=body, headers=headers)
-            except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-                if creates and not isinstance(exc, httpx.ConnectTimeout):  # it may have been sent and done
+            except httpx.HTTPError as exc:
+                sent = not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))  # it may have been done
+                if creates and sent and isinstance(exc, (httpx.TimeoutException, httpx.RemoteProtocolError,
+                                                         httpx.ReadError)):
                     raise CreateOutcomeUnknown(f"{what}: no answer ({type(exc).__name__}); the resource may have "
                                                "been created", provider=self.provider) from None
-                if not isinstance(exc, httpx.TimeoutException):
-                    raise ProviderError(f"{what} failed before an answer: {type(exc).__name__}: "
-                                        f"{self._scrub(str(exc))}", provider=self.provider) from None
-                raise ProviderTimeout(f"{what} timed out after {self._timeout_s} s ({type(exc).__name__}); "
-                                      "the provider is slow or unreachable, try again later",
-                                      provider=self.provider) from None
-            except httpx.HTTPError as exc:
+                if isinstance(exc, httpx.TimeoutException):
+                    raise ProviderTimeout(f"{what} timed out after {self._timeout_s} s ({type(exc).__name__}); "
+                                          "the provider is slow or unreachable, try again later",
+                                          provider=self.provider) from None
                 raise ProviderError(f"{what} failed before an answer: {type(exc).__name__}: {self._scrub(str(exc))}",
                                     provider=self.provider) from None
             self.simulator = self.simulator or r.headers.get(SIMULATOR_HEADER, "")

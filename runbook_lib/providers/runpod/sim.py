@@ -29,9 +29,11 @@ class SimApi(MachineBacked, FakeApi):
                 self.machines.restart(parts[2])
             else:
                 self.machines.stop(parts[2])
+        before = set(self.state)
         response = super().answer(request, body)
-        if m == "POST" and parts == ["v2", "pods"] and response.status_code in (201, 502):
-            pid = max((k for k in self.state if k.endswith("rp")), key=lambda k: int(k[2:6]))
+        created = [k for k in set(self.state) - before if k.endswith("rp")]
+        if m == "POST" and parts == ["v2", "pods"] and created:  # also after a 502 that still created it
+            pid = created[0]
             pod = self.state[pid]
             self.machines.start(pid, pod.get("args") or "", {k: str(v) for k, v in (pod.get("env") or {}).items()})
         return response
