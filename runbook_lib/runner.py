@@ -43,6 +43,14 @@ KERNEL_NAME = "python3"
 INTERRUPTED = "Interrupted"  # ename of a phase stopped by SIGINT/SIGTERM
 
 
+class _StoppedBeforeCell(Exception):
+    """Raised by the runner's cell hook: the run was interrupted, so cell ``cell_index`` is not run."""
+
+    def __init__(self, cell_index: int) -> None:
+        super().__init__(f"interrupted before cell {cell_index}")
+        self.cell_index = cell_index
+
+
 @dataclass
 class PhaseOutcome:
     """How one phase ended: ``completed``, ``failed``, ``held`` (an approval is missing),
@@ -149,6 +157,13 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
     out = run_dir / f"{name}.ipynb"
     params = {"params_path": str(params_path), "run_dir": str(run_dir), "run_mode": "headless",
               "approval_ref": approval_ref}
+
+    def stop_if_interrupted(cell: Any, cell_index: int, **_: Any) -> None:
+        # A kernel acts on SIGINT only while a cell runs; a signal that came while it started or
+        # between two cells must still keep the next cell from running.
+        if interrupts is not None and interrupts.signum:
+            raise _StoppedBeforeCell(cell_index)
+
     try:
         pm.execute_notebook(
             str(src), str(out), parameters=params, kernel_name=KERNEL_NAME,
@@ -157,6 +172,7 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
             # The kernel listens on 127.0.0.1 only (jupyter_client's default); its start-up warning
             # about unencrypted TCP would otherwise be printed once per phase. Errors still show.
             extra_arguments=["--IPKernelApp.log_level=ERROR"],
+            on_cell_execute=stop_if_interrupted,
             error_on_timeout={"ename": "CellTimeoutError",
                               "evalue": f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s",
                               "traceback": [f"CellTimeoutError: cell exceeded {cell_timeout_s} s"]},
@@ -177,9 +193,13 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
         interrupted = interrupts is not None and interrupts.signum
         if not interrupted and not isinstance(exc, (DeadKernelError, CellTimeoutError)):
             raise
-        idx = _failed_cell(nbformat.read(out, as_version=4)) if out.exists() else -1
+        if isinstance(exc, _StoppedBeforeCell):
+            idx, cause = exc.cell_index, f"before cell {exc.cell_index} ran"
+        else:
+            idx = _failed_cell(nbformat.read(out, as_version=4)) if out.exists() else -1
+            cause = f"{type(exc).__name__}: {exc}"
         ename = INTERRUPTED if interrupted else type(exc).__name__
-        evalue = (f"stopped by {interrupts.name} at {interrupts.received_at} ({type(exc).__name__}: {exc})"
+        evalue = (f"stopped by {interrupts.name} at {interrupts.received_at} ({cause})"
                   if interrupted and interrupts is not None else str(exc))
         status = "interrupted" if interrupted else "failed"
         _stamp(out, status=status, cell_index=idx, ename=ename, evalue=evalue)

@@ -15,6 +15,7 @@ import pytest
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
+from runbook_lib.interrupt import Interrupts
 from runbook_lib.manifest import read_chain, sha256_file
 from runbook_lib.report import remote_references
 from runbook_lib.resolve import hold_deadline
@@ -210,6 +211,30 @@ def test_dead_kernel_is_reported_with_its_cell(tmp_path: Path) -> None:
     out = nbformat.read(tmp_path / "run" / "01_freeze_source.ipynb", as_version=4)
     assert out.metadata.runbook["status"] == "failed"
     assert out.cells[-1].metadata.papermill["status"] == "not-run"
+
+
+def test_a_signal_between_cells_keeps_the_next_cell_from_running(tmp_path: Path) -> None:
+    # The kernel acts on SIGINT only inside a cell; this one ignores it (as a starting or idle
+    # kernel does), so only the runner can keep the following cell from changing anything.
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    marker = tmp_path / "ran"
+    nb.cells = [nbformat.v4.new_code_cell("params_path = run_dir = run_mode = approval_ref = ''",
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("import os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                          "os.kill(os.getppid(), signal.SIGINT)\ntime.sleep(0.5)"),
+                nbformat.v4.new_code_cell(f"open({str(marker)!r}, 'w').write('cutover moved traffic')")]
+    (tmp_path / "nb").mkdir()
+    nbformat.write(nb, tmp_path / "nb" / "05_cutover.ipynb")
+    (tmp_path / "run").mkdir()
+    with Interrupts(kernel_grace_s=60) as intr, pytest.raises(PhaseFailed) as ei:
+        execute_phase("05", ROOT / "params" / "demo.yaml", tmp_path / "run", cell_timeout_s=60,
+                      notebooks_dir=tmp_path / "nb", interrupts=intr)
+    assert intr.name == "SIGINT" and not marker.exists()
+    assert ei.value.ename == "Interrupted" and ei.value.cell_index == 3  # the injected cell shifts by one
+    assert "before cell 3 ran" in str(ei.value)
+    out = nbformat.read(tmp_path / "run" / "05_cutover.ipynb", as_version=4)
+    assert out.metadata.runbook["status"] == "interrupted"
 
 
 def test_phase_refuses_sealed_missing_or_mismatched_runs(make_params, tmp_path: Path, capsys) -> None:
