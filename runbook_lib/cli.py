@@ -305,8 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl.set_defaults(func=_cmd_cleanup)
     rh = sub.add_parser("rehearse", help="run migrations end to end against loopback Runpod and Vast.ai simulators "
                                          "and a loopback S3 (declared overrides, evidence marked as a rehearsal)")
-    rh.add_argument("params", nargs="*", default=["params/runpod-to-vast-train.yaml"],
-                    help="migration YAMLs (default: params/runpod-to-vast-train.yaml)")
+    rh.add_argument("params", nargs="*", default=["params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml"],
+                    help="migration YAMLs (default: params/runpod-to-vast.yaml and params/runpod-to-vast-train.yaml)")
     rh.set_defaults(func=_cmd_rehearse)
     sm = sub.add_parser("simulate", help="serve a loopback simulator of a provider API until Ctrl-C, to rehearse "
                                          "your own params before spending money")

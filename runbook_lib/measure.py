@@ -13,7 +13,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar, Union
 
 import numpy as np
 
@@ -113,6 +113,75 @@ class JobClient:
             sleep(0.05)
 
 
+class WorkerClient:
+    """Client of a ``load_balancing`` endpoint: one worker's own HTTP server, reached straight,
+    with no queue in front of it (docs.runpod.io/serverless/load-balancing/overview: "no queuing
+    mechanism for request backlog"; no automatic retries either: the caller owns both).
+
+    The worker contract (:mod:`runbook_lib.providers.local.endpoint` ``direct``):
+
+    * ``GET /ping``: 200 ``{"status": "healthy"}`` once the model is loaded, 204 while it loads
+      (the health check of docs.runpod.io/serverless/load-balancing/build-a-worker).
+    * ``POST /infer`` ``{"input": x}``: 200 ``{"output", "queue_s", "execution_s",
+      "batch_size"}`` (seconds spent waiting for the model inside the worker, and running it).
+    * ``GET /health``: the queue endpoint's shape (``workers``, ``cold_starts``), for one worker.
+
+    :meth:`runsync` answers like :meth:`JobClient.runsync` (``status`` ``COMPLETED`` or
+    ``FAILED``), so one measurement serves both modes.
+
+    Args:
+        url: the worker's base URL (a Vast.ai instance's ``http://ip:mapped_port``).
+        http: an ``httpx.Client`` (injected in tests).
+        timeout_s: per request, seconds.
+    """
+
+    def __init__(self, url: str, *, http: Any = None, timeout_s: float = 120.0) -> None:
+        import httpx
+
+        self._http = http or httpx.Client(base_url=url, timeout=timeout_s,
+                                          limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def runsync(self, payload: Any) -> dict[str, Any]:
+        """One request, straight to the worker; a refusal is this request's ``FAILED`` (never retried).
+
+        Raises:
+            ProviderError: the worker could not be reached (refused, reset or timed out).
+        """
+        import httpx
+
+        try:
+            r = self._http.post("/infer", json={"input": payload})
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"POST /infer failed: {type(exc).__name__}: {exc}") from exc
+        if r.status_code != 200:
+            return {"status": "FAILED", "error": f"HTTP {r.status_code}: {r.text[:200]}"}
+        return {"status": "COMPLETED", "init_s": 0.0, **r.json()}
+
+    def health(self) -> dict[str, Any]:
+        """The worker's report in the queue endpoint's shape (``workers``, ``cold_starts``).
+
+        Raises:
+            ProviderError: the worker could not be reached or answered an error.
+        """
+        import httpx
+
+        try:
+            r = self._http.get("/health")
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"GET /health failed: {type(exc).__name__}: {exc}") from exc
+        if r.status_code != 200:
+            raise ProviderError(f"GET /health answered HTTP {r.status_code}: {r.text[:200]}")
+        return dict(r.json())
+
+
+ServingClient = Union[JobClient, WorkerClient]
+"""What a measurement sends requests through: a ``queue`` endpoint's job API or a
+``load_balancing`` worker (both answer :meth:`JobClient.runsync` and ``health``)."""
+
+
 @dataclass(frozen=True)
 class Request:
     """One request of a schedule: ``intended_s`` after the round start, with its payload."""
@@ -147,7 +216,7 @@ def poisson_schedule(n: int, rate_per_s: float, seed: int) -> np.ndarray:
     return np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
 
 
-def run_open_loop(client: JobClient, requests: list[Request], *, side: str, round_id: int,
+def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, round_id: int,
                   max_in_flight: int = 128) -> list[dict[str, Any]]:
     """Send ``requests`` at their intended times regardless of completions (open loop).
 
@@ -187,7 +256,7 @@ def run_open_loop(client: JobClient, requests: list[Request], *, side: str, roun
     return results
 
 
-def run_saturation(client: JobClient, payloads: list[Any], *, max_in_flight: int = 64) -> dict[str, float]:
+def run_saturation(client: ServingClient, payloads: list[Any], *, max_in_flight: int = 64) -> dict[str, float]:
     """Submit all ``payloads`` at once and time until the last completes.
 
     Returns:

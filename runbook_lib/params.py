@@ -142,6 +142,12 @@ class ProfileBase(_Model):
         threads: torch intra-op threads per worker process.
         batch_size: requests per forward pass (inference) or samples per step (training).
         workers: endpoint worker processes (inference only).
+        endpoint_mode: how phase 04 serves an inference workload on this side (issue 12's
+            names): ``queue`` (a front door with job ids, a backlog and retries: Runpod
+            Serverless queue endpoints, the local front door) or ``load_balancing`` (requests
+            go over HTTP straight to a worker: no backlog, no retries, the caller owns both;
+            on Vast.ai, an instance's mapped port). Phase 02 maps one side's mode to the
+            other's and names the adapter when they differ.
         price_usd_per_hour: on-demand price of one pod / worker, USD per hour.
         storage_usd_per_gb_month: volume price, USD per GB-month.
         egress_usd_per_gb: data-out price, USD per GB.
@@ -156,6 +162,7 @@ class ProfileBase(_Model):
     threads: int = Field(default=1, ge=1, le=256)
     batch_size: int = Field(default=8, ge=1, le=4096)
     workers: int = Field(default=1, ge=1, le=16)
+    endpoint_mode: Literal["queue", "load_balancing"] = "queue"
     price_usd_per_hour: float = Field(ge=0, le=1000)
     storage_usd_per_gb_month: float = Field(default=0.0, ge=0)
     egress_usd_per_gb: float = Field(default=0.0, ge=0)
@@ -235,9 +242,11 @@ class RunpodProfile(RemoteProfile):
 
 
 class VastProfile(RemoteProfile):
-    """Vast.ai (offers searched and rented as instances; no queue endpoints)."""
+    """Vast.ai (offers searched and rented as instances; no queue endpoints in this runbook, so
+    an inference workload is served ``load_balancing``: from an instance's mapped HTTP port)."""
 
     provider: Literal["vast"] = "vast"
+    endpoint_mode: Literal["queue", "load_balancing"] = "load_balancing"
 
 
 @dataclass(frozen=True)

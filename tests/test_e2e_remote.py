@@ -1,7 +1,8 @@
 """``params/runpod-to-vast*.yaml`` end to end through papermill: without credentials a run stops at
 the first phase that needs an API, naming the reference; with the provider fixtures the training
-migration plans phases 01-03 in dry-run, and the inference one stops at phase 02 (Vast.ai has no
-queue endpoint); with dry-run off and no approval a run holds before creating anything.
+migration plans phases 01-03 in dry-run, and so does the inference one, whose phase 02 maps the
+Runpod queue endpoint to a Vast.ai load_balancing worker as a named adapter; with dry-run off and no
+approval a run holds before creating anything.
 Remote APIs are the recorded-shape fixtures (``--provider-fixtures``); nothing reaches a network."""
 
 from __future__ import annotations
@@ -141,15 +142,30 @@ def test_approving_the_dry_run_plans_lets_the_real_run_apply_them(project: Path,
     assert receipt["resources"]["remaining"] == []
 
 
-def test_inference_to_vast_stops_at_phase_02_for_want_of_a_queue_endpoint(project: Path, capsys) -> None:
-    # Vast.ai declares no queue endpoints; phase 02 reads that capability and blocks the
-    # migration there, before any canary is planned, instead of failing in phase 04.
+def test_inference_to_vast_maps_the_queue_endpoint_to_a_named_adapter_in_phase_02(project: Path, capsys) -> None:
+    # The Runpod source serves a queue endpoint; Vast.ai serves load_balancing only. Phase 02
+    # decides the adapter (a request/response contract) and names it, instead of phase 04
+    # discovering the difference; phases 01-03 are then planned in dry-run.
+    code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys, params="inference.yaml")
+    assert code == EXIT_HOLD, out
+    rec = json.loads((run_dir / "02_map_target.json").read_text())
+    row = next(r for r in rec["data"]["dependency_map"] if r["dependency"] == "endpoint mode")
+    assert (row["source"], row["target"], row["status"]) == ("queue", "load_balancing", "adapter needed")
+    assert "request/response contract" in row["reason"] and "no job ids" in row["reason"]
+    assert json.loads((run_dir / "03_prove_parity.json").read_text())["data"]["dry_run"]
+    assert not [r for r in _requests(project) if r.startswith(WRITES)]
+
+
+def test_a_target_mode_the_provider_cannot_serve_stops_at_phase_02(project: Path, capsys) -> None:
+    text = (project / "params" / "inference.yaml").read_text()
+    (project / "params" / "inference.yaml").write_text(text.replace("  provider: vast\n",
+                                                                     "  provider: vast\n  endpoint_mode: queue\n"))
     code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys, params="inference.yaml")
     assert code == EXIT_NO_GO, out
     rec = json.loads((run_dir / "02_map_target.json").read_text())
-    row = next(r for r in rec["data"]["dependency_map"] if r["dependency"] == "queue endpoint")
-    assert row["status"] == "no equivalent" and "no queue endpoint" in row["reason"]
+    row = next(r for r in rec["data"]["dependency_map"] if r["dependency"] == "endpoint mode")
+    assert row["status"] == "no equivalent" and "set target.endpoint_mode: load_balancing" in row["reason"]
     assert not (run_dir / "03_prove_parity.json").exists()
     receipt = json.loads((run_dir / "receipt.json").read_text())
-    assert any("queue endpoint" in r for r in receipt["reasons"])
+    assert any("endpoint mode" in r for r in receipt["reasons"])
     assert not [r for r in _requests(project) if r.startswith(WRITES)]

@@ -64,7 +64,9 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     bound = src_p95 * ctx.mig.gates.latency_p95_ratio_max
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
-    clients = {s: ctx.resources.provider(s).job_client(rec04["endpoints"][s], u) for s, u in urls.items()}
+    modes = rec04.get("endpoint_modes", {})
+    clients = {s: ctx.resources.provider(s).job_client(rec04["endpoints"][s], u, mode=modes.get(s, "queue"))
+               for s, u in urls.items()}
     route = Route(ctx.run_dir / "route.json")
     route.set(0, "cutover start: all traffic on source")
     steps, rows = [], []

@@ -25,6 +25,36 @@ def _row(dep: str, source: Any, target: Any, status: str, reason: str) -> dict[s
     return {"dependency": dep, "source": str(source), "target": str(target), "status": status, "reason": reason}
 
 
+ENDPOINT_ADAPTERS = {
+    ("queue", "load_balancing"):
+        "request/response contract: each request goes straight to the worker's HTTP port (POST /infer) and its "
+        "answer comes back in the response. The target has no job ids, /status, backlog or automatic retries, so "
+        "callers own retries, timeouts and back-pressure, and a busy or dead worker is their error to handle; no "
+        "/stream. Phase 04 measures the target through this contract",
+    ("load_balancing", "queue"):
+        "job API in front: callers submit /run or /runsync and poll /status with the job id; requests wait in the "
+        "queue instead of reaching a busy worker, and failed jobs are retried by the endpoint. Phase 04 measures "
+        "the target through the job API",
+}
+"""Phase 02's named design for each change of endpoint mode (docs.runpod.io/serverless/endpoints
+"Endpoint types": queue-based endpoints queue and retry, load-balancing endpoints do neither)."""
+
+
+def endpoint_mode_row(source_mode: str, target_mode: str, caps: Any) -> dict[str, Any]:
+    """How the source's endpoint mode maps to the target's: the same mode is equivalent; a
+    changed mode is an adapter with its design named (:data:`ENDPOINT_ADAPTERS`), decided here
+    rather than discovered in phase 04; a mode the target cannot serve has no equivalent."""
+    cap = caps.load_balancing if target_mode == "load_balancing" else caps.queue_endpoints
+    if not cap.supported:
+        other = "queue" if target_mode == "load_balancing" else "load_balancing"
+        return _row("endpoint mode", source_mode, f"{target_mode}: unsupported", NONE,
+                    f"{cap.detail}; set target.endpoint_mode: {other} if the target serves it (phase 04 needs an "
+                    "endpoint on each side)")
+    if source_mode == target_mode:
+        return _row("endpoint mode", source_mode, target_mode, EQUIVALENT, f"{target_mode} on both sides: {cap.detail}")
+    return _row("endpoint mode", source_mode, target_mode, ADAPTER, ENDPOINT_ADAPTERS[(source_mode, target_mode)])
+
+
 def target_offers(ctx: PhaseContext) -> dict[str, Any] | None:
     """Search, re-check and rank the remote target's offers against ``target.offer`` (read-only,
     allowed in dry-run). None for a local target.
@@ -134,10 +164,7 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
         rows.append(_row(dep, src_v, tgt_v, EQUIVALENT if same else ADAPTER,
                          "the same provider semantics on both sides" if same else consequence))
     if ctx.mig.workload.kind == "inference":
-        qe = caps.queue_endpoints
-        rows.append(_row("queue endpoint", "serves the workload's requests",
-                         "supported" if qe.supported else "unsupported", EQUIVALENT if qe.supported else NONE,
-                         qe.detail if qe.supported else f"{qe.detail}: phase 04 needs an endpoint on each side"))
+        rows.append(endpoint_mode_row(ctx.mig.source.endpoint_mode, tgt.endpoint_mode, caps))
     max_ports = caps.extra.get("max_ports")
     if max_ports is not None and max_ports.limit is not None and len(req["ports"]) > max_ports.limit:
         rows.append(_row("port count", len(req["ports"]), f"{max_ports.limit:g} at most", NONE, max_ports.detail))

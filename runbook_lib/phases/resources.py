@@ -219,12 +219,26 @@ class Resources(OnRun):
         return done
 
     def create_endpoint(self, side: str, role: str) -> Endpoint:
+        """Plan, approve and create ``side``'s endpoint in its profile's ``endpoint_mode``. A remote
+        worker gets the run's params in ``RUNBOOK_PARAMS_YAML`` (params hold no secrets), its side
+        in ``RUNBOOK_SIDE`` and its device in ``RUNBOOK_DEVICE``; a ``load_balancing`` worker on a
+        remote target is rented on phase 02's ranked offers at the first one's price."""
         prof = self.profile(side)
+        env: tuple[tuple[str, str], ...] = ()
+        extra: dict[str, Any] = {}
+        price = prof.price_usd_per_hour
+        if isinstance(prof, RemoteProfile):
+            env = (("RUNBOOK_PARAMS_YAML", (self.run_dir / "params.yaml").read_text()), ("RUNBOOK_SIDE", side),
+                   ("RUNBOOK_DEVICE", prof.device))
+            extra = {"image": prof.image, "disk_gb": prof.offer.disk_gb}
+            if prof.endpoint_mode == "load_balancing":
+                extra["offers"] = self.offer_ids(side)
+                price = self.offer_price(side) or price
         spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
-                            workers=prof.workers, price_usd_per_hour=prof.price_usd_per_hour,
+                            workers=prof.workers, price_usd_per_hour=price,
                             labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
                             secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
-                            image=prof.image if isinstance(prof, RemoteProfile) else "")
+                            env=env, mode=prof.endpoint_mode, **extra)
         return self.apply_plan(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
 
     def destroy(self, side: str, resource_id: str, *, labels: dict[str, str] | None = None) -> Teardown | None:

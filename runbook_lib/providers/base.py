@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
-from runbook_lib.measure import JobClient
+from runbook_lib.measure import JobClient, WorkerClient
 
 if TYPE_CHECKING:
     from runbook_lib.providers.offers import Offer
@@ -63,7 +63,9 @@ class PodSpec:
 
 @dataclass(frozen=True)
 class EndpointSpec:
-    """A queue-based endpoint served by ``workers`` worker processes.
+    """An endpoint served by ``workers`` worker processes, in one of two modes: ``queue`` (a
+    front door with the job API) or ``load_balancing`` (one worker's own HTTP contract,
+    :class:`runbook_lib.measure.WorkerClient`, reached straight, on container port ``port``).
 
     Attributes:
         name: endpoint name, unique within a run.
@@ -77,6 +79,10 @@ class EndpointSpec:
         labels: as for :class:`PodSpec`.
         image: worker container image (remote providers).
         gpu_types: GPU pools / type ids workers may run on (Runpod serverless ``gpu.pools``).
+        mode: ``queue`` or ``load_balancing``.
+        port: the worker's HTTP port inside its container (``load_balancing``).
+        offers: ranked offer ids a ``load_balancing`` worker's instance may be rented on.
+        disk_gb: container disk of that instance, GB.
     """
 
     name: str
@@ -91,6 +97,10 @@ class EndpointSpec:
     secret_refs: tuple[tuple[str, str], ...] = ()
     image: str = ""
     gpu_types: tuple[str, ...] = ()
+    mode: str = "queue"
+    port: int = 8000
+    offers: tuple[str, ...] = ()
+    disk_gb: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -164,8 +174,9 @@ class Pod:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A serving endpoint: ``url`` answers the job API (``/run``, ``/runsync``, ``/status/{id}``,
-    ``/cancel/{id}``, ``/health``)."""
+    """A serving endpoint. ``mode`` ``queue``: ``url`` answers the job API (``/run``,
+    ``/runsync``, ``/status/{id}``, ``/cancel/{id}``, ``/health``); ``load_balancing``: ``url``
+    is one worker's HTTP contract (:class:`runbook_lib.measure.WorkerClient`)."""
 
     id: str
     name: str
@@ -176,6 +187,7 @@ class Endpoint:
     price_usd_per_hour: float
     created_at: float
     ended_at: float | None = None
+    mode: str = "queue"
 
 
 @dataclass(frozen=True)
@@ -238,6 +250,7 @@ class Capabilities:
     gpu: Capability
     billing: str
     queue_endpoints: Capability
+    load_balancing: Capability
     restart: Capability
     lifecycle: str
     network: str
@@ -297,12 +310,16 @@ class Provider(ABC):
         """Plan an endpoint creation (pure); it bills ``workers`` times the worker price.
 
         Raises:
-            ProviderError: the provider has no queue endpoints (``capabilities().queue_endpoints``).
+            ProviderError: the provider cannot serve ``spec.mode`` (``capabilities().queue_endpoints``
+                or ``capabilities().load_balancing``).
         """
-        qe = self.capabilities().queue_endpoints
-        if not qe.supported:
-            raise ProviderError(f"{self.name} has no queue endpoints in this runbook ({qe.detail}); serve the "
-                                "workload from a pod, or choose a provider that has them", provider=self.name)
+        caps = self.capabilities()
+        cap = caps.load_balancing if spec.mode == "load_balancing" else caps.queue_endpoints
+        if not cap.supported:
+            other = "queue" if spec.mode == "load_balancing" else "load_balancing"
+            raise ProviderError(f"{self.name} cannot serve a {spec.mode} endpoint in this runbook ({cap.detail}); set "
+                                f"endpoint_mode: {other} for this side, or choose a provider that has it",
+                                provider=self.name)
         return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers, dry_run)
 
     @abstractmethod
@@ -325,9 +342,13 @@ class Provider(ABC):
                                 "instead", provider=self.name)
         return Plan(self.name, "start", resource_id, None, price_usd_per_hour, dry_run)
 
-    def job_client(self, endpoint_id: str, url: str, *, timeout_s: float = 120.0) -> JobClient:
-        """A client of endpoint ``endpoint_id``'s job API (``url`` as the endpoint reported it),
-        with whatever authentication the provider needs; ``timeout_s`` per request, seconds."""
+    def job_client(self, endpoint_id: str, url: str, *, timeout_s: float = 120.0,
+                   mode: str = "queue") -> JobClient | WorkerClient:
+        """A client of endpoint ``endpoint_id`` (``url`` as the endpoint reported it), with
+        whatever authentication the provider needs; ``timeout_s`` per request, seconds. ``mode``
+        ``queue``: its job API; ``load_balancing``: its worker's own HTTP contract."""
+        if mode == "load_balancing":
+            return WorkerClient(url, timeout_s=timeout_s)
         return JobClient(url, timeout_s=timeout_s)
 
     def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:

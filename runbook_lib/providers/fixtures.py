@@ -159,6 +159,11 @@ class FixtureApi:
         """The provider's answer to an authorized request (``body``: parsed JSON or None)."""
         raise NotImplementedError
 
+    def passthrough(self, request: Any) -> Any:
+        """A simulator's answer to a request served outside its lock (one that waits on a
+        machine, such as a job API ``runsync``), or None for every other request. Fakes have none."""
+        return None
+
 
 def transport_from_env(provider: str) -> Any:
     """The fixture transport when :data:`ENV` is set, else None (the network). One fake account

@@ -16,6 +16,7 @@ key it was started with and answers a wrong one with the provider's own error sh
 from __future__ import annotations
 
 import shlex
+import socket
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -33,7 +34,14 @@ from runbook_lib.providers.local import LocalProvider
 
 HOST = "127.0.0.1"  # every simulated machine's address
 
-__all__ = ["HOST", "SIMULATOR_HEADER", "MachineBacked", "Machines", "SimServer", "simulate"]
+
+def free_port() -> int:
+    """A TCP port free on :data:`HOST` now (the OS's pick; a later bind may race, as anywhere)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+__all__ = ["HOST", "SIMULATOR_HEADER", "MachineBacked", "Machines", "SimServer", "free_port", "simulate"]
 
 
 
@@ -155,12 +163,13 @@ class SimServer:
                 body = self.rfile.read(size) if size else b""
                 request = httpx.Request(self.command, f"http://{self.headers.get('Host', host)}{self.path}",
                                         headers=[(k, v) for k, v in self.headers.items()], content=body)
-                with lock:
-                    try:
-                        response = api.handle(request)
-                    except Exception as exc:  # noqa: BLE001 - a simulator bug answers 500, like a real server
-                        response = httpx.Response(500, json={"error": "simulator", "msg": f"{type(exc).__name__}: "
-                                                                                           f"{exc}"})
+                try:
+                    response = api.passthrough(request)
+                    if response is None:
+                        with lock:
+                            response = api.handle(request)
+                except Exception as exc:  # noqa: BLE001 - a simulator bug answers 500, like a real server
+                    response = httpx.Response(500, json={"error": "simulator", "msg": f"{type(exc).__name__}: {exc}"})
                 payload = response.content
                 self.send_response(response.status_code)
                 for k, v in response.headers.items():

@@ -248,6 +248,19 @@ def _drill(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 PARAMS_FROM_ENV = "env:RUNBOOK_PARAMS_YAML"
 """``--params`` value telling the agent the params YAML is in that variable (remote pods: params
 hold no secrets, so they may travel in the launch plan and be shown)."""
+
+
+def params_file(arg: str) -> str:
+    """The params file a ``--params`` argument names: the path itself, or, for
+    :data:`PARAMS_FROM_ENV` (a remote pod or worker), ``params.yaml`` in the working directory
+    written from that variable."""
+    if arg != PARAMS_FROM_ENV:
+        return arg
+    path = Path.cwd() / "params.yaml"
+    path.write_text(os.environ[PARAMS_FROM_ENV.removeprefix("env:")])
+    return str(path)
+
+
 PROGRESS_MIN_BYTES = 64 << 20  # transfers at least this large show a tqdm bar in the pod log
 
 
@@ -335,10 +348,7 @@ def main(argv: list[str]) -> int:
     ag.add_argument("--frozen-prefix", default="")
     args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.params == PARAMS_FROM_ENV:  # a remote pod: the run's params travel in its environment
-        path = Path.cwd() / "params.yaml"
-        path.write_text(os.environ[PARAMS_FROM_ENV.removeprefix("env:")])
-        args.params = str(path)
+    args.params = params_file(args.params)
     try:
         return child_main(args) if args.cmd == "child" else agent_main(args)
     except RunbookError as exc:

@@ -16,8 +16,8 @@ from runbook_lib import gates as g
 from runbook_lib.measure import (
     SAMPLE_COLUMNS,
     Attempted,
-    JobClient,
     Request,
+    ServingClient,
     poisson_schedule,
     run_open_loop,
     run_saturation,
@@ -114,19 +114,20 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
     endpoints: dict[str, Any] = {}
-    clients: dict[str, JobClient] = {}
+    clients: dict[str, ServingClient] = {}
     cold: list[dict[str, Any]] = []
     ready: dict[str, float] = {}
     log: list[Attempted[Any]] = []
     for side in ("source", "target"):
         t0 = time.perf_counter()
         ep = ctx.resources.create_endpoint(side, f"endpoint-{side}")
-        client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4)
+        client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
+                                                         mode=ep.mode)
         payload0 = wl.request_inputs(1, seed=0)[0][1]
-        def first_job(_k: int, c: JobClient = client, payload: Any = payload0) -> dict[str, Any]:
+        def first_job(_k: int, c: ServingClient = client, payload: Any = payload0) -> dict[str, Any]:
             return c.runsync(payload)
 
-        def worker_report(_k: int, c: JobClient = client) -> dict[str, Any]:
+        def worker_report(_k: int, c: ServingClient = client) -> dict[str, Any]:
             return c.health()
 
         first = measured_with_retries(ctx, first_job, log, what=f"cold start {side}", kind="cold_start", side=side, sleep=sleep)
@@ -138,7 +139,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s,
                      "first_status": first.value["status"] if first.value is not None else "MEASUREMENT_ERROR",
                      "attempts": len(first.attempts),
-                     "worker_init_s": [c["init_s"] for c in health.value["cold_starts"]]
+                     "worker_init_s": [c["init_s"] for c in health.value.get("cold_starts", [])]
                      if health.value is not None else []})
         endpoints[side], clients[side] = ep, client
     rows: list[dict[str, Any]] = []
@@ -191,6 +192,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     window = end - max(ready.values())
     billed = {c["side"]: c["cold_start_s"] + window for c in cold}
     return {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
+            "endpoint_modes": {s: e.mode for s, e in endpoints.items()},
             "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
             "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
             "target_workers_ready": workers_ready, "attempts": log}

@@ -113,6 +113,8 @@ class LocalProvider(Provider):
             billing="per second, from params price_usd_per_hour",
             queue_endpoints=Capability(True, "a local front door with a job queue and worker processes",
                                        "runbook_lib/providers/local/endpoint.py"),
+            load_balancing=Capability(True, "one worker process serving its own HTTP port on loopback",
+                                      "runbook_lib/providers/local/endpoint.py"),
             restart=Capability(False, "a stopped local pod's process is gone; its volume is kept for a new pod"),
             lifecycle="stop ends the processes and keeps the volume directory; no restart (launch a new pod); "
                       "never interrupted",
@@ -192,12 +194,18 @@ class LocalProvider(Provider):
         return self._pod(meta)
 
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
-        meta = self._new("endpoint", spec, workers=spec.workers, side=spec.side, url="")
+        lb = spec.mode == "load_balancing"
+        meta = self._new("endpoint", spec, workers=1 if lb else spec.workers, side=spec.side, url="", mode=spec.mode)
         rid = meta["id"]
         d = self._dir(rid)
-        argv = ["-m", "runbook_lib.providers.local.endpoint", "serve", "--params", spec.params_path,
-                "--side", spec.side, "--workers", str(spec.workers), "--port-file", str(d / "port"),
-                "--execution-timeout-s", str(spec.execution_timeout_s), "--ttl-s", str(spec.ttl_s)]
+        if lb:  # one worker serving its own port: the URL answers once the model is loaded
+            argv = ["-m", "runbook_lib.providers.local.endpoint", "direct", "--params", spec.params_path,
+                    "--side", spec.side, "--host", "127.0.0.1", "--port", "0", "--port-file", str(d / "port"),
+                    "--execution-timeout-s", str(spec.execution_timeout_s)]
+        else:
+            argv = ["-m", "runbook_lib.providers.local.endpoint", "serve", "--params", spec.params_path,
+                    "--side", spec.side, "--workers", str(spec.workers), "--port-file", str(d / "port"),
+                    "--execution-timeout-s", str(spec.execution_timeout_s), "--ttl-s", str(spec.ttl_s)]
         meta.update(self._spawn(rid, [self._python, *argv], spec.env, spec.secret_refs))
         meta["state"] = "RUNNING"
         self._save(rid, meta)
@@ -279,7 +287,8 @@ class LocalProvider(Provider):
 
     def _endpoint(self, meta: dict[str, Any]) -> Endpoint:
         return Endpoint(meta["id"], meta["name"], meta["state"], meta.get("url", ""), meta["workers"],
-                        meta["labels"], meta["price_usd_per_hour"], meta["created_at"], meta.get("ended_at"))
+                        meta["labels"], meta["price_usd_per_hour"], meta["created_at"], meta.get("ended_at"),
+                        mode=meta.get("mode", "queue"))
 
     def get(self, resource_id: str) -> Pod | Endpoint:
         meta = self._refresh(self._meta(resource_id))

@@ -8,8 +8,15 @@ IN_PROGRESS, COMPLETED, FAILED, CANCELLED, TIMED_OUT. A job IN_PROGRESS longer t
 execution timeout is TIMED_OUT and its worker is replaced; a job older than its TTL is
 forgotten (status answers 404). Workers talk to the front door over ``/worker/*``.
 
-Usage: ``python -m runbook_lib.providers.local.endpoint serve|work ...`` (started by
-:class:`runbook_lib.providers.local.LocalProvider`).
+A ``load_balancing`` endpoint is one ``direct`` worker instead: its own HTTP server, with no
+front door (the contract is :class:`runbook_lib.measure.WorkerClient`'s). It loads the model
+before it binds its port, so a reachable port means a ready worker; concurrent requests are
+batched up to the profile's ``batch_size`` inside the worker, and nothing is queued or retried
+for the caller.
+
+Usage: ``python -m runbook_lib.providers.local.endpoint serve|work|direct ...`` (started by
+:class:`runbook_lib.providers.local.LocalProvider`, or as a remote worker's command with
+``--params env:RUNBOOK_PARAMS_YAML``).
 """
 
 from __future__ import annotations
@@ -29,12 +36,19 @@ from typing import Any
 
 from runbook_lib.params import load_params
 from runbook_lib.workload import make_workload
+from runbook_lib.workload.job import params_file
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT")
 RUNSYNC_WAIT_S = 90.0  # /runsync answers with the current status after this, seconds (as Runpod)
 TAKE_WAIT_S = 1.0  # a worker's long poll for jobs, seconds
 REAPER_INTERVAL_S = 0.05
 LISTEN_BACKLOG = 512  # http.server's default of 5 resets connections under a burst of clients
+BIND_ENV = "RUNBOOK_SIM_BIND_{port}"
+"""Set by a provider simulator (no container engine, so no network namespace and no NAT): the
+``host:port`` that stands for container port ``{port}``; a ``direct`` worker binds there
+instead of ``0.0.0.0:{port}``. Real providers never set it."""
+CRASH_EVERY = 7  # ``worker_crash`` drill: a worker dies after serving this many requests
+SLOW_S = 0.25  # ``slow_worker`` drill: seconds added to every batch
 
 
 class _Server(ThreadingHTTPServer):
@@ -264,6 +278,7 @@ def _handler(door: FrontDoor) -> type[BaseHTTPRequestHandler]:
 
 
 def serve(args: argparse.Namespace) -> int:
+    args.params = params_file(args.params)  # the workers read the same file
     server = _Server(("127.0.0.1", 0), None)  # type: ignore[arg-type]
     url = f"http://127.0.0.1:{server.server_address[1]}"
     worker_argv = [sys.executable, "-m", "runbook_lib.providers.local.endpoint", "work", "--params", args.params,
@@ -279,20 +294,27 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def work(args: argparse.Namespace) -> int:
-    """Worker: load the workload once, then pull up to ``batch_size`` jobs at a time."""
+def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, int, float]:
+    """The side's profile and its loaded workload, the seconds from process start to loaded
+    (process start + imports + weight load), and the drill settings (crash after N requests,
+    seconds added per batch) of a local profile's ``fault``."""
     import psutil
 
     spawned = psutil.Process().create_time()
-    import httpx
-
-    mig = load_params(args.params)
+    mig = load_params(params_file(args.params))
     profile = getattr(mig, args.side)
     wl = make_workload(mig.workload, profile)
     wl.load()
-    init_s = time.time() - spawned  # process start + imports + weight load
-    crash_every = 7 if profile.fault == "worker_crash" else 0
-    slow_s = 0.25 if profile.fault == "slow_worker" else 0.0
+    fault = getattr(profile, "fault", "none")
+    return (profile, wl, time.time() - spawned, CRASH_EVERY if fault == "worker_crash" else 0,
+            SLOW_S if fault == "slow_worker" else 0.0)
+
+
+def work(args: argparse.Namespace) -> int:
+    """Worker: load the workload once, then pull up to ``batch_size`` jobs at a time."""
+    import httpx
+
+    profile, wl, init_s, crash_every, slow_s = _loaded(args)
     served = 0
     with httpx.Client(base_url=args.url, timeout=30.0) as http:
         http.post("/worker/ready", json={"worker": args.worker_id, "init_s": init_s})
@@ -316,6 +338,113 @@ def work(args: argparse.Namespace) -> int:
             http.post("/worker/done", json={"worker": args.worker_id, "results": results})
 
 
+class DirectWorker:
+    """A ``load_balancing`` worker's state: requests waiting inside the worker, batched up to
+    ``batch_size`` by one inference thread (the app owns its backlog; nothing is retried)."""
+
+    def __init__(self, wl: Any, *, batch_size: int, init_s: float, crash_every: int, slow_s: float) -> None:
+        self.wl, self.batch_size, self.init_s = wl, batch_size, init_s
+        self.crash_every, self.slow_s = crash_every, slow_s
+        self.cond = threading.Condition()
+        self.pending: collections.deque[dict[str, Any]] = collections.deque()
+        self.busy = False
+        self.counts = collections.Counter[str]()
+
+    def infer(self, payload: Any, timeout_s: float) -> dict[str, Any]:
+        """Run one request in the next batch; its answer, or ``{"error"}`` after ``timeout_s``."""
+        slot: dict[str, Any] = {"input": payload, "at": time.perf_counter(), "done": threading.Event()}
+        with self.cond:
+            self.pending.append(slot)
+            self.cond.notify_all()
+        if not slot["done"].wait(timeout_s):
+            return {"error": f"no answer within {timeout_s} s"}
+        return dict(slot["result"])
+
+    def loop(self) -> None:
+        served = 0
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.cond.wait()
+                batch = [self.pending.popleft() for _ in range(min(self.batch_size, len(self.pending)))]
+                self.busy = True
+            served += len(batch)
+            if self.crash_every and served >= self.crash_every:
+                os._exit(3)  # drill: the worker dies holding its batch
+            t0 = time.perf_counter()
+            if self.slow_s:
+                time.sleep(self.slow_s)  # drill: a slower worker
+            try:
+                outputs = self.wl.infer([b["input"] for b in batch])
+                dt = time.perf_counter() - t0
+                results = [{"output": o, "queue_s": t0 - b["at"], "execution_s": dt, "batch_size": len(batch)}
+                           for b, o in zip(batch, outputs, strict=True)]
+            except Exception as exc:  # noqa: BLE001 - each request of the batch fails with it
+                results = [{"error": f"{type(exc).__name__}: {exc}"} for _ in batch]
+            with self.cond:
+                self.busy = False
+                for b, r in zip(batch, results, strict=True):
+                    self.counts["failed" if "error" in r else "completed"] += 1
+                    b["result"] = r
+                    b["done"].set()
+
+    def health(self) -> dict[str, Any]:
+        with self.cond:
+            return {"jobs": {"inQueue": len(self.pending), "inProgress": int(self.busy),
+                             "completed": self.counts["completed"], "failed": self.counts["failed"]},
+                    "workers": {"idle": int(not self.busy), "running": int(self.busy), "initializing": 0},
+                    "cold_starts": [{"worker": "direct", "init_s": self.init_s, "ready_after_spawn_s": self.init_s}]}
+
+
+def _direct_handler(worker: DirectWorker, timeout_s: float) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, code: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            if self.path == "/ping":
+                return self._send(200, {"status": "healthy"})
+            if self.path == "/health":
+                return self._send(200, worker.health())
+            return self._send(404, {"error": f"no route GET {self.path}"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            n = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(n) or b"{}")
+            if self.path != "/infer":
+                return self._send(404, {"error": f"no route POST {self.path}"})
+            out = worker.infer(body.get("input"), timeout_s)
+            return self._send(500 if "error" in out else 200, out)
+
+    return Handler
+
+
+def direct(args: argparse.Namespace) -> int:
+    """``load_balancing`` worker: load the model, then bind and serve :class:`DirectWorker`."""
+    profile, wl, init_s, crash_every, slow_s = _loaded(args)
+    worker = DirectWorker(wl, batch_size=profile.batch_size, init_s=init_s, crash_every=crash_every, slow_s=slow_s)
+    bind = os.environ.get(BIND_ENV.format(port=args.port), "")
+    host, port = (bind.rsplit(":", 1)[0], int(bind.rsplit(":", 1)[1])) if bind else (args.host, args.port)
+    server = _Server((host, port), _direct_handler(worker, args.execution_timeout_s))
+    threading.Thread(target=worker.loop, daemon=True).start()
+    if args.port_file:
+        tmp = Path(args.port_file).with_suffix(".tmp")
+        tmp.write_text(str(server.server_address[1]))
+        tmp.replace(args.port_file)
+    server.serve_forever()
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="_local_endpoint")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -331,9 +460,16 @@ def main(argv: list[str]) -> int:
     w.add_argument("--side", required=True)
     w.add_argument("--url", required=True)
     w.add_argument("--worker-id", required=True)
+    d = sub.add_parser("direct")
+    d.add_argument("--params", required=True)
+    d.add_argument("--side", required=True)
+    d.add_argument("--host", default="0.0.0.0", help="inside a container: every interface (the port is published)")
+    d.add_argument("--port", type=int, default=8000, help="0: a free port (written to --port-file)")
+    d.add_argument("--port-file", default="")
+    d.add_argument("--execution-timeout-s", type=float, default=600.0)
     args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return serve(args) if args.cmd == "serve" else work(args)
+    return {"serve": serve, "work": work, "direct": direct}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from typing import Any
 
 from runbook_lib._time import parse_iso
 from runbook_lib.errors import CreateOutcomeUnknown, NoCapacity, NotFound, ProviderError, WorkloadError
-from runbook_lib.measure import JobClient
+from runbook_lib.measure import JobClient, WorkerClient
 from runbook_lib.providers.api import ApiClient, KeySource, api_url
 from runbook_lib.providers.base import (
     Capabilities,
@@ -100,6 +100,9 @@ class RunpodProvider(RemoteProvider):
             billing="per minute; no ingress or egress fees (runpod/docs pods/overview.mdx)",
             queue_endpoints=Capability(True, "serverless queue endpoints and the job API",
                                        "runpod/docs serverless/endpoints/operation-reference.mdx"),
+            load_balancing=Capability(False, "Runpod has load-balancing endpoints (requests straight to a worker's "
+                                             "HTTP server); this runbook does not create them yet: use queue",
+                                      "docs.runpod.io/serverless/load-balancing/overview"),
             restart=Capability(True, "a stopped pod starts again on its machine, possibly with zero GPUs "
                                      "(readiness re-checks)", "runpod/docs pods/troubleshooting/zero-gpus.mdx"),
             lifecycle="stop keeps the /workspace volume and wipes the container disk; start on the same machine, "
@@ -317,12 +320,16 @@ class RunpodProvider(RemoteProvider):
                          "in the endpoint's pools; widen gpu pools or wait", provider=self.name,
                          resource_id=endpoint_id)
 
-    def job_client(self, endpoint_id: str, url: str = "", *, timeout_s: float = 120.0) -> JobClient:
+    def job_client(self, endpoint_id: str, url: str = "", *, timeout_s: float = 120.0,
+                   mode: str = "queue") -> JobClient | WorkerClient:
         """A :class:`runbook_lib.measure.JobClient` for ``<job API>/v2/{endpoint_id}`` (the job
         API's base: ``https://api.runpod.ai`` unless params or the environment name another) with
         the API key as Bearer auth, over this provider's transport. ``url`` is not used: the job
         API's address follows from the endpoint id."""
         import httpx
+
+        if mode != "queue":
+            return super().job_client(endpoint_id, url, timeout_s=timeout_s, mode=mode)
 
         base = f"{self.job_url}/v2/{endpoint_id}"
         http = httpx.Client(base_url=base, transport=self.api.transport, timeout=timeout_s,

@@ -1,23 +1,54 @@
-"""The Runpod simulator: the fake API (``fake.py``) over HTTP, with a local process behind every pod.
+"""The Runpod simulator: the fake API (``fake.py``) over HTTP, with local processes behind every
+pod and serverless endpoint.
 
 A created pod runs its ``args`` (``python`` is this interpreter) with its ``env``; its status
 follows the process (``RUNNING`` while it runs, ``EXITED`` once it ends) in Runpod's own shapes.
 A stop ends the process and wipes the container disk (the volume survives, as on Runpod); a
-start runs the command again; a delete destroys it (``TERMINATED``). See
+start runs the command again; a delete destroys it (``TERMINATED``).
+
+A created serverless (queue) endpoint runs the image's handler as the runbook's worker image
+does: the local front door with ``workers.max`` worker processes
+(:mod:`runbook_lib.providers.local.endpoint`), reading the run's params from the endpoint's
+``RUNBOOK_PARAMS_YAML`` and its side from ``RUNBOOK_SIDE``. The job API (``/v2/{id}/run``,
+``runsync``, ``status``, ``cancel``, ``health``) is passed through to that front door outside
+the simulator's lock (``runsync`` waits up to 90 s), and its answers are put in Runpod's shapes:
+``delayTime`` and ``executionTime`` in milliseconds, a forgotten job a 404. See
 :mod:`runbook_lib.providers.simulator`.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from runbook_lib._time import utc_now
 from runbook_lib.providers.fixtures import load
 from runbook_lib.providers.runpod.fake import FakeApi
 from runbook_lib.providers.simulator import HOST, MachineBacked
 
+FRONT_DOOR_WAIT_S = 120.0  # a job sent before the endpoint's front door listens waits this long, seconds
+JOB_OPS = ("run", "runsync", "status", "cancel", "health")
+WORKER_STATUS = {"idle": "IDLE", "running": "RUNNING", "initializing": "INITIALIZING"}
+
+
+def runpod_job(job: dict[str, Any]) -> dict[str, Any]:
+    """A local front door's job record in the job API's shape (runpod/docs
+    ``serverless/endpoints/operation-reference.mdx``): ``delayTime`` (submitted until a worker
+    took it, including a cold worker's start) and ``executionTime``, both in ms."""
+    out: dict[str, Any] = {"id": job["id"], "status": job["status"]}
+    if "queue_s" in job:
+        out["delayTime"] = int(round((job["queue_s"] + job.get("init_s", 0.0)) * 1000))
+    if job.get("execution_s") is not None:
+        out["executionTime"] = int(round(job["execution_s"] * 1000))
+    for k, v in (("output", "output"), ("error", "error"), ("worker", "workerId")):
+        if k in job:
+            out[v] = job[k]
+    return out
+
 
 class SimApi(MachineBacked, FakeApi):
-    """Runpod's answers with real processes behind its pods (arguments: :class:`MachineBacked`)."""
+    """Runpod's answers with real processes behind its pods and endpoints (arguments:
+    :class:`MachineBacked`)."""
 
     def answer(self, request: Any, body: Any) -> Any:
         m, parts = request.method, request.url.path.strip("/").split("/")
@@ -29,14 +60,99 @@ class SimApi(MachineBacked, FakeApi):
                 self.machines.restart(parts[2])
             else:
                 self.machines.stop(parts[2])
+        endpoint = self._endpoint_id(parts[:3]) if parts[:2] == ["v2", "serverless"] else ""
+        if endpoint and m == "DELETE":
+            self.machines.destroy(endpoint)
+        if endpoint and m == "GET" and parts[-1] == "workers":
+            return self._json(200, {"workers": self._workers(endpoint)})
         before = set(self.state)
         response = super().answer(request, body)
-        created = [k for k in set(self.state) - before if k.endswith("rp")]
+        created = set(self.state) - before
+        for rid in created:  # the recorded shapes carry a fixed date; a simulated machine starts now
+            self.state[rid]["createdAt"] = utc_now()
         if m == "POST" and parts == ["v2", "pods"] and created:  # also after a 502 that still created it
-            pid = created[0]
+            pid = created.pop()
             pod = self.state[pid]
             self.machines.start(pid, pod.get("args") or "", {k: str(v) for k, v in (pod.get("env") or {}).items()})
+        elif m == "POST" and parts == ["v2", "serverless"] and created:
+            self._start_endpoint(created.pop())
         return response
+
+    def _endpoint_id(self, parts: list[str]) -> str:
+        eid = parts[2] if len(parts) > 2 else ""
+        ep = self.state.get(eid)
+        return eid if eid.endswith("ep") and ep is not None and not ep.get("deleted") else ""
+
+    def _port_file(self, eid: str) -> Any:
+        return self.machines.root / f"{eid}.port"
+
+    def _start_endpoint(self, eid: str) -> None:
+        ep = self.state[eid]
+        env = {k: str(v) for k, v in (ep.get("env") or {}).items()}
+        workers = max(1, int((ep.get("workers") or {}).get("max") or 1))
+        command = ["python", "-m", "runbook_lib.providers.local.endpoint", "serve", "--params",
+                   "env:RUNBOOK_PARAMS_YAML", "--side", env.get("RUNBOOK_SIDE", "source"), "--workers", str(workers),
+                   "--port-file", str(self._port_file(eid)),
+                   "--execution-timeout-s", str(float(ep.get("timeout") or 600_000) / 1000)]
+        self._port_file(eid).unlink(missing_ok=True)
+        self.machines.start(eid, command, env)
+
+    def _front_door(self, eid: str, wait_s: float) -> str:
+        """The URL of endpoint ``eid``'s front door once it listens (waiting up to ``wait_s``), or ''."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            f = self._port_file(eid)
+            if f.exists():
+                return f"http://{HOST}:{f.read_text().strip()}"
+            if time.monotonic() >= deadline or self.machines.state(eid)[0] != "RUNNING":
+                return ""
+            time.sleep(0.05)
+
+    def _workers(self, eid: str) -> list[dict[str, Any]]:
+        import httpx
+
+        url = self._front_door(eid, 0)
+        if not url:
+            return [{"id": f"{eid}-w0", "status": "INITIALIZING"}]
+        health = httpx.get(f"{url}/health", timeout=10).json()
+        return [{"id": f"{eid}-w{i}", "status": WORKER_STATUS.get(state, "UNHEALTHY")}
+                for i, state in enumerate(s for s, n in health["workers"].items() for _ in range(n))]
+
+    def passthrough(self, request: Any) -> Any:
+        """Job API requests (``/v2/{endpoint_id}/{op}[/{job_id}]``) go to the endpoint's front door,
+        outside the simulator's lock; anything else is None (answered under the lock)."""
+        import httpx
+
+        parts = request.url.path.strip("/").split("/")
+        if len(parts) < 3 or parts[0] != "v2" or parts[2] not in JOB_OPS or not parts[1].endswith("ep"):
+            return None
+        self.requests.append((request.method, request.url.host + request.url.path, None))
+        if request.headers.get("authorization") != f"Bearer {self.key}":
+            return self.unauthorized()
+        eid, op = parts[1], parts[2]
+        if eid not in self.state or self.state[eid].get("deleted"):
+            return self._json(404, {"error": f"endpoint {eid} not found"})
+        url = self._front_door(eid, 0 if op == "health" else FRONT_DOOR_WAIT_S)
+        if not url and op == "health":
+            return self._json(200, {"jobs": {"completed": 0, "failed": 0, "inProgress": 0, "inQueue": 0, "retried": 0},
+                                    "workers": {"idle": 0, "running": 0, "initializing": 1, "throttled": 0,
+                                                "unhealthy": 0}})
+        if not url:
+            return self._json(503, {"error": f"endpoint {eid}: no worker could start (its front door is not up)"})
+        answer = httpx.request(request.method, f"{url}/{'/'.join(parts[2:])}", content=request.content,
+                               headers={"content-type": "application/json"}, timeout=FRONT_DOOR_WAIT_S)
+        if answer.status_code == 404 and op == "status":
+            return self._json(404, load("runpod", "job_status_404_ttl.json"))
+        if answer.status_code >= 400:
+            return self._json(answer.status_code, answer.json())
+        body = answer.json()
+        if op == "health":
+            jobs = body["jobs"]
+            return self._json(200, {"jobs": {"completed": jobs["completed"], "failed": jobs["failed"],
+                                             "inProgress": jobs["inProgress"], "inQueue": jobs["inQueue"],
+                                             "retried": 0},
+                                    "workers": {**body["workers"], "throttled": 0, "unhealthy": 0}})
+        return self._json(200, runpod_job(body))
 
     def poll_pod(self, pid: str) -> dict[str, Any] | None:
         pod = self.state[pid]

@@ -24,9 +24,10 @@ from typing import Any
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError
 from runbook_lib.offer_query import parse_query
 from runbook_lib.providers.api import ApiClient, KeySource, api_url
-from runbook_lib.providers.base import Capabilities, Capability, Endpoint, Pod, PodSpec
+from runbook_lib.providers.base import Capabilities, Capability, Endpoint, EndpointSpec, Pod, PodSpec
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
+from runbook_lib.workload.job import PARAMS_FROM_ENV
 
 BASE_URL = "https://console.vast.ai"
 BASE_URL_ENV = "RUNBOOK_VAST_API_URL"  # overrides BASE_URL unless params set api_url
@@ -127,6 +128,9 @@ class VastProvider(RemoteProvider):
             gpu=Capability(True, "NVIDIA (and some AMD) GPUs per offer", "POST /api/v0/bundles/"),
             billing="per second while running; storage bills while stopped; bandwidth billed per GB both ways",
             queue_endpoints=Capability(False, "no queue endpoint in this runbook; serve from an instance", src),
+            load_balancing=Capability(True, "a worker's HTTP server on an instance's mapped port: requests go straight "
+                                            "to it, with no queue and no retries in front",
+                                      "docs.vast.ai/guides/instances/connect/networking"),
             restart=Capability(True, "a stopped instance starts again once its GPU is free", src),
             lifecycle="stop keeps the container disk, which still bills; start waits for the GPU; an interruptible "
                       f"instance is stopped when outbid and keeps its data ({src})",
@@ -160,6 +164,27 @@ class VastProvider(RemoteProvider):
             raise NoCapacity(f"offer {offer_id}: create answered {out.get('error') or out}", provider=self.name,
                              resource_id=contract)
         return str(out["new_contract"])
+
+    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
+        """A ``load_balancing`` endpoint: an instance, on the first ranked offer that becomes ready,
+        running the ``direct`` worker (:mod:`runbook_lib.providers.local.endpoint`) on container
+        port ``spec.port``. Its URL is that port's mapping: a random external port on the host's
+        IP, read from the instance's port map (docs.vast.ai/guides/instances/connect/networking).
+        Readiness probes the mapped port, which the worker binds once its model is loaded.
+
+        Raises:
+            NoCapacity: no ranked offer became ready (the tries are in :attr:`attempts`).
+        """
+        env = dict(spec.env)
+        command = ("python", "-m", "runbook_lib.providers.local.endpoint", "direct", "--params", PARAMS_FROM_ENV,
+                   "--side", spec.side, "--port", str(spec.port), "--execution-timeout-s", str(spec.execution_timeout_s))
+        port = f"{spec.port}/tcp"
+        pod = self.launch(PodSpec(name=spec.name, command=command, device=env.get("RUNBOOK_DEVICE", "cuda"),
+                                  price_usd_per_hour=spec.price_usd_per_hour, labels=spec.labels, env=spec.env,
+                                  secret_refs=spec.secret_refs, image=spec.image, ports=(port,), offers=spec.offers,
+                                  disk_gb=spec.disk_gb))
+        return Endpoint(pod.id, pod.name, pod.state, f"http://{pod.host['ports'][port]}", 1, pod.labels,
+                        pod.price_usd_per_hour, pod.created_at, mode="load_balancing")
 
     def _pod(self, i: dict[str, Any], rid: str = "") -> Pod:
         ports: dict[str, str] = {}

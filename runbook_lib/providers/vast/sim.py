@@ -2,7 +2,11 @@
 instance.
 
 A created instance runs its ``args`` (``python`` is this interpreter) with its ``env`` (the
-``-p`` port options excluded); ``actual_status`` follows the process in Vast's vocabulary
+``-p`` port options excluded). Each ``-p`` port is mapped to a random free external port, as
+Vast does (docs.vast.ai/guides/instances/connect/networking): the instance's ``ports`` map
+answers it, and the process finds it in ``VAST_TCP_PORT_<port>`` and, since there is no
+container network here, binds it through ``RUNBOOK_SIM_BIND_<port>``. ``actual_status``
+follows the process in Vast's vocabulary
 (``loading`` until it starts, ``running``, then ``exited`` with its exit code in ``status_msg``).
 A stop ends the process and keeps the instance (and its disk, which still bills); a start runs
 the command again; a delete destroys it. Machine facts come from the offer it was created on
@@ -11,10 +15,12 @@ the command again; a delete destroys it. Machine facts come from the offer it wa
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from runbook_lib.providers.fixtures import load
-from runbook_lib.providers.simulator import HOST, MachineBacked
+from runbook_lib.providers.local.endpoint import BIND_ENV
+from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
 from runbook_lib.providers.vast.fake import FakeApi
 
 
@@ -38,7 +44,15 @@ class SimApi(MachineBacked, FakeApi):
         if m == "PUT" and parts[:3] == ["api", "v0", "asks"] and created:
             iid = created.pop()
             self.state[iid].update(self.lies.get(parts[3], {}))  # the machine may not be what the offer said
-            env = {k: str(v) for k, v in ((body or {}).get("env") or {}).items() if not k.startswith("-p ")}
+            self.state[iid]["start_date"] = time.time()  # the recorded shape's date is fixed; this one starts now
+            options = ((body or {}).get("env") or {}).items()
+            env = {k: str(v) for k, v in options if not k.startswith("-p ")}
+            portmap = {f"{k.split()[1].split(':')[-1]}/tcp": free_port() for k, _ in options if k.startswith("-p ")}
+            self.state[iid]["_portmap"] = portmap
+            for key, external in portmap.items():
+                port = key.split("/")[0]
+                env[f"VAST_TCP_PORT_{port}"] = str(external)
+                env[BIND_ENV.format(port=port)] = f"{HOST}:{external}"
             if self.state[iid].get("actual_status") != "stopped":  # a failed bid leaves a stopped instance
                 self.machines.start(iid, list((body or {}).get("args") or []), env)
         return response
@@ -51,6 +65,7 @@ class SimApi(MachineBacked, FakeApi):
         if state == "RUNNING" and inst.get("actual_status") != "running":
             inst.update(load("vast", "instance_running.json")["instances"])
             inst["public_ipaddr"] = f" {HOST}\n"
+            inst["ports"] = {k: [{"HostIp": "0.0.0.0", "HostPort": str(v)}] for k, v in inst.get("_portmap", {}).items()}
         elif state != "RUNNING" and inst.get("actual_status") == "running":
             inst.update(actual_status="exited", status_msg=f"container exited (code {code})")
         return inst

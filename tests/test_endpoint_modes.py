@@ -1,0 +1,145 @@
+"""The two endpoint modes over real HTTP with real workers: ``queue`` (a front door with the job
+API: the local provider and the Runpod simulator's serverless endpoints) and ``load_balancing``
+(one worker's own HTTP contract, reached straight: the local provider and a Vast.ai instance's
+randomly mapped port in the simulator). Outputs are checked against the workload run in this
+process; phase 02 names the adapter between the two modes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from runbook_lib.approvals import Approval
+from runbook_lib.measure import job_timings
+from runbook_lib.params import load_params
+from runbook_lib.phases.mapping import endpoint_mode_row
+from runbook_lib.providers import create_provider
+from runbook_lib.providers.api import KeySource
+from runbook_lib.providers.base import EndpointSpec, Provider
+from runbook_lib.providers.local import LocalProvider
+from runbook_lib.providers.simulator import simulate
+from runbook_lib.workload import make_workload
+
+from .conftest import ROOT
+
+DEMO = ROOT / "params" / "demo.yaml"
+MIG = load_params(DEMO)
+KEY = "sim-test-key-endpoint-modes-0001"
+
+
+@pytest.fixture(scope="module")
+def requests_and_golden() -> tuple[list[Any], list[Any]]:
+    """Three requests and the target profile's own outputs for them, computed in this process."""
+    wl = make_workload(MIG.workload, MIG.target)
+    wl.load()
+    payloads = [p for _, p in wl.request_inputs(3, seed=0)]
+    return payloads, wl.infer(payloads)
+
+
+def _ok(plan: Any) -> Approval:
+    return Approval(plan.fingerprint, "test", "2026-11-30T00:00:00Z", "test")
+
+
+def _spec(mode: str, **kw: Any) -> EndpointSpec:
+    remote = {"env": (("RUNBOOK_PARAMS_YAML", DEMO.read_text()), ("RUNBOOK_SIDE", "target"),
+                      ("RUNBOOK_DEVICE", "cpu"))} if kw.pop("remote", False) else {}
+    return EndpointSpec(name=f"ep-{mode}", params_path=str(DEMO), side="target", workers=1, price_usd_per_hour=0.3,
+                        labels=(("run_id", "modes"),), mode=mode, image="ghcr.io/example/embed-api:2.3.1",
+                        **remote, **kw)
+
+
+def _serve(prov: Provider, spec: EndpointSpec, payloads: list[Any]) -> tuple[Any, list[dict[str, Any]], dict]:
+    plan = prov.plan_endpoint(spec, dry_run=False)
+    ep = prov.apply(plan, _ok(plan))
+    client = prov.job_client(ep.id, ep.url, timeout_s=60, mode=ep.mode)
+    try:
+        return ep, [client.runsync(p) for p in payloads], client.health()
+    finally:
+        client.close()
+
+
+def _same(jobs: list[dict[str, Any]], golden: list[Any]) -> None:
+    assert [j["status"] for j in jobs] == ["COMPLETED"] * len(golden)
+    np.testing.assert_allclose(np.array([j["output"] for j in jobs]), np.array(golden), rtol=1e-5, atol=1e-6)
+
+
+def test_a_local_load_balancing_worker_answers_straight_with_no_job_api(tmp_path: Path, requests_and_golden) -> None:
+    payloads, golden = requests_and_golden
+    prov = LocalProvider(root=tmp_path / "local")
+    ep, jobs, health = _serve(prov, _spec("load_balancing"), payloads)
+    try:
+        assert ep.mode == "load_balancing" and ep.workers == 1
+        _same(jobs, golden)
+        assert all(j["execution_s"] > 0 and j["queue_s"] >= 0 for j in jobs)
+        assert health["workers"] == {"idle": 1, "running": 0, "initializing": 0} and health["jobs"]["completed"] == 3
+        assert httpx.post(f"{ep.url}/run", json={"input": payloads[0]}).status_code == 404  # no queue in front
+        assert httpx.get(f"{ep.url}/ping").json() == {"status": "healthy"}
+    finally:
+        prov.apply(prov.plan_destroy(ep.id, dry_run=False), _ok(prov.plan_destroy(ep.id, dry_run=False)))
+    assert prov.get(ep.id).state == "DESTROYED"
+
+
+@pytest.fixture
+def sim_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Provider]:
+    name = request.param
+    srv = simulate(name, state_dir=tmp_path / "sim", key=KEY)
+    real = load_params(ROOT / "params" / "runpod-to-vast.yaml")
+    prof = (real.source if name == "runpod" else real.target).model_copy(
+        update={"api_url": srv.url, **({"job_api_url": srv.url} if name == "runpod" else {})})
+    prov = create_provider(name, profile=prof, key=KeySource(name, ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        yield prov
+    finally:
+        prov.close()
+        srv.close()
+
+
+@pytest.mark.parametrize("sim_provider", ["vast"], indirect=True)
+def test_vast_serves_load_balancing_on_a_randomly_mapped_port(sim_provider: Provider, requests_and_golden) -> None:
+    payloads, golden = requests_and_golden
+    ep, jobs, health = _serve(sim_provider, _spec("load_balancing", remote=True, offers=("8812345",), disk_gb=40),
+                              payloads)
+    instance = sim_provider.get(ep.id)
+    assert ep.mode == "load_balancing" and instance.state == "RUNNING"
+    assert ep.url == f"http://{instance.host['ports']['8000/tcp']}" and not ep.url.endswith(":8000")
+    _same(jobs, golden)
+    assert health["workers"]["idle"] == 1
+    sim_provider.apply(plan := sim_provider.plan_destroy(ep.id, dry_run=False), _ok(plan))
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{ep.url}/ping", timeout=5)
+
+
+@pytest.mark.parametrize("sim_provider", ["runpod"], indirect=True)
+def test_runpod_serverless_jobs_run_on_real_workers_in_runpods_shapes(sim_provider: Provider,
+                                                                      requests_and_golden) -> None:
+    payloads, golden = requests_and_golden
+    ep, jobs, health = _serve(sim_provider, _spec("queue", remote=True), payloads)
+    assert ep.mode == "queue"
+    _same(jobs, golden)
+    for j in jobs:  # Runpod's own fields, in milliseconds
+        assert isinstance(j["delayTime"], int) and isinstance(j["executionTime"], int) and "queue_s" not in j
+        t = job_timings(j)
+        assert t["execution_s"] == j["executionTime"] / 1000 and t["queue_s"] == j["delayTime"] / 1000
+    assert health["jobs"]["completed"] == 3 and set(health["workers"]) >= {"idle", "running", "throttled"}
+    client = sim_provider.job_client(ep.id, ep.url)
+    assert client.status("job-unknown")["status"] == "EXPIRED"  # a 404 on /status: the TTL's answer
+    client.close()
+    assert [w["status"] for w in sim_provider.workers(ep.id)] == ["IDLE"]  # type: ignore[attr-defined]
+    sim_provider.apply(plan := sim_provider.plan_destroy(ep.id, dry_run=False), _ok(plan))
+    assert sim_provider.list(labels={"run_id": "modes"}) == []
+
+
+def test_phase_02_names_the_adapter_between_modes_and_refuses_a_mode_the_target_lacks(tmp_path: Path) -> None:
+    local = LocalProvider(root=tmp_path).capabilities()
+    vast = create_provider("vast", profile=load_params(ROOT / "params" / "runpod-to-vast.yaml").target,
+                           key=KeySource("vast", ("env:NONE",), _value=KEY)).capabilities()
+    assert endpoint_mode_row("queue", "queue", local)["status"] == "equivalent"
+    to_lb = endpoint_mode_row("queue", "load_balancing", vast)
+    assert to_lb["status"] == "adapter needed" and "callers own retries" in to_lb["reason"]
+    assert "job API in front" in endpoint_mode_row("load_balancing", "queue", local)["reason"]
+    none = endpoint_mode_row("queue", "queue", vast)
+    assert none["status"] == "no equivalent" and "set target.endpoint_mode: load_balancing" in none["reason"]
