@@ -4,9 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The official Vast.ai client, in its own environment (vastai 1.9.1 pins cryptography==49.0.0),
-# for the test that drives the simulator with it.
+# The official Vast.ai and Runpod clients, each in its own environment (vastai 1.9.1 pins
+# cryptography==49.0.0, runpod 1.12.0 needs >=50), for the tests that drive the simulators with them.
 VASTAI_STAMP := .venv-vastai/.installed
+RUNPOD_STAMP := .venv-runpod/.installed
 
 .PHONY: demo demo-train demo-s3 rehearse test test-e2e bench soak clean
 
@@ -44,7 +45,12 @@ $(VASTAI_STAMP):
 	.venv-vastai/bin/python -m pip install --quiet --disable-pip-version-check 'vastai==1.9.1'
 	touch $(VASTAI_STAMP)
 
-test-e2e: $(STAMP) $(VASTAI_STAMP)
+$(RUNPOD_STAMP):
+	$(PYTHON) -m venv .venv-runpod
+	.venv-runpod/bin/python -m pip install --quiet --disable-pip-version-check 'runpod==1.12.0'
+	touch $(RUNPOD_STAMP)
+
+test-e2e: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP)
 	$(PY) -m pytest -q -m "e2e and not smoke"
 
 bench: $(STAMP)
@@ -54,4 +60,4 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --runs 20
 
 clean:
-	rm -rf .runbook reports/*/ $(VENV) .venv-vastai
+	rm -rf .runbook reports/*/ $(VENV) .venv-vastai .venv-runpod

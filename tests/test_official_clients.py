@@ -1,6 +1,9 @@
-"""The outside check: the official Vast.ai client (the ``vastai`` CLI 1.9.1, unmodified, in its own
-environment ``.venv-vastai`` that `make test-e2e` creates) drives the Vast.ai simulator with only
-``--url`` changed, and sees the same state the runbook's adapter sees. Where the two disagree, the
+"""The outside check: the official clients, unmodified, each in its own environment that `make
+test-e2e` creates (they cannot share one: vastai 1.9.1 pins ``cryptography==49.0.0``, runpod
+1.12.0 needs ``>=50``). The ``vastai`` CLI 1.9.1 (``.venv-vastai``) drives the Vast.ai simulator
+with only ``--url`` changed; the ``runpod`` package 1.12.0 (``.venv-runpod``) runs jobs on the
+Runpod simulator's serverless workers with only ``RUNPOD_ENDPOINT_BASE_URL`` changed. Each sees
+the same state the runbook's adapter sees. Where a client and a simulator disagree, the
 simulator is wrong."""
 
 from __future__ import annotations
@@ -11,14 +14,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from runbook_lib.approvals import Approval
 from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import KeySource
-from runbook_lib.providers.base import PodSpec
+from runbook_lib.providers.base import EndpointSpec, PodSpec
 from runbook_lib.providers.simulator import simulate
+from runbook_lib.workload import make_workload
 
 from .conftest import ROOT
 
@@ -67,6 +72,61 @@ def test_the_vastai_cli_and_the_adapter_see_one_simulated_account(tmp_path: Path
         assert shown[ours.id]["actual_status"] == "running" and shown[ours.id]["label"].startswith("runbook:")
         _vastai(srv.url, "destroy", "instance", iid, "-y")
         assert prov.is_gone(iid) and iid not in {str(r["id"]) for r in _vastai(srv.url, "show", "instances")}
+    finally:
+        prov.close()
+        srv.close()
+
+
+RUNPOD_PYTHON = ROOT / ".venv-runpod" / "bin" / "python"
+RUNPOD_SCRIPT = """
+import json, sys
+import runpod  # reads RUNPOD_ENDPOINT_BASE_URL when imported
+
+runpod.api_key = sys.argv[1]
+endpoint = runpod.Endpoint(sys.argv[2])
+payload = json.loads(sys.argv[3])
+out = {"run_sync": endpoint.run_sync({"input": payload}, timeout=120)}
+job = endpoint.run({"input": payload})
+out["output"] = job.output(timeout=120)
+out["status"] = job.status()
+out["health"] = endpoint.health()
+print(json.dumps(out))
+"""
+
+
+def test_the_runpod_client_runs_jobs_on_the_simulators_serverless_workers(tmp_path: Path) -> None:
+    assert RUNPOD_PYTHON.exists(), "the official client is missing: `make test-e2e` installs it into .venv-runpod"
+    demo = ROOT / "params" / "demo.yaml"
+    mig = load_params(demo)
+    wl = make_workload(mig.workload, mig.target)
+    wl.load()
+    payload = wl.request_inputs(1, seed=0)[0][1]
+    golden = np.array(wl.infer([payload])[0])
+    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY)
+    prof = load_params(ROOT / "params" / "runpod-to-vast.yaml").source.model_copy(
+        update={"api_url": srv.url, "job_api_url": srv.url})
+    prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        spec = EndpointSpec(name="official", params_path=str(demo), side="target", workers=1, price_usd_per_hour=0.3,
+                            labels=(("run_id", "official"),), image="ghcr.io/example/embed-api:2.3.1",
+                            env=(("RUNBOOK_PARAMS_YAML", demo.read_text()), ("RUNBOOK_SIDE", "target")))
+        plan = prov.plan_endpoint(spec, dry_run=False)
+        ep = prov.apply(plan, Approval(plan.fingerprint, "test", "2026-11-30T00:00:00Z", "test"))
+        r = subprocess.run([str(RUNPOD_PYTHON), "-c", RUNPOD_SCRIPT, KEY, ep.id, json.dumps(payload)],
+                           capture_output=True, text=True, timeout=300,
+                           env={"RUNPOD_ENDPOINT_BASE_URL": f"{srv.url}/v2", "PATH": "/usr/bin:/bin",
+                                "HOME": str(tmp_path)})
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        np.testing.assert_allclose(np.array(got["run_sync"]), golden, rtol=1e-5, atol=1e-6)  # the workload's answer
+        np.testing.assert_allclose(np.array(got["output"]), golden, rtol=1e-5, atol=1e-6)
+        assert got["status"] == "COMPLETED"
+        assert got["health"]["jobs"]["completed"] == 2 and "idle" in got["health"]["workers"]
+        client = prov.job_client(ep.id)
+        try:  # the adapter sees the same endpoint
+            assert client.health()["jobs"]["completed"] == 2
+        finally:
+            client.close()
     finally:
         prov.close()
         srv.close()
