@@ -20,8 +20,9 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from runbook_lib.errors import EXIT_FAILED, RunbookError
+from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError
 
 
 def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) -> None:
@@ -92,7 +93,6 @@ def _cmd_phase(args: argparse.Namespace) -> int:
 
 def _cmd_approve(args: argparse.Namespace) -> int:
     from runbook_lib.approvals import write_approval_file
-    from runbook_lib.errors import UsageError
 
     run_dir = Path(args.run_dir)
     out = args.output
@@ -116,7 +116,6 @@ def _cmd_approve(args: argparse.Namespace) -> int:
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from runbook_lib.cleanup import cleanup_run, summary
-    from runbook_lib.errors import UsageError
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "params.yaml").exists():
@@ -141,7 +140,8 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     worst = 0
     lines = []
-    for out in rehearse([Path(p) for p in args.params], echo=_echo):
+    faults = _faults(args.faults, per_provider=True) if args.faults else {}
+    for out in rehearse([Path(p) for p in args.params], echo=_echo, faults=faults):
         res = out.result
         lines.append(f"{out.params}: {res.decision} (exit {res.exit_code}) in {out.seconds:.1f} s; evidence {res.run_dir}")
         for reason in res.reasons:
@@ -153,23 +153,38 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
     return worst
 
 
+def _faults(path: str, *, per_provider: bool) -> dict[str, Any]:
+    """A ``--faults`` JSON file: ``{"script": ..., "lies": ...}`` for one simulator, or (with
+    ``per_provider``) one such object per provider name.
+
+    Raises:
+        UsageError: the file is unreadable, not JSON, or has unknown keys (nothing was started).
+    """
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--faults {path}: cannot read it as JSON ({exc}); nothing was started") from None
+    parts = data if per_provider else {"": data}
+    if not isinstance(parts, dict) or (per_provider and set(parts) - {"runpod", "vast"}):
+        raise UsageError(f"--faults {path}: unknown providers {sorted(set(parts) - {'runpod', 'vast'})}; use runpod "
+                         "and vast, each with script and lies")
+    for name, part in parts.items():
+        unknown = set(part) - {"script", "lies"} if isinstance(part, dict) else {"(not an object)"}
+        if unknown:
+            where = f" under {name}" if name else ""
+            raise UsageError(f"--faults {path}: unknown keys {sorted(unknown)}{where}; use script and lies")
+    return dict(data)
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     import secrets
     import time
 
-    from runbook_lib.errors import UsageError
     from runbook_lib.providers.simulator import simulate
 
     key = args.key or f"sim-{args.provider}-{secrets.token_hex(16)}"
-    faults: dict = {}  # JSON as the user wrote it; simulate() reads its two keys
-    if args.faults:
-        try:
-            faults = json.loads(Path(args.faults).read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--faults {args.faults}: cannot read it as JSON ({exc}); nothing was started") from None
-        unknown = set(faults) - {"script", "lies"}
-        if unknown:
-            raise UsageError(f"--faults {args.faults}: unknown keys {sorted(unknown)}; use script and lies")
+    faults = _faults(args.faults, per_provider=False) if args.faults else {}
     srv = simulate(args.provider, state_dir=args.state, key=key, port=args.port, script=faults.get("script"),
                    lies=faults.get("lies"))
     env = {"runpod": ("RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL", "RUNPOD_API_KEY"),
@@ -210,7 +225,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
-    from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD, UsageError
+    from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD
     from runbook_lib.resolve import resolve_run, standing
 
     run_dir = Path(args.run_dir)
@@ -307,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "and a loopback S3 (declared overrides, evidence marked as a rehearsal)")
     rh.add_argument("params", nargs="*", default=["params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml"],
                     help="migration YAMLs (default: params/runpod-to-vast.yaml and params/runpod-to-vast-train.yaml)")
+    rh.add_argument("--faults", help="JSON file of scripted faults per simulator: {\"runpod\": {\"script\": ..., "
+                                     "\"lies\": ...}, \"vast\": {...}} (the simulate --faults shape, per provider)")
     rh.set_defaults(func=_cmd_rehearse)
     sm = sub.add_parser("simulate", help="serve a loopback simulator of a provider API until Ctrl-C, to rehearse "
                                          "your own params before spending money")

@@ -78,10 +78,11 @@ class Rehearsal:
                 os.environ[k] = v
 
 
-def start(project: Path) -> Rehearsal:
+def start(project: Path, faults: dict[str, dict[str, Any]] | None = None) -> Rehearsal:
     """Start the Runpod and Vast.ai simulators and moto's S3 server on 127.0.0.1, each with a
     fresh key, and export what the adapters and the pods read (``RUNPOD_API_KEY``,
-    ``VAST_API_KEY``, dummy AWS keys moto accepts)."""
+    ``VAST_API_KEY``, dummy AWS keys moto accepts). ``faults``: per provider, the ``script`` and
+    ``lies`` of :func:`runbook_lib.providers.simulator.simulate` (a fault drill)."""
     import logging
 
     from moto.server import ThreadedMotoServer
@@ -89,7 +90,9 @@ def start(project: Path) -> Rehearsal:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
     state = project / STATE_DIR / REHEARSAL_DIR
     keys = {"runpod": "sim-rp-" + secrets.token_hex(16), "vast": "sim-vast-" + secrets.token_hex(16)}
-    sims = {name: simulate(name, state_dir=state, key=key) for name, key in keys.items()}
+    faults = faults or {}
+    sims = {name: simulate(name, state_dir=state, key=key, script=faults.get(name, {}).get("script"),
+                           lies=faults.get(name, {}).get("lies")) for name, key in keys.items()}
     port = free_port()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     moto.start()
@@ -162,14 +165,16 @@ class Outcome:
     seconds: float
 
 
-def rehearse(params_files: list[Path], *, echo: Callable[[str], None] = print) -> Iterator[Outcome]:
-    """Rehearse each migration in turn against one set of simulators; yield each outcome.
+def rehearse(params_files: list[Path], *, echo: Callable[[str], None] = print,
+             faults: dict[str, dict[str, Any]] | None = None) -> Iterator[Outcome]:
+    """Rehearse each migration in turn against one set of simulators (with ``faults`` scripted,
+    as :func:`start` takes them); yield each outcome.
 
     Raises:
         ParamsError: a params file is invalid (nothing of it runs).
     """
     project = project_root(params_files[0])
-    reh = start(project)
+    reh = start(project, faults)
     try:
         echo(f"simulators: runpod {reh.sims['runpod'].url}, vast {reh.sims['vast'].url}; S3 (moto) {reh.s3_url}")
         for p in params_files:

@@ -106,6 +106,17 @@ def test_a_lost_round_extends_and_is_kept_as_evidence() -> None:
     assert "round 1 target open-loop: 5 attempts failed" in lost["latency_p95_ratio"][0]
 
 
+def test_a_lost_worker_report_leaves_error_rate_to_the_requests() -> None:
+    # A dead load_balancing worker answers no health report; the requests it refused are samples
+    # (CLIENT_ERROR), so error_rate judges them instead of turning INCONCLUSIVE.
+    def refused(k: int) -> None:
+        raise ProviderError("GET /health failed: ConnectError")
+
+    lost = compare.lost_measurements([with_retries(refused, what="target workers after rounds", kind="health",
+                                                   side="target", retries=1, interval_s=0.0, sleep=Sleeps())])
+    assert set(lost) == {"capacity"}
+
+
 def _res(attempts: list[Attempted[Any]], slower: float = 1.5) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     rows = []

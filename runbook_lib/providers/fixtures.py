@@ -68,11 +68,13 @@ class FixtureApi:
         provider: a remote provider's registry name.
         script: operation -> answers served first, in order. Runpod operations: ``create``
             (``ok``, ``capacity``, ``rate``, ``unauthorized``, ``invalid``, ``created_then_502``),
-            ``endpoint`` (``ok``, ``created_then_502``), ``poll`` (pod
+            ``endpoint`` (``ok``, ``created_then_502``; simulator: ``worker_crash``, its
+            workers die every 7 jobs), ``poll`` (pod
             statuses), ``spot`` (``ok``, ``supply``), ``job`` (``in_queue``, ``in_progress``,
             ``completed``, ``failed``, ``timed_out``, ``ttl``), ``workers`` (``unhealthy``,
             ``throttled``). Vast operations: ``create`` (``ok``, ``gone``, ``bid_fail``,
-            ``rate``, ``created_then_502``), ``poll`` (``null_status``, ``loading``, ``running``,
+            ``rate``, ``created_then_502``; simulator: ``worker_crash``, the instance's serving
+            worker dies after 7 requests), ``poll`` (``null_status``, ``loading``, ``running``,
             ``exited_oci_error``, ``outbid_stopped``), ``search`` (``rate``).
         log_dir: append request lines to ``<log_dir>/<provider>-requests.log``.
         ip: the public address reported for running machines (tests probe it).

@@ -41,8 +41,10 @@ AFFECTS: dict[str, tuple[str, ...]] = {
     "training_round": ("latency_p95_ratio", "noise_floor", "latency_shift", "throughput_ratio", "cold_start_ratio",
                        "cost_per_accepted_unit"),
 }
-"""Gates fed by each kind of measurement. A measurement lost on the target side (every attempt
-failed) also makes ``error_rate`` INCONCLUSIVE, except a lost warm-up (discarded anyway)."""
+"""Gates fed by each kind of measurement. A measurement of requests or steps lost on the target
+side (every attempt failed) also makes ``error_rate`` INCONCLUSIVE; a lost warm-up (discarded
+anyway) or worker report (it carries no requests) does not."""
+SENDS_REQUESTS = ("cold_start", "open_loop", "saturation", "training_round")
 
 
 def measured_with_retries(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
@@ -64,7 +66,7 @@ def lost_measurements(attempts: list[Attempted[Any]]) -> dict[str, list[str]]:
         if a.ok:
             continue
         line = f"{a.what}: {len(a.attempts)} attempts failed, last {a.error}"
-        names = AFFECTS[a.kind] + (("error_rate",) if a.side == "target" and a.kind != "warmup" else ())
+        names = AFFECTS[a.kind] + (("error_rate",) if a.side == "target" and a.kind in SENDS_REQUESTS else ())
         for name in names:
             out.setdefault(name, []).append(line)
     return out

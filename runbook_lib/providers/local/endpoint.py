@@ -297,7 +297,8 @@ def serve(args: argparse.Namespace) -> int:
 def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, int, float]:
     """The side's profile and its loaded workload, the seconds from process start to loaded
     (process start + imports + weight load), and the drill settings (crash after N requests,
-    seconds added per batch) of a local profile's ``fault``."""
+    seconds added per batch) of a local profile's ``fault``, or, for a remote profile, of
+    ``RUNBOOK_FAULT`` in the environment (set only by a provider simulator's scripted fault)."""
     import psutil
 
     spawned = psutil.Process().create_time()
@@ -305,7 +306,7 @@ def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, int, float]:
     profile = getattr(mig, args.side)
     wl = make_workload(mig.workload, profile)
     wl.load()
-    fault = getattr(profile, "fault", "none")
+    fault = getattr(profile, "fault", None) or os.environ.get("RUNBOOK_FAULT", "none")
     return (profile, wl, time.time() - spawned, CRASH_EVERY if fault == "worker_crash" else 0,
             SLOW_S if fault == "slow_worker" else 0.0)
 

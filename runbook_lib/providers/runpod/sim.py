@@ -65,6 +65,9 @@ class SimApi(MachineBacked, FakeApi):
             self.machines.destroy(endpoint)
         if endpoint and m == "GET" and parts[-1] == "workers":
             return self._json(200, {"workers": self._workers(endpoint)})
+        crash = m == "POST" and parts == ["v2", "serverless"] and (self.script.get("endpoint") or [""])[0] == "worker_crash"
+        if crash:  # created as asked; its workers will crash (a drill)
+            self.script["endpoint"][0] = "ok"
         before = set(self.state)
         response = super().answer(request, body)
         created = set(self.state) - before
@@ -75,7 +78,7 @@ class SimApi(MachineBacked, FakeApi):
             pod = self.state[pid]
             self.machines.start(pid, pod.get("args") or "", {k: str(v) for k, v in (pod.get("env") or {}).items()})
         elif m == "POST" and parts == ["v2", "serverless"] and created:
-            self._start_endpoint(created.pop())
+            self._start_endpoint(created.pop(), crash=crash)
         return response
 
     def _endpoint_id(self, parts: list[str]) -> str:
@@ -86,9 +89,11 @@ class SimApi(MachineBacked, FakeApi):
     def _port_file(self, eid: str) -> Any:
         return self.machines.root / f"{eid}.port"
 
-    def _start_endpoint(self, eid: str) -> None:
+    def _start_endpoint(self, eid: str, *, crash: bool = False) -> None:
         ep = self.state[eid]
         env = {k: str(v) for k, v in (ep.get("env") or {}).items()}
+        if crash:
+            env["RUNBOOK_FAULT"] = "worker_crash"
         workers = max(1, int((ep.get("workers") or {}).get("max") or 1))
         command = ["python", "-m", "runbook_lib.providers.local.endpoint", "serve", "--params",
                    "env:RUNBOOK_PARAMS_YAML", "--side", env.get("RUNBOOK_SIDE", "source"), "--workers", str(workers),

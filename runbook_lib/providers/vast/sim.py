@@ -38,6 +38,9 @@ class SimApi(MachineBacked, FakeApi):
                 self.machines.restart(parts[3])
             else:
                 self.machines.stop(parts[3])
+        crash = m == "PUT" and parts[:3] == ["api", "v0", "asks"] and (self.script.get("create") or [""])[0] == "worker_crash"
+        if crash:  # created as asked; the machine's worker will crash (a drill)
+            self.script["create"][0] = "ok"
         before = set(self.state)
         response = super().answer(request, body)
         created = set(self.state) - before
@@ -49,6 +52,8 @@ class SimApi(MachineBacked, FakeApi):
             env = {k: str(v) for k, v in options if not k.startswith("-p ")}
             portmap = {f"{k.split()[1].split(':')[-1]}/tcp": free_port() for k, _ in options if k.startswith("-p ")}
             self.state[iid]["_portmap"] = portmap
+            if crash:
+                env["RUNBOOK_FAULT"] = "worker_crash"
             for key, external in portmap.items():
                 port = key.split("/")[0]
                 env[f"VAST_TCP_PORT_{port}"] = str(external)

@@ -1,0 +1,79 @@
+"""Fault drills: `runbook rehearse --faults FILE` runs the inference migration against simulators
+that misbehave on cue, and each drill ends in its documented decision with a receipt that says
+what happened. Slow (a minute or two each on 2 cores): `make test-e2e`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runbook_lib.cli import main as cli_main
+from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def _drill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+           faults: dict[str, Any]) -> tuple[int, Path, str]:
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
+    (tmp_path / "params").mkdir()
+    params = tmp_path / "params" / "runpod-to-vast.yaml"
+    params.write_text((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    (tmp_path / "faults.json").write_text(json.dumps(faults))
+    for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    code = cli_main(["rehearse", str(params), "--faults", str(tmp_path / "faults.json")])
+    out = capsys.readouterr().out
+    [run_dir] = [d for d in (tmp_path / "reports").iterdir() if d.is_dir()]
+    return code, run_dir, out
+
+
+def _record(run_dir: Path, name: str) -> dict[str, Any]:
+    return dict(json.loads((run_dir / f"{name}.json").read_text())["data"])
+
+
+def test_money_safety_drill_429_gone_and_502_after_create_end_go_with_one_machine_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Runpod: the freeze pod's create is rate limited once (429 with Retry-After), the serverless
+    # endpoint's create answers 502 after creating it. Vast.ai: the canary's first offer is gone
+    # (410), the second answers 502 after creating the instance.
+    faults = {"runpod": {"script": {"create": ["rate"], "endpoint": ["created_then_502"]}},
+              "vast": {"script": {"create": ["gone", "created_then_502"]}}}
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, faults)
+    assert code == EXIT_GO, out
+    assert "POST /v2/pods x2" in out  # the 429 was retried after Retry-After: one pod
+    assert "POST /v2/serverless x1" in out  # the unclear create was looked up by label, not repeated
+    # three creates on Vast.ai: the 410 (nothing made), the canary's unclear one, the endpoint's
+    assert "PUT /api/v0/asks/{id} x3" in out
+    tries = _record(run_dir, "03_prove_parity")["capacity_tries"]
+    assert [t["outcome"] for t in tries] == ["no capacity", "adopted", "ready"], tries
+    assert "HTTP 410" in tries[0]["detail"] and "502" in tries[1]["detail"] and "kept it" in tries[1]["detail"]
+    assert tries[1]["resource_id"] == tries[2]["resource_id"]  # the adopted machine is the canary: one machine
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert len([c for c in receipt["resources"]["created"] if c["role"] == "endpoint-source"]) == 1
+    assert receipt["decision"] == "GO" and receipt["rehearsal"]
+
+
+def test_a_target_worker_that_crashes_mid_measurement_is_no_go_and_the_target_is_destroyed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The canary (phase 03) is sound; the instance serving phase 04's target endpoint runs a
+    # worker that dies after 7 requests, as a crash-looping image would.
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, {"vast": {"script": {"create": ["ok", "worker_crash"]}}})
+    assert code == EXIT_NO_GO, out
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["decision"] == "NO-GO"
+    failed = {g["name"]: g for g in receipt["gates"] if g["verdict"] == "FAIL"}
+    assert {"error_rate", "throughput_ratio"} <= set(failed), receipt["gates"]
+    assert failed["error_rate"]["observed"] > 0  # the target's refused requests are samples, not lost machinery
+    assert any(r.startswith("error_rate FAIL") for r in receipt["reasons"])
+    assert not (run_dir / "05_cutover.json").exists() or _record(run_dir, "05_cutover").get("skipped")
+    target = [c for c in receipt["resources"]["created"] if c["side"] == "target"]
+    assert target and all(c["state"] == "DESTROYED" for c in target)  # NO-GO: the target's resources are gone
+    assert receipt["resources"]["remaining"] == []
