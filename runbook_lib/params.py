@@ -399,6 +399,12 @@ class Cutover(_Model):
     """Phase 05: traffic (or job) percentages per slice step and the rollback window.
 
     Attributes:
+        on_rollback: what phase 06 does with what the target wrote during the cutover (a
+            training job's checkpoint sets) when the decision is not GO; every write is listed
+            with its sha256 first, whatever the rule. ``keep``: left in place, the source resumes
+            from the rollback point; ``copy_back``: the target's newest verified set is copied
+            to ``runs/<run_id>/reconciled`` and verified, so the source can resume from the
+            target's progress; ``discard``: deleted after listing.
         rollback_owner: the person who may order a rollback while the window is open (a name or
             a role address, recorded with the rollback point); empty: nobody is named, and the
             rollback point says so.
@@ -408,6 +414,7 @@ class Cutover(_Model):
     requests_per_step: int = Field(default=20, ge=1)
     rollback_window_s: float = Field(default=3600.0, gt=0)
     rollback_owner: str = Field(default="", max_length=200)
+    on_rollback: Literal["keep", "copy_back", "discard"] = "keep"
 
     @field_validator("steps_percent")
     @classmethod

@@ -17,10 +17,12 @@ class Route:
 
     Args:
         path: the route file (``<run_dir>/route.json``).
+        actor: who changes the route through this object (recorded with every change).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, actor: str = "runbook") -> None:
         self.path = path
+        self.actor = actor
         self.state: dict[str, Any] = (json.loads(path.read_text()) if path.exists()
                                       else {"target_percent": 0, "history": []})
 
@@ -31,5 +33,6 @@ class Route:
     def set(self, percent: int, reason: str) -> None:
         """Point ``percent`` % of traffic at the target (0 = all on source) and record why."""
         self.state["target_percent"] = percent
-        self.state["history"].append({"at": utc_now(), "target_percent": percent, "reason": reason})
+        self.state["history"].append({"at": utc_now(), "target_percent": percent, "reason": reason,
+                                      "actor": self.actor})
         write_json_atomic(self.path, self.state)

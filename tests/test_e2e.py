@@ -6,6 +6,7 @@ same. Each test checks the decision, the exit code and the evidence a reader wou
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -13,13 +14,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from runbook_lib.approvals import Approval
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
 from runbook_lib.interrupt import Interrupts
 from runbook_lib.manifest import read_chain, sha256_file
+from runbook_lib.providers.local import LocalProvider
 from runbook_lib.report import remote_references
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.runner import RunResult, execute_phase, run_migration
+from runbook_lib.storage import open_store
 from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
@@ -107,6 +111,13 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     assert 0 < job["wall_s"] < 600 and (job["budget_s"], job["verdict"], job["blocking"]) == (600.0, "PASS", False)
     assert r["rollback_point"]["source_endpoint"].startswith("ep-")
     assert r["route"]["target_percent"] == 100
+    tl = r["timeline"]  # the cutover as it happened: oldest first, every route change with its actor
+    assert [e["at"] for e in tl] == sorted(e["at"] for e in tl)
+    assert tl[0]["event"].startswith("rollback point recorded") and tl[-1]["event"] == "decision GO"
+    slices = [e for e in tl if e["event"].startswith("slice step")]
+    assert [e["target_percent"] for e in slices] == [10, 50, 100]
+    assert all(e["actor"] == f"runbook phase 05 (headless run {d.name})" for e in slices)
+    assert r["reconciliation"] is None  # GO: nothing to reconcile
     _gone(res)
     m = json.loads((d / "manifest.json").read_text())
     assert m["params_sha256"] == sha256_file(d / "params.yaml") and m["runtime"]["torch"] == "2.13.0+cpu"
@@ -152,6 +163,59 @@ def test_training_demo_moves_its_checkpoint(make_params) -> None:
     assert r["data_checkpoint_moved"]["final_checkpoint_prefix"].endswith("/cutover/2/checkpoint")
     assert r["identities"]["dataset_rows"] == 1797
     _gone(res)
+
+
+@pytest.mark.parametrize("rule", ["copy_back", "discard"])
+def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_params, rule: str) -> None:
+    # The rollback window (1 s) closes before phase 06 decides: NO-GO after every slice moved. The
+    # checkpoint sets the target wrote are listed with their sha256, then copied back or discarded.
+    res = _run(make_params("demo-train.yaml", **{**FAST_TRAINING, "cutover": {"rollback_window_s": 1,
+                                                                              "on_rollback": rule}}))
+    assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
+    assert any(r.startswith("rollback_window FAIL") for r in res.reasons)
+    r = _receipt(res)
+    rec = r["reconciliation"]
+    assert rec["rule"] == rule and rec == json.loads((res.run_dir / "06" / "reconciliation.json").read_text())
+    assert [w["prefix"].rsplit("/", 2)[-2] for w in rec["writes"]] == ["0", "1", "2"]  # one set per slice
+    assert all(w["verified"] and w["objects"] and all(len(h) == 64 for h in w["objects"].values())
+               for w in rec["writes"])
+    store = open_store("file://.runbook/store", base=res.run_dir.parent.parent)
+    if rule == "copy_back":
+        copied = store.verify_set(rec["copied_to"], run_id=res.run_dir.name)  # a committed, verified set
+        assert {k: o.sha256 for k, o in copied.items()} == rec["writes"][-1]["objects"]
+        for key, info in copied.items():  # independently: the bytes hash to what the listing says
+            assert hashlib.sha256(store.get_bytes(info.key)).hexdigest() == rec["writes"][-1]["objects"][key]
+    else:
+        assert all(store.list(w["prefix"]) == [] for w in rec["writes"]) and rec["copied_to"] is None
+        assert store.verify_set(r["data_checkpoint_moved"]["frozen"]["prefix"], run_id=res.run_dir.name)  # the rollback point
+    assert [e["event"].split(" (")[0] for e in r["timeline"]][-2:] == ["reconciled", "decision NO-GO"]
+
+
+def test_a_slice_that_fails_its_gates_restores_the_source_route(make_params, tmp_path: Path) -> None:
+    # Phases 01-04 pass; then the target endpoint's processes are stopped (an eviction, an outbid
+    # instance), so the first slice that sends it traffic fails and the route goes back to source.
+    params = make_params(**{**FAST_INFERENCE, "cutover": {"requests_per_step": 20}})
+    run_dir = tmp_path / "reports" / "slice-drill"
+    args = [str(params), str(run_dir), "--notebooks", str(ROOT / "notebooks")]
+    for pid in ("01", "02", "03", "04"):
+        assert cli_main(["phase", pid, *args]) == 0, pid
+    target = json.loads((run_dir / "04_compare_production.json").read_text())["data"]["endpoints"]["target"]
+    prov = LocalProvider(root=tmp_path / ".runbook" / "local")
+    stop = prov.plan_stop(target, dry_run=False)
+    prov.apply(stop, Approval(stop.fingerprint, "test", "2026-11-30T00:00:00Z", "drill: the target's workers die"))
+    assert cli_main(["phase", "05", *args]) == 0
+    cut = json.loads((run_dir / "05_cutover.json").read_text())["data"]
+    steps = cut["cutover"]["steps"]
+    assert not steps[-1]["passed"] and steps[-1]["target_failures"] > 0 and all(s["passed"] for s in steps[:-1])
+    route = cut["cutover"]["route"]
+    assert route["target_percent"] == 0 and route["history"][-1]["reason"].startswith(f"rollback: step {len(steps)}")
+    assert {g["name"]: g["verdict"] for g in cut["gates"]}["cutover_slices"] == "FAIL"
+    assert cli_main(["phase", "06", *args]) == 0
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["decision"] == "NO-GO" and any(r.startswith("cutover_slices FAIL") for r in receipt["reasons"])
+    rollback = [e for e in receipt["timeline"] if e["event"].startswith("rollback: step")]
+    assert rollback and rollback[0]["target_percent"] == 0 and rollback[0]["actor"].startswith("runbook phase 05")
+    assert "nothing durable to reconcile" in receipt["reconciliation"]["action"]
 
 
 def test_output_drift_beyond_tolerance_is_no_go(make_params) -> None:

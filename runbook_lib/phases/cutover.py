@@ -36,6 +36,12 @@ from runbook_lib.workload import make_workload
 MIN_STEP_LATENCY_SAMPLES = 5  # target responses in a step before its p95 is judged
 
 
+def actor(ctx: PhaseContext) -> str:
+    """Who moves traffic in phase 05: the runbook, headless or stepped through by a person, under
+    the approvals recorded for this run."""
+    return f"runbook phase 05 ({ctx.run_mode} run {ctx.run_id})"
+
+
 def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
     """What restoring the source needs: the source endpoint or checkpoint, and when the window closes."""
     rec01 = ctx.records["01"].data["freeze"]
@@ -67,7 +73,7 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     modes = rec04.get("endpoint_modes", {})
     clients = {s: ctx.resources.provider(s).job_client(rec04["endpoints"][s], u, mode=modes.get(s, "queue"))
                for s, u in urls.items()}
-    route = Route(ctx.run_dir / "route.json")
+    route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
     route.set(0, "cutover start: all traffic on source")
     steps, rows = [], []
     rng = np.random.default_rng(ctx.mig.workload.seed)
@@ -115,7 +121,7 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
     rec01 = ctx.records["01"].data["freeze"]
     golden_losses = rec01["golden_run"]["losses"]
     total = ctx.mig.workload.train_steps
-    route = Route(ctx.run_dir / "route.json")
+    route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
     route.set(0, "cutover start: job runs on source")
     ckpt_prefix, done_steps, steps, moved = rec01["frozen"]["prefix"], 0, [], False
     for k, pct in enumerate(ctx.mig.cutover.steps_percent):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from runbook_lib import __version__, report
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
-from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound
+from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound, StorageError
 from runbook_lib.layout import params_sha256
 from runbook_lib.manifest import PHASES
 from runbook_lib.params import AnyProfile, RemoteProfile
@@ -100,7 +101,7 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
     route_file = ctx.run_dir / "route.json"
     route = None
     if route_file.exists():
-        r = Route(route_file)
+        r = Route(route_file, actor=f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id})")
         if decision != "GO" and r.target_percent != 0:
             r.set(0, f"{decision}: source route restored")
         route = r.state
@@ -145,6 +146,87 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
     ctx.evidence.add_gates(g.boolean_gate("teardown_verified", ok, phase="06", detail=detail))
     return {"route": route, "created": created, "destroyed": [c["id"] for c in created if c["state"] == "DESTROYED"],
             "remaining": remaining}
+
+
+def reconcile(ctx: PhaseContext, decision: str) -> dict[str, Any] | None:
+    """On NO-GO or HOLD after phase 05 ran, account for what the target wrote during the cutover:
+    each slice's checkpoint set is listed from the store with every object's sha256 (verified
+    against its manifest), then ``cutover.on_rollback`` keeps, copies back or discards it
+    (:class:`runbook_lib.params.Cutover`). Nothing is silently lost: the listing comes first and
+    is kept in ``06/reconciliation.json`` whatever the rule.
+
+    Returns:
+        ``{"at", "rule", "writes": [{"prefix", "verified", "objects": {key: sha256}, "bytes"}],
+        "action", "copied_to"}``, or None when the decision is GO or phase 05 did not complete.
+
+    Raises:
+        StorageError: copying back failed verification (the target's set is left in place).
+    """
+    rec = ctx.records.get("05")
+    if decision == "GO" or rec is None or rec.status != "completed":
+        return None
+    rule = ctx.mig.cutover.on_rollback
+    prefixes = [s["checkpoint_prefix"] for s in rec.data["cutover"]["steps"] if s.get("checkpoint_prefix")]
+    out: dict[str, Any] = {"at": utc_now(), "rule": rule, "writes": [], "action": "", "copied_to": None}
+    if not prefixes:
+        out["action"] = ("nothing durable to reconcile: the target's responses went back to their callers "
+                         "(listed in 05/cutover_samples.csv)")
+        ctx.evidence.write_json("06/reconciliation.json", out)
+        return out
+    store = ctx.store
+    for prefix in prefixes:
+        try:
+            objs = store.verify_set(prefix, run_id=ctx.run_id)
+            out["writes"].append({"prefix": prefix, "verified": True, "objects": {k: o.sha256 for k, o in objs.items()},
+                                  "bytes": sum(o.size_bytes for o in objs.values())})
+        except StorageError as exc:  # listed as found, never dropped from the account
+            out["writes"].append({"prefix": prefix, "verified": False, "objects": dict.fromkeys(store.list(prefix)),
+                                  "bytes": None, "error": str(exc)})
+    newest = next((w["prefix"] for w in reversed(out["writes"]) if w["verified"]), None)
+    frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
+    if rule == "copy_back" and newest is not None:
+        dest = ctx.store_prefix("reconciled")
+        with tempfile.TemporaryDirectory() as tmp:
+            files = store.fetch_set(newest, tmp, run_id=ctx.run_id)
+            infos = [store.put_file(path, f"{dest}/{rel}") for rel, path in sorted(files.items())]
+        store.commit_set(dest, infos, run_id=ctx.run_id)
+        store.verify_set(dest, run_id=ctx.run_id)
+        out.update(copied_to=dest, action=f"copied the target's newest verified checkpoint set {newest} to {dest} and "
+                                          "verified it: the source can resume from the target's progress; the "
+                                          "target's sets are kept where they are")
+    elif rule == "discard":
+        for w in out["writes"]:
+            store.delete_prefix(w["prefix"])
+        out["action"] = (f"deleted the {len(out['writes'])} set(s) the target wrote, after listing them here; the "
+                         f"source resumes from the rollback point {frozen}")
+    else:
+        out["action"] = (f"kept the {len(out['writes'])} set(s) the target wrote where they are, listed here; the "
+                         f"source resumes from the rollback point {frozen}"
+                         + ("" if newest or rule == "keep" else "; none verified, so nothing could be copied back"))
+    ctx.evidence.write_json("06/reconciliation.json", out)
+    return out
+
+
+def timeline(ctx: PhaseContext, *, decided_at: str, decision: str, route: dict[str, Any] | None,
+             point: dict[str, Any] | None, reconciliation: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The cutover or rollback as it happened, oldest first: the rollback point, every route change
+    (time, share of traffic on the target, why, who), the reconciliation and the decision."""
+    events: list[dict[str, Any]] = []
+    if point:
+        events.append({"at": point["recorded_at"], "event": f"rollback point recorded: {point['route']} on "
+                       f"{point['source_provider']}; rollback owner {point['rollback_owner']}",
+                       "target_percent": 0, "actor": f"runbook phase 05 ({ctx.run_id})"})
+    for h in (route or {}).get("history", []):
+        events.append({"at": h["at"], "event": h["reason"], "target_percent": h["target_percent"],
+                       "actor": h.get("actor", "runbook")})
+    now_percent = (route or {}).get("target_percent", 0)
+    if reconciliation:
+        events.append({"at": reconciliation["at"], "event": f"reconciled ({reconciliation['rule']}): "
+                       f"{reconciliation['action']}", "target_percent": now_percent,
+                       "actor": f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id})"})
+    events.append({"at": decided_at, "event": f"decision {decision}", "target_percent": now_percent,
+                   "actor": f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id}): the gates"})
+    return sorted(events, key=lambda e: e["at"])
 
 
 def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
@@ -227,6 +309,10 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         "rehearsal": _rehearsal(ctx),
         "rollback_point": cut.get("cutover", {}).get("rollback_point"),
         "route": actions["route"],
+        "reconciliation": actions.get("reconciliation"),
+        "timeline": timeline(ctx, decided_at=decided_at, decision=decision, route=actions["route"],
+                             point=cut.get("cutover", {}).get("rollback_point"),
+                             reconciliation=actions.get("reconciliation")),
         "teardown": {
             "teardown_source": ctx.mig.run.teardown_source,
             "note": ("the embedded run owns both sides: after the decision it destroys every resource it created, "
@@ -247,6 +333,7 @@ def decide_and_act(ctx: PhaseContext) -> dict[str, Any]:
     gates = evidence_gates(ctx)
     decision, _ = g.decide(gates)
     actions = act(ctx, decision)
+    actions["reconciliation"] = reconcile(ctx, decision)
     gates += ctx.evidence.gates[-1:]  # teardown_verified
     ctx.evidence.gates = [x for x in gates if x.phase == "06"]
     decision, reasons = g.decide(gates)
