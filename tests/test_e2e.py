@@ -196,6 +196,7 @@ def test_a_slice_that_fails_its_gates_restores_the_source_route(make_params, tmp
     # instance), so the first slice that sends it traffic fails and the route goes back to source.
     params = make_params(**{**FAST_INFERENCE, "cutover": {"requests_per_step": 20}})
     run_dir = tmp_path / "reports" / "slice-drill"
+    run_dir.parent.mkdir()
     args = [str(params), str(run_dir), "--notebooks", str(ROOT / "notebooks")]
     for pid in ("01", "02", "03", "04"):
         assert cli_main(["phase", pid, *args]) == 0, pid
