@@ -399,6 +399,15 @@ class Cutover(_Model):
     """Phase 05: traffic (or job) percentages per slice step and the rollback window.
 
     Attributes:
+        mode: how work moves, by the workload's data semantics (the migration design,
+            ../shared/seeds/001: "quiesce or dual-run according to data semantics"). ``quiesce``
+            (training, its only mode: a job has one writer): the source stops at a verified
+            checkpoint, the target resumes from it, then the route switches. ``drain``
+            (inference default): each step's in-flight requests finish on both sides, and the
+            endpoints report nothing queued or running, before the route moves. ``dual_run``
+            (inference): both sides serve every request of the window; the route decides whose
+            answer is returned, and the other answer is compared (shadow traffic), so the
+            target carries full load and is judged on all of it from the first step.
         on_rollback: what phase 06 does with what the target wrote during the cutover (a
             training job's checkpoint sets) when the decision is not GO; every write is listed
             with its sha256 first, whatever the rule. ``keep``: left in place, the source resumes
@@ -415,6 +424,7 @@ class Cutover(_Model):
     rollback_window_s: float = Field(default=3600.0, gt=0)
     rollback_owner: str = Field(default="", max_length=200)
     on_rollback: Literal["keep", "copy_back", "discard"] = "keep"
+    mode: Literal["quiesce", "drain", "dual_run"] | None = None
 
     @field_validator("steps_percent")
     @classmethod
@@ -495,6 +505,24 @@ class Migration(_Model):
         if self.source.name == self.target.name:
             raise ValueError(f"source.name and target.name must differ, both are {self.source.name!r}")
         return self
+
+    @model_validator(mode="after")
+    def _mode_fits_the_data(self) -> "Migration":
+        mode, kind = self.cutover.mode, self.workload.kind
+        if kind == "training" and mode not in (None, "quiesce"):
+            raise ValueError(f"cutover.mode {mode!r} does not fit a training job: it has one writer, so it moves by "
+                             "quiesce (stop at a verified checkpoint, resume on the target, switch); set quiesce or "
+                             "leave it out")
+        if kind == "inference" and mode == "quiesce":
+            raise ValueError("cutover.mode 'quiesce' stops writes; an inference endpoint serves requests and moves by "
+                             "drain (finish in-flight work, then switch) or dual_run (both sides serve the window); "
+                             "set one of those or leave it out (drain)")
+        return self
+
+    @property
+    def cutover_mode(self) -> str:
+        """``cutover.mode``, or the workload's default: ``quiesce`` for training, ``drain`` for inference."""
+        return self.cutover.mode or ("quiesce" if self.workload.kind == "training" else "drain")
 
 
 class _Yaml12Loader(yaml.SafeLoader):

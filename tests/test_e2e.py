@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
 from runbook_lib.approvals import Approval
@@ -217,6 +218,23 @@ def test_a_slice_that_fails_its_gates_restores_the_source_route(make_params, tmp
     rollback = [e for e in receipt["timeline"] if e["event"].startswith("rollback: step")]
     assert rollback and rollback[0]["target_percent"] == 0 and rollback[0]["actor"].startswith("runbook phase 05")
     assert "nothing durable to reconcile" in receipt["reconciliation"]["action"]
+
+
+def test_a_dual_run_cutover_serves_every_request_on_both_sides_and_judges_the_shadows(make_params) -> None:
+    fast = {**FAST_INFERENCE, "gates": {**FAST_INFERENCE["gates"], "latency_p95_ratio_max": 3.0},
+            "cutover": {"requests_per_step": 20, "mode": "dual_run"}}
+    res = _run(make_params(**fast))
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
+    cut = json.loads((res.run_dir / "05_cutover.json").read_text())["data"]["cutover"]
+    assert cut["mode"] == "dual_run"
+    for step in cut["steps"]:  # the target answered all 20 each step; the route chose which answers were served
+        assert step["to_target"] == 20 and step["served_by_target"] + step["shadow_to_target"] == 20
+        assert step["drained_before"] is None and step["passed"]
+    assert cut["steps"][0]["shadow_to_target"] > cut["steps"][-1]["shadow_to_target"] == 0  # 100 %: none shadowed
+    samples = pd.read_csv(res.run_dir / "05" / "cutover_samples.csv")
+    assert set(samples.groupby("step").size()) == {40}  # both sides, every request
+    assert (samples.groupby(["step", "request"])["served"].sum() == 1).all()  # one served answer per request
+    _gone(res)
 
 
 def test_output_drift_beyond_tolerance_is_no_go(make_params) -> None:

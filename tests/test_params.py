@@ -96,3 +96,15 @@ def test_a_side_accepts_only_its_providers_fields(make_params) -> None:
         load_params(make_params(source={"provider": "lambda"}))
     with pytest.raises(ParamsError, match=r"source.fault: Extra inputs are not permitted"):
         load_params(make_params("runpod-to-vast.yaml", source={"fault": "worker_crash"}))
+
+
+def test_the_cutover_mode_follows_the_data_semantics(make_params) -> None:
+    assert load_params(make_params()).cutover_mode == "drain"  # inference default
+    assert load_params(make_params("demo-train.yaml")).cutover_mode == "quiesce"  # training: one writer
+    assert load_params(make_params(cutover={"mode": "dual_run"})).cutover_mode == "dual_run"
+    with pytest.raises(ParamsError, match=r"cutover.mode 'dual_run' does not fit a training job: it has one writer"):
+        load_params(make_params("demo-train.yaml", cutover={"mode": "dual_run"}))
+    with pytest.raises(ParamsError, match=r"cutover.mode 'quiesce' stops writes; an inference endpoint"):
+        load_params(make_params(cutover={"mode": "quiesce"}))
+    with pytest.raises(ParamsError, match=r"cutover.on_rollback: Input should be 'keep', 'copy_back' or 'discard'"):
+        load_params(make_params(cutover={"on_rollback": "forget"}))

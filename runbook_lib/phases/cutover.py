@@ -19,6 +19,7 @@ import json
 import math
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import pandas as pd
 
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
+from runbook_lib.errors import ProviderError
 from runbook_lib.measure import Request, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.route import Route
@@ -62,8 +64,31 @@ def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
     return point
 
 
+def drained(clients: dict[str, Any], timeout_s: float, *, sleep: Any = time.sleep) -> dict[str, Any]:
+    """Wait until every endpoint reports no job queued or in progress (``/health``), at most
+    ``timeout_s`` seconds; returns what each reported last, the endpoints that could not be
+    reached (their requests then fail the step's gate), and the seconds waited."""
+    t0 = time.monotonic()
+    while True:
+        busy: dict[str, int] = {}
+        unreachable: dict[str, str] = {}
+        for side, c in clients.items():
+            try:
+                jobs = c.health()["jobs"]
+                busy[side] = int(jobs.get("inQueue", 0) + jobs.get("inProgress", 0))
+            except ProviderError as exc:
+                unreachable[side] = str(exc)
+        if not any(busy.values()) or time.monotonic() - t0 > timeout_s:
+            return {"in_flight": busy, "unreachable": unreachable, "waited_s": round(time.monotonic() - t0, 3)}
+        sleep(0.05)
+
+
 def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
-    """Route growing slices of requests to the target with a gate check per step."""
+    """Route growing slices of requests to the target with a gate check per step, in the
+    params' cutover mode (:attr:`runbook_lib.params.Migration.cutover_mode`): ``drain`` sends each
+    request to the side the route picks and moves the route only once both endpoints are idle;
+    ``dual_run`` sends every request to both sides (the route picks whose answer is served, the
+    other is a shadow) and judges the target on all of its answers."""
     rec04 = ctx.records["04"].data
     urls = rec04["endpoint_urls"]
     src_p95 = rec04["summary"]["source"]["total p95 (s)"]
@@ -78,18 +103,32 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     steps, rows = [], []
     rng = np.random.default_rng(ctx.mig.workload.seed)
     n = ctx.mig.cutover.requests_per_step
+    dual = ctx.mig.cutover_mode == "dual_run"
     for k, pct in enumerate(ctx.mig.cutover.steps_percent):
-        route.set(pct, f"slice step {k + 1}")
+        drain = None if dual else drained(clients, ctx.mig.measure.request_timeout_s)
+        route.set(pct, f"slice step {k + 1}" + (" (dual run: both sides serve, the target's answer served for this "
+                                                  "share)" if dual else " (drained: nothing in flight)"))
         picks = wl.request_inputs(n, seed=5000 + k)
         sched = poisson_schedule(n, ctx.mig.measure.arrival_rate_per_s, seed=6000 + k)
         to_target = rng.random(n) < pct / 100
         step_rows = []
-        for side in ("source", "target"):
-            idx = [i for i in range(n) if to_target[i] == (side == "target")]
-            reqs = [Request(j, float(sched[i] - (sched[idx[0]] if idx else 0)), picks[i][1], picks[i][0])
-                    for j, i in enumerate(idx)]
-            if reqs:
-                step_rows += run_open_loop(clients[side], reqs, side=side, round_id=k)
+        if dual:  # every request to both sides at once; the route picks the served answer
+            reqs = [Request(i, float(sched[i]), picks[i][1], picks[i][0]) for i in range(n)]
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                done = {side: pool.submit(run_open_loop, clients[side], reqs, side=side, round_id=k)
+                        for side in ("source", "target")}
+            for side, fut in done.items():
+                for r in fut.result():
+                    r["served"] = bool(to_target[r["request"]]) == (side == "target")
+                    step_rows.append(r)
+        else:
+            for side in ("source", "target"):
+                idx = [i for i in range(n) if to_target[i] == (side == "target")]
+                reqs = [Request(j, float(sched[i] - (sched[idx[0]] if idx else 0)), picks[i][1], picks[i][0])
+                        for j, i in enumerate(idx)]
+                if reqs:
+                    step_rows += [{**r, "served": True} for r in run_open_loop(clients[side], reqs, side=side,
+                                                                                round_id=k)]
         for r in step_rows:
             r["accepted"] = ctx.accepted(golden, r)
             r.pop("output", None)
@@ -102,7 +141,9 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
         p95 = float(np.percentile([r["total_s"] for r in tgt], 95)) if tgt else math.nan
         lat_ok = len(tgt) < MIN_STEP_LATENCY_SAMPLES or p95 <= bound
         ok = failures == 0 and rejected == 0 and lat_ok
-        steps.append({"step": k + 1, "target_percent": pct, "requests": len(step_rows), "to_target": len(tgt),
+        steps.append({"step": k + 1, "target_percent": pct, "mode": ctx.mig.cutover_mode, "requests": n,
+                      "to_target": len(tgt), "served_by_target": sum(1 for r in tgt if r["served"]),
+                      "shadow_to_target": sum(1 for r in tgt if not r["served"]), "drained_before": drain,
                       "target_failures": failures, "target_not_accepted": rejected,
                       "target_p95_s": p95, "p95_bound_s": bound, "passed": ok})
         if not ok:
@@ -111,7 +152,8 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     for c in clients.values():
         c.close()
     pd.DataFrame(rows).to_csv(ctx.evidence.path("05/cutover_samples.csv"), index=False)
-    return {"steps": steps, "route": route.state, "final_target_percent": route.target_percent}
+    return {"mode": ctx.mig.cutover_mode, "steps": steps, "route": route.state,
+            "final_target_percent": route.target_percent}
 
 
 def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
@@ -129,7 +171,8 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
         n = until - done_steps
         if n <= 0:
             continue
-        route.set(pct, f"slice {k + 1}: target runs steps {done_steps}..{until - 1}")
+        route.set(pct, f"slice {k + 1} (quiesced: the source stopped at verified checkpoint {ckpt_prefix}): target "
+                       f"runs steps {done_steps}..{until - 1}")
         pfx = ctx.store_prefix("cutover", str(k))
         pod = ctx.resources.launched(ctx.resources.launch_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
                                             extra=("--steps", str(n))))
@@ -163,8 +206,8 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
             wl_s = make_workload(ctx.mig.workload, ctx.mig.source)
             wl_s.load(last_dir)
             reverse = g.output_parity(wl_t.outputs(), wl_s.outputs(), dtype=ctx.mig.source.dtype, phase="05")
-    return {"steps": steps, "route": route.state, "final_target_percent": route.target_percent,
-            "checkpoint_moved": ckpt_prefix, "reverse_reload": reverse}
+    return {"mode": ctx.mig.cutover_mode, "steps": steps, "route": route.state,
+            "final_target_percent": route.target_percent, "checkpoint_moved": ckpt_prefix, "reverse_reload": reverse}
 
 
 def cutover(ctx: PhaseContext) -> dict[str, Any]:
