@@ -70,7 +70,8 @@ def remote_spec(prov: Any, offers: tuple[str, ...]) -> Any:
 
 def remote_endpoint_spec(labels: tuple[tuple[str, str], ...]) -> EndpointSpec:
     return EndpointSpec(name="c-endpoint", params_path="p.yaml", side="target", workers=1, price_usd_per_hour=0.3,
-                        labels=labels, image="ghcr.io/example/agent:1", gpu_types=("ADA_24",))
+                        labels=labels, image="ghcr.io/example/agent:1", gpu_types=("ADA_24",),
+                        offers=("8812345", "8812501"), disk_gb=40)  # a Vast.ai load_balancing worker's instance
 
 
 class TestContract(ProviderContract):

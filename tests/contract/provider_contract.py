@@ -151,18 +151,20 @@ class ProviderContract:
             d = env.provider.plan_destroy(pod.id, dry_run=False)
             env.provider.apply(d, approve(d))
 
-    def test_endpoints_are_created_and_destroyed_or_refused(self, env: ProviderEnv) -> None:
+    @pytest.mark.parametrize("mode", ["queue", "load_balancing"])
+    def test_endpoints_are_created_and_destroyed_or_refused(self, env: ProviderEnv, mode: str) -> None:
         labels = (("run_id", "contract-endpoint"), ("role", "endpoint"))
-        spec = env.endpoint_spec(labels)
-        if not env.provider.capabilities().queue_endpoints.supported:  # refused before anything is planned
-            with pytest.raises(ProviderError, match="no queue endpoints"):
+        spec = replace(env.endpoint_spec(labels), mode=mode)
+        caps = env.provider.capabilities()
+        if not (caps.load_balancing if mode == "load_balancing" else caps.queue_endpoints).supported:
+            with pytest.raises(ProviderError, match=f"cannot serve a {mode} endpoint"):  # refused before any call
                 env.provider.plan_endpoint(spec, dry_run=False)
             assert env.writes() == 0 and env.provider.list(labels=dict(labels)) == []
             return
         plan = env.provider.plan_endpoint(spec, dry_run=False)
         assert plan.action == "create_endpoint" and plan.cost_usd_per_hour == spec.price_usd_per_hour * spec.workers
         ep = env.provider.apply(plan, approve(plan))
-        assert isinstance(ep, Endpoint) and ep.url
+        assert isinstance(ep, Endpoint) and ep.url and ep.mode == mode
         assert [r.id for r in env.provider.list(labels={"run_id": "contract-endpoint"})] == [ep.id]
         d = env.provider.plan_destroy(ep.id, dry_run=False)
         assert isinstance(env.provider.apply(d, approve(d)), Teardown)
@@ -189,6 +191,7 @@ def local_env(tmp_path: Path, params_path: Path) -> ProviderEnv:
 
     def endpoint(labels: tuple[tuple[str, str], ...]) -> EndpointSpec:
         return EndpointSpec(name="c-endpoint", params_path=str(params_path), side="target", workers=1,
-                            price_usd_per_hour=0.2, labels=labels)
+                            price_usd_per_hour=0.2, labels=labels,
+                            env=(("PYTHONPATH", str(Path(__file__).resolve().parents[2])),))  # tests.fixture_workloads
 
     return ProviderEnv(prov, spec, lambda: 0, endpoint)

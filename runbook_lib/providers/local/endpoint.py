@@ -223,25 +223,29 @@ class FrontDoor:
                 self.cond.notify_all()
 
 
+class _JsonHandler(BaseHTTPRequestHandler):
+    """JSON in, JSON out, over HTTP/1.1 keep-alive; quiet (the pod log is evidence, not a trace)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n) or b"{}")
+
+
 def _handler(door: FrontDoor) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:  # quiet: the pod log is evidence, not a trace
-            pass
-
-        def _send(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _body(self) -> Any:
-            n = int(self.headers.get("Content-Length") or 0)
-            return json.loads(self.rfile.read(n) or b"{}")
-
+    class Handler(_JsonHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server naming
             parts = self.path.strip("/").split("/")
             if parts == ["health"]:
@@ -398,20 +402,7 @@ class DirectWorker:
 
 
 def _direct_handler(worker: DirectWorker, timeout_s: float) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _send(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(_JsonHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server naming
             if self.path == "/ping":
                 return self._send(200, {"status": "healthy"})
@@ -420,8 +411,7 @@ def _direct_handler(worker: DirectWorker, timeout_s: float) -> type[BaseHTTPRequ
             return self._send(404, {"error": f"no route GET {self.path}"})
 
         def do_POST(self) -> None:  # noqa: N802
-            n = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(n) or b"{}")
+            body = self._body()
             if self.path != "/infer":
                 return self._send(404, {"error": f"no route POST {self.path}"})
             out = worker.infer(body.get("input"), timeout_s)
