@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from runbook_lib.cli import main as cli_main
-from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
+from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_NO_GO
 
 from .conftest import ROOT
 
@@ -19,12 +20,14 @@ pytestmark = pytest.mark.e2e
 
 
 def _drill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-           faults: dict[str, Any]) -> tuple[int, Path, str]:
+           faults: dict[str, Any], *, target_offer: dict[str, Any] | None = None) -> tuple[int, Path, str]:
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
     (tmp_path / "params").mkdir()
     params = tmp_path / "params" / "runpod-to-vast.yaml"
-    params.write_text((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    data["target"]["offer"].update(target_offer or {})
+    params.write_text(yaml.safe_dump(data, sort_keys=False))
     (tmp_path / "faults.json").write_text(json.dumps(faults))
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
@@ -77,3 +80,19 @@ def test_a_target_worker_that_crashes_mid_measurement_is_no_go_and_the_target_is
     target = [c for c in receipt["resources"]["created"] if c["side"] == "target"]
     assert target and all(c["state"] == "DESTROYED" for c in target)  # NO-GO: the target's resources are gone
     assert receipt["resources"]["remaining"] == []
+
+
+def test_a_target_that_never_becomes_ready_fails_the_canary_and_leaves_nothing_billing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Every Vast.ai instance stays `loading`; readiness waits target.offer.ready_timeout_s per
+    # offer, destroys the machine, tries the next ranked offer, and gives up with the tries named.
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, {"vast": {"script": {"poll": ["loading"] * 40}}},
+                                target_offer={"ready_timeout_s": 5, "capacity_budget_s": 120})
+    assert code == EXIT_FAILED, out
+    rec = json.loads((run_dir / "03_prove_parity.json").read_text())
+    assert rec["status"] == "failed" and "NoCapacity" in rec["data"]["error"]
+    assert rec["data"]["error"].count("failed readiness") == 2 and "not ready after 5 s" in rec["data"]["error"]
+    assert "DELETE /api/v0/instances/{id} x2" in out  # each machine that never got ready was destroyed
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["run_status"] == "failed" and receipt["resources"]["remaining"] == []
+    assert not (run_dir / "04_compare_production.json").exists()
