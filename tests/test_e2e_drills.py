@@ -91,7 +91,9 @@ def test_a_target_that_never_becomes_ready_fails_the_canary_and_leaves_nothing_b
     assert code == EXIT_FAILED, out
     rec = json.loads((run_dir / "03_prove_parity.json").read_text())
     assert rec["status"] == "failed" and "NoCapacity" in rec["data"]["error"]
-    assert rec["data"]["error"].count("failed readiness") == 2 and "not ready after 5 s" in rec["data"]["error"]
+    error = rec["data"]["error"]
+    assert "8812345: failed readiness" in error and "8812501: failed readiness" in error  # both ranked offers
+    assert error.count("not ready after 5 s") == 2
     assert "DELETE /api/v0/instances/{id} x2" in out  # each machine that never got ready was destroyed
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["run_status"] == "failed" and receipt["resources"]["remaining"] == []

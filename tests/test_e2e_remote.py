@@ -158,8 +158,9 @@ def test_inference_to_vast_maps_the_queue_endpoint_to_a_named_adapter_in_phase_0
 
 def test_a_target_mode_the_provider_cannot_serve_stops_at_phase_02(project: Path, capsys) -> None:
     text = (project / "params" / "inference.yaml").read_text()
-    (project / "params" / "inference.yaml").write_text(text.replace("  provider: vast\n",
-                                                                     "  provider: vast\n  endpoint_mode: queue\n"))
+    assert "  endpoint_mode: load_balancing\n" in text  # the target's mode, as committed
+    (project / "params" / "inference.yaml").write_text(text.replace("  endpoint_mode: load_balancing\n",
+                                                                     "  endpoint_mode: queue\n"))
     code, run_dir, out = _run(project, "--provider-fixtures", capsys=capsys, params="inference.yaml")
     assert code == EXIT_NO_GO, out
     rec = json.loads((run_dir / "02_map_target.json").read_text())
