@@ -192,6 +192,14 @@ class Request:
     input_index: int
 
 
+def served_status(job: dict[str, Any]) -> str:
+    """A job's status as the measurement counts it: its own, except that a ``COMPLETED`` job
+    that returned no output is ``NO_OUTPUT``, a failure (a handler that returned nothing, or an
+    output the provider dropped, served the caller nothing)."""
+    status = str(job.get("status"))
+    return "NO_OUTPUT" if status == "COMPLETED" and job.get("output") is None else status
+
+
 def job_timings(job: dict[str, Any]) -> dict[str, float]:
     """Queue, init and execution seconds of a finished job record. The local endpoint reports
     ``queue_s``/``init_s``/``execution_s``; Runpod reports ``delayTime`` (queued until a worker
@@ -241,7 +249,7 @@ def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, 
         done = time.perf_counter() - t0
         row = {"side": side, "round": round_id, "request": req.index, "intended_s": req.intended_s,
                "sent_s": sent, "done_s": done, "total_s": done - req.intended_s, **job_timings(job),
-               "status": job.get("status"),
+               "status": served_status(job),
                "batch_size": job.get("batch_size", np.nan), "input_index": req.input_index,
                "output": job.get("output")}
         with lock:
@@ -273,7 +281,7 @@ def run_saturation(client: ServingClient, payloads: list[Any], *, max_in_flight:
     with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
         jobs = list(pool.map(one, payloads))
     elapsed = time.perf_counter() - t0
-    ok = sum(1 for j in jobs if j.get("status") == "COMPLETED")
+    ok = sum(1 for j in jobs if served_status(j) == "COMPLETED")
     return {"requests": float(len(payloads)), "completed": float(ok), "failed": float(len(payloads) - ok),
             "elapsed_s": elapsed, "throughput_units_per_s": ok / elapsed if elapsed > 0 else 0.0}
 

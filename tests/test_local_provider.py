@@ -11,7 +11,7 @@ import pytest
 
 from runbook_lib.approvals import Approval, require
 from runbook_lib.errors import ApprovalRequired, NotFound
-from runbook_lib.measure import JobClient
+from runbook_lib.measure import JobClient, served_status
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.base import EndpointSpec, PodSpec
 from runbook_lib.providers.local import LocalProvider
@@ -142,6 +142,35 @@ def test_endpoint_job_states(endpoint) -> None:
     assert client.status(slow["id"])["status"] == "EXPIRED"
     h = client.health()
     assert len(h["cold_starts"]) >= 2 and h["workers"]["idle"] + h["workers"]["running"] >= 1
+
+
+@pytest.mark.parametrize("endpoint", [30.0], indirect=True)  # a TTL the test cannot outlive
+def test_endpoint_retries_a_failed_job_under_its_id_and_purges_the_queue(endpoint) -> None:
+    prov, ep, client = endpoint
+    client.wait_ready(timeout_s=60)
+    failed = client.runsync("boom")
+    assert failed["status"] == "FAILED"
+    again = client.retry(failed["id"])  # requeued under the same id; the payload still raises
+    assert (again["id"], again["status"], again["retries"]) == (failed["id"], "IN_QUEUE", 1)
+    while client.status(failed["id"])["status"] in ("IN_QUEUE", "IN_PROGRESS"):
+        time.sleep(0.05)
+    assert client.status(failed["id"])["status"] == "FAILED"
+    done = client.runsync(0.01)
+    assert client.retry(done["id"])["status"] == "COMPLETED"  # only FAILED or TIMED_OUT jobs are requeued
+    busy = client.run(1.0)  # holds the only worker while two more wait in the queue
+    waiting = [client.run(0.01), client.run(0.01)]
+    while client.status(busy["id"])["status"] == "IN_QUEUE":
+        time.sleep(0.02)
+    assert client.purge_queue() == {"removed": 2, "status": "completed"}
+    assert [client.status(j["id"])["status"] for j in waiting] == ["CANCELLED", "CANCELLED"]
+    assert client.runsync(0.01)["status"] == "COMPLETED" and client.status(busy["id"])["status"] == "COMPLETED"
+
+
+def test_a_completed_job_without_output_is_counted_as_a_failure() -> None:
+    assert served_status({"status": "COMPLETED", "output": [1.0]}) == "COMPLETED"
+    assert served_status({"status": "COMPLETED"}) == "NO_OUTPUT"
+    assert served_status({"status": "COMPLETED", "output": None}) == "NO_OUTPUT"
+    assert served_status({"status": "FAILED"}) == "FAILED"
 
 
 def test_local_has_no_offer_marketplace_and_says_so(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from runbook_lib.measure import (
     poisson_schedule,
     run_open_loop,
     run_saturation,
+    served_status,
     with_retries,
 )
 from runbook_lib.phases import PhaseContext
@@ -139,7 +140,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         health = measured_with_retries(ctx, worker_report, log, what=f"cold start {side} worker report", kind="cold_start",
                         side=side, sleep=sleep)
         cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s,
-                     "first_status": first.value["status"] if first.value is not None else "MEASUREMENT_ERROR",
+                     "first_status": served_status(first.value) if first.value is not None else "MEASUREMENT_ERROR",
                      "attempts": len(first.attempts),
                      "worker_init_s": [c["init_s"] for c in health.value.get("cold_starts", [])]
                      if health.value is not None else []})
@@ -153,7 +154,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
             for i, (_, payload) in enumerate(wl.request_inputs(m.warmup_requests, seed=1)):
                 t0 = time.perf_counter()
                 job = clients[side].runsync(payload)
-                out.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": job["status"]})
+                out.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": served_status(job)})
             return out
 
         w = measured_with_retries(ctx, warm, log, what=f"warm-up {side}", kind="warmup", side=side, sleep=sleep)

@@ -3,7 +3,8 @@ load the model once and pull jobs in batches.
 
 The client-facing API follows Runpod Serverless' queue endpoints
 (https://docs.runpod.io/serverless/endpoints/operations): ``POST /run``, ``POST /runsync``,
-``GET /status/{id}``, ``POST /cancel/{id}``, ``GET /health``; job states IN_QUEUE,
+``GET /status/{id}``, ``POST /cancel/{id}``, ``POST /retry/{id}``, ``POST /purge-queue``,
+``GET /health``; job states IN_QUEUE,
 IN_PROGRESS, COMPLETED, FAILED, CANCELLED, TIMED_OUT. A job IN_PROGRESS longer than the
 execution timeout is TIMED_OUT and its worker is replaced; a job older than its TTL is
 forgotten (status answers 404). Workers talk to the front door over ``/worker/*``.
@@ -149,6 +150,33 @@ class FrontDoor:
                 self.cond.notify_all()
             return self.public(jid)
 
+    def retry(self, jid: str) -> dict[str, Any] | None:
+        """Requeue a FAILED or TIMED_OUT job under its own id (Runpod's ``/retry``); a job in any
+        other state is answered as it is. None when the endpoint no longer knows it (TTL)."""
+        with self.cond:
+            job = self.jobs.get(jid)
+            if job is None:
+                return None
+            if job["status"] in ("FAILED", "TIMED_OUT"):
+                for k in ("started_at", "completed_at", "worker", "error", "output", "execution_s", "batch_size"):
+                    job.pop(k, None)
+                job.update(status="IN_QUEUE", retries=job.get("retries", 0) + 1)
+                self.queue.append(jid)
+                self.cond.notify_all()
+            return self.public(jid)
+
+    def purge(self) -> dict[str, Any]:
+        """Drop every queued job (Runpod's ``/purge-queue``: in-progress jobs keep running); the
+        purged jobs are CANCELLED, so a caller polling one learns it will not run."""
+        with self.cond:
+            removed = list(self.queue)
+            self.queue.clear()
+            now = time.time()
+            for jid in removed:
+                self.jobs[jid].update(status="CANCELLED", completed_at=now, error="purged from the queue")
+            self.cond.notify_all()
+            return {"removed": len(removed), "status": "completed"}
+
     def take(self, wid: str, max_jobs: int) -> list[dict[str, Any]]:
         deadline = time.monotonic() + TAKE_WAIT_S
         with self.cond:
@@ -265,9 +293,11 @@ def _handler(door: FrontDoor) -> type[BaseHTTPRequestHandler]:
             if parts == ["runsync"]:
                 job = door.submit(body.get("input"))
                 return self._send(200, door.wait_terminal(job["id"], RUNSYNC_WAIT_S) or job)
-            if len(parts) == 2 and parts[0] == "cancel":
-                res = door.cancel(parts[1])
+            if len(parts) == 2 and parts[0] in ("cancel", "retry"):
+                res = door.cancel(parts[1]) if parts[0] == "cancel" else door.retry(parts[1])
                 return self._send(200 if res else 404, res or {"error": f"job {parts[1]} not found"})
+            if parts == ["purge-queue"]:
+                return self._send(200, door.purge())
             if parts == ["worker", "ready"]:
                 door.worker_ready(body["worker"], float(body["init_s"]))
                 return self._send(200, {})

@@ -10,10 +10,10 @@ A created serverless (queue) endpoint runs the image's handler as the runbook's 
 does: the local front door with ``workers.max`` worker processes
 (:mod:`runbook_lib.providers.local.endpoint`), reading the run's params from the endpoint's
 ``RUNBOOK_PARAMS_YAML`` and its side from ``RUNBOOK_SIDE``. The job API (``/v2/{id}/run``,
-``runsync``, ``status``, ``cancel``, ``health``) is passed through to that front door outside
-the simulator's lock (``runsync`` waits up to 90 s), and its answers are put in Runpod's shapes:
-``delayTime`` and ``executionTime`` in milliseconds, a forgotten job a 404. See
-:mod:`runbook_lib.providers.simulator`.
+``runsync``, ``status``, ``cancel``, ``retry``, ``purge-queue``, ``health``) is passed through to
+that front door outside the simulator's lock (``runsync`` waits up to 90 s), and its answers are
+put in Runpod's shapes: ``delayTime`` and ``executionTime`` in milliseconds, a forgotten job a
+404. See :mod:`runbook_lib.providers.simulator`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from runbook_lib.providers.runpod.fake import FakeApi
 from runbook_lib.providers.simulator import HOST, MachineBacked
 
 FRONT_DOOR_WAIT_S = 120.0  # a job sent before the endpoint's front door listens waits this long, seconds
-JOB_OPS = ("run", "runsync", "status", "cancel", "health")
+JOB_OPS = ("run", "runsync", "status", "cancel", "retry", "purge-queue", "health")
 WORKER_STATUS = {"idle": "IDLE", "running": "RUNNING", "initializing": "INITIALIZING"}
 
 
@@ -151,6 +151,8 @@ class SimApi(MachineBacked, FakeApi):
         if answer.status_code >= 400:
             return self._json(answer.status_code, answer.json())
         body = answer.json()
+        if op == "purge-queue":
+            return self._json(200, body)
         if op == "health":
             jobs = body["jobs"]
             return self._json(200, {"jobs": {"completed": jobs["completed"], "failed": jobs["failed"],
