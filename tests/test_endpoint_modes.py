@@ -2,7 +2,8 @@
 API: the local provider and the Runpod simulator's serverless endpoints) and ``load_balancing``
 (one worker's own HTTP contract, reached straight: the local provider and a Vast.ai instance's
 randomly mapped port in the simulator). Outputs are checked against the workload run in this
-process; phase 02 names the adapter between the two modes."""
+process; phase 02 names the adapter between the two modes. The simulator cases load the model in
+simulated machines and run in `make test-e2e`."""
 
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ def sim_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pro
         srv.close()
 
 
+@pytest.mark.e2e  # a model load in a simulated instance; the rehearsal covers it too
 @pytest.mark.parametrize("sim_provider", ["vast"], indirect=True)
 def test_vast_serves_load_balancing_on_a_randomly_mapped_port(sim_provider: Provider, requests_and_golden) -> None:
     payloads, golden = requests_and_golden
@@ -113,6 +115,7 @@ def test_vast_serves_load_balancing_on_a_randomly_mapped_port(sim_provider: Prov
         httpx.get(f"{ep.url}/ping", timeout=5)
 
 
+@pytest.mark.e2e  # model loads in simulated serverless workers; the rehearsal covers it too
 @pytest.mark.parametrize("sim_provider", ["runpod"], indirect=True)
 def test_runpod_serverless_jobs_run_on_real_workers_in_runpods_shapes(sim_provider: Provider,
                                                                       requests_and_golden) -> None:
