@@ -205,6 +205,9 @@ class RemoteProfile(ProfileBase):
         api_url: the provider API's base URL; empty: the environment variable the adapter names
             (``RUNBOOK_RUNPOD_API_URL``, ``RUNBOOK_VAST_API_URL``), else the provider's own
             address. A rehearsal points it at a simulator.
+        poll_s: seconds between status reads while waiting for a machine to be ready or a job
+            pod to finish (each read is one API request, within the provider's rate limits; a
+            rehearsal's simulators answer at once and are polled every second).
     """
 
     image: str = Field(min_length=1, description="a tag or digest of an image that contains this package")
@@ -213,6 +216,7 @@ class RemoteProfile(ProfileBase):
     pod_id: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,64}$")
     offer: OfferSpec = OfferSpec()
     api_url: str = Field(default="", pattern=r"^(|https?://[^\s]+)$")
+    poll_s: float = Field(default=10.0, gt=0, le=600)
 
     @property
     def remote(self) -> bool:

@@ -1,7 +1,7 @@
 """`runbook rehearse` end to end, as `make rehearse` runs it: params/runpod-to-vast.yaml (a Runpod
 serverless queue endpoint to a Vast.ai load_balancing worker) and params/runpod-to-vast-train.yaml
 run all six phases through the real Runpod and Vast.ai adapters against the loopback simulators
-and moto's S3, end GO, and their evidence says they were rehearsals. Slow (about four minutes on
+and moto's S3, end GO, and their evidence says they were rehearsals. Slow (about three minutes on
 2 cores): `make test-e2e`."""
 
 from __future__ import annotations

@@ -45,6 +45,8 @@ def create_provider(name: str, **kwargs: Any) -> Provider:
         kwargs.setdefault("transport", fixtures.transport_from_env(name))
         kwargs.setdefault("key", KeySource(name, ("fixture mode (no key)",), _value=fixtures.FIXTURE_KEY))
         kwargs.setdefault("poll_s", 0.05)  # the fake APIs answer at once
+    if name in REMOTE and kwargs.get("profile") is not None:
+        kwargs.setdefault("poll_s", kwargs["profile"].poll_s)  # the profile's status poll interval
     prov = importlib.import_module(module).create(**kwargs)
     if not isinstance(prov, Provider):
         raise ProviderError(f"{module}.create returned {type(prov).__name__}, not a Provider")

@@ -34,7 +34,7 @@ from runbook_lib.providers.base import (
 )
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu, version_tuple
 
-POLL_S = 10.0  # readiness poll interval, seconds (dstack polls Runpod every few seconds for up to 20 min)
+POLL_S = 10.0  # readiness poll interval, seconds (dstack polls Runpod every few seconds for up to 20 min); params: poll_s
 LABEL_PREFIX = "runbook:"
 PROBE_TIMEOUT_S = 5.0
 
