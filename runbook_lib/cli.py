@@ -160,7 +160,6 @@ def _faults(path: str, *, per_provider: bool) -> dict[str, Any]:
     Raises:
         UsageError: the file is unreadable, not JSON, or has unknown keys (nothing was started).
     """
-
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:

@@ -3,6 +3,7 @@ every pod and instance, their own key, and marks that make a run that used them 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
@@ -11,7 +12,8 @@ import pytest
 import yaml
 
 from runbook_lib.approvals import Approval, require
-from runbook_lib.errors import ApprovalRequired, AuthError
+from runbook_lib.cli import main as cli_main
+from runbook_lib.errors import EXIT_USAGE, ApprovalRequired, AuthError
 from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import KeySource
@@ -172,3 +174,17 @@ def test_an_offer_that_lies_about_its_machine_is_caught_by_readiness(tmp_path: P
     finally:
         prov.close()
         srv.close()
+
+
+@pytest.mark.parametrize(("faults", "message"), [
+    ({"aws": {"script": {}}}, "unknown providers ['aws']"),
+    ({"vast": {"scripts": {"create": ["gone"]}}}, "unknown keys ['scripts'] under vast; use script and lies"),
+    ({"vast": ["gone"]}, "unknown keys ['(not an object)'] under vast"),
+])
+def test_a_bad_faults_file_is_refused_before_anything_starts(tmp_path: Path, capsys, faults: dict,
+                                                             message: str) -> None:
+    bad = tmp_path / "faults.json"
+    bad.write_text(json.dumps(faults))
+    assert cli_main(["rehearse", str(ROOT / "params" / "runpod-to-vast.yaml"), "--faults", str(bad)]) == EXIT_USAGE
+    out = capsys.readouterr()
+    assert message in out.err and "simulators:" not in out.out  # no simulator was started
