@@ -120,8 +120,9 @@ class WorkerClient:
 
     The worker contract (:mod:`runbook_lib.providers.local.endpoint` ``direct``):
 
-    * ``GET /ping``: 200 ``{"status": "healthy"}`` once the model is loaded, 204 while it loads
-      (the health check of docs.runpod.io/serverless/load-balancing/build-a-worker).
+    * ``GET /ping``: 200 ``{"status": "healthy"}`` (the health check of
+      docs.runpod.io/serverless/load-balancing/build-a-worker); the worker binds its port only
+      once the model is loaded, so there is no "loading" answer.
     * ``POST /infer`` ``{"input": x}``: 200 ``{"output", "queue_s", "execution_s",
       "batch_size"}`` (seconds spent waiting for the model inside the worker, and running it).
     * ``GET /health``: the queue endpoint's shape (``workers``, ``cold_starts``), for one worker.

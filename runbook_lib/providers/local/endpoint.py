@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -328,11 +329,38 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, int, float]:
+@dataclass
+class Drill:
+    """A worker's drill settings: die after ``crash_every`` requests (0: never), add ``slow_s``
+    seconds to every batch; ``served`` counts requests so far."""
+
+    crash_every: int = 0
+    slow_s: float = 0.0
+    served: int = 0
+
+
+def run_batch(wl: Any, inputs: list[Any], drill: Drill) -> list[dict[str, Any]]:
+    """One batch through the workload, drills first: per input ``{"output", "execution_s",
+    "batch_size"}`` (seconds for the whole batch), or ``{"error"}`` for every input when it raises."""
+    drill.served += len(inputs)
+    if drill.crash_every and drill.served >= drill.crash_every:
+        os._exit(3)  # drill: the worker dies holding its batch
+    t0 = time.perf_counter()
+    if drill.slow_s:
+        time.sleep(drill.slow_s)  # drill: a slower worker
+    try:
+        outputs = wl.infer(inputs)
+    except Exception as exc:  # noqa: BLE001 - reported as each request's failure
+        return [{"error": f"{type(exc).__name__}: {exc}"} for _ in inputs]
+    dt = time.perf_counter() - t0
+    return [{"output": o, "execution_s": dt, "batch_size": len(inputs)} for o in outputs]
+
+
+def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, Drill]:
     """The side's profile and its loaded workload, the seconds from process start to loaded
-    (process start + imports + weight load), and the drill settings (crash after N requests,
-    seconds added per batch) of a local profile's ``fault``, or, for a remote profile, of
-    ``RUNBOOK_FAULT`` in the environment (set only by a provider simulator's scripted fault)."""
+    (process start + imports + weight load), and the drill of a local profile's ``fault``, or,
+    for a remote profile, of ``RUNBOOK_FAULT`` in the environment (set only by a provider
+    simulator's scripted fault)."""
     import psutil
 
     spawned = psutil.Process().create_time()
@@ -341,35 +369,23 @@ def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, int, float]:
     wl = make_workload(mig.workload, profile)
     wl.load()
     fault = getattr(profile, "fault", None) or os.environ.get("RUNBOOK_FAULT", "none")
-    return (profile, wl, time.time() - spawned, CRASH_EVERY if fault == "worker_crash" else 0,
-            SLOW_S if fault == "slow_worker" else 0.0)
+    return (profile, wl, time.time() - spawned, Drill(CRASH_EVERY if fault == "worker_crash" else 0,
+                                                     SLOW_S if fault == "slow_worker" else 0.0))
 
 
 def work(args: argparse.Namespace) -> int:
     """Worker: load the workload once, then pull up to ``batch_size`` jobs at a time."""
     import httpx
 
-    profile, wl, init_s, crash_every, slow_s = _loaded(args)
-    served = 0
+    profile, wl, init_s, drill = _loaded(args)
     with httpx.Client(base_url=args.url, timeout=30.0) as http:
         http.post("/worker/ready", json={"worker": args.worker_id, "init_s": init_s})
         while True:
             jobs = http.post("/worker/take", json={"worker": args.worker_id, "max": profile.batch_size}).json()["jobs"]
             if not jobs:
                 continue
-            served += len(jobs)
-            if crash_every and served >= crash_every:
-                os._exit(3)  # drill: the worker dies holding its batch
-            t0 = time.perf_counter()
-            if slow_s:
-                time.sleep(slow_s)  # drill: a slower target
-            try:
-                outputs = wl.infer([j["input"] for j in jobs])
-                dt = time.perf_counter() - t0
-                results = [{"id": j["id"], "output": o, "execution_s": dt, "batch_size": len(jobs)}
-                           for j, o in zip(jobs, outputs, strict=True)]
-            except Exception as exc:  # noqa: BLE001 - reported as the job's failure
-                results = [{"id": j["id"], "error": f"{type(exc).__name__}: {exc}"} for j in jobs]
+            results = [{"id": j["id"], **r} for j, r in zip(jobs, run_batch(wl, [j["input"] for j in jobs], drill),
+                                                             strict=True)]
             http.post("/worker/done", json={"worker": args.worker_id, "results": results})
 
 
@@ -377,9 +393,8 @@ class DirectWorker:
     """A ``load_balancing`` worker's state: requests waiting inside the worker, batched up to
     ``batch_size`` by one inference thread (the app owns its backlog; nothing is retried)."""
 
-    def __init__(self, wl: Any, *, batch_size: int, init_s: float, crash_every: int, slow_s: float) -> None:
-        self.wl, self.batch_size, self.init_s = wl, batch_size, init_s
-        self.crash_every, self.slow_s = crash_every, slow_s
+    def __init__(self, wl: Any, *, batch_size: int, init_s: float, drill: Drill) -> None:
+        self.wl, self.batch_size, self.init_s, self.drill = wl, batch_size, init_s, drill
         self.cond = threading.Condition()
         self.pending: collections.deque[dict[str, Any]] = collections.deque()
         self.busy = False
@@ -396,31 +411,19 @@ class DirectWorker:
         return dict(slot["result"])
 
     def loop(self) -> None:
-        served = 0
         while True:
             with self.cond:
                 while not self.pending:
                     self.cond.wait()
                 batch = [self.pending.popleft() for _ in range(min(self.batch_size, len(self.pending)))]
                 self.busy = True
-            served += len(batch)
-            if self.crash_every and served >= self.crash_every:
-                os._exit(3)  # drill: the worker dies holding its batch
             t0 = time.perf_counter()
-            if self.slow_s:
-                time.sleep(self.slow_s)  # drill: a slower worker
-            try:
-                outputs = self.wl.infer([b["input"] for b in batch])
-                dt = time.perf_counter() - t0
-                results = [{"output": o, "queue_s": t0 - b["at"], "execution_s": dt, "batch_size": len(batch)}
-                           for b, o in zip(batch, outputs, strict=True)]
-            except Exception as exc:  # noqa: BLE001 - each request of the batch fails with it
-                results = [{"error": f"{type(exc).__name__}: {exc}"} for _ in batch]
+            results = run_batch(self.wl, [b["input"] for b in batch], self.drill)
             with self.cond:
                 self.busy = False
                 for b, r in zip(batch, results, strict=True):
                     self.counts["failed" if "error" in r else "completed"] += 1
-                    b["result"] = r
+                    b["result"] = r if "error" in r else {**r, "queue_s": t0 - b["at"]}
                     b["done"].set()
 
     def health(self) -> dict[str, Any]:
@@ -452,8 +455,8 @@ def _direct_handler(worker: DirectWorker, timeout_s: float) -> type[BaseHTTPRequ
 
 def direct(args: argparse.Namespace) -> int:
     """``load_balancing`` worker: load the model, then bind and serve :class:`DirectWorker`."""
-    profile, wl, init_s, crash_every, slow_s = _loaded(args)
-    worker = DirectWorker(wl, batch_size=profile.batch_size, init_s=init_s, crash_every=crash_every, slow_s=slow_s)
+    profile, wl, init_s, drill = _loaded(args)
+    worker = DirectWorker(wl, batch_size=profile.batch_size, init_s=init_s, drill=drill)
     bind = os.environ.get(BIND_ENV.format(port=args.port), "")
     host, port = (bind.rsplit(":", 1)[0], int(bind.rsplit(":", 1)[1])) if bind else (args.host, args.port)
     server = _Server((host, port), _direct_handler(worker, args.execution_timeout_s))
