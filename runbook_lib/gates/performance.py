@@ -73,7 +73,7 @@ def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ra
         return GateResult("throughput_ratio", "INCONCLUSIVE", True, None, min_ratio, "ratio", "mean ratio",
                           "no throughput measured", samples=n, phase=phase)
     ratio = float(np.mean(t) / np.mean(s))
-    ci = bootstrap_interval((s, t), lambda a, b: np.mean(b) / np.mean(a)) if min(s.size, t.size) >= 2 else None
+    ci = bootstrap_interval((s, t), lambda a, b, axis: np.mean(b, axis=axis) / np.mean(a, axis=axis)) if min(s.size, t.size) >= 2 else None
     lo = ci[0] if ci else ratio
     verdict: Verdict = "PASS" if lo >= min_ratio else ("FAIL" if (ci[1] if ci else ratio) < min_ratio else "INCONCLUSIVE")
     return GateResult("throughput_ratio", verdict, True, ratio, min_ratio, "ratio",
@@ -251,7 +251,7 @@ def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q
         return GateResult("noise_floor", "INCONCLUSIVE", True, None, half, "ratio - 1", "A/A p95 ratio",
                           "fewer than two source rounds with samples", samples=n, phase=phase)
     ratio = float(np.percentile(round_b, q) / np.percentile(round_a, q))
-    ci = bootstrap_interval((round_a, round_b), lambda a, b: np.percentile(b, q) / np.percentile(a, q))
+    ci = bootstrap_interval((round_a, round_b), lambda a, b, axis: np.percentile(b, q, axis=axis) / np.percentile(a, q, axis=axis))
     if ci is None:
         return GateResult("noise_floor", "ERROR", True, ratio, half, "ratio - 1", f"A/A {label} ratio",
                           "bootstrap interval could not be computed", samples=n, phase=phase)

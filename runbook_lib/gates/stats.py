@@ -20,13 +20,20 @@ MIN_ROUNDS_PER_SIDE = 2  # a block bootstrap needs at least two rounds to see be
 
 def bootstrap_interval(samples: tuple[np.ndarray, ...], statistic: Any) -> tuple[float, float] | None:
     """Percentile bootstrap interval (scipy.stats.bootstrap, seeded). Samples are sorted first, so
-    the interval, and every verdict built on it, does not depend on the order samples arrived in."""
+    the interval, and every verdict built on it, does not depend on the order samples arrived in.
+
+    Args:
+        samples: one 1-D array per sample.
+        statistic: ``statistic(*samples, axis=-1)``, vectorized as scipy.stats.bootstrap's
+            ``vectorized=True`` asks: it reduces the last axis, so all resamples are computed in
+            one call (the resamples drawn, and so the interval, are those of a per-resample loop).
+    """
     from scipy import stats
 
     samples = tuple(np.sort(np.asarray(x, dtype=float)) for x in samples)
     try:
         res = stats.bootstrap(samples, statistic, n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=BOOTSTRAP_CONFIDENCE,
-                              method="percentile", vectorized=False, paired=False, random_state=0)
+                              method="percentile", vectorized=True, paired=False, random_state=0)
     except ValueError:
         return None
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -217,9 +217,16 @@ class FreezeResult(PhaseResult):
 
 def run(ctx: PhaseContext) -> FreezeResult:
     """Phase 01: probe this host, freeze the source (pod, artifact, golden outputs), declare the
-    requirements, the secrets and what looks like an undeclared credential."""
-    host = host_inventory(ctx)
-    src = freeze_source(ctx)
+    requirements, the secrets and what looks like an undeclared credential.
+
+    The host probe (which imports torch, about 2 s on 2 cores) runs in a thread while the freeze
+    pod works; both are done, or have raised, before this returns."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-probe") as pool:
+        probing = pool.submit(host_inventory, ctx)
+        src = freeze_source(ctx)
+        host = probing.result()
     return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=secrets_table(ctx),
                         credential_findings=credential_findings(ctx, src.get("environment")),
                         dry_run=bool(src.get("dry_run")))

@@ -50,6 +50,12 @@ class AcceptanceWorkload(ABC):
             WorkloadError: the artifact is unusable.
         """
 
+    def preload(self) -> None:
+        """Import the libraries :meth:`load` needs, reading no artifact, checkpoint or data. The
+        failure drill's resume process calls it while it stands by, so the measured restore is
+        the model's, not the interpreter's imports. The default imports torch."""
+        import torch  # noqa: F401
+
     @abstractmethod
     def export_artifact(self, dest_dir: Path) -> list[Path]:
         """Write the artifact that defines this workload's state (weights, checkpoint) into

@@ -122,6 +122,14 @@ class EmbeddingWorkload(AcceptanceWorkload):
         self._model = model.to(device=self._device, dtype=dtype)
         self._model.eval()
 
+    def preload(self) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import transformers
+
+        # transformers imports lazily: touching the classes imports BERT's modelling code.
+        transformers.AutoModel, transformers.AutoTokenizer  # noqa: B018
+
     def export_artifact(self, dest_dir: Path) -> list[Path]:
         dest_dir.mkdir(parents=True, exist_ok=True)
         out = dest_dir / WEIGHTS_FILE

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -171,17 +172,34 @@ def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, 
 
 
 def child_main(args: argparse.Namespace) -> int:
-    """One attempt as its own process, so the failure drill can SIGKILL it."""
+    """One attempt as its own process, so the failure drill can SIGKILL it.
+
+    With ``--start-after PATH`` the process stands by first: it imports the workload's libraries
+    (:meth:`~runbook_lib.workload.AcceptanceWorkload.preload`), then waits until ``PATH`` exists
+    (the driver writes it once the killed attempt is gone) before it reads any checkpoint.
+
+    Raises:
+        WorkloadError: ``PATH`` did not appear within ``CHILD_TIMEOUT_S``.
+    """
+    if args.start_after:
+        _make(args.params, args.side)[1].preload()
+        go, deadline = Path(args.start_after), time.monotonic() + CHILD_TIMEOUT_S
+        while not go.exists():
+            if time.monotonic() > deadline:
+                raise WorkloadError(f"the standby attempt was not started within {CHILD_TIMEOUT_S} s ({go} absent)")
+            time.sleep(0.02)
     attempt(args.params, args.side, artifact_dir=Path(args.artifact_dir), work_dir=Path(args.work_dir),
             ckpt_dir=Path(args.ckpt_dir), resume=args.resume, pause=args.pause, reload_check=args.reload_check)
     return 0
 
 
-def _child(args: argparse.Namespace, *, resume: bool, pause: bool) -> subprocess.Popen[bytes]:
+def _child(args: argparse.Namespace, *, resume: bool, pause: bool, start_after: Path | None = None,
+           ) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "runbook_lib.workload.job", "child", "--params", args.params, "--side", args.side,
             "--artifact-dir", str(args.artifact_dir), "--ckpt-dir", str(args.ckpt_dir), "--work-dir", str(args.work_dir)]
     argv += (["--resume"] if resume else []) + (["--pause"] if pause else [])
     argv += ["--reload-check"] if resume else []
+    argv += ["--start-after", str(start_after)] if start_after else []
     return subprocess.Popen(argv)
 
 
@@ -221,20 +239,32 @@ def fetch_verified(store: Store, frozen_prefix: str, dest: Path) -> list[dict[st
 
 
 def _drill(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """Run the acceptance steps, SIGKILL the child after its first checkpoint, resume, reload."""
+    """Run the acceptance steps, SIGKILL the child after its first checkpoint, resume, reload.
+
+    The resuming process starts at once on standby (its imports overlap the first attempt) and
+    reads the checkpoints only after the first attempt is killed and reaped."""
+    go = work / "resume.go"
+    go.unlink(missing_ok=True)
     first = _child(args, resume=False, pause=True)
-    deadline = time.monotonic() + CHILD_TIMEOUT_S
-    while not (work / "progress.json").exists():
-        if first.poll() is not None:
-            raise WorkloadError(f"acceptance child exited with {first.returncode} before its first checkpoint")
-        if time.monotonic() > deadline:
-            first.kill()
-            raise WorkloadError(f"acceptance child wrote no checkpoint within {CHILD_TIMEOUT_S} s")
-        time.sleep(0.02)
-    paused = json.loads((work / "progress.json").read_text())
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    _wait(_child(args, resume=True, pause=False), "resumed acceptance run")
+    second = _child(args, resume=True, pause=False, start_after=go)
+    try:
+        deadline = time.monotonic() + CHILD_TIMEOUT_S
+        while not (work / "progress.json").exists():
+            if first.poll() is not None:
+                raise WorkloadError(f"acceptance child exited with {first.returncode} before its first checkpoint")
+            if time.monotonic() > deadline:
+                raise WorkloadError(f"acceptance child wrote no checkpoint within {CHILD_TIMEOUT_S} s")
+            time.sleep(0.02)
+        paused = json.loads((work / "progress.json").read_text())
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        go.touch()
+    except BaseException:
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()
+        raise
+    _wait(second, "resumed acceptance run")
     resumed = json.loads((work / "attempt.json").read_text())
     return {
         "failure_drill": {"killed_after_step": paused["paused_after_step"], "signal": "SIGKILL",
@@ -281,9 +311,13 @@ def agent_main(args: argparse.Namespace) -> int:
     work.mkdir(exist_ok=True)
     vol = Path(os.environ.get("RUNBOOK_VOLUME_DIR", work / "volume"))
     args.work_dir, args.ckpt_dir = work, vol / "ckpt"
+    # The pod's environment is probed in a thread (the probe imports torch, about 2 s on 2 cores)
+    # while the acceptance children run in their own processes.
+    probing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe")
+    environment = probing.submit(probe, device=os.environ.get("RUNBOOK_DEVICE", "cpu"))
+    probing.shutdown(wait=False)
     result: dict[str, Any] = {"mode": args.mode, "side": args.side, "pod_id": os.environ.get("RUNBOOK_POD_ID", ""),
-                              "process_started_epoch": started_epoch,
-                              "environment": probe(device=os.environ.get("RUNBOOK_DEVICE", "cpu"))}
+                              "process_started_epoch": started_epoch}
     out = work / "out"
     out.mkdir(exist_ok=True)
     if args.mode == "freeze":
@@ -322,6 +356,7 @@ def agent_main(args: argparse.Namespace) -> int:
                 ck = _upload_dir(store, work / "final_artifact", f"{args.prefix}/checkpoint")
                 result["checkpoint_manifest_sha256"] = store.commit_set(f"{args.prefix}/checkpoint", ck,
                                                                         run_id=args.run_id).sha256
+    result["environment"] = environment.result()
     for name in ("outputs.npy", "final_outputs.npy"):
         if (work / name).exists():
             (out / name).write_bytes((work / name).read_bytes())
@@ -340,6 +375,7 @@ def main(argv: list[str]) -> int:
     c.add_argument("--resume", action="store_true")
     c.add_argument("--pause", action="store_true")
     c.add_argument("--reload-check", action="store_true")
+    c.add_argument("--start-after", default="", help="stand by (imports done) until this file exists")
     ag = sub.add_parser("agent")
     ag.add_argument("mode", choices=["freeze", "accept", "bench", "slice"])
     ag.add_argument("--steps", type=int, default=0, help="bench/slice: steps to run (0 = all)")
