@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,27 @@ def run_teardown(plan: Any, run_dir: str | Path, *, method: str = RUN_TEARDOWN) 
     by the approval of the launch that created it, since a destroy plan's fingerprint names an id
     nobody can know in advance and tearing down only stops spending. Recorded like any other."""
     a = Approval(plan.fingerprint, "runbook", utc_now(), method)
+    record(run_dir, a, plan)
+    return a
+
+
+def replacement(plan: Any, *, of: Any, approval: Approval, run_dir: str | Path) -> Approval:
+    """The approval of ``plan``, a replacement for a machine the provider interrupted: the launch
+    ``of`` (approved as ``approval``) with the same spec on the ranked offers it had not yet
+    tried. It is covered by that approval: same command, image, labels and price bound, on offers
+    the approver already saw, one machine at a time. Recorded like any other.
+
+    Raises:
+        ApprovalRequired: ``plan`` differs from ``of`` in more than its offers (nothing is created).
+    """
+    if plan.spec is None or of.spec is None or replace(plan.spec, offers=of.spec.offers) != of.spec \
+            or not set(plan.spec.offers) <= set(of.spec.offers):
+        raise ApprovalRequired(f"plan {plan.fingerprint[:16]} is not a replacement of approved plan "
+                               f"{of.fingerprint[:16]} (it changes more than the offers left to try); approve it "
+                               "on its own")
+    a = Approval(plan.fingerprint, approval.approved_by, utc_now(),
+                 f"replacement of an interrupted machine under approved plan {of.fingerprint[:16]} "
+                 f"({approval.method}), on its untried offers")
     record(run_dir, a, plan)
     return a
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError
+from runbook_lib.providers.simulator import SIM_LIMITS
 
 
 def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) -> None:
@@ -153,9 +154,9 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
     return worst
 
 
-def _faults(path: str, *, per_provider: bool) -> dict[str, Any]:
-    """A ``--faults`` JSON file: ``{"script": ..., "lies": ...}`` for one simulator, or (with
-    ``per_provider``) one such object per provider name.
+def _faults(path: str, *, per_provider: bool, provider: str = "") -> dict[str, Any]:
+    """A ``--faults`` JSON file: ``{"script": ..., "lies": ..., "limits": ...}`` for one simulator,
+    or (with ``per_provider``) one such object per provider name.
 
     Raises:
         UsageError: the file is unreadable, not JSON, or has unknown keys (nothing was started).
@@ -167,12 +168,17 @@ def _faults(path: str, *, per_provider: bool) -> dict[str, Any]:
     parts = data if per_provider else {"": data}
     if not isinstance(parts, dict) or (per_provider and set(parts) - {"runpod", "vast"}):
         raise UsageError(f"--faults {path}: unknown providers {sorted(set(parts) - {'runpod', 'vast'})}; use runpod "
-                         "and vast, each with script and lies")
+                         "and vast, each with script, lies and limits")
     for name, part in parts.items():
-        unknown = set(part) - {"script", "lies"} if isinstance(part, dict) else {"(not an object)"}
+        unknown = set(part) - {"script", "lies", "limits"} if isinstance(part, dict) else {"(not an object)"}
+        where = f" under {name}" if name else ""
         if unknown:
-            where = f" under {name}" if name else ""
-            raise UsageError(f"--faults {path}: unknown keys {sorted(unknown)}{where}; use script and lies")
+            raise UsageError(f"--faults {path}: unknown keys {sorted(unknown)}{where}; use script, lies and limits")
+        known = SIM_LIMITS[name or provider]
+        bad = set(part.get("limits") or {}) - set(known)
+        if bad:
+            raise UsageError(f"--faults {path}: unknown limits {sorted(bad)}{where}; the {name or provider} simulator "
+                             f"has {sorted(known)}")
     return dict(data)
 
 
@@ -183,9 +189,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from runbook_lib.providers.simulator import simulate
 
     key = args.key or f"sim-{args.provider}-{secrets.token_hex(16)}"
-    faults = _faults(args.faults, per_provider=False) if args.faults else {}
+    faults = _faults(args.faults, per_provider=False, provider=args.provider) if args.faults else {}
     srv = simulate(args.provider, state_dir=args.state, key=key, port=args.port, script=faults.get("script"),
-                   lies=faults.get("lies"))
+                   lies=faults.get("lies"), limits=faults.get("limits"))
     env = {"runpod": ("RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL", "RUNPOD_API_KEY"),
            "vast": ("RUNBOOK_VAST_API_URL", "", "VAST_API_KEY")}[args.provider]
     print(f"{args.provider} simulator at {srv.url} (Ctrl-C stops it and destroys its machines). Point a run at it:")

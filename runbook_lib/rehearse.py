@@ -83,8 +83,8 @@ class Rehearsal:
 def start(project: Path, faults: dict[str, dict[str, Any]] | None = None) -> Rehearsal:
     """Start the Runpod and Vast.ai simulators and moto's S3 server on 127.0.0.1, each with a
     fresh key, and export what the adapters and the pods read (``RUNPOD_API_KEY``,
-    ``VAST_API_KEY``, dummy AWS keys moto accepts). ``faults``: per provider, the ``script`` and
-    ``lies`` of :func:`runbook_lib.providers.simulator.simulate` (a fault drill)."""
+    ``VAST_API_KEY``, dummy AWS keys moto accepts). ``faults``: per provider, the ``script``,
+    ``lies`` and ``limits`` of :func:`runbook_lib.providers.simulator.simulate` (a fault drill)."""
     import logging
 
     from moto.server import ThreadedMotoServer
@@ -94,7 +94,8 @@ def start(project: Path, faults: dict[str, dict[str, Any]] | None = None) -> Reh
     keys = {"runpod": "sim-rp-" + secrets.token_hex(16), "vast": "sim-vast-" + secrets.token_hex(16)}
     faults = faults or {}
     sims = {name: simulate(name, state_dir=state, key=key, script=faults.get(name, {}).get("script"),
-                           lies=faults.get(name, {}).get("lies")) for name, key in keys.items()}
+                           lies=faults.get(name, {}).get("lies"), limits=faults.get(name, {}).get("limits"))
+            for name, key in keys.items()}
     port = free_port()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     moto.start()

@@ -98,3 +98,39 @@ def test_a_target_that_never_becomes_ready_fails_the_canary_and_leaves_nothing_b
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["run_status"] == "failed" and receipt["resources"]["remaining"] == []
     assert not (run_dir / "04_compare_production.json").exists()
+
+
+def test_an_interruptible_canary_outbid_mid_run_is_replaced_on_the_next_offer_and_ends_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The target rents interruptible instances; the canary's instance is outbid 2 s after it
+    # starts running, before its acceptance job finishes.
+    faults = {"vast": {"script": {"create": ["outbid"]}, "limits": {"outbid_after_s": 2}}}
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, faults, target_offer={"interruptible": True})
+    assert code == EXIT_GO, out
+    rec = _record(run_dir, "03_prove_parity")
+    tries = rec["capacity_tries"]
+    assert [(t["offer_id"], t["outcome"]) for t in tries] == [
+        ("8812345", "ready"), ("8812345", "interrupted"), ("8812501", "ready")], tries
+    assert "outbid" in tries[1]["detail"]
+    [cut] = rec["interruptions"]
+    assert cut["destroyed"] and cut["resource_id"] == tries[0]["resource_id"] != tries[2]["resource_id"]
+    launches = [p for p in rec["plans"] if p["plan"]["action"] == "launch_pod"]
+    # one bid, valid on both ranked offers (the higher minimum bid of the two in the recorded search)
+    assert [p["plan"]["spec"]["interruptible_bid_usd_per_hour"] for p in launches] == [0.25, 0.25]
+    assert launches[1]["plan"]["spec"]["offers"] == ["8812501"] and launches[1]["method"].startswith("replacement")
+    assert rec["result"]["failure_drill"]["resumed_from"]  # the replacement ran the whole acceptance job
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["decision"] == "GO" and receipt["resources"]["remaining"] == []
+
+
+def test_a_container_that_cannot_start_oci_error_is_destroyed_and_the_next_offer_serves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The canary's first instance exits at start with an OCI runtime error in status_msg.
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys,
+                                {"vast": {"script": {"poll": ["loading", "exited_oci_error"]}}})
+    assert code == EXIT_GO, out
+    tries = _record(run_dir, "03_prove_parity")["capacity_tries"]
+    assert [(t["offer_id"], t["outcome"]) for t in tries] == [("8812345", "failed readiness"), ("8812501", "ready")]
+    assert "OCI runtime" in tries[0]["detail"]
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["decision"] == "GO" and receipt["resources"]["remaining"] == []

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from runbook_lib.approvals import Approval, require
+from runbook_lib.approvals import Approval, replacement, require
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_USAGE, ApprovalRequired, AuthError
 from runbook_lib.params import load_params
@@ -178,8 +178,10 @@ def test_an_offer_that_lies_about_its_machine_is_caught_by_readiness(tmp_path: P
 
 @pytest.mark.parametrize(("faults", "message"), [
     ({"aws": {"script": {}}}, "unknown providers ['aws']"),
-    ({"vast": {"scripts": {"create": ["gone"]}}}, "unknown keys ['scripts'] under vast; use script and lies"),
+    ({"vast": {"scripts": {"create": ["gone"]}}}, "unknown keys ['scripts'] under vast; use script, lies and limits"),
     ({"vast": ["gone"]}, "unknown keys ['(not an object)'] under vast"),
+    ({"vast": {"limits": {"outbid_after": 2}}}, "unknown limits ['outbid_after'] under vast; the vast simulator has "
+                                                "['outbid_after_s']"),
 ])
 def test_a_bad_faults_file_is_refused_before_anything_starts(tmp_path: Path, capsys, faults: dict,
                                                              message: str) -> None:
@@ -188,3 +190,44 @@ def test_a_bad_faults_file_is_refused_before_anything_starts(tmp_path: Path, cap
     assert cli_main(["rehearse", str(ROOT / "params" / "runpod-to-vast.yaml"), "--faults", str(bad)]) == EXIT_USAGE
     out = capsys.readouterr()
     assert message in out.err and "simulators:" not in out.out  # no simulator was started
+
+
+def test_an_instance_outbid_mid_run_stops_its_process_and_reads_interrupted(tmp_path: Path) -> None:
+    srv = simulate("vast", state_dir=tmp_path / "sim", key=KEY, script={"create": ["outbid"]},
+                   limits={"outbid_after_s": 0.5})
+    prov = create_provider("vast", profile=PARAMS.target.model_copy(update={"api_url": srv.url}),
+                           key=KeySource("vast", ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        plan = prov.plan_launch(_spec("vast", "import time; time.sleep(60)", "sim-outbid"), dry_run=False)
+        pod = prov.apply(plan, _ok(plan))
+        done = prov.wait_exit(pod.id, timeout_s=30, poll_s=0.1)
+        assert done.state == "STOPPED" and done.interrupted and "outbid" in done.status_detail
+        again = prov.get(pod.id)
+        assert again.state == "STOPPED" and getattr(again, "interrupted", False)  # it stays stopped, not restarted
+        assert srv.api.machines.state(pod.id)[0] == "EXITED"  # its process was stopped with it
+    finally:
+        prov.close()
+        srv.close()
+
+
+def test_unknown_simulator_limits_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"no limits \['proxy_s'\]; it has \['outbid_after_s'\]"):
+        simulate("vast", state_dir=tmp_path, key=KEY, limits={"proxy_s": 1})
+
+
+def test_a_replacement_is_approved_only_as_the_approved_launch_on_its_untried_offers(tmp_path: Path) -> None:
+    prov = create_provider("vast", profile=PARAMS.target, key=KeySource("vast", ("env:NONE",), _value=KEY))
+    spec = PodSpec(**{**_spec("vast", "pass", "r-repl").__dict__, "offers": ("8812345", "8812501")})
+    plan = prov.plan_launch(spec, dry_run=False)
+    first = Approval(plan.fingerprint, "alice", "2026-11-30T00:00:00Z", "approval file")
+    later = prov.plan_launch(PodSpec(**{**spec.__dict__, "offers": ("8812501",)}), dry_run=False)
+    got = replacement(later, of=plan, approval=first, run_dir=tmp_path)
+    assert got.fingerprint == later.fingerprint and got.approved_by == "alice" and plan.fingerprint[:16] in got.method
+    assert (tmp_path / "approvals" / f"{later.fingerprint[:16]}.json").exists()  # recorded like any approval
+    pricier = prov.plan_launch(PodSpec(**{**spec.__dict__, "offers": ("8812501",), "price_usd_per_hour": 9.0}),
+                               dry_run=False)
+    elsewhere = prov.plan_launch(PodSpec(**{**spec.__dict__, "offers": ("8812400",)}), dry_run=False)
+    for bad in (pricier, elsewhere):
+        with pytest.raises(ApprovalRequired, match="is not a replacement of approved plan"):
+            replacement(bad, of=plan, approval=first, run_dir=tmp_path)
+    prov.close()

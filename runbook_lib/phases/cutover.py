@@ -174,12 +174,9 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
         route.set(pct, f"slice {k + 1} (quiesced: the source stopped at verified checkpoint {ckpt_prefix}): target "
                        f"runs steps {done_steps}..{until - 1}")
         pfx = ctx.store_prefix("cutover", str(k))
-        pod = ctx.resources.launched(ctx.resources.launch_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
-                                            extra=("--steps", str(n))))
-        try:
-            ctx.resources.wait_pod("target", pod)
-        finally:
-            ctx.resources.destroy("target", pod.id)
+        plan = ctx.resources.plan_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
+                                        extra=("--steps", str(n)))
+        ctx.resources.run_agent("target", plan, result_prefix=f"{pfx}/result")
         res = json.loads(ctx.evidence.fetch(ctx.store, f"{pfx}/result", f"05/slice/{k}")["result.json"].read_text())
         checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint", run_id=ctx.run_id)
         losses = [m["loss"] for m in res["attempts"][0]["metrics"]]

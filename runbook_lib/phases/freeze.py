@@ -76,23 +76,20 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
     if plan.dry_run:
         ctx.resources.apply_plan("source", plan)
         return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict()}
-    pod = ctx.resources.apply_plan("source", plan, needs_store=True)
-    try:  # the freeze pod is disposable: destroyed whatever happens (phase 06 re-checks by label)
-        ctx.resources.wait_pod("source", pod, result_prefix=ctx.store_prefix("source", "result"))
-        frozen = ctx.store.verify_set(ctx.store_prefix("source", "frozen"), run_id=ctx.run_id)
-        result_objs = ctx.store.verify_set(ctx.store_prefix("source", "result"), run_id=ctx.run_id)
-        files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("source", "result"), "01/source_result")
-        result = json.loads(files["result.json"].read_text())
-        golden = np.load(files["outputs.npy"])
-        np.save(ctx.evidence.path("01/golden_outputs.npy"), golden)
-        if "final_outputs.npy" in files:
-            np.save(ctx.evidence.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
-    finally:
-        ctx.resources.destroy("source", pod.id)
-    gone = ctx.resources.provider("source").is_gone(pod.id)
+    # the freeze pod is disposable: destroyed whatever happens (phase 06 re-checks by label)
+    run = ctx.resources.run_agent("source", plan, result_prefix=ctx.store_prefix("source", "result"))
+    frozen = ctx.store.verify_set(ctx.store_prefix("source", "frozen"), run_id=ctx.run_id)
+    result_objs = ctx.store.verify_set(ctx.store_prefix("source", "result"), run_id=ctx.run_id)
+    files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("source", "result"), "01/source_result")
+    result = json.loads(files["result.json"].read_text())
+    golden = np.load(files["outputs.npy"])
+    np.save(ctx.evidence.path("01/golden_outputs.npy"), golden)
+    if "final_outputs.npy" in files:
+        np.save(ctx.evidence.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
     attempt = result["attempts"][0]
     return {
-        "pod": {"id": pod.id, "state_after_destroy": "DESTROYED" if gone else "STILL PRESENT"},
+        "pod": {"id": run.pod.id, "state_after_destroy": "DESTROYED" if run.destroyed else "STILL PRESENT",
+                "interruptions": run.interruptions},
         "source_pod": describe_source(ctx),
         "environment": result["environment"],
         "identity": result["identity"],

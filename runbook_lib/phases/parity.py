@@ -10,7 +10,6 @@ destroys the canary (verified gone).
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +34,13 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
 
     A remote canary is ready only when it runs, its ports are reachable and the machine is what
     was asked for (re-checked); a try that fails that is destroyed and the next ranked offer tried.
+    A canary the provider interrupts (outbid) is destroyed and the acceptance job run again on
+    the next untried offer (:meth:`~runbook_lib.phases.resources.Resources.run_agent`).
 
     Returns:
         ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs",
-        "capacity_tries", "acceptance_job_s"}`` (wall seconds from launch to the result set's
-        completion marker), or ``{"dry_run": True, "plan"}``.
+        "capacity_tries", "acceptance_job_s", "interruptions"}`` (wall seconds from the first
+        launch to the result set's completion marker, replacements included), or ``{"dry_run": True, "plan"}``.
 
     Raises:
         ApprovalRequired: the plan is not approved (HOLD). NoCapacity: no ranked offer became
@@ -49,14 +50,7 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     if plan.dry_run:
         ctx.resources.apply_plan("target", plan)
         return {"dry_run": True, "plan": plan.to_dict()}
-    t0 = time.monotonic()
-    pod = ctx.resources.apply_plan("target", plan, needs_store=True)
-    try:
-        ctx.resources.wait_pod("target", pod, result_prefix=ctx.store_prefix("canary", "result"))
-        acceptance_s = time.monotonic() - t0
-    finally:
-        ctx.resources.destroy("target", pod.id)
-    destroyed = ctx.resources.provider("target").is_gone(pod.id)
+    run = ctx.resources.run_agent("target", plan, result_prefix=ctx.store_prefix("canary", "result"))
     tries = [vars(a) for a in getattr(ctx.resources.provider("target"), "attempts", [])]
     files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("canary", "result"), "03/canary")
     result = json.loads(files["result.json"].read_text())
@@ -65,8 +59,9 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     def load(name: str) -> np.ndarray | None:
         return np.load(files[name]) if name in files else None
 
-    return {"pod_id": pod.id, "destroyed": destroyed, "result": result, "outputs": load("outputs.npy"),
-            "final_outputs": load("final_outputs.npy"), "capacity_tries": tries, "acceptance_job_s": acceptance_s}
+    return {"pod_id": run.pod.id, "destroyed": run.destroyed, "result": result, "outputs": load("outputs.npy"),
+            "final_outputs": load("final_outputs.npy"), "capacity_tries": tries, "acceptance_job_s": run.seconds,
+            "interruptions": run.interruptions}
 
 
 def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult]:
@@ -136,6 +131,7 @@ class ParityResult(PhaseResult):
         if self.dry_run:
             return {"dry_run": True, "plan": c["plan"]}
         return {"canary_pod": c["pod_id"], "canary_destroyed": c["destroyed"], "capacity_tries": c["capacity_tries"],
+                "interruptions": c["interruptions"],
                 "acceptance_job_s": c["acceptance_job_s"], "acceptance_budget_s": self.budget_s,
                 "result": {k: v for k, v in c["result"].items() if k != "attempts"}}
 

@@ -4,21 +4,42 @@ and destroy pods and endpoints, and the approvals each plan needs."""
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from runbook_lib import approvals
-from runbook_lib.errors import EvidenceError, NotFound, ParamsError, WorkloadError
+from runbook_lib.errors import EvidenceError, NoCapacity, NotFound, ParamsError, WorkloadError
 from runbook_lib.manifest import Record
 from runbook_lib.params import LocalProfile, Profile, RemoteProfile
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
+from runbook_lib.providers.remote import Attempt
 from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.storage import MARKER_KEY, Store, credential_env
 from runbook_lib.workload.job import PARAMS_FROM_ENV
 
 POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """An agent pod run to its end by :meth:`Resources.run_agent`.
+
+    Attributes:
+        pod: the pod whose agent finished (already destroyed). done: its state when the agent
+            finished. destroyed: verified gone through the provider's own listing.
+        seconds: wall seconds from the first launch request to the agent's end (replacements
+            included). interruptions: ``{"offer_id", "resource_id", "detail", "at_s",
+            "destroyed"}`` per machine the provider took back before the agent finished.
+    """
+
+    pod: Pod
+    done: Pod
+    destroyed: bool
+    seconds: float
+    interruptions: list[dict[str, Any]]
 
 
 @dataclass
@@ -42,6 +63,7 @@ class Resources(OnRun):
     store_factory: Callable[[], Store]
     approval_ref: str = ""
     providers: dict[str, Provider] = field(default_factory=dict)
+    _approved: dict[str, approvals.Approval] = field(default_factory=dict, repr=False)
 
     @property
     def store(self) -> Store:
@@ -94,12 +116,67 @@ class Resources(OnRun):
                                          preapproved_local=self.mig.approvals.preapproved_local,
                                          approval_file=self.approval_ref or self.mig.approvals.approval_file,
                                          simulator=sim)
+        self._approved[plan.fingerprint] = approval
+        return self._apply_approved(side, plan, approval, needs_store=needs_store)
+
+    def _apply_approved(self, side: str, plan: Plan, approval: approvals.Approval, *, needs_store: bool) -> Any:
         self.evidence.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
                            "method": approval.method})
         self.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
         if needs_store:
             self.store.url()
         return self.provider(side).apply(plan, approval)
+
+    def run_agent(self, side: str, plan: Plan, *, result_prefix: str = "") -> AgentRun:
+        """Apply an agent pod's launch plan, wait for the agent to finish (:meth:`wait_pod`), and
+        destroy the pod, verified gone, whatever happened.
+
+        A machine the provider interrupts before the agent's completion marker appears (an
+        outbid interruptible instance) is destroyed (a stopped Vast instance still bills for its
+        disk) and replaced on the plan's ranked offers not yet tried, under the plan's own approval
+        (:func:`runbook_lib.approvals.replacement`); the agent starts again from its inputs in
+        the store (the frozen artifact, or the newest checkpoint set a slice starts from). Each
+        interruption is a row ``interrupted`` in the provider's capacity tries and in
+        :attr:`AgentRun.interruptions`.
+
+        Raises:
+            EvidenceError: the plan is a dry-run plan. ApprovalRequired: it is not approved.
+            WorkloadError: the agent failed (log tail). NoCapacity: a launch found no ready
+                machine, or an interrupted machine left no untried offer.
+        """
+        t0 = time.monotonic()
+        prov = self.provider(side)
+        pod: Pod = self.launched(self.apply_plan(side, plan, needs_store=True))
+        interruptions: list[dict[str, Any]] = []
+        while True:
+            try:
+                done = self.wait_pod(side, pod, result_prefix=result_prefix)
+                finished = bool(result_prefix) and self.store.head(f"{result_prefix}/{MARKER_KEY}") is not None
+            finally:
+                self.destroy(side, pod.id)
+            seconds = time.monotonic() - t0
+            if not done.interrupted or finished:
+                return AgentRun(pod=pod, done=done, destroyed=prov.is_gone(pod.id), seconds=seconds,
+                                interruptions=interruptions)
+            tries: list[Any] = getattr(prov, "attempts", [])
+            offer = next((a.offer_id for a in reversed(tries) if a.resource_id == pod.id), "")
+            row = {"offer_id": offer, "resource_id": pod.id, "detail": done.status_detail, "at_s": seconds,
+                   "destroyed": prov.is_gone(pod.id)}
+            interruptions.append(row)
+            tries.append(Attempt(offer, "interrupted", f"{done.status_detail}; destroyed, agent restarted on the next "
+                                                       "untried offer", pod.id, seconds))
+            offers = tuple(plan.spec.offers) if isinstance(plan.spec, PodSpec) else ()
+            left = offers[offers.index(offer) + 1:] if offer in offers else ()
+            if not left:
+                raise NoCapacity(f"{side} pod {pod.id} on offer {offer or '?'} was interrupted ({done.status_detail}) "
+                                 f"before its agent finished, and no ranked offer is left untried ({len(offers)} in "
+                                 "the plan). Rank more offers in phase 02 (target.offer.max_tries) or rent on demand "
+                                 "(offer.interruptible: false), then run this phase again.", provider=prov.name)
+            assert isinstance(plan.spec, PodSpec)
+            replacement = replace(plan, spec=replace(plan.spec, offers=left))
+            approval = approvals.replacement(replacement, of=plan, approval=self._approved[plan.fingerprint],
+                                             run_dir=self.run_dir)
+            pod = self.launched(self._apply_approved(side, replacement, approval, needs_store=True))
 
     def _teardown_approval(self, side: str, plan: Plan,
                            labels: dict[str, str] | None = None) -> approvals.Approval | None:
@@ -150,8 +227,23 @@ class Resources(OnRun):
                        offers=(offers or ()) if remote else (),  # an agent serves nothing: no ports to publish
                        )
         if isinstance(prof, RemoteProfile):
-            spec = replace(spec, image=prof.image, disk_gb=prof.offer.disk_gb)
+            spec = replace(spec, image=prof.image, disk_gb=prof.offer.disk_gb,
+                           interruptible_bid_usd_per_hour=self.bid(side, spec.offers))
         return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
+
+    def bid(self, side: str, offers: tuple[str, ...]) -> float | None:
+        """The bid of an interruptible rental on ``offers`` (``offer.interruptible``), USD per
+        hour: the highest minimum bid among them in phase 02's offer table, so the one bid is
+        valid on every offer a launch may try (a bid below an offer's minimum fails). None for
+        on-demand rentals, or when phase 02 listed no interruptible price for them."""
+        prof = self.profile(side)
+        if not isinstance(prof, RemoteProfile) or not prof.offer.interruptible or side != "target":
+            return None
+        rec = self.records.get("02")
+        rows = (rec.data.get("offers") or {}).get("table", []) if rec else []
+        bids = [r["interruptible_usd_per_hour"] for r in rows
+                if r.get("offer_id") in offers and r.get("interruptible_usd_per_hour") is not None]
+        return max(bids) if bids else None
 
     def store_url(self) -> str:
         """The store's URL as a pod sees it (a local directory made absolute; an S3 URL as given,
@@ -180,13 +272,6 @@ class Resources(OnRun):
         rec = self.records.get("01")
         gpu = ((rec.data["freeze"].get("source_pod") or {}) if rec else {}).get("gpu_name")
         return (str(gpu),) if gpu else ()
-
-    def launch_agent(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
-                     extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None) -> Pod | None:
-        """Plan, approve and launch a pod running the acceptance agent on ``side`` (None in dry-run:
-        the plan is recorded, nothing is launched)."""
-        return self.apply_plan(side, self.plan_agent(side, role, mode, prefix=prefix, frozen_prefix=frozen_prefix,
-                                                 extra=extra, offers=offers))
 
     def launched(self, pod: Pod | None) -> Pod:
         """The pod a launch returned; None means the launch was only planned (dry-run), which a
@@ -233,6 +318,7 @@ class Resources(OnRun):
             extra = {"image": prof.image, "disk_gb": prof.offer.disk_gb}
             if prof.endpoint_mode == "load_balancing":
                 extra["offers"] = self.offer_ids(side)
+                extra["interruptible_bid_usd_per_hour"] = self.bid(side, extra["offers"])
                 price = self.offer_price(side) or price
         spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
                             workers=prof.workers, price_usd_per_hour=price,

@@ -83,6 +83,8 @@ class EndpointSpec:
         port: the worker's HTTP port inside its container (``load_balancing``).
         offers: ranked offer ids a ``load_balancing`` worker's instance may be rented on.
         disk_gb: container disk of that instance, GB.
+        interruptible_bid_usd_per_hour: that instance's bid (interruptible rental), USD per hour;
+            None rents it on demand.
     """
 
     name: str
@@ -101,6 +103,7 @@ class EndpointSpec:
     port: int = 8000
     offers: tuple[str, ...] = ()
     disk_gb: float = 20.0
+    interruptible_bid_usd_per_hour: float | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ class Pod:
 
     ``status_detail`` is the provider's own status words (``"exited: OCI runtime create failed"``);
     ``host`` what the provider reports about the machine (GPU, count, CUDA, disk, address, ports).
+    ``interrupted``: the provider took the machine back (an interruptible instance outbid, a spot
+    pod preempted), so its work stopped through no fault of its own.
     """
 
     id: str
@@ -170,6 +175,7 @@ class Pod:
     container_dir: str = ""
     status_detail: str = ""
     host: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ class FixtureApi:
             ``completed``, ``failed``, ``timed_out``, ``ttl``), ``workers`` (``unhealthy``,
             ``throttled``). Vast operations: ``create`` (``ok``, ``gone``, ``bid_fail``,
             ``rate``, ``created_then_502``; simulator: ``worker_crash``, the instance's serving
-            worker dies after 7 requests), ``poll`` (``null_status``, ``loading``, ``running``,
+            worker dies after 7 requests; ``outbid``, the instance is outbid mid-run), ``poll`` (``null_status``, ``loading``, ``running``,
             ``exited_oci_error``, ``outbid_stopped``), ``search`` (``rate``).
         log_dir: append request lines to ``<log_dir>/<provider>-requests.log``.
         ip: the public address reported for running machines (tests probe it).

@@ -136,6 +136,7 @@ class MachineBacked:
         super().__init__(provider, ip=HOST, **kwargs)  # type: ignore[call-arg]
         self.machines = machines
         self.lies: dict[str, dict[str, Any]] = {}  # offer id -> facts the machine really has
+        self.limits: dict[str, float] = dict(SIM_LIMITS.get(provider, {}))  # see SIM_LIMITS
 
 
 class SimServer:
@@ -207,8 +208,18 @@ class SimServer:
         return dict(sorted(out.items()))
 
 
+SIM_LIMITS: dict[str, dict[str, float]] = {
+    "runpod": {},
+    "vast": {"outbid_after_s": 3.0},
+}
+"""Per simulator, the waits and limits a test or user may set when it starts (seconds), with
+their defaults. Vast ``outbid_after_s``: an instance created under the ``create: outbid``
+fault is outbid this long after it starts running."""
+
+
 def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127.0.0.1", port: int = 0,
-             script: dict[str, list[str]] | None = None, lies: dict[str, dict[str, Any]] | None = None) -> SimServer:
+             script: dict[str, list[str]] | None = None, lies: dict[str, dict[str, Any]] | None = None,
+             limits: dict[str, float] | None = None) -> SimServer:
     """Start the simulator of remote provider ``provider`` and return its server.
 
     Args:
@@ -219,9 +230,10 @@ def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127
         lies: per offer id, machine facts that differ from what the offer listed (Vast.ai: instance
             fields such as ``{"cuda_max_good": 11.8}``): the machine is not what was advertised, and
             readiness must catch it.
+        limits: overrides of :data:`SIM_LIMITS` for this provider.
 
     Raises:
-        ValueError: ``provider`` has no simulator.
+        ValueError: ``provider`` has no simulator, or ``limits`` names a limit it does not have.
     """
     import importlib
 
@@ -231,4 +243,8 @@ def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127
         raise ValueError(f"no simulator for provider {provider!r}; there are simulators for runpod and vast") from None
     api = module.SimApi(provider, machines=Machines(Path(state_dir) / provider), key=key, script=script)
     api.lies = dict(lies or {})
+    unknown = set(limits or {}) - set(SIM_LIMITS[provider])
+    if unknown:
+        raise ValueError(f"the {provider} simulator has no limits {sorted(unknown)}; it has {sorted(SIM_LIMITS[provider])}")
+    api.limits = {**SIM_LIMITS[provider], **{k: float(v) for k, v in (limits or {}).items()}}
     return SimServer(api, host=host, port=port)

@@ -215,14 +215,11 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     def one_round(r: int, side: str) -> int:
         def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
             tag = str(r) if k == 0 else f"{r}-retry{k}"
-            pod = ctx.resources.launched(ctx.resources.launch_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
-                                                frozen_prefix=frozen))
-            try:
-                done = ctx.resources.wait_pod(side, pod)
-            finally:
-                ctx.resources.destroy(side, pod.id)
+            plan = ctx.resources.plan_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
+                                            frozen_prefix=frozen)
+            run = ctx.resources.run_agent(side, plan, result_prefix=ctx.store_prefix("bench", tag, "result"))
             files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
-            return pod, done, files
+            return run.pod, run.done, files
 
         got = measured_with_retries(ctx, attempt, log, what=f"round {r} {side} training pod", kind="training_round", side=side,
                      sleep=sleep)

@@ -182,7 +182,7 @@ class VastProvider(RemoteProvider):
         pod = self.launch(PodSpec(name=spec.name, command=command, device=env.get("RUNBOOK_DEVICE", "cuda"),
                                   price_usd_per_hour=spec.price_usd_per_hour, labels=spec.labels, env=spec.env,
                                   secret_refs=spec.secret_refs, image=spec.image, ports=(port,), offers=spec.offers,
-                                  disk_gb=spec.disk_gb))
+                                  disk_gb=spec.disk_gb, interruptible_bid_usd_per_hour=spec.interruptible_bid_usd_per_hour))
         return Endpoint(pod.id, pod.name, pod.state, f"http://{pod.host['ports'][port]}", 1, pod.labels,
                         pod.price_usd_per_hour, pod.created_at, mode="load_balancing")
 
@@ -194,7 +194,8 @@ class VastProvider(RemoteProvider):
                 ports[key] = f"{ip}:{int(maps[0]['HostPort'])}"  # HostPort is a string
         status = i.get("actual_status")
         detail = f"{status or 'provisioning'}: {i.get('status_msg') or ''}".strip()
-        if status == "stopped" and i.get("intended_status") == "stopped" and "outbid" in (i.get("status_msg") or ""):
+        outbid = status == "stopped" and i.get("intended_status") == "stopped" and "outbid" in (i.get("status_msg") or "")
+        if outbid:
             detail = f"interrupted (outbid; data kept): {i.get('status_msg')}"
         host = {"gpu_name": i.get("gpu_name", ""), "gpu_count": i.get("num_gpus"), "vram_mib": i.get("gpu_ram"),
                 "disk_gb": i.get("disk_space"),
@@ -205,7 +206,7 @@ class VastProvider(RemoteProvider):
         name = labels.pop(NAME_LABEL, "") or str(i.get("label") or "")
         return Pod(str(i.get("id", rid)), name, STATUS.get(status, "EXITED"),  # type: ignore[arg-type]
                    labels, float(i.get("dph_total") or 0.0), float(i.get("start_date") or 0.0),
-                   i.get("end_date"), None, "", "", status_detail=detail, host=host)
+                   i.get("end_date"), None, "", "", status_detail=detail, host=host, interrupted=outbid)
 
     def _fetch(self, resource_id: str) -> Pod:
         body = self.api.request("GET", f"/api/v0/instances/{resource_id}/", params={"owner": "me"}) or {}

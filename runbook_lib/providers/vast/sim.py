@@ -9,8 +9,10 @@ container network here, binds it through ``RUNBOOK_SIM_BIND_<port>``. ``actual_s
 follows the process in Vast's vocabulary
 (``loading`` until it starts, ``running``, then ``exited`` with its exit code in ``status_msg``).
 A stop ends the process and keeps the instance (and its disk, which still bills); a start runs
-the command again; a delete destroys it. Machine facts come from the offer it was created on
-(``recorded/bundles_search_ondemand.json``). See :mod:`runbook_lib.providers.simulator`.
+the command again; a delete destroys it. Under the ``create: outbid`` fault the instance is
+outbid ``outbid_after_s`` (a simulator limit) after it starts running: its process is stopped
+and it reads ``stopped`` with Vast's outbid ``status_msg``. Machine facts come from the offer it
+was created on (``recorded/bundles_search_ondemand.json``). See :mod:`runbook_lib.providers.simulator`.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ class SimApi(MachineBacked, FakeApi):
                 self.machines.restart(parts[3])
             else:
                 self.machines.stop(parts[3])
-        crash = m == "PUT" and parts[:3] == ["api", "v0", "asks"] and (self.script.get("create") or [""])[0] == "worker_crash"
-        if crash:  # created as asked; the machine's worker will crash (a drill)
+        fault = (self.script.get("create") or [""])[0] if m == "PUT" and parts[:3] == ["api", "v0", "asks"] else ""
+        crash, outbid = fault == "worker_crash", fault == "outbid"
+        if crash or outbid:  # created as asked; then the worker crashes, or the instance is outbid (drills)
             self.script["create"][0] = "ok"
         before = set(self.state)
         response = super().answer(request, body)
@@ -52,6 +55,8 @@ class SimApi(MachineBacked, FakeApi):
             env = {k: str(v) for k, v in options if not k.startswith("-p ")}
             portmap = {f"{k.split()[1].split(':')[-1]}/tcp": free_port() for k, _ in options if k.startswith("-p ")}
             self.state[iid]["_portmap"] = portmap
+            if outbid:
+                self.state[iid]["_outbid_after_s"] = self.limits["outbid_after_s"]
             if crash:
                 env["RUNBOOK_FAULT"] = "worker_crash"
             for key, external in portmap.items():
@@ -67,7 +72,15 @@ class SimApi(MachineBacked, FakeApi):
         if self.script.get("poll") or inst.get("intended_status") == "stopped":
             return super().poll_instance(iid, advance=advance) if self.script.get("poll") else inst
         state, code = self.machines.state(iid)
+        if state == "RUNNING" and inst.get("actual_status") == "running" and "_outbid_after_s" in inst \
+                and time.time() - inst["_running_since"] >= inst["_outbid_after_s"]:
+            # A higher bid took the machine: Vast stops the instance and keeps its disk.
+            self.machines.stop(iid)
+            del inst["_outbid_after_s"]
+            inst.update(load("vast", "instance_outbid_stopped.json")["instances"])
+            return inst
         if state == "RUNNING" and inst.get("actual_status") != "running":
+            inst["_running_since"] = time.time()
             inst.update(load("vast", "instance_running.json")["instances"])
             inst["public_ipaddr"] = f" {HOST}\n"
             inst["ports"] = {k: [{"HostIp": "0.0.0.0", "HostPort": str(v)}] for k, v in inst.get("_portmap", {}).items()}
