@@ -127,7 +127,8 @@ def _res(attempts: list[Attempted[Any]], slower: float = 1.5) -> dict[str, Any]:
     thr = [{"side": side, "round": r, "requests": 48.0, "completed": 48.0, "failed": 0.0, "elapsed_s": 1.0,
             "throughput_units_per_s": 48.0} for r, side in enumerate(compare.round_sides(4))]
     return {"samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr), "target_workers_ready": 1,
-            "cold_starts": [{"side": "source", "cold_start_s": 2.0}, {"side": "target", "cold_start_s": 2.1}],
+            "cold_starts": [{"side": "source", "cold_start_s": 2.0, "first_status": "COMPLETED"},
+                            {"side": "target", "cold_start_s": 2.1, "first_status": "COMPLETED"}],
             "attempts": attempts}
 
 
@@ -213,3 +214,12 @@ def test_runpod_job_times_in_milliseconds_become_seconds() -> None:
     assert rp["init_s"] != rp["init_s"]  # NaN: Runpod does not report it
     local = job_timings({"queue_s": 0.5, "init_s": 0.0, "execution_s": 0.25})
     assert (local["queue_s"], local["init_s"], local["execution_s"]) == (0.5, 0.0, 0.25)
+
+
+def test_a_lost_source_measurement_leaves_the_baseline_unjudged() -> None:
+    def refused(k: int) -> None:
+        raise ProviderError("POST /runsync failed: ConnectError")
+
+    lost = compare.lost_measurements([with_retries(refused, what="cold start source", kind="cold_start",
+                                                   side="source", retries=1, interval_s=0.0, sleep=Sleeps())])
+    assert set(lost) == {"cold_start_ratio", "baseline_health"}  # not error_rate: that judges the target

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from runbook_lib.cli import main as cli_main
-from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_NO_GO
+from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO
 
 from .conftest import ROOT
 
@@ -134,3 +134,22 @@ def test_a_container_that_cannot_start_oci_error_is_destroyed_and_the_next_offer
     assert "OCI runtime" in tries[0]["detail"]
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["decision"] == "GO" and receipt["resources"]["remaining"] == []
+
+
+def test_a_source_job_that_outlives_its_ttl_holds_the_migration_as_a_failing_baseline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The Runpod endpoint forgets a job 2 s after it was submitted, run or not: phase 04's first
+    # source job waits out the worker's cold start (several seconds) in the queue and expires.
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, {"runpod": {"limits": {"job_ttl_s": 2}}})
+    assert code == EXIT_HOLD, out
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    assert receipt["decision"] == "HOLD"
+    gates = {g["name"]: g for g in receipt["gates"]}
+    base = gates["baseline_health"]
+    assert base["verdict"] == "INCONCLUSIVE" and "EXPIRED" in base["detail"] and "TTL" in base["detail"]
+    assert any(r.startswith("baseline_health INCONCLUSIVE") for r in receipt["reasons"])
+    cold = (run_dir / "04" / "cold_starts.csv").read_text().splitlines()
+    source_row = next(line for line in cold if line.startswith("source,"))
+    assert ",nan,EXPIRED," in source_row or ",,EXPIRED," in source_row  # not served: no cold start measured
+    assert not (run_dir / "05_cutover.json").exists() or _record(run_dir, "05_cutover").get("skipped")
+    assert receipt["resources"]["remaining"] == []

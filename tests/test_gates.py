@@ -265,3 +265,14 @@ def test_acceptance_budget_judges_the_jobs_wall_time() -> None:
     scored = g.scored_unless_set(g.acceptance_budget(601.0, budget_s=600.0), setting="run.acceptance_budget_s",
                                  operator_set=False)
     assert scored.verdict == "FAIL" and not scored.blocking and "run.acceptance_budget_s" in scored.detail
+
+
+def test_a_failing_baseline_holds_rather_than_flatters_the_target() -> None:
+    ok = g.baseline_health({"COMPLETED": 240}, max_rate=0.0)
+    assert (ok.verdict, ok.observed, ok.blocking) == ("PASS", 0.0, True)
+    held = g.baseline_health({"COMPLETED": 239, "EXPIRED": 1}, max_rate=0.0)
+    assert held.verdict == "INCONCLUSIVE" and held.observed == 1 / 240  # a HOLD: the target did nothing wrong
+    assert "1 of 240 source requests failed (EXPIRED x1)" in held.detail and "TTL" in held.detail
+    within = g.baseline_health({"COMPLETED": 999, "TIMED_OUT": 1}, max_rate=0.001)
+    assert within.verdict == "PASS"  # 1/1000 is within the operator's error_rate_max
+    assert g.baseline_health({}, max_rate=0.0).verdict == "INCONCLUSIVE"

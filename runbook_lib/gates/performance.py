@@ -117,6 +117,36 @@ def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", u
                       phase=phase)
 
 
+def baseline_health(statuses: dict[str, int], *, max_rate: float, phase: str = "") -> GateResult:
+    """The source's own failures during the measurement (its cold-start job, warm rounds and
+    bursts), by status, against the same limit as the target's ``error_rate``. A baseline that
+    fails requests (jobs that outlived their TTL, timed out or crashed) flatters every comparison
+    made against it, so beyond the limit the evidence is INCONCLUSIVE (a HOLD, not a FAIL: the
+    target did nothing wrong).
+
+    Args:
+        statuses: served status -> count over the source's requests (``COMPLETED`` counts as served).
+        max_rate: ``gates.error_rate_max`` (fraction).
+    """
+    total = sum(statuses.values())
+    failed = {k: v for k, v in sorted(statuses.items()) if k != "COMPLETED" and v}
+    n = sum(failed.values())
+    what = ", ".join(f"{k} x{v}" for k, v in failed.items()) or "none"
+    if total == 0:
+        return GateResult("baseline_health", "INCONCLUSIVE", True, None, max_rate, "fraction", "source failures / requests",
+                          "the source served no request during the measurement", phase=phase)
+    rate = n / total
+    ok = rate <= max_rate
+    return GateResult("baseline_health", "PASS" if ok else "INCONCLUSIVE", True, rate, max_rate, "fraction",
+                      "source failures / source requests, by status",
+                      f"{n} of {total} source requests failed ({what})" if ok else
+                      f"{n} of {total} source requests failed ({what}): a comparison against a failing baseline "
+                      "proves nothing. Fix the source (an EXPIRED job outlived its TTL: raise the job TTL above the "
+                      "cold start and the queue wait; TIMED_OUT: its execution timeout) and measure again",
+                      samples={"requests": total}, source=threshold_source("error_rate_max", max_rate, "no failed request"),
+                      phase=phase)
+
+
 def cost_per_unit(source_usd: float | None, target_usd: float | None, *, required_saving: float,
                   accepted_rounds: tuple[Any, Any] | None = None, phase: str = "") -> GateResult:
     """Cost per accepted unit: target <= source x (1 - required_saving). USD per unit.

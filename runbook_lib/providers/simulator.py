@@ -209,12 +209,15 @@ class SimServer:
 
 
 SIM_LIMITS: dict[str, dict[str, float]] = {
-    "runpod": {},
+    "runpod": {"job_ttl_s": 86_400.0},
     "vast": {"outbid_after_s": 3.0},
 }
 """Per simulator, the waits and limits a test or user may set when it starts (seconds), with
-their defaults. Vast ``outbid_after_s``: an instance created under the ``create: outbid``
-fault is outbid this long after it starts running."""
+their defaults. Runpod ``job_ttl_s``: a serverless job is forgotten this long after it was
+submitted, run or not (its ``/status`` then answers 404); 24 h is Runpod's default execution
+policy ``ttl`` (docs/reference/providers.md, Runpod job API, Timeouts/TTL).
+Vast ``outbid_after_s``: an instance created under the ``create: outbid`` fault is outbid this
+long after it starts running."""
 
 
 def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127.0.0.1", port: int = 0,

@@ -98,6 +98,17 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     else:
         extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
+    if ctx.mig.workload.kind == "inference":
+        src, src_burst = s[s["side"] == "source"], t[t["side"] == "source"]
+        statuses = {str(k): int(v) for k, v in src["status"].value_counts().items()}
+        for c in res["cold_starts"]:
+            if c["side"] == "source" and c["first_status"] != "MEASUREMENT_ERROR":
+                statuses[c["first_status"]] = statuses.get(c["first_status"], 0) + 1
+        burst_failed = int(src_burst["failed"].sum()) if len(src_burst) else 0
+        statuses["COMPLETED"] = statuses.get("COMPLETED", 0) + int(src_burst["requests"].sum()) - burst_failed
+        if burst_failed:
+            statuses["FAILED (burst)"] = burst_failed
+        extra.append(g.baseline_health(statuses, max_rate=gc.error_rate_max, phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04"))
     acc_rounds = {side: [d["accepted"].astype(float).to_numpy() for _, d in s[s["side"] == side].groupby("round")]
                   for side in ("source", "target")}

@@ -43,8 +43,9 @@ AFFECTS: dict[str, tuple[str, ...]] = {
                        "cost_per_accepted_unit"),
 }
 """Gates fed by each kind of measurement. A measurement of requests or steps lost on the target
-side (every attempt failed) also makes ``error_rate`` INCONCLUSIVE; a lost warm-up (discarded
-anyway) or worker report (it carries no requests) does not."""
+side (every attempt failed) also makes ``error_rate`` INCONCLUSIVE, and on the source side
+``baseline_health``; a lost warm-up (discarded anyway) or worker report (it carries no requests)
+does not."""
 SENDS_REQUESTS = ("cold_start", "open_loop", "saturation", "training_round")
 
 
@@ -67,7 +68,9 @@ def lost_measurements(attempts: list[Attempted[Any]]) -> dict[str, list[str]]:
         if a.ok:
             continue
         line = f"{a.what}: {len(a.attempts)} attempts failed, last {a.error}"
-        names = AFFECTS[a.kind] + (("error_rate",) if a.side == "target" and a.kind in SENDS_REQUESTS else ())
+        sent = a.kind in SENDS_REQUESTS
+        names = AFFECTS[a.kind] + (("error_rate",) if a.side == "target" and sent else ()) \
+            + (("baseline_health",) if a.side == "source" and sent else ())
         for name in names:
             out.setdefault(name, []).append(line)
     return out
@@ -120,9 +123,10 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     clients: dict[str, ServingClient] = {}
     cold: list[dict[str, Any]] = []
     ready: dict[str, float] = {}
+    created: dict[str, float] = {}
     log: list[Attempted[Any]] = []
     for side in ("source", "target"):
-        t0 = time.perf_counter()
+        t0 = created[side] = time.perf_counter()
         ep = ctx.resources.create_endpoint(side, f"endpoint-{side}")
         client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
                                                          mode=ep.mode)
@@ -135,12 +139,14 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
 
         first = measured_with_retries(ctx, first_job, log, what=f"cold start {side}", kind="cold_start", side=side, sleep=sleep)
         ready[side] = time.perf_counter()
-        # Create to first served response; the waits between retries are not the target's time.
-        cold_s = ready[side] - t0 - first.waited_s if first.ok else math.nan
+        status = served_status(first.value) if first.value is not None else "MEASUREMENT_ERROR"
+        # Create to first served response (a job that expired or failed was not served); the
+        # waits between retries are not the side's own time.
+        cold_s = ready[side] - t0 - first.waited_s if first.ok and status == "COMPLETED" else math.nan
         health = measured_with_retries(ctx, worker_report, log, what=f"cold start {side} worker report", kind="cold_start",
                         side=side, sleep=sleep)
         cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s,
-                     "first_status": served_status(first.value) if first.value is not None else "MEASUREMENT_ERROR",
+                     "first_status": status,
                      "attempts": len(first.attempts),
                      "worker_init_s": [c["init_s"] for c in health.value.get("cold_starts", [])]
                      if health.value is not None else []})
@@ -189,11 +195,11 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     throughput = pd.DataFrame(thr, columns=THROUGHPUT_COLUMNS) if not thr else pd.DataFrame(thr)
     for c in clients.values():
         c.close()
-    # Both sides are billed for their own cold start plus the same measurement window (from when
-    # both were serving to the end), so creating one side first does not bill it for the other's
-    # start-up.
+    # Both sides are billed from their create call to their first answer (the cold start, served
+    # or not) plus the same measurement window (from when both had answered to the end), so
+    # creating one side first does not bill it for the other's start-up.
     window = end - max(ready.values())
-    billed = {c["side"]: c["cold_start_s"] + window for c in cold}
+    billed = {side: ready[side] - created[side] + window for side in ready}
     return {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
             "endpoint_modes": {s: e.mode for s, e in endpoints.items()},
             "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,

@@ -13,7 +13,7 @@ does: the local front door with ``workers.max`` worker processes
 ``runsync``, ``status``, ``cancel``, ``retry``, ``purge-queue``, ``health``) is passed through to
 that front door outside the simulator's lock (``runsync`` waits up to 90 s), and its answers are
 put in Runpod's shapes: ``delayTime`` and ``executionTime`` in milliseconds, a forgotten job a
-404. See :mod:`runbook_lib.providers.simulator`.
+404 (jobs are forgotten ``job_ttl_s`` after submission, a simulator limit). See :mod:`runbook_lib.providers.simulator`.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ class SimApi(MachineBacked, FakeApi):
         command = ["python", "-m", "runbook_lib.providers.local.endpoint", "serve", "--params",
                    "env:RUNBOOK_PARAMS_YAML", "--side", env.get("RUNBOOK_SIDE", "source"), "--workers", str(workers),
                    "--port-file", str(self._port_file(eid)),
-                   "--execution-timeout-s", str(float(ep.get("timeout") or 600_000) / 1000)]
+                   "--execution-timeout-s", str(float(ep.get("timeout") or 600_000) / 1000),
+                   "--ttl-s", str(self.limits["job_ttl_s"])]
         self._port_file(eid).unlink(missing_ok=True)
         self.machines.start(eid, command, env)
 
