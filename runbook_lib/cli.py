@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError
-from runbook_lib.providers.simulator import SIM_LIMITS
+from runbook_lib.providers.simulator import RUNPOD_SIM_PROXY, SIM_LIMITS
 
 
 def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) -> None:
@@ -192,10 +192,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     faults = _faults(args.faults, per_provider=False, provider=args.provider) if args.faults else {}
     srv = simulate(args.provider, state_dir=args.state, key=key, port=args.port, script=faults.get("script"),
                    lies=faults.get("lies"), limits=faults.get("limits"))
-    env = {"runpod": ("RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL", "RUNPOD_API_KEY"),
-           "vast": ("RUNBOOK_VAST_API_URL", "", "VAST_API_KEY")}[args.provider]
+    exports = {"runpod": {"RUNBOOK_RUNPOD_API_URL": srv.url, "RUNBOOK_RUNPOD_JOB_API_URL": srv.url,
+                          "RUNBOOK_RUNPOD_PROXY_URL": srv.url + RUNPOD_SIM_PROXY, "RUNPOD_API_KEY": key},
+               "vast": {"RUNBOOK_VAST_API_URL": srv.url, "VAST_API_KEY": key}}[args.provider]
     print(f"{args.provider} simulator at {srv.url} (Ctrl-C stops it and destroys its machines). Point a run at it:")
-    print(f"  export {env[0]}={srv.url}" + (f" {env[1]}={srv.url}" if env[1] else "") + f" {env[2]}={key}")
+    print("  export " + " ".join(f"{k}='{v}'" for k, v in exports.items()))
     print("  and set approvals.preapproved_simulator: true (or approve its plans) and dry_run: false.", flush=True)
     try:
         while True:

@@ -231,11 +231,14 @@ class RunpodProfile(RemoteProfile):
             2027); a warning is recorded.
         job_api_url: base URL of the serverless job API; empty: ``RUNBOOK_RUNPOD_JOB_API_URL``,
             else ``https://api.runpod.ai``.
+        proxy_url: a pod's HTTP port through Runpod's proxy, with ``{pod_id}`` and ``{port}``;
+            empty: ``RUNBOOK_RUNPOD_PROXY_URL``, else ``https://{pod_id}-{port}.proxy.runpod.net``.
     """
 
     provider: Literal["runpod"] = "runpod"
     runpod_graphql_spot: bool = False
     job_api_url: str = Field(default="", pattern=r"^(|https?://[^\s]+)$")
+    proxy_url: str = Field(default="", pattern=r"^(|https?://[^\s]*\{pod_id\}[^\s]*)$")
 
     @model_validator(mode="after")
     def _spot_needs_graphql(self) -> "RunpodProfile":

@@ -27,7 +27,7 @@ import yaml
 
 from runbook_lib.layout import STATE_DIR, project_root
 from runbook_lib.params import load_params, validate
-from runbook_lib.providers.simulator import SimServer, free_port, simulate
+from runbook_lib.providers.simulator import RUNPOD_SIM_PROXY, SimServer, free_port, simulate
 from runbook_lib.runner import RunResult, run_migration
 
 REHEARSAL_DIR = "rehearsal"  # under .runbook/: the rehearsal copies of params, and the simulators' machines
@@ -117,6 +117,7 @@ def overrides_for(data: dict[str, Any], reh: Rehearsal) -> dict[str, Any]:
             out[f"{side}.api_url"] = reh.sims[provider].url
             if provider == "runpod":
                 out[f"{side}.job_api_url"] = reh.sims[provider].url
+                out[f"{side}.proxy_url"] = reh.sims[provider].url + RUNPOD_SIM_PROXY
             out[f"{side}.poll_s"] = SIM_POLL_S
         out[f"{side}.device"] = "cpu"
     if str((data.get("storage") or {}).get("url", "")).startswith("s3://"):

@@ -146,3 +146,33 @@ def test_phase_02_names_the_adapter_between_modes_and_refuses_a_mode_the_target_
     assert "job API in front" in endpoint_mode_row("load_balancing", "queue", local)["reason"]
     none = endpoint_mode_row("queue", "queue", vast)
     assert none["status"] == "no equivalent" and "set target.endpoint_mode: load_balancing" in none["reason"]
+
+
+@pytest.mark.e2e  # a model load in a simulated pod
+def test_runpod_serves_load_balancing_from_a_pod_through_its_proxy_which_cuts_slow_requests(
+        tmp_path: Path, requests_and_golden) -> None:
+    payloads, golden = requests_and_golden
+    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY)
+    real = load_params(ROOT / "params" / "runpod-to-vast.yaml")
+    prof = real.source.model_copy(update={"api_url": srv.url, "job_api_url": srv.url,
+                                          "proxy_url": srv.url + "/proxy/{pod_id}-{port}"})
+    prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        spec = _spec("load_balancing", remote=True, offers=("NVIDIA GeForce RTX 4090",), disk_gb=40)
+        spec = EndpointSpec(**{**spec.__dict__, "env": (*spec.env, ("RUNBOOK_FAULT", "slow_worker"))})
+        ep, jobs, health = _serve(prov, spec, payloads)
+        pod = prov.get(ep.id)
+        assert ep.mode == "load_balancing" and pod.state == "RUNNING"
+        assert ep.url == f"{srv.url}/proxy/{ep.id}-8000"  # the pod's proxy URL, not an address of the machine
+        _same(jobs, golden)
+        assert health["workers"]["idle"] == 1
+        srv.api.limits["proxy_timeout_s"] = 0.1  # the slow worker (0.25 s a batch) now outlasts the proxy
+        client = prov.job_client(ep.id, ep.url, timeout_s=30, mode=ep.mode)
+        cut = client.runsync(payloads[0])
+        client.close()
+        assert cut["status"] == "FAILED" and cut["error"].startswith("HTTP 524")
+        prov.apply(plan := prov.plan_destroy(ep.id, dry_run=False), _ok(plan))
+        assert httpx.get(f"{ep.url}/ping", timeout=5).status_code == 502  # nothing behind the proxy any more
+    finally:
+        prov.close()
+        srv.close()

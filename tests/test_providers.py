@@ -46,7 +46,7 @@ def remote(name: str, *, script: dict[str, list[str]] | None = None, profile: An
     prof = profile or (PARAMS.source if name == "runpod" else PARAMS.target)
     prov = create_provider(name, profile=prof, transport=fake.transport,
                            key=KeySource(name, ("env:TEST_KEY",), _value=FIXTURE_KEY),
-                           clock=clock, sleep=clock.sleep, probe=probe)
+                           clock=clock, sleep=clock.sleep, probe=probe, http_probe=lambda url: True)
     return prov, fake, clock
 
 
@@ -68,10 +68,13 @@ def remote_spec(prov: Any, offers: tuple[str, ...]) -> Any:
     return spec
 
 
-def remote_endpoint_spec(labels: tuple[tuple[str, str], ...]) -> EndpointSpec:
-    return EndpointSpec(name="c-endpoint", params_path="p.yaml", side="target", workers=1, price_usd_per_hour=0.3,
-                        labels=labels, image="ghcr.io/example/agent:1", gpu_types=("ADA_24",),
-                        offers=("8812345", "8812501"), disk_gb=40)  # a Vast.ai load_balancing worker's instance
+def remote_endpoint_spec(offers: tuple[str, ...]) -> Any:
+    def spec(labels: tuple[tuple[str, str], ...]) -> EndpointSpec:
+        # offers: where a load_balancing worker's machine may be rented (a Vast.ai instance, a Runpod pod)
+        return EndpointSpec(name="c-endpoint", params_path="p.yaml", side="target", workers=1, price_usd_per_hour=0.3,
+                            labels=labels, image="ghcr.io/example/agent:1", gpu_types=("ADA_24",), offers=offers,
+                            disk_gb=40)
+    return spec
 
 
 class TestContract(ProviderContract):
@@ -86,7 +89,7 @@ class TestContract(ProviderContract):
         prov, fake, _ = remote(request.param)
         offers = ranked(prov)
         fake.requests.clear()
-        return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake), remote_endpoint_spec)
+        return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake), remote_endpoint_spec(offers))
 
 
 def test_the_table_feeds_the_registry_and_the_params_schema() -> None:
@@ -491,7 +494,7 @@ def test_a_502_with_nothing_created_fails_without_a_second_create() -> None:
 
 def test_an_endpoint_create_answered_502_is_adopted_not_repeated() -> None:
     prov, fake, _ = remote("runpod", script={"endpoint": ["created_then_502"]})
-    plan = prov.plan_endpoint(remote_endpoint_spec((("run_id", "r-ep502"), ("role", "endpoint"))), dry_run=False)
+    plan = prov.plan_endpoint(remote_endpoint_spec(())((("run_id", "r-ep502"), ("role", "endpoint"))), dry_run=False)
     ep = prov.apply(plan, approve(plan))
     assert len(_creates(fake)) == 1
     assert [r.id for r in prov.list(labels={"run_id": "r-ep502"})] == [ep.id]

@@ -58,6 +58,17 @@ def decode_labels(text: str | None) -> dict[str, str]:
         return {}
 
 
+def http_ready(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """True when ``GET url`` answers 200 within ``timeout_s`` seconds (a worker's ``/ping``
+    behind a provider's HTTP proxy, which answers 502 until the worker listens)."""
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def tcp_probe(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """True when a TCP connection to ``host:port`` opens within ``timeout_s`` seconds."""
     try:
@@ -87,6 +98,8 @@ class RemoteProvider(Provider):
         clock: monotonic seconds (injected in tests).
         sleep: injected in tests.
         probe: ``(host, port) -> bool`` reachability check (tests inject one).
+        http_probe: ``url -> bool``, True when the URL answers 200 (a worker's health check
+            behind an HTTP proxy; tests inject one).
         poll_s: status poll interval, seconds.
     """
 
@@ -94,13 +107,14 @@ class RemoteProvider(Provider):
 
     def __init__(self, *, api: ApiClient, profile: Any = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, probe: Callable[[str, int], bool] = tcp_probe,
-                 poll_s: float = POLL_S) -> None:
+                 http_probe: Callable[[str], bool] = http_ready, poll_s: float = POLL_S) -> None:
         self.api = api
         self.poll_s = poll_s
         self.profile = profile
         self._clock = clock
         self._sleep = sleep
         self._probe = probe
+        self._http_probe = http_probe
         self.attempts: list[Attempt] = []
 
     # -- primitives a provider supplies --------------------------------------------------------

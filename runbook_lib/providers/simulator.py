@@ -208,14 +208,20 @@ class SimServer:
         return dict(sorted(out.items()))
 
 
+RUNPOD_SIM_PROXY = "/proxy/{pod_id}-{port}"
+"""Where the Runpod simulator serves a pod's HTTP port, after its base URL (the ``proxy_url``
+to give the adapter)."""
+
 SIM_LIMITS: dict[str, dict[str, float]] = {
-    "runpod": {"job_ttl_s": 86_400.0},
+    "runpod": {"job_ttl_s": 86_400.0, "proxy_timeout_s": 100.0},
     "vast": {"outbid_after_s": 3.0},
 }
 """Per simulator, the waits and limits a test or user may set when it starts (seconds), with
 their defaults. Runpod ``job_ttl_s``: a serverless job is forgotten this long after it was
 submitted, run or not (its ``/status`` then answers 404); 24 h is Runpod's default execution
-policy ``ttl`` (docs/reference/providers.md, Runpod job API, Timeouts/TTL).
+policy ``ttl`` (docs/reference/providers.md, Runpod job API, Timeouts/TTL). Runpod
+``proxy_timeout_s``: the pod HTTP proxy answers 524 to a request that takes longer (Runpod's
+proxy: 100 s, runpod/docs pods/configuration/expose-ports.mdx).
 Vast ``outbid_after_s``: an instance created under the ``create: outbid`` fault is outbid this
 long after it starts running."""
 

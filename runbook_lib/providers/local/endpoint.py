@@ -359,8 +359,8 @@ def run_batch(wl: Any, inputs: list[Any], drill: Drill) -> list[dict[str, Any]]:
 def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, Drill]:
     """The side's profile and its loaded workload, the seconds from process start to loaded
     (process start + imports + weight load), and the drill of a local profile's ``fault``, or,
-    for a remote profile, of ``RUNBOOK_FAULT`` in the environment (set only by a provider
-    simulator's scripted fault)."""
+    when it sets none (a remote profile has none), of ``RUNBOOK_FAULT`` in the environment (set
+    only by a provider simulator's scripted fault)."""
     import psutil
 
     spawned = psutil.Process().create_time()
@@ -368,7 +368,9 @@ def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, Drill]:
     profile = getattr(mig, args.side)
     wl = make_workload(mig.workload, profile)
     wl.load()
-    fault = getattr(profile, "fault", None) or os.environ.get("RUNBOOK_FAULT", "none")
+    fault = getattr(profile, "fault", "none")
+    if fault == "none":
+        fault = os.environ.get("RUNBOOK_FAULT", "none")
     return (profile, wl, time.time() - spawned, Drill(CRASH_EVERY if fault == "worker_crash" else 0,
                                                      SLOW_S if fault == "slow_worker" else 0.0))
 

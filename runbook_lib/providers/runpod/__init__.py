@@ -23,7 +23,14 @@ import warnings
 from typing import Any
 
 from runbook_lib._time import parse_iso
-from runbook_lib.errors import CreateOutcomeUnknown, NoCapacity, NotFound, ProviderError, WorkloadError
+from runbook_lib.errors import (
+    CreateOutcomeUnknown,
+    NoCapacity,
+    NotFound,
+    ProviderError,
+    ProviderTimeout,
+    WorkloadError,
+)
 from runbook_lib.measure import JobClient, WorkerClient
 from runbook_lib.providers.api import ApiClient, KeySource, api_url
 from runbook_lib.providers.base import (
@@ -36,11 +43,15 @@ from runbook_lib.providers.base import (
 )
 from runbook_lib.providers.offers import Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
+from runbook_lib.workload.job import PARAMS_FROM_ENV
 
 REST_URL = "https://api.runpod.io"
 JOB_URL = "https://api.runpod.ai"
+PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
+"""A pod's HTTP port through Runpod's proxy (runpod/docs pods/configuration/expose-ports.mdx)."""
 REST_URL_ENV = "RUNBOOK_RUNPOD_API_URL"  # overrides REST_URL unless params set runpod api_url
 JOB_URL_ENV = "RUNBOOK_RUNPOD_JOB_API_URL"  # overrides JOB_URL unless params set job_api_url
+PROXY_URL_ENV = "RUNBOOK_RUNPOD_PROXY_URL"  # overrides PROXY_URL unless params set proxy_url
 LABELS_ENV = "RUNBOOK_LABELS"
 DISK_USD_PER_GB_MONTH = 0.10
 """Container and volume disk on a running pod, USD per GB-month (runpod.io/pricing; the API does
@@ -72,7 +83,8 @@ def _epoch(ts: str | None) -> float:
 
 
 class RunpodProvider(RemoteProvider):
-    """Runpod pods and queue endpoints.
+    """Runpod pods, queue endpoints, and load_balancing endpoints served by a pod through its
+    HTTP proxy.
 
     Args:
         api: REST v2 client (base ``https://api.runpod.io``); its transport and key also serve
@@ -83,6 +95,7 @@ class RunpodProvider(RemoteProvider):
     name = "runpod"
     TERMINAL_BAD = ("error",)
     job_url = JOB_URL  # the serverless job API's base; create() sets it from params or the environment
+    proxy_url = PROXY_URL  # a pod's HTTP port through the proxy; create() sets it likewise
     PROBE_PATH = "/v2/pods"
 
     def capabilities(self) -> Capabilities:
@@ -100,9 +113,10 @@ class RunpodProvider(RemoteProvider):
             billing="per minute; no ingress or egress fees (runpod/docs pods/overview.mdx)",
             queue_endpoints=Capability(True, "serverless queue endpoints and the job API",
                                        "runpod/docs serverless/endpoints/operation-reference.mdx"),
-            load_balancing=Capability(False, "Runpod has load-balancing endpoints (requests straight to a worker's "
-                                             "HTTP server); this runbook does not create them yet: use queue",
-                                      "docs.runpod.io/serverless/load-balancing/overview"),
+            load_balancing=Capability(True, "a pod running the worker's HTTP server, reached through the pod's HTTP "
+                                            "proxy (<pod>-<port>.proxy.runpod.net), which cuts a request longer than "
+                                            "100 s with a 524; Runpod's serverless load-balancing endpoints are not "
+                                            "used", "runpod/docs pods/configuration/expose-ports.mdx"),
             restart=Capability(True, "a stopped pod starts again on its machine, possibly with zero GPUs "
                                      "(readiness re-checks)", "runpod/docs pods/troubleshooting/zero-gpus.mdx"),
             lifecycle="stop keeps the /workspace volume and wipes the container disk; start on the same machine, "
@@ -204,7 +218,7 @@ class RunpodProvider(RemoteProvider):
         ports: dict[str, str] = {}
         for m in rt.get("ports") or []:
             if m.get("type") == "http":
-                ports[f"{m['private']}/http"] = f"{p['id']}-{m['private']}.proxy.runpod.net:443"
+                ports[f"{m['private']}/http"] = _netloc(self.proxy(str(p["id"]), int(m["private"])))
             elif m.get("public") and m.get("ip"):
                 ports[f"{m['private']}/tcp"] = f"{m['ip']}:{m['public']}"
         gpu = p.get("gpu") or {}
@@ -268,7 +282,15 @@ class RunpodProvider(RemoteProvider):
 
     # -- serverless ----------------------------------------------------------------------------
 
+    def proxy(self, pod_id: str, port: int) -> str:
+        """The URL of ``pod_id``'s HTTP ``port`` through Runpod's proxy (``proxy_url`` in params,
+        else ``RUNBOOK_RUNPOD_PROXY_URL``, else :data:`PROXY_URL`; ``{pod_id}`` and ``{port}``
+        are filled in)."""
+        return self.proxy_url.format(pod_id=pod_id, port=port)
+
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
+        if spec.mode == "load_balancing":
+            return self._create_direct(spec)
         env = {**self._env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
         body = {"name": spec.name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types),
                                                                                  "count": 1},
@@ -283,6 +305,36 @@ class RunpodProvider(RemoteProvider):
                                     f"{found.id} carries its labels but is not an endpoint; run `runbook cleanup`",
                                     provider=self.name) from exc
             return found
+
+    def _create_direct(self, spec: EndpointSpec) -> Endpoint:
+        """A ``load_balancing`` endpoint: a pod, on the first ranked GPU type that becomes ready,
+        running the ``direct`` worker (:mod:`runbook_lib.providers.local.endpoint`) on HTTP port
+        ``spec.port``, reached through the pod's proxy URL. The proxy answers 502 until the worker
+        listens (it binds once its model is loaded), so the endpoint is ready when ``GET /ping``
+        answers 200, within ``offer.ready_timeout_s``; a pod that never answers is destroyed.
+
+        Raises:
+            NoCapacity: no ranked GPU type gave a pod. ProviderTimeout: the worker never answered.
+        """
+        env = dict(spec.env)
+        command = ("python", "-m", "runbook_lib.providers.local.endpoint", "direct", "--params", PARAMS_FROM_ENV,
+                   "--side", spec.side, "--port", str(spec.port), "--execution-timeout-s", str(spec.execution_timeout_s))
+        pod = self.launch(PodSpec(name=spec.name, command=command, device=env.get("RUNBOOK_DEVICE", "cuda"),
+                                  price_usd_per_hour=spec.price_usd_per_hour, labels=spec.labels, env=spec.env,
+                                  secret_refs=spec.secret_refs, image=spec.image, ports=(f"{spec.port}/http",),
+                                  offers=spec.offers, disk_gb=spec.disk_gb))
+        url = self.proxy(pod.id, spec.port)
+        wait_s = self.profile.offer.ready_timeout_s if self.profile is not None else 1200.0
+        deadline = self._clock() + wait_s
+        while not self._http_probe(f"{url}/ping"):
+            if self._clock() >= deadline:
+                self._destroy(pod.id)
+                raise ProviderTimeout(f"{self.name}: the worker on pod {pod.id} did not answer GET {url}/ping with 200 "
+                                      f"within {wait_s:.0f} s (its model may not load, or it does not listen on port "
+                                      f"{spec.port}); the pod was destroyed", provider=self.name, resource_id=pod.id)
+            self._sleep(self.poll_s)
+        return Endpoint(pod.id, pod.name, pod.state, url, 1, pod.labels, pod.price_usd_per_hour, pod.created_at,
+                        mode="load_balancing")
 
     def _endpoint(self, e: dict[str, Any]) -> Endpoint:
         urls = e.get("requestUrls") or {}
@@ -347,4 +399,13 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
                     sleep=kwargs.get("sleep", time.sleep))
     prov = RunpodProvider(api=api, profile=profile, **kwargs)
     prov.job_url = api_url(getattr(profile, "job_api_url", ""), JOB_URL_ENV, JOB_URL)
+    prov.proxy_url = api_url(getattr(profile, "proxy_url", ""), PROXY_URL_ENV, PROXY_URL)
     return prov
+
+
+def _netloc(url: str) -> str:
+    """``host:port`` of a URL (443 for https, 80 for http when it names none)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return f"{u.hostname}:{u.port or (443 if u.scheme == 'https' else 80)}"

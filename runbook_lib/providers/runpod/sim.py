@@ -4,7 +4,10 @@ pod and serverless endpoint.
 A created pod runs its ``args`` (``python`` is this interpreter) with its ``env``; its status
 follows the process (``RUNNING`` while it runs, ``EXITED`` once it ends) in Runpod's own shapes.
 A stop ends the process and wipes the container disk (the volume survives, as on Runpod); a
-start runs the command again; a delete destroys it (``TERMINATED``).
+start runs the command again; a delete destroys it (``TERMINATED``). A pod's HTTP ports are
+served through the simulator's proxy, ``/proxy/{pod_id}-{port}/...`` (the adapter's
+``proxy_url``): 502 until the process listens, 524 for an answer slower than the
+``proxy_timeout_s`` limit (Runpod's proxy: 100 s).
 
 A created serverless (queue) endpoint runs the image's handler as the runbook's worker image
 does: the local front door with ``workers.max`` worker processes
@@ -23,8 +26,9 @@ from typing import Any
 
 from runbook_lib._time import utc_now
 from runbook_lib.providers.fixtures import load
+from runbook_lib.providers.local.endpoint import BIND_ENV
 from runbook_lib.providers.runpod.fake import FakeApi
-from runbook_lib.providers.simulator import HOST, MachineBacked
+from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
 
 FRONT_DOOR_WAIT_S = 120.0  # a job sent before the endpoint's front door listens waits this long, seconds
 JOB_OPS = ("run", "runsync", "status", "cancel", "retry", "purge-queue", "health")
@@ -76,7 +80,13 @@ class SimApi(MachineBacked, FakeApi):
         if m == "POST" and parts == ["v2", "pods"] and created:  # also after a 502 that still created it
             pid = created.pop()
             pod = self.state[pid]
-            self.machines.start(pid, pod.get("args") or "", {k: str(v) for k, v in (pod.get("env") or {}).items()})
+            env = {k: str(v) for k, v in (pod.get("env") or {}).items()}
+            # Each HTTP port is served behind the proxy (/proxy/{pod_id}-{port}/...); without a
+            # container network the process binds the local port the proxy forwards to.
+            pod["_portmap"] = {p.split("/")[0]: free_port() for p in pod.get("ports") or [] if p.endswith("/http")}
+            for port, local in pod["_portmap"].items():
+                env[BIND_ENV.format(port=port)] = f"{HOST}:{local}"
+            self.machines.start(pid, pod.get("args") or "", env)
         elif m == "POST" and parts == ["v2", "serverless"] and created:
             self._start_endpoint(created.pop(), crash=crash)
         return response
@@ -124,12 +134,39 @@ class SimApi(MachineBacked, FakeApi):
         return [{"id": f"{eid}-w{i}", "status": WORKER_STATUS.get(state, "UNHEALTHY")}
                 for i, state in enumerate(s for s, n in health["workers"].items() for _ in range(n))]
 
+    def _proxy(self, request: Any, target: str, rest: str) -> Any:
+        """A request to a pod's HTTP port through the proxy (``/proxy/{pod_id}-{port}/{rest}``): 502
+        while nothing listens on the port (or the pod is gone), 524 when the answer takes longer
+        than ``proxy_timeout_s`` (Runpod's proxy cuts requests at 100 s; runpod/docs
+        pods/configuration/expose-ports.mdx). No key: a proxy URL is public."""
+        import httpx
+
+        pid, _, port = target.rpartition("-")
+        pod = self.state.get(pid) or {}
+        local = (pod.get("_portmap") or {}).get(port)
+        if not local or pod.get("status") == "TERMINATED" or self.machines.state(pid)[0] != "RUNNING":
+            return httpx.Response(502, text=load("runpod", "proxy_502.html"), headers={"content-type": "text/html"})
+        try:
+            answer = httpx.request(request.method, f"http://{HOST}:{local}/{rest}", content=request.content,
+                                   headers={"content-type": request.headers.get("content-type", "application/json")},
+                                   timeout=self.limits["proxy_timeout_s"])
+        except httpx.TimeoutException:
+            return httpx.Response(524, text=load("runpod", "proxy_524.html"), headers={"content-type": "text/html"})
+        except httpx.TransportError:
+            return httpx.Response(502, text=load("runpod", "proxy_502.html"), headers={"content-type": "text/html"})
+        return httpx.Response(answer.status_code, content=answer.content,
+                              headers={"content-type": answer.headers.get("content-type", "application/json")})
+
     def passthrough(self, request: Any) -> Any:
         """Job API requests (``/v2/{endpoint_id}/{op}[/{job_id}]``) go to the endpoint's front door,
-        outside the simulator's lock; anything else is None (answered under the lock)."""
+        and proxy requests (``/proxy/{pod_id}-{port}/...``) to the pod's port, outside the
+        simulator's lock; anything else is None (answered under the lock)."""
         import httpx
 
         parts = request.url.path.strip("/").split("/")
+        if parts[0] == "proxy" and len(parts) >= 2:
+            self.requests.append((request.method, request.url.host + request.url.path, None))
+            return self._proxy(request, parts[1], "/".join(parts[2:]))
         if len(parts) < 3 or parts[0] != "v2" or parts[2] not in JOB_OPS or not parts[1].endswith("ep"):
             return None
         self.requests.append((request.method, request.url.host + request.url.path, None))
