@@ -9,6 +9,7 @@ samples are kept in seconds in CSV files next to the executed notebooks.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -265,12 +266,13 @@ def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, 
     return results
 
 
-def run_saturation(client: ServingClient, payloads: list[Any], *, max_in_flight: int = 64) -> dict[str, float]:
+def run_saturation(client: ServingClient, payloads: list[Any], *, max_in_flight: int = 64) -> dict[str, Any]:
     """Submit all ``payloads`` at once and time until the last completes.
 
     Returns:
-        ``{"requests", "completed", "failed", "elapsed_s", "throughput_units_per_s"}``;
-        throughput counts only COMPLETED requests, per second of wall time.
+        ``{"requests", "completed", "failed", "elapsed_s", "throughput_units_per_s",
+        "failed_by_status"}``; throughput counts only COMPLETED requests, per second of wall
+        time; ``failed_by_status`` is a JSON object, served status -> count of the failures.
     """
     def one(payload: Any) -> dict[str, Any]:
         try:
@@ -282,9 +284,12 @@ def run_saturation(client: ServingClient, payloads: list[Any], *, max_in_flight:
     with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
         jobs = list(pool.map(one, payloads))
     elapsed = time.perf_counter() - t0
-    ok = sum(1 for j in jobs if served_status(j) == "COMPLETED")
+    statuses = [served_status(j) for j in jobs]
+    ok = statuses.count("COMPLETED")
+    failed = {s: statuses.count(s) for s in sorted(set(statuses)) if s != "COMPLETED"}
     return {"requests": float(len(payloads)), "completed": float(ok), "failed": float(len(payloads) - ok),
-            "elapsed_s": elapsed, "throughput_units_per_s": ok / elapsed if elapsed > 0 else 0.0}
+            "elapsed_s": elapsed, "throughput_units_per_s": ok / elapsed if elapsed > 0 else 0.0,
+            "failed_by_status": json.dumps(failed)}
 
 
 T = TypeVar("T")

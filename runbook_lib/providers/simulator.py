@@ -31,6 +31,7 @@ from runbook_lib.providers.api import SIMULATOR_HEADER
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.fixtures import FixtureApi
 from runbook_lib.providers.local import LocalProvider
+from runbook_lib.providers.local.endpoint import LISTEN_BACKLOG
 
 HOST = "127.0.0.1"  # every simulated machine's address
 
@@ -183,8 +184,11 @@ class SimServer:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve  # noqa: N815 - http.server's names
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = LISTEN_BACKLOG  # a saturation burst connects all at once
+
+        self.server = Server((host, port), Handler)
         self.url = f"http://{host}:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, name=f"sim-{name}", daemon=True)
         self.thread.start()

@@ -4,6 +4,7 @@ record keeps."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any
@@ -104,10 +105,10 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         for c in res["cold_starts"]:
             if c["side"] == "source" and c["first_status"] != "MEASUREMENT_ERROR":
                 statuses[c["first_status"]] = statuses.get(c["first_status"], 0) + 1
-        burst_failed = int(src_burst["failed"].sum()) if len(src_burst) else 0
-        statuses["COMPLETED"] = statuses.get("COMPLETED", 0) + int(src_burst["requests"].sum()) - burst_failed
-        if burst_failed:
-            statuses["FAILED (burst)"] = burst_failed
+        statuses["COMPLETED"] = statuses.get("COMPLETED", 0) + int(src_burst["completed"].sum() if len(src_burst) else 0)
+        for row in src_burst.get("failed_by_status", pd.Series(dtype=object)).dropna():
+            for status, n in json.loads(row).items():
+                statuses[f"{status} (burst)"] = statuses.get(f"{status} (burst)", 0) + int(n)
         extra.append(g.baseline_health(statuses, max_rate=gc.error_rate_max, phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04"))
     acc_rounds = {side: [d["accepted"].astype(float).to_numpy() for _, d in s[s["side"] == side].groupby("round")]

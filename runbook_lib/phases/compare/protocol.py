@@ -30,7 +30,8 @@ from runbook_lib.workload import make_workload
 ROUND_PATTERN = ("source", "target", "target", "source")
 
 
-THROUGHPUT_COLUMNS = ["side", "round", "requests", "completed", "failed", "elapsed_s", "throughput_units_per_s"]
+THROUGHPUT_COLUMNS = ["side", "round", "requests", "completed", "failed", "elapsed_s", "throughput_units_per_s",
+                      "failed_by_status"]
 
 
 AFFECTS: dict[str, tuple[str, ...]] = {
