@@ -134,6 +134,7 @@ def test_the_rehearsal_copy_lists_every_override_and_leaves_the_params_alone(tmp
 @pytest.mark.parametrize("name,script,outcome", [
     ("vast", {"create": ["gone"]}, "no capacity"),  # the offer was taken between search and create (410)
     ("vast", {"create": ["rate"]}, "ready"),  # Vast's plain-text 429: our own backoff, then created
+    ("vast", {"create": ["bid_fail"]}, "no capacity"),  # a failed bid that still made an instance: destroyed
     ("vast", {"poll": ["exited_oci_error"]}, "failed readiness"),  # the container never started
     ("runpod", {"create": ["capacity"]}, "no capacity"),  # 400 "no longer any instances available"
     ("runpod", {"create": ["rate"]}, "ready"),  # 429 with Retry-After, honoured
