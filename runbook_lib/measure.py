@@ -14,10 +14,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar, Union
+from typing import Any, Callable, Generic, TypedDict, TypeVar, Union
 
 import numpy as np
 
+from runbook_lib._http import retry_after_s
 from runbook_lib.errors import ProviderError, ProviderTimeout, StorageError
 
 SAMPLE_COLUMNS = ("side", "round", "request", "intended_s", "sent_s", "done_s", "total_s", "queue_s",
@@ -25,9 +26,37 @@ SAMPLE_COLUMNS = ("side", "round", "request", "intended_s", "sent_s", "done_s", 
 """Columns of a latency sample table; ``*_s`` in seconds relative to the round start, or
 durations in seconds (``total_s``, ``queue_s``, ``init_s``, ``execution_s``)."""
 
-POLL_INTERVAL_S = 0.01
+POLL_START_S = 0.5
+POLL_MAX_S = 5.0
+"""Status polls of a job the endpoint has not finished start 0.5 s apart and double up to 5 s.
+Runpod limits ``/status`` to 2000 requests per 10 s per endpoint (docs/reference/providers.md,
+Runpod job API, rate limits): at most two polls a second per job keeps the 64 jobs a saturation
+burst holds in flight (:func:`run_saturation`) at 128 a second. ``/runsync`` answers a finished job
+itself (within 90 s), so latency samples do not depend on this cadence."""
+READ_RETRIES = 5
+"""A read (``status``, ``health``) answered 429, or whose connection failed, is sent again up to
+this many times, after ``Retry-After`` when the answer gives one (else the poll cadence). Reads
+change nothing, so they are the only requests retried blindly; a submission never is."""
 DISPATCH_LEAD_S = 0.002  # a request is handed to its worker this early; the worker sleeps to its time
 SPIN_S = 0.0002  # ...and spins only the last 0.2 ms (short enough not to starve other threads)
+
+
+class JobClocks(TypedDict, total=False):
+    """:class:`JobClient`'s clocks, seconds (its arguments of the same names)."""
+
+    execution_timeout_s: float
+    ttl_s: float
+    client_timeout_s: float
+
+
+def job_clocks(m: Any) -> JobClocks:
+    """A queue endpoint's job client clocks from ``measure`` (:class:`runbook_lib.params.Measure`):
+    the TTL sent with each job when params set one, and the client timeout."""
+    out: JobClocks = {"client_timeout_s": float(m.client_timeout_s)}
+    if m.job_ttl_s is not None:
+        out["ttl_s"] = float(m.job_ttl_s)
+    return out
+
 
 
 class JobClient:
@@ -35,50 +64,118 @@ class JobClient:
     ``/cancel/{id}``, ``/health``), as Runpod Serverless defines it
     (https://docs.runpod.io/serverless/endpoints/operations).
 
+    Three clocks bound a job: the endpoint's execution timeout (the handler runs too long:
+    ``TIMED_OUT``) and its TTL (the job lives too long, run or not: ``/status`` answers 404,
+    reported ``EXPIRED``), both sent with every job as Runpod's execution ``policy`` when given;
+    and the client timeout (:meth:`wait`): the caller gives up, cancels the job and keeps its id
+    (``CLIENT_TIMEOUT``), so no job is silently lost.
+
     Args:
         url: endpoint base URL.
         http: an ``httpx.Client`` (injected; tests pass one with a mock transport).
+        timeout_s: one HTTP request's timeout, seconds (above ``/runsync``'s 90 s wait).
+        execution_timeout_s: each job's ``policy.executionTimeout``, seconds; None: the endpoint's.
+        ttl_s: each job's ``policy.ttl``, seconds; None: the endpoint's (Runpod: 24 h).
+        client_timeout_s: :meth:`runsync`'s default client timeout, seconds; None: wait for ever.
+        sleep, clock: injected in tests.
     """
 
-    def __init__(self, url: str, *, http: Any = None, timeout_s: float = 120.0) -> None:
+    def __init__(self, url: str, *, http: Any = None, timeout_s: float = 120.0,
+                 execution_timeout_s: float | None = None, ttl_s: float | None = None,
+                 client_timeout_s: float | None = None,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         import httpx
 
         self._http = http or httpx.Client(base_url=url, timeout=timeout_s,
                                           limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        self.policy = {k: int(round(v * 1000)) for k, v in (("executionTimeout", execution_timeout_s),
+                                                            ("ttl", ttl_s)) if v is not None}
+        self.client_timeout_s = client_timeout_s
+        self._sleep, self._clock = sleep, clock
 
     def close(self) -> None:
         self._http.close()
 
-    def _json(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+    def _json(self, method: str, path: str, *, read: bool = False, **kw: Any) -> dict[str, Any]:
         import httpx
 
-        try:
-            r = self._http.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            raise ProviderError(f"{method} {path} failed: {type(exc).__name__}: {exc}") from exc
+        for attempt in range(READ_RETRIES + 1 if read else 1):
+            last = attempt == (READ_RETRIES if read else 0)
+            try:
+                r = self._http.request(method, path, **kw)
+            except httpx.HTTPError as exc:
+                if last:
+                    raise ProviderError(f"{method} {path} failed: {type(exc).__name__}: {exc}") from exc
+                self._sleep(POLL_START_S * 2 ** attempt)
+                continue
+            if r.status_code == 429 and not last:
+                self._sleep(retry_after_s(r.headers) or POLL_START_S * 2 ** attempt)
+                continue
+            break
         if r.status_code == 404 and path.startswith("/status/"):
             return {"id": path.rsplit("/", 1)[-1], "status": "EXPIRED",
                     "error": "job not found: its TTL expired or it never existed"}
         if r.status_code >= 400:
-            raise ProviderError(f"{method} {path} answered HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()
+            what = "rate limited (a machinery failure: the endpoint refused the request unprocessed)" \
+                if r.status_code == 429 else f"HTTP {r.status_code}"
+            raise ProviderError(f"{method} {path} answered {what}: {r.text[:200]}")
+        return dict(r.json())
+
+    def _submit(self, path: str, payload: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"input": payload}
+        if self.policy:
+            body["policy"] = dict(self.policy)
+        return self._json("POST", path, json=body)
 
     def run(self, payload: Any) -> dict[str, Any]:
-        """Submit a job; returns ``{"id", "status": "IN_QUEUE"}``."""
-        return self._json("POST", "/run", json={"input": payload})
+        """Submit a job; returns ``{"id", "status": "IN_QUEUE"}``.
 
-    def runsync(self, payload: Any) -> dict[str, Any]:
-        """Submit and wait for a terminal state (the endpoint answers after at most 90 s; a job
-        still running then is polled until terminal)."""
-        job = self._json("POST", "/runsync", json={"input": payload})
+        Raises:
+            ProviderError: the submission failed or was refused (429); it is not retried.
+        """
+        return self._submit("/run", payload)
+
+    def runsync(self, payload: Any, *, client_timeout_s: float | None = None) -> dict[str, Any]:
+        """Submit and wait for a terminal state (the endpoint answers a finished job within 90 s;
+        one still queued or running is then polled, :meth:`wait`, until ``client_timeout_s``
+        from submission; default: the client's).
+
+        Raises:
+            ProviderError: the submission failed or was refused (429); it is not retried.
+        """
+        limit = self.client_timeout_s if client_timeout_s is None else client_timeout_s
+        t0 = self._clock()
+        job = self._submit("/runsync", payload)
+        return self.wait(job, client_timeout_s=None if limit is None else limit - (self._clock() - t0))
+
+    def wait(self, job: dict[str, Any], *, client_timeout_s: float | None = None) -> dict[str, Any]:
+        """Poll ``job`` (a record with its ``id``) at :data:`POLL_START_S` doubling to
+        :data:`POLL_MAX_S` until it is terminal. After ``client_timeout_s`` seconds the client
+        gives up: it cancels the job and returns its record with ``status`` ``CLIENT_TIMEOUT``
+        (or the terminal state it reached meanwhile, collected), ``cancelled`` and the id kept.
+        """
+        deadline = None if client_timeout_s is None else self._clock() + client_timeout_s
+        interval = POLL_START_S
         while job.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
-            time.sleep(POLL_INTERVAL_S)
+            if deadline is not None and self._clock() + interval > deadline:
+                try:
+                    after = self.cancel(job["id"])
+                except ProviderError:  # the endpoint no longer knows it: read what it says
+                    after = self.status(job["id"])
+                if after.get("status") not in ("CANCELLED", "IN_QUEUE", "IN_PROGRESS"):
+                    return after  # it finished before the cancel: collected, not lost
+                return {**job, "status": "CLIENT_TIMEOUT", "cancelled": after.get("status") == "CANCELLED",
+                        "error": f"the client gave up after {client_timeout_s:g} s; job {job['id']} was "
+                                 f"{'cancelled' if after.get('status') == 'CANCELLED' else 'left ' + str(after.get('status'))}"}
+            self._sleep(interval)
+            interval = min(POLL_MAX_S, interval * 2)
             job = self.status(job["id"])
         return job
 
     def status(self, job_id: str) -> dict[str, Any]:
-        """Job record; ``status`` is ``EXPIRED`` when the endpoint no longer knows the id (TTL)."""
-        return self._json("GET", f"/status/{job_id}")
+        """Job record; ``status`` is ``EXPIRED`` when the endpoint no longer knows the id (TTL).
+        A 429 or a failed connection is retried (:data:`READ_RETRIES`)."""
+        return self._json("GET", f"/status/{job_id}", read=True)
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a queued or running job; returns ``{"id", "status": "CANCELLED"}``."""
@@ -94,7 +191,8 @@ class JobClient:
         return self._json("POST", "/purge-queue")
 
     def health(self) -> dict[str, Any]:
-        return self._json("GET", "/health")
+        """Job counts and worker states; a 429 or a failed connection is retried (:data:`READ_RETRIES`)."""
+        return self._json("GET", "/health", read=True)
 
     def wait_ready(self, *, timeout_s: float, clock: Callable[[], float] = time.monotonic,
                    sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:

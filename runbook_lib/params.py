@@ -363,6 +363,13 @@ class Measure(_Model):
     ``error_retries`` times, ``error_retry_interval_s`` seconds apart; if every attempt fails,
     the gates it feeds are INCONCLUSIVE. Defaults are Argo Rollouts' (``consecutiveErrorLimit``
     4, ``DefaultErrorRetryInterval`` 10 s; docs/reference/gates.md sections 1 and 5.1).
+
+    Three clocks bound a queue endpoint's job, each recorded with what it did in phase 04:
+    ``request_timeout_s`` is the endpoint's execution timeout (a handler running longer is
+    ``TIMED_OUT``); ``job_ttl_s`` is sent with every job as its TTL (Runpod's ``policy.ttl``:
+    10 s to 7 days; None keeps the endpoint's own, Runpod's default 24 h), after which the
+    endpoint forgets it run or not (``EXPIRED``); ``client_timeout_s`` is how long the runbook
+    waits for a job before it cancels it, keeping its id (``CLIENT_TIMEOUT``).
     """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
@@ -371,9 +378,20 @@ class Measure(_Model):
     arrival_rate_per_s: float = Field(default=20.0, gt=0)
     throughput_requests: int = Field(default=64, ge=1)
     request_timeout_s: float = Field(default=30.0, gt=0)
+    job_ttl_s: float | None = Field(default=None, ge=10, le=7 * 86_400)
+    client_timeout_s: float = Field(default=300.0, gt=0)
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
     error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
     error_retry_interval_s: float = Field(default=10.0, ge=0, le=3600)  # seconds between attempts (Argo: 10 s)
+
+
+    @model_validator(mode="after")
+    def _client_outlasts_the_handler(self) -> "Measure":
+        if self.client_timeout_s < self.request_timeout_s:
+            raise ValueError(f"measure.client_timeout_s ({self.client_timeout_s:g} s) is shorter than the execution "
+                             f"timeout measure.request_timeout_s ({self.request_timeout_s:g} s): the client would "
+                             "cancel jobs the endpoint still lets run; raise client_timeout_s")
+        return self
 
 
 class Gates(_Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -223,3 +224,56 @@ def test_a_lost_source_measurement_leaves_the_baseline_unjudged() -> None:
     lost = compare.lost_measurements([with_retries(refused, what="cold start source", kind="cold_start",
                                                    side="source", retries=1, interval_s=0.0, sleep=Sleeps())])
     assert set(lost) == {"cold_start_ratio", "baseline_health"}  # not error_rate: that judges the target
+
+
+def _job_api(answers: dict[str, list[Any]], seen: list[Any]) -> Any:
+    import httpx
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        op = request.url.path.strip("/").split("/")[0]
+        seen.append((request.method, request.url.path, json.loads(request.content or b"null")))
+        status, body, headers = answers[op].pop(0)
+        return httpx.Response(status, json=body, headers=headers)
+
+    return httpx.Client(base_url="http://endpoint.test", transport=httpx.MockTransport(handle))
+
+
+def test_the_job_client_polls_at_a_rate_limit_safe_cadence_and_honours_retry_after() -> None:
+    from runbook_lib.measure import POLL_MAX_S, POLL_START_S, JobClient
+
+    seen: list[Any] = []
+    running = (200, {"id": "j1", "status": "IN_PROGRESS"}, {})
+    answers = {"runsync": [running], "status": [running, (429, {"error": "slow down"}, {"Retry-After": "3"}),
+                                                 running, running, running, running,
+                                                 (200, {"id": "j1", "status": "COMPLETED", "output": [1]}, {})]}
+    sleeps = Sleeps()
+    client = JobClient("http://endpoint.test", http=_job_api(answers, seen), ttl_s=60, sleep=sleeps)
+    assert client.runsync("x")["status"] == "COMPLETED"
+    # doubling from 0.5 s to the 5 s ceiling; the 429 waited its Retry-After, then the read was sent again
+    assert sleeps.calls == [POLL_START_S, 1.0, 3.0, 2.0, 4.0, POLL_MAX_S, POLL_MAX_S]
+    assert seen[0][2] == {"input": "x", "policy": {"ttl": 60_000}}  # the TTL travels with the job, in ms
+
+
+def test_a_refused_submission_is_a_machinery_failure_and_is_never_resent() -> None:
+    from runbook_lib.measure import JobClient
+
+    seen: list[Any] = []
+    answers = {"run": [(429, {"error": "rate limited"}, {"Retry-After": "1"})]}
+    client = JobClient("http://endpoint.test", http=_job_api(answers, seen), sleep=Sleeps())
+    with pytest.raises(ProviderError, match="rate limited .*a machinery failure"):
+        client.run("x")
+    assert len(seen) == 1  # a resent job could run twice
+
+
+def test_phase_04_records_each_clock_and_what_it_ended() -> None:
+    from runbook_lib.params import Measure
+
+    res = _res([])
+    res["samples"].loc[0, "status"] = "TIMED_OUT"
+    res["throughput"]["failed_by_status"] = ['{"CLIENT_TIMEOUT": 2}', "{}", "{}", "{}"]
+    res["cold_starts"][1]["first_status"] = "EXPIRED"
+    rows = {r["clock"]: r for r in compare.clocks_record(Measure(job_ttl_s=600), res)}
+    assert rows["execution timeout"]["setting_s"] == 30.0 and rows["execution timeout"]["ended"] == {
+        "source": 1, "target": 0}
+    assert rows["job TTL"]["setting_s"] == 600 and rows["job TTL"]["ended"] == {"source": 0, "target": 1}
+    assert rows["client timeout"]["ended"] == {"source": 2, "target": 0}

@@ -10,7 +10,7 @@ from pathlib import Path
 from .conftest import ROOT
 
 LAYERS: list[set[str]] = [
-    {"errors", "_fs", "_time", "layout"},
+    {"errors", "_fs", "_http", "_time", "layout"},
     {"__init__"},  # the package itself: __version__
     {"manifest", "secrets", "offer_query"},
     {"params"},

@@ -180,3 +180,28 @@ def test_local_has_no_offer_marketplace_and_says_so(tmp_path: Path) -> None:
     prov = LocalProvider(root=tmp_path / "state")
     with pytest.raises(ProviderError, match="local has no offer marketplace"):
         prov.search_offers(load_params(ROOT / "params" / "runpod-to-vast.yaml").target.offer)
+
+
+@pytest.mark.parametrize("endpoint", [30.0], indirect=True)  # the endpoint's own TTL outlives the test
+def test_three_clocks_each_end_a_job_their_own_way(endpoint) -> None:
+    prov, ep, client = endpoint
+    # 1. execution timeout (the endpoint's, 1.5 s): the handler runs too long
+    timed = client.runsync(5.0)
+    assert timed["status"] == "TIMED_OUT" and "execution timeout 1.5 s" in timed["error"]
+    client.wait_ready(timeout_s=60)
+    # 2. job TTL (this job's policy.ttl, 1 s): it waits behind a 2 s job and is forgotten unrun
+    short_lived = JobClient(ep.url, ttl_s=1.0)
+    busy = client.run(1.2)
+    while client.status(busy["id"])["status"] == "IN_QUEUE":
+        time.sleep(0.02)
+    waiting = short_lived.run(0.01)
+    time.sleep(1.6)
+    assert short_lived.status(waiting["id"])["status"] == "EXPIRED"  # 404 on /status
+    short_lived.close()
+    # 3. client timeout (0.5 s): the caller gives up, cancels the job and keeps its id
+    held = client.run(1.2)
+    queued = client.run(0.01)
+    gave_up = client.wait(queued, client_timeout_s=0.5)
+    assert gave_up["status"] == "CLIENT_TIMEOUT" and gave_up["id"] == queued["id"] and gave_up["cancelled"]
+    assert client.status(queued["id"])["status"] == "CANCELLED"  # not left to run unobserved
+    assert client.wait(held, client_timeout_s=30)["status"] == "COMPLETED"  # a patient caller collects it

@@ -30,7 +30,7 @@ import pandas as pd
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
 from runbook_lib.errors import ProviderError
-from runbook_lib.measure import Request, poisson_schedule, run_open_loop
+from runbook_lib.measure import Request, job_clocks, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.route import Route
 from runbook_lib.workload import make_workload
@@ -96,7 +96,8 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
     modes = rec04.get("endpoint_modes", {})
-    clients = {s: ctx.resources.provider(s).job_client(rec04["endpoints"][s], u, mode=modes.get(s, "queue"))
+    clients = {s: ctx.resources.provider(s).job_client(rec04["endpoints"][s], u, mode=modes.get(s, "queue"),
+                                                       clocks=job_clocks(ctx.mig.measure))
                for s, u in urls.items()}
     route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
     route.set(0, "cutover start: all traffic on source")

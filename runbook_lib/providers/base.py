@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
-from runbook_lib.measure import JobClient, WorkerClient
+from runbook_lib.measure import JobClient, JobClocks, WorkerClient
 
 if TYPE_CHECKING:
     from runbook_lib.providers.offers import Offer
@@ -349,13 +349,15 @@ class Provider(ABC):
         return Plan(self.name, "start", resource_id, None, price_usd_per_hour, dry_run)
 
     def job_client(self, endpoint_id: str, url: str, *, timeout_s: float = 120.0,
-                   mode: str = "queue") -> JobClient | WorkerClient:
+                   mode: str = "queue", clocks: JobClocks | None = None) -> JobClient | WorkerClient:
         """A client of endpoint ``endpoint_id`` (``url`` as the endpoint reported it), with
         whatever authentication the provider needs; ``timeout_s`` per request, seconds. ``mode``
-        ``queue``: its job API; ``load_balancing``: its worker's own HTTP contract."""
+        ``queue``: its job API, with ``clocks`` (:class:`runbook_lib.measure.JobClient`'s
+        ``execution_timeout_s``, ``ttl_s``, ``client_timeout_s``); ``load_balancing``: its
+        worker's own HTTP contract (no job ids: ``timeout_s`` is the only clock)."""
         if mode == "load_balancing":
             return WorkerClient(url, timeout_s=timeout_s)
-        return JobClient(url, timeout_s=timeout_s)
+        return JobClient(url, timeout_s=timeout_s, **(clocks or {}))
 
     def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:
         """Whether a launched pod is usable now. Here: it is RUNNING (a remote provider also

@@ -38,6 +38,7 @@ from runbook_lib.phases.compare.protocol import (
     AFFECTS,
     ROUND_PATTERN,
     THROUGHPUT_COLUMNS,
+    clocks_record,
     lost_measurements,
     measure,
     measure_inference,
@@ -49,7 +50,7 @@ from runbook_lib.phases.compare.protocol import (
 
 __all__ = [
     "AFFECTS", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
-    "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
+    "clocks_record", "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
     "measure_training", "measured_with_retries", "record_data", "round_sides", "schedule_rounds",
     "summary",
 ]
@@ -67,8 +68,14 @@ class Measurement(PhaseResult):
         raise NotImplementedError("a measurement is recorded through evaluate(): pass it there")
 
     def parts(self) -> list[Any]:
-        return [md("**Cold starts** (create call to first served response, seconds)"), table(self.raw["cold_starts"]),
-                md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary]
+        out = [md("**Cold starts** (create call to first served response, seconds)"), table(self.raw["cold_starts"]),
+               md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary]
+        if self.raw.get("clocks"):
+            out += [md("**Clocks** (each setting, and the requests it ended per side)"),
+                    table([{**{k: v for k, v in c.items() if k != "ended"}, **{f"ended {s}": n for s, n in
+                                                                            c["ended"].items()}}
+                           for c in self.raw["clocks"]])]
+        return out
 
 
 @dataclass(frozen=True)

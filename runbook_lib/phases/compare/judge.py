@@ -143,6 +143,7 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "endpoints": res["endpoints"],
         "endpoint_urls": res.get("endpoint_urls", {}),
         "endpoint_modes": res.get("endpoint_modes", {}),
+        "clocks": res.get("clocks", []),
         "summary": by_side,
         "cold_start_median_s": {s: float(cold[cold["side"] == s]["cold_start_s"].median()) for s in ("source", "target")},
         "usd_per_accepted_unit": {s: _finite(c.usd_per_accepted_unit) for s, c in costs_.items()},

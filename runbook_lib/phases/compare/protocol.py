@@ -18,6 +18,7 @@ from runbook_lib.measure import (
     Attempted,
     Request,
     ServingClient,
+    job_clocks,
     poisson_schedule,
     run_open_loop,
     run_saturation,
@@ -48,6 +49,29 @@ side (every attempt failed) also makes ``error_rate`` INCONCLUSIVE, and on the s
 ``baseline_health``; a lost warm-up (discarded anyway) or worker report (it carries no requests)
 does not."""
 SENDS_REQUESTS = ("cold_start", "open_loop", "saturation", "training_round")
+
+
+def clocks_record(m: Any, res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Phase 04's evidence rows of the three clocks: each one's setting and, per side, how many
+    requests it ended (latency rounds, bursts and the cold-start job)."""
+    counts: dict[str, dict[str, int]] = {"source": {}, "target": {}}
+    s = res["samples"]
+    for side in counts:
+        for status, n in (s[s["side"] == side]["status"].value_counts().items() if len(s) else []):
+            counts[side][str(status)] = counts[side].get(str(status), 0) + int(n)
+        for row in res["throughput"][res["throughput"]["side"] == side].get("failed_by_status", []):
+            for status, n in json.loads(row or "{}").items():
+                counts[side][status] = counts[side].get(status, 0) + int(n)
+        for c in res["cold_starts"]:
+            if c["side"] == side and c.get("first_status"):
+                counts[side][c["first_status"]] = counts[side].get(c["first_status"], 0) + 1
+    rows = [("execution timeout", m.request_timeout_s, "the endpoint's, set when it was created", "TIMED_OUT"),
+            ("job TTL", m.job_ttl_s, "each job's policy.ttl" if m.job_ttl_s is not None
+             else "the endpoint's own (Runpod's default 24 h)", "EXPIRED"),
+            ("client timeout", m.client_timeout_s, "the runbook's job client: it cancels and keeps the job id",
+             "CLIENT_TIMEOUT")]
+    return [{"clock": name, "setting_s": setting, "set_by": by, "ends_as": status,
+             "ended": {side: counts[side].get(status, 0) for side in counts}} for name, setting, by, status in rows]
 
 
 def measured_with_retries(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
@@ -130,6 +154,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         t0 = created[side] = time.perf_counter()
         ep = ctx.resources.create_endpoint(side, f"endpoint-{side}")
         client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
+                                                         clocks=job_clocks(m),
                                                          mode=ep.mode)
         payload0 = wl.request_inputs(1, seed=0)[0][1]
         def first_job(_k: int, c: ServingClient = client, payload: Any = payload0) -> dict[str, Any]:
@@ -201,11 +226,13 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     # creating one side first does not bill it for the other's start-up.
     window = end - max(ready.values())
     billed = {side: ready[side] - created[side] + window for side in ready}
-    return {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
-            "endpoint_modes": {s: e.mode for s, e in endpoints.items()},
-            "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
-            "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
-            "target_workers_ready": workers_ready, "attempts": log}
+    out = {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
+           "endpoint_modes": {s: e.mode for s, e in endpoints.items()},
+           "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
+           "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
+           "target_workers_ready": workers_ready, "attempts": log}
+    out["clocks"] = clocks_record(m, out)
+    return out
 
 
 def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:

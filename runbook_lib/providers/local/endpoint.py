@@ -108,17 +108,24 @@ class FrontDoor:
 
     # -- jobs --------------------------------------------------------------------------------
 
-    def submit(self, payload: Any) -> dict[str, Any]:
+    def submit(self, payload: Any, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Queue a job. ``policy`` is Runpod's per-job execution policy: ``executionTimeout`` and
+        ``ttl`` in milliseconds override the endpoint's execution timeout and TTL for this job
+        (docs/reference/providers.md, Runpod job API, Timeouts/TTL)."""
         jid = f"job-{secrets.token_hex(8)}"
+        policy = policy or {}
         with self.cond:
-            self.jobs[jid] = {"id": jid, "status": "IN_QUEUE", "input": payload, "submitted_at": time.time()}
+            self.jobs[jid] = {"id": jid, "status": "IN_QUEUE", "input": payload, "submitted_at": time.time(),
+                              "execution_timeout_s": float(policy.get("executionTimeout") or
+                                                           self.execution_timeout_s * 1000) / 1000,
+                              "ttl_s": float(policy.get("ttl") or self.ttl_s * 1000) / 1000}
             self.queue.append(jid)
             self.cond.notify_all()
             return self.public(jid)
 
     def public(self, jid: str) -> dict[str, Any]:
         job = self.jobs[jid]
-        out = {k: v for k, v in job.items() if k not in ("input",)}
+        out = {k: v for k, v in job.items() if k not in ("input", "execution_timeout_s", "ttl_s")}
         if "started_at" in job:
             wait = job["started_at"] - job["submitted_at"]
             init = 0.0
@@ -241,11 +248,11 @@ class FrontDoor:
                     if code is not None:
                         self._replace_worker(wid, f"worker {wid} exited with code {code}")
                 for jid, job in list(self.jobs.items()):
-                    if job["status"] == "IN_PROGRESS" and now - job["started_at"] > self.execution_timeout_s:
+                    if job["status"] == "IN_PROGRESS" and now - job["started_at"] > job["execution_timeout_s"]:
                         job.update(status="TIMED_OUT", completed_at=now,
-                                   error=f"execution timeout {self.execution_timeout_s} s exceeded")
+                                   error=f"execution timeout {job['execution_timeout_s']} s exceeded")
                         self._replace_worker(job["worker"], "execution timeout")
-                    if now - job["submitted_at"] > self.ttl_s:
+                    if now - job["submitted_at"] > job["ttl_s"]:
                         if jid in self.queue:
                             self.queue.remove(jid)
                         del self.jobs[jid]
@@ -290,9 +297,9 @@ def _handler(door: FrontDoor) -> type[BaseHTTPRequestHandler]:
             parts = self.path.strip("/").split("/")
             body = self._body()
             if parts == ["run"]:
-                return self._send(200, door.submit(body.get("input")))
+                return self._send(200, door.submit(body.get("input"), body.get("policy")))
             if parts == ["runsync"]:
-                job = door.submit(body.get("input"))
+                job = door.submit(body.get("input"), body.get("policy"))
                 return self._send(200, door.wait_terminal(job["id"], RUNSYNC_WAIT_S) or job)
             if len(parts) == 2 and parts[0] in ("cancel", "retry"):
                 res = door.cancel(parts[1]) if parts[0] == "cancel" else door.retry(parts[1])

@@ -31,7 +31,7 @@ from runbook_lib.errors import (
     ProviderTimeout,
     WorkloadError,
 )
-from runbook_lib.measure import JobClient, WorkerClient
+from runbook_lib.measure import JobClient, JobClocks, WorkerClient
 from runbook_lib.providers.api import ApiClient, KeySource, api_url
 from runbook_lib.providers.base import (
     Capabilities,
@@ -373,7 +373,7 @@ class RunpodProvider(RemoteProvider):
                          resource_id=endpoint_id)
 
     def job_client(self, endpoint_id: str, url: str = "", *, timeout_s: float = 120.0,
-                   mode: str = "queue") -> JobClient | WorkerClient:
+                   mode: str = "queue", clocks: JobClocks | None = None) -> JobClient | WorkerClient:
         """A :class:`runbook_lib.measure.JobClient` for ``<job API>/v2/{endpoint_id}`` (the job
         API's base: ``https://api.runpod.ai`` unless params or the environment name another) with
         the API key as Bearer auth, over this provider's transport. ``url`` is not used: the job
@@ -387,7 +387,7 @@ class RunpodProvider(RemoteProvider):
         http = httpx.Client(base_url=base, transport=self.api.transport, timeout=timeout_s,
                             headers={"Authorization": f"Bearer {self.api.key.resolve()}"},
                             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
-        return JobClient(base, http=http)
+        return JobClient(base, http=http, **(clocks or {}))
 
 
 def create(*, root: Any = None, profile: Any = None, transport: Any = None, key: KeySource | None = None,
