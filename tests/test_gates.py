@@ -276,3 +276,19 @@ def test_a_failing_baseline_holds_rather_than_flatters_the_target() -> None:
     within = g.baseline_health({"COMPLETED": 999, "TIMED_OUT": 1}, max_rate=0.001)
     assert within.verdict == "PASS"  # 1/1000 is within the operator's error_rate_max
     assert g.baseline_health({}, max_rate=0.0).verdict == "INCONCLUSIVE"
+
+
+@pytest.mark.parametrize("shape", ["lognormal", "quantized", "all equal", "odd pairs"])
+def test_the_hodges_lehmann_shift_without_the_matrix_equals_the_matrix_median(shape: str, monkeypatch) -> None:
+    from runbook_lib.gates import stats
+
+    rng = np.random.default_rng(7)
+    n, m = (1201, 999) if shape == "odd pairs" else (1500, 1300)
+    x, y = rng.lognormal(-2.0, 0.4, n), rng.lognormal(-1.95, 0.5, m)
+    if shape == "quantized":  # millisecond timings: many tied differences
+        x, y = np.round(x, 3), np.round(y, 3)
+    if shape == "all equal":
+        x, y = np.full(n, 0.1), np.full(m, 0.1)
+    exact = float(np.median(np.subtract.outer(y, x)))  # the definition, on data small enough for it
+    monkeypatch.setattr(stats, "HL_DIRECT_PAIRS", 0)  # force the selection path
+    assert g.hodges_lehmann_shift(y, x) == pytest.approx(exact, rel=1e-12, abs=1e-15)

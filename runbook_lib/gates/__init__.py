@@ -51,6 +51,7 @@ from runbook_lib.gates.stats import (
     MIN_ROUNDS_PER_SIDE,
     as_rounds,
     bootstrap_interval,
+    hodges_lehmann_shift,
     round_bootstrap,
 )
 
@@ -58,7 +59,7 @@ __all__ = [
     "BOOTSTRAP_CONFIDENCE", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "MIN_ROUNDS_PER_SIDE", "SHIFT_FLOOR_S",
     "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "acceptance_budget", "as_rounds",
     "baseline_health", "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
-    "error_rate", "from_dict", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost",
+    "error_rate", "from_dict", "hodges_lehmann_shift", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost",
     "min_slo_samples", "noise_floor", "output_parity", "round_bootstrap", "scored_unless_set", "spend_limit",
     "threshold_source", "throughput_ratio", "tolerance_for", "top1_agreement",
 ]

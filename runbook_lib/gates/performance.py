@@ -15,6 +15,7 @@ from runbook_lib.gates.stats import (
     MIN_ROUNDS_PER_SIDE,
     as_rounds,
     bootstrap_interval,
+    hodges_lehmann_shift,
     round_bootstrap,
 )
 
@@ -257,7 +258,7 @@ def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, f
         return GateResult("latency_shift", "INCONCLUSIVE", False, None, max_ratio, "s", "Mann-Whitney U",
                           "too few samples", samples=n, phase=phase)
     p = float(stats.mannwhitneyu(target, source, alternative="greater").pvalue)
-    shift = float(np.median(np.subtract.outer(target, source)))  # Hodges-Lehmann estimate, seconds
+    shift = hodges_lehmann_shift(target, source)  # seconds
     ratio = float(np.mean(target) / np.mean(source))
     bad = p < 0.02 and shift > floor_s and ratio >= max_ratio
     return GateResult("latency_shift", "FAIL" if bad else "PASS", False, shift, floor_s, "s",
