@@ -175,10 +175,17 @@ def _faults(path: str, *, per_provider: bool, provider: str = "") -> dict[str, A
         if unknown:
             raise UsageError(f"--faults {path}: unknown keys {sorted(unknown)}{where}; use script, lies and limits")
         known = SIM_LIMITS[name or provider]
-        bad = set(part.get("limits") or {}) - set(known)
+        limits = part.get("limits") or {}
+        if not isinstance(limits, dict):
+            raise UsageError(f"--faults {path}: limits{where} must be an object of name: seconds, got {limits!r}")
+        bad = set(limits) - set(known)
         if bad:
             raise UsageError(f"--faults {path}: unknown limits {sorted(bad)}{where}; the {name or provider} simulator "
                              f"has {sorted(known)}")
+        for key, value in limits.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise UsageError(f"--faults {path}: limit {key}{where} must be a positive number of seconds, got "
+                                 f"{value!r}")
     return dict(data)
 
 

@@ -183,6 +183,9 @@ def test_an_offer_that_lies_about_its_machine_is_caught_by_readiness(tmp_path: P
     ({"vast": ["gone"]}, "unknown keys ['(not an object)'] under vast"),
     ({"vast": {"limits": {"outbid_after": 2}}}, "unknown limits ['outbid_after'] under vast; the vast simulator has "
                                                 "['outbid_after_s']"),
+    ({"runpod": {"limits": {"job_ttl_s": "2"}}}, "limit job_ttl_s under runpod must be a positive number of seconds, "
+                                                 "got '2'"),
+    ({"runpod": {"limits": {"proxy_timeout_s": 0}}}, "limit proxy_timeout_s under runpod must be a positive number"),
 ])
 def test_a_bad_faults_file_is_refused_before_anything_starts(tmp_path: Path, capsys, faults: dict,
                                                              message: str) -> None:
