@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError
-from runbook_lib.providers.simulator import RUNPOD_SIM_PROXY, SIM_LIMITS
+from runbook_lib.providers.simulator import RUNPOD_SIM_PROXY, SCRIPTS, fault_problems
 
 
 def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) -> None:
@@ -141,7 +141,7 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     worst = 0
     lines = []
-    faults = _faults(args.faults, per_provider=True) if args.faults else {}
+    faults = _faults(args.faults, per_provider=True) if args.faults is not None else {}
     for out in rehearse([Path(p) for p in args.params], echo=_echo, faults=faults):
         res = out.result
         lines.append(f"{out.params}: {res.decision} (exit {res.exit_code}) in {out.seconds:.1f} s; evidence {res.run_dir}")
@@ -161,44 +161,47 @@ def _faults(path: str, *, per_provider: bool, provider: str = "") -> dict[str, A
     Raises:
         UsageError: the file is unreadable, not JSON, or has unknown keys (nothing was started).
     """
+    if not path:
+        raise UsageError("--faults needs a file name; nothing was started")
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"--faults {path}: cannot read it as JSON ({exc}); nothing was started") from None
-    parts = data if per_provider else {"": data}
-    if not isinstance(parts, dict) or (per_provider and set(parts) - {"runpod", "vast"}):
-        raise UsageError(f"--faults {path}: unknown providers {sorted(set(parts) - {'runpod', 'vast'})}; use runpod "
-                         "and vast, each with script, lies and limits")
+    if per_provider:
+        if not isinstance(data, dict):
+            raise UsageError(f"--faults {path}: must be an object of provider: faults ({{\"runpod\": ..., \"vast\": "
+                             f"...}}), got {type(data).__name__}; nothing was started")
+        if set(data) - set(SCRIPTS):
+            raise UsageError(f"--faults {path}: unknown providers {sorted(set(data) - set(SCRIPTS))}; use runpod and "
+                             "vast, each with script, lies and limits; nothing was started")
+    parts = data if per_provider else {provider: data}
     for name, part in parts.items():
-        unknown = set(part) - {"script", "lies", "limits"} if isinstance(part, dict) else {"(not an object)"}
-        where = f" under {name}" if name else ""
-        if unknown:
-            raise UsageError(f"--faults {path}: unknown keys {sorted(unknown)}{where}; use script, lies and limits")
-        known = SIM_LIMITS[name or provider]
-        limits = part.get("limits") or {}
-        if not isinstance(limits, dict):
-            raise UsageError(f"--faults {path}: limits{where} must be an object of name: seconds, got {limits!r}")
-        bad = set(limits) - set(known)
-        if bad:
-            raise UsageError(f"--faults {path}: unknown limits {sorted(bad)}{where}; the {name or provider} simulator "
-                             f"has {sorted(known)}")
-        for key, value in limits.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise UsageError(f"--faults {path}: limit {key}{where} must be a positive number of seconds, got "
-                                 f"{value!r}")
+        problems = fault_problems(name, part)
+        if problems:
+            where = f" under {name}" if per_provider else ""
+            raise UsageError(f"--faults {path}{where}: {'; '.join(problems)}; nothing was started")
     return dict(data)
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     import secrets
+    import signal
     import time
 
     from runbook_lib.providers.simulator import simulate
 
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: a TCP port is 0-65535 (0: a free one); nothing was started")
     key = args.key or f"sim-{args.provider}-{secrets.token_hex(16)}"
-    faults = _faults(args.faults, per_provider=False, provider=args.provider) if args.faults else {}
-    srv = simulate(args.provider, state_dir=args.state, key=key, port=args.port, script=faults.get("script"),
-                   lies=faults.get("lies"), limits=faults.get("limits"))
+    faults = _faults(args.faults, per_provider=False, provider=args.provider) if args.faults is not None else {}
+    try:
+        srv = simulate(args.provider, state_dir=args.state, key=key, port=args.port, script=faults.get("script"),
+                       lies=faults.get("lies"), limits=faults.get("limits"))
+    except OSError as exc:
+        raise UsageError(f"--port {args.port}: cannot listen on 127.0.0.1:{args.port} ({exc.strerror or exc}); choose "
+                         "another port or 0 for a free one; nothing was started") from None
+    # SIGTERM (a service manager, `kill`) stops it like Ctrl-C: its machines are destroyed, not orphaned.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     exports = {"runpod": {"RUNBOOK_RUNPOD_API_URL": srv.url, "RUNBOOK_RUNPOD_JOB_API_URL": srv.url,
                           "RUNBOOK_RUNPOD_PROXY_URL": srv.url + RUNPOD_SIM_PROXY, "RUNPOD_API_KEY": key},
                "vast": {"RUNBOOK_VAST_API_URL": srv.url, "VAST_API_KEY": key}}[args.provider]
@@ -336,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     rh.add_argument("params", nargs="*", default=["params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml"],
                     help="migration YAMLs (default: params/runpod-to-vast.yaml and params/runpod-to-vast-train.yaml)")
     rh.add_argument("--faults", help="JSON file of scripted faults per simulator: {\"runpod\": {\"script\": ..., "
-                                     "\"lies\": ...}, \"vast\": {...}} (the simulate --faults shape, per provider)")
+                                     "\"lies\": ..., \"limits\": ...}, \"vast\": {...}} (the simulate --faults shape, per provider)")
     rh.set_defaults(func=_cmd_rehearse)
     sm = sub.add_parser("simulate", help="serve a loopback simulator of a provider API until Ctrl-C, to rehearse "
                                          "your own params before spending money")
@@ -345,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--key", default="", help="the Bearer key it accepts (default: a new random one, printed)")
     sm.add_argument("--state", default=".runbook/simulator", help="where its machines keep disks and logs")
     sm.add_argument("--faults", help="JSON file of scripted faults: {\"script\": {operation: [answers]}, "
-                                     "\"lies\": {offer_id: {field: value}}} (see runbook_lib.providers.fixtures)")
+                                     "\"lies\": {offer_id: {field: value}}, \"limits\": {name: seconds}} (operations "
+                                     "and answers: runbook_lib.providers.simulator.SCRIPTS; limits: SIM_LIMITS)")
     sm.set_defaults(func=_cmd_simulate)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")

@@ -498,11 +498,14 @@ class Rehearsal(_Model):
         of: the rehearsed params file, relative to the project.
         sha256: sha256 of that file's bytes.
         overrides: each change as ``dotted.field = value``.
+        faults: the scripted faults the simulators served (a fault drill's ``--faults`` file,
+            per provider); empty for a plain rehearsal.
     """
 
     of: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     overrides: tuple[str, ...] = ()
+    faults: dict[str, Any] = Field(default_factory=dict)
 
 
 DIGEST_FIELDS = frozenset({"rehearsal.sha256"})

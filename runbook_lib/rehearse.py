@@ -58,12 +58,14 @@ class Rehearsal:
         sims: provider name -> running simulator.
         s3_url: the moto server's URL.
         env: variables set for the run (keys and URLs; restored by :meth:`close`).
+        faults: the scripted faults the simulators serve, per provider (recorded in the evidence).
     """
 
     sims: dict[str, SimServer]
     s3_url: str
     env: dict[str, str]
     _moto: Any = None
+    faults: dict[str, Any] = field(default_factory=dict)
     _saved: dict[str, str | None] = field(default_factory=dict)
 
     def close(self) -> None:
@@ -103,7 +105,8 @@ def start(project: Path, faults: dict[str, dict[str, Any]] | None = None) -> Reh
            "AWS_ACCESS_KEY_ID": "AKSIM" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_hex(20)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    return Rehearsal(sims, f"http://127.0.0.1:{port}", env, moto, saved)
+    return Rehearsal(sims, f"http://127.0.0.1:{port}", env, _moto=moto, _saved=saved,
+                     faults={k: v for k, v in faults.items() if v})
 
 
 def overrides_for(data: dict[str, Any], reh: Rehearsal) -> dict[str, Any]:
@@ -153,6 +156,8 @@ def write_copy(params_path: Path, reh: Rehearsal) -> Path:
     rel = params_path.resolve().relative_to(project) if params_path.resolve().is_relative_to(project) else params_path
     copy_data["rehearsal"] = {"of": str(rel), "sha256": hashlib.sha256(params_path.read_bytes()).hexdigest(),
                               "overrides": [f"{k} = {v}" for k, v in over.items()]}
+    if reh.faults:
+        copy_data["rehearsal"]["faults"] = reh.faults
     validate(copy_data, origin=f"rehearsal copy of {params_path}")
     out = project / STATE_DIR / REHEARSAL_DIR / params_path.name
     out.parent.mkdir(parents=True, exist_ok=True)

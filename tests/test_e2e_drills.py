@@ -117,10 +117,13 @@ def test_an_interruptible_canary_outbid_mid_run_is_replaced_on_the_next_offer_an
     launches = [p for p in rec["plans"] if p["plan"]["action"] == "launch_pod"]
     # one bid, valid on both ranked offers (the higher minimum bid of the two in the recorded search)
     assert [p["plan"]["spec"]["interruptible_bid_usd_per_hour"] for p in launches] == [0.25, 0.25]
+    disk = launches[0]["plan"]["cost_usd_per_hour"] - 0.25  # the plan's cost is the bid placed, plus the disk
+    assert 0 < disk < 0.05 and launches[1]["plan"]["cost_usd_per_hour"] == launches[0]["plan"]["cost_usd_per_hour"]
     assert launches[1]["plan"]["spec"]["offers"] == ["8812501"] and launches[1]["method"].startswith("replacement")
     assert rec["result"]["failure_drill"]["resumed_from"]  # the replacement ran the whole acceptance job
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["decision"] == "GO" and receipt["resources"]["remaining"] == []
+    assert receipt["rehearsal"]["params"]["faults"] == faults  # a drill's GO says which faults it survived
 
 
 def test_a_container_that_cannot_start_oci_error_is_destroyed_and_the_next_offer_serves(

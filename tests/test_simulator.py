@@ -112,7 +112,7 @@ def test_the_rehearsal_copy_lists_every_override_and_leaves_the_params_alone(tmp
     real.write_text((ROOT / "params" / "runpod-to-vast-train.yaml").read_text())
     before = real.read_bytes()
     reh = SimpleNamespace(sims={"runpod": SimpleNamespace(url="http://127.0.0.1:1"),
-                                "vast": SimpleNamespace(url="http://127.0.0.1:2")}, s3_url="http://127.0.0.1:3")
+                                "vast": SimpleNamespace(url="http://127.0.0.1:2")}, s3_url="http://127.0.0.1:3", faults={})
     out = write_copy(real, reh)  # type: ignore[arg-type]
     assert real.read_bytes() == before and out.parent == project / ".runbook" / "rehearsal"
     mig = load_params(out)
@@ -179,15 +179,21 @@ def test_an_offer_that_lies_about_its_machine_is_caught_by_readiness(tmp_path: P
 
 @pytest.mark.parametrize(("faults", "message"), [
     ({"aws": {"script": {}}}, "unknown providers ['aws']"),
-    ({"vast": {"scripts": {"create": ["gone"]}}}, "unknown keys ['scripts'] under vast; use script, lies and limits"),
-    ({"vast": ["gone"]}, "unknown keys ['(not an object)'] under vast"),
-    ({"vast": {"limits": {"outbid_after": 2}}}, "unknown limits ['outbid_after'] under vast; the vast simulator has "
+    ("vast", "must be an object of provider: faults"),
+    ({"vast": {"scripts": {"create": ["gone"]}}}, "under vast: unknown keys ['scripts']; use script, lies and limits"),
+    ({"vast": ["gone"]}, "the vast faults must be an object"),
+    ({"vast": {"script": {"creat": ["outbid"]}}}, "unknown script operation 'creat'"),  # would drill nothing
+    ({"vast": {"script": {"create": ["boom"]}}}, "unknown create answers ['boom']"),
+    ({"vast": {"script": {"create": "outbid"}}}, "script create must be a list of answers"),
+    ({"vast": {"script": "outbid"}}, "script must be an object"),
+    ({"vast": {"lies": [1]}}, "lies must be an object"),
+    ({"vast": {"limits": {"outbid_after": 2}}}, "unknown limits ['outbid_after']; the vast simulator has "
                                                 "['outbid_after_s']"),
-    ({"runpod": {"limits": {"job_ttl_s": "2"}}}, "limit job_ttl_s under runpod must be a positive number of seconds, "
-                                                 "got '2'"),
-    ({"runpod": {"limits": {"proxy_timeout_s": 0}}}, "limit proxy_timeout_s under runpod must be a positive number"),
+    ({"runpod": {"limits": {"job_ttl_s": "2"}}}, "limit job_ttl_s must be a positive number of seconds, got '2'"),
+    ({"runpod": {"limits": {"proxy_timeout_s": 0}}}, "limit proxy_timeout_s must be a positive number"),
+    ({"runpod": {"limits": {"proxy_timeout_s": float("inf")}}}, "limit proxy_timeout_s must be a positive number"),
 ])
-def test_a_bad_faults_file_is_refused_before_anything_starts(tmp_path: Path, capsys, faults: dict,
+def test_a_bad_faults_file_is_refused_before_anything_starts(tmp_path: Path, capsys, faults: Any,
                                                              message: str) -> None:
     bad = tmp_path / "faults.json"
     bad.write_text(json.dumps(faults))
@@ -215,7 +221,7 @@ def test_an_instance_outbid_mid_run_stops_its_process_and_reads_interrupted(tmp_
 
 
 def test_unknown_simulator_limits_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"no limits \['proxy_s'\]; it has \['outbid_after_s'\]"):
+    with pytest.raises(ValueError, match=r"unknown limits \['proxy_s'\]; the vast simulator has \['outbid_after_s'\]"):
         simulate("vast", state_dir=tmp_path, key=KEY, limits={"proxy_s": 1})
 
 

@@ -227,8 +227,9 @@ class Resources(OnRun):
                        offers=(offers or ()) if remote else (),  # an agent serves nothing: no ports to publish
                        )
         if isinstance(prof, RemoteProfile):
-            spec = replace(spec, image=prof.image, disk_gb=prof.offer.disk_gb,
-                           interruptible_bid_usd_per_hour=self.bid(side, spec.offers))
+            bid = self.bid(side, spec.offers)
+            spec = replace(spec, image=prof.image, disk_gb=prof.offer.disk_gb, interruptible_bid_usd_per_hour=bid,
+                           price_usd_per_hour=self.bid_price(side, bid, spec.price_usd_per_hour))
         return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
 
     def bid(self, side: str, offers: tuple[str, ...]) -> float | None:
@@ -244,6 +245,18 @@ class Resources(OnRun):
         bids = [r["interruptible_usd_per_hour"] for r in rows
                 if r.get("offer_id") in offers and r.get("interruptible_usd_per_hour") is not None]
         return max(bids) if bids else None
+
+    def bid_price(self, side: str, bid: float | None, price: float) -> float:
+        """What a rental at ``bid`` costs, USD per hour: the bid plus the planned disk (the first
+        ranked offer's price with disk, less its minimum bid, from phase 02's table); ``price``
+        itself when there is no bid."""
+        rec = self.records.get("02")
+        offers = (rec.data.get("offers") or {}) if rec else {}
+        first = next((r for r in offers.get("table", []) if offers.get("ranked") and r.get("offer_id") == offers["ranked"][0]),
+                     None)
+        if bid is None or first is None or first.get("interruptible_usd_per_hour") is None:
+            return price
+        return round(bid + first["hourly_usd_with_disk"] - first["interruptible_usd_per_hour"], 6)
 
     def store_url(self) -> str:
         """The store's URL as a pod sees it (a local directory made absolute; an S3 URL as given,
@@ -319,7 +332,7 @@ class Resources(OnRun):
             if prof.endpoint_mode == "load_balancing":
                 extra["offers"] = self.offer_ids(side)
                 extra["interruptible_bid_usd_per_hour"] = self.bid(side, extra["offers"])
-                price = self.offer_price(side) or price
+                price = self.bid_price(side, extra["interruptible_bid_usd_per_hour"], self.offer_price(side) or price)
         spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
                             workers=prof.workers, price_usd_per_hour=price,
                             labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,

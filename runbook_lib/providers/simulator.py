@@ -230,6 +230,56 @@ Vast ``outbid_after_s``: an instance created under the ``create: outbid`` fault 
 long after it starts running."""
 
 
+SCRIPTS: dict[str, dict[str, frozenset[str]]] = {
+    "runpod": {"create": frozenset({"ok", "capacity", "rate", "unauthorized", "invalid", "created_then_502"}),
+               "endpoint": frozenset({"ok", "created_then_502", "worker_crash"}),
+               "poll": frozenset({"PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR"}),
+               "spot": frozenset({"ok", "supply"}),
+               "job": frozenset({"in_queue", "in_progress", "completed", "failed", "timed_out", "ttl"}),
+               "workers": frozenset({"unhealthy", "throttled"})},
+    "vast": {"create": frozenset({"ok", "gone", "bid_fail", "rate", "created_then_502", "worker_crash", "outbid"}),
+             "poll": frozenset({"null_status", "loading", "running", "exited_oci_error", "outbid_stopped"}),
+             "search": frozenset({"ok", "rate"})},
+}
+"""Per simulator, the operations a ``script`` may name and the answers each may serve
+(:class:`runbook_lib.providers.fixtures.FixtureApi` describes them)."""
+
+
+def fault_problems(provider: str, faults: Any) -> list[str]:
+    """What is wrong with one simulator's faults (``{"script", "lies", "limits"}``), each as a
+    sentence; empty when they are valid. A misspelled operation or answer would run the drill
+    without its fault, so everything is checked against :data:`SCRIPTS` and :data:`SIM_LIMITS`."""
+    import math
+
+    if not isinstance(faults, dict):
+        return [f"the {provider} faults must be an object with script, lies and limits, got {faults!r}"]
+    out = [f"unknown keys {sorted(set(faults) - {'script', 'lies', 'limits'})}; use script, lies and limits"] \
+        if set(faults) - {"script", "lies", "limits"} else []
+    script, lies, limits = faults.get("script") or {}, faults.get("lies") or {}, faults.get("limits") or {}
+    if not isinstance(script, dict):
+        out.append(f"script must be an object of operation: [answers], got {script!r}")
+        script = {}
+    for op, answers in script.items():
+        if op not in SCRIPTS[provider]:
+            out.append(f"unknown script operation {op!r}; the {provider} simulator has {sorted(SCRIPTS[provider])}")
+        elif not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+            out.append(f"script {op} must be a list of answers, got {answers!r}")
+        elif set(answers) - SCRIPTS[provider][op]:
+            out.append(f"unknown {op} answers {sorted(set(answers) - SCRIPTS[provider][op])}; {op} answers "
+                       f"{sorted(SCRIPTS[provider][op])}")
+    if not isinstance(lies, dict) or not all(isinstance(v, dict) for v in lies.values()):
+        out.append(f"lies must be an object of offer id: {{field: value}}, got {lies!r}")
+    if not isinstance(limits, dict):
+        out.append(f"limits must be an object of name: seconds, got {limits!r}")
+        limits = {}
+    for key, value in limits.items():
+        if key not in SIM_LIMITS[provider]:
+            out.append(f"unknown limits [{key!r}]; the {provider} simulator has {sorted(SIM_LIMITS[provider])}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+            out.append(f"limit {key} must be a positive number of seconds, got {value!r}")
+    return out
+
+
 def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127.0.0.1", port: int = 0,
              script: dict[str, list[str]] | None = None, lies: dict[str, dict[str, Any]] | None = None,
              limits: dict[str, float] | None = None) -> SimServer:
@@ -255,9 +305,9 @@ def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127
     except ModuleNotFoundError:
         raise ValueError(f"no simulator for provider {provider!r}; there are simulators for runpod and vast") from None
     api = module.SimApi(provider, machines=Machines(Path(state_dir) / provider), key=key, script=script)
+    problems = fault_problems(provider, {"script": script or {}, "lies": lies or {}, "limits": limits or {}})
+    if problems:
+        raise ValueError(f"bad faults for the {provider} simulator: {'; '.join(problems)}")
     api.lies = dict(lies or {})
-    unknown = set(limits or {}) - set(SIM_LIMITS[provider])
-    if unknown:
-        raise ValueError(f"the {provider} simulator has no limits {sorted(unknown)}; it has {sorted(SIM_LIMITS[provider])}")
     api.limits = {**SIM_LIMITS[provider], **{k: float(v) for k, v in (limits or {}).items()}}
     return SimServer(api, host=host, port=port)
