@@ -33,6 +33,7 @@ from runbook_lib.providers.base import (
     Readiness,
 )
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu, version_tuple
+from runbook_lib.workload.job import PARAMS_FROM_ENV
 
 POLL_S = 10.0  # readiness poll interval, seconds (dstack polls Runpod every few seconds for up to 20 min); params: poll_s
 LABEL_PREFIX = "runbook:"
@@ -207,6 +208,23 @@ class RemoteProvider(Provider):
                          f"offers within {budget} s. Tries: {tries}. If every try had no capacity, widen the offer "
                          "requirements or raise offer.capacity_budget_s; if a machine failed readiness, the try says "
                          "why (wrong hardware, an unreachable port, a container error).", provider=self.name)
+
+    def launch_direct_worker(self, spec: EndpointSpec, port: str) -> Pod:
+        """Launch (:meth:`launch`) a machine for a ``load_balancing`` endpoint: the ``direct``
+        worker (:mod:`runbook_lib.providers.local.endpoint`) serving ``spec.port``, published as
+        ``port`` (``"8000/tcp"``, ``"8000/http"``), on ``spec.offers`` at ``spec``'s price and bid.
+        The run's params reach it in its environment (``RUNBOOK_PARAMS_YAML``).
+
+        Raises:
+            NoCapacity: no ranked offer became ready (the tries are in :attr:`attempts`).
+        """
+        command = ("python", "-m", "runbook_lib.providers.local.endpoint", "direct", "--params", PARAMS_FROM_ENV,
+                   "--side", spec.side, "--port", str(spec.port), "--execution-timeout-s", str(spec.execution_timeout_s))
+        return self.launch(PodSpec(name=spec.name, command=command, device=dict(spec.env).get("RUNBOOK_DEVICE", "cuda"),
+                                   price_usd_per_hour=spec.price_usd_per_hour, labels=spec.labels, env=spec.env,
+                                   secret_refs=spec.secret_refs, image=spec.image, ports=(port,), offers=spec.offers,
+                                   disk_gb=spec.disk_gb,
+                                   interruptible_bid_usd_per_hour=spec.interruptible_bid_usd_per_hour))
 
     PROBE_PATH = ""  # a read-only request that any key may make (subclasses name one)
 

@@ -43,7 +43,6 @@ from runbook_lib.providers.base import (
 )
 from runbook_lib.providers.offers import Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
-from runbook_lib.workload.job import PARAMS_FROM_ENV
 
 REST_URL = "https://api.runpod.io"
 JOB_URL = "https://api.runpod.ai"
@@ -316,13 +315,7 @@ class RunpodProvider(RemoteProvider):
         Raises:
             NoCapacity: no ranked GPU type gave a pod. ProviderTimeout: the worker never answered.
         """
-        env = dict(spec.env)
-        command = ("python", "-m", "runbook_lib.providers.local.endpoint", "direct", "--params", PARAMS_FROM_ENV,
-                   "--side", spec.side, "--port", str(spec.port), "--execution-timeout-s", str(spec.execution_timeout_s))
-        pod = self.launch(PodSpec(name=spec.name, command=command, device=env.get("RUNBOOK_DEVICE", "cuda"),
-                                  price_usd_per_hour=spec.price_usd_per_hour, labels=spec.labels, env=spec.env,
-                                  secret_refs=spec.secret_refs, image=spec.image, ports=(f"{spec.port}/http",),
-                                  offers=spec.offers, disk_gb=spec.disk_gb))
+        pod = self.launch_direct_worker(spec, f"{spec.port}/http")
         url = self.proxy(pod.id, spec.port)
         wait_s = self.profile.offer.ready_timeout_s if self.profile is not None else 1200.0
         deadline = self._clock() + wait_s

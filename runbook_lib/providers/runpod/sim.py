@@ -141,19 +141,22 @@ class SimApi(MachineBacked, FakeApi):
         pods/configuration/expose-ports.mdx). No key: a proxy URL is public."""
         import httpx
 
+        def page(code: int) -> Any:  # the proxy's own answer, not the pod's
+            return httpx.Response(code, text=load("runpod", f"proxy_{code}.html"), headers={"content-type": "text/html"})
+
         pid, _, port = target.rpartition("-")
         pod = self.state.get(pid) or {}
         local = (pod.get("_portmap") or {}).get(port)
         if not local or pod.get("status") == "TERMINATED" or self.machines.state(pid)[0] != "RUNNING":
-            return httpx.Response(502, text=load("runpod", "proxy_502.html"), headers={"content-type": "text/html"})
+            return page(502)
         try:
             answer = httpx.request(request.method, f"http://{HOST}:{local}/{rest}", content=request.content,
                                    headers={"content-type": request.headers.get("content-type", "application/json")},
                                    timeout=self.limits["proxy_timeout_s"])
         except httpx.TimeoutException:
-            return httpx.Response(524, text=load("runpod", "proxy_524.html"), headers={"content-type": "text/html"})
+            return page(524)
         except httpx.TransportError:
-            return httpx.Response(502, text=load("runpod", "proxy_502.html"), headers={"content-type": "text/html"})
+            return page(502)
         return httpx.Response(answer.status_code, content=answer.content,
                               headers={"content-type": answer.headers.get("content-type", "application/json")})
 

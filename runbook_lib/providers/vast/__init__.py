@@ -27,7 +27,6 @@ from runbook_lib.providers.api import ApiClient, KeySource, api_url
 from runbook_lib.providers.base import Capabilities, Capability, Endpoint, EndpointSpec, Pod, PodSpec
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
-from runbook_lib.workload.job import PARAMS_FROM_ENV
 
 BASE_URL = "https://console.vast.ai"
 BASE_URL_ENV = "RUNBOOK_VAST_API_URL"  # overrides BASE_URL unless params set api_url
@@ -175,14 +174,8 @@ class VastProvider(RemoteProvider):
         Raises:
             NoCapacity: no ranked offer became ready (the tries are in :attr:`attempts`).
         """
-        env = dict(spec.env)
-        command = ("python", "-m", "runbook_lib.providers.local.endpoint", "direct", "--params", PARAMS_FROM_ENV,
-                   "--side", spec.side, "--port", str(spec.port), "--execution-timeout-s", str(spec.execution_timeout_s))
         port = f"{spec.port}/tcp"
-        pod = self.launch(PodSpec(name=spec.name, command=command, device=env.get("RUNBOOK_DEVICE", "cuda"),
-                                  price_usd_per_hour=spec.price_usd_per_hour, labels=spec.labels, env=spec.env,
-                                  secret_refs=spec.secret_refs, image=spec.image, ports=(port,), offers=spec.offers,
-                                  disk_gb=spec.disk_gb, interruptible_bid_usd_per_hour=spec.interruptible_bid_usd_per_hour))
+        pod = self.launch_direct_worker(spec, port)
         return Endpoint(pod.id, pod.name, pod.state, f"http://{pod.host['ports'][port]}", 1, pod.labels,
                         pod.price_usd_per_hour, pod.created_at, mode="load_balancing")
 
