@@ -181,11 +181,12 @@ class LocalProfile(ProfileBase):
         fault: deliberate fault for drills and tests (``none`` in real migrations):
             ``corrupt_checkpoint`` flips a byte of each artifact the canary downloads,
             ``worker_crash`` kills an endpoint worker every 7 requests, ``slow_worker`` adds
-            0.25 s to every batch an endpoint worker serves.
+            0.25 s to every batch an endpoint worker serves, ``duplicate_side_effects`` is a broken
+            handler that never looks up its idempotency record (a redelivered job runs twice).
     """
 
     provider: Literal["local"] = "local"
-    fault: Literal["none", "corrupt_checkpoint", "worker_crash", "slow_worker"] = "none"
+    fault: Literal["none", "corrupt_checkpoint", "worker_crash", "slow_worker", "duplicate_side_effects"] = "none"
 
 
 class RemoteProfile(ProfileBase):

@@ -7,7 +7,13 @@ The client-facing API follows Runpod Serverless' queue endpoints
 ``GET /health``; job states IN_QUEUE,
 IN_PROGRESS, COMPLETED, FAILED, CANCELLED, TIMED_OUT. A job IN_PROGRESS longer than the
 execution timeout is TIMED_OUT and its worker is replaced; a job older than its TTL is
-forgotten (status answers 404). Workers talk to the front door over ``/worker/*``.
+forgotten (status answers 404). A job whose worker died holding it is delivered again, under
+its own id, up to :data:`MAX_DELIVERIES` times in all (queue endpoints retry automatically,
+docs.runpod.io/serverless/endpoints/overview); the handler's idempotency record
+(:mod:`runbook_lib.workload.records`) makes a second delivery of a finished job return the
+recorded result instead of running it again. Request bodies above the declared limits
+(:data:`PAYLOAD_LIMITS`) are refused with 413; a result above the response limit, or an empty
+one, makes the job FAILED, never COMPLETED. Workers talk to the front door over ``/worker/*``.
 
 A ``load_balancing`` endpoint is one ``direct`` worker instead: its own HTTP server, with no
 front door (the contract is :class:`runbook_lib.measure.WorkerClient`'s). It loads the model
@@ -36,9 +42,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from runbook_lib.errors import WorkloadError
 from runbook_lib.params import load_params
 from runbook_lib.workload import make_workload
 from runbook_lib.workload.job import params_file
+from runbook_lib.workload.records import DRILLS_ENV, RECORDS_ENV, STORE_ENV, JobRecords, job_key, unwrap
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT")
 RUNSYNC_WAIT_S = 90.0  # /runsync answers with the current status after this, seconds (as Runpod)
@@ -51,6 +59,18 @@ BIND_ENV = "RUNBOOK_SIM_BIND_{port}"
 instead of ``0.0.0.0:{port}``. Real providers never set it."""
 CRASH_EVERY = 7  # ``worker_crash`` drill: a worker dies after serving this many requests
 SLOW_S = 0.25  # ``slow_worker`` drill: seconds added to every batch
+MAX_DELIVERIES = 3
+"""A job is handed to a worker at most this many times when its workers keep dying; then FAILED."""
+PAYLOAD_LIMITS: dict[str, dict[str, int]] = {
+    "queue": {"run_request_bytes": 10_000_000, "runsync_request_bytes": 20_000_000, "response_bytes": 20_000_000},
+    "load_balancing": {"request_bytes": 30_000_000, "response_bytes": 30_000_000},
+}
+"""Payload limits in bytes, as Runpod declares them: ``/run`` 10 MB and ``/runsync`` 20 MB per
+request (docs/reference/providers.md 2.4, job API); a load-balancing worker 30 MB
+(runpod/docs pull request 443, "Payload limits"). Runpod states no separate result limit for
+queue jobs, so a result is held to the larger request limit; a load-balancing response to the
+same 30 MB. The local endpoint enforces them; phase 02 compares them with the workload's
+largest golden request and output."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -61,7 +81,9 @@ class _Server(ThreadingHTTPServer):
 class FrontDoor:
     """Job queue, job table and worker supervision for one endpoint."""
 
-    def __init__(self, *, worker_argv: list[str], workers: int, execution_timeout_s: float, ttl_s: float) -> None:
+    def __init__(self, *, worker_argv: list[str], workers: int, execution_timeout_s: float, ttl_s: float,
+                 limits: dict[str, int] | None = None) -> None:
+        self.limits = dict(limits or PAYLOAD_LIMITS["queue"])
         self.jobs: dict[str, dict[str, Any]] = {}
         self.queue: collections.deque[str] = collections.deque()
         self.cond = threading.Condition()
@@ -102,8 +124,16 @@ class FrontDoor:
             w["proc"].kill()
         for jid in w["jobs"]:
             job = self.jobs.get(jid)
-            if job and job["status"] == "IN_PROGRESS":
-                job.update(status="FAILED", error=reason, completed_at=time.time())
+            if not job or job["status"] != "IN_PROGRESS":
+                continue
+            if job["deliveries"] >= MAX_DELIVERIES:
+                job.update(status="FAILED", completed_at=time.time(),
+                           error=f"{reason}; delivered {job['deliveries']} times (the limit), not again")
+            else:  # redelivered first, under its own id: the handler's record makes this safe
+                for k in ("started_at", "worker"):
+                    job.pop(k, None)
+                job.update(status="IN_QUEUE", last_error=reason)
+                self.queue.appendleft(jid)
         self._spawn_worker()
 
     # -- jobs --------------------------------------------------------------------------------
@@ -116,6 +146,7 @@ class FrontDoor:
         policy = policy or {}
         with self.cond:
             self.jobs[jid] = {"id": jid, "status": "IN_QUEUE", "input": payload, "submitted_at": time.time(),
+                              "deliveries": 0,
                               "execution_timeout_s": float(policy.get("executionTimeout") or
                                                            self.execution_timeout_s * 1000) / 1000,
                               "ttl_s": float(policy.get("ttl") or self.ttl_s * 1000) / 1000}
@@ -166,9 +197,10 @@ class FrontDoor:
             if job is None:
                 return None
             if job["status"] in ("FAILED", "TIMED_OUT"):
-                for k in ("started_at", "completed_at", "worker", "error", "output", "execution_s", "batch_size"):
+                for k in ("started_at", "completed_at", "worker", "error", "output", "execution_s", "batch_size",
+                          "replayed", "last_error"):
                     job.pop(k, None)
-                job.update(status="IN_QUEUE", retries=job.get("retries", 0) + 1)
+                job.update(status="IN_QUEUE", retries=job.get("retries", 0) + 1, deliveries=0)
                 self.queue.append(jid)
                 self.cond.notify_all()
             return self.public(jid)
@@ -198,7 +230,7 @@ class FrontDoor:
             while self.queue and len(taken) < max_jobs:
                 jid = self.queue.popleft()
                 job = self.jobs[jid]
-                job.update(status="IN_PROGRESS", started_at=now, worker=wid)
+                job.update(status="IN_PROGRESS", started_at=now, worker=wid, deliveries=job["deliveries"] + 1)
                 taken.append({"id": jid, "input": job["input"]})
             w = self.workers.get(wid)
             if w is not None:
@@ -213,11 +245,18 @@ class FrontDoor:
                 job = self.jobs.get(r["id"])
                 if job is None or job["status"] != "IN_PROGRESS" or job.get("worker") != wid:
                     continue  # cancelled, timed out or expired meanwhile: the late result is dropped
+                size = len(json.dumps(r.get("output")).encode()) if "error" not in r else 0
                 if "error" in r:
                     job.update(status="FAILED", error=r["error"])
+                elif r.get("output") is None:
+                    job.update(status="FAILED", error="the handler returned no output (an empty result is a failure)")
+                elif size > self.limits["response_bytes"]:
+                    job.update(status="FAILED", error=f"result of {size} bytes exceeds the endpoint's response limit of "
+                                                      f"{self.limits['response_bytes']} bytes; return a store URL instead")
                 else:
                     job.update(status="COMPLETED", output=r["output"])
-                job.update(completed_at=now, execution_s=r.get("execution_s"), batch_size=r.get("batch_size"))
+                job.update(completed_at=now, execution_s=r.get("execution_s"), batch_size=r.get("batch_size"),
+                           replayed=bool(r.get("replayed")))
             w = self.workers.get(wid)
             if w is not None:
                 w["state"] = "idle"
@@ -237,26 +276,32 @@ class FrontDoor:
                 "cold_starts": list(self.cold_starts),
             }
 
+    def sweep(self) -> None:
+        """One pass of the reaper: replace workers that died (redelivering what they held),
+        time out jobs past their execution timeout (replacing their worker) and forget jobs
+        past their TTL."""
+        with self.cond:
+            now = time.time()
+            for wid, w in list(self.workers.items()):
+                code = w["proc"].poll()
+                if code is not None:
+                    self._replace_worker(wid, f"worker {wid} exited with code {code}")
+            for jid, job in list(self.jobs.items()):
+                if job["status"] == "IN_PROGRESS" and now - job["started_at"] > job["execution_timeout_s"]:
+                    job.update(status="TIMED_OUT", completed_at=now,
+                               error=f"execution timeout {job['execution_timeout_s']} s exceeded")
+                    self._replace_worker(job["worker"], "execution timeout")
+                if now - job["submitted_at"] > job["ttl_s"]:
+                    if jid in self.queue:
+                        self.queue.remove(jid)
+                    del self.jobs[jid]
+            self.cond.notify_all()
+
     def reap(self) -> None:
-        """Enforce execution timeouts and TTLs, and replace workers that died."""
+        """:meth:`sweep` every :data:`REAPER_INTERVAL_S` seconds, for ever (a daemon thread)."""
         while True:
             time.sleep(REAPER_INTERVAL_S)
-            with self.cond:
-                now = time.time()
-                for wid, w in list(self.workers.items()):
-                    code = w["proc"].poll()
-                    if code is not None:
-                        self._replace_worker(wid, f"worker {wid} exited with code {code}")
-                for jid, job in list(self.jobs.items()):
-                    if job["status"] == "IN_PROGRESS" and now - job["started_at"] > job["execution_timeout_s"]:
-                        job.update(status="TIMED_OUT", completed_at=now,
-                                   error=f"execution timeout {job['execution_timeout_s']} s exceeded")
-                        self._replace_worker(job["worker"], "execution timeout")
-                    if now - job["submitted_at"] > job["ttl_s"]:
-                        if jid in self.queue:
-                            self.queue.remove(jid)
-                        del self.jobs[jid]
-                self.cond.notify_all()
+            self.sweep()
 
 
 class _JsonHandler(BaseHTTPRequestHandler):
@@ -295,6 +340,12 @@ def _handler(door: FrontDoor) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802
             parts = self.path.strip("/").split("/")
+            limit = door.limits.get(f"{parts[0]}_request_bytes") if parts in (["run"], ["runsync"]) else None
+            size = int(self.headers.get("Content-Length") or 0)
+            if limit is not None and size > limit:
+                self.rfile.read(size)  # read, so the connection stays usable for the next request
+                return self._send(413, {"error": f"request body of {size} bytes exceeds /{parts[0]}'s limit of {limit} "
+                                                  f"bytes; put large inputs in the store and send their URL"})
             body = self._body()
             if parts == ["run"]:
                 return self._send(200, door.submit(body.get("input"), body.get("policy")))
@@ -339,16 +390,23 @@ def serve(args: argparse.Namespace) -> int:
 @dataclass
 class Drill:
     """A worker's drill settings: die after ``crash_every`` requests (0: never), add ``slow_s``
-    seconds to every batch; ``served`` counts requests so far."""
+    seconds to every batch; ``served`` counts requests so far. ``duplicate_side_effects`` is the
+    broken handler (the ``duplicate_side_effects`` fault): it never looks up its idempotency
+    record, so a redelivered job runs again. ``drills_enabled``: drill envelopes are obeyed
+    (:data:`DRILLS_ENV`)."""
 
     crash_every: int = 0
     slow_s: float = 0.0
     served: int = 0
+    duplicate_side_effects: bool = False
+    drills_enabled: bool = False
 
 
 def run_batch(wl: Any, inputs: list[Any], drill: Drill) -> list[dict[str, Any]]:
     """One batch through the workload, drills first: per input ``{"output", "execution_s",
     "batch_size"}`` (seconds for the whole batch), or ``{"error"}`` for every input when it raises."""
+    if not inputs:
+        return []
     drill.served += len(inputs)
     if drill.crash_every and drill.served >= drill.crash_every:
         os._exit(3)  # drill: the worker dies holding its batch
@@ -363,11 +421,64 @@ def run_batch(wl: Any, inputs: list[Any], drill: Drill) -> list[dict[str, Any]]:
     return [{"output": o, "execution_s": dt, "batch_size": len(inputs)} for o in outputs]
 
 
-def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, Drill]:
-    """The side's profile and its loaded workload, the seconds from process start to loaded
-    (process start + imports + weight load), and the drill of a local profile's ``fault``, or,
-    when it sets none (a remote profile has none), of ``RUNBOOK_FAULT`` in the environment (set
-    only by a provider simulator's scripted fault)."""
+@dataclass
+class Handled:
+    """A batch's answers (``results``: one ``{"id", ...}`` per job, in order) and what the drill
+    envelopes asked to happen after the answers are recorded (``after``: ``crash_after_record``,
+    ``wipe_disk``)."""
+
+    results: list[dict[str, Any]]
+    after: set[str]
+
+
+def handle_jobs(wl: Any, jobs: list[dict[str, Any]], drill: Drill, records: JobRecords | None,
+                scratch: Path) -> Handled:
+    """The handler: for each job ``{"id", "input"}``, return the recorded result when its
+    idempotency record exists (``replayed``), else run it (in one batch with the others), count
+    the execution, write the result to the worker's disk (``scratch``) and then to the record in
+    the store, marker last. A ``hang`` drill never returns; ``crash_after_record`` applies only to
+    the delivery that wrote the record."""
+    answers: dict[str, dict[str, Any]] = {}
+    todo: list[tuple[str, Any, str, str]] = []
+    after: set[str] = set()
+    for j in jobs:
+        try:
+            payload, name, rid = unwrap(j["input"])
+            key = job_key(j["id"], rid)
+        except WorkloadError as exc:
+            answers[j["id"]] = {"error": str(exc)}
+            continue
+        if name and not drill.drills_enabled:
+            answers[j["id"]] = {"error": f"drill {name!r} refused: this endpoint was not created for drills "
+                                         f"({DRILLS_ENV} is not 1)"}
+            continue
+        if name == "hang":
+            threading.Event().wait()  # drill: the handler never answers; the execution timeout must fire
+        rec = records.recorded(key) if records is not None and not drill.duplicate_side_effects else None
+        if rec is not None:
+            answers[j["id"]] = {**{k: rec[k] for k in ("output", "execution_s", "batch_size") if k in rec},
+                                "replayed": True}
+        else:
+            todo.append((j["id"], payload, key, name))
+    for (jid, _, key, name), r in zip(todo, run_batch(wl, [t[1] for t in todo], drill), strict=True):
+        answers[jid] = r
+        if "error" in r or records is None:
+            continue
+        fresh = name != "crash_after_record" or records.recorded(key) is None
+        records.executed(key)
+        scratch.mkdir(parents=True, exist_ok=True)
+        (scratch / f"{key}.json").write_text(json.dumps(r))
+        records.record(key, r)
+        if name and fresh:
+            after.add(name)
+    return Handled([{"id": j["id"], **answers[j["id"]]} for j in jobs], after)
+
+
+def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, Drill, Any]:
+    """The side's profile, its loaded workload, the seconds from process start to loaded
+    (process start + imports + weight load), the drill of a local profile's ``fault`` (or, when
+    it sets none, as a remote profile does, of ``RUNBOOK_FAULT`` in the environment, set only by
+    a provider simulator's scripted fault), and the migration params."""
     import psutil
 
     spawned = psutil.Process().create_time()
@@ -378,24 +489,47 @@ def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, Drill]:
     fault = getattr(profile, "fault", "none")
     if fault == "none":
         fault = os.environ.get("RUNBOOK_FAULT", "none")
-    return (profile, wl, time.time() - spawned, Drill(CRASH_EVERY if fault == "worker_crash" else 0,
-                                                     SLOW_S if fault == "slow_worker" else 0.0))
+    drill = Drill(CRASH_EVERY if fault == "worker_crash" else 0, SLOW_S if fault == "slow_worker" else 0.0,
+                  duplicate_side_effects=fault == "duplicate_side_effects",
+                  drills_enabled=os.environ.get(DRILLS_ENV) == "1")
+    return profile, wl, time.time() - spawned, drill, mig
+
+
+def job_records(mig: Any, worker: str) -> JobRecords | None:
+    """The handler's idempotency records (:data:`RECORDS_ENV` under :data:`STORE_ENV`, the
+    params' store when unset), or None when the endpoint was created without them."""
+    from runbook_lib.storage import store_from_params
+
+    prefix = os.environ.get(RECORDS_ENV, "")
+    if not prefix:
+        return None
+    url = os.environ.get(STORE_ENV) or mig.storage.url
+    return JobRecords(store_from_params(mig.storage.model_copy(update={"url": url, "create_bucket": False})),
+                      prefix, worker=worker)
 
 
 def work(args: argparse.Namespace) -> int:
-    """Worker: load the workload once, then pull up to ``batch_size`` jobs at a time."""
+    """Worker: load the workload once, then pull up to ``batch_size`` jobs at a time through
+    :func:`handle_jobs`; its scratch disk is ``./worker-<id>``."""
+    import shutil
+
     import httpx
 
-    profile, wl, init_s, drill = _loaded(args)
+    profile, wl, init_s, drill, mig = _loaded(args)
+    records = job_records(mig, args.worker_id)
+    scratch = Path.cwd() / f"worker-{args.worker_id}"
     with httpx.Client(base_url=args.url, timeout=30.0) as http:
         http.post("/worker/ready", json={"worker": args.worker_id, "init_s": init_s})
         while True:
             jobs = http.post("/worker/take", json={"worker": args.worker_id, "max": profile.batch_size}).json()["jobs"]
             if not jobs:
                 continue
-            results = [{"id": j["id"], **r} for j, r in zip(jobs, run_batch(wl, [j["input"] for j in jobs], drill),
-                                                             strict=True)]
-            http.post("/worker/done", json={"worker": args.worker_id, "results": results})
+            handled = handle_jobs(wl, jobs, drill, records, scratch)
+            if "crash_after_record" in handled.after:
+                os._exit(3)  # drill: the result is durable, the worker dies before reporting it
+            http.post("/worker/done", json={"worker": args.worker_id, "results": handled.results})
+            if "wipe_disk" in handled.after:
+                shutil.rmtree(scratch, ignore_errors=True)  # drill: the worker's disk is gone
 
 
 class DirectWorker:
@@ -464,7 +598,7 @@ def _direct_handler(worker: DirectWorker, timeout_s: float) -> type[BaseHTTPRequ
 
 def direct(args: argparse.Namespace) -> int:
     """``load_balancing`` worker: load the model, then bind and serve :class:`DirectWorker`."""
-    profile, wl, init_s, drill = _loaded(args)
+    profile, wl, init_s, drill, _ = _loaded(args)
     worker = DirectWorker(wl, batch_size=profile.batch_size, init_s=init_s, drill=drill)
     bind = os.environ.get(BIND_ENV.format(port=args.port), "")
     host, port = (bind.rsplit(":", 1)[0], int(bind.rsplit(":", 1)[1])) if bind else (args.host, args.port)
