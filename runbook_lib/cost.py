@@ -8,8 +8,9 @@ teardown, not only while it serves.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
 
 HOURS_PER_MONTH = 730.0
 BYTES_PER_GB = 1e9
@@ -64,3 +65,60 @@ def breakdown(*, price_usd_per_hour: float, billed_s: float, instances: int, acc
     total = compute + storage + egress
     per_unit = total / accepted_units if accepted_units > 0 else math.inf
     return CostBreakdown(billed_s, instances, compute, storage, egress, total, accepted_units, per_unit)
+
+
+def usd_per_hour(*, price_usd_per_hour: float, instances: int, storage_gb: float = 0.0,
+                 storage_usd_per_gb_month: float = 0.0) -> float:
+    """What one side bills per hour while it exists: instances x price, plus its storage
+    (GB x USD per GB-month / 730 h), USD per hour."""
+    return price_usd_per_hour * instances + storage_gb * storage_usd_per_gb_month / HOURS_PER_MONTH
+
+
+@dataclass
+class SpendMeter:
+    """Spend so far of resources billed by the hour, and the guard that stops work *before* a
+    limit is crossed (``gates.spend_limit_usd`` enforced during a run, not only judged after it).
+
+    Args:
+        limit_usd: the limit, USD; None: no limit (:meth:`check` always lets work go on).
+        clock: seconds, monotonic (injected in tests).
+
+    Resources are added with :meth:`start` (USD per hour from :func:`usd_per_hour`); per-use
+    charges such as egress with :meth:`charge`.
+    """
+
+    limit_usd: float | None
+    clock: Callable[[], float] = time.monotonic
+    rates: dict[str, tuple[float, float]] = field(default_factory=dict)
+    charged_usd: float = 0.0
+
+    def start(self, name: str, usd_per_hour_: float, *, at: float | None = None) -> None:
+        """``name`` bills ``usd_per_hour_`` from ``at`` (the clock's now by default)."""
+        self.rates[name] = (usd_per_hour_, self.clock() if at is None else at)
+
+    def charge(self, usd: float) -> None:
+        """Add a per-use charge (egress), USD."""
+        self.charged_usd += usd
+
+    def usd_per_hour(self) -> float:
+        """What everything started bills per hour, USD."""
+        return sum(rate for rate, _ in self.rates.values())
+
+    def accrued_usd(self) -> float:
+        """Spent so far: each resource's rate x hours since it started, plus charges, USD."""
+        now = self.clock()
+        return sum(rate * (now - t0) / 3600.0 for rate, t0 in self.rates.values()) + self.charged_usd
+
+    def check(self, step: str, est_s: float, *, launches_usd_per_hour: float = 0.0) -> dict[str, Any] | None:
+        """None when ``step`` (expected to take ``est_s`` seconds, everything started still billing,
+        plus what it launches at ``launches_usd_per_hour``) fits under the limit; otherwise the
+        stop record ``{"step", "accrued_usd", "projected_usd", "limit_usd", "est_s"}``: the caller
+        must not start the step."""
+        if self.limit_usd is None:
+            return None
+        accrued = self.accrued_usd()
+        projected = accrued + (self.usd_per_hour() + launches_usd_per_hour) * est_s / 3600.0
+        if projected <= self.limit_usd:
+            return None
+        return {"step": step, "accrued_usd": accrued, "projected_usd": projected, "limit_usd": self.limit_usd,
+                "est_s": est_s}

@@ -96,6 +96,12 @@ class JobClient:
     def close(self) -> None:
         self._http.close()
 
+    def __enter__(self) -> JobClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _json(self, method: str, path: str, *, read: bool = False, **kw: Any) -> dict[str, Any]:
         import httpx
 

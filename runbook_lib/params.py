@@ -421,6 +421,38 @@ class Gates(_Model):
     hold_deadline_s: float = Field(default=3600.0, gt=0)
 
 
+DrillName = Literal["redeliver", "preferred_offer_removed", "hung_worker", "spend_limit", "output_durability"]
+DRILL_NAMES: tuple[str, ...] = ("redeliver", "preferred_offer_removed", "hung_worker", "spend_limit",
+                                "output_durability")
+
+
+class Drills(_Model):
+    """Phase 04's fault drills against the target (the serverless guidance,
+    docs/reference/providers.md 2.3a: "Redeliver jobs, remove the preferred GPU, and
+    time out workers to verify fallback, spending limits, and output durability").
+
+    Attributes:
+        run: the drills to run (all five by default; ``[]`` runs none).
+        blocking: the drills whose FAIL (or INCONCLUSIVE: a drill the provider cannot run) blocks
+            the decision; the others are scored. Each must also be in ``run``.
+        hang_timeout_s: the execution timeout the ``hung_worker`` drill's job carries, seconds.
+    """
+
+    run: tuple[DrillName, ...] = DRILL_NAMES  # type: ignore[assignment]
+    blocking: tuple[DrillName, ...] = ()
+    hang_timeout_s: float = Field(default=2.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _blocking_runs(self) -> "Drills":
+        missing = [d for d in self.blocking if d not in self.run]
+        if missing:
+            raise ValueError(f"drills.blocking names {missing} that drills.run does not run; add them to run or "
+                             "remove them from blocking")
+        if len(set(self.run)) != len(self.run):
+            raise ValueError(f"drills.run lists a drill twice: {list(self.run)}")
+        return self
+
+
 class Cutover(_Model):
     """Phase 05: traffic (or job) percentages per slice step and the rollback window.
 
@@ -524,6 +556,7 @@ class Migration(_Model):
     storage: Storage = Storage()
     measure: Measure = Measure()
     gates: Gates = Gates()
+    drills: Drills = Drills()
     cutover: Cutover = Cutover()
     approvals: Approvals = Approvals()
     run: Run = Run()

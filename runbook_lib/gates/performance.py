@@ -295,13 +295,19 @@ def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q
                       samples=n, interval=ci, source="A/A noise floor: half the comparison margin", phase=phase)
 
 
-def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "") -> GateResult:
-    """What the measurement cost (both sides), USD, must stay within the operator's limit."""
+def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "",
+                stopped: list[str] | None = None) -> GateResult:
+    """What the measurement cost (both sides), USD, must stay within the operator's limit.
+    ``stopped``: the steps the run refused to start because they could have crossed the limit
+    (:class:`runbook_lib.cost.SpendMeter`); the gates those steps would have fed judge fewer samples."""
     if limit_usd is None:
         return GateResult("spend_limit", "PASS", False, total_usd, None, "USD", "sum of billed cost",
                           f"spent {total_usd:.5f} USD; no limit set (gates.spend_limit_usd)", phase=phase)
+    cut = (f"; stopped before {', '.join(stopped)} to stay within it (raise the limit or measure less to take "
+           "them)") if stopped else ""
     return GateResult("spend_limit", "PASS" if total_usd <= limit_usd else "FAIL", True, total_usd, limit_usd, "USD",
-                      "sum of billed cost of both sides", f"spent {total_usd:.5f} USD of {limit_usd} USD allowed",
+                      "sum of billed cost of both sides; each round is started only if it fits",
+                      f"spent {total_usd:.5f} USD of {limit_usd} USD allowed{cut}",
                       source="params gates.spend_limit_usd", phase=phase)
 
 

@@ -267,8 +267,9 @@ def _acceptance_job(ctx: PhaseContext, gates: list[g.GateResult]) -> dict[str, A
 
 def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: list[g.GateResult],
                   actions: dict[str, Any]) -> dict[str, Any]:
-    """Write ``receipt.json``: releases, identities, data moved, deltas, decision, rollback point,
-    resources created and destroyed, and every gate; a HOLD also records ``hold_deadline`` (UTC
+    """Write ``receipt.json``: releases, identities, data moved, deltas, phase 04's fault drills
+    (expectation, observation, verdict), decision, rollback point, resources created and
+    destroyed, and every gate; a HOLD also records ``hold_deadline`` (UTC
     ISO), ``gates.hold_deadline_s`` after the decision, when it resolves to NO-GO unless a person
     decides first."""
     r01 = ctx.records.get("01")
@@ -306,6 +307,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         },
         "acceptance_deltas": _deltas(ctx),
         "acceptance_job": _acceptance_job(ctx, gates),
+        "drills": (ctx.records["04"].data.get("drills", []) if "04" in ctx.records else []),
         "rehearsal": _rehearsal(ctx),
         "rollback_point": cut.get("cutover", {}).get("rollback_point"),
         "route": actions["route"],

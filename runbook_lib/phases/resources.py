@@ -19,6 +19,7 @@ from runbook_lib.providers.remote import Attempt
 from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.storage import MARKER_KEY, Store, credential_env
 from runbook_lib.workload.job import PARAMS_FROM_ENV
+from runbook_lib.workload.records import DRILLS_ENV, RECORDS_ENV, STORE_ENV
 
 POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
 
@@ -317,17 +318,24 @@ class Resources(OnRun):
         return done
 
     def create_endpoint(self, side: str, role: str) -> Endpoint:
-        """Plan, approve and create ``side``'s endpoint in its profile's ``endpoint_mode``. A remote
+        """Plan, approve and create ``side``'s endpoint in its profile's ``endpoint_mode``. Its workers
+        keep idempotency records under ``runs/<run_id>/jobs/<side>`` in the run's store; the target
+        obeys drill requests when ``drills.run`` is not empty. A remote
         worker gets the run's params in ``RUNBOOK_PARAMS_YAML`` (params hold no secrets), its side
         in ``RUNBOOK_SIDE`` and its device in ``RUNBOOK_DEVICE``; a ``load_balancing`` worker on a
         remote target is rented on phase 02's ranked offers at the first one's price."""
         prof = self.profile(side)
-        env: tuple[tuple[str, str], ...] = ()
+        # The handler's idempotency records (runbook_lib.workload.records) live in the run's store;
+        # the target obeys phase 04's drill requests only when drills run.
+        env: tuple[tuple[str, str], ...] = ((RECORDS_ENV, "/".join(("runs", self.run_id, "jobs", side))),
+                                            (STORE_ENV, self.store_url()))
+        if side == "target" and self.mig.drills.run:
+            env += ((DRILLS_ENV, "1"),)
         extra: dict[str, Any] = {}
         price = prof.price_usd_per_hour
         if isinstance(prof, RemoteProfile):
-            env = (("RUNBOOK_PARAMS_YAML", (self.run_dir / "params.yaml").read_text()), ("RUNBOOK_SIDE", side),
-                   ("RUNBOOK_DEVICE", prof.device))
+            env += (("RUNBOOK_PARAMS_YAML", (self.run_dir / "params.yaml").read_text()), ("RUNBOOK_SIDE", side),
+                    ("RUNBOOK_DEVICE", prof.device))
             extra = {"image": prof.image, "disk_gb": prof.offer.disk_gb}
             if prof.endpoint_mode == "load_balancing":
                 extra["offers"] = self.offer_ids(side)

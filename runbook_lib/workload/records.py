@@ -2,7 +2,7 @@
 completion marker, so a job delivered again returns what was recorded instead of running the
 workload (and its side effects) a second time.
 
-The serverless guidance this project follows (``../shared/seeds/003_af3c94c7302f09ba.txt``:
+The serverless guidance this project follows (docs/reference/providers.md 2.3a:
 "Retries require idempotent handlers. Map job IDs to idempotency records and copy outputs
 promptly to durable storage") asks for exactly this. Layout under the records prefix (the run's
 ``runs/<run_id>/jobs/<side>``)::

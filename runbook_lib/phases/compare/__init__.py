@@ -27,6 +27,7 @@ import pandas as pd
 
 from runbook_lib import cost, report
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.phases.compare.drills import EXPECTATIONS, DrillsResult, guarded, run_drills
 from runbook_lib.phases.compare.judge import (
     OPERATOR_SETTINGS,
     compare_gates,
@@ -49,6 +50,7 @@ from runbook_lib.phases.compare.protocol import (
 )
 
 __all__ = [
+    "EXPECTATIONS", "DrillsResult", "guarded", "run_drills",
     "AFFECTS", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
     "clocks_record", "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
     "measure_training", "measured_with_retries", "record_data", "round_sides", "schedule_rounds",
@@ -87,9 +89,11 @@ class CompareResult(PhaseResult):
     measurement: Measurement
     costs: dict[str, cost.CostBreakdown]
     plots: tuple[Path, ...]
+    drills: DrillsResult | None = None
 
     def record(self) -> dict[str, Any]:
-        return record_data(self.measurement.raw, self.costs, self.measurement.summary)
+        return {**record_data(self.measurement.raw, self.costs, self.measurement.summary),
+                **(self.drills.record() if self.drills is not None else {"drills": []})}
 
     def parts(self) -> list[Any]:
         from IPython.display import Image
@@ -104,9 +108,10 @@ def measure_sides(ctx: PhaseContext) -> Measurement:
     return Measurement(raw=res, summary=summary(res))
 
 
-def evaluate(ctx: PhaseContext, measured: Measurement) -> CompareResult:
-    """Phase 04, second step: costs (``04/cost.json``), the latency CDF, throughput and cost plots
-    (``04/*.png``), and the comparison gates."""
+def evaluate(ctx: PhaseContext, measured: Measurement, drills: DrillsResult | None = None) -> CompareResult:
+    """Phase 04, last step: costs (``04/cost.json``), the latency CDF, throughput and cost plots
+    (``04/*.png``), and the comparison gates; ``drills`` (:func:`run_drills`, whose gates are
+    already in the context) go into the record."""
     import matplotlib.pyplot as plt
 
     res = measured.raw
@@ -119,6 +124,6 @@ def evaluate(ctx: PhaseContext, measured: Measurement) -> CompareResult:
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
         plt.close(fig)
     compare_gates(ctx, res, costs_)
-    return CompareResult(measurement=measured, costs=costs_,
+    return CompareResult(measurement=measured, costs=costs_, drills=drills,
                          plots=tuple(ctx.run_dir / rel for rel in ("04/latency_cdf.png", "04/throughput.png",
                                                                    "04/cost.png")))

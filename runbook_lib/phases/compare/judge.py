@@ -110,7 +110,8 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
             for status, n in json.loads(row).items():
                 statuses[f"{status} (burst)"] = statuses.get(f"{status} (burst)", 0) + int(n)
         extra.append(g.baseline_health(statuses, max_rate=gc.error_rate_max, phase="04"))
-    extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04"))
+    extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04",
+                               stopped=[s_["step"] for s_ in res.get("spend", {}).get("stops", [])]))
     acc_rounds = {side: [d["accepted"].astype(float).to_numpy() for _, d in s[s["side"] == side].groupby("round")]
                   for side in ("source", "target")}
     results = [
@@ -144,6 +145,7 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "endpoint_urls": res.get("endpoint_urls", {}),
         "endpoint_modes": res.get("endpoint_modes", {}),
         "clocks": res.get("clocks", []),
+        "spend": res.get("spend", {}),
         "summary": by_side,
         "cold_start_median_s": {s: float(cold[cold["side"] == s]["cold_start_s"].median()) for s in ("source", "target")},
         "usd_per_accepted_unit": {s: _finite(c.usd_per_accepted_unit) for s, c in costs_.items()},

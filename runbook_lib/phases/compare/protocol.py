@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.measure import (
     SAMPLE_COLUMNS,
@@ -72,6 +73,17 @@ def clocks_record(m: Any, res: dict[str, Any]) -> list[dict[str, Any]]:
              "CLIENT_TIMEOUT")]
     return [{"clock": name, "setting_s": setting, "set_by": by, "ends_as": status,
              "ended": {side: counts[side].get(status, 0) for side in counts}} for name, setting, by, status in rows]
+
+
+def spend_meter(ctx: PhaseContext) -> cost.SpendMeter:
+    """Phase 04's meter against ``gates.spend_limit_usd`` (:class:`runbook_lib.cost.SpendMeter`)."""
+    return cost.SpendMeter(ctx.mig.gates.spend_limit_usd, clock=time.perf_counter)
+
+
+def spend_record(meter: cost.SpendMeter, stops: list[dict[str, Any]]) -> dict[str, Any]:
+    """Evidence of the spend limit as enforced: the limit, what was spent when measuring ended
+    and each step refused because it could have crossed the limit."""
+    return {"limit_usd": meter.limit_usd, "accrued_usd": meter.accrued_usd(), "stops": stops}
 
 
 def measured_with_retries(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
@@ -150,9 +162,14 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     ready: dict[str, float] = {}
     created: dict[str, float] = {}
     log: list[Attempted[Any]] = []
+    meter = spend_meter(ctx)
     for side in ("source", "target"):
         t0 = created[side] = time.perf_counter()
         ep = ctx.resources.create_endpoint(side, f"endpoint-{side}")
+        prof = ctx.resources.profile(side)
+        meter.start(side, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
+                                            storage_gb=ctx.mig.workload.requirements.disk_gb,
+                                            storage_usd_per_gb_month=prof.storage_usd_per_gb_month), at=t0)
         client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
                                                          clocks=job_clocks(m),
                                                          mode=ep.mode)
@@ -192,9 +209,19 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         w = measured_with_retries(ctx, warm, log, what=f"warm-up {side}", kind="warmup", side=side, sleep=sleep)
         warm_rows.extend(w.value or [])
 
+    round_s: list[float] = []
+    stops: list[dict[str, Any]] = []
+
     def one_round(r: int, side: str) -> int:
         picks = wl.request_inputs(m.requests_per_round, seed=1000 + r // 2)
         sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + r // 2)
+        # Stop before a round that could cross gates.spend_limit_usd: expected to last as long as
+        # the longest so far, or, before any, its schedule plus one request timeout.
+        stop = meter.check(f"round {r} {side}", max(round_s, default=float(sched[-1]) + m.request_timeout_s))
+        if stop is not None:
+            stops.append(stop)
+            return 0
+        started = time.perf_counter()
         reqs = [Request(i, float(sched[i]), payload, idx) for i, (idx, payload) in enumerate(picks)]
         got = measured_with_retries(ctx, lambda _k: run_open_loop(clients[side], reqs, side=side, round_id=r), log,
                      what=f"round {r} {side} open-loop", kind="open_loop", side=side, sleep=sleep)
@@ -204,6 +231,9 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
                      what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
         if sat.value is not None:
             thr.append({"side": side, "round": r, **sat.value})
+        sent = sum(len(json.dumps(x.get("output"))) for x in got.value or [] if x.get("output") is not None)
+        meter.charge(sent / cost.BYTES_PER_GB * ctx.resources.profile(side).egress_usd_per_gb)
+        round_s.append(time.perf_counter() - started)
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
 
     extra_rounds = schedule_rounds(ctx, one_round)
@@ -230,7 +260,8 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
            "endpoint_modes": {s: e.mode for s, e in endpoints.items()},
            "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
            "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
-           "target_workers_ready": workers_ready, "attempts": log}
+           "target_workers_ready": workers_ready, "attempts": log,
+           "spend": spend_record(meter, stops), "meter": meter}
     out["clocks"] = clocks_record(m, out)
     return out
 
@@ -245,8 +276,20 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     log: list[Attempted[Any]] = []
     warmup = max(1, ctx.mig.measure.warmup_requests)
     billed = {"source": 0.0, "target": 0.0}
+    meter = spend_meter(ctx)
+    stops: list[dict[str, Any]] = []
+    round_s: list[float] = []
 
     def one_round(r: int, side: str) -> int:
+        # Stop before launching a round's pod that could cross gates.spend_limit_usd: expected to
+        # bill as long as the longest round so far, or, before any, the acceptance budget.
+        price = ctx.resources.profile(side).price_usd_per_hour
+        stop = meter.check(f"round {r} {side}", max(round_s, default=ctx.mig.run.acceptance_budget_s),
+                           launches_usd_per_hour=price)
+        if stop is not None:
+            stops.append(stop)
+            return 0
+
         def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
             tag = str(r) if k == 0 else f"{r}-retry{k}"
             plan = ctx.resources.plan_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
@@ -262,7 +305,10 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
         pod, done, files = got.value
         res = json.loads(files["result.json"].read_text())
         att = res["attempts"][0]
-        billed[side] += (done.ended_at or time.time()) - done.created_at
+        pod_s = (done.ended_at or time.time()) - done.created_at
+        billed[side] += pod_s
+        round_s.append(pod_s)
+        meter.charge(price * pod_s / 3600.0)
         cold.append({"side": side, "round": r, "pod": pod.id,
                      "cold_start_s": (att["first_step_done_epoch"] or math.nan) - done.created_at})
         bs = ctx.resources.profile(side).batch_size
@@ -284,7 +330,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     throughput = pd.DataFrame(thr) if thr else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
     return {"endpoints": {}, "cold_starts": cold, "samples": samples, "throughput": throughput,
             "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}, "warmup": warm_rows,
-            "extra_rounds": extra_rounds, "attempts": log}
+            "extra_rounds": extra_rounds, "attempts": log, "spend": spend_record(meter, stops), "meter": meter}
 
 
 def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:

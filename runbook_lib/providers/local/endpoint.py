@@ -44,6 +44,7 @@ from typing import Any
 
 from runbook_lib.errors import WorkloadError
 from runbook_lib.params import load_params
+from runbook_lib.storage import store_from_params
 from runbook_lib.workload import make_workload
 from runbook_lib.workload.job import params_file
 from runbook_lib.workload.records import DRILLS_ENV, RECORDS_ENV, STORE_ENV, JobRecords, job_key, unwrap
@@ -498,8 +499,6 @@ def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, Drill, Any]:
 def job_records(mig: Any, worker: str) -> JobRecords | None:
     """The handler's idempotency records (:data:`RECORDS_ENV` under :data:`STORE_ENV`, the
     params' store when unset), or None when the endpoint was created without them."""
-    from runbook_lib.storage import store_from_params
-
     prefix = os.environ.get(RECORDS_ENV, "")
     if not prefix:
         return None

@@ -1,0 +1,278 @@
+"""Phase 04's fault drills against the target, after the measurement: each a row with what is
+expected, what was observed and a verdict, judged as a gate ``drill_<name>`` that blocks the
+decision only when ``drills.blocking`` names it (otherwise it is scored).
+
+The drills follow the serverless guidance (docs/reference/providers.md 2.3a:
+"Redeliver jobs, remove the preferred GPU, and time out workers to verify fallback, spending
+limits, and output durability"):
+
+* ``redeliver``: a job's worker dies after its result is recorded and before it reports it; the
+  endpoint delivers the job again and the handler's idempotency record
+  (:mod:`runbook_lib.workload.records`) answers it, so the workload ran exactly once.
+* ``hung_worker``: a job's handler never answers; the job's execution timeout
+  (``drills.hang_timeout_s``) ends it TIMED_OUT and another worker serves the next request.
+* ``output_durability``: a worker wipes its disk after answering; the result is still in the
+  store, as returned.
+* ``spend_limit``: the guard that starts each measurement round only when it fits under
+  ``gates.spend_limit_usd`` (:class:`runbook_lib.cost.SpendMeter`) refuses a request at a limit
+  equal to what has been spent, and nothing reaches the target.
+* ``preferred_offer_removed``: phase 02's first-ranked target offer is withdrawn from a fresh
+  offer search; the plan takes the next qualifying offer under the unchanged requirements, or
+  delays when none qualifies (planned, not rented: phase 03's capacity tries rent fallbacks).
+
+A drill the target cannot run (a ``load_balancing`` endpoint has no job API to redeliver, time
+out or record jobs; a local target has no offers; a training job has no endpoint to send a
+request to) is INCONCLUSIVE with the reason, never PASS.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from runbook_lib import cost
+from runbook_lib import gates as g
+from runbook_lib.errors import ProviderError, RunbookError
+from runbook_lib.measure import JobClient, JobClocks, ServingClient, served_status
+from runbook_lib.params import RemoteProfile
+from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.providers.offers import filter_offers
+from runbook_lib.workload import make_workload
+from runbook_lib.workload.records import DRILL_KEY, JobRecords
+
+EXPECTATIONS: dict[str, str] = {
+    "redeliver": "the worker dies after recording the result; the job is delivered again, COMPLETED with the "
+                 "golden output, and the workload ran exactly once",
+    "hung_worker": "the handler never answers; the job ends TIMED_OUT at its execution timeout and another "
+                   "worker serves the next request",
+    "output_durability": "the worker wipes its disk after answering; the store still holds the result as returned",
+    "spend_limit": "a step that would cross the limit is refused before anything is sent",
+    "preferred_offer_removed": "with the first-ranked offer withdrawn, the plan takes the next qualifying offer "
+                               "under the same requirements, or delays",
+}
+"""What each drill expects (the row's ``expectation``)."""
+HUNG_GRACE_S = 10.0
+"""Seconds past ``drills.hang_timeout_s`` the hung job may take to be reported TIMED_OUT (the
+endpoint's reaper interval and one status poll)."""
+
+
+@dataclass(frozen=True)
+class Drilled:
+    """One drill's outcome: ``verdict`` PASS, FAIL or INCONCLUSIVE and the observation."""
+
+    verdict: str
+    observation: str
+
+
+@dataclass(frozen=True)
+class DrillsResult(PhaseResult):
+    """Phase 04's drill table (one row per drill run: ``drill``, ``expectation``, ``observation``,
+    ``verdict``, ``blocking``, ``seconds``); its gates are in the phase's context."""
+
+    rows: tuple[dict[str, Any], ...]
+
+    def record(self) -> dict[str, Any]:
+        return {"drills": list(self.rows)}
+
+    def parts(self) -> list[Any]:
+        if not self.rows:
+            return [md("**Fault drills**: none run (`drills.run` is empty)")]
+        return [md("**Fault drills** against the target (expectation, observation, verdict; a blocking drill "
+                   "decides, the others are scored)"), table(list(self.rows))]
+
+
+def _golden_request(ctx: PhaseContext) -> tuple[int, Any, np.ndarray]:
+    wl = make_workload(ctx.mig.workload, ctx.mig.source)
+    idx, payload = wl.request_inputs(1, seed=4000)[0]
+    return idx, payload, np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
+
+
+def _accepted(ctx: PhaseContext, golden: np.ndarray, idx: int, job: dict[str, Any], seconds: float) -> bool:
+    return ctx.accepted(golden, {"status": served_status(job), "total_s": seconds, "output": job.get("output"),
+                                 "input_index": idx})
+
+
+class _Target:
+    """The target endpoint's job API and its idempotency records, for the drills."""
+
+    def __init__(self, ctx: PhaseContext, raw: dict[str, Any]) -> None:
+        m = ctx.mig.measure
+        self.ctx = ctx
+        self.id, self.url = raw["endpoints"]["target"], raw["endpoint_urls"]["target"]
+        self.mode = raw["endpoint_modes"]["target"]
+        self.provider = ctx.resources.provider("target")
+        self.client_timeout_s = m.request_timeout_s * 4 + 120.0  # a replacement worker's cold start included
+        self.records = JobRecords(ctx.store, ctx.store_prefix("jobs", "target"))
+
+    def client(self, execution_timeout_s: float | None = None) -> JobClient:
+        clocks: JobClocks = {"client_timeout_s": self.client_timeout_s}
+        if execution_timeout_s is not None:
+            clocks["execution_timeout_s"] = execution_timeout_s
+        c = self.provider.job_client(self.id, self.url, timeout_s=self.ctx.mig.measure.request_timeout_s * 4,
+                                     clocks=clocks)
+        if not isinstance(c, JobClient):
+            raise ProviderError(f"endpoint {self.id} answered with a {type(c).__name__}, not a job API")
+        return c
+
+    def serving_client(self) -> ServingClient:
+        """The endpoint's client in its own mode (a job API or a load-balancing worker)."""
+        return self.provider.job_client(self.id, self.url, timeout_s=self.ctx.mig.measure.request_timeout_s * 4,
+                                        mode=self.mode, clocks={"client_timeout_s": self.client_timeout_s})
+
+
+def _redeliver(ctx: PhaseContext, t: _Target) -> Drilled:
+    idx, payload, golden = _golden_request(ctx)
+    with t.client() as c:
+        t0 = time.perf_counter()
+        job = c.runsync({DRILL_KEY: "crash_after_record", "input": payload})
+        seconds = time.perf_counter() - t0
+    runs = t.records.executions(job["id"])
+    status = served_status(job)
+    seen = (f"{status} after {job.get('deliveries', '?')} deliveries in {seconds:.1f} s; the workload ran {runs} "
+            f"time(s); {'answered from the record' if job.get('replayed') else 'not answered from the record'}")
+    if status != "COMPLETED":
+        return Drilled("FAIL", f"{seen}: {job.get('error', '')}"[:400])
+    if runs != 1:
+        return Drilled("FAIL", f"{seen}: an idempotent handler runs a redelivered job once (broken idempotency)")
+    if not _accepted(ctx, golden, idx, {**job, "status": status}, 0.0):
+        return Drilled("FAIL", f"{seen}: the answer does not match the golden output of input {idx}")
+    return Drilled("PASS", seen)
+
+
+def _hung_worker(ctx: PhaseContext, t: _Target) -> Drilled:
+    limit = ctx.mig.drills.hang_timeout_s
+    _, payload, _ = _golden_request(ctx)
+    with t.client(execution_timeout_s=limit) as c:
+        t0 = time.perf_counter()
+        hung = c.runsync({DRILL_KEY: "hang", "input": payload})
+        hung_s = time.perf_counter() - t0
+    with t.client() as c:
+        nxt = c.runsync(payload)
+    first, then = served_status(hung), served_status(nxt)
+    w1, w2 = hung.get("worker") or hung.get("workerId"), nxt.get("worker") or nxt.get("workerId")
+    seen = (f"hung job {first} after {hung_s:.1f} s (timeout {limit:g} s); next request {then} on worker "
+            f"{w2 or '?'} (hung job's worker {w1 or '?'})")
+    if first != "TIMED_OUT" or hung_s > limit + HUNG_GRACE_S:
+        return Drilled("FAIL", f"{seen}: the execution timeout did not end the hung job in time")
+    if then != "COMPLETED" or (w1 and w2 and w1 == w2):
+        return Drilled("FAIL", f"{seen}: no other worker served after the timeout")
+    return Drilled("PASS", seen)
+
+
+def _output_durability(ctx: PhaseContext, t: _Target) -> Drilled:
+    _, payload, _ = _golden_request(ctx)
+    with t.client() as c:
+        job = c.runsync({DRILL_KEY: "wipe_disk", "input": payload})
+    if served_status(job) != "COMPLETED":
+        return Drilled("FAIL", f"the drill job ended {served_status(job)}: {job.get('error', '')}"[:400])
+    rec = t.records.recorded(job["id"])
+    if rec is None:
+        return Drilled("FAIL", f"job {job['id']} COMPLETED but the store holds no record of it: its output lived only "
+                               "on the wiped disk")
+    same = rec.get("output") == job.get("output")
+    seen = f"job {job['id']} COMPLETED; after the wipe the store's record {'matches' if same else 'differs from'} " \
+           "the returned output"
+    return Drilled("PASS" if same else "FAIL", seen)
+
+
+def _spend_limit(ctx: PhaseContext, t: _Target, meter: cost.SpendMeter) -> Drilled:
+    _, payload, _ = _golden_request(ctx)
+    tight = cost.SpendMeter(meter.accrued_usd(), clock=meter.clock, rates=dict(meter.rates),
+                            charged_usd=meter.charged_usd)
+    sent: list[dict[str, Any]] = []
+    c = t.serving_client()
+    try:
+        before = c.health()["jobs"]
+        stop = guarded(tight, "drill request", 1.0, lambda: sent.append(c.runsync(payload)))
+        after = c.health()["jobs"]
+    finally:
+        c.close()
+    moved = {k: after.get(k, 0) - before.get(k, 0) for k in ("inQueue", "inProgress", "completed", "failed")
+             if after.get(k, 0) != before.get(k, 0)}
+    seen = (f"refused at {stop['accrued_usd']:.5f} USD spent, {stop['projected_usd']:.5f} USD projected" if stop
+            else "not refused") + f"; requests sent {len(sent)}; target job counts changed: {moved or 'none'}"
+    limit = ctx.mig.gates.spend_limit_usd
+    seen += f" (the rounds used the same guard at {limit} USD)" if limit is not None else \
+        " (gates.spend_limit_usd is not set: the rounds ran unguarded)"
+    return Drilled("PASS" if stop is not None and not sent and not moved else "FAIL", seen)
+
+
+def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], Any]) -> dict[str, Any] | None:
+    """Run ``fn`` only when ``step`` (``est_s`` seconds) fits under the meter's limit; returns the
+    stop record when it was refused (:meth:`runbook_lib.cost.SpendMeter.check`), else None."""
+    stop = meter.check(step, est_s)
+    if stop is None:
+        fn()
+    return stop
+
+
+def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
+    prof = ctx.mig.target
+    rec = ctx.records.get("02")
+    offers = (rec.data.get("offers") if rec else None) or {}
+    if not isinstance(prof, RemoteProfile) or not offers.get("ranked"):
+        return Drilled("INCONCLUSIVE", "a local target is one profile: there is no ranked offer to withdraw"
+                       if not isinstance(prof, RemoteProfile) else "phase 02 ranked no target offer to withdraw")
+    preferred = offers["ranked"][0]
+    seen_req = offers.get("requirements")
+    fresh = ctx.resources.provider("target").search_offers(prof.offer, ports=len(ctx.mig.workload.requirements.ports))
+    ranked, _ = filter_offers([o for o in fresh if str(o.offer_id) != str(preferred)], prof.offer)
+    same_req = seen_req is None or seen_req == prof.offer.model_dump()
+    still = [str(o) for o in offers["ranked"][1:] if str(o) in {str(x.offer_id) for x in ranked}]
+    choice = str(ranked[0].offer_id) if ranked else None
+    seen = (f"withdrew offer {preferred}; the plan now takes {choice or 'nothing (it delays)'}; phase 02's next "
+            f"still offered: {still[0] if still else 'none'}; requirements unchanged: {same_req}")
+    if not same_req:
+        return Drilled("FAIL", f"{seen}: the requirements differ from phase 02's")
+    if choice is not None and still and choice != still[0] and choice not in offers["ranked"]:
+        return Drilled("FAIL", f"{seen}: the fallback is not one phase 02 qualified")
+    return Drilled("PASS", seen)
+
+
+def run_drills(ctx: PhaseContext, measured: Any) -> DrillsResult:
+    """Run ``drills.run`` against the target after the measurement (the endpoint stays up for
+    phase 05) and add one gate per drill (``drill_<name>``).
+
+    Args:
+        measured: phase 04's :class:`runbook_lib.phases.compare.Measurement`.
+    """
+    raw = measured.raw
+    names = ctx.mig.drills.run
+    blocking = set(ctx.mig.drills.blocking)
+    mode = (raw.get("endpoint_modes") or {}).get("target")
+    endpoint = _Target(ctx, raw) if mode else None
+    target = endpoint if mode == "queue" else None
+    no_jobs = ("a training job has no endpoint to drill" if ctx.mig.workload.kind == "training" else
+               f"a {mode} endpoint has no job API: nothing is redelivered, timed out or recorded by the endpoint; "
+               "the caller owns retries (docs.runpod.io/serverless/load-balancing/overview)")
+    rows: list[dict[str, Any]] = []
+    results: list[g.GateResult] = []
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            if name == "preferred_offer_removed":
+                out = _preferred_offer_removed(ctx)
+            elif name == "spend_limit":
+                out = _spend_limit(ctx, endpoint, raw["meter"]) if endpoint is not None else Drilled("INCONCLUSIVE", no_jobs)
+            elif target is None:
+                out = Drilled("INCONCLUSIVE", no_jobs)
+            else:
+                out = {"redeliver": _redeliver, "hung_worker": _hung_worker,
+                       "output_durability": _output_durability}[name](ctx, target)
+        except (ProviderError, RunbookError) as exc:  # the drill could not be carried out: not a verdict on the target
+            out = Drilled("INCONCLUSIVE", f"the drill could not run: {type(exc).__name__}: {exc}"[:400])
+        row = {"drill": name, "expectation": EXPECTATIONS[name], "observation": out.observation,
+               "verdict": out.verdict, "blocking": name in blocking, "seconds": round(time.perf_counter() - t0, 3)}
+        rows.append(row)
+        results.append(g.GateResult(f"drill_{name}", out.verdict, name in blocking, out.observation,  # type: ignore[arg-type]
+                                    EXPECTATIONS[name], "", "fault drill against the target",
+                                    f"{out.observation}" if out.verdict == "PASS" else
+                                    f"expected: {EXPECTATIONS[name]}; observed: {out.observation}",
+                                    source="params drills.blocking" if name in blocking else
+                                    "scored: not in params drills.blocking", phase="04"))
+    ctx.evidence.write_json("04/drills.json", rows)
+    ctx.evidence.add_gates(*results)
+    return DrillsResult(rows=tuple(rows))
