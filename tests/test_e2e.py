@@ -436,7 +436,8 @@ def test_a_broken_handler_that_runs_side_effects_twice_is_no_go_naming_the_idemp
 def test_the_spend_limit_stops_measuring_before_it_is_crossed(make_params) -> None:
     # The endpoints' start-up fits under 0.006 USD (0.73 USD/h for both sides); no round does, so
     # none starts, the latency gates lack samples (HOLD), and the limit itself is never crossed.
-    res = _run(make_params("demo.yaml", gates={"spend_limit_usd": 0.006}, **FAST_INFERENCE))
+    res = _run(make_params("demo.yaml", **{**FAST_INFERENCE, "gates": {**FAST_INFERENCE["gates"],
+                                                                        "spend_limit_usd": 0.006}}))
     assert (res.decision, res.exit_code) == ("HOLD", EXIT_HOLD)
     assert any(r.startswith("latency_p95_ratio INCONCLUSIVE") for r in res.reasons)
     rec = json.loads((res.run_dir / "04_compare_production.json").read_text())["data"]

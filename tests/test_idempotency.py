@@ -183,3 +183,15 @@ def test_envelopes_are_checked() -> None:
         unwrap({"runbook_drill": "explode", "input": 2})
     with pytest.raises(WorkloadError, match="request_id"):
         unwrap({"request_id": "../../etc", "input": 2})
+
+
+def test_phase_02_compares_the_largest_payloads_with_each_modes_declared_limits(tmp_path: Path) -> None:
+    from runbook_lib.phases.mapping import payload_row
+
+    caps = LocalProvider(root=tmp_path / "state").capabilities()
+    ok = payload_row({"request_bytes": 500, "output_bytes": 9000}, "queue", caps)
+    assert ok["status"] == "equivalent" and ok["target"] == "queue: request 10000000 B, response 20000000 B"
+    big = payload_row({"request_bytes": 500, "output_bytes": 25_000_000}, "queue", caps)
+    assert big["status"] == "no equivalent" and "an output of 25000000 B exceeds 20000000 B" in big["reason"]
+    lb = payload_row({"request_bytes": 40_000_000, "output_bytes": 10}, "load_balancing", caps)
+    assert lb["status"] == "no equivalent" and "a request of 40000000 B exceeds 30000000 B" in lb["reason"]

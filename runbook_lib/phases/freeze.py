@@ -20,6 +20,7 @@ from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
 from runbook_lib.storage import credential_env
+from runbook_lib.workload import make_workload
 
 
 def host_inventory(ctx: PhaseContext) -> dict[str, Any]:
@@ -55,6 +56,17 @@ def plan_freeze(ctx: PhaseContext) -> Plan:
     price = src.get("price_usd_per_hour") if src else None  # what the running source pod costs
     return ctx.resources.plan_agent("source", "source-freeze", "freeze", prefix=ctx.store_prefix("source"), offers=offers,
                           price_usd_per_hour=price or None)
+
+
+def largest_payloads(mig: Any, golden: np.ndarray) -> dict[str, int]:
+    """The workload's largest golden request and output as JSON, bytes: ``{"request_bytes",
+    "output_bytes"}`` (a request as the job API's ``{"input": ...}`` body, from
+    :meth:`runbook_lib.workload.AcceptanceWorkload.golden_requests`; an output as the JSON list
+    an endpoint returns for one row of ``golden``, float32 ``(n, dims)``). Phase 02 compares
+    them with each endpoint mode's declared payload limits."""
+    wl = make_workload(mig.workload, mig.source)
+    return {"request_bytes": max((len(json.dumps({"input": r}).encode()) for r in wl.golden_requests()), default=0),
+            "output_bytes": max((len(json.dumps(row.tolist()).encode()) for row in golden), default=0)}
 
 
 def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
@@ -98,6 +110,7 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
                    "objects": {k: {"size_bytes": o.size_bytes, "sha256": o.sha256} for k, o in frozen.items()}},
         "golden": {"prefix": ctx.store_prefix("source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
                    "outputs_sha256": result_objs["outputs.npy"].sha256},
+        "payloads": largest_payloads(ctx.mig, golden) if ctx.mig.workload.kind == "inference" else None,
         "golden_run": {"losses": [m.get("loss") for m in attempt["metrics"] if "loss" in m],
                        "aa_losses": result.get("aa_losses"),
                        "step_times_s": attempt["step_times_s"], "load_s": attempt["load_s"]},

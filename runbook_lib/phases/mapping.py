@@ -165,6 +165,7 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                          "the same provider semantics on both sides" if same else consequence))
     if ctx.mig.workload.kind == "inference":
         rows.append(endpoint_mode_row(ctx.mig.source.endpoint_mode, tgt.endpoint_mode, caps))
+        rows.append(payload_row(rec.get("freeze", {}).get("payloads"), tgt.endpoint_mode, caps))
     max_ports = caps.extra.get("max_ports")
     if max_ports is not None and max_ports.limit is not None and len(req["ports"]) > max_ports.limit:
         rows.append(_row("port count", len(req["ports"]), f"{max_ports.limit:g} at most", NONE, max_ports.detail))
@@ -223,6 +224,37 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     rows.append(_row("billing", f"{src.price_usd_per_hour} USD/h", f"{price} ({caps.billing})",
                      EQUIVALENT, "cost per accepted unit is compared in phase 04"))
     return rows
+
+
+def payload_row(sizes: dict[str, int] | None, mode: str, caps: Any) -> dict[str, Any]:
+    """The workload's largest request and output (phase 01's ``payloads``,
+    :func:`runbook_lib.phases.freeze.largest_payloads`) against the target mode's declared payload
+    limits (``Capabilities.extra`` ``<mode>_request_bytes`` / ``<mode>_response_bytes``): within
+    both is equivalent; above either has no equivalent (a result that cannot be returned would be
+    a FAILED job): pass large data through the store and send its URL. Sizes phase 01 did not
+    record are an adapter to check, never assumed to fit."""
+    if sizes is None:
+        return _row("payload size", "not recorded by phase 01", mode, ADAPTER,
+                    "largest request and output unknown: phase 04's jobs show whether they fit")
+    req_cap, resp_cap = caps.extra.get(f"{mode}_request_bytes"), caps.extra.get(f"{mode}_response_bytes")
+    src = f"largest request {sizes['request_bytes']} B, largest output {sizes['output_bytes']} B"
+
+    def limit(cap: Any) -> str:
+        return "not declared" if cap is None or cap.limit is None else f"{cap.limit:.0f} B"
+
+    tgt = f"{mode}: request {limit(req_cap)}, response {limit(resp_cap)}"
+    over = [f"{what} of {n} B exceeds {cap.limit:.0f} B ({cap.detail})"
+            for what, n, cap in (("a request", sizes["request_bytes"], req_cap),
+                                 ("an output", sizes["output_bytes"], resp_cap))
+            if cap is not None and cap.limit is not None and n > cap.limit]
+    if over:
+        return _row("payload size", src, tgt, NONE, "; ".join(over) + ": put large inputs and results in the store "
+                    "and send their URLs")
+    undeclared = [k for k, cap in (("request", req_cap), ("response", resp_cap)) if cap is None or cap.limit is None]
+    return _row("payload size", src, tgt, EQUIVALENT,
+                "within the target's declared limits" + (f"; no {' or '.join(undeclared)} limit declared: "
+                                                         f"{(req_cap or resp_cap).detail if (req_cap or resp_cap) else 'the provider declares none'}"
+                                                         if undeclared else ""))
 
 
 def capabilities_dict(caps: Any) -> dict[str, Any]:

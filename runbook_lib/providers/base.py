@@ -229,6 +229,19 @@ class Readiness:
     final: bool = False  # waiting cannot help (wrong hardware, a dead container)
 
 
+PAYLOAD_LIMITS: dict[str, dict[str, int]] = {
+    "queue": {"run_request_bytes": 10_000_000, "runsync_request_bytes": 20_000_000, "response_bytes": 20_000_000},
+    "load_balancing": {"request_bytes": 30_000_000, "response_bytes": 30_000_000},
+}
+"""Payload limits in bytes, as Runpod declares them: ``/run`` 10 MB and ``/runsync`` 20 MB per
+request (docs/reference/providers.md 2.4, job API); a load-balancing worker 30 MB
+(runpod/docs pull request 443, "Payload limits"). Runpod states no separate result limit for
+queue jobs, so a result is held to the larger request limit; a load-balancing response to the
+same 30 MB. The local endpoint enforces them (:mod:`runbook_lib.providers.local.endpoint`); phase 02
+compares them with the workload's largest golden request and output
+(:func:`payload_capabilities`). Sources: docs/reference/providers.md 2.3a."""
+
+
 @dataclass(frozen=True)
 class Capability:
     """One declared capability: ``supported`` plus the reason and source when it is not, and a
@@ -261,6 +274,29 @@ class Capabilities:
     lifecycle: str
     network: str
     extra: dict[str, Capability] = field(default_factory=dict)
+
+
+def payload_capabilities(*, queue: bool, load_balancing: bool, lb_detail: str = "", source: str = "") -> dict[str, Capability]:
+    """Declared payload limits per endpoint mode (``Capabilities.extra``): ``queue_request_bytes``,
+    ``queue_response_bytes``, ``load_balancing_request_bytes``, ``load_balancing_response_bytes``,
+    each a :class:`Capability` whose ``limit`` is in bytes (None: no limit declared). ``queue``:
+    the provider's queue endpoints hold Runpod's limits (:data:`PAYLOAD_LIMITS`); ``load_balancing``:
+    its load-balancing workers hold Runpod serverless' 30 MB, else ``lb_detail`` says why none is
+    declared."""
+    q, lb = PAYLOAD_LIMITS["queue"], PAYLOAD_LIMITS["load_balancing"]
+    src = source or "docs/reference/providers.md 2.3a"
+    out = {"queue_request_bytes": Capability(queue, "/run 10 MB (/runsync 20 MB) per request", src,
+                                             limit=q["run_request_bytes"] if queue else None),
+           "queue_response_bytes": Capability(queue, "a larger result is a FAILED job", src,
+                                              limit=q["response_bytes"] if queue else None)}
+    if load_balancing:
+        out["load_balancing_request_bytes"] = Capability(True, "30 MB per request (a larger one is refused, 413)", src,
+                                                         limit=lb["request_bytes"])
+        out["load_balancing_response_bytes"] = Capability(True, "30 MB per response", src, limit=lb["response_bytes"])
+    else:
+        for k in ("load_balancing_request_bytes", "load_balancing_response_bytes"):
+            out[k] = Capability(True, lb_detail or "no payload limit declared", src, limit=None)
+    return out
 
 
 class Provider(ABC):

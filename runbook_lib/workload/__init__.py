@@ -91,6 +91,18 @@ class AcceptanceWorkload(ABC):
         ``(golden_row_index, payload)`` so every response can be checked against its golden row."""
         raise WorkloadError(f"{type(self).__name__} is a {self.kind} workload and serves no requests")
 
+    def golden_requests(self) -> list[Any]:
+        """Every golden request payload, in golden row order (inference). Phase 02 compares the
+        largest with the endpoints' payload limits. The default draws ``request_inputs`` and keeps
+        each golden row it reaches (4 x ``sample_size`` draws); a workload that can list its
+        inputs directly should override this.
+
+        Raises:
+            WorkloadError: a training workload (it serves no requests).
+        """
+        seen = dict(self.request_inputs(4 * self.workload.sample_size, seed=0))
+        return [seen[i] for i in sorted(seen)]
+
 
 def load_workload_class(entry_point: str) -> type[AcceptanceWorkload]:
     """Import ``module:Class`` and check it is an :class:`AcceptanceWorkload`.

@@ -184,6 +184,9 @@ class EmbeddingWorkload(AcceptanceWorkload):
     def infer(self, inputs: list[Any]) -> list[Any]:
         return self._encode([str(s) for s in inputs]).tolist()
 
+    def golden_requests(self) -> list[Any]:
+        return list(self._golden)
+
     def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:
         rng = random.Random(seed)
         picks = [rng.randrange(len(self._golden)) for _ in range(n)]

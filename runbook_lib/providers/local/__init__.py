@@ -34,6 +34,7 @@ from runbook_lib.providers.base import (
     Pod,
     PodSpec,
     Provider,
+    payload_capabilities,
 )
 from runbook_lib.providers.local import procs
 
@@ -119,6 +120,7 @@ class LocalProvider(Provider):
             lifecycle="stop ends the processes and keeps the volume directory; no restart (launch a new pod); "
                       "never interrupted",
             network="loopback ports, any protocol, no proxy",
+            extra=payload_capabilities(queue=True, load_balancing=True),
         )
 
     # -- plans -------------------------------------------------------------------------------

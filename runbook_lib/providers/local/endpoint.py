@@ -44,6 +44,7 @@ from typing import Any
 
 from runbook_lib.errors import WorkloadError
 from runbook_lib.params import load_params
+from runbook_lib.providers.base import PAYLOAD_LIMITS
 from runbook_lib.storage import store_from_params
 from runbook_lib.workload import make_workload
 from runbook_lib.workload.job import params_file
@@ -62,16 +63,6 @@ CRASH_EVERY = 7  # ``worker_crash`` drill: a worker dies after serving this many
 SLOW_S = 0.25  # ``slow_worker`` drill: seconds added to every batch
 MAX_DELIVERIES = 3
 """A job is handed to a worker at most this many times when its workers keep dying; then FAILED."""
-PAYLOAD_LIMITS: dict[str, dict[str, int]] = {
-    "queue": {"run_request_bytes": 10_000_000, "runsync_request_bytes": 20_000_000, "response_bytes": 20_000_000},
-    "load_balancing": {"request_bytes": 30_000_000, "response_bytes": 30_000_000},
-}
-"""Payload limits in bytes, as Runpod declares them: ``/run`` 10 MB and ``/runsync`` 20 MB per
-request (docs/reference/providers.md 2.4, job API); a load-balancing worker 30 MB
-(runpod/docs pull request 443, "Payload limits"). Runpod states no separate result limit for
-queue jobs, so a result is held to the larger request limit; a load-balancing response to the
-same 30 MB. The local endpoint enforces them; phase 02 compares them with the workload's
-largest golden request and output."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -586,10 +577,18 @@ def _direct_handler(worker: DirectWorker, timeout_s: float) -> type[BaseHTTPRequ
             return self._send(404, {"error": f"no route GET {self.path}"})
 
         def do_POST(self) -> None:  # noqa: N802
+            limits = PAYLOAD_LIMITS["load_balancing"]
+            size = int(self.headers.get("Content-Length") or 0)
+            if size > limits["request_bytes"]:
+                self.rfile.read(size)
+                return self._send(413, {"error": f"request body of {size} bytes exceeds the worker's limit of "
+                                                  f"{limits['request_bytes']} bytes"})
             body = self._body()
             if self.path != "/infer":
                 return self._send(404, {"error": f"no route POST {self.path}"})
             out = worker.infer(body.get("input"), timeout_s)
+            if "error" not in out and len(json.dumps(out.get("output")).encode()) > limits["response_bytes"]:
+                out = {"error": f"result exceeds the worker's response limit of {limits['response_bytes']} bytes"}
             return self._send(500 if "error" in out else 200, out)
 
     return Handler

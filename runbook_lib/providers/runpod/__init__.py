@@ -40,6 +40,7 @@ from runbook_lib.providers.base import (
     EndpointSpec,
     Pod,
     PodSpec,
+    payload_capabilities,
 )
 from runbook_lib.providers.offers import Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
@@ -130,6 +131,9 @@ class RunpodProvider(RemoteProvider):
                                             "skypilot sky/provision/runpod/utils.py"),
                 "stopped_keeps_gpu": Capability(False, "a stopped pod may restart with zero GPUs",
                                                 "runpod/docs pods/troubleshooting/zero-gpus.mdx"),
+                **payload_capabilities(queue=True, load_balancing=False,
+                                       lb_detail="a pod behind its HTTP proxy: no payload limit documented; requests "
+                                                 "are cut at 100 s"),
             },
         )
 

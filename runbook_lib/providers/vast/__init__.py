@@ -24,7 +24,15 @@ from typing import Any
 from runbook_lib.errors import NoCapacity, NotFound, ProviderError
 from runbook_lib.offer_query import parse_query
 from runbook_lib.providers.api import ApiClient, KeySource, api_url
-from runbook_lib.providers.base import Capabilities, Capability, Endpoint, EndpointSpec, Pod, PodSpec
+from runbook_lib.providers.base import (
+    Capabilities,
+    Capability,
+    Endpoint,
+    EndpointSpec,
+    Pod,
+    PodSpec,
+    payload_capabilities,
+)
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
 
@@ -141,6 +149,8 @@ class VastProvider(RemoteProvider):
                 "interruptible": Capability(True, "bids at or above min_bid; outbid instances stop and keep data",
                                             "vast-ai/docs guides/instances/choosing/instance-types.mdx"),
                 "cross_host_volumes": Capability(False, "move data through object storage", src),
+                **payload_capabilities(queue=False, load_balancing=False,
+                                       lb_detail="the worker's own HTTP server on a mapped port: no platform limit"),
             },
         )
 
