@@ -37,6 +37,10 @@ READ_RETRIES = 5
 """A read (``status``, ``health``) answered 429, or whose connection failed, is sent again up to
 this many times, after ``Retry-After`` when the answer gives one (else the poll cadence). Reads
 change nothing, so they are the only requests retried blindly; a submission never is."""
+INIT_PARTS = ("process_start_s", "imports_s", "device_init_s", "weight_load_s")
+"""A worker's initialisation, split (seconds): interpreter start and this module's imports,
+the workload's library imports (:meth:`runbook_lib.workload.AcceptanceWorkload.preload`), device initialisation (CUDA
+context and a synchronised first allocation; 0 on CPU) and the weight load. ``init_s`` is their sum."""
 DISPATCH_LEAD_S = 0.002  # a request is handed to its worker this early; the worker sleeps to its time
 SPIN_S = 0.0002  # ...and spins only the last 0.2 ms (short enough not to starve other threads)
 

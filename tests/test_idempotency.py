@@ -16,7 +16,7 @@ import pytest
 
 from runbook_lib.approvals import Approval
 from runbook_lib.errors import ProviderError, WorkloadError
-from runbook_lib.measure import JobClient
+from runbook_lib.measure import INIT_PARTS, JobClient
 from runbook_lib.providers.base import EndpointSpec
 from runbook_lib.providers.local import LocalProvider
 from runbook_lib.providers.local.endpoint import MAX_DELIVERIES, PAYLOAD_LIMITS, FrontDoor
@@ -89,6 +89,9 @@ def test_a_resubmission_with_the_same_request_id_returns_the_recorded_result(ser
     assert first["id"] != again["id"]
     assert first["output"] == again["output"] == [0.02] and again["replayed"] and not first["replayed"]
     assert records.executions("req-0001") == 1
+    [start] = client.health()["cold_starts"]  # the worker's initialisation, split into its parts
+    assert all(start[k] >= 0 for k in INIT_PARTS)
+    assert abs(sum(start[k] for k in INIT_PARTS) - start["init_s"]) < 1e-6
 
 
 def _copies(disk: Path) -> list[str]:

@@ -15,11 +15,13 @@ import pandas as pd
 from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.measure import (
+    INIT_PARTS,
     SAMPLE_COLUMNS,
     Attempted,
     Request,
     ServingClient,
     job_clocks,
+    job_timings,
     poisson_schedule,
     run_open_loop,
     run_saturation,
@@ -188,11 +190,16 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         cold_s = ready[side] - t0 - first.waited_s if first.ok and status == "COMPLETED" else math.nan
         health = measured_with_retries(ctx, worker_report, log, what=f"cold start {side} worker report", kind="cold_start",
                         side=side, sleep=sleep)
+        starts = health.value.get("cold_starts", []) if health.value is not None else []
+        split = job_timings(first.value) if first.value is not None else {}
         cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s,
                      "first_status": status,
                      "attempts": len(first.attempts),
-                     "worker_init_s": [c["init_s"] for c in health.value.get("cold_starts", [])]
-                     if health.value is not None else []})
+                     # create-to-first-response, split: the first job's queue, init and inference
+                     # as the endpoint reports them, and its first worker's initialisation parts
+                     **{f"first_job_{k}": split.get(k, math.nan) for k in ("queue_s", "init_s", "execution_s")},
+                     **{f"worker_{k}": float(starts[0].get(k, math.nan)) if starts else math.nan for k in INIT_PARTS},
+                     "worker_init_s": [c["init_s"] for c in starts]})
         endpoints[side], clients[side] = ep, client
     rows: list[dict[str, Any]] = []
     thr: list[dict[str, Any]] = []

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import WorkloadError
+from runbook_lib.measure import INIT_PARTS
 from runbook_lib.params import load_params
 from runbook_lib.providers.base import PAYLOAD_LIMITS
 from runbook_lib.storage import store_from_params
@@ -96,14 +97,16 @@ class FrontDoor:
         proc = subprocess.Popen([*self.worker_argv, "--worker-id", wid], stdin=subprocess.DEVNULL)
         self.workers[wid] = {"proc": proc, "state": "initializing", "spawned_at": time.time(), "jobs": set()}
 
-    def worker_ready(self, wid: str, init_s: float) -> None:
+    def worker_ready(self, wid: str, init: dict[str, float]) -> None:
+        """Worker ``wid`` has loaded its model: ``init`` is its initialisation split
+        (:data:`INIT_PARTS` and ``init_s``, seconds), kept as a cold start."""
         with self.cond:
             w = self.workers.get(wid)
             if w is None:
                 return
             w["state"] = "idle"
             now = time.time()
-            self.cold_starts.append({"worker": wid, "init_s": init_s, "ready_after_spawn_s": now - w["spawned_at"]})
+            self.cold_starts.append({"worker": wid, **init, "ready_after_spawn_s": now - w["spawned_at"]})
             if self.first_ready_at is None:
                 self.first_ready_at = now
             self.cond.notify_all()
@@ -350,7 +353,7 @@ def _handler(door: FrontDoor) -> type[BaseHTTPRequestHandler]:
             if parts == ["purge-queue"]:
                 return self._send(200, door.purge())
             if parts == ["worker", "ready"]:
-                door.worker_ready(body["worker"], float(body["init_s"]))
+                door.worker_ready(body["worker"], {k: float(body[k]) for k in ("init_s", *INIT_PARTS) if k in body})
                 return self._send(200, {})
             if parts == ["worker", "take"]:
                 return self._send(200, {"jobs": door.take(body["worker"], int(body["max"]))})
@@ -466,25 +469,57 @@ def handle_jobs(wl: Any, jobs: list[dict[str, Any]], drill: Drill, records: JobR
     return Handled([{"id": j["id"], **answers[j["id"]]} for j in jobs], after)
 
 
-def _loaded(args: argparse.Namespace) -> tuple[Any, Any, float, Drill, Any]:
-    """The side's profile, its loaded workload, the seconds from process start to loaded
-    (process start + imports + weight load), the drill of a local profile's ``fault`` (or, when
-    it sets none, as a remote profile does, of ``RUNBOOK_FAULT`` in the environment, set only by
-    a provider simulator's scripted fault), and the migration params."""
+
+
+@dataclass
+class Loaded:
+    """A worker's side profile, loaded workload, initialisation split (:data:`INIT_PARTS` plus
+    ``init_s``, seconds), drill settings and the migration params."""
+
+    profile: Any
+    wl: Any
+    init: dict[str, float]
+    drill: Drill
+    mig: Any
+
+
+def _device_init(device: str) -> None:
+    """Create the CUDA context and synchronise a first allocation on ``device`` (nothing on CPU)."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    dev = torch.device(device)
+    torch.zeros(1, device=dev)
+    torch.cuda.synchronize(dev)
+
+
+def _loaded(args: argparse.Namespace) -> Loaded:
+    """Load the side's workload, timing each part of the initialisation. The drill is a local
+    profile's ``fault`` or, when it sets none (as a remote profile does), ``RUNBOOK_FAULT`` in the
+    environment (set only by a provider simulator's scripted fault)."""
     import psutil
 
     spawned = psutil.Process().create_time()
+    t_main = time.time()
     mig = load_params(params_file(args.params))
     profile = getattr(mig, args.side)
     wl = make_workload(mig.workload, profile)
+    wl.preload()
+    t_imports = time.time()
+    _device_init(profile.device)
+    t_device = time.time()
     wl.load()
+    t_loaded = time.time()
     fault = getattr(profile, "fault", "none")
     if fault == "none":
         fault = os.environ.get("RUNBOOK_FAULT", "none")
     drill = Drill(CRASH_EVERY if fault == "worker_crash" else 0, SLOW_S if fault == "slow_worker" else 0.0,
                   duplicate_side_effects=fault == "duplicate_side_effects",
                   drills_enabled=os.environ.get(DRILLS_ENV) == "1")
-    return profile, wl, time.time() - spawned, drill, mig
+    init = dict(zip(INIT_PARTS, (t_main - spawned, t_imports - t_main, t_device - t_imports, t_loaded - t_device),
+                    strict=True))
+    return Loaded(profile, wl, {**init, "init_s": t_loaded - spawned}, drill, mig)
 
 
 def job_records(mig: Any, worker: str) -> JobRecords | None:
@@ -505,11 +540,12 @@ def work(args: argparse.Namespace) -> int:
 
     import httpx
 
-    profile, wl, init_s, drill, mig = _loaded(args)
-    records = job_records(mig, args.worker_id)
+    ld = _loaded(args)
+    profile, wl, drill = ld.profile, ld.wl, ld.drill
+    records = job_records(ld.mig, args.worker_id)
     scratch = Path.cwd() / f"worker-{args.worker_id}"
     with httpx.Client(base_url=args.url, timeout=30.0) as http:
-        http.post("/worker/ready", json={"worker": args.worker_id, "init_s": init_s})
+        http.post("/worker/ready", json={"worker": args.worker_id, **ld.init})
         while True:
             jobs = http.post("/worker/take", json={"worker": args.worker_id, "max": profile.batch_size}).json()["jobs"]
             if not jobs:
@@ -526,8 +562,8 @@ class DirectWorker:
     """A ``load_balancing`` worker's state: requests waiting inside the worker, batched up to
     ``batch_size`` by one inference thread (the app owns its backlog; nothing is retried)."""
 
-    def __init__(self, wl: Any, *, batch_size: int, init_s: float, drill: Drill) -> None:
-        self.wl, self.batch_size, self.init_s, self.drill = wl, batch_size, init_s, drill
+    def __init__(self, wl: Any, *, batch_size: int, init: dict[str, float], drill: Drill) -> None:
+        self.wl, self.batch_size, self.init, self.drill = wl, batch_size, init, drill
         self.cond = threading.Condition()
         self.pending: collections.deque[dict[str, Any]] = collections.deque()
         self.busy = False
@@ -564,7 +600,7 @@ class DirectWorker:
             return {"jobs": {"inQueue": len(self.pending), "inProgress": int(self.busy),
                              "completed": self.counts["completed"], "failed": self.counts["failed"]},
                     "workers": {"idle": int(not self.busy), "running": int(self.busy), "initializing": 0},
-                    "cold_starts": [{"worker": "direct", "init_s": self.init_s, "ready_after_spawn_s": self.init_s}]}
+                    "cold_starts": [{"worker": "direct", **self.init, "ready_after_spawn_s": self.init["init_s"]}]}
 
 
 def _direct_handler(worker: DirectWorker, timeout_s: float) -> type[BaseHTTPRequestHandler]:
@@ -596,8 +632,8 @@ def _direct_handler(worker: DirectWorker, timeout_s: float) -> type[BaseHTTPRequ
 
 def direct(args: argparse.Namespace) -> int:
     """``load_balancing`` worker: load the model, then bind and serve :class:`DirectWorker`."""
-    profile, wl, init_s, drill, _ = _loaded(args)
-    worker = DirectWorker(wl, batch_size=profile.batch_size, init_s=init_s, drill=drill)
+    ld = _loaded(args)
+    worker = DirectWorker(ld.wl, batch_size=ld.profile.batch_size, init=ld.init, drill=ld.drill)
     bind = os.environ.get(BIND_ENV.format(port=args.port), "")
     host, port = (bind.rsplit(":", 1)[0], int(bind.rsplit(":", 1)[1])) if bind else (args.host, args.port)
     server = _Server((host, port), _direct_handler(worker, args.execution_timeout_s))
