@@ -83,8 +83,8 @@ class SpendMeter:
         limit_usd: the limit, USD; None: no limit (:meth:`check` always lets work go on).
         clock: seconds, monotonic (injected in tests).
 
-    Resources are added with :meth:`start` (USD per hour from :func:`usd_per_hour`); per-use
-    charges such as egress with :meth:`charge`.
+    Resources are added with :meth:`start` (USD per hour from :func:`usd_per_hour`) and, once
+    destroyed, :meth:`stop`; per-use charges such as egress with :meth:`charge`.
     """
 
     limit_usd: float | None
@@ -95,6 +95,11 @@ class SpendMeter:
     def start(self, name: str, usd_per_hour_: float, *, at: float | None = None) -> None:
         """``name`` bills ``usd_per_hour_`` from ``at`` (the clock's now by default)."""
         self.rates[name] = (usd_per_hour_, self.clock() if at is None else at)
+
+    def stop(self, name: str) -> None:
+        """``name`` stops billing now: what it accrued is kept as a charge."""
+        rate, t0 = self.rates.pop(name)
+        self.charged_usd += rate * (self.clock() - t0) / 3600.0
 
     def charge(self, usd: float) -> None:
         """Add a per-use charge (egress), USD."""
@@ -122,3 +127,68 @@ class SpendMeter:
             return None
         return {"step": step, "accrued_usd": accrued, "projected_usd": projected, "limit_usd": self.limit_usd,
                 "est_s": est_s}
+
+
+@dataclass(frozen=True)
+class TrafficCost:
+    """One endpoint side's cost at a declared steady traffic (:func:`at_traffic`).
+
+    Attributes:
+        traffic_per_s: declared requests per second.
+        served_per_s: requests per second it can serve of those: min(traffic, capacity).
+        capacity_per_s: its measured saturation throughput with all its workers, requests per second.
+        busy_workers: workers busy on average: served / (capacity / workers).
+        warm_workers: workers kept running whatever the traffic (active workers).
+        billed_workers: max(warm, busy): warm workers bill busy or idle, others only while busy.
+        idle_workers: warm workers with nothing to do on average: max(0, warm - busy).
+        usd_per_hour: billed workers x price + storage + egress at that traffic, USD per hour.
+        idle_usd_per_hour: what the idle warm workers cost, USD per hour (part of ``usd_per_hour``).
+        acceptance: share of requests accepted (completed within the SLO and parity) in phase 04.
+        usd_per_accepted_unit: usd_per_hour / (3600 x served x acceptance), USD (inf with none).
+    """
+
+    traffic_per_s: float
+    served_per_s: float
+    capacity_per_s: float
+    busy_workers: float
+    warm_workers: int
+    billed_workers: float
+    idle_workers: float
+    usd_per_hour: float
+    idle_usd_per_hour: float
+    acceptance: float
+    usd_per_accepted_unit: float
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not math.isfinite(d["usd_per_accepted_unit"]):
+            d["usd_per_accepted_unit"] = None
+        return d
+
+
+def at_traffic(*, traffic_per_s: float, capacity_per_s: float, workers: int, warm_workers: int,
+               price_usd_per_hour: float, acceptance: float, storage_gb: float = 0.0,
+               storage_usd_per_gb_month: float = 0.0, egress_bytes_per_request: float = 0.0,
+               egress_usd_per_gb: float = 0.0) -> TrafficCost:
+    """Cost per accepted unit of an endpoint serving a steady ``traffic_per_s`` (requests per
+    second): warm workers bill all the time, busy or idle; the others only while busy (per-second
+    billing, the idle timeout's tail after each burst not counted); a side whose capacity is below
+    the traffic serves only its capacity. The serverless guidance's trade-off ("warm workers reduce
+    latency but create idle cost", docs/reference/providers.md 2.3a) in one figure.
+
+    Args:
+        capacity_per_s: measured saturation throughput of the endpoint with ``workers`` workers.
+        acceptance: accepted share of requests, 0..1.
+        egress_bytes_per_request: bytes each answer sends out.
+    """
+    per_worker = capacity_per_s / workers if workers > 0 else 0.0
+    served = min(traffic_per_s, capacity_per_s)
+    busy = served / per_worker if per_worker > 0 else 0.0
+    billed = max(float(warm_workers), busy)
+    idle = max(0.0, warm_workers - busy)
+    egress_per_hour = served * 3600.0 * egress_bytes_per_request / BYTES_PER_GB * egress_usd_per_gb
+    per_hour = billed * price_usd_per_hour + storage_gb * storage_usd_per_gb_month / HOURS_PER_MONTH + egress_per_hour
+    units_per_hour = 3600.0 * served * acceptance
+    return TrafficCost(traffic_per_s, served, capacity_per_s, busy, warm_workers, billed, idle, per_hour,
+                       idle * price_usd_per_hour, acceptance,
+                       per_hour / units_per_hour if units_per_hour > 0 else math.inf)

@@ -141,7 +141,17 @@ class ProfileBase(_Model):
         dtype: compute dtype of the workload on this side.
         threads: torch intra-op threads per worker process.
         batch_size: requests per forward pass (inference) or samples per step (training).
-        workers: endpoint worker processes (inference only).
+        workers: endpoint worker processes (inference only): the maximum the endpoint runs.
+        active_workers: workers kept running whatever the traffic (Runpod's ``workers.min``,
+            "active workers"); None: all ``workers``. Idle warm workers bill: phase 04's cost per
+            accepted unit at the declared traffic (``measure.traffic_per_s``) includes them.
+        idle_timeout_s: seconds a worker beyond the active ones stays up after its last job
+            (Runpod's ``idleTimeout``, 5 s by default), seconds.
+        model_cache: where workers find the model at start (``""`` none: downloaded or baked in
+            the image; ``volume``: a network or local volume; ``hf:<model id>``: the provider's
+            model cache). Declared and mapped in phase 02 (it changes cold starts).
+        gpu_priority: GPU types a worker may run on, most preferred first (Runpod's ``gpu.pools``
+            order); mapped in phase 02.
         endpoint_mode: how phase 04 serves an inference workload on this side (issue 12's
             names): ``queue`` (a front door with job ids, a backlog and retries: Runpod
             Serverless queue endpoints, the local front door) or ``load_balancing`` (requests
@@ -162,11 +172,27 @@ class ProfileBase(_Model):
     threads: int = Field(default=1, ge=1, le=256)
     batch_size: int = Field(default=8, ge=1, le=4096)
     workers: int = Field(default=1, ge=1, le=16)
+    active_workers: int | None = Field(default=None, ge=0, le=16)
+    idle_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+    model_cache: str = Field(default="", pattern=r"^(|volume|hf:[A-Za-z0-9_.\-/]+)$")
+    gpu_priority: tuple[str, ...] = ()
     endpoint_mode: Literal["queue", "load_balancing"] = "queue"
     price_usd_per_hour: float = Field(ge=0, le=1000)
     storage_usd_per_gb_month: float = Field(default=0.0, ge=0)
     egress_usd_per_gb: float = Field(default=0.0, ge=0)
     secrets: tuple[SecretRef, ...] = ()
+
+    @model_validator(mode="after")
+    def _active_within_max(self) -> "ProfileBase":
+        if self.active_workers is not None and self.active_workers > self.workers:
+            raise ValueError(f"active_workers ({self.active_workers}) exceeds workers ({self.workers}), the most the "
+                             "endpoint runs; lower active_workers or raise workers")
+        return self
+
+    @property
+    def warm_workers(self) -> int:
+        """Workers kept running whatever the traffic: ``active_workers``, else all ``workers``."""
+        return self.workers if self.active_workers is None else self.active_workers
 
     @property
     def remote(self) -> bool:
@@ -371,6 +397,16 @@ class Measure(_Model):
     10 s to 7 days; None keeps the endpoint's own, Runpod's default 24 h), after which the
     endpoint forgets it run or not (``EXPIRED``); ``client_timeout_s`` is how long the runbook
     waits for a job before it cancels it, keeping its id (``CLIENT_TIMEOUT``).
+
+    ``cold_starts`` scale-from-zero starts are measured per queue side, on an endpoint of one
+    worker that stops 1 s after each job: each start is timed from submission to answer and
+    split into queue, init and inference (the serverless guidance: "Measure p95 queue plus
+    initialization plus inference", docs/reference/providers.md 2.3a). A load-balancing side
+    does not scale to zero; its one cold start is its creation.
+
+    ``traffic_per_s`` is the production traffic the cost per accepted unit is judged at
+    (requests per second; None: ``arrival_rate_per_s``), with each side's warm workers
+    (``active_workers``) billed whether busy or idle.
     """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
@@ -381,6 +417,8 @@ class Measure(_Model):
     request_timeout_s: float = Field(default=30.0, gt=0)
     job_ttl_s: float | None = Field(default=None, ge=10, le=7 * 86_400)
     client_timeout_s: float = Field(default=300.0, gt=0)
+    cold_starts: int = Field(default=5, ge=0, le=100)  # scale-from-zero starts per queue side; 0: none
+    traffic_per_s: float | None = Field(default=None, gt=0)  # declared traffic; None: arrival_rate_per_s
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
     error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
     error_retry_interval_s: float = Field(default=10.0, ge=0, le=3600)  # seconds between attempts (Argo: 10 s)

@@ -90,7 +90,8 @@ def cost_plot(costs: dict[str, Any], path: Path, *, unit: str = "request") -> An
         ax.annotate(f"{c.total_usd:.5f} USD / {c.accepted_units} units", (b.get_x() + b.get_width() / 2, b.get_height()),
                     ha="center", va="bottom", fontsize=8)
     ax.set_ylabel(f"micro-USD per accepted {unit}")
-    ax.set_title("Cost per accepted unit (price x billed time + storage + egress)")
+    ax.set_title("Cost per accepted unit over the measurement window (price x billed time + storage + egress)",
+                 fontsize=9)
     _save(fig, path)
     return fig
 

@@ -31,7 +31,8 @@ from .conftest import ROOT
 
 pytestmark = pytest.mark.e2e
 
-FAST_INFERENCE = {"measure": {"requests_per_round": 45, "throughput_requests": 24, "warmup_requests": 10},
+FAST_INFERENCE = {"measure": {"requests_per_round": 45, "throughput_requests": 24, "warmup_requests": 10,
+                              "cold_starts": 1},
                   "gates": {"min_latency_samples": 40}, "cutover": {"requests_per_step": 10}}
 FAST_TRAINING = {"workload": {"train_steps": 60}, "measure": {"rounds": 4}, "gates": {"min_latency_samples": 20}}
 
@@ -113,6 +114,14 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     assert all(x["verdict"] == "PASS" and x["blocking"] for x in drills.values()), drills
     assert "the workload ran 1 time(s)" in drills["redeliver"]["observation"]
     assert {f"drill_{n}" for n in drills} <= names
+    r04 = json.loads((d / "04_compare_production.json").read_text())["data"]
+    zero = pd.read_csv(d / "04" / "cold_starts_from_zero.csv")  # one scale-from-zero start per side, split
+    assert sorted(zero["side"]) == ["source", "target"] and set(zero["status"]) == {"COMPLETED"}
+    assert (zero["init_s"] > 0).all() and (zero["weight_load_s"] > 0).all()
+    assert (zero["total_s"] >= zero["queue_s"] + zero["init_s"] + zero["execution_s"] - 0.05).all()
+    assert r04["cold_start_kind"].startswith("scale from zero") and len(r04["cold_starts_from_zero"]) == 2
+    coldstart_eps = [c for c in r["resources"]["created"] if c["role"].startswith("coldstart-")]
+    assert len(coldstart_eps) == 2 and all(c["state"] == "DESTROYED" for c in coldstart_eps)
     job = r["acceptance_job"]  # the canary's wall time against the ten-minute default, scored
     assert 0 < job["wall_s"] < 600 and (job["budget_s"], job["verdict"], job["blocking"]) == (600.0, "PASS", False)
     assert r["rollback_point"]["source_endpoint"].startswith("ep-")

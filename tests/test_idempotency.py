@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from runbook_lib.approvals import Approval
-from runbook_lib.errors import ProviderError, WorkloadError
+from runbook_lib.errors import ParamsError, ProviderError, WorkloadError
 from runbook_lib.measure import INIT_PARTS, JobClient
 from runbook_lib.providers.base import EndpointSpec
 from runbook_lib.providers.local import LocalProvider
@@ -147,17 +147,25 @@ def test_a_request_above_the_run_limit_is_refused_before_it_is_queued(served) ->
 
 
 def test_results_above_the_response_limit_or_empty_are_failed_jobs_not_completed() -> None:
-    door = FrontDoor(worker_argv=[], workers=0, execution_timeout_s=30, ttl_s=60, limits={
-        "run_request_bytes": 100, "runsync_request_bytes": 100, "response_bytes": 50})
+    import sys
+
+    door = FrontDoor(worker_argv=[sys.executable, "-c", "import time; time.sleep(60)"], workers=1,
+                     execution_timeout_s=30, ttl_s=60,
+                     limits={"run_request_bytes": 100, "runsync_request_bytes": 100, "response_bytes": 50})
+    wid = next(iter(door.workers))  # a worker process that never polls: the test takes its jobs for it
     ids = [door.submit(i)["id"] for i in range(3)]
-    taken = door.take("w-test", 3)
+    taken = door.take(wid, 3)
     assert [t["id"] for t in taken] == ids
-    door.done("w-test", [{"id": ids[0], "output": "y" * 60}, {"id": ids[1], "output": None},
-                         {"id": ids[2], "output": [1.0]}])
+    door.done(wid, [{"id": ids[0], "output": "y" * 60}, {"id": ids[1], "output": None},
+                    {"id": ids[2], "output": [1.0]}])
     states = [door.public(i) for i in ids]
     assert [s["status"] for s in states] == ["FAILED", "FAILED", "COMPLETED"]
     assert "62 bytes exceeds the endpoint's response limit of 50 bytes" in states[0]["error"]
     assert "no output" in states[1]["error"]
+    assert door.take("w-gone", 1) == []  # a worker not on the books (stopped, replaced) takes nothing
+    for w in door.workers.values():
+        w["proc"].kill()
+        w["proc"].wait()
 
 
 def test_a_job_is_delivered_at_most_max_deliveries_times() -> None:
@@ -198,3 +206,20 @@ def test_phase_02_compares_the_largest_payloads_with_each_modes_declared_limits(
     assert big["status"] == "no equivalent" and "an output of 25000000 B exceeds 20000000 B" in big["reason"]
     lb = payload_row({"request_bytes": 40_000_000, "output_bytes": 10}, "load_balancing", caps)
     assert lb["status"] == "no equivalent" and "a request of 40000000 B exceeds 30000000 B" in lb["reason"]
+
+
+def test_phase_02_maps_endpoint_settings_side_against_side(make_params: Any) -> None:
+    from runbook_lib.params import load_params
+    from runbook_lib.phases.mapping import endpoint_settings_row
+
+    same = load_params(make_params())
+    assert endpoint_settings_row(same.source, same.source)["status"] == "equivalent"
+    mig = load_params(make_params(target={"workers": 3, "active_workers": 0, "idle_timeout_s": 2,
+                                          "model_cache": "hf:sentence-transformers/all-MiniLM-L6-v2"}))
+    row = endpoint_settings_row(mig.source, mig.target)
+    assert row["status"] == "adapter needed"
+    assert row["target"] == ("workers 0 active of 3 max, idle timeout 2 s, model cache "
+                             "hf:sentence-transformers/all-MiniLM-L6-v2, GPU priority any")
+    assert row["reason"].startswith("active workers, max workers, idle timeout, model cache change")
+    with pytest.raises(ParamsError, match="active_workers \\(4\\) exceeds workers \\(3\\)"):
+        load_params(make_params(target={"workers": 3, "active_workers": 4}))

@@ -86,17 +86,37 @@ def throughput_ratio(source: Sequence[float], target: Sequence[float], *, min_ra
                       phase=phase)
 
 
-def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ratio: float, phase: str = "") -> GateResult:
-    """median(target cold starts) / median(source cold starts), seconds; PASS when <= ``max_ratio``."""
+COLD_START_MIN_FOR_INTERVAL = 3
+"""Cold starts per side from which the ratio carries a bootstrap interval (fewer: a point estimate)."""
+
+
+def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ratio: float, phase: str = "",
+                     what: str = "launch to first served response") -> GateResult:
+    """median(target cold starts) / median(source cold starts), seconds. With at least
+    :data:`COLD_START_MIN_FOR_INTERVAL` per side the ratio has a 90 % percentile bootstrap
+    interval (scipy.stats.bootstrap, seed 0): PASS when its upper end is <= ``max_ratio``, FAIL when
+    its lower end is above, else INCONCLUSIVE; with fewer, the point estimate decides (said so).
+    ``what`` names what a cold start spans (recorded as the method)."""
     n = {"source": len(source), "target": len(target)}
     if not source or not target:
         return GateResult("cold_start_ratio", "INCONCLUSIVE", True, None, max_ratio, "ratio", "median ratio",
                           "no cold starts measured", samples=n, phase=phase)
-    r = float(np.median(target) / np.median(source))
-    return GateResult("cold_start_ratio", "PASS" if r <= max_ratio else "FAIL", True, r, max_ratio, "ratio",
-                      "median cold start ratio (launch to first served response)",
-                      f"median cold start source {np.median(source):.2f} s, target {np.median(target):.2f} s",
-                      samples=n, source=threshold_source("cold_start_ratio_max", max_ratio, "median cold start within 25 %"),
+    s, t = np.asarray(source, float), np.asarray(target, float)
+    r = float(np.median(t) / np.median(s))
+    ci = (bootstrap_interval((s, t), lambda a, b, axis: np.median(b, axis=axis) / np.median(a, axis=axis))
+          if min(s.size, t.size) >= COLD_START_MIN_FOR_INTERVAL else None)
+    lo, hi = ci if ci else (r, r)
+    verdict: Verdict = "PASS" if hi <= max_ratio else ("FAIL" if lo > max_ratio else "INCONCLUSIVE")
+    p95 = {side: float(np.percentile(x, 95)) for side, x in (("source", s), ("target", t))}
+    return GateResult("cold_start_ratio", verdict, True, r, max_ratio, "ratio",
+                      f"median cold start ratio ({what})" + (
+                          "; 90 % percentile bootstrap (scipy.stats.bootstrap, seed 0)" if ci
+                          else f"; point estimate (fewer than {COLD_START_MIN_FOR_INTERVAL} cold starts on a side)"),
+                      f"cold start p50 source {np.median(s):.2f} s, target {np.median(t):.2f} s; p95 source "
+                      f"{p95['source']:.2f} s, target {p95['target']:.2f} s"
+                      + (f"; ratio interval [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""),
+                      samples=n, interval=ci,
+                      source=threshold_source("cold_start_ratio_max", max_ratio, "median cold start within 25 %"),
                       phase=phase)
 
 
@@ -149,7 +169,9 @@ def baseline_health(statuses: dict[str, int], *, max_rate: float, phase: str = "
 
 
 def cost_per_unit(source_usd: float | None, target_usd: float | None, *, required_saving: float,
-                  accepted_rounds: tuple[Any, Any] | None = None, phase: str = "") -> GateResult:
+                  accepted_rounds: tuple[Any, Any] | None = None, phase: str = "",
+                  basis: str = "price x billed time (init and idle included) + storage + egress, / accepted units",
+                  ) -> GateResult:
     """Cost per accepted unit: target <= source x (1 - required_saving). USD per unit.
 
     With ``accepted_rounds`` (per side, per round, one 0/1 flag per request: accepted or not) the
@@ -157,7 +179,8 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
     (:func:`round_bootstrap`; docs/reference/gates.md 5.3 "bootstrap the ratio jointly over rounds"):
     billed cost is fixed, the accepted share is resampled. PASS when the interval's upper end is
     <= 1 - required_saving, FAIL when its lower end is above, INCONCLUSIVE when it straddles.
-    Without rounds it is a point comparison.
+    Without rounds it is a point comparison. ``basis`` says how the USD per unit were priced
+    (recorded as the method).
     """
     thr = None if source_usd is None else source_usd * (1 - required_saving)
     src = threshold_source("required_saving", required_saving, "target no more expensive per accepted unit")
@@ -169,8 +192,7 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
               f"{required_saving:.0%}")
     if accepted_rounds is None:
         return GateResult("cost_per_accepted_unit", "PASS" if target_usd <= thr else "FAIL", True, target_usd, thr,
-                          "USD/unit", "price x billed time (init and idle included) + storage + egress, / accepted "
-                          "units", detail, source=src, phase=phase)
+                          "USD/unit", basis, detail, source=src, phase=phase)
     rs, rt = (as_rounds(x) for x in accepted_rounds)
     n_s, n_t = sum(r.size for r in rs), sum(r.size for r in rt)
     acc_s, acc_t = sum(float(r.sum()) for r in rs), sum(float(r.sum()) for r in rt)
@@ -189,8 +211,7 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
         verdict = "PASS" if ci[1] <= limit else ("FAIL" if ci[0] > limit else "INCONCLUSIVE")
         why = f"ratio T/S {ratio:.3f}, 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}] against {limit:.3f}"
     return GateResult("cost_per_accepted_unit", verdict, True, ratio, limit, "ratio T/S of USD per accepted unit",
-                      "price x billed time (init and idle included) + storage + egress, / accepted units; block "
-                      f"bootstrap over rounds ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}) of the accepted "
+                      f"{basis}; block bootstrap over rounds ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}) of the accepted "
                       "share", f"{detail}; {why}", samples={"source_rounds": len(rs), "target_rounds": len(rt),
                                                            "source_units": n_s, "target_units": n_t},
                       interval=ci, source=src, phase=phase)

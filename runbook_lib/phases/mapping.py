@@ -166,6 +166,7 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     if ctx.mig.workload.kind == "inference":
         rows.append(endpoint_mode_row(ctx.mig.source.endpoint_mode, tgt.endpoint_mode, caps))
         rows.append(payload_row(rec.get("freeze", {}).get("payloads"), tgt.endpoint_mode, caps))
+        rows.append(endpoint_settings_row(src, tgt))
     max_ports = caps.extra.get("max_ports")
     if max_ports is not None and max_ports.limit is not None and len(req["ports"]) > max_ports.limit:
         rows.append(_row("port count", len(req["ports"]), f"{max_ports.limit:g} at most", NONE, max_ports.detail))
@@ -224,6 +225,31 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     rows.append(_row("billing", f"{src.price_usd_per_hour} USD/h", f"{price} ({caps.billing})",
                      EQUIVALENT, "cost per accepted unit is compared in phase 04"))
     return rows
+
+
+def endpoint_settings(prof: Any) -> str:
+    """One side's endpoint settings as phase 02 shows them."""
+    return (f"workers {prof.warm_workers} active of {prof.workers} max, idle timeout {prof.idle_timeout_s:g} s, "
+            f"model cache {prof.model_cache or 'none'}, GPU priority {list(prof.gpu_priority) or 'any'}")
+
+
+def endpoint_settings_row(src: Any, tgt: Any) -> dict[str, Any]:
+    """Active and maximum workers, idle timeout, model cache and GPU priority, side against side
+    (the serverless guidance, docs/reference/providers.md 2.3a: warm workers cut cold starts and
+    cost idle time). The same settings are equivalent; changed ones are an adapter whose effects
+    phase 04 measures: the scale-from-zero cold starts, and the cost per accepted unit at the
+    declared traffic with the warm workers billed idle or not."""
+    a, b = endpoint_settings(src), endpoint_settings(tgt)
+    if a == b:
+        return _row("endpoint settings", a, b, EQUIVALENT, "the same scaling, cache and GPU order on both sides")
+    changed = [name for name, x, y in (("active workers", src.warm_workers, tgt.warm_workers),
+                                        ("max workers", src.workers, tgt.workers),
+                                        ("idle timeout", src.idle_timeout_s, tgt.idle_timeout_s),
+                                        ("model cache", src.model_cache, tgt.model_cache),
+                                        ("GPU priority", src.gpu_priority, tgt.gpu_priority)) if x != y]
+    return _row("endpoint settings", a, b, ADAPTER,
+                f"{', '.join(changed)} change: cold starts (measured from zero in phase 04) and idle cost (warm "
+                "workers are billed in phase 04's cost per accepted unit at the declared traffic)")
 
 
 def payload_row(sizes: dict[str, int] | None, mode: str, caps: Any) -> dict[str, Any]:

@@ -317,13 +317,18 @@ class Resources(OnRun):
                                 f"{prov.log_tail(pod.id, 2500)}")
         return done
 
-    def create_endpoint(self, side: str, role: str) -> Endpoint:
+    def create_endpoint(self, side: str, role: str, *, workers: int | None = None, active_workers: int | None = None,
+                        idle_timeout_s: float = 5.0) -> Endpoint:
         """Plan, approve and create ``side``'s endpoint in its profile's ``endpoint_mode``. Its workers
         keep idempotency records under ``runs/<run_id>/jobs/<side>`` in the run's store; the target
         obeys drill requests when ``drills.run`` is not empty. A remote
         worker gets the run's params in ``RUNBOOK_PARAMS_YAML`` (params hold no secrets), its side
         in ``RUNBOOK_SIDE`` and its device in ``RUNBOOK_DEVICE``; a ``load_balancing`` worker on a
-        remote target is rented on phase 02's ranked offers at the first one's price."""
+        remote target is rented on phase 02's ranked offers at the first one's price.
+
+        ``workers`` (default: the profile's) are all kept running unless ``active_workers`` says
+        fewer (0: the endpoint scales to zero after ``idle_timeout_s`` seconds idle, so each job
+        after an idle spell pays a cold start)."""
         prof = self.profile(side)
         # The handler's idempotency records (runbook_lib.workload.records) live in the run's store;
         # the target obeys phase 04's drill requests only when drills run.
@@ -342,10 +347,12 @@ class Resources(OnRun):
                 extra["interruptible_bid_usd_per_hour"] = self.bid(side, extra["offers"])
                 price = self.bid_price(side, extra["interruptible_bid_usd_per_hour"], self.offer_price(side) or price)
         spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
-                            workers=prof.workers, price_usd_per_hour=price,
+                            workers=workers or prof.workers, price_usd_per_hour=price,
                             labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
                             secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
-                            env=env, mode=prof.endpoint_mode, **extra)
+                            env=env, mode=prof.endpoint_mode,
+                            active_workers=workers or prof.workers if active_workers is None else active_workers,
+                            idle_timeout_s=idle_timeout_s, **extra)
         return self.apply_plan(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
 
     def destroy(self, side: str, resource_id: str, *, labels: dict[str, str] | None = None) -> Teardown | None:

@@ -85,6 +85,11 @@ class EndpointSpec:
         disk_gb: container disk of that instance, GB.
         interruptible_bid_usd_per_hour: that instance's bid (interruptible rental), USD per hour;
             None rents it on demand.
+        active_workers: ``queue``: workers kept running (Runpod's ``workers.min``); the others
+            start when jobs wait and stop after ``idle_timeout_s`` idle. None: the provider's
+            default (local: all ``workers``; Runpod: 0, scale to zero).
+        idle_timeout_s: seconds an idle worker beyond the active ones keeps running (Runpod's
+            ``idleTimeout``, default 5 s).
     """
 
     name: str
@@ -104,6 +109,8 @@ class EndpointSpec:
     offers: tuple[str, ...] = ()
     disk_gb: float = 20.0
     interruptible_bid_usd_per_hour: float | None = None
+    active_workers: int | None = None
+    idle_timeout_s: float = 5.0
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,13 @@ from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.phases.compare.drills import EXPECTATIONS, DrillsResult, guarded, run_drills
 from runbook_lib.phases.compare.judge import (
     OPERATOR_SETTINGS,
+    cold_start_samples,
+    cold_start_summary,
     compare_gates,
     costs,
     record_data,
     summary,
+    traffic_costs,
 )
 from runbook_lib.phases.compare.protocol import (
     AFFECTS,
@@ -42,15 +45,18 @@ from runbook_lib.phases.compare.protocol import (
     clocks_record,
     lost_measurements,
     measure,
+    measure_cold_starts,
     measure_inference,
     measure_training,
     measured_with_retries,
     round_sides,
     schedule_rounds,
+    wait_for_zero,
 )
 
 __all__ = [
-    "EXPECTATIONS", "DrillsResult", "guarded", "run_drills",
+    "EXPECTATIONS", "DrillsResult", "guarded", "run_drills", "cold_start_samples", "cold_start_summary",
+    "measure_cold_starts", "wait_for_zero", "traffic_costs",
     "AFFECTS", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
     "clocks_record", "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
     "measure_training", "measured_with_retries", "record_data", "round_sides", "schedule_rounds",
@@ -70,8 +76,13 @@ class Measurement(PhaseResult):
         raise NotImplementedError("a measurement is recorded through evaluate(): pass it there")
 
     def parts(self) -> list[Any]:
-        out = [md("**Cold starts** (create call to first served response, seconds)"), table(self.raw["cold_starts"]),
-               md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary]
+        out = [md("**Cold starts** (create call to first served response, seconds)"), table(self.raw["cold_starts"])]
+        zero = cold_start_summary(self.raw)
+        if zero:
+            out += [md(f"**Cold starts from zero** ({self.raw['cold_starts_from_zero'].shape[0]} starts: submission to "
+                       "answer, split into queue, init and inference; the worker's init into process start, imports, "
+                       "device init and weight load; p50 and p95, seconds)"), table(zero)]
+        out += [md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary]
         if self.raw.get("clocks"):
             out += [md("**Clocks** (each setting, and the requests it ended per side)"),
                     table([{**{k: v for k, v in c.items() if k != "ended"}, **{f"ended {s}": n for s, n in
@@ -90,15 +101,20 @@ class CompareResult(PhaseResult):
     costs: dict[str, cost.CostBreakdown]
     plots: tuple[Path, ...]
     drills: DrillsResult | None = None
+    at_traffic: dict[str, cost.TrafficCost] | None = None
 
     def record(self) -> dict[str, Any]:
-        return {**record_data(self.measurement.raw, self.costs, self.measurement.summary),
+        return {**record_data(self.measurement.raw, self.costs, self.measurement.summary, self.at_traffic),
                 **(self.drills.record() if self.drills is not None else {"drills": []})}
 
     def parts(self) -> list[Any]:
         from IPython.display import Image
 
-        return [md("**Cost per accepted unit** (USD)"), table({s: c.to_dict() for s, c in self.costs.items()}),
+        traffic = [md("**Cost per accepted unit at the declared traffic** (USD; warm workers billed busy or idle; "
+                      "the cost gate judges this)"), table({s: c.to_dict() for s, c in self.at_traffic.items()})] \
+            if self.at_traffic else []
+        return [*traffic, md("**Cost over the measurement window** (USD)"),
+                table({s: c.to_dict() for s, c in self.costs.items()}),
                 *(Image(filename=str(p)) for p in self.plots)]
 
 
@@ -117,13 +133,14 @@ def evaluate(ctx: PhaseContext, measured: Measurement, drills: DrillsResult | No
     res = measured.raw
     unit = "request" if ctx.mig.workload.kind == "inference" else "training step"
     costs_ = costs(ctx, res)
+    at_traffic = traffic_costs(ctx, res)
     figs = [report.latency_cdf(res["samples"], ctx.evidence.path("04/latency_cdf.png"), unit_label=unit),
             report.throughput_plot(res["throughput"], ctx.evidence.path("04/throughput.png"),
                                    unit="requests/s" if unit == "request" else "samples/s"),
             report.cost_plot(costs_, ctx.evidence.path("04/cost.png"), unit=unit)]
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
         plt.close(fig)
-    compare_gates(ctx, res, costs_)
-    return CompareResult(measurement=measured, costs=costs_, drills=drills,
+    compare_gates(ctx, res, costs_, at_traffic)
+    return CompareResult(measurement=measured, costs=costs_, drills=drills, at_traffic=at_traffic,
                          plots=tuple(ctx.run_dir / rel for rel in ("04/latency_cdf.png", "04/throughput.png",
                                                                    "04/cost.png")))

@@ -14,6 +14,7 @@ import pandas as pd
 
 from runbook_lib import cost
 from runbook_lib import gates as g
+from runbook_lib.measure import INIT_PARTS
 from runbook_lib.params import operator_set
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.compare.protocol import lost_measurements
@@ -48,6 +49,34 @@ def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdow
     return out
 
 
+def traffic_costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.TrafficCost] | None:
+    """Inference: each side's cost per accepted unit at the declared traffic
+    (``measure.traffic_per_s``, else ``arrival_rate_per_s``) with its warm workers billed busy or
+    idle (:func:`runbook_lib.cost.at_traffic`), from the measured saturation throughput, the
+    accepted share of the open-loop requests and the bytes each answer sent
+    (``04/cost_at_traffic.json``). None for training, or when a side measured no throughput."""
+    if ctx.mig.workload.kind != "inference":
+        return None
+    m, s, t = ctx.mig.measure, res["samples"], res["throughput"]
+    out = {}
+    for side in ("source", "target"):
+        prof = ctx.resources.profile(side)
+        d = s[s["side"] == side] if len(s) else s
+        thr = t[t["side"] == side]["throughput_units_per_s"].astype(float) if len(t) else pd.Series(dtype=float)
+        if not len(d) or not len(thr) or float(thr.mean()) <= 0:
+            return None
+        out[side] = cost.at_traffic(traffic_per_s=m.traffic_per_s or m.arrival_rate_per_s,
+                                    capacity_per_s=float(thr.mean()), workers=prof.workers,
+                                    warm_workers=prof.warm_workers, price_usd_per_hour=prof.price_usd_per_hour,
+                                    acceptance=float(d["accepted"].mean()),
+                                    storage_gb=ctx.mig.workload.requirements.disk_gb,
+                                    storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
+                                    egress_bytes_per_request=res["egress_bytes"][side] / len(d),
+                                    egress_usd_per_gb=prof.egress_usd_per_gb)
+    ctx.evidence.write_json("04/cost_at_traffic.json", {k: v.to_dict() for k, v in out.items()})
+    return out
+
+
 def summary(res: dict[str, Any]) -> pd.DataFrame:
     """p50/p95/p99 of total, queue, init and execution time per side, seconds."""
     s = res["samples"]
@@ -66,18 +95,23 @@ def summary(res: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost.CostBreakdown]) -> list[g.GateResult]:
-    """Latency p95 ratio, throughput ratio, cold start ratio, target error rate, cost per unit."""
+def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost.CostBreakdown],
+                  at_traffic: dict[str, cost.TrafficCost] | None = None) -> list[g.GateResult]:
+    """Latency p95 ratio, throughput ratio, cold start ratio, target error rate, cost per unit
+    (at the declared traffic, warm workers' idle time included, when ``at_traffic`` is given:
+    inference; else over the measurement window: training)."""
     s, t, gc = res["samples"], res["throughput"], ctx.mig.gates
     lat = {side: s[(s["side"] == side) & (s["status"] == "COMPLETED")]["total_s"].astype(float).to_numpy()
            for side in ("source", "target")}
     thr = {side: t[t["side"] == side]["throughput_units_per_s"].astype(float).tolist() for side in ("source", "target")}
-    cold = {side: [c["cold_start_s"] for c in res["cold_starts"] if c["side"] == side and math.isfinite(c["cold_start_s"])]
-            for side in ("source", "target")}
+    cold, cold_what = cold_start_samples(res)
     tgt = s[s["side"] == "target"]
     burst = t[t["side"] == "target"]
-    failures = int((tgt["status"] != "COMPLETED").sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum())
-    total = len(tgt) + int(burst["requests"].sum()) if ctx.mig.workload.kind == "inference" else len(tgt)
+    zero = res.get("cold_starts_from_zero", pd.DataFrame(columns=["side", "status"]))
+    zero_t = zero[zero["side"] == "target"]
+    failures = int((tgt["status"] != "COMPLETED").sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum()) \
+        + int((zero_t["status"] != "COMPLETED").sum())
+    total = len(tgt) + int(burst["requests"].sum()) + len(zero_t) if ctx.mig.workload.kind == "inference" else len(tgt)
     done = s[s["status"] == "COMPLETED"]
     lat_rounds = {side: [d["total_s"].astype(float).to_numpy() for _, d in done[done["side"] == side].groupby("round")]
                   for side in ("source", "target")}  # per round: the block bootstrap resamples rounds
@@ -105,6 +139,8 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         for c in res["cold_starts"]:
             if c["side"] == "source" and c["first_status"] != "MEASUREMENT_ERROR":
                 statuses[c["first_status"]] = statuses.get(c["first_status"], 0) + 1
+        for status, n_ in zero[zero["side"] == "source"]["status"].value_counts().items():
+            statuses[str(status)] = statuses.get(str(status), 0) + int(n_)
         statuses["COMPLETED"] = statuses.get("COMPLETED", 0) + int(src_burst["completed"].sum() if len(src_burst) else 0)
         for row in src_burst.get("failed_by_status", pd.Series(dtype=object)).dropna():
             for status, n in json.loads(row).items():
@@ -118,12 +154,13 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
                             min_samples=gc.min_latency_samples, phase="04"),
         g.throughput_ratio(thr["source"], thr["target"], min_ratio=gc.throughput_ratio_min, phase="04"),
-        g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04"),
+        g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04",
+                           what=cold_what),
         g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",
                      unit="requests" if ctx.mig.workload.kind == "inference" else "training steps"),
-        g.cost_per_unit(_finite(costs_["source"].usd_per_accepted_unit), _finite(costs_["target"].usd_per_accepted_unit),
+        g.cost_per_unit(*(_finite((at_traffic or costs_)[side].usd_per_accepted_unit) for side in ("source", "target")),
                         required_saving=gc.required_saving, accepted_rounds=(acc_rounds["source"], acc_rounds["target"]),
-                        phase="04"),
+                        phase="04", basis=_traffic_basis(ctx, at_traffic)),
         *extra,
     ]
     results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(ctx.mig,
@@ -132,14 +169,56 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     return ctx.evidence.add_gates(*(g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results))
 
 
+def cold_start_samples(res: dict[str, Any]) -> tuple[dict[str, list[float]], str]:
+    """The cold starts the ``cold_start_ratio`` gate compares, seconds per side, and what they
+    span: the scale-from-zero starts (submission to answer) when both sides have completed ones,
+    else each side's creation (create call to first served response), so both sides are always
+    judged on the same kind of start."""
+    zero = res.get("cold_starts_from_zero")
+    if zero is not None and len(zero):
+        done = zero[zero["status"] == "COMPLETED"]
+        by_side = {side: done[done["side"] == side]["total_s"].astype(float).tolist() for side in ("source", "target")}
+        if all(by_side.values()):
+            return by_side, "scale from zero: submission to answer (queue + init + inference)"
+    return ({side: [c["cold_start_s"] for c in res["cold_starts"] if c["side"] == side and math.isfinite(c["cold_start_s"])]
+             for side in ("source", "target")}, "launch to first served response")
+
+
+def cold_start_summary(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """p50 and p95 per side of each scale-from-zero start's total, queue, init and inference
+    seconds and of the worker's initialisation parts (completed starts only; NaN where the
+    endpoint does not report a part)."""
+    zero = res.get("cold_starts_from_zero")
+    if zero is None or not len(zero):
+        return []
+    rows = []
+    for side in ("source", "target"):
+        d = zero[(zero["side"] == side) & (zero["status"] == "COMPLETED")]
+        row: dict[str, Any] = {"side": side, "starts": int((zero["side"] == side).sum()), "completed": len(d)}
+        for col in ("total_s", "queue_s", "init_s", "execution_s", *INIT_PARTS):
+            vals = d[col].astype(float).dropna().to_numpy()
+            for q in (50, 95):
+                row[f"{col[:-2]} p{q} (s)"] = float(np.percentile(vals, q)) if vals.size else math.nan
+        rows.append(row)
+    return rows
+
+
+def _traffic_basis(ctx: PhaseContext, at_traffic: dict[str, cost.TrafficCost] | None) -> str:
+    if at_traffic is None:
+        return "price x billed time (init and idle included) + storage + egress, / accepted units"
+    tc = next(iter(at_traffic.values()))
+    return (f"at the declared traffic of {tc.traffic_per_s:g} requests/s: warm workers billed busy or idle, the others "
+            "while busy, + storage + egress, / accepted units (cost.at_traffic)")
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ: pd.DataFrame) -> dict[str, Any]:
+def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ: pd.DataFrame,
+                at_traffic: dict[str, cost.TrafficCost] | None = None) -> dict[str, Any]:
     """What phase 04's record keeps (raw samples stay in the CSV files the record hashes)."""
     by_side = {r["side"]: {k: v for k, v in r.items() if k != "side"} for r in summ.to_dict("records")}
-    cold = pd.DataFrame(res["cold_starts"])
     return {
         "endpoints": res["endpoints"],
         "endpoint_urls": res.get("endpoint_urls", {}),
@@ -147,8 +226,13 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "clocks": res.get("clocks", []),
         "spend": res.get("spend", {}),
         "summary": by_side,
-        "cold_start_median_s": {s: float(cold[cold["side"] == s]["cold_start_s"].median()) for s in ("source", "target")},
-        "usd_per_accepted_unit": {s: _finite(c.usd_per_accepted_unit) for s, c in costs_.items()},
+        # the cold starts the gate judged (cold_start_samples): from zero when both sides have them
+        "cold_start_median_s": {s: float(np.median(v)) if v else None for s, v in cold_start_samples(res)[0].items()},
+        "cold_start_kind": cold_start_samples(res)[1],
+        "cold_starts_from_zero": _nan_free(cold_start_summary(res)),
+        "usd_per_accepted_unit": {s: _finite(c.usd_per_accepted_unit) for s, c in (at_traffic or costs_).items()},
+        "usd_per_accepted_unit_basis": "declared traffic" if at_traffic else "measurement window",
+        "cost_at_traffic": {s: c.to_dict() for s, c in (at_traffic or {}).items()},
         "cost": {s: c.to_dict() for s, c in costs_.items()},
         "billed_s": res["billed_s"],
         "extra_rounds": res.get("extra_rounds", 0),
@@ -157,3 +241,8 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
                                "error": a.error} for a in res.get("attempts", []) if not a.ok],
         "host_load_avg_1_5_15min": list(os.getloadavg()),  # a busy host explains a noisy A/A pair
     }
+
+
+def _nan_free(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with NaN replaced by None (JSON has no NaN)."""
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]

@@ -14,6 +14,7 @@ import pandas as pd
 
 from runbook_lib import cost
 from runbook_lib import gates as g
+from runbook_lib.errors import ProviderTimeout
 from runbook_lib.measure import (
     INIT_PARTS,
     SAMPLE_COLUMNS,
@@ -75,6 +76,106 @@ def clocks_record(m: Any, res: dict[str, Any]) -> list[dict[str, Any]]:
              "CLIENT_TIMEOUT")]
     return [{"clock": name, "setting_s": setting, "set_by": by, "ends_as": status,
              "ended": {side: counts[side].get(status, 0) for side in counts}} for name, setting, by, status in rows]
+
+
+COLD_IDLE_TIMEOUT_S = 1.0
+"""Idle timeout of the cold-start endpoints, seconds: a worker stops this long after its job, so
+the next job starts from zero."""
+SCALE_TO_ZERO_WAIT_S = 60.0
+"""How long a cold-start endpoint may take to reach zero workers before that start is a lost
+measurement, seconds."""
+COLD_COLUMNS = ["side", "start", "status", "total_s", "queue_s", "init_s", "execution_s", *INIT_PARTS]
+"""Columns of ``04/cold_starts_from_zero.csv``: one scale-from-zero start per row, seconds."""
+
+
+def wait_for_zero(client: ServingClient, *, timeout_s: float = SCALE_TO_ZERO_WAIT_S,
+                  sleep: Callable[[float], None] = time.sleep) -> None:
+    """Wait until the endpoint reports no worker idle, running or initialising.
+
+    Raises:
+        ProviderTimeout: workers still up after ``timeout_s`` seconds (named, with their states).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        workers = client.health()["workers"]
+        if workers.get("idle", 0) + workers.get("running", 0) + workers.get("initializing", 0) == 0:
+            return
+        if time.monotonic() > deadline:
+            raise ProviderTimeout(f"the cold-start endpoint still had workers {workers} after {timeout_s:g} s; it "
+                                  "did not scale to zero")
+        sleep(0.1)
+
+
+def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any]], meter: cost.SpendMeter,
+                        stops: list[dict[str, Any]], *, sleep: Callable[[float], None] = time.sleep
+                        ) -> list[dict[str, Any]]:
+    """``measure.cold_starts`` scale-from-zero starts per side when both sides are queue endpoints
+    (a load-balancing worker does not scale to zero, so there would be nothing to compare with),
+    alternating sides (S, T, T, S, ...), on a dedicated endpoint per side (one worker, none kept
+    running, idle timeout :data:`COLD_IDLE_TIMEOUT_S`), destroyed afterwards. Each start waits for
+    zero workers, then times one job from submission to answer, split as the endpoint reports it
+    (queue, init, inference) and, where its health report carries them, the worker's
+    initialisation parts. ``meter`` guards the spend limit: the endpoints are created only if
+    every start could take a request timeout and still fit, and each start only if it fits
+    (refusals appended to ``stops``).
+
+    Returns:
+        One :data:`COLD_COLUMNS` row per start taken (a start lost after its retries is in
+        ``log``, not here).
+    """
+    n = ctx.mig.measure.cold_starts
+    sides = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
+    if n == 0 or len(sides) < 2:  # a load-balancing side does not scale to zero: nothing to compare with
+        return []
+    rows: list[dict[str, Any]] = []
+    endpoints: dict[str, Any] = {}
+    clients: dict[str, ServingClient] = {}
+    m = ctx.mig.measure
+    rates = {side: cost.usd_per_hour(price_usd_per_hour=ctx.resources.profile(side).price_usd_per_hour, instances=1)
+             for side in sides}
+    stop = meter.check("cold starts from zero", 2 * n * m.request_timeout_s,
+                       launches_usd_per_hour=sum(rates.values()))
+    if stop is not None:
+        stops.append(stop)
+        return []
+    took: list[float] = []
+    try:
+        for side in sides:
+            ep = endpoints[side] = ctx.resources.create_endpoint(side, f"coldstart-{side}", workers=1, active_workers=0,
+                                                                 idle_timeout_s=COLD_IDLE_TIMEOUT_S)
+            meter.start(f"coldstart-{side}", rates[side])
+            clients[side] = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
+                                                                    clocks=job_clocks(m), mode=ep.mode)
+        for k in range(n):
+            for side in (("source", "target") if k % 2 == 0 else ("target", "source")):
+                stop = meter.check(f"cold start {k} {side}", max(took, default=m.request_timeout_s))
+                if stop is not None:
+                    stops.append(stop)
+                    continue
+
+                def start(_a: int, side: str = side, k: int = k) -> dict[str, Any]:
+                    c = clients[side]
+                    wait_for_zero(c, sleep=sleep)
+                    t0 = time.perf_counter()
+                    job = c.runsync(payload)
+                    total = time.perf_counter() - t0
+                    reported = c.health().get("cold_starts") or [{}]
+                    return {"side": side, "start": k, "status": served_status(job), "total_s": total,
+                            **job_timings(job), **{p: float(reported[-1].get(p, math.nan)) for p in INIT_PARTS}}
+
+                got = measured_with_retries(ctx, start, log, what=f"cold start {k} {side} from zero", kind="cold_start",
+                                            side=side, sleep=sleep)
+                if got.value is not None:
+                    rows.append(got.value)
+                    took.append(got.value["total_s"] + COLD_IDLE_TIMEOUT_S)
+    finally:
+        for c in clients.values():
+            c.close()
+        for side, ep in endpoints.items():
+            ctx.resources.destroy(side, ep.id)
+            if f"coldstart-{side}" in meter.rates:
+                meter.stop(f"coldstart-{side}")
+    return rows
 
 
 def spend_meter(ctx: PhaseContext) -> cost.SpendMeter:
@@ -249,6 +350,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
                         kind="health", side="target", sleep=sleep)
     workers_ready = (int(health_end.value["idle"] + health_end.value["running"]) if health_end.value is not None
                      else 0)
+    from_zero = measure_cold_starts(ctx, wl.request_inputs(1, seed=5000)[0][1], log, meter, stops, sleep=sleep)
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     for row in rows:
         row["accepted"] = ctx.accepted(golden, row)
@@ -268,7 +370,8 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
            "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
            "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
            "target_workers_ready": workers_ready, "attempts": log,
-           "spend": spend_record(meter, stops), "meter": meter}
+           "spend": spend_record(meter, stops), "meter": meter,
+           "cold_starts_from_zero": pd.DataFrame(from_zero, columns=COLD_COLUMNS)}
     out["clocks"] = clocks_record(m, out)
     return out
 
@@ -351,5 +454,7 @@ def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -
     res["samples"].to_csv(ctx.evidence.path("04/samples.csv"), index=False)
     res["throughput"].to_csv(ctx.evidence.path("04/throughput.csv"), index=False)
     pd.DataFrame(res["cold_starts"]).to_csv(ctx.evidence.path("04/cold_starts.csv"), index=False)
+    if "cold_starts_from_zero" in res:
+        res["cold_starts_from_zero"].to_csv(ctx.evidence.path("04/cold_starts_from_zero.csv"), index=False)
     pd.DataFrame(res["warmup"]).to_csv(ctx.evidence.path("04/warmup_discarded.csv"), index=False)
     return res

@@ -207,7 +207,10 @@ class LocalProvider(Provider):
         else:
             argv = ["-m", "runbook_lib.providers.local.endpoint", "serve", "--params", spec.params_path,
                     "--side", spec.side, "--workers", str(spec.workers), "--port-file", str(d / "port"),
-                    "--execution-timeout-s", str(spec.execution_timeout_s), "--ttl-s", str(spec.ttl_s)]
+                    "--execution-timeout-s", str(spec.execution_timeout_s), "--ttl-s", str(spec.ttl_s),
+                    "--idle-timeout-s", str(spec.idle_timeout_s)]
+            if spec.active_workers is not None:
+                argv += ["--active-workers", str(spec.active_workers)]
         meta.update(self._spawn(rid, [self._python, *argv], spec.env, spec.secret_refs))
         meta["state"] = "RUNNING"
         self._save(rid, meta)

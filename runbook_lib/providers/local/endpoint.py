@@ -72,11 +72,21 @@ class _Server(ThreadingHTTPServer):
 
 
 class FrontDoor:
-    """Job queue, job table and worker supervision for one endpoint."""
+    """Job queue, job table and worker supervision for one endpoint.
+
+    Scaling follows Runpod's endpoint settings (docs.runpod.io/serverless/endpoints, "Endpoint
+    settings"): ``active`` workers are kept running; up to ``workers`` (the maximum) are started
+    while jobs wait with no idle or starting worker to take them; a worker beyond ``active`` that
+    has been idle ``idle_timeout_s`` seconds is stopped. ``active=0`` scales to zero, so the next
+    job pays a cold start (its ``init_s``)."""
 
     def __init__(self, *, worker_argv: list[str], workers: int, execution_timeout_s: float, ttl_s: float,
-                 limits: dict[str, int] | None = None) -> None:
+                 limits: dict[str, int] | None = None, active: int | None = None,
+                 idle_timeout_s: float = 5.0) -> None:
         self.limits = dict(limits or PAYLOAD_LIMITS["queue"])
+        self.max_workers = workers
+        self.active = workers if active is None else min(active, workers)
+        self.idle_timeout_s = idle_timeout_s
         self.jobs: dict[str, dict[str, Any]] = {}
         self.queue: collections.deque[str] = collections.deque()
         self.cond = threading.Condition()
@@ -84,10 +94,9 @@ class FrontDoor:
         self.ttl_s = ttl_s
         self.worker_argv = worker_argv
         self.workers: dict[str, dict[str, Any]] = {}
-        self.first_ready_at: float | None = None
         self.started_at = time.time()
         self.cold_starts: list[dict[str, Any]] = []
-        for _ in range(workers):
+        for _ in range(self.active):
             self._spawn_worker()
 
     # -- workers -----------------------------------------------------------------------------
@@ -104,12 +113,16 @@ class FrontDoor:
             w = self.workers.get(wid)
             if w is None:
                 return
-            w["state"] = "idle"
             now = time.time()
+            w.update(state="idle", ready_at=now, idle_since=now)
             self.cold_starts.append({"worker": wid, **init, "ready_after_spawn_s": now - w["spawned_at"]})
-            if self.first_ready_at is None:
-                self.first_ready_at = now
             self.cond.notify_all()
+
+    def _scale_up(self) -> None:
+        """Start workers (up to the maximum) for jobs that no idle or starting worker will take."""
+        ready = sum(1 for w in self.workers.values() if w["state"] in ("idle", "initializing"))
+        for _ in range(min(len(self.queue) - ready, self.max_workers - len(self.workers))):
+            self._spawn_worker()
 
     def _replace_worker(self, wid: str, reason: str) -> None:
         w = self.workers.pop(wid, None)
@@ -129,7 +142,9 @@ class FrontDoor:
                     job.pop(k, None)
                 job.update(status="IN_QUEUE", last_error=reason)
                 self.queue.appendleft(jid)
-        self._spawn_worker()
+        if len(self.workers) < self.active:
+            self._spawn_worker()
+        self._scale_up()
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -146,6 +161,7 @@ class FrontDoor:
                                                            self.execution_timeout_s * 1000) / 1000,
                               "ttl_s": float(policy.get("ttl") or self.ttl_s * 1000) / 1000}
             self.queue.append(jid)
+            self._scale_up()
             self.cond.notify_all()
             return self.public(jid)
 
@@ -153,13 +169,14 @@ class FrontDoor:
         job = self.jobs[jid]
         out = {k: v for k, v in job.items() if k not in ("input", "execution_timeout_s", "ttl_s")}
         if "started_at" in job:
+            # The part of the wait spent on the worker that took the job becoming ready (a cold
+            # start the job waited through) is init; the rest is queue.
             wait = job["started_at"] - job["submitted_at"]
-            init = 0.0
-            if self.first_ready_at is None or self.first_ready_at > job["submitted_at"]:
-                ready = self.first_ready_at or job["started_at"]
-                init = max(0.0, min(job["started_at"], ready) - job["submitted_at"])
+            ready = job.get("worker_ready_at")
+            init = max(0.0, min(job["started_at"], ready) - job["submitted_at"]) if ready is not None else 0.0
             out["init_s"] = init
             out["queue_s"] = max(0.0, wait - init)
+        out.pop("worker_ready_at", None)
         return out
 
     def wait_terminal(self, jid: str, timeout_s: float) -> dict[str, Any] | None:
@@ -197,6 +214,7 @@ class FrontDoor:
                     job.pop(k, None)
                 job.update(status="IN_QUEUE", retries=job.get("retries", 0) + 1, deliveries=0)
                 self.queue.append(jid)
+                self._scale_up()
                 self.cond.notify_all()
             return self.public(jid)
 
@@ -213,21 +231,25 @@ class FrontDoor:
             return {"removed": len(removed), "status": "completed"}
 
     def take(self, wid: str, max_jobs: int) -> list[dict[str, Any]]:
+        """Up to ``max_jobs`` queued jobs for worker ``wid``, waiting up to :data:`TAKE_WAIT_S`
+        for one. A worker no longer on the books (stopped, replaced) takes nothing: its long poll
+        may outlive it, and a job handed to it would never be answered."""
         deadline = time.monotonic() + TAKE_WAIT_S
         with self.cond:
-            while not self.queue:
+            while not self.queue or wid not in self.workers:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or wid not in self.workers:
                     return []
                 self.cond.wait(left)
             taken: list[dict[str, Any]] = []
             now = time.time()
+            w = self.workers.get(wid)
             while self.queue and len(taken) < max_jobs:
                 jid = self.queue.popleft()
                 job = self.jobs[jid]
-                job.update(status="IN_PROGRESS", started_at=now, worker=wid, deliveries=job["deliveries"] + 1)
+                job.update(status="IN_PROGRESS", started_at=now, worker=wid, deliveries=job["deliveries"] + 1,
+                           worker_ready_at=(w or {}).get("ready_at"))
                 taken.append({"id": jid, "input": job["input"]})
-            w = self.workers.get(wid)
             if w is not None:
                 w["state"] = "running"
                 w["jobs"] = {t["id"] for t in taken}
@@ -254,8 +276,7 @@ class FrontDoor:
                            replayed=bool(r.get("replayed")))
             w = self.workers.get(wid)
             if w is not None:
-                w["state"] = "idle"
-                w["jobs"] = set()
+                w.update(state="idle", jobs=set(), idle_since=now)
             self.cond.notify_all()
 
     def health(self) -> dict[str, Any]:
@@ -281,6 +302,12 @@ class FrontDoor:
                 code = w["proc"].poll()
                 if code is not None:
                     self._replace_worker(wid, f"worker {wid} exited with code {code}")
+            idle = sorted((w["idle_since"], wid) for wid, w in self.workers.items() if w["state"] == "idle")
+            for since, wid in idle[:max(0, len(self.workers) - self.active)]:
+                if now - since > self.idle_timeout_s:  # scaled down: idle past the idle timeout
+                    w = self.workers.pop(wid)
+                    w["proc"].kill()
+                    w["proc"].wait()
             for jid, job in list(self.jobs.items()):
                 if job["status"] == "IN_PROGRESS" and now - job["started_at"] > job["execution_timeout_s"]:
                     job.update(status="TIMED_OUT", completed_at=now,
@@ -372,7 +399,8 @@ def serve(args: argparse.Namespace) -> int:
     worker_argv = [sys.executable, "-m", "runbook_lib.providers.local.endpoint", "work", "--params", args.params,
                    "--side", args.side, "--url", url]
     door = FrontDoor(worker_argv=worker_argv, workers=args.workers,
-                     execution_timeout_s=args.execution_timeout_s, ttl_s=args.ttl_s)
+                     execution_timeout_s=args.execution_timeout_s, ttl_s=args.ttl_s,
+                     active=args.active_workers, idle_timeout_s=args.idle_timeout_s)
     server.RequestHandlerClass = _handler(door)
     threading.Thread(target=door.reap, daemon=True).start()
     tmp = Path(args.port_file).with_suffix(".tmp")
@@ -656,6 +684,8 @@ def main(argv: list[str]) -> int:
     s.add_argument("--port-file", required=True)
     s.add_argument("--execution-timeout-s", type=float, default=600.0)
     s.add_argument("--ttl-s", type=float, default=86_400.0)
+    s.add_argument("--active-workers", type=int, default=None, help="workers kept running (default: --workers)")
+    s.add_argument("--idle-timeout-s", type=float, default=5.0, help="an idle worker beyond the active ones stops")
     w = sub.add_parser("work")
     w.add_argument("--params", required=True)
     w.add_argument("--side", required=True)

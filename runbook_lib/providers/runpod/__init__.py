@@ -297,7 +297,8 @@ class RunpodProvider(RemoteProvider):
         env = {**self._env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
         body = {"name": spec.name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types),
                                                                                  "count": 1},
-                "workers": {"min": 0, "max": spec.workers, "idleTimeout": 5},
+                "workers": {"min": spec.active_workers or 0, "max": spec.workers,
+                            "idleTimeout": max(1, round(spec.idle_timeout_s))},
                 "timeout": int(spec.execution_timeout_s * 1000), "env": env}
         try:
             return self._endpoint(self.api.request("POST", "/v2/serverless", body=body, creates=True))

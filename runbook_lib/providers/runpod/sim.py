@@ -10,7 +10,8 @@ served through the simulator's proxy, ``/proxy/{pod_id}-{port}/...`` (the adapte
 ``proxy_timeout_s`` limit (Runpod's proxy: 100 s).
 
 A created serverless (queue) endpoint runs the image's handler as the runbook's worker image
-does: the local front door with ``workers.max`` worker processes
+does: the local front door with up to ``workers.max`` worker processes, ``workers.min`` kept
+running and the others stopped after ``workers.idleTimeout`` seconds idle
 (:mod:`runbook_lib.providers.local.endpoint`), reading the run's params from the endpoint's
 ``RUNBOOK_PARAMS_YAML`` and its side from ``RUNBOOK_SIDE``. The job API (``/v2/{id}/run``,
 ``runsync``, ``status``, ``cancel``, ``retry``, ``purge-queue``, ``health``) is passed through to
@@ -104,9 +105,12 @@ class SimApi(MachineBacked, FakeApi):
         env = {k: str(v) for k, v in (ep.get("env") or {}).items()}
         if crash:
             env["RUNBOOK_FAULT"] = "worker_crash"
-        workers = max(1, int((ep.get("workers") or {}).get("max") or 1))
+        scaling = ep.get("workers") or {}
+        workers = max(1, int(scaling.get("max") or 1))
         command = ["python", "-m", "runbook_lib.providers.local.endpoint", "serve", "--params",
                    "env:RUNBOOK_PARAMS_YAML", "--side", env.get("RUNBOOK_SIDE", "source"), "--workers", str(workers),
+                   "--active-workers", str(int(scaling.get("min") or 0)),
+                   "--idle-timeout-s", str(float(scaling.get("idleTimeout") or 5)),
                    "--port-file", str(self._port_file(eid)),
                    "--execution-timeout-s", str(float(ep.get("timeout") or 600_000) / 1000),
                    "--ttl-s", str(self.limits["job_ttl_s"])]
