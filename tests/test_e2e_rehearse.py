@@ -61,5 +61,12 @@ def test_both_migrations_rehearse_go_and_are_marked_rehearsals(tmp_path: Path, c
     assert rec04["endpoint_modes"] == {"source": "queue", "target": "load_balancing"}
     target_url = rec04["endpoint_urls"]["target"]
     assert target_url.startswith("http://127.0.0.1:") and not target_url.endswith(":8000")  # Vast's mapped port
+    drills = {d["drill"]: d for d in rec04["drills"]}  # a load-balancing target: only two drills can run
+    assert drills["preferred_offer_removed"]["verdict"] == "PASS", drills
+    assert "withdrew offer 8812345" in drills["preferred_offer_removed"]["observation"]
+    assert drills["spend_limit"]["verdict"] == "PASS", drills
+    assert all(drills[n]["verdict"] == "INCONCLUSIVE" and "load_balancing endpoint has no job API"
+               in drills[n]["observation"] for n in ("redeliver", "hung_worker", "output_durability"))
+    assert not any(d["blocking"] for d in drills.values())  # scored: params/runpod-to-vast.yaml blocks none
     assert cli_main(["list", "--reports", str(tmp_path / "reports")]) == 0
     assert capsys.readouterr().out.count("REHEARSAL: ") == 2

@@ -107,8 +107,8 @@ def wait_for_zero(client: ServingClient, *, timeout_s: float = SCALE_TO_ZERO_WAI
 
 
 def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any]], meter: cost.SpendMeter,
-                        stops: list[dict[str, Any]], *, sleep: Callable[[float], None] = time.sleep
-                        ) -> list[dict[str, Any]]:
+                        stops: list[dict[str, Any]], *, expected_s: dict[str, float] | None = None,
+                        sleep: Callable[[float], None] = time.sleep) -> list[dict[str, Any]]:
     """``measure.cold_starts`` scale-from-zero starts per side when both sides are queue endpoints
     (a load-balancing worker does not scale to zero, so there would be nothing to compare with),
     alternating sides (S, T, T, S, ...), on a dedicated endpoint per side (one worker, none kept
@@ -116,8 +116,9 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
     zero workers, then times one job from submission to answer, split as the endpoint reports it
     (queue, init, inference) and, where its health report carries them, the worker's
     initialisation parts. ``meter`` guards the spend limit: the endpoints are created only if
-    every start could take a request timeout and still fit, and each start only if it fits
-    (refusals appended to ``stops``).
+    every start, expected to take as long as that side's creation cold start (``expected_s``,
+    seconds; a request timeout where unknown) plus the idle timeout, fits, and each start only if
+    it still fits (refusals appended to ``stops``).
 
     Returns:
         One :data:`COLD_COLUMNS` row per start taken (a start lost after its retries is in
@@ -133,8 +134,9 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
     m = ctx.mig.measure
     rates = {side: cost.usd_per_hour(price_usd_per_hour=ctx.resources.profile(side).price_usd_per_hour, instances=1)
              for side in sides}
-    stop = meter.check("cold starts from zero", 2 * n * m.request_timeout_s,
-                       launches_usd_per_hour=sum(rates.values()))
+    each = {side: (expected_s or {}).get(side, math.nan) for side in sides}
+    each = {side: (v if math.isfinite(v) else m.request_timeout_s) + COLD_IDLE_TIMEOUT_S for side, v in each.items()}
+    stop = meter.check("cold starts from zero", n * sum(each.values()), launches_usd_per_hour=sum(rates.values()))
     if stop is not None:
         stops.append(stop)
         return []
@@ -148,7 +150,7 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
                                                                     clocks=job_clocks(m), mode=ep.mode)
         for k in range(n):
             for side in (("source", "target") if k % 2 == 0 else ("target", "source")):
-                stop = meter.check(f"cold start {k} {side}", max(took, default=m.request_timeout_s))
+                stop = meter.check(f"cold start {k} {side}", max(took, default=each[side]))
                 if stop is not None:
                     stops.append(stop)
                     continue
@@ -350,7 +352,8 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
                         kind="health", side="target", sleep=sleep)
     workers_ready = (int(health_end.value["idle"] + health_end.value["running"]) if health_end.value is not None
                      else 0)
-    from_zero = measure_cold_starts(ctx, wl.request_inputs(1, seed=5000)[0][1], log, meter, stops, sleep=sleep)
+    from_zero = measure_cold_starts(ctx, wl.request_inputs(1, seed=5000)[0][1], log, meter, stops, sleep=sleep,
+                                    expected_s={c["side"]: c["cold_start_s"] for c in cold})
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     for row in rows:
         row["accepted"] = ctx.accepted(golden, row)

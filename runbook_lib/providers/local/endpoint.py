@@ -62,6 +62,7 @@ BIND_ENV = "RUNBOOK_SIM_BIND_{port}"
 instead of ``0.0.0.0:{port}``. Real providers never set it."""
 CRASH_EVERY = 7  # ``worker_crash`` drill: a worker dies after serving this many requests
 SLOW_S = 0.25  # ``slow_worker`` drill: seconds added to every batch
+SPAWNED_AT_ENV = "RUNBOOK_SPAWNED_AT"  # epoch seconds at which the front door started a worker
 MAX_DELIVERIES = 3
 """A job is handed to a worker at most this many times when its workers keep dying; then FAILED."""
 
@@ -103,7 +104,8 @@ class FrontDoor:
 
     def _spawn_worker(self) -> None:
         wid = f"w-{secrets.token_hex(3)}"
-        proc = subprocess.Popen([*self.worker_argv, "--worker-id", wid], stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([*self.worker_argv, "--worker-id", wid], stdin=subprocess.DEVNULL,
+                                env={**os.environ, SPAWNED_AT_ENV: repr(time.time())})
         self.workers[wid] = {"proc": proc, "state": "initializing", "spawned_at": time.time(), "jobs": set()}
 
     def worker_ready(self, wid: str, init: dict[str, float]) -> None:
@@ -528,7 +530,9 @@ def _loaded(args: argparse.Namespace) -> Loaded:
     environment (set only by a provider simulator's scripted fault)."""
     import psutil
 
-    spawned = psutil.Process().create_time()
+    # psutil's create time counts from the boot time, which Linux gives in whole seconds: the
+    # front door's own clock at spawn is exact, so it is used when the door started this worker.
+    spawned = float(os.environ.get(SPAWNED_AT_ENV) or psutil.Process().create_time())
     t_main = time.time()
     mig = load_params(params_file(args.params))
     profile = getattr(mig, args.side)
