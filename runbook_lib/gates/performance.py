@@ -12,12 +12,32 @@ from runbook_lib.gates.result import GateResult, Verdict, threshold_source
 from runbook_lib.gates.stats import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
+    EXACT_BOOTSTRAP_MAX_SAMPLES,
     MIN_ROUNDS_PER_SIDE,
+    Binned,
     as_rounds,
+    bin_rounds,
+    binned_bootstrap,
     bootstrap_interval,
+    counts_mean,
+    counts_quantile,
     hodges_lehmann_shift,
+    ratio_error_bound,
     round_bootstrap,
 )
+
+
+def binned_method(a: Binned, b: Binned, what: str) -> str:
+    """The method note of a gate whose interval came from :func:`binned_bootstrap`, with its error
+    bound (recorded in the gate's evidence)."""
+    err = max(a.rel_error, b.rel_error)
+    bins = f"{a.grid.size} and {b.grid.size} bins"
+    if err == 0:
+        return (f"; above {EXACT_BOOTSTRAP_MAX_SAMPLES} samples resampled as counts per distinct value ({bins}; "
+                "Poisson bootstrap, Chamandy et al. 2012): no binning error")
+    return (f"; above {EXACT_BOOTSTRAP_MAX_SAMPLES} samples resampled as counts in logarithmic bins ({bins}; "
+            f"Poisson bootstrap, Chamandy et al. 2012): each resampled {what} within {err:.2%} of the exact one, "
+            f"the ratio within {ratio_error_bound(err):.2%}")
 
 
 def latency_p95_ratio(source: Any, target: Any, *, max_ratio: float, min_samples: int,
@@ -52,7 +72,12 @@ def latency_p95_ratio(source: Any, target: Any, *, max_ratio: float, min_samples
                           f"only {n['source_rounds']} source and {n['target_rounds']} target round(s) with samples; "
                           f"need >= {min_rounds} per side to see between-round variation (measure.rounds)",
                           samples=n, source=src, phase=phase)
-    ci = round_bootstrap((rs, rt), lambda s, t: np.percentile(t, 95) / np.percentile(s, 95))
+    if n["source"] + n["target"] <= EXACT_BOOTSTRAP_MAX_SAMPLES:
+        ci = round_bootstrap((rs, rt), lambda s, t: np.percentile(t, 95) / np.percentile(s, 95))
+    else:
+        bs, bt = bin_rounds(rs), bin_rounds(rt)
+        ci = binned_bootstrap((bs, bt), lambda s, t: counts_quantile(t[0], t[1], 0.95) / counts_quantile(s[0], s[1], 0.95))
+        method += binned_method(bs, bt, "p95")
     if ci is None:
         return GateResult("latency_p95_ratio", "ERROR", True, ratio, max_ratio, "ratio", method,
                           "bootstrap interval could not be computed", samples=n, source=src, phase=phase)
@@ -203,7 +228,22 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
     def stat(s: np.ndarray, t: np.ndarray) -> float:
         return (cost_t / (t.mean() * n_t)) / (cost_s / (s.mean() * n_s)) if s.mean() > 0 and t.mean() > 0 else np.inf
 
-    ci = round_bootstrap((rs, rt), stat) if len(rs) >= 2 and len(rt) >= 2 else None
+    how = f"block bootstrap over rounds ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}) of the accepted share"
+    if len(rs) < 2 or len(rt) < 2:
+        ci = None
+    elif n_s + n_t <= EXACT_BOOTSTRAP_MAX_SAMPLES:
+        ci = round_bootstrap((rs, rt), stat)
+    else:
+        bs, bt = bin_rounds(rs), bin_rounds(rt)
+
+        def counts_stat(s_: tuple[np.ndarray, np.ndarray], t_: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+            ms, mt = counts_mean(*s_), counts_mean(*t_)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = (cost_t / (mt * n_t)) / (cost_s / (ms * n_s))
+            return np.where((ms > 0) & (mt > 0), out, np.inf)
+
+        ci = binned_bootstrap((bs, bt), counts_stat)
+        how += binned_method(bs, bt, "accepted share")
     if ci is None:
         verdict: Verdict = "INCONCLUSIVE"
         why = "fewer than 2 rounds per side, or a resample with no accepted unit: no interval"
@@ -211,8 +251,7 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
         verdict = "PASS" if ci[1] <= limit else ("FAIL" if ci[0] > limit else "INCONCLUSIVE")
         why = f"ratio T/S {ratio:.3f}, 90 % interval [{ci[0]:.3f}, {ci[1]:.3f}] against {limit:.3f}"
     return GateResult("cost_per_accepted_unit", verdict, True, ratio, limit, "ratio T/S of USD per accepted unit",
-                      f"{basis}; block bootstrap over rounds ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}) of the accepted "
-                      "share", f"{detail}; {why}", samples={"source_rounds": len(rs), "target_rounds": len(rt),
+                      f"{basis}; {how}", f"{detail}; {why}", samples={"source_rounds": len(rs), "target_rounds": len(rt),
                                                            "source_units": n_s, "target_units": n_t},
                       interval=ci, source=src, phase=phase)
 
@@ -303,13 +342,19 @@ def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q
         return GateResult("noise_floor", "INCONCLUSIVE", True, None, half, "ratio - 1", "A/A p95 ratio",
                           "fewer than two source rounds with samples", samples=n, phase=phase)
     ratio = float(np.percentile(round_b, q) / np.percentile(round_a, q))
-    ci = bootstrap_interval((round_a, round_b), lambda a, b, axis: np.percentile(b, q, axis=axis) / np.percentile(a, q, axis=axis))
+    method = f"{label} ratio of two source rounds (A/A); 90 % percentile bootstrap"
+    if round_a.size + round_b.size <= EXACT_BOOTSTRAP_MAX_SAMPLES:
+        ci = bootstrap_interval((round_a, round_b),
+                                lambda a, b, axis: np.percentile(b, q, axis=axis) / np.percentile(a, q, axis=axis))
+    else:
+        ba, bb = bin_rounds([round_a]), bin_rounds([round_b])
+        ci = binned_bootstrap((ba, bb), lambda a, b: counts_quantile(b[0], b[1], q / 100) / counts_quantile(a[0], a[1], q / 100))
+        method += binned_method(ba, bb, label)
     if ci is None:
         return GateResult("noise_floor", "ERROR", True, ratio, half, "ratio - 1", f"A/A {label} ratio",
                           "bootstrap interval could not be computed", samples=n, phase=phase)
     ok = 1 - half <= ci[0] and ci[1] <= 1 + half
-    return GateResult("noise_floor", "PASS" if ok else "INCONCLUSIVE", True, ratio, half, "ratio - 1",
-                      f"{label} ratio of two source rounds (A/A); 90 % percentile bootstrap",
+    return GateResult("noise_floor", "PASS" if ok else "INCONCLUSIVE", True, ratio, half, "ratio - 1", method,
                       f"A/A {label} ratio {ratio:.3f}, interval [{ci[0]:.3f}, {ci[1]:.3f}] within 1 +/- {half:.3f}" if ok
                       else f"A/A {label} ratio interval [{ci[0]:.3f}, {ci[1]:.3f}] is wider than 1 +/- {half:.3f}: the "
                            "setup is too noisy for this margin; measure more or on quieter hosts",

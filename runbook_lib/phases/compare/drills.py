@@ -27,6 +27,7 @@ request to) is INCONCLUSIVE with the reason, never PASS.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -220,7 +221,7 @@ def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
     seen_req = offers.get("requirements")
     fresh = ctx.resources.provider("target").search_offers(prof.offer, ports=len(ctx.mig.workload.requirements.ports))
     ranked, _ = filter_offers([o for o in fresh if str(o.offer_id) != str(preferred)], prof.offer)
-    same_req = seen_req is None or seen_req == prof.offer.model_dump()
+    same_req = seen_req is None or seen_req == json.loads(json.dumps(prof.offer.model_dump(mode="json")))
     still = [str(o) for o in offers["ranked"][1:] if str(o) in {str(x.offer_id) for x in ranked}]
     choice = str(ranked[0].offer_id) if ranked else None
     seen = (f"withdrew offer {preferred}; the plan now takes {choice or 'nothing (it delays)'}; phase 02's next "
