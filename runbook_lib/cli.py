@@ -276,7 +276,22 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     print(f"{len(rows) - len(bad)} intact, {sum(r['status'] == 'altered' for r in rows)} altered, "
           f"{sum(r['status'] == 'missing' for r in rows)} missing, "
           f"{sum(r['status'] == 'broken-link' for r in rows)} broken links")
-    return 1 if bad else 0
+    if not args.recompute:
+        return 1 if bad else 0
+    from runbook_lib.recompute import recompute_run
+
+    print("\nrecomputed from the evidence (runbook verify --recompute):")
+    redone = recompute_run(run_dir)
+    for x in redone:
+        got = (x.recomputed or {}).get("verdict", "-")
+        was = (x.recorded or {}).get("verdict", "-")
+        print(f"{'same' if x.same else 'DIFFERS':<8} {x.phase} {x.gate:<28} {was:<13} {got:<13} ({x.basis})")
+        for d in x.differences:
+            print(f"{'':<12}{d}")
+    differ = [x for x in redone if not x.same]
+    print(f"{len(redone) - len(differ)} of {len(redone)} recomputed the same" +
+          (f"; differ: {', '.join(x.gate for x in differ)}" if differ else ""))
+    return 1 if bad or differ else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -310,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_phase)
     v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")
     v.add_argument("run_dir")
+    v.add_argument("--recompute", action="store_true",
+                   help="also derive every gate verdict again from the raw samples, params and records, and compare "
+                        "each with the receipt")
     v.set_defaults(func=_cmd_verify)
     rp = sub.add_parser("report", help="one offline HTML report of a run (code hidden, plots inline)")
     rp.add_argument("run_dir")

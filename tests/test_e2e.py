@@ -21,6 +21,7 @@ from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT
 from runbook_lib.interrupt import Interrupts
 from runbook_lib.manifest import read_chain, sha256_file
 from runbook_lib.providers.local import LocalProvider
+from runbook_lib.recompute import recompute_run
 from runbook_lib.report import remote_references
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.runner import RunResult, execute_phase, run_migration
@@ -167,6 +168,51 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
         rows = {r["path"]: r["status"] for r in verify_run(copy)}
         assert rows[victim] == "altered", victim
         assert cli_main(["verify", str(copy)]) == 1
+    _recomputes(d)
+
+
+def _recomputes(d: Path) -> None:
+    """``verify --recompute`` agrees with an untouched run, names the gates one edited latency
+    sample moves, and catches a receipt verdict that was changed and sealed again."""
+    import pyarrow.parquet as pq
+
+    assert cli_main(["verify", "--recompute", str(d)]) == 0
+    assert all(x.same for x in recompute_run(d))
+    edited = d.parent / "edited-sample"
+    shutil.copytree(d, edited)
+    table = pq.read_table(edited / "04/samples.parquet").to_pandas()
+    done = table[(table["side"] == "target") & (table["status"] == "COMPLETED")]
+    table.loc[done["total_s"].idxmin(), "total_s"] = float(done["total_s"].max()) * 10  # its fastest, now slowest
+    table.to_parquet(edited / "04/samples.parquet", index=False)
+    assert {r["path"]: r["status"] for r in verify_run(edited)}["04/samples.parquet"] == "altered"
+    moved = {x.gate for x in recompute_run(edited) if not x.same}
+    assert {"latency_p95_ratio", "latency_shift"} <= moved and not moved & {"artifact_checksum", "output_parity"}
+    assert cli_main(["verify", "--recompute", str(edited)]) == 1
+
+    forged = d.parent / "forged-verdict"
+    shutil.copytree(d, forged)
+    receipt = json.loads((forged / "receipt.json").read_text())
+    gate = next(x for x in receipt["gates"] if x["name"] == "throughput_ratio")
+    gate["verdict"] = "FAIL"  # what the recorded verdict now claims; the raw samples say otherwise
+    (forged / "receipt.json").write_text(json.dumps(receipt, indent=2))
+    _reseal(forged)
+    assert all(r["status"] == "intact" for r in verify_run(forged))  # every hash agrees again
+    assert {x.gate for x in recompute_run(forged) if not x.same} == {"throughput_ratio"}
+    assert cli_main(["verify", "--recompute", str(forged)]) == 1
+
+
+def _reseal(d: Path) -> None:
+    """Recompute every hash that vouches for ``receipt.json``, as someone with write access could."""
+    rec_path = d / "06_accept_or_rollback.json"
+    rec = json.loads(rec_path.read_text())
+    rec["files"]["receipt.json"] = sha256_file(d / "receipt.json")
+    rec_path.write_text(json.dumps(rec, indent=2))
+    manifest = json.loads((d / "manifest.json").read_text())
+    manifest["outputs"]["records"][rec_path.name] = sha256_file(rec_path)
+    (d / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    marker = json.loads((d / "_SUCCESS").read_text())
+    marker["files"] = {k: sha256_file(d / k) for k in marker["files"]}
+    (d / "_SUCCESS").write_text(json.dumps(marker, indent=2))
 
 
 def test_training_demo_moves_its_checkpoint(make_params) -> None:

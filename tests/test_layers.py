@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"providers"},
     {"scan"},
     {"phases", "cleanup"},
-    {"interrupt", "verify"},
+    {"interrupt", "verify", "recompute"},
     {"runner"},
     {"rehearse"},
     {"cli"},

@@ -15,7 +15,7 @@ import pandas as pd
 from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.measure import INIT_PARTS
-from runbook_lib.params import operator_set
+from runbook_lib.params import Migration, operator_set
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.compare.protocol import lost_measurements
 
@@ -32,35 +32,43 @@ OPERATOR_SETTINGS: dict[str, str] = {
 ``gates.spend_limit_usd`` is set; parity and reliability gates are always blocking."""
 
 
-def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdown]:
-    """Cost per accepted unit per side over the measurement window (billed from launch)."""
+def window_costs(mig: Migration, res: dict[str, Any]) -> dict[str, cost.CostBreakdown]:
+    """Cost per accepted unit per side over the measurement window (billed from launch), USD: the
+    profiles' prices (params), the billed seconds and egress bytes the measurement recorded, and
+    the accepted samples counted from the raw samples."""
     out = {}
     for side in ("source", "target"):
-        prof = ctx.resources.profile(side)
+        prof = getattr(mig, side)
         s = res["samples"]
         accepted = int(s[(s["side"] == side) & (s["accepted"])].shape[0]) if len(s) else 0
-        instances = prof.workers if ctx.mig.workload.kind == "inference" else 1
+        instances = prof.workers if mig.workload.kind == "inference" else 1
         out[side] = cost.breakdown(price_usd_per_hour=prof.price_usd_per_hour, billed_s=res["billed_s"][side],
                                    instances=instances, accepted_units=accepted,
-                                   storage_gb=ctx.mig.workload.requirements.disk_gb,
+                                   storage_gb=mig.workload.requirements.disk_gb,
                                    storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
                                    egress_bytes=res["egress_bytes"][side], egress_usd_per_gb=prof.egress_usd_per_gb)
+    return out
+
+
+def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdown]:
+    """:func:`window_costs`, written to ``04/cost.json``."""
+    out = window_costs(ctx.mig, res)
     ctx.evidence.write_json("04/cost.json", {k: v.to_dict() for k, v in out.items()})
     return out
 
 
-def traffic_costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.TrafficCost] | None:
+def costs_at_traffic(mig: Migration, res: dict[str, Any]) -> dict[str, cost.TrafficCost] | None:
     """Inference: each side's cost per accepted unit at the declared traffic
     (``measure.traffic_per_s``, else ``arrival_rate_per_s``) with its warm workers billed busy or
     idle (:func:`runbook_lib.cost.at_traffic`), from the measured saturation throughput, the
-    accepted share of the open-loop requests and the bytes each answer sent
-    (``04/cost_at_traffic.json``). None for training, or when a side measured no throughput."""
-    if ctx.mig.workload.kind != "inference":
+    accepted share of the open-loop requests and the bytes each answer sent. None for training,
+    or when a side measured no throughput."""
+    if mig.workload.kind != "inference":
         return None
-    m, s, t = ctx.mig.measure, res["samples"], res["throughput"]
+    m, s, t = mig.measure, res["samples"], res["throughput"]
     out = {}
     for side in ("source", "target"):
-        prof = ctx.resources.profile(side)
+        prof = getattr(mig, side)
         d = s[s["side"] == side] if len(s) else s
         thr = t[t["side"] == side]["throughput_units_per_s"].astype(float) if len(t) else pd.Series(dtype=float)
         if not len(d) or not len(thr) or float(thr.mean()) <= 0:
@@ -69,11 +77,18 @@ def traffic_costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.Traf
                                     capacity_per_s=float(thr.mean()), workers=prof.workers,
                                     warm_workers=prof.warm_workers, price_usd_per_hour=prof.price_usd_per_hour,
                                     acceptance=float(d["accepted"].mean()),
-                                    storage_gb=ctx.mig.workload.requirements.disk_gb,
+                                    storage_gb=mig.workload.requirements.disk_gb,
                                     storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
                                     egress_bytes_per_request=res["egress_bytes"][side] / len(d),
                                     egress_usd_per_gb=prof.egress_usd_per_gb)
-    ctx.evidence.write_json("04/cost_at_traffic.json", {k: v.to_dict() for k, v in out.items()})
+    return out
+
+
+def traffic_costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.TrafficCost] | None:
+    """:func:`costs_at_traffic`, written to ``04/cost_at_traffic.json`` when there is one."""
+    out = costs_at_traffic(ctx.mig, res)
+    if out is not None:
+        ctx.evidence.write_json("04/cost_at_traffic.json", {k: v.to_dict() for k, v in out.items()})
     return out
 
 
@@ -97,10 +112,24 @@ def summary(res: dict[str, Any]) -> pd.DataFrame:
 
 def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost.CostBreakdown],
                   at_traffic: dict[str, cost.TrafficCost] | None = None) -> list[g.GateResult]:
-    """Latency p95 ratio, throughput ratio, cold start ratio, target error rate, cost per unit
-    (at the declared traffic, warm workers' idle time included, when ``at_traffic`` is given:
-    inference; else over the measurement window: training)."""
-    s, t, gc = res["samples"], res["throughput"], ctx.mig.gates
+    """:func:`judge`, its gates added to the phase's evidence."""
+    return ctx.evidence.add_gates(*judge(ctx.mig, res, costs_, at_traffic))
+
+
+def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakdown],
+          at_traffic: dict[str, cost.TrafficCost] | None = None) -> list[g.GateResult]:
+    """Phase 04's comparison gates from a measurement alone (no provider, no kernel): latency p95
+    ratio, throughput ratio, cold start ratio, target error rate, cost per unit (at the declared
+    traffic, warm workers' idle time included, when ``at_traffic`` is given: inference; else over
+    the measurement window: training), capacity, SLO, A/A noise floor, shift, baseline health and
+    spend limit. Phase 04 and ``runbook verify --recompute`` both call this.
+
+    Args:
+        mig: the run's params.
+        res: the measurement as :func:`runbook_lib.phases.compare.raw.load_measurement` rebuilds it.
+        costs_: :func:`window_costs`; at_traffic: :func:`costs_at_traffic`.
+    """
+    s, t, gc = res["samples"], res["throughput"], mig.gates
     lat = {side: s[(s["side"] == side) & (s["status"] == "COMPLETED")]["total_s"].astype(float).to_numpy()
            for side in ("source", "target")}
     thr = {side: t[t["side"] == side]["throughput_units_per_s"].astype(float).tolist() for side in ("source", "target")}
@@ -111,20 +140,20 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     zero_t = zero[zero["side"] == "target"]
     failures = int((tgt["status"] != "COMPLETED").sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum()) \
         + int((zero_t["status"] != "COMPLETED").sum())
-    total = len(tgt) + int(burst["requests"].sum()) + len(zero_t) if ctx.mig.workload.kind == "inference" else len(tgt)
+    total = len(tgt) + int(burst["requests"].sum()) + len(zero_t) if mig.workload.kind == "inference" else len(tgt)
     done = s[s["status"] == "COMPLETED"]
     lat_rounds = {side: [d["total_s"].astype(float).to_numpy() for _, d in done[done["side"] == side].groupby("round")]
                   for side in ("source", "target")}  # per round: the block bootstrap resamples rounds
     src_rounds = lat_rounds["source"]
     extra: list[g.GateResult] = []
-    if ctx.mig.workload.kind == "inference":
-        extra.append(g.capacity(res["target_workers_ready"], ctx.mig.target.workers, phase="04"))
+    if mig.workload.kind == "inference":
+        extra.append(g.capacity(res["target_workers_ready"], mig.target.workers, phase="04"))
         extra.append(g.latency_slo(tgt[tgt["status"] == "COMPLETED"]["total_s"].astype(float).to_numpy(),
-                                   slo_s=ctx.mig.workload.requirements.max_request_s, phase="04"))
+                                   slo_s=mig.workload.requirements.max_request_s, phase="04"))
     if len(src_rounds) >= 2:
         aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max,
-                           q=95 if ctx.mig.workload.kind == "inference" else 50, phase="04")
-        if ctx.mig.workload.kind == "training":
+                           q=95 if mig.workload.kind == "inference" else 50, phase="04")
+        if mig.workload.kind == "training":
             # For training the A/A result is scored, not blocking: sub-millisecond steps of the demo
             # MLP drift with any host activity between pods. Training steps of hundreds of ms would
             # support a blocking check; no params setting asks for one yet.
@@ -133,7 +162,7 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
     else:
         extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
-    if ctx.mig.workload.kind == "inference":
+    if mig.workload.kind == "inference":
         src, src_burst = s[s["side"] == "source"], t[t["side"] == "source"]
         statuses = {str(k): int(v) for k, v in src["status"].value_counts().items()}
         for c in res["cold_starts"]:
@@ -157,16 +186,16 @@ def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost
         g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04",
                            what=cold_what),
         g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",
-                     unit="requests" if ctx.mig.workload.kind == "inference" else "training steps"),
+                     unit="requests" if mig.workload.kind == "inference" else "training steps"),
         g.cost_per_unit(*(_finite((at_traffic or costs_)[side].usd_per_accepted_unit) for side in ("source", "target")),
                         required_saving=gc.required_saving, accepted_rounds=(acc_rounds["source"], acc_rounds["target"]),
-                        phase="04", basis=_traffic_basis(ctx, at_traffic)),
+                        phase="04", basis=_traffic_basis(at_traffic)),
         *extra,
     ]
-    results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(ctx.mig,
+    results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(mig,
                OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
     lost = lost_measurements(res.get("attempts", []))
-    return ctx.evidence.add_gates(*(g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results))
+    return [g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results]
 
 
 def cold_start_samples(res: dict[str, Any]) -> tuple[dict[str, list[float]], str]:
@@ -203,7 +232,7 @@ def cold_start_summary(res: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _traffic_basis(ctx: PhaseContext, at_traffic: dict[str, cost.TrafficCost] | None) -> str:
+def _traffic_basis(at_traffic: dict[str, cost.TrafficCost] | None) -> str:
     if at_traffic is None:
         return "price x billed time (init and idle included) + storage + egress, / accepted units"
     tc = next(iter(at_traffic.values()))
@@ -235,6 +264,8 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "cost_at_traffic": {s: c.to_dict() for s, c in (at_traffic or {}).items()},
         "cost": {s: c.to_dict() for s, c in costs_.items()},
         "billed_s": res["billed_s"],
+        "egress_bytes": res["egress_bytes"],
+        "target_workers_ready": res.get("target_workers_ready"),
         "extra_rounds": res.get("extra_rounds", 0),
         "measurement_attempts": len([x for a in res.get("attempts", []) for x in a.attempts]),
         "measurements_lost": [{"what": a.what, "kind": a.kind, "side": a.side, "attempts": len(a.attempts),

@@ -17,7 +17,6 @@ from runbook_lib import gates as g
 from runbook_lib.errors import ProviderTimeout
 from runbook_lib.measure import (
     INIT_PARTS,
-    SAMPLE_COLUMNS,
     Attempted,
     Request,
     ServingClient,
@@ -30,13 +29,23 @@ from runbook_lib.measure import (
     with_retries,
 )
 from runbook_lib.phases import PhaseContext
+from runbook_lib.phases.compare.raw import (
+    ATTEMPTS_FILE,
+    COLD_STARTS_FILE,
+    FROM_ZERO_FILE,
+    SAMPLES_FILE,
+    THROUGHPUT_COLUMNS,
+    THROUGHPUT_FILE,
+    WARMUP_FILE,
+    SampleSink,
+    load_tables,
+    write_tables,
+)
 from runbook_lib.workload import make_workload
 
 ROUND_PATTERN = ("source", "target", "target", "source")
 
 
-THROUGHPUT_COLUMNS = ["side", "round", "requests", "completed", "failed", "elapsed_s", "throughput_units_per_s",
-                      "failed_by_status"]
 
 
 AFFECTS: dict[str, tuple[str, ...]] = {
@@ -255,7 +264,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         sleep: waits between retries of a failed measurement (injected in tests).
 
     Returns:
-        ``{"endpoints", "cold_starts", "samples" (DataFrame), "throughput" (DataFrame),
+        ``{"endpoints", "cold_starts", "throughput" (DataFrame),
         "billed_s", "egress_bytes", "attempts" (one :class:`Attempted` per measurement)}``.
     """
     m = ctx.mig.measure
@@ -304,7 +313,8 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
                      **{f"worker_{k}": float(starts[0].get(k, math.nan)) if starts else math.nan for k in INIT_PARTS},
                      "worker_init_s": [c["init_s"] for c in starts]})
         endpoints[side], clients[side] = ep, client
-    rows: list[dict[str, Any]] = []
+    sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
+    egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     thr: list[dict[str, Any]] = []
     warm_rows: list[dict[str, Any]] = []
     for side in ("source", "target"):  # warm-up, discarded from the gates and recorded
@@ -335,13 +345,19 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         reqs = [Request(i, float(sched[i]), payload, idx) for i, (idx, payload) in enumerate(picks)]
         got = measured_with_retries(ctx, lambda _k: run_open_loop(clients[side], reqs, side=side, round_id=r), log,
                      what=f"round {r} {side} open-loop", kind="open_loop", side=side, sleep=sleep)
-        rows.extend(got.value or [])
+        rows = got.value or []
+        sent = 0
+        for row in rows:  # judged and written as the round ends; the answers are not kept
+            row["accepted"] = ctx.accepted(golden, row)
+            sent += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
+            row.pop("output", None)
+        egress[side] += sent
+        sink.write(rows)
         burst = wl.request_inputs(m.throughput_requests, seed=3000 + r // 2)
         sat = measured_with_retries(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
                      what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
         if sat.value is not None:
             thr.append({"side": side, "round": r, **sat.value})
-        sent = sum(len(json.dumps(x.get("output"))) for x in got.value or [] if x.get("output") is not None)
         meter.charge(sent / cost.BYTES_PER_GB * ctx.resources.profile(side).egress_usd_per_gb)
         round_s.append(time.perf_counter() - started)
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
@@ -354,12 +370,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
                      else 0)
     from_zero = measure_cold_starts(ctx, wl.request_inputs(1, seed=5000)[0][1], log, meter, stops, sleep=sleep,
                                     expected_s={c["side"]: c["cold_start_s"] for c in cold})
-    egress: dict[str, float] = {"source": 0.0, "target": 0.0}
-    for row in rows:
-        row["accepted"] = ctx.accepted(golden, row)
-        egress[row["side"]] += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
-        row.pop("output", None)
-    samples = pd.DataFrame(rows, columns=[*SAMPLE_COLUMNS, "accepted"]) if not rows else pd.DataFrame(rows)
+    sink.close()
     throughput = pd.DataFrame(thr, columns=THROUGHPUT_COLUMNS) if not thr else pd.DataFrame(thr)
     for c in clients.values():
         c.close()
@@ -370,12 +381,11 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     billed = {side: ready[side] - created[side] + window for side in ready}
     out = {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
            "endpoint_modes": {s: e.mode for s, e in endpoints.items()},
-           "cold_starts": cold, "samples": samples, "throughput": throughput, "warmup": warm_rows,
+           "cold_starts": cold, "throughput": throughput, "warmup": warm_rows,
            "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
            "target_workers_ready": workers_ready, "attempts": log,
            "spend": spend_record(meter, stops), "meter": meter,
            "cold_starts_from_zero": pd.DataFrame(from_zero, columns=COLD_COLUMNS)}
-    out["clocks"] = clocks_record(m, out)
     return out
 
 
@@ -385,7 +395,8 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     own store prefix ``bench/<round>-retry<k>``); a pod whose job exits non-zero is not retried
     (that is the workload failing, not the measuring)."""
     frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
-    rows, thr, cold, warm_rows = [], [], [], []
+    thr, cold, warm_rows = [], [], []
+    sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
     log: list[Attempted[Any]] = []
     warmup = max(1, ctx.mig.measure.warmup_requests)
     billed = {"source": 0.0, "target": 0.0}
@@ -425,6 +436,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
         cold.append({"side": side, "round": r, "pod": pod.id,
                      "cold_start_s": (att["first_step_done_epoch"] or math.nan) - done.created_at})
         bs = ctx.resources.profile(side).batch_size
+        rows = []
         for i, (t, met) in enumerate(zip(att["step_times_s"], att["metrics"], strict=True)):
             if i < warmup:  # first steps pay allocation and cache warm-up: recorded, not judged
                 warm_rows.append({"side": side, "round": r, "step": i, "seconds": t})
@@ -432,6 +444,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
             rows.append({"side": side, "round": r, "request": i, "total_s": t, "queue_s": 0.0, "init_s": 0.0,
                          "execution_s": t, "status": "COMPLETED" if math.isfinite(met["loss"]) else "FAILED",
                          "loss": met["loss"], "accepted": math.isfinite(met["loss"])})
+        sink.write(rows)
         timed = att["step_times_s"][warmup:]
         total = sum(timed)
         thr.append({"side": side, "round": r, "requests": float(len(timed)), "completed": float(len(timed)), "failed": 0.0,
@@ -439,25 +452,28 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
         return len(timed)
 
     extra_rounds = schedule_rounds(ctx, one_round)
-    samples = pd.DataFrame(rows) if rows else pd.DataFrame(columns=[*SAMPLE_COLUMNS, "loss", "accepted"])
+    sink.close()
     throughput = pd.DataFrame(thr) if thr else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
-    return {"endpoints": {}, "cold_starts": cold, "samples": samples, "throughput": throughput,
+    return {"endpoints": {}, "cold_starts": cold, "throughput": throughput,
             "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}, "warmup": warm_rows,
             "extra_rounds": extra_rounds, "attempts": log, "spend": spend_record(meter, stops), "meter": meter}
 
 
 def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """Run the measurement protocol for this workload kind and save the raw samples and every
-    measurement attempt (``04/measurement_attempts.csv``)."""
+    """Run the measurement protocol for this workload kind and save the raw measurement
+    (:mod:`runbook_lib.phases.compare.raw`: samples streamed to ``04/samples.parquet`` round by
+    round, every measurement attempt to ``04/measurement_attempts.csv``). The tables returned are
+    those read back from the files, so the gates judge exactly what
+    ``runbook verify --recompute`` will read."""
     kind = measure_inference if ctx.mig.workload.kind == "inference" else measure_training
     res = kind(ctx, sleep=sleep)
-    pd.DataFrame([row for a in res["attempts"] for row in a.to_rows()],
-                 columns=["what", "kind", "side", "attempt", "ok", "seconds", "error"]
-                 ).to_csv(ctx.evidence.path("04/measurement_attempts.csv"), index=False)
-    res["samples"].to_csv(ctx.evidence.path("04/samples.csv"), index=False)
-    res["throughput"].to_csv(ctx.evidence.path("04/throughput.csv"), index=False)
-    pd.DataFrame(res["cold_starts"]).to_csv(ctx.evidence.path("04/cold_starts.csv"), index=False)
-    if "cold_starts_from_zero" in res:
-        res["cold_starts_from_zero"].to_csv(ctx.evidence.path("04/cold_starts_from_zero.csv"), index=False)
-    pd.DataFrame(res["warmup"]).to_csv(ctx.evidence.path("04/warmup_discarded.csv"), index=False)
+    for rel in (ATTEMPTS_FILE, THROUGHPUT_FILE, COLD_STARTS_FILE, WARMUP_FILE,
+                *((FROM_ZERO_FILE,) if "cold_starts_from_zero" in res else ())):
+        ctx.evidence.path(rel)  # registered as evidence of the phase
+    write_tables(ctx.run_dir, res)
+    live = res["attempts"]
+    res.update(load_tables(ctx.run_dir))
+    res["attempts"] = live  # the live measurements carry their values too
+    if ctx.mig.workload.kind == "inference":
+        res["clocks"] = clocks_record(ctx.mig.measure, res)
     return res

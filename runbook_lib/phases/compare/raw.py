@@ -1,0 +1,214 @@
+"""Phase 04's raw measurement on disk: what the gates are judged from, by phase 04 and by
+``runbook verify --recompute`` alike.
+
+Latency samples go to ``04/samples.parquet`` (Apache Parquet through pyarrow), one row group per
+round as the round ends, so a long measurement is never held as one list of rows. The smaller
+tables (saturation bursts, cold starts, measurement attempts, discarded warm-up) stay CSV. Phase
+04 judges the tables as read back from these files (:func:`load_tables`), so a recomputation from
+the files takes the very path the phase took.
+
+Schema of ``04/samples.parquet`` (:data:`SAMPLE_SCHEMA`), one row per request (inference) or
+timed training step:
+
+=============  =======  ==================================================================
+column         type     meaning
+=============  =======  ==================================================================
+side           string   ``source`` or ``target``
+round          int64    round number (interleaved S, T, T, S, ...)
+request        int64    request number within the round (training: step number)
+intended_s     float64  intended send time, seconds from the round's start (open loop)
+sent_s         float64  actual send time, seconds from the round's start
+done_s         float64  time the answer arrived, seconds from the round's start
+total_s        float64  latency from intended arrival: queue + init + execution, seconds
+queue_s        float64  seconds in the endpoint's queue
+init_s         float64  seconds of worker initialisation charged to the request
+execution_s    float64  seconds of inference (training: the step)
+status         string   the served status (``COMPLETED``, ``FAILED``, ``TIMED_OUT``, ...)
+batch_size     int64    items in the request
+input_index    int64    index of the golden input it carried
+accepted       bool     completed within the SLO and matched its golden output
+loss           float64  training loss of the step (null for inference)
+=============  =======  ==================================================================
+
+Timestamps not measured for a kind (training has no intended send time) are null.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from runbook_lib.errors import EvidenceError
+from runbook_lib.measure import Attempted
+
+THROUGHPUT_COLUMNS = ["side", "round", "requests", "completed", "failed", "elapsed_s", "throughput_units_per_s",
+                      "failed_by_status"]
+"""Columns of ``04/throughput.csv``: one saturation burst (inference) or training round per row."""
+
+SAMPLES_FILE = "04/samples.parquet"
+THROUGHPUT_FILE = "04/throughput.csv"
+COLD_STARTS_FILE = "04/cold_starts.csv"
+FROM_ZERO_FILE = "04/cold_starts_from_zero.csv"
+ATTEMPTS_FILE = "04/measurement_attempts.csv"
+WARMUP_FILE = "04/warmup_discarded.csv"
+
+_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("side", "string"), ("round", "int64"), ("request", "int64"), ("intended_s", "float64"), ("sent_s", "float64"),
+    ("done_s", "float64"), ("total_s", "float64"), ("queue_s", "float64"), ("init_s", "float64"),
+    ("execution_s", "float64"), ("status", "string"), ("batch_size", "int64"), ("input_index", "int64"),
+    ("accepted", "bool"), ("loss", "float64"),
+)
+
+
+def sample_schema() -> Any:
+    """The pyarrow schema of ``04/samples.parquet`` (see the module docstring)."""
+    import pyarrow as pa
+
+    return pa.schema([(name, getattr(pa, "string" if kind == "string" else ("bool_" if kind == "bool" else kind))())
+                      for name, kind in _COLUMNS])
+
+
+class SampleSink:
+    """Appends latency samples to ``04/samples.parquet`` as they arrive, one row group per call.
+
+    Args:
+        path: the Parquet file (created, or replaced, on the first write or on :meth:`close`).
+
+    Use as a context manager, or call :meth:`close`; a sink closed without rows still writes a
+    valid file with the schema and no rows, so a measurement that produced nothing is evidence too.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows = 0
+        self._writer: Any = None
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        """Append ``rows`` (dicts with the schema's columns; missing ones are null, others ignored)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not rows:
+            return
+        schema = sample_schema()
+        names = schema.names
+        table = pa.Table.from_pylist([{k: r.get(k) for k in names} for r in rows], schema=schema)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, schema)
+        self._writer.write_table(table)
+        self.rows += len(rows)
+
+    def close(self) -> None:
+        import pyarrow.parquet as pq
+
+        if self._writer is None:
+            pq.write_table(sample_schema().empty_table(), self.path)
+        else:
+            self._writer.close()
+        self._writer = None
+
+    def __enter__(self) -> SampleSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_samples(path: Path) -> pd.DataFrame:
+    """``04/samples.parquet`` as a DataFrame (the schema's columns, nulls as NaN).
+
+    Raises:
+        EvidenceError: the file is missing or is not a Parquet file of this schema.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        raise EvidenceError(f"{path} is missing: phase 04's raw samples cannot be read; re-run phase 04")
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise EvidenceError(f"{path} is not a readable Parquet file ({e}); re-run phase 04") from e
+    missing = [n for n in sample_schema().names if n not in table.column_names]
+    if missing:
+        raise EvidenceError(f"{path} lacks columns {missing} of the documented schema (runbook_lib.phases.compare.raw)")
+    return table.to_pandas()
+
+
+def _csv(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    if not path.exists():
+        return pd.DataFrame(columns=columns or [])
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame(columns=columns or [])
+
+
+def write_tables(run_dir: Path, res: dict[str, Any]) -> None:
+    """Write the small tables of a measurement (samples are already in ``04/samples.parquet``)."""
+    pd.DataFrame([row for a in res["attempts"] for row in a.to_rows()],
+                 columns=["what", "kind", "side", "attempt", "ok", "seconds", "error"]
+                 ).to_csv(run_dir / ATTEMPTS_FILE, index=False)
+    res["throughput"].to_csv(run_dir / THROUGHPUT_FILE, index=False)
+    pd.DataFrame(res["cold_starts"]).to_csv(run_dir / COLD_STARTS_FILE, index=False)
+    if "cold_starts_from_zero" in res:
+        res["cold_starts_from_zero"].to_csv(run_dir / FROM_ZERO_FILE, index=False)
+    pd.DataFrame(res["warmup"]).to_csv(run_dir / WARMUP_FILE, index=False)
+
+
+def attempts_from_rows(df: pd.DataFrame) -> list[Attempted[Any]]:
+    """Measurements rebuilt from ``04/measurement_attempts.csv``: one :class:`Attempted` per
+    (what, kind, side) in file order, with its attempts (values are not kept, only whether each
+    attempt succeeded and why not)."""
+    out: list[Attempted[Any]] = []
+    if not len(df):
+        return out
+    keys: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in df.to_dict("records"):
+        err = row.get("error")
+        keys.setdefault((str(row["what"]), str(row["kind"]), str(row["side"])), []).append(
+            {"attempt": int(row["attempt"]), "ok": bool(row["ok"]), "seconds": float(row["seconds"]),
+             "error": None if err is None or (isinstance(err, float) and err != err) else str(err)})
+    for (what, kind, side), attempts in keys.items():
+        out.append(Attempted(what, kind, side, None, tuple(attempts)))
+    return out
+
+
+def load_tables(run_dir: Path) -> dict[str, Any]:
+    """The measurement's tables as phase 04's gates read them: ``samples`` (Parquet), ``throughput``,
+    ``cold_starts`` (list of dicts), ``cold_starts_from_zero`` (when measured) and ``attempts``.
+
+    Raises:
+        EvidenceError: ``04/samples.parquet`` is missing or unreadable.
+    """
+    out: dict[str, Any] = {
+        "samples": read_samples(run_dir / SAMPLES_FILE),
+        "throughput": _csv(run_dir / THROUGHPUT_FILE, THROUGHPUT_COLUMNS),
+        "cold_starts": _csv(run_dir / COLD_STARTS_FILE).to_dict("records"),
+        "attempts": attempts_from_rows(_csv(run_dir / ATTEMPTS_FILE)),
+    }
+    if (run_dir / FROM_ZERO_FILE).exists():
+        out["cold_starts_from_zero"] = _csv(run_dir / FROM_ZERO_FILE)
+    return out
+
+
+RECORDED_SCALARS = ("billed_s", "egress_bytes", "target_workers_ready", "spend")
+"""What phase 04's record keeps beside the raw tables that the gates need: billed seconds and
+egress bytes per side, the target workers serving after the rounds, and the spend meter's stops."""
+
+
+def load_measurement(run_dir: Path, record_data: dict[str, Any]) -> dict[str, Any]:
+    """A measurement rebuilt from a run directory: :func:`load_tables` plus
+    :data:`RECORDED_SCALARS` from phase 04's record data.
+
+    Raises:
+        EvidenceError: a raw file is missing or unreadable, or the record lacks a scalar (a run made
+            before it was recorded).
+    """
+    missing = [k for k in RECORDED_SCALARS if k not in record_data]
+    if missing:
+        raise EvidenceError(f"phase 04's record in {run_dir} lacks {missing}: this run cannot be recomputed "
+                            "(it was made by a runbook that did not record them)")
+    return {**load_tables(run_dir), **{k: record_data[k] for k in RECORDED_SCALARS}}

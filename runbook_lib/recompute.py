@@ -1,0 +1,210 @@
+"""``runbook verify --recompute``: every gate verdict of a run derived again from its evidence
+alone (raw samples, params, records; no kernel, no provider, no network), compared with the
+receipt.
+
+How each gate is derived again (the README's table says the same):
+
+* phase 04's measurement gates (latency, throughput, cold start, errors, cost, capacity, SLO,
+  noise floor, shift, baseline health, spend limit) from the raw tables
+  (:func:`runbook_lib.phases.compare.raw.load_measurement`) by the very functions phase 04 used
+  (:func:`runbook_lib.phases.compare.judge.judge`);
+* phase 04's fault drills from the rows of ``04/drills.json`` (expectation, observation and
+  verdict as recorded), their blocking from params ``drills.blocking``;
+* phase 03's artifact checksum from the canary's recorded checksum rows, and its output parity
+  from ``01/golden_outputs.npy`` and ``03/canary/outputs.npy`` with the params' tolerances;
+* yes/no checks (teardown listing, canary destroyed, reload, ...) from their recorded
+  observation (``True`` is PASS, ``False`` FAIL, none INCONCLUSIVE);
+* every other gate is compared with the record of the phase that judged it (the hash-chained
+  record, which ``runbook verify`` checks), since its inputs are outputs of live resources;
+* the decision from all of them by :func:`runbook_lib.gates.decide`.
+
+The comparison covers verdict, blocking, observed value and interval (floats to a relative
+1e-9; the same code on the same bytes gives the same floats).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runbook_lib import gates as g
+from runbook_lib.errors import EvidenceError, RunbookError
+from runbook_lib.manifest import PHASES, Record, phase_name, sha256_file
+from runbook_lib.params import load_params
+from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
+from runbook_lib.phases.compare.raw import load_measurement
+from runbook_lib.rundir import KEPT_PARAMS
+
+FROM_RAW = "raw samples"
+FROM_DRILLS = "recorded drill rows"
+FROM_OBSERVATION = "recorded observation"
+FROM_RECORD = "phase record"
+REL_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """One gate (or the decision) derived again and compared with the receipt.
+
+    Attributes:
+        phase, gate: which gate (``gate`` is ``decision`` for the run's decision).
+        basis: what it was derived from (:data:`FROM_RAW`, :data:`FROM_DRILLS`, ...).
+        recorded: the receipt's verdict, blocking, observed and interval (None when absent).
+        recomputed: the same fields derived again (None when it could not be).
+        differences: the fields that differ, as ``"field: recorded -> recomputed"``; empty when same.
+    """
+
+    phase: str
+    gate: str
+    basis: str
+    recorded: dict[str, Any] | None
+    recomputed: dict[str, Any] | None
+    differences: tuple[str, ...]
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+
+def _records(run_dir: Path) -> dict[str, Record]:
+    """Every phase record as it is on disk, unchecked (``runbook verify`` checks the hashes)."""
+    out = {}
+    for pid, _ in PHASES:
+        path = run_dir / f"{phase_name(pid)}.json"
+        if path.exists():
+            out[pid] = Record(pid, path, sha256_file(path), json.loads(path.read_text()))
+    return out
+
+
+def _fields(d: dict[str, Any]) -> dict[str, Any]:
+    return {"verdict": d.get("verdict"), "blocking": d.get("blocking"), "observed": d.get("observed"),
+            "interval": list(d["interval"]) if d.get("interval") is not None else None}
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _compare(phase: str, gate: str, basis: str, recorded: dict[str, Any] | None,
+             recomputed: dict[str, Any] | None) -> Recomputed:
+    if recorded is None or recomputed is None:
+        why = "not in the receipt" if recorded is None else "could not be derived again"
+        return Recomputed(phase, gate, basis, recorded, recomputed, (why,))
+    diffs = tuple(f"{k}: {recorded.get(k)!r} -> {recomputed.get(k)!r}" for k in recomputed
+                  if not _close(recorded.get(k), recomputed.get(k)))
+    return Recomputed(phase, gate, basis, recorded, recomputed, diffs)
+
+
+def _boolean(d: dict[str, Any]) -> dict[str, Any]:
+    obs = d.get("observed")
+    verdict = "INCONCLUSIVE" if obs is None else ("PASS" if obs == "True" else "FAIL")
+    return {**_fields(d), "verdict": verdict}
+
+
+def recompute_run(run_dir: str | Path) -> list[Recomputed]:
+    """Derive every gate of a run again and compare each with ``receipt.json`` (module docstring).
+
+    Args:
+        run_dir: ``reports/<run_id>``, sealed or not, intact or not.
+
+    Returns:
+        One :class:`Recomputed` per gate in the receipt or derived again, then one for the
+        decision. A gate that cannot be derived again (a raw file missing or unreadable) is a row
+        with ``recomputed`` None and the reason in ``differences``.
+
+    Raises:
+        EvidenceError: the run has no receipt or no kept params (nothing to compare with).
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "receipt.json").exists() or not (run_dir / KEPT_PARAMS).exists():
+        raise EvidenceError(f"{run_dir} has no receipt.json or {KEPT_PARAMS}: there is no decision to recompute; "
+                            "run phase 06 first")
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    mig = load_params(run_dir / KEPT_PARAMS)
+    records = _records(run_dir)
+    recorded = {(d.get("phase", ""), d["name"]): d for d in receipt.get("gates", [])}
+    in_records = {(d.get("phase", ""), d["name"]): d for r in records.values() for d in r.data.get("gates", [])}
+    derived: dict[tuple[str, str], tuple[str, dict[str, Any] | None, str]] = {}
+
+    if "04" in records:
+        try:
+            derived.update({("04", x.name): (FROM_RAW, _fields(x.to_dict()), "") for x in _measurement_gates(
+                mig, run_dir, records["04"].data)})
+        except (RunbookError, OSError, KeyError, ValueError) as exc:
+            for key in recorded:
+                if key[0] == "04" and not key[1].startswith("drill_"):
+                    derived[key] = (FROM_RAW, None, f"{type(exc).__name__}: {exc}")
+        blocking = set(mig.drills.blocking)
+        for row in records["04"].data.get("drills", []):
+            derived[("04", f"drill_{row['drill']}")] = (FROM_DRILLS, {
+                "verdict": row["verdict"], "blocking": row["drill"] in blocking, "observed": row["observation"],
+                "interval": None}, "")
+    if "03" in records:
+        for x in _parity_gates(mig, run_dir, records["03"].data):
+            derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
+    for key, d in recorded.items():
+        if key in derived:
+            continue
+        if d.get("unit") == "bool":
+            derived[key] = (FROM_OBSERVATION, _boolean(d), "")
+        else:
+            rec = in_records.get(key)
+            derived[key] = (FROM_RECORD, _fields(rec) if rec is not None else None,
+                            "" if rec is not None else "no phase record holds this gate")
+
+    rows = []
+    for key in sorted(set(recorded) | set(derived)):
+        basis, fields, why = derived.get(key, (FROM_RECORD, None, "not derived"))
+        row = _compare(key[0], key[1], basis, _fields(recorded[key]) if key in recorded else None, fields)
+        if why and fields is None:
+            row = Recomputed(row.phase, row.gate, basis, row.recorded, None, (why,))
+        rows.append(row)
+    rows.append(_decision(receipt, recorded, {k: v[1] for k, v in derived.items()}))
+    return rows
+
+
+def _measurement_gates(mig: Any, run_dir: Path, data: dict[str, Any]) -> list[g.GateResult]:
+    res = load_measurement(run_dir, data)
+    return judge(mig, res, window_costs(mig, res), costs_at_traffic(mig, res))
+
+
+def _parity_gates(mig: Any, run_dir: Path, data: dict[str, Any]) -> list[g.GateResult]:
+    """Phase 03's checksum gate from the canary's recorded checksum rows, and its output parity
+    from the golden outputs phase 01 saved and the outputs the canary returned (both files in the
+    run), with the params' tolerances."""
+    import numpy as np
+
+    out = [g.checksum_exact("artifact_checksum", (data.get("result") or {}).get("artifact_checksums", []), phase="03")]
+    golden, canary = run_dir / "01/golden_outputs.npy", run_dir / "03/canary/outputs.npy"
+    if golden.exists():
+        out.append(g.output_parity(np.load(golden), np.load(canary) if canary.exists() else None,
+                                   dtype=mig.source.dtype, rtol=mig.gates.parity_rtol, atol=mig.gates.parity_atol,
+                                   phase="03"))
+    return out
+
+
+def _decision(receipt: dict[str, Any], recorded: dict[tuple[str, str], dict[str, Any]],
+              derived: dict[tuple[str, str], dict[str, Any] | None]) -> Recomputed:
+    """The decision from the gates as derived again (a gate that could not be is taken as ERROR)."""
+    results = []
+    for key, d in recorded.items():
+        f = derived.get(key)
+        results.append(g.from_dict({**d, "verdict": f["verdict"] if f else "ERROR",
+                                    "blocking": f["blocking"] if f else d.get("blocking", True)}))
+    for key, f in derived.items():
+        if key not in recorded and f is not None:
+            results.append(g.GateResult(key[1], f["verdict"], bool(f["blocking"]), None, None, "", "", "",
+                                        phase=key[0]))
+    decision, _ = g.decide(results)
+    was = receipt.get("decision")
+    return Recomputed("06", "decision", "every gate above", {"verdict": was}, {"verdict": decision},
+                      () if was == decision else (f"verdict: {was!r} -> {decision!r}",))
