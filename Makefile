@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 VASTAI_STAMP := .venv-vastai/.installed
 RUNPOD_STAMP := .venv-runpod/.installed
 
-.PHONY: demo demo-train demo-s3 rehearse test test-e2e bench soak clean
+.PHONY: demo demo-train demo-s3 rehearse test test-e2e browser bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,8 +50,15 @@ $(RUNPOD_STAMP):
 	.venv-runpod/bin/python -m pip install --quiet --disable-pip-version-check 'runpod==1.12.0'
 	touch $(RUNPOD_STAMP)
 
-test-e2e: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP)
+test-e2e: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) browser
 	$(PY) -m pytest -q -m "e2e and not smoke"
+
+# The browser tests drive Debian's chromium package with Playwright (the Python package, from the
+# test extras; no browser is ever downloaded). Installing it needs root, as in CI; elsewhere the
+# browser tests skip and say why, unless CI is set.
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_phases.py params/demo.yaml

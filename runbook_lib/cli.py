@@ -295,10 +295,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from runbook_lib.errors import EvidenceError
     from runbook_lib.report import write_html
+    from runbook_lib.verify import verify_run
 
-    out = write_html(Path(args.run_dir), Path(args.output) if args.output else None)
-    print(f"report: {out}")
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a run directory")
+    problems = [f"{r['path']}: {r['status']} ({r['by']})" for r in verify_run(run_dir) if r["status"] != "intact"]
+    if problems and not args.allow_unverified:
+        raise EvidenceError(f"{run_dir.name} does not verify ({len(problems)} problem(s): "
+                            f"{'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}); no report written. "
+                            f"Run `runbook verify {run_dir}` for the list, or pass --allow-unverified to write one "
+                            "stamped with what failed on every section")
+    out = write_html(run_dir, Path(args.output) if args.output else None, unverified=problems)
+    print(f"report: {out}" + (f" (UNVERIFIED: {len(problems)} problem(s) stamped on every section)" if problems else ""))
     return 0
 
 
@@ -329,9 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also derive every gate verdict again from the raw samples, params and records, and compare "
                         "each with the receipt")
     v.set_defaults(func=_cmd_verify)
-    rp = sub.add_parser("report", help="one offline HTML report of a run (code hidden, plots inline)")
+    rp = sub.add_parser("report", help="one offline HTML report of a run (code hidden, plots inline, no script); "
+                                       "refuses a run that does not verify")
     rp.add_argument("run_dir")
     rp.add_argument("-o", "--output", help="output file (default: reports/<run_id>.html)")
+    rp.add_argument("--allow-unverified", action="store_true",
+                    help="write the report of a run that does not verify, stamped with what failed")
     rp.set_defaults(func=_cmd_report)
     rs = sub.add_parser("resolve", help="record a person's GO/NO-GO on a HOLD run (or NO-GO once its deadline passed)")
     rs.add_argument("run_dir")

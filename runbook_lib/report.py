@@ -20,6 +20,7 @@ COLORS = {"source": "#4c72b0", "target": "#dd8452"}
 VERDICT_COLORS = {"PASS": "#c8e6c9", "FAIL": "#ffcdd2", "INCONCLUSIVE": "#fff9c4", "ERROR": "#e1bee7"}
 FIGSIZE = (7.0, 4.0)
 DPI = 100
+CDF_POINTS = 4000  # a 7-inch figure at 100 DPI is 700 pixels wide: more steps than this draw nothing more
 
 
 def _plt() -> Any:
@@ -43,8 +44,13 @@ def latency_cdf(samples: pd.DataFrame, path: Path, *, unit_label: str = "request
         v = np.sort(samples[(samples["side"] == side) & (samples["status"] == "COMPLETED")]["total_s"].astype(float))
         if v.size == 0:
             continue
-        ax.step(v * 1e3, np.arange(1, v.size + 1) / v.size, where="post", color=COLORS[side],
-                label=f"{side} (n={v.size})")
+        frac = np.arange(1, v.size + 1) / v.size
+        if v.size > CDF_POINTS:  # the curve at the figure's resolution: every CDF_POINTS-th order statistic
+            keep = np.unique(np.linspace(0, v.size - 1, CDF_POINTS).astype(int))
+            xs, ys = v[keep], frac[keep]
+        else:
+            xs, ys = v, frac
+        ax.step(xs * 1e3, ys, where="post", color=COLORS[side], label=f"{side} (n={v.size})")
         for q, ls in ((50, ":"), (95, "--"), (99, "-.")):
             x = float(np.percentile(v, q)) * 1e3
             ax.axvline(x, color=COLORS[side], linestyle=ls, linewidth=1)
@@ -118,7 +124,7 @@ _REMOTE = re.compile(r"""(?:src|href)\s*=\s*["']\s*(?:https?:)?//|@import\s+url\
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px}
 img{max-width:100%}section{border-top:2px solid #444;margin-top:2em}.decision{font-size:1.4em}
-pre{white-space:pre-wrap}"""
+pre{white-space:pre-wrap}.unverified{border:3px solid #b00020;background:#ffebee;padding:.5em 1em;margin:1em 0}"""
 
 
 def remote_references(html: str) -> list[str]:
@@ -127,14 +133,49 @@ def remote_references(html: str) -> list[str]:
     return [m.group(0) for m in _REMOTE.finditer(html)]
 
 
-def write_html(run_dir: Path, out: Path | None = None) -> Path:
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+"""Content-Security-Policy of every report: no script of any kind (no ``script-src``, so inline
+scripts and event-handler attributes are refused), nothing fetched but inline images and styles
+(https://www.w3.org/TR/CSP3/, ``default-src``)."""
+
+SAFE_TAGS = frozenset({
+    "a", "abbr", "b", "blockquote", "br", "caption", "code", "col", "colgroup", "dd", "del", "details", "div", "dl",
+    "dt", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "ol", "p", "pre", "q", "s",
+    "samp", "small", "span", "strong", "style", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th",
+    "thead", "tr", "tt", "u", "ul", "var",
+})
+"""Tags an output's HTML may keep (bleach's defaults plus tables, headings and the ``<style>`` a
+pandas Styler emits); everything else is escaped by nbconvert's SanitizeHTML (bleach)."""
+
+SAFE_ATTRIBUTES = {"*": ["class", "id", "title", "style", "colspan", "rowspan", "align"], "a": ["href"],
+                   "img": ["src", "alt", "width", "height"]}
+"""Attributes kept: no event handler (``on*``) is ever among them. bleach also refuses a
+``javascript:`` URL in ``href`` and ``src``."""
+
+
+def _sanitized(nb: Any) -> Any:
+    """``nb`` with every HTML and Markdown output and cell passed through nbconvert's SanitizeHTML
+    (bleach), keeping :data:`SAFE_TAGS` and :data:`SAFE_ATTRIBUTES`; script outputs are dropped."""
+    from nbconvert.preprocessors.sanitize import SanitizeHTML
+
+    pre = SanitizeHTML(tags=sorted(SAFE_TAGS), attributes=SAFE_ATTRIBUTES, strip=True)
+    nb, _ = pre.preprocess(nb, {})
+    return nb
+
+
+def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[str] = ()) -> Path:
     """One offline HTML report of a run: a summary from ``receipt.json``, then each executed phase
-    notebook with code hidden and plots inline (nbconvert's ``basic`` template; scripts removed).
+    notebook with code hidden and plots inline (nbconvert's ``basic`` template). Executed
+    notebooks are shared with auditors, so every output is treated as untrusted: HTML is sanitized
+    (:func:`_sanitized`), and the page carries a Content-Security-Policy (:data:`CSP`) that forbids
+    all script, so even markup the sanitizer missed cannot run.
 
     Args:
         run_dir: ``reports/<run_id>``.
         out: output file; default ``reports/<run_id>.html`` beside the run (a sealed run directory
             is not written to).
+        unverified: what ``runbook verify`` found wrong with the run, one line each; when given,
+            a banner naming them is stamped at the top and on every notebook section.
 
     Returns:
         The path written.
@@ -154,19 +195,28 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     receipt = json.loads((run_dir / "receipt.json").read_text()) if (run_dir / "receipt.json").exists() else {}
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
+    stamp = ""
+    if unverified:
+        items = "".join(f"<li>{_html.escape(u)}</li>" for u in unverified)
+        stamp = (f"<div class='unverified'><b>UNVERIFIED EVIDENCE</b>: <code>runbook verify</code> found "
+                 f"{len(unverified)} problem(s); this page may not show what the run recorded.<ul>{items}</ul></div>")
     parts = []
     for nb_path in notebooks:
-        body, _ = exporter.from_notebook_node(nbformat.read(nb_path, as_version=4))
+        body, _ = exporter.from_notebook_node(_sanitized(nbformat.read(nb_path, as_version=4)))
         body = re.sub(r"<script\b.*?</script>", "", body, flags=re.DOTALL | re.IGNORECASE)
-        parts.append(f'<section id="{nb_path.stem}"><p><code>{_html.escape(nb_path.name)}</code></p>{body}</section>')
+        parts.append(f'<section id="{nb_path.stem}">{stamp}<p><code>{_html.escape(nb_path.name)}</code></p>'
+                     f'{body}</section>')
     reasons = "".join(f"<li>{_html.escape(r)}</li>" for r in receipt.get("reasons", []))
-    head = (f"<h1>Migration report: {_html.escape(str(receipt.get('migration', run_dir.name)))}</h1>"
+    head = (f"{stamp}<h1>Migration report: {_html.escape(str(receipt.get('migration', run_dir.name)))}</h1>"
             f"<p>Run <code>{_html.escape(run_dir.name)}</code></p>"
             f"<p class='decision'>Decision: <b>{_html.escape(str(receipt.get('decision', 'none')))}</b></p><ul>{reasons}</ul>"
             f"<p>Source: {_html.escape(str(receipt.get('source', {}).get('release', '')))}<br>"
             f"Target: {_html.escape(str(receipt.get('target', {}).get('release', '')))}</p>"
-            "<p>Check the evidence offline with <code>runbook verify</code> on the run directory.</p>")
-    doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_html.escape(run_dir.name)}</title>"
+            + ("<p>Every hash of this run's evidence verified (<code>runbook verify</code>) when this report was "
+               "written.</p>" if not unverified else ""))
+    doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
+           f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+           f"<title>{_html.escape(run_dir.name)}</title>"
            f"<style>{_CSS}</style></head><body>{head}{''.join(parts)}</body></html>")
     remote = remote_references(doc)
     if remote:

@@ -122,12 +122,12 @@ def _pairs_at_most(x: np.ndarray, y: np.ndarray, d: float) -> int:
 def _kth_difference(x: np.ndarray, y: np.ndarray, k: int) -> float:
     """The ``k``-th smallest (0-based) of the ``x.size * y.size`` differences ``y[j] - x[i]``
     (``x`` sorted), found without building them all: bisect on the value until the bracket
-    ``(lo, hi]`` holds at most ``4 * (x.size + y.size)`` differences, then list just those and
+    ``(lo, hi]`` holds at most ``min(4 * (n + m), HL_DIRECT_PAIRS)`` differences, then list just those and
     select (Monahan's approach to the Hodges-Lehmann estimate, ACM TOMS 10(3), 1984, 265-270, in
     a simpler bisecting form). Cost O((n + m) log n) per step, about 30-60 steps."""
     lo, hi = float(y[0] - x[-1]) - 1.0, float(y[-1] - x[0])  # every difference is in (lo, hi]
     below, upto = 0, x.size * y.size  # differences <= lo, <= hi
-    budget = 4 * (x.size + y.size)
+    budget = min(4 * (x.size + y.size), HL_DIRECT_PAIRS)  # differences listed at the end: memory stays bounded
     while upto - below > budget:
         mid = lo + (hi - lo) / 2
         if mid in (lo, hi):  # adjacent floats: the differences left in the bracket are ties

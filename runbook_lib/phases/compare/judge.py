@@ -40,7 +40,7 @@ def window_costs(mig: Migration, res: dict[str, Any]) -> dict[str, cost.CostBrea
     for side in ("source", "target"):
         prof = getattr(mig, side)
         s = res["samples"]
-        accepted = int(s[(s["side"] == side) & (s["accepted"])].shape[0]) if len(s) else 0
+        accepted = int(((s["side"] == side) & s["accepted"].astype(bool)).sum()) if len(s) else 0
         instances = prof.workers if mig.workload.kind == "inference" else 1
         out[side] = cost.breakdown(price_usd_per_hour=prof.price_usd_per_hour, billed_s=res["billed_s"][side],
                                    instances=instances, accepted_units=accepted,
@@ -69,17 +69,17 @@ def costs_at_traffic(mig: Migration, res: dict[str, Any]) -> dict[str, cost.Traf
     out = {}
     for side in ("source", "target"):
         prof = getattr(mig, side)
-        d = s[s["side"] == side] if len(s) else s
+        mine = s["accepted"].to_numpy(dtype=float)[(s["side"] == side).to_numpy(dtype=bool)] if len(s) else np.array([])
         thr = t[t["side"] == side]["throughput_units_per_s"].astype(float) if len(t) else pd.Series(dtype=float)
-        if not len(d) or not len(thr) or float(thr.mean()) <= 0:
+        if not mine.size or not len(thr) or float(thr.mean()) <= 0:
             return None
         out[side] = cost.at_traffic(traffic_per_s=m.traffic_per_s or m.arrival_rate_per_s,
                                     capacity_per_s=float(thr.mean()), workers=prof.workers,
                                     warm_workers=prof.warm_workers, price_usd_per_hour=prof.price_usd_per_hour,
-                                    acceptance=float(d["accepted"].mean()),
+                                    acceptance=float(mine.mean()),
                                     storage_gb=mig.workload.requirements.disk_gb,
                                     storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
-                                    egress_bytes_per_request=res["egress_bytes"][side] / len(d),
+                                    egress_bytes_per_request=res["egress_bytes"][side] / mine.size,
                                     egress_usd_per_gb=prof.egress_usd_per_gb)
     return out
 
@@ -130,26 +130,27 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
         costs_: :func:`window_costs`; at_traffic: :func:`costs_at_traffic`.
     """
     s, t, gc = res["samples"], res["throughput"], mig.gates
-    lat = {side: s[(s["side"] == side) & (s["status"] == "COMPLETED")]["total_s"].astype(float).to_numpy()
-           for side in ("source", "target")}
+    # Column first, then masks: a million samples are filtered as a few arrays, never copied as frames.
+    total_s = s["total_s"].to_numpy(dtype=float)
+    rounds = s["round"].to_numpy()
+    done = (s["status"] == "COMPLETED").to_numpy(dtype=bool)
+    on = {side: (s["side"] == side).to_numpy(dtype=bool) for side in ("source", "target")}
+    lat = {side: total_s[on[side] & done] for side in on}
     thr = {side: t[t["side"] == side]["throughput_units_per_s"].astype(float).tolist() for side in ("source", "target")}
     cold, cold_what = cold_start_samples(res)
-    tgt = s[s["side"] == "target"]
     burst = t[t["side"] == "target"]
     zero = res.get("cold_starts_from_zero", pd.DataFrame(columns=["side", "status"]))
     zero_t = zero[zero["side"] == "target"]
-    failures = int((tgt["status"] != "COMPLETED").sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum()) \
+    n_tgt = int(on["target"].sum())
+    failures = int((on["target"] & ~done).sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum()) \
         + int((zero_t["status"] != "COMPLETED").sum())
-    total = len(tgt) + int(burst["requests"].sum()) + len(zero_t) if mig.workload.kind == "inference" else len(tgt)
-    done = s[s["status"] == "COMPLETED"]
-    lat_rounds = {side: [d["total_s"].astype(float).to_numpy() for _, d in done[done["side"] == side].groupby("round")]
-                  for side in ("source", "target")}  # per round: the block bootstrap resamples rounds
+    total = n_tgt + int(burst["requests"].sum()) + len(zero_t) if mig.workload.kind == "inference" else n_tgt
+    lat_rounds = {side: per_round(total_s, rounds, on[side] & done) for side in on}  # the block bootstrap resamples rounds
     src_rounds = lat_rounds["source"]
     extra: list[g.GateResult] = []
     if mig.workload.kind == "inference":
         extra.append(g.capacity(res["target_workers_ready"], mig.target.workers, phase="04"))
-        extra.append(g.latency_slo(tgt[tgt["status"] == "COMPLETED"]["total_s"].astype(float).to_numpy(),
-                                   slo_s=mig.workload.requirements.max_request_s, phase="04"))
+        extra.append(g.latency_slo(lat["target"], slo_s=mig.workload.requirements.max_request_s, phase="04"))
     if len(src_rounds) >= 2:
         aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max,
                            q=95 if mig.workload.kind == "inference" else 50, phase="04")
@@ -163,8 +164,8 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
         extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     if mig.workload.kind == "inference":
-        src, src_burst = s[s["side"] == "source"], t[t["side"] == "source"]
-        statuses = {str(k): int(v) for k, v in src["status"].value_counts().items()}
+        src_burst = t[t["side"] == "source"]
+        statuses = {str(k): int(v) for k, v in s.loc[on["source"], "status"].value_counts().items() if v}
         for c in res["cold_starts"]:
             if c["side"] == "source" and c["first_status"] != "MEASUREMENT_ERROR":
                 statuses[c["first_status"]] = statuses.get(c["first_status"], 0) + 1
@@ -177,8 +178,8 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
         extra.append(g.baseline_health(statuses, max_rate=gc.error_rate_max, phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04",
                                stopped=[s_["step"] for s_ in res.get("spend", {}).get("stops", [])]))
-    acc_rounds = {side: [d["accepted"].astype(float).to_numpy() for _, d in s[s["side"] == side].groupby("round")]
-                  for side in ("source", "target")}
+    accepted = s["accepted"].to_numpy(dtype=float)
+    acc_rounds = {side: per_round(accepted, rounds, on[side]) for side in on}
     results = [
         g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
                             min_samples=gc.min_latency_samples, phase="04"),
@@ -196,6 +197,13 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
                OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
     lost = lost_measurements(res.get("attempts", []))
     return [g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results]
+
+
+def per_round(values: np.ndarray, rounds: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
+    """``values[mask]`` split by round, in round order: ``(n,)`` values, ``(n,)`` round numbers and
+    ``(n,)`` bool mask -> one array per round that has a masked value."""
+    picked, at = values[mask], rounds[mask]
+    return [picked[at == r] for r in np.unique(at)]
 
 
 def cold_start_samples(res: dict[str, Any]) -> tuple[dict[str, list[float]], str]:

@@ -36,7 +36,7 @@ Timestamps not measured for a kind (training has no intended send time) are null
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -100,6 +100,20 @@ class SampleSink:
         self._writer.write_table(table)
         self.rows += len(rows)
 
+    def write_frame(self, frame: pd.DataFrame) -> None:
+        """Append a DataFrame of samples (the schema's columns; others ignored) as one row group."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not len(frame):
+            return
+        schema = sample_schema()
+        table = pa.Table.from_pandas(frame.reindex(columns=schema.names), schema=schema, preserve_index=False)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, schema)
+        self._writer.write_table(table)
+        self.rows += len(frame)
+
     def close(self) -> None:
         import pyarrow.parquet as pq
 
@@ -116,8 +130,15 @@ class SampleSink:
         self.close()
 
 
-def read_samples(path: Path) -> pd.DataFrame:
-    """``04/samples.parquet`` as a DataFrame (the schema's columns, nulls as NaN).
+JUDGED_COLUMNS = ("side", "round", "status", "total_s", "queue_s", "init_s", "execution_s", "accepted")
+"""The columns phase 04's gates, summary and plots read (the others stay in the file for the audit)."""
+
+
+def read_samples(path: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """``04/samples.parquet`` as a DataFrame: ``columns`` (default: all of the schema), nulls as
+    NaN, ``side`` and ``status`` as categoricals. Read through the system allocator, so the
+    decompression buffers go back to the operating system as soon as they are freed (pyarrow's
+    default pool keeps them: a million samples would hold several hundred MB).
 
     Raises:
         EvidenceError: the file is missing or is not a Parquet file of this schema.
@@ -127,14 +148,21 @@ def read_samples(path: Path) -> pd.DataFrame:
 
     if not path.exists():
         raise EvidenceError(f"{path} is missing: phase 04's raw samples cannot be read; re-run phase 04")
+    wanted = list(columns or sample_schema().names)
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
     try:
-        table = pq.read_table(path)
+        present = pq.read_schema(path).names
+        missing = [n for n in wanted if n not in present]
+        if missing:
+            raise EvidenceError(f"{path} lacks columns {missing} of the documented schema "
+                                "(runbook_lib.phases.compare.raw)")
+        table = pq.read_table(path, columns=wanted, read_dictionary=[c for c in ("side", "status") if c in wanted])
+        return table.to_pandas(self_destruct=True, split_blocks=True)
     except (OSError, pa.ArrowException) as e:
         raise EvidenceError(f"{path} is not a readable Parquet file ({e}); re-run phase 04") from e
-    missing = [n for n in sample_schema().names if n not in table.column_names]
-    if missing:
-        raise EvidenceError(f"{path} lacks columns {missing} of the documented schema (runbook_lib.phases.compare.raw)")
-    return table.to_pandas()
+    finally:
+        pa.set_memory_pool(previous)
 
 
 def _csv(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -184,7 +212,7 @@ def load_tables(run_dir: Path) -> dict[str, Any]:
         EvidenceError: ``04/samples.parquet`` is missing or unreadable.
     """
     out: dict[str, Any] = {
-        "samples": read_samples(run_dir / SAMPLES_FILE),
+        "samples": read_samples(run_dir / SAMPLES_FILE, JUDGED_COLUMNS),
         "throughput": _csv(run_dir / THROUGHPUT_FILE, THROUGHPUT_COLUMNS),
         "cold_starts": _csv(run_dir / COLD_STARTS_FILE).to_dict("records"),
         "attempts": attempts_from_rows(_csv(run_dir / ATTEMPTS_FILE)),

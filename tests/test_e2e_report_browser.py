@@ -1,0 +1,150 @@
+"""The HTML report is safe to open: it refuses a run that does not verify (or stamps every section
+with what failed, when asked), sanitizes every output, and its Content-Security-Policy forbids all
+script. Opened in a real headless Chromium (Debian's ``chromium`` package, driven by Playwright;
+as root it needs ``--no-sandbox``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import nbformat
+import pytest
+
+from runbook_lib import report
+from runbook_lib.cli import main as cli_main
+from runbook_lib.manifest import sha256_file
+from runbook_lib.runner import run_migration
+from runbook_lib.verify import verify_run
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = "/usr/bin/chromium"
+
+HOSTILE = ("<img src='x' onerror=\"document.title='pwned';window.__pwned=1\">"
+           "<svg onload=\"window.__pwned=2\"></svg>"
+           "<script>window.__pwned=3</script>"
+           "<a href=\"javascript:window.__pwned=4\">link</a><p>hostile output</p>")
+"""An HTML output a workload could display: three ways to run script without a click, one with."""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium through Playwright. Skipped (with the reason) only where Chromium
+    is not installed, never in CI (``CI`` set), where `make test-e2e` installs it."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing in CI: `make browser` installs Debian's chromium package")
+        pytest.skip(f"{CHROMIUM} is not installed (Debian package chromium; `make browser` installs it as root)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                              args=["--no-sandbox"] if os.geteuid() == 0 else [])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def sealed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A short demo migration, run headlessly and sealed."""
+    import yaml
+
+    root = tmp_path_factory.mktemp("proj")
+    data = yaml.safe_load((ROOT / "params" / "demo.yaml").read_text())
+    data["measure"] = {**data.get("measure", {}), "requests_per_round": 45, "throughput_requests": 24,
+                       "warmup_requests": 10, "cold_starts": 1}
+    data["gates"] = {**data.get("gates", {}), "min_latency_samples": 40, "latency_p95_ratio_max": 3.0}
+    data["drills"] = {"run": [], "blocking": []}
+    data["cutover"] = {**data.get("cutover", {}), "requests_per_step": 10}
+    (root / "params").mkdir()
+    params = root / "params" / "m.yaml"
+    params.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = run_migration(params, reports_dir=root / "reports", notebooks_dir=ROOT / "notebooks", echo=print)
+    assert res.run_dir is not None and (res.run_dir / "_SUCCESS").exists()
+    return res.run_dir
+
+
+def _with_hostile_output(run: Path, dest: Path, *, reseal: bool) -> Path:
+    """A copy of ``run`` whose phase 04 notebook shows :data:`HOSTILE`; with ``reseal`` the
+    manifest vouches for the changed notebook (as if the output had been there when it was sealed)."""
+    shutil.copytree(run, dest)
+    nb_path = dest / "04_compare_production.ipynb"
+    nb = nbformat.read(nb_path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.get("outputs"))
+    cell.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": HOSTILE, "text/plain": "x"}))
+    nbformat.write(nb, nb_path)
+    if reseal:
+        manifest = json.loads((dest / "manifest.json").read_text())
+        manifest["outputs"]["notebooks"][nb_path.name] = sha256_file(nb_path)
+        (dest / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        marker = json.loads((dest / "_SUCCESS").read_text())
+        marker["files"] = {k: sha256_file(dest / k) for k in marker["files"]}
+        (dest / "_SUCCESS").write_text(json.dumps(marker, indent=2))
+    return dest
+
+
+def _open(browser: Any, page_path: Path, shot: Path) -> dict[str, Any]:
+    """Load ``page_path``, try the one handler that needs a click, and report what ran."""
+    page = browser.new_page()
+    violations: list[str] = []
+    page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+    page.goto(page_path.as_uri())
+    page.wait_for_load_state("load")
+    page.wait_for_timeout(300)
+    for link in page.locator("a[href^='javascript:']").all():
+        link.click()
+    page.screenshot(path=str(shot), full_page=False)
+    out = {"title": page.title(), "pwned": page.evaluate("() => window.__pwned === undefined ? null : window.__pwned"),
+           "images": page.locator("img[src^='data:image/png']").count(), "violations": violations}
+    page.close()
+    return out
+
+
+def test_a_verified_report_sanitizes_every_output_and_runs_no_script(sealed_run: Path, browser: Any,
+                                                                     tmp_path: Path) -> None:
+    run = _with_hostile_output(sealed_run, tmp_path / "run", reseal=True)
+    assert all(r["status"] == "intact" for r in verify_run(run))
+    out = tmp_path / "report.html"
+    assert cli_main(["report", str(run), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "hostile output" in html  # the output is shown, as text and safe tags
+    assert "onerror" not in html and "onload" not in html and "javascript:" not in html and "<script" not in html
+    assert f'content="{report.CSP}"' in html and "UNVERIFIED" not in html
+    seen = _open(browser, out, tmp_path / "report.png")
+    assert seen["pwned"] is None and seen["title"] != "pwned"
+    assert seen["images"] >= 3  # the plots still render under the policy
+    assert (tmp_path / "report.png").stat().st_size > 0
+
+
+def test_the_policy_alone_stops_markup_the_sanitizer_might_miss(browser: Any, tmp_path: Path) -> None:
+    page = tmp_path / "csp.html"  # the report's own policy around raw hostile markup, unsanitized
+    page.write_text(f"<!DOCTYPE html><html><head><meta http-equiv='Content-Security-Policy' content=\"{report.CSP}\">"
+                    f"</head><body>{HOSTILE}</body></html>")
+    seen = _open(browser, page, tmp_path / "csp.png")
+    assert seen["pwned"] is None and seen["title"] != "pwned"
+    assert seen["violations"], "Chromium reported no blocked script: the policy was not applied"
+    control = tmp_path / "control.html"  # and the same markup without the policy does run: the check can fail
+    control.write_text(f"<!DOCTYPE html><html><body>{HOSTILE}</body></html>")
+    assert _open(browser, control, tmp_path / "control.png")["pwned"] is not None
+
+
+def test_a_run_that_does_not_verify_gets_no_report_unless_stamped(sealed_run: Path, browser: Any, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    run = _with_hostile_output(sealed_run, tmp_path / "run", reseal=False)
+    out = tmp_path / "report.html"
+    assert cli_main(["report", str(run), "-o", str(out)]) != 0
+    assert not out.exists()
+    assert "04_compare_production.ipynb: altered" in capsys.readouterr().err
+    assert cli_main(["report", str(run), "-o", str(out), "--allow-unverified"]) == 0
+    html = out.read_text()
+    sections = html.count("<section ")
+    assert sections == 6 and html.count("UNVERIFIED EVIDENCE") == sections + 1  # the top and every section
+    assert "04_compare_production.ipynb: altered" in html
+    seen = _open(browser, out, tmp_path / "stamped.png")
+    assert seen["pwned"] is None
