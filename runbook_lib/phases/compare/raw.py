@@ -70,6 +70,11 @@ def sample_schema() -> Any:
                       for name, kind in _COLUMNS])
 
 
+def _cell(v: Any) -> Any:
+    """A value as Parquet keeps it: a missing number (None or NaN) is null, whatever the column's type."""
+    return None if v is None or (isinstance(v, float) and v != v) else v
+
+
 class SampleSink:
     """Appends latency samples to ``04/samples.parquet`` as they arrive, one row group per call.
 
@@ -94,7 +99,7 @@ class SampleSink:
             return
         schema = sample_schema()
         names = schema.names
-        table = pa.Table.from_pylist([{k: r.get(k) for k in names} for r in rows], schema=schema)
+        table = pa.Table.from_pylist([{k: _cell(r.get(k)) for k in names} for r in rows], schema=schema)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.path, schema)
         self._writer.write_table(table)
@@ -108,7 +113,9 @@ class SampleSink:
         if not len(frame):
             return
         schema = sample_schema()
-        table = pa.Table.from_pandas(frame.reindex(columns=schema.names), schema=schema, preserve_index=False)
+        frame = frame.reindex(columns=schema.names)
+        table = pa.Table.from_pydict({k: [_cell(v) for v in frame[k].tolist()] if kind in ("int64", "bool") else
+                                      frame[k].to_numpy() for k, kind in _COLUMNS}, schema=schema)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.path, schema)
         self._writer.write_table(table)
