@@ -32,3 +32,24 @@ def make_params(tmp_path: Path) -> Callable[..., Path]:
         return p
 
     return _make
+
+
+def reseal(run_dir: Path) -> None:
+    """Recompute every hash that vouches for a sealed run's receipt and notebooks (phase 06's
+    record, the manifest, the completion marker), as someone with write access could after
+    editing them: ``runbook verify`` then finds nothing wrong."""
+    import json
+
+    from runbook_lib.manifest import sha256_file
+
+    rec_path = run_dir / "06_accept_or_rollback.json"
+    rec = json.loads(rec_path.read_text())
+    rec["files"]["receipt.json"] = sha256_file(run_dir / "receipt.json")
+    rec_path.write_text(json.dumps(rec, indent=2))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["outputs"]["records"][rec_path.name] = sha256_file(rec_path)
+    manifest["outputs"]["notebooks"] = {n: sha256_file(run_dir / n) for n in manifest["outputs"]["notebooks"]}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    marker = json.loads((run_dir / "_SUCCESS").read_text())
+    marker["files"] = {k: sha256_file(run_dir / k) for k in marker["files"]}
+    (run_dir / "_SUCCESS").write_text(json.dumps(marker, indent=2))

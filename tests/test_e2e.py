@@ -28,7 +28,7 @@ from runbook_lib.runner import RunResult, execute_phase, run_migration
 from runbook_lib.storage import open_store
 from runbook_lib.verify import verify_run
 
-from .conftest import ROOT
+from .conftest import ROOT, reseal
 
 pytestmark = pytest.mark.e2e
 
@@ -195,24 +195,10 @@ def _recomputes(d: Path) -> None:
     gate = next(x for x in receipt["gates"] if x["name"] == "throughput_ratio")
     gate["verdict"] = "FAIL"  # what the recorded verdict now claims; the raw samples say otherwise
     (forged / "receipt.json").write_text(json.dumps(receipt, indent=2))
-    _reseal(forged)
+    reseal(forged)
     assert all(r["status"] == "intact" for r in verify_run(forged))  # every hash agrees again
     assert {x.gate for x in recompute_run(forged) if not x.same} == {"throughput_ratio"}
     assert cli_main(["verify", "--recompute", str(forged)]) == 1
-
-
-def _reseal(d: Path) -> None:
-    """Recompute every hash that vouches for ``receipt.json``, as someone with write access could."""
-    rec_path = d / "06_accept_or_rollback.json"
-    rec = json.loads(rec_path.read_text())
-    rec["files"]["receipt.json"] = sha256_file(d / "receipt.json")
-    rec_path.write_text(json.dumps(rec, indent=2))
-    manifest = json.loads((d / "manifest.json").read_text())
-    manifest["outputs"]["records"][rec_path.name] = sha256_file(rec_path)
-    (d / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    marker = json.loads((d / "_SUCCESS").read_text())
-    marker["files"] = {k: sha256_file(d / k) for k in marker["files"]}
-    (d / "_SUCCESS").write_text(json.dumps(marker, indent=2))
 
 
 def test_training_demo_moves_its_checkpoint(make_params) -> None:

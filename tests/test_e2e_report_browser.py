@@ -5,7 +5,6 @@ as root it needs ``--no-sandbox``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -16,11 +15,11 @@ import pytest
 
 from runbook_lib import report
 from runbook_lib.cli import main as cli_main
-from runbook_lib.manifest import sha256_file
 from runbook_lib.runner import run_migration
 from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
+from .conftest import reseal as reseal_run
 
 pytestmark = pytest.mark.e2e
 
@@ -80,12 +79,7 @@ def _with_hostile_output(run: Path, dest: Path, *, reseal: bool) -> Path:
     cell.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": HOSTILE, "text/plain": "x"}))
     nbformat.write(nb, nb_path)
     if reseal:
-        manifest = json.loads((dest / "manifest.json").read_text())
-        manifest["outputs"]["notebooks"][nb_path.name] = sha256_file(nb_path)
-        (dest / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        marker = json.loads((dest / "_SUCCESS").read_text())
-        marker["files"] = {k: sha256_file(dest / k) for k in marker["files"]}
-        (dest / "_SUCCESS").write_text(json.dumps(marker, indent=2))
+        reseal_run(dest)
     return dest
 
 
