@@ -16,6 +16,13 @@ HOURS_PER_MONTH = 730.0
 BYTES_PER_GB = 1e9
 
 
+def _json_ready(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with an infinite USD per accepted unit (nothing accepted) as None: JSON has no inf."""
+    if not math.isfinite(d["usd_per_accepted_unit"]):
+        d["usd_per_accepted_unit"] = None
+    return d
+
+
 @dataclass(frozen=True)
 class CostBreakdown:
     """USD amounts of one side over one measurement window.
@@ -38,10 +45,7 @@ class CostBreakdown:
     usd_per_accepted_unit: float
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if not math.isfinite(d["usd_per_accepted_unit"]):
-            d["usd_per_accepted_unit"] = None
-        return d
+        return _json_ready(asdict(self))
 
 
 def breakdown(*, price_usd_per_hour: float, billed_s: float, instances: int, accepted_units: int,
@@ -160,10 +164,7 @@ class TrafficCost:
     usd_per_accepted_unit: float
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if not math.isfinite(d["usd_per_accepted_unit"]):
-            d["usd_per_accepted_unit"] = None
-        return d
+        return _json_ready(asdict(self))
 
 
 def at_traffic(*, traffic_per_s: float, capacity_per_s: float, workers: int, warm_workers: int,
