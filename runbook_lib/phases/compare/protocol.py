@@ -46,8 +46,6 @@ from runbook_lib.workload import make_workload
 ROUND_PATTERN = ("source", "target", "target", "source")
 
 
-
-
 AFFECTS: dict[str, tuple[str, ...]] = {
     "cold_start": ("cold_start_ratio",),
     "warmup": (),
