@@ -38,7 +38,7 @@ rehearse: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check runbook_lib tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -m "not e2e or smoke"
+	$(PY) -m pytest -q -m "not e2e or smoke" -n 2 --dist loadfile
 
 $(VASTAI_STAMP):
 	$(PYTHON) -m venv .venv-vastai
