@@ -9,12 +9,23 @@ STAMP := $(VENV)/.installed
 VASTAI_STAMP := .venv-vastai/.installed
 RUNPOD_STAMP := .venv-runpod/.installed
 
-.PHONY: demo demo-train demo-s3 rehearse test test-e2e browser bench soak clean
+.PHONY: demo demo-train demo-s3 rehearse test test-e2e browser bench soak clean lab strip-filter
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@$(MAKE) --no-print-directory strip-filter
 	touch $(STAMP)
+
+# In a git checkout, notebooks are staged without outputs (nbstripout as a git clean filter, cell
+# ids kept; .gitattributes names the notebooks): running and saving one in JupyterLab never puts
+# outputs into a commit, and `git diff` shows code changes only.
+strip-filter:
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+		git config filter.nbstripout.clean '"$(CURDIR)/$(PY)" -m nbstripout --keep-id' && \
+		git config filter.nbstripout.smudge cat && \
+		git config filter.nbstripout.required true && \
+		git config diff.ipynb.textconv '"$(CURDIR)/$(PY)" -m nbstripout --keep-id -t'; fi
 
 demo: $(STAMP)
 	$(VENV)/bin/runbook run params/demo.yaml

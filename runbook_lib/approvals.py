@@ -1,7 +1,8 @@
 """Approval records: who approved which plan (by fingerprint), when, and how.
 
 Nothing blocks waiting for a click in a headless run. Interactively a widget button writes the
-record (:func:`approval_widget`, in a cell tagged ``skip-execution``); headlessly the record
+record (:func:`approval_widget`; the kernel handles the click between cells, and the next cell
+finds the record); headlessly the same cell shows what will approve the plan, and the record
 comes from params (``approvals.preapproved_local`` for the embedded local provider) or from an
 approval file. A missing or mismatched record raises :class:`ApprovalRequired` (HOLD).
 """
@@ -155,21 +156,98 @@ def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: st
     return body
 
 
-def approval_widget(plan: Any, *, run_dir: str | Path) -> Any:  # pragma: no cover - needs a frontend
-    """An Approve button for interactive use; a click writes the approval record.
+def standing(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str = "",
+             preapproved_simulator: bool = False) -> str:
+    """What approves ``plan`` right now, as one line of text, without writing anything: an
+    existing record (who, when, how), the params pre-approval that :func:`require` will record,
+    an approval file that lists it, or what is missing and how to give it. The same order as
+    :func:`require`."""
+    summary = f"{plan.action} {plan.target!r} on {plan.provider!r} (plan {plan.fingerprint[:16]})"
+    existing = _record_dir(run_dir) / f"{plan.fingerprint[:16]}.json"
+    if existing.exists():
+        a = json.loads(existing.read_text())["approval"]
+        if a["fingerprint"] == plan.fingerprint:
+            return f"Approved: {summary} by {a['approved_by']} at {a['approved_at']} ({a['method']})."
+    if preapproved_local and plan.provider == "local":
+        return f"Approved by params: {summary} (approvals.preapproved_local, the embedded local provider)."
+    if preapproved_simulator and plan.provider != "local":
+        return (f"Approved by params if the {plan.provider} API says it is a loopback simulator: {summary} "
+                "(approvals.preapproved_simulator; a real API never says so).")
+    if approval_file and Path(approval_file).exists():
+        body = json.loads(Path(approval_file).read_text())
+        if plan.fingerprint in body.get("fingerprints", []):
+            return (f"Approved by file {Path(approval_file).name}: {summary} by {body.get('approved_by', '?')} "
+                    f"at {body.get('approved_at', '?')}.")
+    return (f"Awaiting approval: {summary}. Nothing is created until a person approves: click Approve in "
+            f"JupyterLab, or run `runbook approve reports/{Path(run_dir).name} --by NAME` and pass the file it "
+            "writes as approvals.approval_file (or --approval-file). Without one, applying the plan stops the "
+            "phase with HOLD.")
 
-    Tag the cell that calls this ``skip-execution`` so headless runs never wait on it.
+
+class ApprovalPanel:
+    """The approval cell's output (interactive and headless alike).
+
+    Shown as static text (``text/plain`` and ``text/html``) saying what approves the plan
+    (:func:`standing`). In an interactive session with no approval yet, it also shows an Approve
+    button; a click writes the approval record (method ``widget``, the session's user) and
+    replaces the whole output with static text naming who approved and when, so a saved or
+    exported notebook says so without any widget or script. A headless run shows the text only.
     """
-    import ipywidgets as widgets
 
-    button = widgets.Button(description=f"Approve {plan.action} {plan.target}", button_style="warning")
-    out = widgets.Output()
+    def __init__(self, plan: Any, *, run_dir: str | Path, interactive: bool, text: str) -> None:
+        self.plan, self.run_dir, self.interactive, self.text = plan, Path(run_dir), interactive, text
+        self.approval: Approval | None = None
 
-    def _on_click(_: Any) -> None:
-        a = Approval(plan.fingerprint, getpass.getuser(), utc_now(), "widget")
-        path = record(run_dir, a, plan)
-        with out:
-            print(f"approved: {path}")
+    @staticmethod
+    def static_forms(text: str) -> dict[str, str]:
+        """``text/plain`` and ``text/html`` forms of ``text`` (escaped; the state before the first
+        colon in bold, marked green when approved, amber otherwise)."""
+        import html
 
-    button.on_click(_on_click)
-    return widgets.VBox([button, out])
+        state = text.split(":", 1)[0]
+        colour = {"Approved": "#1a7f37", "Approved by params": "#1a7f37"}.get(state, "#9a6700")
+        return {"text/plain": text,
+                "text/html": f'<p style="border-left:4px solid {colour};padding-left:8px"><b>{html.escape(state)}'
+                             f"</b>:{html.escape(text.split(':', 1)[1]) if ':' in text else ''}</p>"}
+
+    def click(self, by: str | None = None) -> Path:
+        """What the Approve button does: write the approval record; returns its path."""
+        self.approval = Approval(self.plan.fingerprint, by or getpass.getuser(), utc_now(), "widget")
+        path = record(self.run_dir, self.approval, self.plan)
+        self.text = (f"Approved: {self.plan.action} {self.plan.target!r} on {self.plan.provider!r} (plan "
+                     f"{self.plan.fingerprint[:16]}) by {self.approval.approved_by} at {self.approval.approved_at} "
+                     f"(widget click; record approvals/{path.name}).")
+        return path
+
+    def _ipython_display_(self) -> None:  # pragma: no cover - needs a kernel with a frontend
+        from IPython.display import DisplayHandle
+
+        handle = DisplayHandle()
+        if not self.interactive or not self.text.startswith("Awaiting approval"):
+            handle.display(self.static_forms(self.text), raw=True)
+            return
+        import ipywidgets as widgets
+
+        button = widgets.Button(description=f"Approve {self.plan.action} {self.plan.target}", button_style="warning",
+                                tooltip=f"plan {self.plan.fingerprint}")
+
+        def _on_click(_: Any) -> None:
+            self.click()
+            handle.update(self.static_forms(self.text), raw=True)  # the panel gives way to static text
+
+        button.on_click(_on_click)
+        static = self.static_forms(self.text)
+        panel = widgets.VBox([widgets.HTML(static["text/html"]), button])
+        # Where widgets render (JupyterLab) the panel shows; elsewhere (a saved notebook without
+        # widget state, an HTML export) the same text shows from the static forms.
+        handle.display({**(panel._repr_mimebundle_() or {}), **static}, raw=True)
+
+
+def approval_widget(plan: Any, *, run_dir: str | Path, interactive: bool = True, preapproved_local: bool = False,
+                    approval_file: str = "", preapproved_simulator: bool = False) -> ApprovalPanel:
+    """The approval cell's output for ``plan``: an :class:`ApprovalPanel` holding
+    :func:`standing`'s text, with an Approve button when ``interactive`` and nothing approves the
+    plan yet."""
+    return ApprovalPanel(plan, run_dir=run_dir, interactive=interactive,
+                         text=standing(plan, run_dir=run_dir, preapproved_local=preapproved_local,
+                                       approval_file=approval_file, preapproved_simulator=preapproved_simulator))

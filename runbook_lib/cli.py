@@ -66,7 +66,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_phase(args: argparse.Namespace) -> int:
     """One phase into a run, through the same path as ``runbook run`` (scan, stamp, record)."""
     from runbook_lib.errors import EXIT_HOLD
-    from runbook_lib.layout import NOTEBOOKS_DIR
     from runbook_lib.manifest import phase_name
     from runbook_lib.rundir import KEPT_PARAMS, RunDir
     from runbook_lib.runner import environment_ok, preflight, run_phase
@@ -76,8 +75,8 @@ def _cmd_phase(args: argparse.Namespace) -> int:
         run = RunDir.create(args.params, path=run_dir)
     else:
         run = RunDir.open(run_dir.resolve(), args.params)
-    nb_dir = Path(args.notebooks).resolve() if args.notebooks else run.project / NOTEBOOKS_DIR
-    preflight(run.mig, nb_dir)
+    nb_dir = Path(args.notebooks).resolve() if args.notebooks else None
+    preflight(run.mig, run.project, nb_dir)
     _use_fixtures(args)
     environment_ok()
     out = run_phase(run, args.phase, notebooks_dir=nb_dir, approval_ref=args.approval_file or "",
@@ -313,6 +312,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_init(args: argparse.Namespace) -> int:
+    """Copy the packaged notebooks and example params into a directory to edit them."""
+    from runbook_lib.phase_notebooks import init_project
+
+    target = Path(args.dir)
+    written = init_project(target)
+    print(f"wrote {len(written)} files under {target}: notebooks/ (the six phase notebooks, run instead of the "
+          f"packaged ones for params under {target / 'params'}) and params/ (examples).\n"
+          f"next: runbook run {target / 'params' / 'demo.yaml'}   or   "
+          f"jupyter lab --ServerApp.root_dir={target} (open notebooks/)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="runbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -320,10 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("params", help="migration YAML, e.g. params/demo.yaml")
     r.add_argument("--reports", default="reports", help="directory for run directories (default: reports)")
     r.add_argument("--approval-file", help="JSON approval record for plans on remote providers")
-    r.add_argument("--notebooks", help="phase notebooks directory (default: <project>/notebooks)")
+    r.add_argument("--notebooks", help="phase notebooks directory holding all six (default, per phase: "
+                                       "<project>/notebooks/ if it has that phase's notebook, else the packaged one)")
     r.add_argument("--provider-fixtures", action="store_true",
                    help="test option: Runpod and Vast.ai answer from recorded-shape fixtures (no network, no key)")
     r.set_defaults(func=_cmd_run)
+    it = sub.add_parser("init", help="copy the packaged phase notebooks and example params into DIR, to edit them "
+                                     "(refuses to overwrite anything)")
+    it.add_argument("dir")
+    it.set_defaults(func=_cmd_init)
     p = sub.add_parser("phase", help="run one phase notebook into an existing run directory")
     p.add_argument("phase", choices=["01", "02", "03", "04", "05", "06"])
     p.add_argument("params")

@@ -12,14 +12,16 @@ STATE_DIR = ".runbook"  # provider state under the project root: .runbook/<provi
 
 
 def project_root(params_path: str | Path) -> Path:
-    """The project a params file belongs to: the nearest ancestor holding ``pyproject.toml``;
-    else the parent of a ``params/`` directory; else the file's directory. ``reports/``,
-    ``notebooks/`` and ``.runbook/`` resolve against it."""
+    """The project a params file belongs to: the parent of the ``params/`` directory holding it
+    (the layout ``runbook init`` writes); else the nearest ancestor holding ``pyproject.toml``;
+    else the file's directory. ``reports/``, ``notebooks/`` and ``.runbook/`` resolve against it."""
     p = Path(params_path).resolve()
+    if p.parent.name == "params":
+        return p.parent.parent
     for d in p.parents:
         if (d / "pyproject.toml").exists():
             return d
-    return p.parent.parent if p.parent.name == "params" else p.parent
+    return p.parent
 
 
 def params_sha256(path: str | Path) -> str:

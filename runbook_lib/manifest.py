@@ -30,6 +30,16 @@ PHASES: tuple[tuple[str, str], ...] = (
 )
 """Phase ids and names, in order; notebook ``NN_<name>.ipynb`` and record ``NN_<name>.json``."""
 
+PHASE_PLOTS: dict[str, tuple[str, ...]] = {
+    "04": ("04/latency_cdf.png", "04/throughput.png", "04/cost.png"),
+}
+"""The plots each phase writes (paths in the run) and must show in its executed notebook, each as
+an ``image/png`` output whose metadata names it (``PLOT_METADATA_KEY``); the runner fails a phase
+whose notebook lacks one (:func:`runbook_lib.runner.missing_plots`)."""
+
+PLOT_METADATA_KEY = "runbook_plot"
+"""Key in an image output's ``image/png`` metadata naming the plot file it shows."""
+
 COMPLETION_MARKER = "_SUCCESS"
 GENESIS = "0" * 64  # prev_sha256 of the first record
 

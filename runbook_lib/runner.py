@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,13 +28,13 @@ from runbook_lib.errors import (
     EvidenceError,
     ParamsError,
     PhaseFailed,
-    UsageError,
     WorkloadError,
 )
 from runbook_lib.interrupt import Interrupts, exit_code
-from runbook_lib.layout import NOTEBOOKS_DIR, REPORTS_DIR, project_root
-from runbook_lib.manifest import PHASES, phase_name
+from runbook_lib.layout import REPORTS_DIR, project_root
+from runbook_lib.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
 from runbook_lib.params import Migration, load_params
+from runbook_lib.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
 from runbook_lib.phases import leak_message, scan_phase
 from runbook_lib.rundir import RunDir
 from runbook_lib.seal import seal_run
@@ -64,6 +65,7 @@ class PhaseOutcome:
     verdicts: list[str] = field(default_factory=list)
     stop: bool = False
     dry_run: bool = False
+    notebook_source: dict[str, Any] | None = None  # NotebookSource.to_dict(): which notebook ran it
 
 
 @dataclass
@@ -96,8 +98,8 @@ def _stamp(output: Path, *, status: str, cell_index: int, ename: str, evalue: st
     if not output.exists():
         return
     nb = nbformat.read(output, as_version=4)
-    nb.metadata["runbook"] = {"status": status, "failed_cell_index": cell_index, "ename": ename,
-                              "evalue": evalue, "stamped_at": utc_now()}
+    nb.metadata.setdefault("runbook", {}).update(status=status, failed_cell_index=cell_index, ename=ename,
+                                                 evalue=evalue, stamped_at=utc_now())
     cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.get("metadata", {}).get("tags", [])]
     for i, cell in enumerate(cells):  # indices as executed: papermill's error banners are not counted
         pm = cell.get("metadata", {}).get("papermill")
@@ -110,15 +112,21 @@ def _stamp(output: Path, *, status: str, cell_index: int, ename: str, evalue: st
     nbformat.write(nb, output)
 
 
-def scrub_paths(nb_path: Path, root: Path) -> None:
+def scrub_paths(nb_path: Path, root: Path, source: NotebookSource | None = None) -> None:
     """Make the paths papermill writes into an executed notebook's metadata (parameters, input and
-    output paths) relative to the project, so reports do not carry usernames or home directories."""
+    output paths) relative to the project, so reports do not carry usernames or home directories;
+    with ``source``, record which notebook ran (``metadata.runbook.notebook_source``) and name it as
+    papermill's input path."""
     import nbformat
 
     if not nb_path.exists():
         return
     nb = nbformat.read(nb_path, as_version=4)
     meta = nb.metadata.get("papermill", {})
+    if source is not None:
+        shown = source.to_dict(root)
+        nb.metadata.setdefault("runbook", {})["notebook_source"] = shown
+        meta["input_path"] = shown["path"]
 
     def rel(v: Any) -> Any:
         if isinstance(v, str) and Path(v).is_absolute() and Path(v).is_relative_to(root):  # not /root2 under /root
@@ -136,12 +144,51 @@ def scrub_paths(nb_path: Path, root: Path) -> None:
     nbformat.write(nb, nb_path)
 
 
+def plots_shown(nb_path: Path) -> list[str]:
+    """The plots an executed notebook shows: for each ``image/png`` output, the plot named in its
+    metadata (:data:`runbook_lib.manifest.PLOT_METADATA_KEY`), or ``"<unnamed>"``; in order."""
+    import nbformat
+
+    nb = nbformat.read(nb_path, as_version=4)
+    return [str((o.get("metadata", {}).get("image/png") or {}).get(PLOT_METADATA_KEY, "<unnamed>"))
+            for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if "image/png" in o.get("data", {})]
+
+
+def missing_plots(phase: str, nb_path: Path) -> list[str]:
+    """The plots :data:`runbook_lib.manifest.PHASE_PLOTS` expects ``phase`` to show that its
+    executed notebook does not show (an edited notebook that stopped displaying them, or a display
+    path that depends on the kernel's plotting backend)."""
+    shown = set(plots_shown(nb_path)) if nb_path.exists() else set()
+    return [p for p in PHASE_PLOTS.get(phase, ()) if p not in shown]
+
+
+def cleared(path: Path) -> Any:
+    """The notebook at ``path`` as an ``nbformat`` node with no outputs, execution counts or saved
+    widget state: a copy saved in JupyterLab after running cells executes exactly as a clean one,
+    and no output of an earlier session (a stale approval button) reaches the executed report."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
 def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: int,
-                  notebooks_dir: Path, approval_ref: str = "", interrupts: Interrupts | None = None,
-                  cwd: Path | None = None) -> Path:
-    """Run one phase notebook into ``run_dir/NN_<phase>.ipynb``.
+                  notebooks_dir: Path | None = None, approval_ref: str = "", interrupts: Interrupts | None = None,
+                  cwd: Path | None = None, source: NotebookSource | None = None) -> Path:
+    """Run one phase notebook into ``run_dir/NN_<phase>.ipynb``, from its outputs-cleared copy
+    (:func:`cleared`).
 
     Args:
+        notebooks_dir: a directory holding the phase notebook (``--notebooks``); None: the
+            project's ``notebooks/`` copy if it has one, else the packaged one
+            (:func:`runbook_lib.phase_notebooks.phase_notebook`).
+        cwd: the kernel's working directory and the project (default: the params file's project).
+        source: the notebook, already resolved (overrides ``notebooks_dir``).
         interrupts: the run's signal handler; when it has seen SIGINT/SIGTERM, a failure of the
             phase is reported as ``Interrupted`` (ename) and the notebook stamped ``interrupted``.
 
@@ -149,12 +196,17 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
         PhaseFailed: a cell raised, timed out, the kernel died, or the run was interrupted (the
             notebook is kept and stamped; the message names notebook, cell, error name and value).
     """
+    import nbformat
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     name = phase_name(phase)
-    src = notebooks_dir / f"{name}.ipynb"
+    project = cwd or project_root(params_path)
+    source = source or phase_notebook(phase, project=project, given=notebooks_dir)
     out = run_dir / f"{name}.ipynb"
+    staging = tempfile.TemporaryDirectory(prefix="runbook-nb-")
+    src = Path(staging.name) / f"{name}.ipynb"
+    nbformat.write(cleared(source.path), src)
     params = {"params_path": str(params_path), "run_dir": str(run_dir), "run_mode": "headless",
               "approval_ref": approval_ref}
 
@@ -167,7 +219,7 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
     try:
         pm.execute_notebook(
             str(src), str(out), parameters=params, kernel_name=KERNEL_NAME,
-            cwd=str(cwd or params_path.parent),
+            cwd=str(project),
             progress_bar=False, log_output=False, execution_timeout=cell_timeout_s, interrupt_on_timeout=True,
             # The kernel listens on 127.0.0.1 only (jupyter_client's default); its start-up warning
             # about unencrypted TCP would otherwise be printed once per phase. Errors still show.
@@ -205,10 +257,12 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
         _stamp(out, status=status, cell_index=idx, ename=ename, evalue=evalue)
         raise PhaseFailed(f"phase {phase} {status} in {out.name}, cell {idx}: {ename}: {evalue}",
                           phase=phase, notebook=str(out), cell_index=idx, ename=ename) from None
+    finally:
+        staging.cleanup()
     return out
 
 
-def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path, approval_ref: str = "",
+def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, approval_ref: str = "",
               cell_timeout_s: int | None = None, interrupts: Interrupts | None = None,
               scans: list[dict[str, Any]] | None = None) -> PhaseOutcome:
     """The one way a phase runs headlessly (``runbook run`` and ``runbook phase`` alike): execute its
@@ -217,6 +271,8 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path, approval_ref: str
 
     Args:
         run: the run, opened or created (:class:`runbook_lib.rundir.RunDir`).
+        notebooks_dir: ``--notebooks DIR``; None: the project's copy of the phase notebook if it has
+            one, else the packaged one. Which ran is recorded in the outcome and the notebook.
         cell_timeout_s: per-cell limit, seconds (default ``run.cell_timeout_s`` from params).
         scans: the run's list of scan summaries; this phase's is appended.
 
@@ -226,15 +282,16 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path, approval_ref: str
     """
     t0 = time.perf_counter()
     started = utc_now()
+    source = phase_notebook(phase, project=run.project, given=notebooks_dir)
+    shown = source.to_dict(run.project)
     try:
         try:
             execute_phase(phase, run.params_path, run.path, cell_timeout_s=cell_timeout_s or run.mig.run.cell_timeout_s,
-                          notebooks_dir=notebooks_dir, approval_ref=approval_ref, interrupts=interrupts,
-                          cwd=run.project)
+                          approval_ref=approval_ref, interrupts=interrupts, cwd=run.project, source=source)
         finally:
             if interrupts is not None:
                 interrupts.phase_ended()
-            scrub_paths(run.path / f"{phase_name(phase)}.ipynb", run.project)
+            scrub_paths(run.path / f"{phase_name(phase)}.ipynb", run.project, source)
             scan = scan_phase(run, phase)
             if scans is not None:
                 scans.append(scan)
@@ -242,21 +299,33 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path, approval_ref: str
             raise PhaseFailed(leak_message(scan), phase=phase, notebook=str(run.path / f"{phase_name(phase)}.ipynb"),
                               ename="SecretLeak")
         rec = run.records().get(phase)
+        nb_out = run.path / f"{phase_name(phase)}.ipynb"
         if rec is None:
-            raise PhaseFailed(f"phase {phase} ran but wrote no record", phase=phase,
-                              notebook=str(run.path / f"{phase_name(phase)}.ipynb"))
+            raise PhaseFailed(f"phase {phase} ran but wrote no record", phase=phase, notebook=str(nb_out))
+        missing = missing_plots(phase, nb_out)
+        if missing:
+            expected = PHASE_PLOTS[phase]
+            raise PhaseFailed(
+                f"phase {phase} finished, but its executed notebook {nb_out.name} does not show "
+                f"{', '.join(missing)} ({len(expected) - len(missing)} of the {len(expected)} expected plots shown: "
+                f"{', '.join(plots_shown(nb_out)) or 'none'}); the evidence would be incomplete. The plot files are "
+                f"{'in the run' if all((run.path / m).exists() for m in missing) else 'not all written'}; "
+                f"check that the notebook ({shown['path']}) still displays the phase's result.",
+                phase=phase, notebook=str(nb_out), ename="MissingPlot")
         return PhaseOutcome(phase, "completed", time.perf_counter() - t0,
                             verdicts=[g["verdict"] for g in rec.data.get("gates", [])],
                             stop=bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration")),
-                            dry_run=bool(rec.data.get("dry_run")))
+                            dry_run=bool(rec.data.get("dry_run")), notebook_source=shown)
     except (PhaseFailed, EvidenceError) as exc:
         ename = getattr(exc, "ename", "")
         status = "interrupted" if ename == INTERRUPTED else "held" if ename == "ApprovalRequired" else "failed"
         nb = getattr(exc, "notebook", "")
-        out = PhaseOutcome(phase, status, time.perf_counter() - t0, str(exc), stop=status == "held")
+        out = PhaseOutcome(phase, status, time.perf_counter() - t0, str(exc), stop=status == "held",
+                           notebook_source=shown)
         files = [Path(nb).name] if nb and Path(nb).exists() else []
         data: dict[str, Any] = {"error": str(exc), "notebook": Path(nb).name if nb else None,
-                                "cell_index": getattr(exc, "cell_index", -1), "ename": ename}
+                                "cell_index": getattr(exc, "cell_index", -1), "ename": ename,
+                                "notebook_source": shown}
         if status == "interrupted" and interrupts is not None:
             data.update(signal=interrupts.name, signal_received_at=interrupts.received_at)
         try:
@@ -266,11 +335,14 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path, approval_ref: str
         return out
 
 
-def preflight(mig: Migration, notebooks_dir: Path) -> None:
+def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) -> list[NotebookSource]:
     """Checks that need no resources, before a run directory exists.
 
+    Returns:
+        The notebook each phase will run (project copy, ``notebooks_dir``, or packaged).
+
     Raises:
-        UsageError: the phase notebooks are not where the project layout puts them.
+        UsageError: ``notebooks_dir`` lacks a phase notebook, or one is not a readable notebook.
         ParamsError: ``workload.entry_point`` cannot be imported.
     """
     try:
@@ -278,11 +350,7 @@ def preflight(mig: Migration, notebooks_dir: Path) -> None:
     except WorkloadError as exc:
         raise ParamsError(f"workload.entry_point: {exc}; nothing was run", field="workload.entry_point",
                           value=mig.workload.entry_point) from None
-    missing = [f"{phase_name(p)}.ipynb" for p, _ in PHASES if not (notebooks_dir / f"{phase_name(p)}.ipynb").exists()]
-    if missing:
-        raise UsageError(f"phase notebooks {missing} not found in {notebooks_dir}. Keep params files in the "
-                         "project's params/ directory (the project root is found from the params file), or pass "
-                         "--notebooks DIR.")
+    return phase_notebooks(project=project, given=notebooks_dir)
 
 
 def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_DIR, approval_ref: str = "",
@@ -293,7 +361,8 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
         params_path: migration YAML (validated before anything runs).
         reports_dir: where ``<run_id>/`` is created.
         approval_ref: approval file for plans on non-preapproved providers.
-        notebooks_dir: phase notebooks (default: ``notebooks/`` next to ``params/``).
+        notebooks_dir: phase notebooks (default, per phase: the project's ``notebooks/`` copy if
+            it has one, else the packaged notebook).
         echo: progress line sink (default: a tqdm bar's ``write``).
 
     Returns:
@@ -309,8 +378,8 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
     params = Path(params_path).resolve()
     mig = load_params(params)
     root = project_root(params)
-    nb_dir = Path(notebooks_dir).resolve() if notebooks_dir else root / NOTEBOOKS_DIR
-    preflight(mig, nb_dir)
+    nb_dir = Path(notebooks_dir).resolve() if notebooks_dir else None
+    sources = preflight(mig, root, nb_dir)
     run = RunDir.create(params, reports_dir=reports_dir)
     run_dir = run.path
     outcomes: list[PhaseOutcome] = []
@@ -320,6 +389,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
                disable=not sys.stderr.isatty())
     say = echo or bar.write
     say(f"run {run_dir.name}: {mig.source.release}  ->  {mig.target.release}")
+    say(f"notebooks: {notebooks_line(sources)}")
     with Interrupts() as intr:
         for pid, name in PHASES:
             if intr.signum or (pid != "06" and (failed or stopped or (dry and pid in ("04", "05")))):
@@ -359,6 +429,24 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
     seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed,
              extra={"secret_scans": scans})
     return RunResult(run_dir, decision, exit_code, outcomes, reasons)
+
+
+def notebooks_line(sources: list[NotebookSource]) -> str:
+    """One line saying which notebooks run the phases, e.g. ``packaged (all six)`` or
+    ``project notebooks/: 01 02 03 05 06 (same cells as packaged), 04 (edited)``."""
+    if all(s.origin == "packaged" for s in sources):
+        return "packaged (all six)"
+    parts = []
+    for origin in ("project", "given"):
+        mine = [s for s in sources if s.origin == origin]
+        if mine:
+            same = [s.phase for s in mine if s.same_as_packaged]
+            edited = [s.phase for s in mine if not s.same_as_packaged]
+            where = f"project {mine[0].path.parent.name}/" if origin == "project" else f"--notebooks {mine[0].path.parent}"
+            parts.append(f"{where}: " + ", ".join(x for x in (" ".join(same) + " (same cells as packaged)" if same else "",
+                                                              " ".join(edited) + " (edited)" if edited else "") if x))
+    rest = [s.phase for s in sources if s.origin == "packaged"]
+    return "; ".join(parts) + (f"; packaged: {' '.join(rest)}" if rest else "")
 
 
 def _interrupted(intr: Interrupts, run_dir: Path, mig: Migration, params: Path, outcomes: list[PhaseOutcome],

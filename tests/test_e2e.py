@@ -39,8 +39,8 @@ FAST_TRAINING = {"workload": {"train_steps": 60}, "measure": {"rounds": 4}, "gat
 
 
 def _run(params: Path) -> RunResult:
-    return run_migration(params, reports_dir=params.parent.parent / "reports", notebooks_dir=ROOT / "notebooks",
-                         echo=print)
+    # No notebooks directory: the params' project has none, so the packaged notebooks run.
+    return run_migration(params, reports_dir=params.parent.parent / "reports", echo=print)
 
 
 def _receipt(res: RunResult) -> dict:
@@ -74,6 +74,7 @@ def _no_canary_anywhere(root: Path) -> None:
 @pytest.mark.smoke
 def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HF_TOKEN", CANARY_ENV)  # the demo names env:HF_TOKEN; pods get it injected
+    monkeypatch.setenv("MPLBACKEND", "template")  # a plotting backend that shows nothing: the plots still show
     (tmp_path / "registry-token").write_text(CANARY_FILE + "\n")
     secrets = [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"},
                {"name": "REGISTRY_TOKEN", "ref": f"file:{tmp_path / 'registry-token'}"}]
@@ -137,6 +138,12 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     _gone(res)
     m = json.loads((d / "manifest.json").read_text())
     assert m["params_sha256"] == sha256_file(d / "params.yaml") and m["runtime"]["torch"] == "2.13.0+cpu"
+    for pid, phase in enumerate(m["phases"], start=1):  # which notebook ran each phase: the packaged one
+        src = phase["notebook_source"]
+        name = Path(src["path"]).name
+        assert (src["origin"], src["same_as_packaged"]) == ("packaged", True) and name.startswith(f"0{pid}_")
+        assert src["sha256"] == sha256_file(ROOT / "notebooks" / name)
+        assert nbformat.read(d / name, as_version=4).metadata.runbook["notebook_source"] == src
     marker = json.loads((d / "_SUCCESS").read_text())
     assert marker["files"]["receipt.json"] == sha256_file(d / "receipt.json")
     assert (d / "_SUCCESS").stat().st_mtime >= max(p.stat().st_mtime for p in d.rglob("*") if p.is_file())
@@ -423,6 +430,33 @@ def test_slower_target_is_no_go_naming_the_latency_gate(make_params) -> None:
     assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
     assert any(r.startswith("latency_p95_ratio FAIL (phase 04)") for r in res.reasons)
     assert [o.status for o in res.outcomes][4] == "skipped"  # no cutover onto a slower target
+    _gone(res)
+
+
+def test_an_edited_project_notebook_runs_and_fails_its_phase_when_it_drops_the_plots(
+        make_params, tmp_path: Path) -> None:
+    # `runbook init` copies the notebooks into the project; phase 04's copy is edited so that it
+    # no longer displays the judged result (and with it the three plots). The runner runs the
+    # edited copy, records it as such, and fails the phase naming every missing plot.
+    assert cli_main(["init", str(tmp_path)]) == 0
+    nb_path = tmp_path / "notebooks" / "04_compare_production.ipynb"
+    nb = nbformat.read(nb_path, as_version=4)
+    (cell,) = [c for c in nb.cells if "compare.evaluate(" in c.source]
+    cell.source = cell.source.replace("display(result)", "display(result.measurement)")
+    nbformat.write(nb, nb_path)
+    p = make_params("demo.yaml", **{**FAST_INFERENCE, "drills": {"run": [], "blocking": []}})
+    res = _run(p)
+    assert res.exit_code == EXIT_FAILED
+    o4 = res.outcomes[3]
+    assert o4.status == "failed" and "04/latency_cdf.png, 04/throughput.png, 04/cost.png" in o4.reason
+    assert "0 of the 3 expected plots shown" in o4.reason
+    assert (o4.notebook_source["origin"], o4.notebook_source["same_as_packaged"]) == ("project", False)
+    assert o4.notebook_source["path"] == "notebooks/04_compare_production.ipynb"
+    assert o4.notebook_source["sha256"] == sha256_file(nb_path)
+    rec = json.loads((res.run_dir / "04_compare_production.json").read_text())
+    assert rec["status"] == "failed" and rec["data"]["ename"] == "MissingPlot"
+    assert [o.notebook_source["same_as_packaged"] for o in res.outcomes if o.notebook_source] == \
+        [True, True, True, False, True]  # 05 skipped; 06 decided and tore down
     _gone(res)
 
 

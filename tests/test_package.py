@@ -1,8 +1,11 @@
-"""Package hygiene: a light import; notebooks that are thin, structured alike and without outputs.
+"""Package hygiene: a light import; notebooks that are thin, structured alike and committed without
+outputs.
 
 The ``.ipynb`` files are the notebooks' source (edited in JupyterLab); this test holds their shape:
 the parameters cell holds references only, and every other code cell makes exactly one call into
-``runbook_lib.phases`` and displays what it returned."""
+``runbook_lib.phases`` and displays what it returned. A notebook saved in JupyterLab after running
+(outputs, execution counts, widget state, kernel metadata) keeps that shape; only the committed
+(staged) copy must be output-free, which the nbstripout git filter (``make strip-filter``) does."""
 
 from __future__ import annotations
 
@@ -66,9 +69,13 @@ def cell_shape(source: str, phase_names: set[str]) -> str:
 
 
 def test_every_code_cell_is_one_phases_call_and_its_display() -> None:
-    assert sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")) == [f"{phase_name(p)}.ipynb" for p, _ in PHASES]
+    _check_shapes(ROOT / "notebooks")
+
+
+def _check_shapes(nb_dir) -> None:
+    assert sorted(p.name for p in nb_dir.glob("*.ipynb")) == [f"{phase_name(p)}.ipynb" for p, _ in PHASES]
     for pid, _ in PHASES:
-        nb = nbformat.read(ROOT / "notebooks" / f"{phase_name(pid)}.ipynb", as_version=4)
+        nb = nbformat.read(nb_dir / f"{phase_name(pid)}.ipynb", as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert "parameters" in code[0].metadata.get("tags", []), f"{pid}: first code cell is the parameters cell"
         names: set[str] = set()
@@ -81,8 +88,42 @@ def test_every_code_cell_is_one_phases_call_and_its_display() -> None:
         for i, cell in enumerate(code[1:], start=1):
             assert cell_shape(cell.source, names) == "ok", f"{phase_name(pid)} code cell {i}: " \
                 f"{cell_shape(cell.source, names)}\n{cell.source}"
+
+
+def _committed(name: str) -> bytes:
+    """The notebook as staged in git (``git show :notebooks/NAME``); the working file outside a checkout."""
+    path = f"notebooks/{name}"
+    got = subprocess.run(["git", "show", f":{path}"], cwd=ROOT, capture_output=True)
+    return got.stdout if got.returncode == 0 else (ROOT / path).read_bytes()
+
+
+def test_committed_notebooks_carry_no_outputs() -> None:
+    for pid, _ in PHASES:
+        nb = nbformat.reads(_committed(f"{phase_name(pid)}.ipynb").decode(), as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), \
-            f"{phase_name(pid)} was saved with outputs; clear them before committing"
+            f"{phase_name(pid)} is staged with outputs: run `make strip-filter` (git then strips them on add) " \
+            f"and `git add notebooks/{phase_name(pid)}.ipynb` again"
+        assert "widgets" not in nb.metadata, f"{phase_name(pid)} is staged with widget state"
+
+
+def test_a_notebook_saved_after_running_keeps_its_shape(tmp_path) -> None:
+    # What JupyterLab writes on save after running cells: outputs, counts, widget state, kernel
+    # metadata. The shape checks read such a copy as they read the clean one.
+    import shutil
+
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    path = tmp_path / "notebooks" / "03_prove_parity.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    nb.metadata["language_info"] = {"name": "python", "version": "3.11.7"}
+    for i, c in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        c.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+        c.execution_count = i + 1
+        c.metadata["execution"] = {"iopub.status.busy": "2026-12-01T00:00:00Z"}
+    nbformat.write(nb, path)
+    _check_shapes(tmp_path / "notebooks")
+    _check_parameters(tmp_path / "notebooks")
 
 
 def test_cell_shape_check_catches_thick_cells() -> None:
@@ -98,11 +139,16 @@ def test_cell_shape_check_catches_thick_cells() -> None:
 
 
 def test_parameters_cells_hold_references_only() -> None:
-    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    _check_parameters(ROOT / "notebooks")
+
+
+def _check_parameters(nb_dir) -> None:
+    for nb in sorted(nb_dir.glob("*.ipynb")):
         params = papermill.inspect_notebook(str(nb))
         assert set(params) == {"params_path", "run_dir", "run_mode", "approval_ref"}, nb.name
         widget_cells = [c for c in json.loads(nb.read_text())["cells"] if "approval_widget(" in "".join(c["source"])]
-        assert all("skip-execution" in c["metadata"].get("tags", []) for c in widget_cells), nb.name
+        # The approval cell runs headless too (it shows what approves the plan; it never waits).
+        assert all("skip-execution" not in c["metadata"].get("tags", []) for c in widget_cells), nb.name
 
 
 def test_remote_reference_detector() -> None:

@@ -77,10 +77,16 @@ class Finished:
         display(md(f"Record `{self.record.path.name}` · sha256 `{self.record.sha256}` · previous `{prev}…`"))
 
 
-def approval_widget(ctx: PhaseContext, plan: PlanShown | Plan) -> Any:
-    """The Approve button for ``plan`` (interactive use; its cell is tagged ``skip-execution``
-    so a headless run never waits on a click)."""
-    return approvals.approval_widget(plan.plan if isinstance(plan, PlanShown) else plan, run_dir=ctx.run_dir)
+def approval_widget(ctx: PhaseContext, plan: PlanShown | Plan) -> approvals.ApprovalPanel:
+    """The approval cell for ``plan`` (:class:`runbook_lib.approvals.ApprovalPanel`): what approves
+    it, as static text; interactively, with an Approve button while nothing does. A headless run
+    shows the text and never waits: the next cell applies the plan or stops with HOLD."""
+    a = ctx.mig.approvals
+    return approvals.approval_widget(plan.plan if isinstance(plan, PlanShown) else plan, run_dir=ctx.run_dir,
+                                     interactive=ctx.run_mode == "interactive",
+                                     preapproved_local=a.preapproved_local,
+                                     approval_file=ctx.approval_ref or a.approval_file,
+                                     preapproved_simulator=a.preapproved_simulator)
 
 
 def finish(ctx: PhaseContext, result: PhaseResult) -> Finished:

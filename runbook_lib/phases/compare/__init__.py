@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from runbook_lib import cost, report
+from runbook_lib.manifest import PHASE_PLOTS, PLOT_METADATA_KEY
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.phases.compare.drills import EXPECTATIONS, DrillsResult, guarded, run_drills
 from runbook_lib.phases.compare.judge import (
@@ -115,7 +116,8 @@ class CompareResult(PhaseResult):
             if self.at_traffic else []
         return [*traffic, md("**Cost over the measurement window** (USD)"),
                 table({s: c.to_dict() for s, c in self.costs.items()}),
-                *(Image(filename=str(p)) for p in self.plots)]
+                *(Image(filename=str(p), metadata={PLOT_METADATA_KEY: f"{p.parent.name}/{p.name}"})
+                  for p in self.plots)]
 
 
 def measure_sides(ctx: PhaseContext) -> Measurement:
@@ -134,13 +136,13 @@ def evaluate(ctx: PhaseContext, measured: Measurement, drills: DrillsResult | No
     unit = "request" if ctx.mig.workload.kind == "inference" else "training step"
     costs_ = costs(ctx, res)
     at_traffic = traffic_costs(ctx, res)
-    figs = [report.latency_cdf(res["samples"], ctx.evidence.path("04/latency_cdf.png"), unit_label=unit),
-            report.throughput_plot(res["throughput"], ctx.evidence.path("04/throughput.png"),
+    latency_png, throughput_png, cost_png = PHASE_PLOTS["04"]
+    figs = [report.latency_cdf(res["samples"], ctx.evidence.path(latency_png), unit_label=unit),
+            report.throughput_plot(res["throughput"], ctx.evidence.path(throughput_png),
                                    unit="requests/s" if unit == "request" else "samples/s"),
-            report.cost_plot(costs_, ctx.evidence.path("04/cost.png"), unit=unit)]
+            report.cost_plot(costs_, ctx.evidence.path(cost_png), unit=unit)]
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
         plt.close(fig)
     compare_gates(ctx, res, costs_, at_traffic)
     return CompareResult(measurement=measured, costs=costs_, drills=drills, at_traffic=at_traffic,
-                         plots=tuple(ctx.run_dir / rel for rel in ("04/latency_cdf.png", "04/throughput.png",
-                                                                   "04/cost.png")))
+                         plots=tuple(ctx.run_dir / rel for rel in PHASE_PLOTS["04"]))

@@ -1,0 +1,56 @@
+"""The approval cell: what approves a plan, as text that survives saving and export; a click
+writes the record the next cell's :func:`runbook_lib.approvals.require` finds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runbook_lib.approvals import approval_widget, require, standing
+from runbook_lib.errors import ApprovalRequired
+from runbook_lib.providers.base import Plan
+
+
+def _plan(provider: str = "vast") -> Plan:
+    return Plan(provider=provider, action="destroy", target="i-123", spec=None, cost_usd_per_hour=0.5,
+                dry_run=False)
+
+
+def test_standing_says_what_approves_a_plan_in_require_order(tmp_path: Path) -> None:
+    plan = _plan()
+    waiting = standing(plan, run_dir=tmp_path, preapproved_local=True)  # local pre-approval does not cover vast
+    assert waiting.startswith("Awaiting approval: destroy 'i-123' on 'vast'")
+    assert f"runbook approve reports/{tmp_path.name} --by NAME" in waiting
+    assert standing(_plan("local"), run_dir=tmp_path, preapproved_local=True).startswith("Approved by params")
+    assert "loopback simulator" in standing(plan, run_dir=tmp_path, preapproved_local=False,
+                                            preapproved_simulator=True)
+    f = tmp_path / "approval.json"
+    f.write_text(json.dumps({"fingerprints": [plan.fingerprint], "approved_by": "dana",
+                             "approved_at": "2026-12-01T00:00:00Z"}))
+    assert "by dana at 2026-12-01T00:00:00Z" in standing(plan, run_dir=tmp_path, preapproved_local=False,
+                                                          approval_file=str(f))
+    assert not list((tmp_path / "approvals").glob("*.json"))  # looking wrote nothing
+
+
+def test_a_click_writes_the_record_the_next_cell_finds(tmp_path: Path) -> None:
+    plan = _plan()
+    panel = approval_widget(plan, run_dir=tmp_path, interactive=True)
+    assert panel.text.startswith("Awaiting approval")
+    with pytest.raises(ApprovalRequired):  # the next cell, before the click: HOLD
+        require(plan, run_dir=tmp_path, preapproved_local=False)
+    path = panel.click(by="dana")
+    assert json.loads(path.read_text())["approval"]["approved_by"] == "dana"
+    assert panel.text.startswith("Approved: destroy 'i-123'") and "by dana" in panel.text
+    a = require(plan, run_dir=tmp_path, preapproved_local=False)  # the next cell, after the click
+    assert (a.approved_by, a.method) == ("dana", "widget")
+    again = approval_widget(plan, run_dir=tmp_path, interactive=True)  # re-running the cell: no button
+    assert again.text.startswith("Approved:") and "(widget)" in again.text
+
+
+def test_the_static_forms_carry_the_text_and_no_script(tmp_path: Path) -> None:
+    panel = approval_widget(_plan(), run_dir=tmp_path, interactive=False)
+    bundle = panel.static_forms(panel.text + " <script>alert(1)</script>")
+    assert bundle["text/plain"].startswith("Awaiting approval")
+    assert "<script>" not in bundle["text/html"] and "&lt;script&gt;" in bundle["text/html"]

@@ -1,0 +1,153 @@
+"""Which notebook runs a phase (project copy, given directory, packaged), ``runbook init``, the
+packaged files inside a built wheel, the output-clearing before a run, and the plot check."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from runbook_lib.cli import main
+from runbook_lib.errors import UsageError
+from runbook_lib.layout import project_root
+from runbook_lib.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
+from runbook_lib.phase_notebooks import (
+    PACKAGED_NOTEBOOKS,
+    cells_digest,
+    init_project,
+    phase_notebook,
+    phase_notebooks,
+)
+from runbook_lib.runner import cleared, missing_plots, notebooks_line, plots_shown
+
+from .conftest import ROOT
+
+NAMES = [f"{phase_name(p)}.ipynb" for p, _ in PHASES]
+
+
+def test_the_packaged_notebooks_are_the_repository_notebooks() -> None:
+    assert sorted(p.name for p in PACKAGED_NOTEBOOKS.glob("*.ipynb")) == NAMES
+    for name in NAMES:
+        assert (PACKAGED_NOTEBOOKS / name).read_bytes() == (ROOT / "notebooks" / name).read_bytes()
+
+
+def test_a_project_without_notebooks_runs_the_packaged_ones(tmp_path: Path) -> None:
+    sources = phase_notebooks(project=tmp_path)
+    assert [s.origin for s in sources] == ["packaged"] * 6 and all(s.same_as_packaged for s in sources)
+    s = sources[3]
+    assert s.sha256 == hashlib.sha256((ROOT / "notebooks" / NAMES[3]).read_bytes()).hexdigest()
+    assert s.to_dict(tmp_path)["path"] == f"<package>/notebooks/{NAMES[3]}"
+    assert notebooks_line(sources) == "packaged (all six)"
+
+
+def test_a_project_copy_runs_its_phase_and_an_edit_is_told_from_saved_outputs(tmp_path: Path) -> None:
+    (tmp_path / "notebooks").mkdir()
+    # A copy that JupyterLab saved after running: outputs, counts, new metadata; same cells.
+    nb = nbformat.read(PACKAGED_NOTEBOOKS / NAMES[2], as_version=4)
+    nb.metadata["widgets"] = {"state": {}}
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+    nb.cells[1].execution_count = 3
+    nbformat.write(nb, tmp_path / "notebooks" / NAMES[2])
+    # A real edit: one cell's code changed.
+    edited = nbformat.read(PACKAGED_NOTEBOOKS / NAMES[3], as_version=4)
+    edited.cells[-1].source = "record = finish(ctx, result)\ndisplay(record.record)"
+    nbformat.write(edited, tmp_path / "notebooks" / NAMES[3])
+    sources = phase_notebooks(project=tmp_path)
+    assert [s.origin for s in sources] == ["packaged", "packaged", "project", "project", "packaged", "packaged"]
+    assert [s.same_as_packaged for s in sources] == [True, True, True, False, True, True]
+    assert sources[3].to_dict(tmp_path)["path"] == f"notebooks/{NAMES[3]}"
+    assert sources[3].sha256 == hashlib.sha256((tmp_path / "notebooks" / NAMES[3]).read_bytes()).hexdigest()
+    assert notebooks_line(sources) == "project notebooks/: 03 (same cells as packaged), 04 (edited); packaged: 01 02 05 06"
+
+
+def test_cleared_drops_outputs_and_widget_state_but_keeps_the_code(tmp_path: Path) -> None:
+    nb = nbformat.read(PACKAGED_NOTEBOOKS / NAMES[2], as_version=4)
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs = [nbformat.v4.new_output("stream", name="stdout", text="stale approval\n")]
+            c.execution_count = 1
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    out = cleared(tmp_path / "x.ipynb")
+    assert "widgets" not in out.metadata
+    assert all(c.outputs == [] and c.execution_count is None for c in out.cells if c.cell_type == "code")
+    assert cells_digest(out) == cells_digest(json.loads((PACKAGED_NOTEBOOKS / NAMES[2]).read_text()))
+
+
+def test_a_given_directory_must_hold_the_notebook_and_a_broken_one_is_named(tmp_path: Path) -> None:
+    (tmp_path / "nb").mkdir()
+    with pytest.raises(UsageError, match="01_freeze_source.ipynb is not there"):
+        phase_notebook("01", project=tmp_path, given=tmp_path / "nb")
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / NAMES[0]).write_text("{not json")
+    with pytest.raises(UsageError, match="cannot be read as a notebook") as ei:
+        phase_notebooks(project=tmp_path)
+    assert "remove it to run the packaged one" in str(ei.value)
+
+
+def test_init_copies_notebooks_and_params_and_overwrites_nothing(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "proj"
+    assert main(["init", str(target)]) == 0
+    assert sorted(p.name for p in (target / "notebooks").iterdir()) == NAMES
+    assert (target / "params" / "demo.yaml").read_bytes() == (ROOT / "params" / "demo.yaml").read_bytes()
+    assert "runbook run" in capsys.readouterr().out
+    assert [s.origin for s in phase_notebooks(project=project_root(target / "params" / "demo.yaml"))] == ["project"] * 6
+    (target / "notebooks" / NAMES[4]).write_text('{"cells": [], "my": "edit"}')
+    (target / "params" / "demo.yaml").unlink()
+    assert main(["init", str(target)]) == 2  # usage error: the edit is kept, nothing written
+    assert (target / "notebooks" / NAMES[4]).read_text() == '{"cells": [], "my": "edit"}'
+    assert not (target / "params" / "demo.yaml").exists()
+    with pytest.raises(UsageError, match="already exist"):
+        init_project(target)
+
+
+def test_the_project_is_the_parent_of_params_even_inside_another_project(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "work" / "proj" / "params").mkdir(parents=True)
+    assert project_root(tmp_path / "work" / "proj" / "params" / "m.yaml") == tmp_path / "work" / "proj"
+    (tmp_path / "work" / "loose").mkdir()
+    assert project_root(tmp_path / "work" / "loose" / "m.yaml") == tmp_path
+
+
+def test_a_built_wheel_carries_the_notebooks_and_example_params(tmp_path: Path) -> None:
+    # The links runbook_lib/notebooks and runbook_lib/params become files in the wheel. Built from
+    # a copy of the sources, so the build writes nothing into the checkout the other tests use.
+    src = tmp_path / "src"
+    for name in ("pyproject.toml", "README.md"):
+        (src / name).parent.mkdir(exist_ok=True)
+        shutil.copyfile(ROOT / name, src / name)
+    for name in ("runbook_lib", "notebooks", "params"):
+        shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    assert (src / "runbook_lib" / "notebooks").is_symlink()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-w", str(tmp_path), str(src)], check=True, cwd=tmp_path)
+    (wheel,) = tmp_path.glob("gpu_migration_runbook-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"runbook_lib/notebooks/{n}" for n in NAMES} <= names
+    assert "runbook_lib/params/demo.yaml" in names
+
+
+def _executed(tmp_path: Path, plots: list[str | None]) -> Path:
+    nb = nbformat.v4.new_notebook()
+    outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="},
+                                      metadata={"image/png": {PLOT_METADATA_KEY: p}} if p else {}) for p in plots]
+    nb.cells = [nbformat.v4.new_code_cell("display(result)", outputs=outputs)]
+    path = tmp_path / "04_compare_production.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_missing_plots_names_each_plot_the_notebook_does_not_show(tmp_path: Path) -> None:
+    latency, throughput, cost = PHASE_PLOTS["04"]
+    assert missing_plots("04", _executed(tmp_path, [latency, throughput, cost])) == []
+    assert missing_plots("04", _executed(tmp_path, [latency, None, cost])) == [throughput]
+    assert plots_shown(_executed(tmp_path, [latency, None])) == [latency, "<unnamed>"]
+    assert missing_plots("04", _executed(tmp_path, [])) == [latency, throughput, cost]
+    assert missing_plots("03", _executed(tmp_path, [])) == []  # phase 03 shows no plot
