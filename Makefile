@@ -71,6 +71,17 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
+# JupyterLab on this project with its kernel (.venv), bound to loopback; it prints the URL with its
+# login token (random unless JUPYTER_TOKEN is set). LAB_DIR, LAB_PORT and LAB_ARGS adjust it; as
+# root (a container) it passes --allow-root.
+LAB_DIR ?= $(CURDIR)
+LAB_PORT ?= 8888
+LAB_ARGS ?=
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
+		--ServerApp.root_dir="$(LAB_DIR)" --LabApp.default_url=/lab/tree/notebooks \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
+
 bench: $(STAMP)
 	$(PY) benchmarks/run_phases.py params/demo.yaml
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"  # Debian's chromium package (`make browser` installs it as root)
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -53,3 +55,20 @@ def reseal(run_dir: Path) -> None:
     marker = json.loads((run_dir / "_SUCCESS").read_text())
     marker["files"] = {k: sha256_file(run_dir / k) for k in marker["files"]}
     (run_dir / "_SUCCESS").write_text(json.dumps(marker, indent=2))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium through Playwright. Skipped (with the reason) only where Chromium
+    is not installed, never in CI (``CI`` set), where `make test-e2e` installs it."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing in CI: `make browser` installs Debian's chromium package")
+        pytest.skip(f"{CHROMIUM} is not installed (Debian package chromium; `make browser` installs it as root)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                              args=["--no-sandbox"] if os.geteuid() == 0 else [])
+        yield b
+        b.close()

@@ -5,10 +5,9 @@ as root it needs ``--no-sandbox``)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import nbformat
 import pytest
@@ -23,30 +22,11 @@ from .conftest import reseal as reseal_run
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
-
 HOSTILE = ("<img src='x' onerror=\"document.title='pwned';window.__pwned=1\">"
            "<svg onload=\"window.__pwned=2\"></svg>"
            "<script>window.__pwned=3</script>"
            "<a href=\"javascript:window.__pwned=4\">link</a><p>hostile output</p>")
 """An HTML output a workload could display: three ways to run script without a click, one with."""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Headless Debian Chromium through Playwright. Skipped (with the reason) only where Chromium
-    is not installed, never in CI (``CI`` set), where `make test-e2e` installs it."""
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing in CI: `make browser` installs Debian's chromium package")
-        pytest.skip(f"{CHROMIUM} is not installed (Debian package chromium; `make browser` installs it as root)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox"] if os.geteuid() == 0 else [])
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

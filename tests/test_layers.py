@@ -14,7 +14,7 @@ LAYERS: list[set[str]] = [
     {"__init__"},  # the package itself: __version__
     {"manifest", "secrets", "offer_query"},
     {"params"},
-    {"rundir"},
+    {"rundir", "phase_notebooks"},
     {"gates", "cost", "measure", "inventory", "approvals", "storage", "resolve", "report", "route", "seal"},
     {"workload"},
     {"providers"},

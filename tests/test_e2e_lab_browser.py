@@ -1,0 +1,139 @@
+"""The JupyterLab runbook as an engineer steps through it: `make lab` serves a project made by
+`runbook init` on loopback with a token; headless Debian Chromium (Playwright) opens phase 03 in
+interactive mode, runs it cell by cell to the approval cell, clicks Approve, sees the approval
+record written and the cell turn into static text naming who approved, and runs the next cells,
+which find the record, run the canary and write the phase record. A screenshot is kept in the
+test's directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from runbook_lib.approvals import write_approval_file
+from runbook_lib.cli import main as cli_main
+from runbook_lib.rundir import RunDir
+from runbook_lib.runner import run_phase
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+FAST = {"measure": {"requests_per_round": 45, "throughput_requests": 24, "warmup_requests": 10, "cold_starts": 1},
+        "gates": {"min_latency_samples": 40}, "cutover": {"requests_per_step": 10},
+        # Nothing is pre-approved: phase 03's canary launch waits for a person.
+        "approvals": {"preapproved_local": False}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _project(make_params, tmp_path: Path) -> RunDir:
+    """``runbook init`` a project, then phases 01 and 02 headlessly (phase 01 holds for its
+    approval, `runbook approve` writes the file, phase 01 runs again with it)."""
+    assert cli_main(["init", str(tmp_path)]) == 0
+    params = make_params("demo.yaml", name="demo.yaml", **FAST)  # the notebooks' default params_path
+    run = RunDir.create(params, reports_dir=tmp_path / "reports")
+    held = run_phase(run, "01")
+    assert held.status == "held", held.reason
+    write_approval_file(run.path, tmp_path / "approval.json", approved_by="release-manager")
+    for phase, ref in (("01", str(tmp_path / "approval.json")), ("02", "")):
+        out = run_phase(run, phase, approval_ref=ref)
+        assert out.status == "completed", out.reason
+    return run
+
+
+def _records(run: RunDir) -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads(p.read_text()) for p in (run.path / "approvals").glob("*.json")
+            if not p.name.startswith("pending-")}
+
+
+def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_path: Path, browser: Any) -> None:
+    run = _project(make_params, tmp_path)
+    before = _records(run)
+    port, token = _free_port(), secrets.token_hex(16)
+    jupyter_home = tmp_path / "jupyter-home"  # no user settings, workspaces or news prompts leak in
+    env = {**os.environ, "JUPYTER_TOKEN": token, "JUPYTER_CONFIG_DIR": str(jupyter_home / "config"),
+           "JUPYTERLAB_SETTINGS_DIR": str(jupyter_home / "settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(jupyter_home / "workspaces"),
+           "JUPYTER_RUNTIME_DIR": str(jupyter_home / "runtime")}
+    log = (tmp_path / "lab.log").open("w")
+    lab = subprocess.Popen(["make", "-s", "-C", str(ROOT), "lab", f"LAB_DIR={tmp_path}", f"LAB_PORT={port}",
+                            "LAB_ARGS=--ServerApp.open_browser=False"], env=env, stdout=log,
+                           stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/api/status", params={"token": token}, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert lab.poll() is None and time.monotonic() < deadline, (tmp_path / "lab.log").read_text()
+            time.sleep(0.5)
+        assert httpx.get(f"{base}/api/status", timeout=5).status_code == 403  # the token is required
+
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(f"{base}/lab/tree/notebooks/03_prove_parity.ipynb?token={token}")
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
+        cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")
+        assert cells.count() == 7  # title, parameters, open, plan, approval, run, finish
+        cells.nth(0).click()
+        page.keyboard.press("Escape")
+        for _ in range(5):  # through the approval cell: the kernel is then idle, waiting for nobody
+            page.keyboard.press("Shift+Enter")
+        button = page.get_by_role("button", name=re.compile(r"^Approve "))
+        button.wait_for(timeout=240_000)
+        assert "Awaiting approval" in cells.nth(4).inner_text()
+        assert _records(run) == before  # nothing approved yet
+        button.click()
+        approved = cells.nth(4).get_by_text(re.compile(r"Approved: .* widget click"))
+        approved.wait_for(timeout=60_000)
+        new = {k: v for k, v in _records(run).items() if k not in before}
+        assert len(new) == 1
+        (rec,) = new.values()
+        assert rec["approval"]["method"] == "widget" and rec["plan"]["provider"] == "local"
+        assert rec["approval"]["fingerprint"][:16] in cells.nth(4).inner_text()
+
+        cells.nth(5).locator(".jp-InputPrompt").click()  # the next cell reads the record and runs
+        page.keyboard.press("Escape")
+        page.keyboard.press("Shift+Enter")
+        page.keyboard.press("Shift+Enter")
+        record = run.path / "03_prove_parity.json"
+        deadline = time.monotonic() + 420
+        while not record.exists():
+            assert time.monotonic() < deadline, cells.nth(5).inner_text()[-2000:]
+            time.sleep(1)
+        cells.nth(6).get_by_text(re.compile(r"Record .03_prove_parity\.json")).wait_for(timeout=60_000)
+        page.screenshot(path=str(tmp_path / "jupyterlab-phase03.png"), full_page=True)
+        body = json.loads(record.read_text())
+        assert body["status"] == "completed"
+        applied = [p for p in body["data"]["plans"] if p["applied"] and p["plan"]["action"] != "destroy"]
+        assert applied and all(p["method"] == "widget" for p in applied)
+        assert {g["verdict"] for g in body["data"]["gates"]} == {"PASS"}
+        assert "Traceback" not in cells.nth(5).inner_text()
+        assert (tmp_path / "jupyterlab-phase03.png").read_bytes()[:4] == b"\x89PNG"
+        page.close()
+    finally:
+        os.killpg(lab.pid, signal.SIGTERM)
+        try:
+            lab.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(lab.pid, signal.SIGKILL)
+            lab.wait()
+        log.close()
