@@ -88,6 +88,24 @@ def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
     Raises:
         ApprovalRequired: no record names this plan's fingerprint; the message says what to approve.
     """
+    found = _find(plan, run_dir=run_dir, preapproved_local=preapproved_local, approval_file=approval_file,
+                  simulator=simulator)
+    if found is not None:
+        # A plan that once stopped the phase for want of approval waits no longer.
+        (_record_dir(run_dir) / f"pending-{plan.fingerprint[:16]}.json").unlink(missing_ok=True)
+        return found
+    write_json_atomic(_record_dir(run_dir) / f"pending-{plan.fingerprint[:16]}.json", {"plan": plan.to_dict()})
+    raise ApprovalRequired(
+        f"plan {plan.action} {plan.target!r} on provider {plan.provider!r} (fingerprint "
+        f"{plan.fingerprint}) has no approval record. Approve it in the notebook, or add the "
+        "fingerprint to an approval file named by approvals.approval_file (`runbook approve "
+        f"reports/{Path(run_dir).name} --by NAME` writes one from this run's plans), then run again."
+    )
+
+
+def _find(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str,
+          simulator: str) -> Approval | None:
+    """:func:`require`'s search, recording what it finds; None when nothing approves ``plan``."""
     existing = _record_dir(run_dir) / f"{plan.fingerprint[:16]}.json"
     if existing.exists():
         a = json.loads(existing.read_text())["approval"]
@@ -111,13 +129,7 @@ def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
                              str(body.get("approved_at", utc_now())), f"file:{p}")
                 record(run_dir, a, plan)
                 return a
-    write_json_atomic(_record_dir(run_dir) / f"pending-{plan.fingerprint[:16]}.json", {"plan": plan.to_dict()})
-    raise ApprovalRequired(
-        f"plan {plan.action} {plan.target!r} on provider {plan.provider!r} (fingerprint "
-        f"{plan.fingerprint}) has no approval record. Approve it in the notebook, or add the "
-        "fingerprint to an approval file named by approvals.approval_file (`runbook approve "
-        f"reports/{Path(run_dir).name} --by NAME` writes one from this run's plans), then run again."
-    )
+    return None
 
 
 def plans_awaiting(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -71,6 +71,12 @@ def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_
            "JUPYTERLAB_SETTINGS_DIR": str(jupyter_home / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(jupyter_home / "workspaces"),
            "JUPYTER_RUNTIME_DIR": str(jupyter_home / "runtime")}
+    # Every cell rendered (no windowing: the test reads cells below the fold), and no news prompt.
+    for plugin, value in (("notebook-extension/tracker", {"windowingMode": "none"}),
+                          ("apputils-extension/notification", {"fetchNews": "false"})):
+        f = jupyter_home / "settings" / f"@jupyterlab/{plugin}.jupyterlab-settings"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(value))
     log = (tmp_path / "lab.log").open("w")
     lab = subprocess.Popen(["make", "-s", "-C", str(ROOT), "lab", f"LAB_DIR={tmp_path}", f"LAB_PORT={port}",
                             "LAB_ARGS=--ServerApp.open_browser=False"], env=env, stdout=log,
@@ -92,34 +98,48 @@ def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_
         page.goto(f"{base}/lab/tree/notebooks/03_prove_parity.ipynb?token={token}")
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
         cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")
+        cells.nth(6).wait_for(timeout=60_000)
         assert cells.count() == 7  # title, parameters, open, plan, approval, run, finish
-        cells.nth(0).click()
-        page.keyboard.press("Escape")
-        for _ in range(5):  # through the approval cell: the kernel is then idle, waiting for nobody
-            page.keyboard.press("Shift+Enter")
+
+        run_button = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) "
+                                  "[data-command='notebook:run-cell-and-select-next']").first
+
+        def run_cell(i: int, timeout_s: float = 240) -> None:
+            """Select code cell ``i`` by its prompt, run it with the toolbar's Run button (as a person
+            clicks it) and wait for its execution count."""
+            cells.nth(i).locator(".jp-InputPrompt").click()
+            run_button.click()
+            deadline = time.monotonic() + timeout_s
+            while not re.search(r"\[\d+\]", cells.nth(i).locator(".jp-InputPrompt").inner_text()):
+                assert time.monotonic() < deadline, f"cell {i} did not finish:\n{cells.nth(i).inner_text()[-2000:]}"
+                time.sleep(0.5)
+
+        for i in range(1, 5):  # through the approval cell: the kernel is then idle, waiting for nobody
+            run_cell(i)
         button = page.get_by_role("button", name=re.compile(r"^Approve "))
-        button.wait_for(timeout=240_000)
+        try:
+            button.wait_for(timeout=240_000)
+        except Exception:
+            page.screenshot(path=str(tmp_path / "no-approve-button.png"), full_page=True)
+            raise AssertionError("no Approve button; the cells show:\n" + "\n---\n".join(
+                cells.nth(i).inner_text()[-1500:] for i in range(cells.count()))) from None
         assert "Awaiting approval" in cells.nth(4).inner_text()
         assert _records(run) == before  # nothing approved yet
         button.click()
-        approved = cells.nth(4).get_by_text(re.compile(r"Approved: .* widget click"))
+        approved = cells.nth(4).get_by_text(re.compile(r"Approved: .*\(widget click"))
         approved.wait_for(timeout=60_000)
         new = {k: v for k, v in _records(run).items() if k not in before}
         assert len(new) == 1
         (rec,) = new.values()
         assert rec["approval"]["method"] == "widget" and rec["plan"]["provider"] == "local"
         assert rec["approval"]["fingerprint"][:16] in cells.nth(4).inner_text()
+        assert not list((run.path / "approvals").glob("pending-*"))  # phase 01's held plan was approved since
 
-        cells.nth(5).locator(".jp-InputPrompt").click()  # the next cell reads the record and runs
-        page.keyboard.press("Escape")
-        page.keyboard.press("Shift+Enter")
-        page.keyboard.press("Shift+Enter")
+        run_cell(5, timeout_s=420)  # the next cell finds the record and runs the canary
+        assert "Error" not in cells.nth(5).inner_text(), cells.nth(5).inner_text()[-2000:]
+        run_cell(6)
         record = run.path / "03_prove_parity.json"
-        deadline = time.monotonic() + 420
-        while not record.exists():
-            assert time.monotonic() < deadline, cells.nth(5).inner_text()[-2000:]
-            time.sleep(1)
-        cells.nth(6).get_by_text(re.compile(r"Record .03_prove_parity\.json")).wait_for(timeout=60_000)
+        assert record.exists() and "03_prove_parity.json" in cells.nth(6).inner_text(), cells.nth(6).inner_text()
         page.screenshot(path=str(tmp_path / "jupyterlab-phase03.png"), full_page=True)
         body = json.loads(record.read_text())
         assert body["status"] == "completed"
