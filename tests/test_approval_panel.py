@@ -54,3 +54,17 @@ def test_the_static_forms_carry_the_text_and_no_script(tmp_path: Path) -> None:
     bundle = panel.static_forms(panel.text + " <script>alert(1)</script>")
     assert bundle["text/plain"].startswith("Awaiting approval")
     assert "<script>" not in bundle["text/html"] and "&lt;script&gt;" in bundle["text/html"]
+
+
+def test_a_hold_says_what_to_decide_and_the_commands() -> None:
+    from runbook_lib.phases.decide import DecisionResult
+
+    receipt = {"run_id": "20261201T000000Z-m-abc123", "hold_deadline": "2026-12-01T01:00:00Z"}
+    held = DecisionResult(phases=[], decision="HOLD", reasons=["too few samples"], gates=[], actions={},
+                          receipt=receipt, awaiting=(_plan().to_dict(),))
+    text = held.hold_guidance()
+    assert "by 2026-12-01T01:00:00Z" in text
+    assert "runbook resolve reports/20261201T000000Z-m-abc123 --decision GO|NO-GO --by NAME" in text
+    assert "runbook approve reports/20261201T000000Z-m-abc123 --by NAME" in text and "'i-123'" in text
+    gone = DecisionResult(phases=[], decision="GO", reasons=[], gates=[], actions={}, receipt=receipt)
+    assert gone.hold_guidance() == ""

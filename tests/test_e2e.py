@@ -420,6 +420,8 @@ def test_too_few_samples_holds_before_cutover(make_params) -> None:
     _gone(res)
     r = _receipt(res)  # a person decides within the default hour; the resolution leaves the seal intact
     assert r["hold_deadline"] == hold_deadline(r["decided_at"], 3600)
+    shown = (res.run_dir / "06_accept_or_rollback.ipynb").read_text()  # the notebook says what to do
+    assert f"runbook resolve reports/{res.run_dir.name} --decision GO|NO-GO --by NAME" in shown
     assert cli_main(["resolve", str(res.run_dir)]) == EXIT_HOLD
     assert cli_main(["resolve", str(res.run_dir), "--decision", "NO-GO", "--by", "e2e"]) == EXIT_NO_GO
     assert cli_main(["verify", str(res.run_dir)]) == 0

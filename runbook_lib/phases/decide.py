@@ -17,6 +17,7 @@ from typing import Any
 from runbook_lib import __version__, report
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
+from runbook_lib.approvals import plans_awaiting
 from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound, StorageError
 from runbook_lib.layout import params_sha256
 from runbook_lib.manifest import PHASES
@@ -354,13 +355,34 @@ class DecisionResult(PhaseResult):
     gates: list[g.GateResult]
     actions: dict[str, Any]
     receipt: dict[str, Any]
+    awaiting: tuple[dict[str, Any], ...] = ()  # plans shown but not approved (approvals.plans_awaiting)
 
     def record(self) -> dict[str, Any]:
         return {"decision": self.decision, "reasons": self.reasons}
 
+    def hold_guidance(self) -> str:
+        """On HOLD, what a person must decide and the commands that do it (Markdown); else ""."""
+        if self.decision != "HOLD":
+            return ""
+        run = f"reports/{self.receipt['run_id']}"
+        lines = [f"### A person must decide by {self.receipt.get('hold_deadline', '?')} (UTC)",
+                 "The evidence neither passes nor fails every blocking gate (the reasons above). Read them, then "
+                 f"record the decision: `runbook resolve {run} --decision GO|NO-GO --by NAME --reason TEXT`. "
+                 "After the deadline the run counts as NO-GO. The source route is already restored and the "
+                 "target torn down, so NO-GO needs nothing more."]
+        if self.awaiting:
+            plans = ", ".join(f"{p['action']} {p['target']!r} on {p['provider']!r}" for p in self.awaiting)
+            lines.append(f"Plans waiting for approval ({plans}): a run that never applied them cannot be resolved "
+                         f"to GO. Approve them with `runbook approve {run} --by NAME` (it writes the approval "
+                         "file) and run the migration again with `--approval-file`, or click Approve in the "
+                         "phase's notebook.")
+        return "\n\n".join(lines)
+
     def parts(self) -> list[Any]:
+        guidance = self.hold_guidance()
         return [table(self.phases), report.gates_table(self.gates),
                 md(f"## Decision: **{self.decision}**\n\n" + "\n".join(f"- {r}" for r in self.reasons)),
+                *([md(guidance)] if guidance else []),
                 md("**Acceptance deltas**"), table(self.receipt["acceptance_deltas"]),
                 md("**Resources this run created**"), table(self.actions["created"])]
 
@@ -385,7 +407,7 @@ def run(ctx: PhaseContext) -> DecisionResult:
     status = phase_status(ctx)
     out = decide_and_act(ctx)
     return DecisionResult(phases=status, decision=out["decision"], reasons=out["reasons"], gates=out["gates"],
-                          actions=out["actions"], receipt=out["receipt"])
+                          actions=out["actions"], receipt=out["receipt"], awaiting=tuple(plans_awaiting(ctx.run_dir)))
 
 
 def finish(ctx: PhaseContext, result: DecisionResult) -> Sealed:
