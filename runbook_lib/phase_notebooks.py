@@ -133,10 +133,13 @@ def init_project(target: Path) -> list[Path]:
         The files written, in order.
 
     Raises:
-        UsageError: a file it would write already exists (nothing is written), or the package
-            lacks its notebooks or params.
+        UsageError: ``target`` is a file, a file it would write already exists (nothing is
+            written), or the package lacks its notebooks or params.
     """
     target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"runbook init {target}: it is a file, not a directory; nothing was written. Name a new "
+                         "or empty directory.")
     pairs = [(PACKAGED_NOTEBOOKS / f"{phase_name(p)}.ipynb", target / NOTEBOOKS_DIR / f"{phase_name(p)}.ipynb")
              for p, _ in PHASES]
     pairs += [(p, target / "params" / p.name) for p in sorted(PACKAGED_PARAMS.glob("*.yaml"))]

@@ -106,6 +106,10 @@ def test_init_copies_notebooks_and_params_and_overwrites_nothing(tmp_path: Path,
     assert not (target / "params" / "demo.yaml").exists()
     with pytest.raises(UsageError, match="already exist"):
         init_project(target)
+    (tmp_path / "a-file").write_text("keep me")
+    with pytest.raises(UsageError, match="it is a file"):
+        init_project(tmp_path / "a-file")
+    assert (tmp_path / "a-file").read_text() == "keep me"
 
 
 def test_the_project_is_the_parent_of_params_even_inside_another_project(tmp_path: Path) -> None:
