@@ -4,6 +4,7 @@ packaged files inside a built wheel, the output-clearing before a run, and the p
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -130,7 +131,10 @@ def test_a_built_wheel_carries_the_notebooks_and_example_params(tmp_path: Path) 
     for name in ("runbook_lib", "notebooks", "params"):
         shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     assert (src / "runbook_lib" / "notebooks").is_symlink()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+    # The environment's own setuptools when it has one (Python 3.11 venvs do); else pip fetches
+    # the build backend from the package registry into an isolated build environment.
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
                     "--disable-pip-version-check", "-w", str(tmp_path), str(src)], check=True, cwd=tmp_path)
     (wheel,) = tmp_path.glob("gpu_migration_runbook-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
