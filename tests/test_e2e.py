@@ -397,10 +397,13 @@ def test_bad_entry_point_or_layout_exit_2_before_anything(make_params, tmp_path:
     assert cli_main(["run", str(p)]) == EXIT_USAGE
     assert "workload.entry_point" in capsys.readouterr().err
     assert not (p.parent.parent / "reports").exists()
+    # A params file anywhere runs the packaged notebooks; a --notebooks directory lacking them is
+    # a usage error before anything runs.
     loose = tmp_path / "loose.yaml"
     loose.write_text((ROOT / "params" / "demo.yaml").read_text())
-    assert cli_main(["run", str(loose)]) == EXIT_USAGE
-    assert "phase notebooks" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli_main(["run", str(loose), "--notebooks", str(tmp_path / "empty")]) == EXIT_USAGE
+    assert "01_freeze_source.ipynb is not there" in capsys.readouterr().err
     assert not (tmp_path / "reports").exists()
 
 
