@@ -88,47 +88,46 @@ def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
     Raises:
         ApprovalRequired: no record names this plan's fingerprint; the message says what to approve.
     """
-    found = _find(plan, run_dir=run_dir, preapproved_local=preapproved_local, approval_file=approval_file,
-                  simulator=simulator)
-    if found is not None:
-        # A plan that once stopped the phase for want of approval waits no longer.
-        (_record_dir(run_dir) / f"pending-{plan.fingerprint[:16]}.json").unlink(missing_ok=True)
-        return found
-    write_json_atomic(_record_dir(run_dir) / f"pending-{plan.fingerprint[:16]}.json", {"plan": plan.to_dict()})
-    raise ApprovalRequired(
-        f"plan {plan.action} {plan.target!r} on provider {plan.provider!r} (fingerprint "
-        f"{plan.fingerprint}) has no approval record. Approve it in the notebook, or add the "
-        "fingerprint to an approval file named by approvals.approval_file (`runbook approve "
-        f"reports/{Path(run_dir).name} --by NAME` writes one from this run's plans), then run again."
-    )
+    found = _lookup(plan, run_dir=run_dir, preapproved_local=preapproved_local, approval_file=approval_file,
+                    simulator=simulator)
+    if found is None:
+        write_json_atomic(_record_dir(run_dir) / f"pending-{plan.fingerprint[:16]}.json", {"plan": plan.to_dict()})
+        raise ApprovalRequired(
+            f"plan {plan.action} {plan.target!r} on provider {plan.provider!r} (fingerprint "
+            f"{plan.fingerprint}) has no approval record. Approve it in the notebook, or add the "
+            "fingerprint to an approval file named by approvals.approval_file (`runbook approve "
+            f"reports/{Path(run_dir).name} --by NAME` writes one from this run's plans), then run again."
+        )
+    approval, recorded = found
+    if not recorded:
+        record(run_dir, approval, plan)
+    # A plan that once stopped the phase for want of approval waits no longer.
+    (_record_dir(run_dir) / f"pending-{plan.fingerprint[:16]}.json").unlink(missing_ok=True)
+    return approval
 
 
-def _find(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str,
-          simulator: str) -> Approval | None:
-    """:func:`require`'s search, recording what it finds; None when nothing approves ``plan``."""
+def _lookup(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str,
+            simulator: str) -> tuple[Approval, bool] | None:
+    """What approves ``plan``, in :func:`require`'s order, writing nothing: the approval and
+    whether its record already exists; None when nothing does."""
     existing = _record_dir(run_dir) / f"{plan.fingerprint[:16]}.json"
     if existing.exists():
         a = json.loads(existing.read_text())["approval"]
         if a["fingerprint"] == plan.fingerprint:
-            return Approval(**a)
+            return Approval(**a), True
     if preapproved_local and plan.provider == "local":
-        a = Approval(plan.fingerprint, "params", utc_now(), "params:approvals.preapproved_local")
-        record(run_dir, a, plan)
-        return a
+        return Approval(plan.fingerprint, "params", utc_now(), "params:approvals.preapproved_local"), False
     if simulator and plan.provider != "local":
-        a = Approval(plan.fingerprint, "params", utc_now(),
-                     f"params:approvals.preapproved_simulator (the {plan.provider} API is the {simulator} simulator)")
-        record(run_dir, a, plan)
-        return a
+        return Approval(plan.fingerprint, "params", utc_now(),
+                        f"params:approvals.preapproved_simulator (the {plan.provider} API is the {simulator} "
+                        "simulator)"), False
     if approval_file:
         p = Path(approval_file)
         if p.exists():
             body = json.loads(p.read_text())
             if plan.fingerprint in body.get("fingerprints", []):
-                a = Approval(plan.fingerprint, str(body.get("approved_by", "?")),
-                             str(body.get("approved_at", utc_now())), f"file:{p}")
-                record(run_dir, a, plan)
-                return a
+                return Approval(plan.fingerprint, str(body.get("approved_by", "?")),
+                                str(body.get("approved_at", utc_now())), f"file:{p}"), False
     return None
 
 
@@ -175,21 +174,21 @@ def standing(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approva
     an approval file that lists it, or what is missing and how to give it. The same order as
     :func:`require`."""
     summary = f"{plan.action} {plan.target!r} on {plan.provider!r} (plan {plan.fingerprint[:16]})"
-    existing = _record_dir(run_dir) / f"{plan.fingerprint[:16]}.json"
-    if existing.exists():
-        a = json.loads(existing.read_text())["approval"]
-        if a["fingerprint"] == plan.fingerprint:
-            return f"Approved: {summary} by {a['approved_by']} at {a['approved_at']} ({a['method']})."
-    if preapproved_local and plan.provider == "local":
+    # The simulator pre-approval depends on what the provider's API answers when the plan is
+    # applied, so it is looked up without it and said conditionally, in require's order.
+    found = _lookup(plan, run_dir=run_dir, preapproved_local=preapproved_local, approval_file=approval_file,
+                    simulator="")
+    if found is not None and found[1]:
+        a = found[0]
+        return f"Approved: {summary} by {a.approved_by} at {a.approved_at} ({a.method})."
+    if found is not None and found[0].method == "params:approvals.preapproved_local":
         return f"Approved by params: {summary} (approvals.preapproved_local, the embedded local provider)."
     if preapproved_simulator and plan.provider != "local":
         return (f"Approved by params if the {plan.provider} API says it is a loopback simulator: {summary} "
                 "(approvals.preapproved_simulator; a real API never says so).")
-    if approval_file and Path(approval_file).exists():
-        body = json.loads(Path(approval_file).read_text())
-        if plan.fingerprint in body.get("fingerprints", []):
-            return (f"Approved by file {Path(approval_file).name}: {summary} by {body.get('approved_by', '?')} "
-                    f"at {body.get('approved_at', '?')}.")
+    if found is not None:
+        a = found[0]
+        return f"Approved by file {Path(approval_file).name}: {summary} by {a.approved_by} at {a.approved_at}."
     return (f"Awaiting approval: {summary}. Nothing is created until a person approves: click Approve in "
             f"JupyterLab, or run `runbook approve reports/{Path(run_dir).name} --by NAME` and pass the file it "
             "writes as approvals.approval_file (or --approval-file). Without one, applying the plan stops the "
