@@ -13,7 +13,7 @@ import getpass
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from runbook_lib._time import utc_now
 from runbook_lib.errors import ApprovalRequired, UsageError
@@ -106,6 +106,37 @@ def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
     return approval
 
 
+def require_all(plans: Sequence[Any], *, run_dir: str | Path, preapproved_local: bool, approval_file: str = "",
+                simulators: dict[str, str] | None = None) -> None:
+    """Check that every plan in ``plans`` is approved (:func:`require`'s order), writing no record:
+    each plan's record is written when it is applied. Every plan found waiting gets its pending
+    file, so one ``runbook approve`` (or one click on the approval cell) covers them all.
+    ``simulators``: per fingerprint, the name a pre-approved simulator gave (see :func:`require`).
+
+    Raises:
+        ApprovalRequired: one or more plans are waiting; the message counts and lists them.
+    """
+    sims = simulators or {}
+    waiting = []
+    for p in plans:
+        pending = _record_dir(run_dir) / f"pending-{p.fingerprint[:16]}.json"
+        if _lookup(p, run_dir=run_dir, preapproved_local=preapproved_local, approval_file=approval_file,
+                   simulator=sims.get(p.fingerprint, "")) is None:
+            waiting.append(p)
+            write_json_atomic(pending, {"plan": p.to_dict()})
+        else:  # approved, whether or not the step ends up applying it (a conditional extra round)
+            pending.unlink(missing_ok=True)
+    if waiting:
+        listed = "; ".join(f"{p.action} {p.target!r} on {p.provider!r} ({p.fingerprint[:16]})" for p in waiting[:6])
+        more = f"; and {len(waiting) - 6} more" if len(waiting) > 6 else ""
+        raise ApprovalRequired(
+            f"{len(waiting)} of the {len(plans)} plans this step applies have no approval record ({listed}{more}); "
+            "nothing was created. Approve them in the notebook's approval cell, or run `runbook approve "
+            f"reports/{Path(run_dir).name} --by NAME` and pass the file it writes as approvals.approval_file "
+            "(or --approval-file), then run again."
+        )
+
+
 def _lookup(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str,
             simulator: str) -> tuple[Approval, bool] | None:
     """What approves ``plan``, in :func:`require`'s order, writing nothing: the approval and
@@ -196,51 +227,77 @@ def standing(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approva
 
 
 class ApprovalPanel:
-    """The approval cell's output (interactive and headless alike).
+    """The approval cell's output (interactive and headless alike) for the plans one step applies.
 
-    Shown as static text (``text/plain`` and ``text/html``) saying what approves the plan
-    (:func:`standing`). In an interactive session with no approval yet, it also shows an Approve
-    button; a click writes the approval record (method ``widget``, the session's user) and
-    replaces the whole output with static text naming who approved and when, so a saved or
-    exported notebook says so without any widget or script. A headless run shows the text only.
+    Shown as static text (``text/plain`` and ``text/html``), one line per plan saying what
+    approves it (:func:`standing`). In an interactive session with any plan still waiting, it also
+    shows one Approve button; a click writes an approval record for every waiting plan (method
+    ``widget``, the session's user) and replaces the whole output with static text naming who
+    approved and when, so a saved or exported notebook says so without any widget or script. A
+    headless run shows the text only. A step that applies no plan shows that nothing needs approval.
     """
 
-    def __init__(self, plan: Any, *, run_dir: str | Path, interactive: bool, text: str) -> None:
-        self.plan, self.run_dir, self.interactive, self.text = plan, Path(run_dir), interactive, text
-        self.approval: Approval | None = None
+    def __init__(self, plans: Sequence[Any], *, run_dir: str | Path, interactive: bool, lines: Sequence[str]) -> None:
+        self.plans, self.run_dir, self.interactive = tuple(plans), Path(run_dir), interactive
+        self.lines = list(lines) or ["Nothing to approve: this step creates, changes and destroys nothing."]
+        self.approvals: list[Approval] = []
+
+    @property
+    def text(self) -> str:
+        """The panel's lines as plain text (one per plan)."""
+        return "\n".join(self.lines)
+
+    @property
+    def waiting(self) -> list[Any]:
+        """The plans no approval covers yet."""
+        return [p for p, line in zip(self.plans, self.lines, strict=False) if line.startswith("Awaiting approval")]
 
     @staticmethod
     def static_forms(text: str) -> dict[str, str]:
-        """``text/plain`` and ``text/html`` forms of ``text`` (escaped; the state before the first
-        colon in bold, marked green when approved, amber otherwise)."""
+        """``text/plain`` and ``text/html`` forms of ``text`` (escaped; per line, the state before
+        the first colon in bold, marked green when approved, amber otherwise)."""
         import html
 
-        state = text.split(":", 1)[0]
-        colour = {"Approved": "#1a7f37", "Approved by params": "#1a7f37"}.get(state, "#9a6700")
-        return {"text/plain": text,
-                "text/html": f'<p style="border-left:4px solid {colour};padding-left:8px"><b>{html.escape(state)}'
-                             f"</b>:{html.escape(text.split(':', 1)[1]) if ':' in text else ''}</p>"}
+        paras = []
+        for line in text.splitlines() or [""]:
+            state = line.split(":", 1)[0]
+            colour = "#1a7f37" if state.startswith("Approved") or state.startswith("Nothing to approve") else "#9a6700"
+            rest = html.escape(line.split(":", 1)[1]) if ":" in line else ""
+            paras.append(f'<p style="border-left:4px solid {colour};padding-left:8px"><b>{html.escape(state)}</b>:{rest}</p>')
+        return {"text/plain": text, "text/html": "".join(paras)}
 
-    def click(self, by: str | None = None) -> Path:
-        """What the Approve button does: write the approval record; returns its path."""
-        self.approval = Approval(self.plan.fingerprint, by or getpass.getuser(), utc_now(), "widget")
-        path = record(self.run_dir, self.approval, self.plan)
-        self.text = (f"Approved: {self.plan.action} {self.plan.target!r} on {self.plan.provider!r} (plan "
-                     f"{self.plan.fingerprint[:16]}) by {self.approval.approved_by} at {self.approval.approved_at} "
-                     f"(widget click; record approvals/{path.name}).")
-        return path
+    def click(self, by: str | None = None) -> list[Path]:
+        """What the Approve button does: write an approval record for each waiting plan; returns
+        their paths."""
+        who, at = by or getpass.getuser(), utc_now()
+        paths = []
+        for i, (plan, line) in enumerate(zip(self.plans, self.lines, strict=False)):
+            if not line.startswith("Awaiting approval"):
+                continue
+            a = Approval(plan.fingerprint, who, at, "widget")
+            path = record(self.run_dir, a, plan)
+            self.approvals.append(a)
+            paths.append(path)
+            self.lines[i] = (f"Approved: {plan.action} {plan.target!r} on {plan.provider!r} (plan "
+                             f"{plan.fingerprint[:16]}) by {who} at {at} (widget click; record approvals/{path.name}).")
+        return paths
 
     def _ipython_display_(self) -> None:  # pragma: no cover - needs a kernel with a frontend
         from IPython.display import DisplayHandle
 
         handle = DisplayHandle()
-        if not self.interactive or not self.text.startswith("Awaiting approval"):
+        waiting = self.waiting
+        if not self.interactive or not waiting:
             handle.display(self.static_forms(self.text), raw=True)
             return
         import ipywidgets as widgets
 
-        button = widgets.Button(description=f"Approve {self.plan.action} {self.plan.target}", button_style="warning",
-                                tooltip=f"plan {self.plan.fingerprint}")
+        first = waiting[0]
+        label = (f"Approve {first.action} {first.target}" if len(waiting) == 1 else
+                 f"Approve {len(waiting)} plans")
+        button = widgets.Button(description=label, button_style="warning",
+                                tooltip=", ".join(p.fingerprint[:16] for p in waiting),
+                                layout=widgets.Layout(width="auto"))
 
         def _on_click(_: Any) -> None:
             self.click()
@@ -254,11 +311,13 @@ class ApprovalPanel:
         handle.display({**(panel._repr_mimebundle_() or {}), **static}, raw=True)
 
 
-def approval_widget(plan: Any, *, run_dir: str | Path, interactive: bool = True, preapproved_local: bool = False,
+def approval_widget(plans: Any, *, run_dir: str | Path, interactive: bool = True, preapproved_local: bool = False,
                     approval_file: str = "", preapproved_simulator: bool = False) -> ApprovalPanel:
-    """The approval cell's output for ``plan``: an :class:`ApprovalPanel` holding
-    :func:`standing`'s text, with an Approve button when ``interactive`` and nothing approves the
-    plan yet."""
-    return ApprovalPanel(plan, run_dir=run_dir, interactive=interactive,
-                         text=standing(plan, run_dir=run_dir, preapproved_local=preapproved_local,
-                                       approval_file=approval_file, preapproved_simulator=preapproved_simulator))
+    """The approval cell's output for ``plans`` (one plan or a sequence): an :class:`ApprovalPanel`
+    holding :func:`standing`'s line for each, with one Approve button when ``interactive`` and
+    any plan is still waiting."""
+    seq = tuple(plans) if isinstance(plans, (list, tuple)) else (plans,)
+    return ApprovalPanel(seq, run_dir=run_dir, interactive=interactive,
+                         lines=[standing(p, run_dir=run_dir, preapproved_local=preapproved_local,
+                                         approval_file=approval_file, preapproved_simulator=preapproved_simulator)
+                                for p in seq])

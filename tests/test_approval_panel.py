@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runbook_lib.approvals import approval_widget, require, standing
+from runbook_lib.approvals import approval_widget, require, require_all, standing
 from runbook_lib.errors import ApprovalRequired
 from runbook_lib.providers.base import Plan
 
@@ -40,13 +40,40 @@ def test_a_click_writes_the_record_the_next_cell_finds(tmp_path: Path) -> None:
     assert panel.text.startswith("Awaiting approval")
     with pytest.raises(ApprovalRequired):  # the next cell, before the click: HOLD
         require(plan, run_dir=tmp_path, preapproved_local=False)
-    path = panel.click(by="dana")
+    [path] = panel.click(by="dana")
     assert json.loads(path.read_text())["approval"]["approved_by"] == "dana"
     assert panel.text.startswith("Approved: destroy 'i-123'") and "by dana" in panel.text
     a = require(plan, run_dir=tmp_path, preapproved_local=False)  # the next cell, after the click
     assert (a.approved_by, a.method) == ("dana", "widget")
     again = approval_widget(plan, run_dir=tmp_path, interactive=True)  # re-running the cell: no button
     assert again.text.startswith("Approved:") and "(widget)" in again.text
+
+
+def test_one_click_approves_every_plan_a_step_applies_and_the_step_checks_them_all_first(tmp_path: Path) -> None:
+    plans = [_plan("vast"), Plan(provider="vast", action="create_endpoint", target="m-endpoint-target", spec=None,
+                                 cost_usd_per_hour=1.25, dry_run=False), _plan("local")]
+    with pytest.raises(ApprovalRequired, match=r"2 of the 3 plans this step applies") as held:
+        require_all(plans, run_dir=tmp_path, preapproved_local=True)
+    assert "nothing was created" in str(held.value)
+    pending = sorted(p.name for p in (tmp_path / "approvals").glob("pending-*.json"))
+    assert pending == sorted(f"pending-{p.fingerprint[:16]}.json" for p in plans[:2])  # one `runbook approve` covers both
+    assert not [p for p in (tmp_path / "approvals").glob("*.json") if not p.name.startswith("pending-")]
+
+    panel = approval_widget(plans, run_dir=tmp_path, interactive=True, preapproved_local=True)
+    assert [p.fingerprint for p in panel.waiting] == [p.fingerprint for p in plans[:2]]
+    assert panel.text.splitlines()[2].startswith("Approved by params")
+    paths = panel.click(by="dana")
+    assert len(paths) == 2 and not panel.waiting
+    assert all(line.startswith("Approved") for line in panel.text.splitlines())
+    require_all(plans, run_dir=tmp_path, preapproved_local=True)  # the next cell: nothing waits
+    assert not list((tmp_path / "approvals").glob("pending-*.json"))  # approved plans wait no longer
+    html = panel.static_forms(panel.text)["text/html"]
+    assert html.count("<p ") == 3 and "#9a6700" not in html  # one green line per plan
+
+
+def test_a_step_that_applies_no_plan_says_so(tmp_path: Path) -> None:
+    panel = approval_widget([], run_dir=tmp_path, interactive=True)
+    assert panel.text.startswith("Nothing to approve") and not panel.waiting and panel.click() == []
 
 
 def test_the_static_forms_carry_the_text_and_no_script(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ from runbook_lib import gates as g
 from runbook_lib._time import utc_now
 from runbook_lib.errors import ProviderError
 from runbook_lib.measure import Request, job_clocks, poisson_schedule, run_open_loop
-from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.providers.base import Plan
 from runbook_lib.route import Route
 from runbook_lib.workload import make_workload
 
@@ -62,6 +63,68 @@ def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
         point["source_endpoint"] = ctx.records["04"].data["endpoints"].get("source")
     ctx.evidence.write_json("05/rollback_point.json", point)
     return point
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One cutover slice step as planned before phase 05 moves anything.
+
+    Attributes:
+        step: 1-based step number. target_percent: the share of traffic (inference) or of the
+            training steps (training) on the target once the step is done, percent.
+        plan: its approval plan: a route change (action ``route``, nothing rented) for an
+            inference workload; for a training workload the slice pod's launch plan.
+        first_step, until_step: training steps ``first_step..until_step-1`` run in the slice (0, 0
+            for inference). prefix: the slice's store prefix (training). resume_from: the
+            checkpoint prefix the slice resumes from, the previous slice's when it passes.
+    """
+
+    step: int
+    target_percent: int
+    plan: Plan
+    first_step: int = 0
+    until_step: int = 0
+    prefix: str = ""
+    resume_from: str = ""
+
+
+def slices(ctx: PhaseContext) -> list[Slice]:
+    """Every slice step phase 05 may apply, in order, each with the plan that approves it. A
+    step after a failed one is never applied (the route goes back to the source and the phase
+    stops). A training step that adds no training step (the percent rounds to the previous
+    step's) is left out. Rolling back (route to 0 % target) needs no approval: it only restores
+    the source."""
+    prov = ctx.mig.target.provider
+    out: list[Slice] = []
+    if ctx.mig.workload.kind == "inference":
+        for k, pct in enumerate(ctx.mig.cutover.steps_percent):
+            plan = Plan(provider=prov, action="route", spec=None, cost_usd_per_hour=0.0, dry_run=False,
+                        target=f"{ctx.mig.migration}: {pct} % of requests to the target ({ctx.mig.cutover_mode}, "
+                               f"step {k + 1})")
+            out.append(Slice(k + 1, pct, plan))
+        return out
+    total = ctx.mig.workload.train_steps
+    resume, done = ctx.records["01"].data["freeze"]["frozen"]["prefix"], 0
+    for k, pct in enumerate(ctx.mig.cutover.steps_percent):
+        until = math.ceil(total * pct / 100)
+        if until - done <= 0:
+            continue
+        pfx = ctx.store_prefix("cutover", str(k))
+        plan = ctx.resources.plan_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=resume,
+                                        extra=("--steps", str(until - done)))
+        out.append(Slice(k + 1, pct, plan, done, until, pfx, resume))
+        resume, done = f"{pfx}/checkpoint", until
+    return out
+
+
+def plan(ctx: PhaseContext) -> PlanShown:
+    """Phase 05's slice steps (:func:`slices`), for display before its approval cell."""
+    what = ("route changes through the run's router on phase 04's endpoints (nothing rented)"
+            if ctx.mig.workload.kind == "inference" else "one target pod per training slice")
+    steps = slices(ctx)
+    return PlanShown(tuple(s.plan for s in steps), tuple("target" for _ in steps),
+                     tuple("if every earlier step passed" if i else "always" for i in range(len(steps))),
+                     note=f"Phase 05 applies {what}; a failed step sets the route back to the source at once.")
 
 
 def drained(clients: dict[str, Any], timeout_s: float, *, sleep: Any = time.sleep) -> dict[str, Any]:
@@ -105,8 +168,10 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     rng = np.random.default_rng(ctx.mig.workload.seed)
     n = ctx.mig.cutover.requests_per_step
     dual = ctx.mig.cutover_mode == "dual_run"
-    for k, pct in enumerate(ctx.mig.cutover.steps_percent):
+    for k, sl in enumerate(slices(ctx)):
+        pct = sl.target_percent
         drain = None if dual else drained(clients, ctx.mig.measure.request_timeout_s)
+        ctx.resources.approve_change("target", sl.plan)
         route.set(pct, f"slice step {k + 1}" + (" (dual run: both sides serve, the target's answer served for this "
                                                   "share)" if dual else " (drained: nothing in flight)"))
         picks = wl.request_inputs(n, seed=5000 + k)
@@ -163,21 +228,14 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
 
     rec01 = ctx.records["01"].data["freeze"]
     golden_losses = rec01["golden_run"]["losses"]
-    total = ctx.mig.workload.train_steps
     route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
     route.set(0, "cutover start: job runs on source")
     ckpt_prefix, done_steps, steps, moved = rec01["frozen"]["prefix"], 0, [], False
-    for k, pct in enumerate(ctx.mig.cutover.steps_percent):
-        until = math.ceil(total * pct / 100)
-        n = until - done_steps
-        if n <= 0:
-            continue
+    for sl in slices(ctx):
+        k, pct, until, pfx = sl.step - 1, sl.target_percent, sl.until_step, sl.prefix
         route.set(pct, f"slice {k + 1} (quiesced: the source stopped at verified checkpoint {ckpt_prefix}): target "
                        f"runs steps {done_steps}..{until - 1}")
-        pfx = ctx.store_prefix("cutover", str(k))
-        plan = ctx.resources.plan_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=ckpt_prefix,
-                                        extra=("--steps", str(n)))
-        ctx.resources.run_agent("target", plan, result_prefix=f"{pfx}/result")
+        ctx.resources.run_agent("target", sl.plan, result_prefix=f"{pfx}/result")
         res = json.loads(ctx.evidence.fetch(ctx.store, f"{pfx}/result", f"05/slice/{k}")["result.json"].read_text())
         checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint", run_id=ctx.run_id)
         losses = [m["loss"] for m in res["attempts"][0]["metrics"]]
@@ -209,7 +267,13 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
 
 
 def cutover(ctx: PhaseContext) -> dict[str, Any]:
-    """Record the rollback point, then run the slices for this workload kind; add gates."""
+    """Check that every slice step is approved (:func:`slices`), record the rollback point, then
+    run the slices for this workload kind; add gates.
+
+    Raises:
+        ApprovalRequired: a slice step has no approval (checked before anything moves).
+    """
+    ctx.resources.require_all([("target", sl.plan) for sl in slices(ctx)])
     point = rollback_point(ctx)
     res = cutover_inference(ctx) if ctx.mig.workload.kind == "inference" else cutover_training(ctx)
     res["rollback_point"] = point

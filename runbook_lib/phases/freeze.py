@@ -181,7 +181,7 @@ def inventory_rows(host: dict[str, Any], source_env: dict[str, Any]) -> list[dic
 
 def plan(ctx: PhaseContext) -> PlanShown:
     """The freeze pod's launch plan, for display before its approval cell."""
-    return PlanShown(plan_freeze(ctx))
+    return PlanShown((plan_freeze(ctx),), ("source",))
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
 
 def plan(ctx: PhaseContext) -> PlanShown:
     """The canary's launch plan, for display before its approval cell."""
-    return PlanShown(plan_canary(ctx))
+    return PlanShown((plan_canary(ctx),), ("target",))
 
 
 TRY_COLUMNS = ["offer_id", "outcome", "detail", "resource_id", "at_s"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, NoCapacity, NotFound, ParamsError, WorkloadError
@@ -119,6 +119,22 @@ class Resources(OnRun):
                                          simulator=sim)
         self._approved[plan.fingerprint] = approval
         return self._apply_approved(side, plan, approval, needs_store=needs_store)
+
+    def approve_change(self, side: str, plan: Plan) -> approvals.Approval:
+        """Find the approval of ``plan``, a change the runbook itself carries out (a cutover slice
+        moving traffic through the run's router), and keep it in the phase's record; the caller
+        makes the change only after this returns.
+
+        Raises:
+            ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
+        """
+        sim = self.provider(side).simulator(ask=True) if self.mig.approvals.preapproved_simulator else ""
+        approval = approvals.require(plan, run_dir=self.run_dir, preapproved_local=self.mig.approvals.preapproved_local,
+                                     approval_file=self.approval_ref or self.mig.approvals.approval_file, simulator=sim)
+        self.evidence.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
+                                    "method": approval.method})
+        self.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")
+        return approval
 
     def _apply_approved(self, side: str, plan: Plan, approval: approvals.Approval, *, needs_store: bool) -> Any:
         self.evidence.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
@@ -319,7 +335,19 @@ class Resources(OnRun):
 
     def create_endpoint(self, side: str, role: str, *, workers: int | None = None, active_workers: int | None = None,
                         idle_timeout_s: float = 5.0) -> Endpoint:
-        """Plan, approve and create ``side``'s endpoint in its profile's ``endpoint_mode``. Its workers
+        """Apply :meth:`plan_endpoint`'s plan once approved (:meth:`apply_plan`); returns the endpoint
+        (None in dry-run).
+
+        Raises:
+            ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
+        """
+        return self.apply_plan(side, self.plan_endpoint(side, role, workers=workers, active_workers=active_workers,
+                                                        idle_timeout_s=idle_timeout_s))
+
+    def plan_endpoint(self, side: str, role: str, *, workers: int | None = None, active_workers: int | None = None,
+                      idle_timeout_s: float = 5.0) -> Plan:
+        """The creation plan of ``side``'s endpoint in its profile's ``endpoint_mode`` (pure: shown in
+        notebooks and approved by fingerprint before :meth:`create_endpoint` applies it). Its workers
         keep idempotency records under ``runs/<run_id>/jobs/<side>`` in the run's store; the target
         obeys drill requests when ``drills.run`` is not empty. A remote
         worker gets the run's params in ``RUNBOOK_PARAMS_YAML`` (params hold no secrets), its side
@@ -353,7 +381,23 @@ class Resources(OnRun):
                             env=env, mode=prof.endpoint_mode,
                             active_workers=workers or prof.workers if active_workers is None else active_workers,
                             idle_timeout_s=idle_timeout_s, **extra)
-        return self.apply_plan(side, self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side)))
+        return self.provider(side).plan_endpoint(spec, dry_run=self.dry_run(side))
+
+    def require_all(self, plans: Sequence[tuple[str, Plan]]) -> None:
+        """Check, before anything is created, that every plan a step will apply is approved, so a
+        step stops at its start, not halfway with some machines rented. ``plans``: ``(side, plan)``
+        pairs. Nothing is recorded here (each plan's record is written when it is applied); every
+        plan still waiting gets its pending file, so one ``runbook approve`` covers them all.
+
+        Raises:
+            ApprovalRequired: one or more plans have no approval; the message lists them.
+        """
+        sims = {side: self.provider(side).simulator(ask=True) if self.mig.approvals.preapproved_simulator else ""
+                for side in {s for s, _ in plans}}
+        approvals.require_all([p for _, p in plans], run_dir=self.run_dir,
+                              preapproved_local=self.mig.approvals.preapproved_local,
+                              approval_file=self.approval_ref or self.mig.approvals.approval_file,
+                              simulators={p.fingerprint: sims[s] for s, p in plans})
 
     def destroy(self, side: str, resource_id: str, *, labels: dict[str, str] | None = None) -> Teardown | None:
         """Plan and apply the destruction of ``resource_id`` (a run's own resource is covered by its

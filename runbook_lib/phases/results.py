@@ -4,9 +4,10 @@ themselves, a plan shown before its approval, and the written record."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from runbook_lib import approvals, report
+from runbook_lib.errors import EvidenceError
 from runbook_lib.gates import GateResult
 from runbook_lib.manifest import Record
 from runbook_lib.phases.context import PhaseContext
@@ -48,17 +49,55 @@ def table(rows: Any, **kwargs: Any) -> Any:
 
 @dataclass(frozen=True)
 class PlanShown:
-    """A launch plan as a notebook shows it before its approval cell: the plan, its fingerprint,
-    and the ranked offers a remote launch tries in order."""
+    """The plans one step will apply, as a notebook shows them before its approval cell: one row
+    per plan (provider, action, target, USD per hour, fingerprint; ``side`` and ``when`` where
+    given) and the ranked offers a remote launch tries in order. ``note`` says what the step
+    rents, or that it rents nothing new.
 
-    plan: Plan
+    Attributes:
+        plans: the plans, in the order the step applies them.
+        sides: the side of each plan (``source`` or ``target``), same order, or empty.
+        when: per plan, when it is applied (``always``, or the condition), or empty.
+        note: one Markdown line shown above the table.
+    """
+
+    plans: tuple[Plan, ...]
+    sides: tuple[str, ...] = ()
+    when: tuple[str, ...] = ()
+    note: str = ""
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[str, Plan]] | Sequence[tuple[str, Plan, str]], note: str = "") -> PlanShown:
+        """From ``(side, plan)`` or ``(side, plan, when)`` tuples, as the phases build them."""
+        return cls(tuple(t[1] for t in pairs), tuple(t[0] for t in pairs),
+                   tuple(t[2] if len(t) > 2 else "always" for t in pairs), note)
+
+    @property
+    def plan(self) -> Plan:
+        """The single plan of a one-plan step.
+
+        Raises:
+            EvidenceError: the step applies no plan or more than one.
+        """
+        if len(self.plans) != 1:
+            raise EvidenceError(f"this step applies {len(self.plans)} plans, not one; use .plans")
+        return self.plans[0]
 
     def _repr_html_(self) -> str:
-        d = self.plan.to_dict()
-        d.pop("spec")
-        offers = list(getattr(self.plan.spec, "offers", ()) or ())
-        head = table([d]).to_html(index=False)
-        return head + (f"<p>ranked offers tried in order: {', '.join(offers)}</p>" if offers else "")
+        import html
+
+        rows = []
+        for i, p in enumerate(self.plans):
+            d = {"side": self.sides[i] if self.sides else "", **p.to_dict()}
+            d.pop("spec")
+            if self.when:
+                d["applied"] = self.when[i]
+            d["offers tried in order"] = ", ".join(getattr(p.spec, "offers", ()) or ())
+            rows.append(d)
+        head = f"<p>{html.escape(self.note)}</p>" if self.note else ""
+        if not rows:
+            return head or "<p>This step applies no plan.</p>"
+        return head + table(rows).to_html(index=False)
 
 
 @dataclass(frozen=True)
@@ -78,11 +117,12 @@ class Finished:
 
 
 def approval_widget(ctx: PhaseContext, plan: PlanShown | Plan) -> approvals.ApprovalPanel:
-    """The approval cell for ``plan`` (:class:`runbook_lib.approvals.ApprovalPanel`): what approves
-    it, as static text; interactively, with an Approve button while nothing does. A headless run
+    """The approval cell for ``plan`` (a plan, or a step's :class:`PlanShown`;
+    :class:`runbook_lib.approvals.ApprovalPanel`): what approves each plan, as static text;
+    interactively, with one Approve button while any plan waits. A headless run
     shows the text and never waits: the next cell applies the plan or stops with HOLD."""
     a = ctx.mig.approvals
-    return approvals.approval_widget(plan.plan if isinstance(plan, PlanShown) else plan, run_dir=ctx.run_dir,
+    return approvals.approval_widget(plan.plans if isinstance(plan, PlanShown) else plan, run_dir=ctx.run_dir,
                                      interactive=ctx.run_mode == "interactive",
                                      preapproved_local=a.preapproved_local,
                                      approval_file=ctx.approval_ref or a.approval_file,

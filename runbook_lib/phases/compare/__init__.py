@@ -27,7 +27,7 @@ import pandas as pd
 
 from runbook_lib import cost, report
 from runbook_lib.manifest import PHASE_PLOTS, PLOT_METADATA_KEY
-from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases.compare.drills import EXPECTATIONS, DrillsResult, guarded, run_drills
 from runbook_lib.phases.compare.judge import (
     OPERATOR_SETTINGS,
@@ -50,6 +50,7 @@ from runbook_lib.phases.compare.protocol import (
     measure_inference,
     measure_training,
     measured_with_retries,
+    planned,
     round_sides,
     schedule_rounds,
     wait_for_zero,
@@ -60,7 +61,7 @@ __all__ = [
     "measure_cold_starts", "wait_for_zero", "traffic_costs",
     "AFFECTS", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
     "clocks_record", "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
-    "measure_training", "measured_with_retries", "record_data", "round_sides", "schedule_rounds",
+    "measure_training", "measured_with_retries", "plan", "planned", "record_data", "round_sides", "schedule_rounds",
     "summary",
 ]
 
@@ -118,6 +119,15 @@ class CompareResult(PhaseResult):
                 table({s: c.to_dict() for s, c in self.costs.items()}),
                 *(Image(filename=str(p), metadata={PLOT_METADATA_KEY: f"{p.parent.name}/{p.name}"})
                   for p in self.plots)]
+
+
+def plan(ctx: PhaseContext) -> PlanShown:
+    """Phase 04's plans (:func:`planned`), for display before its approval cell: the endpoints or
+    round pods the measurement rents, with when each is applied."""
+    kind = ("the cold-start and measured endpoints of both sides" if ctx.mig.workload.kind == "inference"
+            else "one pod per measured round, both sides")
+    return PlanShown.of(planned(ctx), note=f"Phase 04 rents {kind}; each is torn down when measured (the measured "
+                                           "endpoints are kept for phase 05 and torn down in phase 06).")
 
 
 def measure_sides(ctx: PhaseContext) -> Measurement:

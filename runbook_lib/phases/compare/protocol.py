@@ -41,6 +41,7 @@ from runbook_lib.phases.compare.raw import (
     load_tables,
     write_tables,
 )
+from runbook_lib.providers.base import Plan
 from runbook_lib.workload import make_workload
 
 ROUND_PATTERN = ("source", "target", "target", "source")
@@ -132,8 +133,8 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
         ``log``, not here).
     """
     n = ctx.mig.measure.cold_starts
-    sides = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
-    if n == 0 or len(sides) < 2:  # a load-balancing side does not scale to zero: nothing to compare with
+    sides = cold_start_sides(ctx)
+    if not sides:
         return []
     rows: list[dict[str, Any]] = []
     endpoints: dict[str, Any] = {}
@@ -150,8 +151,7 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
     took: list[float] = []
     try:
         for side in sides:
-            ep = endpoints[side] = ctx.resources.create_endpoint(side, f"coldstart-{side}", workers=1, active_workers=0,
-                                                                 idle_timeout_s=COLD_IDLE_TIMEOUT_S)
+            ep = endpoints[side] = ctx.resources.apply_plan(side, cold_start_plan(ctx, side))
             meter.start(f"coldstart-{side}", rates[side])
             clients[side] = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
                                                                     clocks=job_clocks(m), mode=ep.mode)
@@ -222,6 +222,52 @@ def lost_measurements(attempts: list[Attempted[Any]]) -> dict[str, list[str]]:
             + (("baseline_health",) if a.side == "source" and sent else ())
         for name in names:
             out.setdefault(name, []).append(line)
+    return out
+
+
+def cold_start_sides(ctx: PhaseContext) -> list[str]:
+    """The sides whose cold starts from zero are measured: both, when ``measure.cold_starts`` is
+    above 0 and both sides are queue endpoints (a load-balancing worker does not scale to zero,
+    so there would be nothing to compare with); else none."""
+    sides = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
+    return sides if ctx.mig.measure.cold_starts > 0 and len(sides) == 2 else []
+
+
+def cold_start_plan(ctx: PhaseContext, side: str) -> Plan:
+    """The plan of ``side``'s cold-start endpoint: one worker, none kept running, idle timeout
+    :data:`COLD_IDLE_TIMEOUT_S` seconds."""
+    return ctx.resources.plan_endpoint(side, f"coldstart-{side}", workers=1, active_workers=0,
+                                       idle_timeout_s=COLD_IDLE_TIMEOUT_S)
+
+
+def bench_plan(ctx: PhaseContext, side: str, tag: str) -> Plan:
+    """The launch plan of training round ``tag``'s pod on ``side`` (``<round>`` or
+    ``<round>-retry<k>``): the acceptance agent in ``bench`` mode from phase 01's frozen set."""
+    frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
+    return ctx.resources.plan_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
+                                    frozen_prefix=frozen)
+
+
+def planned(ctx: PhaseContext) -> list[tuple[str, Plan, str]]:
+    """Every plan phase 04's measurement applies, as ``(side, plan, when)`` in the order it
+    applies them, built by the same functions the measurement calls, so their fingerprints are
+    the ones it applies: for an inference workload the cold-start endpoints
+    (:func:`cold_start_plan`) and the measured endpoints (``endpoint-<side>``); for a training
+    workload one pod per interleaved round (:func:`bench_plan`) and one per extra round
+    ``measure.max_extra_rounds`` allows, applied only when a side is short of samples. A retry
+    of a round after a machinery failure is a new rental and is approved on its own. Tearing
+    down what these plans create is covered by their approval."""
+    m = ctx.mig.measure
+    if ctx.mig.workload.kind == "inference":
+        return ([(side, cold_start_plan(ctx, side), f"cold starts from zero ({m.cold_starts} per side)")
+                 for side in cold_start_sides(ctx)]
+                + [(side, ctx.resources.plan_endpoint(side, f"endpoint-{side}"), "always")
+                   for side in ("source", "target")])
+    sides = round_sides(m.rounds)
+    out = [(side, bench_plan(ctx, side, str(r)), "always") for r, side in enumerate(sides)]
+    out += [(ROUND_PATTERN[r % 4], bench_plan(ctx, ROUND_PATTERN[r % 4], str(r)),
+             "only if a side is short of samples (measure.max_extra_rounds)")
+            for r in range(len(sides), len(sides) + m.max_extra_rounds)]
     return out
 
 
@@ -392,7 +438,6 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     round whose pod cannot be launched, waited on or read back is retried with a new pod (its
     own store prefix ``bench/<round>-retry<k>``); a pod whose job exits non-zero is not retried
     (that is the workload failing, not the measuring)."""
-    frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
     thr, cold, warm_rows = [], [], []
     sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
     log: list[Attempted[Any]] = []
@@ -414,9 +459,8 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
 
         def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
             tag = str(r) if k == 0 else f"{r}-retry{k}"
-            plan = ctx.resources.plan_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
-                                            frozen_prefix=frozen)
-            run = ctx.resources.run_agent(side, plan, result_prefix=ctx.store_prefix("bench", tag, "result"))
+            run = ctx.resources.run_agent(side, bench_plan(ctx, side, tag),
+                                          result_prefix=ctx.store_prefix("bench", tag, "result"))
             files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
             return run.pod, run.done, files
 
@@ -462,7 +506,13 @@ def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -
     (:mod:`runbook_lib.phases.compare.raw`: samples streamed to ``04/samples.parquet`` round by
     round, every measurement attempt to ``04/measurement_attempts.csv``). The tables returned are
     those read back from the files, so the gates judge exactly what
-    ``runbook verify --recompute`` will read."""
+    ``runbook verify --recompute`` will read.
+
+    Raises:
+        ApprovalRequired: a plan of :func:`planned` is not approved (checked before anything is
+            created).
+    """
+    ctx.resources.require_all([(side, plan) for side, plan, _ in planned(ctx)])
     kind = measure_inference if ctx.mig.workload.kind == "inference" else measure_training
     res = kind(ctx, sleep=sleep)
     for rel in (ATTEMPTS_FILE, THROUGHPUT_FILE, COLD_STARTS_FILE, WARMUP_FILE,
