@@ -1,0 +1,195 @@
+"""Checkpoint portability on small synthetic checkpoints: each kind of break a laptop hides ends
+in its documented finding, and nothing a checkpoint names is ever run."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from runbook_lib.checkpoint import CheckpointError, inspect, load_state, natural_key, pickle_globals, sha256_of
+
+
+class Planted:
+    """Unpickling this runs ``os.system``: what an attacker with write access to a bucket plants."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return {"enc.weight": torch.randn(4, 3), "enc.bias": torch.zeros(4), "head.weight": torch.randn(2, 4)}
+
+
+def _checks(ins: Any) -> dict[str, str]:
+    return {f.check: f.severity for f in ins.findings}
+
+
+def test_a_plain_state_dict_has_no_findings_and_its_tensors_listed(tmp_path: Path) -> None:
+    torch.save(_state(), tmp_path / "model.pt")
+    ins = inspect(tmp_path / "model.pt")
+    assert ins.findings == ()
+    [f] = ins.files
+    assert (f.format, f.devices, f.unsafe_globals) == ("torch-zip", ("cpu",), ())
+    assert f.tensors["enc.weight"] == {"shape": [4, 3], "dtype": "float32"}
+    assert f.tensor_bytes == (12 + 4 + 8) * 4  # float32, each storage once
+    assert f.sha256 == sha256_of(tmp_path / "model.pt") and f.bytes == (tmp_path / "model.pt").stat().st_size
+    assert "torch._utils._rebuild_tensor_v2" in f.globals  # how torch rebuilds a tensor: listed, and safe
+
+
+def test_a_planted_pickle_is_named_and_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "PWNED"
+    torch.save({"w": torch.ones(2), "x": Planted(marker)}, tmp_path / "evil.pt")
+    ins = inspect(tmp_path / "evil.pt")
+    [f] = ins.files
+    assert f.unsafe_globals == ("posix.system",) and _checks(ins) == {"unsafe_global": "blocker"}
+    assert f.tensors == {}  # not loaded at all
+    with pytest.raises(CheckpointError, match="posix.system"):
+        load_state(tmp_path / "evil.pt")
+    assert not marker.exists()
+
+
+def test_a_non_tensor_global_is_allowed_only_by_name_and_only_for_the_frozen_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "ck.pt"
+    # training scripts often save their argparse hyperparameters next to the weights
+    torch.save({"w": torch.ones(2), "args": argparse.Namespace(lr=0.1)}, path)
+    ins = inspect(path)
+    assert ins.files[0].unsafe_globals == ("argparse.Namespace",)
+    with pytest.raises(CheckpointError, match="argparse.Namespace"):
+        load_state(path)
+    with pytest.raises(CheckpointError, match="matches the frozen manifest"):
+        load_state(path, allow_globals=["argparse.Namespace"], frozen_sha256="0" * 64)
+    got = load_state(path, allow_globals=["argparse.Namespace"], frozen_sha256=sha256_of(path))
+    assert got.allowed_globals == ("argparse.Namespace",) and got.state["args"].lr == 0.1
+
+
+def _retag(src: Path, dst: Path, tag: bytes) -> None:
+    """Rewrite the device tags in a zip checkpoint's pickle (BINUNICODE 'cpu' -> ``tag``), as a
+    file saved on that device carries them."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("data.pkl"):
+                assert b"X\x03\x00\x00\x00cpu" in data
+                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X" + len(tag).to_bytes(4, "little") + tag)
+            zout.writestr(info, data)
+
+
+def test_foreign_device_tags_are_found_and_remapped_explicitly(tmp_path: Path) -> None:
+    torch.save(_state(), tmp_path / "cpu.pt")
+    _retag(tmp_path / "cpu.pt", tmp_path / "gpu.pt", b"cuda:1")
+    ins = inspect(tmp_path / "gpu.pt")
+    assert ins.files[0].devices == ("cuda:1",) and _checks(ins) == {"device_tags": "info"}
+    got = load_state(tmp_path / "gpu.pt", device="cpu")
+    assert got.remap == {"cuda:1": "cpu"} and all(t.device.type == "cpu" for t in got.state.values())
+    torch.testing.assert_close(got.state["enc.weight"], _state()["enc.weight"])
+
+
+@pytest.mark.parametrize("prefix", ["module.", "_orig_mod."])
+def test_a_wrapper_prefix_on_every_key_is_stripped_when_every_shape_matches(tmp_path: Path, prefix: str) -> None:
+    ref = _state()
+    torch.save({prefix + k: v for k, v in ref.items()}, tmp_path / "w.pt")
+    assert _checks(inspect(tmp_path / "w.pt")) == {"wrapper_prefix": "info"}
+    got = load_state(tmp_path / "w.pt", reference=ref)
+    assert got.stripped_prefix == prefix and set(got.state) == set(ref)
+    wrong = {**ref, "head.weight": torch.zeros(3, 4)}  # another model's shape
+    with pytest.raises(CheckpointError, match="another model"):
+        load_state(tmp_path / "w.pt", reference=wrong)
+
+
+def test_a_prefix_on_some_keys_only_is_a_blocker_and_never_stripped(tmp_path: Path) -> None:
+    ref = _state()
+    torch.save({("module." + k if k.startswith("enc") else k): v for k, v in ref.items()}, tmp_path / "p.pt")
+    ins = inspect(tmp_path / "p.pt")
+    assert _checks(ins) == {"partial_prefix": "blocker"} and "2 of 3 keys" in ins.findings[0].seen
+    with pytest.raises(CheckpointError, match="some keys only"):
+        load_state(tmp_path / "p.pt", reference=ref)
+
+
+def test_tied_weights_are_found_and_stay_tied_through_prefix_stripping(tmp_path: Path) -> None:
+    emb = torch.randn(5, 3)
+    torch.save({"module.embed.weight": emb, "module.lm_head.weight": emb, "module.b": torch.zeros(5)},
+               tmp_path / "t.pt")
+    ins = inspect(tmp_path / "t.pt")
+    assert ins.files[0].tied == (("module.embed.weight", "module.lm_head.weight"),)
+    assert ins.files[0].tensor_bytes == (15 + 5) * 4  # the shared storage counted once
+    assert _checks(ins) == {"wrapper_prefix": "info", "tied_weights": "info"}
+    ref = {"embed.weight": (5, 3), "lm_head.weight": (5, 3), "b": (5,)}
+    got = load_state(tmp_path / "t.pt", reference=ref)
+    assert got.tied == (("embed.weight", "lm_head.weight"),)
+    assert got.state["embed.weight"].data_ptr() == got.state["lm_head.weight"].data_ptr()
+
+
+def test_a_legacy_format_file_is_disassembled_statically_and_loads_safely(tmp_path: Path) -> None:
+    torch.save(_state(), tmp_path / "old.pt", _use_new_zipfile_serialization=False)
+    ins = inspect(tmp_path / "old.pt")
+    [f] = ins.files
+    assert f.format == "torch-legacy" and _checks(ins) == {"legacy_format": "risk"}
+    assert {"collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "torch.FloatStorage"} <= set(f.globals) \
+        or {"torch._utils._rebuild_tensor_v2", "torch.FloatStorage"} <= set(f.globals)
+    assert set(f.tensors) == set(_state())
+    marker = tmp_path / "PWNED"
+    torch.save({"x": Planted(marker)}, tmp_path / "old-evil.pt", _use_new_zipfile_serialization=False)
+    evil = inspect(tmp_path / "old-evil.pt")
+    assert "posix.system" in evil.files[0].globals and evil.files[0].unsafe_globals == ("posix.system",)
+    assert "unsafe_global" in _checks(evil) and not marker.exists()
+
+
+def test_a_truncated_shard_is_a_blocker_in_either_format(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    torch.save(_state(), tmp_path / "a.pt")
+    save_file(_state(), str(tmp_path / "b.safetensors"))
+    for name in ("a.pt", "b.safetensors"):
+        p = tmp_path / name
+        p.write_bytes(p.read_bytes()[: p.stat().st_size - 40])
+    ins = inspect(tmp_path)
+    assert sorted((f.file, f.check, f.severity) for f in ins.findings) == [
+        ("a.pt", "truncated", "blocker"), ("b.safetensors", "truncated", "blocker")]
+    with pytest.raises(CheckpointError, match="cannot be loaded"):
+        load_state(tmp_path / "a.pt")
+
+
+def test_a_missing_shard_named_by_the_index_is_a_blocker(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    st = _state()
+    save_file({"enc.weight": st["enc.weight"]}, str(tmp_path / "model-00001-of-00002.safetensors"))
+    index = {"metadata": {}, "weight_map": {"enc.weight": "model-00001-of-00002.safetensors",
+                                            "enc.bias": "model-00002-of-00002.safetensors",
+                                            "head.weight": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    ins = inspect(tmp_path)
+    [miss] = ins.findings
+    assert (miss.check, miss.severity, miss.file) == ("missing_shard", "blocker", "model-00002-of-00002.safetensors")
+    assert "2 tensors" in miss.seen
+    assert {f.format for f in ins.files} == {"safetensors", "shard-index"}
+
+
+def test_files_and_steps_are_ordered_by_number_not_by_name() -> None:
+    names = ["step-10.pt", "step-9.pt", "step-100.pt", "step-2.pt"]
+    assert sorted(names, key=natural_key) == ["step-2.pt", "step-9.pt", "step-10.pt", "step-100.pt"]
+
+
+def test_stack_global_of_newer_pickle_protocols_is_resolved() -> None:
+    import pickle
+
+    data = pickle.dumps(collections.OrderedDict(a=1), protocol=5)
+    assert pickle_globals(data) == ["collections.OrderedDict"]
+
+
+def test_no_loader_in_the_library_passes_weights_only_false() -> None:
+    root = Path(__file__).resolve().parents[1] / "runbook_lib"
+    offenders = [str(p) for p in root.rglob("*.py") if "weights_only=False" in p.read_text()]
+    assert offenders == []
