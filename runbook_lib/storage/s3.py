@@ -18,14 +18,194 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
-from runbook_lib.errors import AuthError, StorageError
+from runbook_lib.errors import AuthError, RunbookError, StorageError
 from runbook_lib.storage.base import HashingReader, HashingWriter, ObjectInfo, Store, check, progress_bar
 
 META_SHA256 = "sha256"
 MIB = 1 << 20
+
+# Error fields that carry no credential and help to name the cause (S3 puts AWSAccessKeyId,
+# StringToSign and CanonicalRequest into some error bodies too: those are never read).
+_SAFE_FIELDS = ("RequestTime", "ServerTime", "MaxAllowedSkewMilliseconds", "Region", "Endpoint", "Bucket")
+_KEY_ID = re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{12,}\b")
+_EXPECTED_REGION = re.compile(r"expecting '([A-Za-z0-9-]+)'")
+_SSE_C_WORDS = ("customer", "server side encryption", "server-side encryption", "sse-c", "encryption parameters")
+_ACTION = {"get": "s3:GetObject", "head": "s3:GetObject", "put": "s3:PutObject (and s3:GetObject for the copy)",
+           "list": "s3:ListBucket", "delete": "s3:DeleteObject", "create bucket": "s3:CreateBucket"}
+_TOKEN = {"ExpiredToken": "the session token has expired",
+          "TokenRefreshRequired": "the session token must be refreshed",
+          "InvalidToken": "the session token is malformed or invalid"}
+_THROTTLE = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
+             "TooManyRequestsException", "ServiceUnavailable", "503", "429"}
+_KMS = {"KMS.DisabledException": ("the KMS key that encrypts this bucket or object is disabled",
+                                  "enable it (aws kms enable-key --key-id <key>) or point the bucket's default "
+                                  "encryption at an enabled key"),
+        "KMS.NotFoundException": ("the KMS key named by the bucket's default encryption or the request does not exist "
+                                  "(or is in another region or account)",
+                                  "fix the key id in the bucket's default encryption (aws s3api "
+                                  "get-bucket-encryption shows it), or use SSE-S3"),
+        "KMS.KMSInvalidStateException": ("the KMS key is in a state that cannot be used (pending deletion, "
+                                         "pending import or unavailable)",
+                                         "cancel a scheduled deletion (aws kms cancel-key-deletion) and enable the "
+                                         "key, or re-encrypt with another key")}
+
+
+def _redact(text: str, secrets: Iterable[str]) -> str:
+    for s in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(s, "[credential]")
+    return _KEY_ID.sub("[access key id]", text)
+
+
+def diagnose(op: str, where: str, code: str, status: int, message: str, region_hint: str = "", *,
+             region: str = "", details: Mapping[str, Any] | None = None, redact: Iterable[str] = ()) -> RunbookError:
+    """The error to raise for an S3 error response, diagnosed by its error code first and its HTTP
+    status second, with a message that says what failed, the code and value seen, and what to do.
+
+    Codes and their meanings follow Amazon S3's error reference
+    (https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html). A HEAD response has no
+    body, so botocore gives the status as the code (``"403"``) and the cause cannot be told from it
+    (https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html): the message then lists
+    the possible causes and the checks that tell them apart.
+
+    Args:
+        op: the operation (``"get"``, ``"put"``, ``"head"``, ``"list"``, ``"delete"``, ``"create bucket"``).
+        where: the object or bucket URL (``s3://bucket/key``).
+        code: the ``Error.Code`` botocore parsed (``"AccessDenied"``), or the status as text for a HEAD.
+        status: the HTTP status code (0 when unknown).
+        message: the ``Error.Message`` the store sent.
+        region_hint: the bucket's region as the store named it (``x-amz-bucket-region`` header or the
+            error's ``Region``), or ``""``.
+        region: the region this store signs for.
+        details: the rest of the parsed ``Error``; only non-secret fields are read (request and
+            server time, region, endpoint, bucket).
+        redact: credential values to keep out of the message (key ids shaped like AWS's are
+            always masked).
+
+    Returns:
+        :class:`~runbook_lib.errors.AuthError` for credential, signature, clock, permission, region and
+        KMS-permission causes; :class:`~runbook_lib.errors.StorageError` otherwise. Never raises.
+    """
+    code = (code or "").strip()
+    status = int(status or 0)
+    info = {k: str((details or {}).get(k) or "") for k in _SAFE_FIELDS}
+    text = " ".join((message or "").split())[:300]
+    low = text.lower()
+    bare = not code or code == str(status)  # no error body: a HEAD, or a store that sent none
+    seen = f"{code or 'no code'}, HTTP {status or '?'}" + (f": {text}" if text else "")
+    at = f"{op} {where}"
+    cls: type[RunbookError]
+    cls, out = AuthError, ""
+    expected = region_hint or info["Region"] or next(iter(_EXPECTED_REGION.findall(text)), "")
+
+    if code.startswith("KMS.") or ("kms" in low and code in ("AccessDenied", "InvalidArgument", "InvalidRequest")):
+        if code in ("KMS.AccessDeniedException", "AccessDenied"):
+            out = (f"{at}: the identity may use the bucket but not the KMS key that encrypts it ({seen}). Grant "
+                   "kms:Decrypt (reads) and kms:GenerateDataKey (writes) on that key to the identity the params' "
+                   "storage credentials resolve to, in the key policy or IAM.")
+        else:
+            what, fix = _KMS.get(code, ("the KMS key that encrypts this bucket or object refused the request",
+                                        "check the bucket's default encryption key and its state "
+                                        "(aws kms describe-key)"))
+            cls, out = StorageError, f"{at}: {what} ({seen}). {fix[0].upper()}{fix[1:]}."
+    elif code in ("InvalidRequest", "InvalidArgument") and any(w in low for w in _SSE_C_WORDS):
+        cls, out = StorageError, (
+            f"{at}: the object is encrypted with a customer-provided key (SSE-C) and the request did not carry "
+            f"it, or carried another ({seen}). The runbook sends no SSE-C keys: copy the object with its key "
+            "into a bucket that uses SSE-S3 or SSE-KMS, and write checkpoints there.")
+    elif code == "RequestTimeTooSkewed":
+        times = ", ".join(f"{k} {info[k]}" for k in ("RequestTime", "ServerTime") if info[k])
+        out = (f"{at}: the store rejected the request time: this machine's clock differs from the store's by more "
+               f"than the allowed skew (15 minutes on AWS) ({seen}{'; ' + times if times else ''}). Sync the "
+               "clock (timedatectl set-ntp true, or chronyc makestep) and retry.")
+    elif code in _TOKEN:
+        out = (f"{at}: {_TOKEN[code]} ({seen}). Get fresh temporary credentials (aws sso login, or assume the role "
+               "again) and update the session token the params' storage credentials refer to.")
+    elif code == "RequestExpired":
+        out = (f"{at}: the signed request reached the store after its validity window ({seen}): a presigned URL "
+               "expired, or this machine's clock is behind. Sync the clock and sign a new request.")
+    elif code == "SignatureDoesNotMatch":
+        out = (f"{at}: the store computed a different signature ({seen}): the secret access key does not belong "
+               "to the access key id, or something rewrote the request. Copy the secret key for this key id into "
+               "the secret the params refer to again (no trailing newline or space), and check endpoint_url and "
+               "that no proxy alters the request.")
+    elif code in ("InvalidAccessKeyId", "InvalidClientTokenId"):
+        out = (f"{at}: the store does not know the access key id ({seen}): it was deleted or deactivated, belongs "
+               "to another account or provider (an R2 or MinIO key sent to AWS, or the reverse), or the "
+               "environment holds a stale value. Check the key id the params' storage credentials refer to and "
+               "that endpoint_url names the provider that issued it.")
+    elif (code in ("AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException")
+          or status == 301 or (bare and status in (400, 403) and expected and region and expected != region)):
+        endpoint = info["Endpoint"]
+        if expected and expected != region:
+            out = (f"{at}: the bucket is in region {expected!r}, the store is configured for {region or '?'!r} "
+                   f"({seen}). Set the storage region to {expected} in params"
+                   + (f" (endpoint {endpoint})" if endpoint else "") + ".")
+        elif code == "AuthorizationHeaderMalformed":
+            out = (f"{at}: the store could not read the request's authorization header ({seen}). Usually the "
+                   f"signing region is wrong (configured {region or '?'!r}) or the access key id is empty: set the "
+                   "storage region to the bucket's region and check the key id reference resolves to a value.")
+        elif code == "IllegalLocationConstraintException":
+            out = (f"{at}: the bucket's location constraint does not match the endpoint's region (configured "
+                   f"{region or '?'!r}) ({seen}). Create the bucket with the endpoint of its region, or set the "
+                   "storage region to the region the bucket must live in.")
+        else:
+            out = (f"{at}: the bucket is in another region than {region or '?'!r} and the store did not say which "
+                   f"({seen}" + (f"; endpoint {endpoint}" if endpoint else "") + "). Find it with aws s3api "
+                   "get-bucket-location and set the storage region in params.")
+    elif code == "AccessDenied":
+        action = _ACTION.get(op, "this operation")
+        out = (f"{at}: access denied by a policy: the credentials were accepted but a bucket policy, IAM policy, "
+               f"SCP, block-public-access rule or object ACL denies {action} ({seen}). Grant {action} on "
+               f"{where} to the identity the params' storage credentials resolve to (aws sts "
+               "get-caller-identity shows it), or fix the bucket policy.")
+    elif code == "AllAccessDisabled":
+        out = (f"{at}: the provider has disabled all access to this bucket ({seen}). No params change fixes it: "
+               "contact the provider's support, or use another bucket.")
+    elif code == "AccountProblem":
+        out = (f"{at}: a problem with the storage account (billing, suspension) blocks the request ({seen}). Check "
+               "the account's status and billing with the provider, then retry.")
+    elif code == "NoSuchBucket":
+        cls, out = StorageError, (
+            f"{at}: object or bucket does not exist ({code}): the bucket is not there at this endpoint "
+            f"({seen}). Check the bucket name in the store URL, endpoint_url and region, or create the bucket.")
+    elif code in ("NoSuchKey", "404", "NotFound") or status == 404:
+        cls, out = StorageError, (
+            f"{at}: object or bucket does not exist ({code or status}): nothing at this key ({seen}). Check the "
+            "key and prefix; a set that was never completed has no marker and no manifest.")
+    elif code in _THROTTLE or status in (429, 503):
+        cls, out = StorageError, (
+            f"{at}: the store is throttling requests ({seen}), still after botocore's retries. Retry later, and "
+            "lower max_concurrency or spread keys over more prefixes if it keeps happening.")
+    elif code in ("InternalError", "InternalFailure") or status >= 500:
+        cls, out = StorageError, (
+            f"{at}: the store failed internally ({seen}), still after botocore's retries. Retry later; if it "
+            "persists, check the provider's status page.")
+    elif bare and status == 403:
+        out = (f"{at}: HTTP 403 with no error body ({seen}), as S3 answers every failed HEAD, so the cause cannot be told "
+               "from it. It is one of: the object is missing and the identity lacks s3:ListBucket; a policy "
+               "denies s3:GetObject; the KMS key denies kms:Decrypt; an SSE-C object read without its key; "
+               "refused or expired credentials; clock skew. Check: aws sts get-caller-identity with the same "
+               "credentials, the machine's clock, and a GET of the object (aws s3api get-object), which returns "
+               "the error code.")
+    elif bare and status == 400:
+        cls, out = StorageError, (
+            f"{at}: HTTP 400 with no error body ({seen}), as S3 answers every failed HEAD, so the cause cannot be told "
+            f"from it. It is one of: the bucket is in another region than {region or '?'!r}; an SSE-C object "
+            "read without its key; an expired session token. Check: aws s3api get-bucket-location, and a GET of "
+            "the object (aws s3api get-object), which returns the error code.")
+    elif status in (401, 403):
+        out = (f"{at}: the store refused the credentials ({code or status}, HTTP {status}"
+               + (f": {text}" if text else "") + "); check the storage credential references in params and the "
+               "bucket policy.")
+    else:
+        cls, out = StorageError, f"{at} failed: {code or status}: {text}"
+    msg = _redact(out, redact)
+    return AuthError(msg, provider="s3", resource_id=where) if cls is AuthError else cls(msg)
+
 
 
 class S3Store(Store):
@@ -109,24 +289,32 @@ class S3Store(Store):
 
     @contextlib.contextmanager
     def _errors(self, op: str, key: str) -> Iterator[None]:
-        """Translate botocore errors into our tree, once, naming the operation and object."""
+        """Translate botocore errors into our tree, once, naming the operation and object
+        (:func:`diagnose` reads the error code, not only the HTTP status)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             yield
         except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            where = self.url(key)
-            if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken") or status == 403:
-                raise AuthError(f"{op} {where}: the store refused the credentials ({code}); check the "
-                                "storage credential references in params") from None
-            if code in ("NoSuchKey", "404", "NotFound", "NoSuchBucket"):
-                raise StorageError(f"{op} {where}: object or bucket does not exist ({code})") from None
-            raise StorageError(f"{op} {where} failed: {code or status}: {exc.response.get('Error', {}).get('Message', '')}") \
-                from None
+            raise self._diagnose(op, key, exc.response) from None
         except BotoCoreError as exc:
             raise StorageError(f"{op} {self.url(key)} failed: {type(exc).__name__}: {exc}") from None
+
+    def _diagnose(self, op: str, key: str, response: dict[str, Any]) -> RunbookError:
+        error = response.get("Error") or {}
+        meta = response.get("ResponseMetadata") or {}
+        headers = meta.get("HTTPHeaders") or {}
+        hint = str(headers.get("x-amz-bucket-region") or error.get("Region") or "")
+        return diagnose(op, self.url(key), str(error.get("Code") or ""), int(meta.get("HTTPStatusCode") or 0),
+                        str(error.get("Message") or ""), hint, region=self.region, details=error,
+                        redact=self._secrets())
+
+    def _secrets(self) -> list[str]:
+        """Credential values this store resolved (key id, secret, session token), to keep out of
+        messages. An injected client's own credentials are not read (botocore exposes them only
+        through private attributes); :func:`diagnose` reads no field that echoes them and masks
+        anything shaped like an AWS key id."""
+        return [v for v in self._creds if v]
 
     def _ensure_bucket(self) -> None:
         from botocore.exceptions import ClientError
