@@ -478,7 +478,7 @@ def load_state(path: str | Path, *, device: str = "cpu", allow_globals: Sequence
 
     def remap(storage: Any, loc: str) -> Any:
         tags.append(loc)
-        return storage if device == "cpu" else storage.to(device)
+        return torch.serialization.default_restore_location(storage, device)
 
     try:
         if p.suffix == ".safetensors":

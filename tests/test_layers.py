@@ -15,7 +15,7 @@ LAYERS: list[set[str]] = [
     {"manifest", "secrets", "offer_query"},
     {"params"},
     {"rundir", "phase_notebooks"},
-    {"gates", "cost", "measure", "inventory", "approvals", "storage", "resolve", "report", "route", "seal"},
+    {"gates", "cost", "measure", "inventory", "approvals", "storage", "resolve", "report", "route", "seal", "checkpoint"},
     {"workload"},
     {"providers"},
     {"scan"},

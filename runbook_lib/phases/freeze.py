@@ -9,11 +9,15 @@ manifest; golden outputs for fixed inputs; declared ports, protocols and host ne
 from __future__ import annotations
 
 import json
+import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from runbook_lib import checkpoint
+from runbook_lib import gates as g
 from runbook_lib import secrets as secret_refs
 from runbook_lib.inventory import probe
 from runbook_lib.params import RemoteProfile
@@ -108,6 +112,7 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
         "store": ctx.store.settings(),
         "frozen": {"prefix": ctx.store_prefix("source", "frozen"), "manifest_sha256": result["frozen_manifest_sha256"],
                    "objects": {k: {"size_bytes": o.size_bytes, "sha256": o.sha256} for k, o in frozen.items()}},
+        "inspection": inspect_frozen(ctx, ctx.store_prefix("source", "frozen")),
         "golden": {"prefix": ctx.store_prefix("source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
                    "outputs_sha256": result_objs["outputs.npy"].sha256},
         "payloads": largest_payloads(ctx.mig, golden) if ctx.mig.workload.kind == "inference" else None,
@@ -115,6 +120,33 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
                        "aa_losses": result.get("aa_losses"),
                        "step_times_s": attempt["step_times_s"], "load_s": attempt["load_s"]},
     }
+
+
+def inspect_frozen(ctx: PhaseContext, prefix: str) -> dict[str, Any]:
+    """Inspect the frozen artifact as the target will read it: download the verified set from
+    the store (every object re-hashed while it streams) and run
+    :func:`runbook_lib.checkpoint.inspect` on it, which runs nothing the files name. Adds the
+    blocking gate ``checkpoint_safety``: FAIL on any blocker (an unsafe global, a truncated or
+    missing shard, a prefix on some keys only, an unknown format), else PASS naming the risks.
+
+    Returns:
+        :meth:`runbook_lib.checkpoint.Inspection.to_dict` plus ``download_s`` (seconds to fetch
+        the set from the store to this host).
+    """
+    with tempfile.TemporaryDirectory(prefix="frozen-") as tmp:
+        t0 = time.perf_counter()
+        ctx.store.fetch_set(prefix, tmp, run_id=ctx.run_id)
+        took = time.perf_counter() - t0
+        ins = checkpoint.inspect(tmp)
+    out = {**ins.to_dict(), "root": prefix, "download_s": round(took, 4)}
+    blockers = ins.blockers
+    risks = [f for f in ins.findings if f.severity == "risk"]
+    detail = ("; ".join(f"{f.check} in {f.file}: {f.seen}" for f in blockers) if blockers else
+              f"{len(ins.files)} files, {ins.total_bytes} bytes; nothing runs on load"
+              + (f"; risks: {', '.join(f'{f.check} ({f.file})' for f in risks)}" if risks else ""))
+    ctx.evidence.add_gates(g.boolean_gate("checkpoint_safety", not blockers, phase="01", detail=detail,
+                                          source="runbook_lib/checkpoint.py"))
+    return out
 
 
 def secrets_table(ctx: PhaseContext) -> list[dict[str, Any]]:
@@ -217,12 +249,29 @@ class FreezeResult(PhaseResult):
                     md(f"**Frozen artifact** `{src['frozen']['prefix']}` manifest sha256 "
                        f"`{src['frozen']['manifest_sha256']}`"),
                     table(src["frozen"]["objects"]).T,
+                    *inspection_parts(src.get("inspection")),
                     md(f"**Golden outputs** shape {src['golden']['shape']} {src['golden']['dtype']}, sha256 "
                        f"`{src['golden']['outputs_sha256']}`")]
         return out + [md("**Declared requirements**"), table({"declared": self.requirements}, dtype=object),
                       md("**Secrets** (names and references, never values)"), table(self.secrets),
                       md("**Credential findings**"),
                       table(self.credential_findings, columns=["variable", "where", "declared", "finding"])]
+
+
+def inspection_parts(ins: dict[str, Any] | None) -> list[Any]:
+    """The inspection table of the frozen artifact and its findings, each with why it matters
+    and the fix (:func:`inspect_frozen`)."""
+    if not ins:
+        return []
+    files = [{"file": f["file"], "format": f["format"], "bytes": f["bytes"], "sha256": f["sha256"][:16],
+              "tensors": len(f["tensors"]), "saved on": ", ".join(f["devices"]), "globals": ", ".join(f["globals"]),
+              "unsafe globals": ", ".join(f["unsafe_globals"]) or "none",
+              "tied": "; ".join(" = ".join(t) for t in f["tied"])} for f in ins["files"]]
+    return [md(f"**Checkpoint inspection** (nothing in it was run; {ins['total_bytes']} bytes fetched from the store "
+               f"in {ins['download_s']} s)"), table(files),
+            md("**Checkpoint findings**" + ("" if ins["findings"] else ": none")),
+            *([table(ins["findings"], columns=["severity", "check", "file", "seen", "reason", "fix"])]
+              if ins["findings"] else [])]
 
 
 def run(ctx: PhaseContext) -> FreezeResult:

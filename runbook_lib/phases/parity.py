@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from runbook_lib import gates as g
+from runbook_lib import inventory
 from runbook_lib.params import operator_set
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
+from runbook_lib.storage import credential_env
 
 
 def plan_canary(ctx: PhaseContext) -> Plan:
@@ -100,6 +102,15 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
         obs_losses = [m["loss"] for m in attempts[-1]["metrics"] if "loss" in m]
         out.append(g.loss_band(golden_run["losses"], obs_losses, rel=gates_cfg.loss_band_rel,
                                replicate=golden_run.get("aa_losses"), phase="03"))
+    rows = environment_diff(ctx, env)
+    canary["environment_diff"] = rows
+    blockers = [r for r in rows if r["class"] == "blocker"]
+    counts = {c: sum(r["class"] == c for r in rows) for c in inventory.CLASSES}
+    out.append(g.boolean_gate(
+        "environment_diff", not blockers, phase="03", source="runbook_lib/inventory.py",
+        detail=("; ".join(f"{r['item']}: {r['reason']}" for r in blockers) if blockers else
+                "source vs canary: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n) if rows else
+                "source vs canary: no difference")))
     budget = g.acceptance_budget(canary.get("acceptance_job_s"), budget_s=ctx.mig.run.acceptance_budget_s, phase="03")
     out.append(g.scored_unless_set(budget, setting="run.acceptance_budget_s",
                                    operator_set=operator_set(ctx.mig, "run.acceptance_budget_s")))
@@ -107,6 +118,20 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                               detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
     return ctx.evidence.add_gates(*out)
 
+
+
+def environment_diff(ctx: PhaseContext, canary_env: dict[str, Any]) -> list[dict[str, Any]]:
+    """The source's inventory (phase 01, taken inside the freeze pod) against the canary's (taken
+    inside the canary), every difference classified (:func:`runbook_lib.inventory.diff`) against
+    the workload's declared needs and the bytes of the frozen set the target restores."""
+    rec01 = ctx.records["01"].data["freeze"]
+    req = ctx.mig.workload.requirements
+    restore = (rec01.get("inspection") or {}).get("total_bytes") or sum(
+        o["size_bytes"] for o in (rec01.get("frozen") or {}).get("objects", {}).values())
+    declared = frozenset({s.name for s in ctx.mig.target.secrets} | {n for n, _ in credential_env(ctx.mig.storage)})
+    return inventory.diff(rec01.get("environment") or {}, canary_env, target_device=ctx.mig.target.device,
+                          memory_gb=req.memory_gb or 0.0, shm_gb=req.shm_gb or 0.0, disk_gb=req.disk_gb or 0.0,
+                          restore_bytes=int(restore), declared_credentials=declared)
 
 
 def plan(ctx: PhaseContext) -> PlanShown:
@@ -133,6 +158,7 @@ class ParityResult(PhaseResult):
         return {"canary_pod": c["pod_id"], "canary_destroyed": c["destroyed"], "capacity_tries": c["capacity_tries"],
                 "interruptions": c["interruptions"],
                 "acceptance_job_s": c["acceptance_job_s"], "acceptance_budget_s": self.budget_s,
+                "environment_diff": c.get("environment_diff", []),
                 "result": {k: v for k, v in c["result"].items() if k != "attempts"}}
 
     def parts(self) -> list[Any]:
@@ -143,6 +169,9 @@ class ParityResult(PhaseResult):
                    f"(budget {self.budget_s:g} s)"),
                 md("**Capacity tries**"), table(self.canary["capacity_tries"], columns=TRY_COLUMNS),
                 md("**Artifact checksums re-verified on the canary**"), table(res.get("artifact_checksums", [])),
+                md("**Source vs canary environment**, every difference classified (harmless, tolerance, risk, "
+                   "blocker, not checked)"),
+                table(self.canary.get("environment_diff", []), columns=["item", "source", "target", "class", "reason"]),
                 md("**Failure drill**"), table({"failure drill": res.get("failure_drill") or {}}, dtype=object)]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from runbook_lib.errors import WorkloadError
+from runbook_lib.checkpoint import load_state
 from runbook_lib.workload import AcceptanceWorkload
 from runbook_lib.workload._torch import configure, synchronize
 
@@ -70,13 +70,9 @@ class DigitsWorkload(AcceptanceWorkload):
         self._step = 0
         if artifact_dir is not None:
             path = Path(artifact_dir) / CHECKPOINT_FILE
-            try:
-                # weights_only: tensors and plain containers only; a pickle that names any other global
-                # is refused before it runs (https://pytorch.org/docs/stable/generated/torch.load.html)
-                state = torch.load(path, map_location=self._device, weights_only=True)
-            except Exception as exc:  # noqa: BLE001 - torch.load raises several types on bad files
-                raise WorkloadError(f"checkpoint {path} cannot be loaded safely (weights_only): {exc}") from exc
-            self.load_state_dict(state)
+            # weights_only, remapped to this side's device; a pickle naming any other global is
+            # refused before it runs (runbook_lib.checkpoint.load_state)
+            self.load_state_dict(load_state(path, device=str(self._device)).state)
         self._base_step = self._step
 
     def export_artifact(self, dest_dir: Path) -> list[Path]:

@@ -29,12 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
 
+from runbook_lib.checkpoint import load_state
 from runbook_lib.errors import RunbookError, WorkloadError
 from runbook_lib.inventory import probe
 from runbook_lib.manifest import sha256_file
 from runbook_lib.params import load_params
 from runbook_lib.storage import HashingWriter, ObjectInfo, Store, store_from_params
 from runbook_lib.workload import make_workload
+from runbook_lib.workload._torch import synchronize
 
 CHILD_TIMEOUT_S = 600.0
 
@@ -93,39 +95,71 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
     Returns:
         ``{"start_step", "resumed_from", "rejected_checkpoints", "step_times_s", "metrics",
         "first_step_done_epoch"}``;
-        ``step_times_s`` are seconds per step (CUDA synchronised by the workload).
+        ``step_times_s`` are seconds per step, the device synchronised before each clock stops
+        (the driver does it, whatever the workload does); ``timing``: :func:`step_timing`.
     """
-    import torch
 
     start, resumed_from = 0, None
     rejected: list[dict[str, str]] = []
     if resume:
         ck, rejected = newest_verified_checkpoint(ckpt_dir)
         if ck is not None:
-            try:  # weights_only: a checkpoint naming any non-tensor global is refused, never run
-                state = torch.load(ck, weights_only=True)
-            except Exception as exc:  # noqa: BLE001 - torch.load raises several types on bad files
-                raise WorkloadError(f"checkpoint {ck} cannot be loaded safely (weights_only): {exc}") from exc
-            start = wl.load_state_dict(state)
+            # weights_only on this side's device: a checkpoint naming any non-tensor global is refused, never run
+            start = wl.load_state_dict(load_state(ck, device=wl.profile.device).state)
             resumed_from = ck.name
     times, metrics = [], []
     first_done: float | None = None
+    checkpoint_s = 0.0
     n = wl.num_steps() if max_steps is None else min(max_steps, wl.num_steps())
+    device = wl.profile.device
+    synchronize(device)  # nothing queued before the loop is billed to its first step
+    loop_t0 = time.perf_counter()
     for i in range(start, n):
         t0 = time.perf_counter()
         m = wl.step(i)
+        synchronize(device)  # the step's kernels are done before its clock stops, whatever the workload does
         times.append(time.perf_counter() - t0)
         first_done = first_done or time.time()
         metrics.append(m)
         if (i + 1) % checkpoint_every == 0 and i + 1 < n:
+            c0 = time.perf_counter()
             save_checkpoint(wl.state_dict(), ckpt_dir, i + 1)
+            checkpoint_s += time.perf_counter() - c0
             if pause_after_checkpoint:
                 if progress is not None:
                     progress.write_text(json.dumps({"paused_after_step": i + 1}))
                 while True:  # wait to be killed; the parent's SIGKILL is the failure
                     time.sleep(3600)
+    synchronize(device)
+    timing = step_timing(times, wall_s=time.perf_counter() - loop_t0, checkpoint_s=checkpoint_s)
     return {"start_step": start, "resumed_from": resumed_from, "rejected_checkpoints": rejected,
-            "step_times_s": times, "metrics": metrics, "first_step_done_epoch": first_done}
+            "step_times_s": times, "metrics": metrics, "first_step_done_epoch": first_done, "timing": timing}
+
+
+def step_timing(times: list[float], *, wall_s: float, checkpoint_s: float) -> dict[str, float]:
+    """Check the step clock against wall time: the steps, timed one by one with the device
+    synchronised around each, cannot sum to more than the loop's wall time, and the loop's
+    other time (checkpoint saves, metric bookkeeping) is what is left.
+
+    Args:
+        times: seconds per step. wall_s: seconds from the loop's start to its end, device
+            synchronised at both. checkpoint_s: seconds spent saving checkpoints in the loop.
+
+    Returns:
+        ``{"wall_s", "steps_sum_s", "checkpoint_s", "other_s", "steps_share"}`` (``steps_share``:
+        the steps' sum over wall time, 0..1).
+
+    Raises:
+        WorkloadError: the steps sum to more than the wall time (beyond 1 ms of clock
+            resolution): the step clock does not measure what ran.
+    """
+    total = float(sum(times))
+    if total > wall_s + 1e-3:
+        raise WorkloadError(f"step times sum to {total:.4f} s but the loop took {wall_s:.4f} s of wall time; the step "
+                            "clock is wrong (a step timed twice, or a clock other than time.perf_counter). Fix the "
+                            "workload's step() before measuring")
+    return {"wall_s": wall_s, "steps_sum_s": total, "checkpoint_s": checkpoint_s,
+            "other_s": max(0.0, wall_s - total - checkpoint_s), "steps_share": total / wall_s if wall_s > 0 else 1.0}
 
 
 def _make(params_path: str, side: str) -> Any:

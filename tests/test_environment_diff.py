@@ -1,0 +1,91 @@
+"""Source versus canary inventories: every difference classified with its reason, and what this
+host cannot tell recorded as not checked, never as a pass."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from runbook_lib.inventory import CLASSES, diff, probe
+
+GB = 10**9
+
+
+def _inv(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "python": "3.11.9", "torch": "2.5.1+cu124", "device": "cuda",
+        "cuda": {"available": True, "runtime": "12.4", "driver_version": "550.54.15", "arch_list": ["sm_80", "sm_90"],
+                 "devices": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_bytes": 80 * GB,
+                              "compute_capability": "8.0"}]},
+        "cpu": {"model": "x", "logical": 16}, "memory_bytes": 128 * GB, "shm_bytes": 64 * GB,
+        "disk_free_bytes": 500 * GB, "os": "Linux 5.15", "features": {"dev_fuse": True, "running_as_root": True},
+        "credential_env_names": ["HF_TOKEN"],
+    }
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = v
+    return out
+
+
+def _classes(rows: list[dict[str, Any]]) -> dict[str, str]:
+    return {r["item"]: r["class"] for r in rows}
+
+
+def test_the_same_environment_differs_in_nothing() -> None:
+    assert diff(_inv(), _inv(), target_device="cuda", declared_credentials=frozenset({"HF_TOKEN"})) == []
+
+
+def test_each_difference_gets_its_class_and_reason() -> None:
+    tgt = _inv(python="3.12.4", torch="2.6.0+cu126", os="Linux 6.8", memory_bytes=64 * GB, shm_bytes=1 * GB,
+               cpu={"model": "y", "logical": 8}, features={"dev_fuse": False, "running_as_root": True},
+               credential_env_names=["HF_TOKEN", "AWS_SECRET_ACCESS_KEY"])
+    tgt["cuda"] = {**tgt["cuda"], "runtime": "12.6", "driver_version": "560.35.03",
+                   "devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 * GB,
+                                "compute_capability": "9.0"}]}
+    rows = diff(_inv(), tgt, target_device="cuda", shm_gb=2, declared_credentials=frozenset({"HF_TOKEN"}))
+    got = _classes(rows)
+    assert got == {"python": "risk", "torch": "risk", "cuda.runtime": "tolerance", "compute capability": "harmless",
+                   "GPU": "tolerance", "cpu.logical": "risk", "memory_bytes": "risk", "shm_bytes": "blocker",
+                   "os": "harmless", "features.dev_fuse": "risk", "credential_env_names": "risk"}
+    reasons = {r["item"]: r["reason"] for r in rows}
+    assert "weights_only=True" in reasons["torch"]  # 2.5 -> 2.6 crosses the unpickling default
+    assert "sm_90 is in the torch build's architecture list" == reasons["compute capability"]
+    assert "AWS_SECRET_ACCESS_KEY" in next(r["target"] for r in rows if r["item"] == "credential_env_names")
+    assert {r["class"] for r in rows} <= set(CLASSES)
+
+
+def test_a_gpu_the_torch_build_lacks_and_too_little_disk_are_blockers() -> None:
+    tgt = _inv(disk_free_bytes=3 * GB)
+    tgt["cuda"] = {**tgt["cuda"], "arch_list": ["sm_80", "sm_86"],
+                   "devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}]}
+    rows = diff(_inv(), tgt, target_device="cuda", restore_bytes=4 * GB)
+    got = _classes(rows)
+    assert got["compute capability"] == "blocker" and got["disk_free_bytes"] == "blocker"
+    two = _inv()
+    two["cuda"] = {**two["cuda"], "devices": two["cuda"]["devices"] * 2}
+    assert _classes(diff(two, _inv(), target_device="cuda", declared_credentials=frozenset({"HF_TOKEN"}))) == {
+        "GPU count": "risk"}
+    assert "carries sm_80, sm_86, not sm_90" in next(r["reason"] for r in rows if r["item"] == "compute capability")
+
+
+def test_an_older_driver_is_a_risk_and_a_missing_one_is_not_checked() -> None:
+    old = _inv()
+    old["cuda"] = {**old["cuda"], "driver_version": "535.104.05"}
+    assert _classes(diff(_inv(), old, target_device="cuda"))["cuda.driver_version"] == "risk"
+    none = _inv()
+    none["cuda"] = {**none["cuda"], "driver_version": None}
+    assert _classes(diff(_inv(), none, target_device="cuda"))["cuda.driver_version"] == "not checked"
+
+
+def test_a_cpu_target_records_driver_and_compute_capability_as_not_checked() -> None:
+    here = probe(device="cpu")  # this host, as a CPU canary sees itself
+    rows = diff(here, here, target_device="cpu")
+    assert [(r["item"], r["class"]) for r in rows] == [("cuda.driver_version / compute capability", "not checked")]
+    assert "CPU" in rows[0]["reason"]
+
+
+def test_a_cuda_target_without_a_gpu_is_a_blocker() -> None:
+    cpu = _inv(device="cuda")
+    cpu["cuda"] = {"available": False, "runtime": "12.4", "driver_version": None, "devices": [], "arch_list": []}
+    got = _classes(diff(_inv(), cpu, target_device="cuda"))
+    assert got["cuda.available"] == "blocker" and got["compute capability"] == "not checked"
