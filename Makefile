@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 VASTAI_STAMP := .venv-vastai/.installed
 RUNPOD_STAMP := .venv-runpod/.installed
 
-.PHONY: demo demo-train demo-s3 rehearse test test-e2e browser bench soak clean lab strip-filter
+.PHONY: demo demo-train demo-checkpoint demo-s3 rehearse test test-e2e browser bench soak clean lab strip-filter
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ demo: $(STAMP)
 
 demo-train: $(STAMP)
 	$(VENV)/bin/runbook run params/demo-train.yaml
+
+# Bring your own checkpoint: examples/checkpoint-demo (shards, index, trainer state), no user code.
+demo-checkpoint: $(STAMP)
+	$(VENV)/bin/runbook run params/demo-checkpoint.yaml
 
 # The whole demo against a loopback S3 endpoint (moto's server; any credentials are accepted).
 demo-s3: $(STAMP)

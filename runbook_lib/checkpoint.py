@@ -79,7 +79,8 @@ class FileReport:
 
     Attributes:
         file: path relative to the checkpoint's root. format: ``torch-zip``, ``torch-legacy``,
-            ``safetensors``, ``shard-index`` or ``unknown``. bytes: file size. sha256: hex digest.
+            ``safetensors``, ``shard-index``, ``dcp-metadata``, ``metadata`` (JSON, YAML, text:
+            hashed, never loaded) or ``unknown``. bytes: file size. sha256: hex digest.
         globals: every global the pickle imports (``module.name``), from a static disassembly.
         unsafe_globals: those outside torch's ``weights_only`` allowlist.
         devices: device tags the tensors were saved on (``cpu``, ``cuda:1``).
@@ -216,7 +217,8 @@ def _safe_load(path: Path, *, map_location: Any, mmap: bool) -> Any:
     return torch.load(path, weights_only=True, map_location=map_location, mmap=mmap)
 
 
-def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding]) -> FileReport:
+def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding],
+                   allow_globals: Sequence[str] = ()) -> FileReport:
     import torch
 
     base: dict[str, Any] = {"file": rel, "format": "torch-zip" if zipped else "torch-legacy", "bytes": path.stat().st_size,
@@ -245,7 +247,7 @@ def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding]) 
             "weights_only load, which refuses any global outside its allowlist before running it",
             "re-save it with torch.save (zip format, the default since PyTorch 1.6) on the source"))
     if unsafe:
-        findings.append(_unsafe(rel, unsafe))
+        findings.append(_unsafe(rel, unsafe, allowed=set(unsafe) <= set(allow_globals)))
         return FileReport(**base, globals=tuple(every), unsafe_globals=tuple(unsafe))
     locations: list[str] = []
 
@@ -257,7 +259,8 @@ def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding]) 
         state = _safe_load(path, map_location=note, mmap=zipped)
     except pickle_error() as exc:
         refused = _refused_global(str(exc))
-        findings.append(_unsafe(rel, [refused] if refused else ["<named in the refusal>"], detail=str(exc)[:300]))
+        findings.append(_unsafe(rel, [refused] if refused else ["<named in the refusal>"], detail=str(exc)[:300],
+                                allowed=bool(refused) and refused in allow_globals))
         return FileReport(**base, globals=tuple(every), unsafe_globals=(refused,) if refused else ())
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         findings.append(_finding("truncated", "blocker", rel, f"{type(exc).__name__}: {str(exc)[:200]}",
@@ -292,7 +295,13 @@ def _refused_global(message: str) -> str:
     return m.group(1) if m else ""
 
 
-def _unsafe(rel: str, names: Sequence[str], detail: str = "") -> Finding:
+def _unsafe(rel: str, names: Sequence[str], detail: str = "", *, allowed: bool = False) -> Finding:
+    if allowed:
+        return _finding(
+            "allowed_global", "risk", rel, "imports " + ", ".join(names) + ", each listed in workload.allow_globals",
+            "the operator trusts these names; loading imports them, so code in their modules runs",
+            "load_state honours the allowlist only for a file whose sha256 matches the frozen manifest; re-save the "
+            "file with tensors only to drop the allowlist")
     return _finding(
         "unsafe_global", "blocker", rel, "imports " + ", ".join(names) + (f" ({detail})" if detail else ""),
         "loading a pickle that names a global outside torch's weights_only allowlist can run any code its author "
@@ -348,12 +357,14 @@ def _files(root: Path) -> list[Path]:
     return sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: natural_key(p.relative_to(root).as_posix()))
 
 
-def inspect(path: str | Path) -> Inspection:
+def inspect(path: str | Path, *, allow_globals: Sequence[str] = ()) -> Inspection:
     """Inspect the checkpoint at ``path`` (a file or a directory of shards) without running it:
     see the module docstring. A shard index (``*.index.json``) whose ``weight_map`` names a file
     that is not there is a ``missing_shard`` blocker; a torch distributed-checkpoint directory
     (``.metadata``) is reported ``not_inspected`` (its metadata is itself a pickle this version
-    does not disassemble), never as safe.
+    does not disassemble), never as safe. A file whose unsafe globals are all in
+    ``allow_globals`` is an ``allowed_global`` risk instead of an ``unsafe_global`` blocker (its
+    tensors are not listed: it is loaded only once frozen, by :func:`load_state`).
 
     Raises:
         CheckpointError: ``path`` does not exist or holds no file.
@@ -386,11 +397,13 @@ def inspect(path: str | Path) -> Inspection:
                                          "the file was cut short (an interrupted copy or upload)",
                                          "copy it again from the source and compare its sha256 with the source's"))
             else:
-                reports.append(_inspect_torch(p, rel, True, findings))
+                reports.append(_inspect_torch(p, rel, True, findings, allow_globals))
         elif head[:1] == b"\x80":
-            reports.append(_inspect_torch(p, rel, False, findings))
+            reports.append(_inspect_torch(p, rel, False, findings, allow_globals))
         elif p.suffix == ".safetensors":
             reports.append(_inspect_safetensors(p, rel, findings))
+        elif p.suffix in (".json", ".txt", ".yaml", ".yml", ".md"):  # configs and manifests: hashed, not loaded
+            reports.append(FileReport(rel, "metadata", p.stat().st_size, sha256_of(p)))
         else:
             reports.append(FileReport(rel, "unknown", p.stat().st_size, sha256_of(p)))
             if p.suffix in (".pt", ".pth", ".bin", ".ckpt"):

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from runbook_lib.errors import ParamsError
+from runbook_lib.layout import project_root
 from runbook_lib.offer_query import parse_query
 from runbook_lib.secrets import credential_findings
 
@@ -326,15 +327,28 @@ else:
     built from :data:`PROVIDER_TABLE`); a field another provider would need is refused, not ignored."""
 
 
+CHECKPOINT_ENTRY_POINT = "runbook_lib.workload.checkpoint_set:CheckpointWorkload"
+"""The workload of ``kind: checkpoint``: an existing checkpoint migrated without user code."""
+
+
 class Workload(_Model):
     """The acceptance-job contract: an entry point ``module:Class`` and its fixed inputs.
 
-    The class must implement :class:`runbook_lib.workload.AcceptanceWorkload`.
+    The class must implement :class:`runbook_lib.workload.AcceptanceWorkload`. ``kind:
+    checkpoint`` migrates an existing checkpoint with no code: ``checkpoint`` names it (a file or
+    a directory of shards: a path, absolute or relative to the project root, or ``file://``), the
+    entry point defaults to :data:`CHECKPOINT_ENTRY_POINT`, each of the ``restores`` steps restores
+    the whole checkpoint (read, verify, load), and ``allow_globals`` lists the non-tensor globals
+    (``module.name``) the operator trusts in it, honoured only for files whose sha256 matches the
+    frozen manifest (:func:`runbook_lib.checkpoint.load_state`).
     """
 
-    kind: Literal["inference", "training"]
-    entry_point: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    kind: Literal["inference", "training", "checkpoint"]
+    entry_point: str = Field(default="", pattern=r"^(|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
     model_id: str = Field(min_length=1)
+    checkpoint: str = ""
+    allow_globals: tuple[str, ...] = ()
+    restores: int = Field(default=4, ge=2, le=10_000)
     dataset_id: str = ""
     sample_size: int = Field(default=32, ge=1, le=100_000)
     seed: int = 0
@@ -342,6 +356,37 @@ class Workload(_Model):
     checkpoint_every: int = Field(default=10, ge=1)
     learning_rate: float = Field(default=0.05, gt=0, le=10)
     requirements: Requirements = Requirements()
+
+    @property
+    def unit(self) -> str:
+        """What one measured unit is: ``request`` (inference), ``training step`` (training) or
+        ``restore`` (checkpoint: read, verify and load the whole checkpoint once)."""
+        return {"inference": "request", "training": "training step"}.get(self.kind, "restore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpoint_entry_point(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") == "checkpoint" and not data.get("entry_point"):
+            return {**data, "entry_point": CHECKPOINT_ENTRY_POINT}
+        return data
+
+    @model_validator(mode="after")
+    def _checkpoint_kind(self) -> "Workload":
+        if self.kind == "checkpoint":
+            if not self.checkpoint:
+                raise ValueError("workload.kind 'checkpoint' needs workload.checkpoint: the checkpoint file or directory "
+                                 "to migrate (a path, absolute or relative to the project root, or file://)")
+            if self.checkpoint.startswith("s3://"):
+                raise ValueError(f"workload.checkpoint {self.checkpoint!r}: an s3:// checkpoint is not read by this "
+                                 "version; copy it onto the source's volume and name that path")
+            if self.checkpoint_every >= self.restores:
+                raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be below restores ({self.restores}) so "
+                                 "the failure-and-resume drill has a checkpoint to resume; set checkpoint_every: 1")
+        elif not self.entry_point:
+            raise ValueError(f"workload.entry_point is required for kind {self.kind!r} (module:Class)")
+        elif self.checkpoint or self.allow_globals:
+            raise ValueError("workload.checkpoint and workload.allow_globals belong to kind 'checkpoint'")
+        return self
 
     @model_validator(mode="after")
     def _checkpoint_interval(self) -> "Workload":
@@ -367,7 +412,9 @@ class Storage(_Model):
         checksum_mode: botocore request/response checksum setting, recorded in evidence.
         create_bucket: create the bucket if missing (loopback test servers only).
         access_key_id_ref, secret_access_key_ref: credential references (``env:VAR`` or
-            ``file:/path``); empty uses boto3's default chain. Injected into pods by name.
+            ``file:/path``); empty uses boto3's default chain. Resolved on the runbook host only:
+            pods and endpoint workers get a short-lived store grant instead
+            (:mod:`runbook_lib.storage.grants`), never these keys.
     """
 
     url: str = Field(default="file://.runbook/store", pattern=r"^(file|s3)://.+")
@@ -609,7 +656,7 @@ class Migration(_Model):
     @model_validator(mode="after")
     def _mode_fits_the_data(self) -> "Migration":
         mode, kind = self.cutover.mode, self.workload.kind
-        if kind == "training" and mode not in (None, "quiesce"):
+        if kind in ("training", "checkpoint") and mode not in (None, "quiesce"):
             raise ValueError(f"cutover.mode {mode!r} does not fit a training job: it has one writer, so it moves by "
                              "quiesce (stop at a verified checkpoint, resume on the target, switch); set quiesce or "
                              "leave it out")
@@ -621,8 +668,9 @@ class Migration(_Model):
 
     @property
     def cutover_mode(self) -> str:
-        """``cutover.mode``, or the workload's default: ``quiesce`` for training, ``drain`` for inference."""
-        return self.cutover.mode or ("quiesce" if self.workload.kind == "training" else "drain")
+        """``cutover.mode``, or the workload's default: ``drain`` for inference, ``quiesce`` for training
+        and checkpoint (one writer: the checkpoint's authoritative copy moves while nothing writes it)."""
+        return self.cutover.mode or ("drain" if self.workload.kind == "inference" else "quiesce")
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -732,4 +780,11 @@ def load_params(path: str | Path) -> Migration:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ParamsError(f"cannot read params file {p}: {exc.strerror}. Pass an existing YAML file.") from exc
-    return validate(parse_yaml(text, origin=str(p)), origin=str(p))
+    mig = validate(parse_yaml(text, origin=str(p)), origin=str(p))
+    ck = mig.workload.checkpoint
+    if ck:  # a relative checkpoint path is the project's (remote pods get it relative to their working directory)
+        local = Path(ck.removeprefix("file://"))
+        if not local.is_absolute():
+            local = project_root(p) / local
+            mig = mig.model_copy(update={"workload": mig.workload.model_copy(update={"checkpoint": str(local)})})
+    return mig

@@ -29,6 +29,9 @@ PACKAGED_NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 PACKAGED_PARAMS = Path(__file__).resolve().parent / "params"
 """The example params files shipped with the package (the repository's ``params/``)."""
 
+PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
+"""Example inputs the params name (the repository's ``examples/``: the demo checkpoint)."""
+
 ORIGINS = ("project", "given", "packaged")
 """``project``: ``<project>/notebooks/``; ``given``: ``--notebooks DIR``; ``packaged``: the package's copy."""
 
@@ -125,8 +128,9 @@ def phase_notebooks(*, project: Path, given: Path | None = None) -> list[Noteboo
 
 
 def init_project(target: Path) -> list[Path]:
-    """Copy the packaged phase notebooks into ``target/notebooks/`` and the example params files
-    into ``target/params/``, for a user who wants to edit them; ``runbook run
+    """Copy the packaged phase notebooks into ``target/notebooks/``, the example params files
+    into ``target/params/`` and the inputs they name into ``target/examples/``, for a user who
+    wants to edit them; ``runbook run
     target/params/demo.yaml`` then runs the copies (origin ``project``). Nothing is overwritten.
 
     Returns:
@@ -143,6 +147,8 @@ def init_project(target: Path) -> list[Path]:
     pairs = [(PACKAGED_NOTEBOOKS / f"{phase_name(p)}.ipynb", target / NOTEBOOKS_DIR / f"{phase_name(p)}.ipynb")
              for p, _ in PHASES]
     pairs += [(p, target / "params" / p.name) for p in sorted(PACKAGED_PARAMS.glob("*.yaml"))]
+    pairs += [(p, target / "examples" / p.relative_to(PACKAGED_EXAMPLES)) for p in sorted(PACKAGED_EXAMPLES.rglob("*"))
+              if p.is_file() and "__pycache__" not in p.parts]
     missing = [str(src) for src, _ in pairs if not src.exists()]
     if missing or not any(src.parent == PACKAGED_PARAMS for src, _ in pairs):
         raise UsageError(f"the package lacks its notebooks or example params ({missing or PACKAGED_PARAMS}); "

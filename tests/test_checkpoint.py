@@ -65,7 +65,8 @@ def test_a_non_tensor_global_is_allowed_only_by_name_and_only_for_the_frozen_byt
     # training scripts often save their argparse hyperparameters next to the weights
     torch.save({"w": torch.ones(2), "args": argparse.Namespace(lr=0.1)}, path)
     ins = inspect(path)
-    assert ins.files[0].unsafe_globals == ("argparse.Namespace",)
+    assert ins.files[0].unsafe_globals == ("argparse.Namespace",) and _checks(ins) == {"unsafe_global": "blocker"}
+    assert _checks(inspect(path, allow_globals=["argparse.Namespace"])) == {"allowed_global": "risk"}
     with pytest.raises(CheckpointError, match="argparse.Namespace"):
         load_state(path)
     with pytest.raises(CheckpointError, match="matches the frozen manifest"):

@@ -118,3 +118,24 @@ def test_drills_must_be_known_and_only_block_what_runs(make_params) -> None:
         load_params(make_params(drills={"run": ["redeliver"], "blocking": ["hung_worker"]}))
     with pytest.raises(ParamsError, match=r"lists a drill twice"):
         load_params(make_params(drills={"run": ["redeliver", "redeliver"], "blocking": []}))
+
+
+def test_a_checkpoint_workload_needs_no_code_and_its_path_is_the_project_s(make_params, tmp_path: Path) -> None:
+    from runbook_lib.params import CHECKPOINT_ENTRY_POINT
+
+    mig = load_params(make_params("demo-checkpoint.yaml"))
+    assert mig.workload.entry_point == CHECKPOINT_ENTRY_POINT and mig.cutover_mode == "quiesce"
+    assert mig.workload.checkpoint == str(tmp_path / "examples" / "checkpoint-demo")  # relative to the project
+    assert mig.workload.unit == "restore"
+    assert load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "/data/ck"})).workload.checkpoint \
+        == "/data/ck"
+    with pytest.raises(ParamsError, match=r"needs workload.checkpoint"):
+        load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": ""}))
+    with pytest.raises(ParamsError, match=r"an s3:// checkpoint is not read by this version"):
+        load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3://bucket/ck"}))
+    with pytest.raises(ParamsError, match=r"checkpoint_every \(4\) must be below restores \(3\)"):
+        load_params(make_params("demo-checkpoint.yaml", workload={"restores": 3, "checkpoint_every": 4}))
+    with pytest.raises(ParamsError, match=r"belong to kind 'checkpoint'"):
+        load_params(make_params("demo-train.yaml", workload={"checkpoint": "/data/ck"}))
+    with pytest.raises(ParamsError, match=r"entry_point is required for kind 'training'"):
+        load_params(make_params("demo-train.yaml", workload={"entry_point": ""}))

@@ -103,6 +103,11 @@ def slices(ctx: PhaseContext) -> list[Slice]:
                                f"step {k + 1})")
             out.append(Slice(k + 1, pct, plan))
         return out
+    if ctx.mig.workload.kind == "checkpoint":  # one step: the target's verified copy becomes authoritative
+        frozen, pfx = ctx.records["01"].data["freeze"]["frozen"]["prefix"], ctx.store_prefix("cutover", "0")
+        plan = ctx.resources.plan_agent("target", "promote", "slice", prefix=pfx, frozen_prefix=frozen,
+                                        extra=("--steps", "1"))
+        return [Slice(1, 100, plan, 0, 1, pfx, frozen)]
     total = ctx.mig.workload.train_steps
     resume, done = ctx.records["01"].data["freeze"]["frozen"]["prefix"], 0
     for k, pct in enumerate(ctx.mig.cutover.steps_percent):
@@ -119,8 +124,10 @@ def slices(ctx: PhaseContext) -> list[Slice]:
 
 def plan(ctx: PhaseContext) -> PlanShown:
     """Phase 05's slice steps (:func:`slices`), for display before its approval cell."""
-    what = ("route changes through the run's router on phase 04's endpoints (nothing rented)"
-            if ctx.mig.workload.kind == "inference" else "one target pod per training slice")
+    what = {"inference": "route changes through the run's router on phase 04's endpoints (nothing rented)",
+            "training": "one target pod per training slice"}.get(
+        ctx.mig.workload.kind, "one target pod that restores the frozen checkpoint and writes the target's verified "
+                               "copy, which then becomes authoritative")
     steps = slices(ctx)
     return PlanShown(tuple(s.plan for s in steps), tuple("target" for _ in steps),
                      tuple("if every earlier step passed" if i else "always" for i in range(len(steps))),
@@ -266,6 +273,56 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
             "final_target_percent": route.target_percent, "checkpoint_moved": ckpt_prefix, "reverse_reload": reverse}
 
 
+def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
+    """Make the target's copy of the checkpoint authoritative, keeping the source's frozen copy
+    as the rollback point: a target pod restores the frozen set (every file verified and loaded)
+    and writes it back as the target's versioned prefix ``cutover/0/checkpoint`` (objects,
+    manifest, completion marker). The switch happens only when every file of that copy has the
+    frozen sha256 and the pod's restore verified; the pointer ``05/authoritative.json`` and the
+    route (0 % -> 100 % target) record it. Reversibility: the source profile loads the target's
+    copy and must reproduce the golden tensor digest."""
+    rec01 = ctx.records["01"].data["freeze"]
+    frozen = rec01["frozen"]
+    route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
+    route.set(0, f"cutover start: the source's frozen checkpoint {frozen['prefix']} is authoritative")
+    [sl] = slices(ctx)
+    ctx.resources.run_agent("target", sl.plan, result_prefix=f"{sl.prefix}/result")
+    files = ctx.evidence.fetch(ctx.store, f"{sl.prefix}/result", "05/slice/0")
+    res = json.loads(files["result.json"].read_text())
+    copy_prefix = f"{sl.prefix}/checkpoint"
+    copy = ctx.store.verify_set(copy_prefix, run_id=ctx.run_id)
+    want = {k: o["sha256"] for k, o in frozen["objects"].items()}
+    got = {k: o.sha256 for k, o in copy.items()}
+    restored = [m for a in res.get("attempts", []) for m in a.get("metrics", [])]
+    ok = got == want and bool(restored) and all(m.get("verified") for m in restored) \
+        and all(c["match"] for c in res["artifact_checksums"])
+    step = {"step": 1, "target_percent": 100, "authoritative_prefix": copy_prefix, "files": len(got),
+            "bytes_identical_to_frozen": got == want, "restores_verified": len(restored),
+            "checkpoint_manifest_sha256": res.get("checkpoint_manifest_sha256"), "passed": ok}
+    if ok:
+        route.set(100, f"authoritative checkpoint: the target's verified copy {copy_prefix} (version 1); the source's "
+                       f"frozen copy {frozen['prefix']} is the rollback point")
+    else:
+        differ = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+        route.set(0, f"rollback: the target's copy does not match the frozen checkpoint ({differ or 'restore failed'}); "
+                     "the source's frozen copy stays authoritative")
+    ctx.evidence.write_json("05/authoritative.json", {
+        "authoritative_prefix": copy_prefix if ok else frozen["prefix"], "version": 1 if ok else 0,
+        "rollback_prefix": frozen["prefix"], "frozen_manifest_sha256": frozen["manifest_sha256"],
+        "files_sha256": got, "switched": ok})
+    reverse = None
+    if ok:  # reversibility: the source profile loads the target's copy
+        golden = np.load(ctx.run_dir / "01/golden_outputs.npy")
+        with tempfile.TemporaryDirectory() as tmp:
+            ctx.store.fetch_set(copy_prefix, tmp, run_id=ctx.run_id)
+            wl_s = make_workload(ctx.mig.workload, ctx.mig.source)
+            wl_s.load(Path(tmp))
+            reverse = g.output_parity(golden, wl_s.outputs(), dtype=ctx.mig.source.dtype, phase="05")
+    return {"mode": ctx.mig.cutover_mode, "steps": [step], "route": route.state,
+            "final_target_percent": route.target_percent, "checkpoint_moved": copy_prefix if ok else frozen["prefix"],
+            "reverse_reload": reverse}
+
+
 def cutover(ctx: PhaseContext) -> dict[str, Any]:
     """Check that every slice step is approved (:func:`slices`), record the rollback point, then
     run the slices for this workload kind; add gates.
@@ -275,13 +332,14 @@ def cutover(ctx: PhaseContext) -> dict[str, Any]:
     """
     ctx.resources.require_all([("target", sl.plan) for sl in slices(ctx)])
     point = rollback_point(ctx)
-    res = cutover_inference(ctx) if ctx.mig.workload.kind == "inference" else cutover_training(ctx)
+    res = {"inference": cutover_inference, "training": cutover_training}.get(ctx.mig.workload.kind,
+                                                                             cutover_checkpoint)(ctx)
     res["rollback_point"] = point
     ctx.evidence.write_json("05/route_history.json", res["route"])
     all_ok = bool(res["steps"]) and all(s["passed"] for s in res["steps"])
     ctx.evidence.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",
-        detail=f"{sum(s['passed'] for s in res['steps'])} of {len(ctx.mig.cutover.steps_percent)} slice steps passed; "
+        detail=f"{sum(s['passed'] for s in res['steps'])} of {len(slices(ctx))} slice steps passed; "
                f"route now {res['final_target_percent']} % target"))
     rev = res.pop("reverse_reload", None)
     if rev is not None:

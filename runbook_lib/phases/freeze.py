@@ -12,6 +12,7 @@ import json
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -82,12 +83,16 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
 
     Returns:
         ``{"pod", "source_pod", "environment", "identity", "frozen", "golden", "golden_run"}``, or
-        ``{"dry_run": True, "source_pod", "plan"}``.
+        ``{"dry_run": True, "source_pod", "plan"}``, or, when :func:`preflight_checkpoint` finds a
+        blocker, ``{"blocked": True, "source_pod", "preflight"}`` with no pod launched.
 
     Raises:
         WorkloadError: the agent failed (log tail in the message). StorageError: a set does
             not verify. ApprovalRequired: the plan has no approval record (HOLD).
     """
+    pre = preflight_checkpoint(ctx)
+    if pre is not None and pre["blockers"]:  # nothing is rented for a checkpoint that cannot load safely
+        return {"blocked": True, "source_pod": describe_source(ctx), "preflight": pre}
     plan = plan_freeze(ctx)
     if plan.dry_run:
         ctx.resources.apply_plan("source", plan)
@@ -122,6 +127,28 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
     }
 
 
+def preflight_checkpoint(ctx: PhaseContext) -> dict[str, Any] | None:
+    """Before any pod is rented: inspect a ``kind: checkpoint`` workload's checkpoint where this
+    host can read it (:func:`runbook_lib.checkpoint.inspect`, which runs nothing the files name).
+    A blocker fails the blocking gate ``checkpoint_safety`` here and phase 01 launches nothing.
+    None when the workload is not a checkpoint or its path is not on this host (a remote source's
+    volume: the frozen copy is inspected after the freeze instead, :func:`inspect_frozen`).
+
+    Returns:
+        :meth:`runbook_lib.checkpoint.Inspection.to_dict` plus ``blockers`` (their count).
+    """
+    wl = ctx.mig.workload
+    path = Path(wl.checkpoint.removeprefix("file://")) if wl.kind == "checkpoint" else None
+    if path is None or not path.exists():
+        return None
+    ins = checkpoint.inspect(path, allow_globals=wl.allow_globals)
+    if ins.blockers:
+        ctx.evidence.add_gates(g.boolean_gate(
+            "checkpoint_safety", False, phase="01", source="runbook_lib/checkpoint.py",
+            detail="before any pod was rented: " + "; ".join(f"{f.check} in {f.file}: {f.seen}" for f in ins.blockers)))
+    return {**ins.to_dict(), "blockers": len(ins.blockers), "download_s": 0.0}
+
+
 def inspect_frozen(ctx: PhaseContext, prefix: str) -> dict[str, Any]:
     """Inspect the frozen artifact as the target will read it: download the verified set from
     the store (every object re-hashed while it streams) and run
@@ -137,7 +164,7 @@ def inspect_frozen(ctx: PhaseContext, prefix: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         ctx.store.fetch_set(prefix, tmp, run_id=ctx.run_id)
         took = time.perf_counter() - t0
-        ins = checkpoint.inspect(tmp)
+        ins = checkpoint.inspect(tmp, allow_globals=ctx.mig.workload.allow_globals)
     out = {**ins.to_dict(), "root": prefix, "download_s": round(took, 4)}
     blockers = ins.blockers
     risks = [f for f in ins.findings if f.severity == "risk"]
@@ -240,7 +267,11 @@ class FreezeResult(PhaseResult):
     def parts(self) -> list[Any]:
         src = self.source
         out: list[Any] = []
-        if self.dry_run:
+        if src.get("blocked"):
+            out += [md("**Blocked before any pod was rented**: the checkpoint cannot be loaded safely or completely; "
+                       "nothing was launched. Fix each blocker below on the source and run again."),
+                    *inspection_parts(src["preflight"])]
+        elif self.dry_run:
             out += [md("**Dry-run**: the freeze pod is planned above and recorded; nothing was launched."),
                     table({"source pod (provider report)": src.get("source_pod") or {}}, dtype=object)]
         else:

@@ -125,7 +125,7 @@ def plan(ctx: PhaseContext) -> PlanShown:
     """Phase 04's plans (:func:`planned`), for display before its approval cell: the endpoints or
     round pods the measurement rents, with when each is applied."""
     kind = ("the cold-start and measured endpoints of both sides" if ctx.mig.workload.kind == "inference"
-            else "one pod per measured round, both sides")
+            else f"one pod per measured round, both sides ({ctx.mig.workload.unit}s timed in each)")
     return PlanShown.of(planned(ctx), note=f"Phase 04 rents {kind}; each is torn down when measured (the measured "
                                            "endpoints are kept for phase 05 and torn down in phase 06).")
 
@@ -143,13 +143,13 @@ def evaluate(ctx: PhaseContext, measured: Measurement, drills: DrillsResult | No
     import matplotlib.pyplot as plt
 
     res = measured.raw
-    unit = "request" if ctx.mig.workload.kind == "inference" else "training step"
+    unit = ctx.mig.workload.unit
     costs_ = costs(ctx, res)
     at_traffic = traffic_costs(ctx, res)
     latency_png, throughput_png, cost_png = PHASE_PLOTS["04"]
     figs = [report.latency_cdf(res["samples"], ctx.evidence.path(latency_png), unit_label=unit),
             report.throughput_plot(res["throughput"], ctx.evidence.path(throughput_png),
-                                   unit="requests/s" if unit == "request" else "samples/s"),
+                                   unit={"request": "requests/s", "restore": "restores/s"}.get(unit, "samples/s")),
             report.cost_plot(costs_, ctx.evidence.path(cost_png), unit=unit)]
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
         plt.close(fig)

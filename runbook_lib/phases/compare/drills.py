@@ -246,7 +246,8 @@ def run_drills(ctx: PhaseContext, measured: Any) -> DrillsResult:
     mode = (raw.get("endpoint_modes") or {}).get("target")
     endpoint = _Target(ctx, raw) if mode else None
     target = endpoint if mode == "queue" else None
-    no_jobs = ("a training job has no endpoint to drill" if ctx.mig.workload.kind == "training" else
+    no_jobs = (f"a {ctx.mig.workload.kind} workload runs on pods and has no endpoint to drill"
+               if ctx.mig.workload.kind != "inference" else
                f"a {mode} endpoint has no job API: nothing is redelivered, timed out or recorded by the endpoint; "
                "the caller owns retries (docs.runpod.io/serverless/load-balancing/overview)")
     rows: list[dict[str, Any]] = []

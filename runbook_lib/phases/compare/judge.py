@@ -154,8 +154,8 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
     if len(src_rounds) >= 2:
         aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max,
                            q=95 if mig.workload.kind == "inference" else 50, phase="04")
-        if mig.workload.kind == "training":
-            # For training the A/A result is scored, not blocking: sub-millisecond steps of the demo
+        if mig.workload.kind != "inference":
+            # For training (and restores) the A/A result is scored, not blocking: sub-millisecond steps of the demo
             # MLP drift with any host activity between pods. Training steps of hundreds of ms would
             # support a blocking check; no params setting asks for one yet.
             aa = g.from_dict({**aa.to_dict(), "blocking": False})
@@ -187,7 +187,7 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
         g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04",
                            what=cold_what),
         g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",
-                     unit="requests" if mig.workload.kind == "inference" else "training steps"),
+                     unit=f"{mig.workload.unit}s"),
         g.cost_per_unit(*(_finite((at_traffic or costs_)[side].usd_per_accepted_unit) for side in ("source", "target")),
                         required_saving=gc.required_saving, accepted_rounds=(acc_rounds["source"], acc_rounds["target"]),
                         phase="04", basis=_traffic_basis(at_traffic)),

@@ -483,9 +483,11 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
             if i < warmup:  # first steps pay allocation and cache warm-up: recorded, not judged
                 warm_rows.append({"side": side, "round": r, "step": i, "seconds": t})
                 continue
+            # a training step is accepted when its loss is finite; a restore when every file verified
+            ok = math.isfinite(met["loss"]) if "loss" in met else bool(met.get("verified", 0.0))
             rows.append({"side": side, "round": r, "request": i, "total_s": t, "queue_s": 0.0, "init_s": 0.0,
-                         "execution_s": t, "status": "COMPLETED" if math.isfinite(met["loss"]) else "FAILED",
-                         "loss": met["loss"], "accepted": math.isfinite(met["loss"])})
+                         "execution_s": t, "status": "COMPLETED" if ok else "FAILED",
+                         "loss": met.get("loss", math.nan), "accepted": ok})
         sink.write(rows)
         timed = att["step_times_s"][warmup:]
         total = sum(timed)

@@ -1,0 +1,171 @@
+"""An existing checkpoint migrated with no user code (``workload.kind: checkpoint``).
+
+The checkpoint is a file or a directory of shards (torch.save files, safetensors, a sharded
+index) named by ``workload.checkpoint``. Loading it freezes it first: every file is copied with
+its sha256 into a private directory next to a ``checkpoint-manifest.json``; every tensor file is
+then loaded by :func:`runbook_lib.checkpoint.load_state` (``weights_only``, remapped to the
+profile's device, the operator's ``allow_globals`` honoured only for files whose sha256 matches
+that manifest). One step is one full restore of the artifact: read every file, check its sha256
+against the manifest, load it. The outputs are a digest of every tensor, so phase 03 compares
+what the canary loaded with what the source loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runbook_lib.checkpoint import CheckpointError, iter_tensor_files, load_state, natural_key, sha256_of
+from runbook_lib.workload import AcceptanceWorkload
+
+if TYPE_CHECKING:
+    import numpy as np
+
+CHECKPOINT_MANIFEST = "checkpoint-manifest.json"
+"""``{relative path: sha256}`` of every file of the checkpoint, written next to the files."""
+
+DIGEST_COLUMNS = ("numel", "ndim", "first_dim", "last_dim", "itemsize", "mean", "std", "min", "max")
+"""One row of :meth:`CheckpointWorkload.outputs` per tensor, in natural name order."""
+
+
+class CheckpointWorkload(AcceptanceWorkload):
+    """The built-in workload of ``kind: checkpoint`` (see the module docstring).
+
+    Raises (from :meth:`load`):
+        CheckpointError: the checkpoint is missing, a file does not match its manifest, or a
+            file cannot be loaded safely.
+    """
+
+    kind = "checkpoint"
+
+    def __init__(self, workload: Any, profile: Any) -> None:
+        super().__init__(workload, profile)
+        self._root: Path | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._manifest: dict[str, str] = {}
+        self._state: dict[str, Any] = {}
+        self._done = 0
+
+    def identity(self) -> dict[str, Any]:
+        return {"model_id": self.workload.model_id, "checkpoint": self.workload.checkpoint,
+                "files_sha256": dict(self._manifest), "tensor_files": len(self._tensor_files()),
+                "allow_globals": list(self.workload.allow_globals)}
+
+    def _freeze(self, src: Path) -> Path:
+        """Copy the checkpoint at ``src`` with the sha256 of every file into a private directory."""
+        if not src.exists():
+            raise CheckpointError(f"workload.checkpoint {src} does not exist on this host ({self.profile.name}); "
+                                  "name the checkpoint file or directory as this side sees it")
+        self._tmp = tempfile.TemporaryDirectory(prefix="checkpoint-")
+        dest = Path(self._tmp.name) / "checkpoint"
+        if src.is_file():
+            dest.mkdir()
+            shutil.copy2(src, dest / src.name)
+        else:
+            shutil.copytree(src, dest)
+        files = sorted((p for p in dest.rglob("*") if p.is_file()), key=lambda p: natural_key(str(p)))
+        manifest = {p.relative_to(dest).as_posix(): sha256_of(p) for p in files}
+        (dest / CHECKPOINT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+        return dest
+
+    def load(self, artifact_dir: Path | None = None) -> None:
+        self._root = Path(artifact_dir) if artifact_dir is not None else \
+            self._freeze(Path(self.workload.checkpoint.removeprefix("file://")))
+        path = self._root / CHECKPOINT_MANIFEST
+        if not path.is_file():
+            raise CheckpointError(f"{self._root} has no {CHECKPOINT_MANIFEST}: it is not a frozen checkpoint; freeze it "
+                                  "in phase 01")
+        self._manifest = json.loads(path.read_text())
+        self._state = self._restore()
+        self._done = 0
+
+    def _tensor_files(self) -> list[Path]:
+        return list(iter_tensor_files(self._root)) if self._root is not None else []
+
+    def _restore(self) -> dict[str, Any]:
+        """Read, verify and load every tensor file; tensors keyed ``<file>/<name>``."""
+        assert self._root is not None
+        state: dict[str, Any] = {}
+        for f in self._tensor_files():
+            rel = f.relative_to(self._root).as_posix()
+            want = self._manifest.get(rel, "")
+            got = sha256_of(f)
+            if got != want:
+                raise CheckpointError(f"{rel}: sha256 {got[:16]}… does not match the frozen manifest's "
+                                      f"{want[:16] or 'missing'}…; the file changed after it was frozen. Freeze again")
+            loaded = load_state(f, device=self.profile.device, allow_globals=self.workload.allow_globals,
+                                frozen_sha256=want)
+            for name, value in _tensors(loaded.state).items():
+                state[f"{rel}/{name}"] = value
+        if not state:
+            raise CheckpointError(f"{self._root} holds no tensor file (.pt, .pth, .bin, .ckpt, .safetensors)")
+        return state
+
+    def export_artifact(self, dest_dir: Path) -> list[Path]:
+        assert self._root is not None
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        out = []
+        for f in sorted((p for p in self._root.rglob("*") if p.is_file()), key=lambda p: natural_key(str(p))):
+            target = dest_dir / f.relative_to(self._root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, target)
+            out.append(target)
+        return out
+
+    def num_steps(self) -> int:
+        return self.workload.restores
+
+    def step(self, i: int) -> dict[str, float]:
+        """One full restore: read, verify and load every tensor file. Metrics: ``restore_s``
+        (seconds), ``bytes`` restored, ``tensors`` loaded, ``verified`` (1.0: every sha256 matched)."""
+        t0 = time.perf_counter()
+        self._state = self._restore()
+        took = time.perf_counter() - t0
+        self._done = i + 1
+        return {"restore_s": took, "bytes": float(sum(f.stat().st_size for f in self._tensor_files())),
+                "tensors": float(len(self._state)), "verified": 1.0}
+
+    def state_dict(self) -> dict[str, Any]:
+        import torch
+
+        return {"restores_done": torch.tensor(self._done)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> int:
+        self._done = int(state["restores_done"])
+        return self._done
+
+    def outputs(self) -> np.ndarray:
+        """Digest of every tensor loaded, float32 ``(n_tensors, 9)``, columns :data:`DIGEST_COLUMNS`
+        (statistics in float64 before the cast), rows in natural name order."""
+        import numpy as np
+        import torch
+
+        rows = []
+        for name in sorted(self._state, key=natural_key):
+            t = self._state[name].detach().to("cpu")
+            x = (t.real if t.is_complex() else t).to(torch.float64)
+            shape = list(t.shape) or [1]
+            rows.append([t.numel(), t.dim(), shape[0], shape[-1], t.element_size(),
+                         float(x.mean()) if t.numel() else 0.0, float(x.std()) if t.numel() > 1 else 0.0,
+                         float(x.min()) if t.numel() else 0.0, float(x.max()) if t.numel() else 0.0])
+        return np.asarray(rows, dtype=np.float64).astype(np.float32)
+
+
+def _tensors(state: Any, prefix: str = "") -> dict[str, Any]:
+    """Every tensor in a (nested) state dict, keyed by dotted path."""
+    import torch
+
+    out: dict[str, Any] = {}
+    if isinstance(state, torch.Tensor):
+        out[prefix] = state
+    elif isinstance(state, dict):
+        for k, v in state.items():
+            out.update(_tensors(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state):
+            out.update(_tensors(v, f"{prefix}.{i}" if prefix else str(i)))
+    return out

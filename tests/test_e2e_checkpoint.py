@@ -1,0 +1,107 @@
+"""Bring your own checkpoint: a directory of shards with no user code runs all six phases, and
+each kind of break a laptop hides ends with its documented finding and decision. Checkpoints are
+small and synthetic, written by each test; nothing they name is ever run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+import torch
+
+from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
+from runbook_lib.runner import RunResult, run_migration
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+class Planted:
+    """Unpickling this runs ``os.system``: what an attacker with write access to a bucket plants."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _run(make_params: Any, ckpt: Path, **workload: Any) -> RunResult:
+    params = make_params("demo-checkpoint.yaml", workload={"checkpoint": str(ckpt), **workload})
+    return run_migration(params, reports_dir=params.parent.parent / "reports", echo=print)
+
+
+def _receipt(res: RunResult) -> dict[str, Any]:
+    return json.loads((res.run_dir / "receipt.json").read_text())
+
+
+def _demo_copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "ckpt"
+    shutil.copytree(ROOT / "examples" / "checkpoint-demo", dst)
+    return dst
+
+
+def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_params, tmp_path: Path) -> None:
+    res = _run(make_params, _demo_copy(tmp_path))
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
+    d = res.run_dir
+    rec01 = json.loads((d / "01_freeze_source.json").read_text())["data"]["freeze"]
+    formats = {f["file"]: f["format"] for f in rec01["inspection"]["files"]}
+    assert formats == {"checkpoint-manifest.json": "metadata", "model-00001-of-00002.safetensors": "safetensors",
+                       "model-00002-of-00002.safetensors": "safetensors", "model.safetensors.index.json": "shard-index",
+                       "trainer_state.pt": "torch-zip"}
+    nb = nbformat.read(d / "01_freeze_source.ipynb", as_version=4)
+    shown = "".join(o.get("data", {}).get(mime, "") for c in nb.cells for o in c.get("outputs", [])
+                    for mime in ("text/html", "text/markdown"))
+    assert "Checkpoint inspection" in shown and "trainer_state.pt" in shown  # the table is in the notebook
+    verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
+    assert verdicts["checkpoint_safety"] == verdicts["output_parity"] == verdicts["reverse_reload"] == "PASS"
+    auth = json.loads((d / "05" / "authoritative.json").read_text())
+    assert auth["switched"] and auth["authoritative_prefix"].endswith("/cutover/0/checkpoint")
+    assert auth["rollback_prefix"].endswith("/source/frozen")
+    assert auth["files_sha256"] == {k: o["sha256"] for k, o in rec01["frozen"]["objects"].items()}
+    assert _receipt(res)["route"]["target_percent"] == 100
+
+
+@pytest.mark.parametrize("kind", ["planted_pickle", "truncated_shard", "missing_shard", "partial_prefix"])
+def test_a_broken_checkpoint_is_no_go_before_anything_is_rented(make_params, tmp_path: Path, kind: str) -> None:
+    ck = _demo_copy(tmp_path)
+    marker = tmp_path / "PWNED"
+    if kind == "planted_pickle":
+        torch.save({"step": 60, "hook": Planted(marker)}, ck / "trainer_state.pt")
+    elif kind == "truncated_shard":
+        shard = ck / "model-00001-of-00002.safetensors"
+        shard.write_bytes(shard.read_bytes()[:-100])
+    elif kind == "missing_shard":
+        (ck / "model-00002-of-00002.safetensors").unlink()
+    else:
+        torch.save({"module.w": torch.ones(2), "b": torch.zeros(2)}, ck / "trainer_state.pt")
+    finding = {"planted_pickle": "unsafe_global", "truncated_shard": "truncated", "missing_shard": "missing_shard",
+               "partial_prefix": "partial_prefix"}[kind]
+    res = _run(make_params, ck)
+    assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO), res.reasons
+    assert any(r.startswith("checkpoint_safety FAIL") and finding in r for r in res.reasons), res.reasons
+    r = _receipt(res)
+    assert r["resources"]["created"] == []  # blocked in phase 01, before any pod
+    pre = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]["preflight"]
+    assert [f["check"] for f in pre["findings"] if f["severity"] == "blocker"] == [finding]
+    assert not marker.exists()
+
+
+def test_an_allowlisted_global_loads_only_as_frozen_and_is_shown(make_params, tmp_path: Path) -> None:
+    ck = _demo_copy(tmp_path)
+    state = torch.load(ck / "trainer_state.pt", weights_only=True)
+    torch.save({**state, "args": argparse.Namespace(lr=0.05, epochs=2)}, ck / "trainer_state.pt")
+    refused = _run(make_params, ck)
+    assert refused.decision == "NO-GO" and any("argparse.Namespace" in r for r in refused.reasons)
+    res = _run(make_params, ck, allow_globals=["argparse.Namespace"])
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
+    rec01 = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
+    assert rec01["identity"]["allow_globals"] == ["argparse.Namespace"]  # shown in the evidence
