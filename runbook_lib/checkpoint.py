@@ -179,10 +179,6 @@ def pickle_globals(data: bytes | IO[bytes], *, pickles: int = 1) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _finding(check: str, severity: str, file: str, seen: str, reason: str, fix: str) -> Finding:
-    return Finding(check, severity, file, seen, reason, fix)
-
-
 def _tensor_table(state: Any) -> tuple[dict[str, dict[str, Any]], int, tuple[tuple[str, ...], ...]]:
     """Names, shapes and dtypes of the tensors in a (possibly nested) state dict; bytes with each
     storage counted once; groups of names sharing a storage (tied weights)."""
@@ -236,12 +232,12 @@ def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding],
                 every = pickle_globals(f, pickles=4)
             unsafe = []
     except (ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-        findings.append(_finding("unreadable", "blocker", rel, f"{type(exc).__name__}: {exc}",
+        findings.append(Finding("unreadable", "blocker", rel, f"{type(exc).__name__}: {exc}",
                                  "the file cannot be disassembled: it is truncated, corrupt or not a torch.save file",
                                  "copy it again from the source and compare its sha256 with the source's"))
         return FileReport(**base)
     if not zipped:
-        findings.append(_finding(
+        findings.append(Finding(
             "legacy_format", "risk", rel, "torch legacy (non-zip) serialization",
             "torch's static checker reads only the zip format, so the unsafe globals of this file are found by a "
             "weights_only load, which refuses any global outside its allowlist before running it",
@@ -263,7 +259,7 @@ def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding],
                                 allowed=bool(refused) and refused in allow_globals))
         return FileReport(**base, globals=tuple(every), unsafe_globals=(refused,) if refused else ())
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        findings.append(_finding("truncated", "blocker", rel, f"{type(exc).__name__}: {str(exc)[:200]}",
+        findings.append(Finding("truncated", "blocker", rel, f"{type(exc).__name__}: {str(exc)[:200]}",
                                  "the file's tensors cannot be read to their end", "copy it again from the source and "
                                  "compare its sha256 with the frozen manifest"))
         return FileReport(**base, globals=tuple(every))
@@ -271,13 +267,13 @@ def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding],
     devices = tuple(sorted(set(locations)))
     _key_findings(rel, list(tensors), findings)
     if any(d != "cpu" for d in devices):
-        findings.append(_finding(
+        findings.append(Finding(
             "device_tags", "info", rel, f"tensors saved on {', '.join(devices)}",
             "torch.load restores each tensor to the device it was saved on unless map_location says otherwise; a "
             "device the target lacks (another GPU index, no GPU) fails the load",
             "load_state remaps every tag to the profile's device explicitly and records the remap"))
     if tied:
-        findings.append(_finding(
+        findings.append(Finding(
             "tied_weights", "info", rel, "; ".join(" = ".join(g) for g in tied),
             "these tensors share one storage (tied weights); a conversion that copies them separately unties them "
             "and doubles their memory", "load_state checks they are still tied after any conversion"))
@@ -297,12 +293,12 @@ def _refused_global(message: str) -> str:
 
 def _unsafe(rel: str, names: Sequence[str], detail: str = "", *, allowed: bool = False) -> Finding:
     if allowed:
-        return _finding(
+        return Finding(
             "allowed_global", "risk", rel, "imports " + ", ".join(names) + ", each listed in workload.allow_globals",
             "the operator trusts these names; loading imports them, so code in their modules runs",
             "load_state honours the allowlist only for a file whose sha256 matches the frozen manifest; re-save the "
             "file with tensors only to drop the allowlist")
-    return _finding(
+    return Finding(
         "unsafe_global", "blocker", rel, "imports " + ", ".join(names) + (f" ({detail})" if detail else ""),
         "loading a pickle that names a global outside torch's weights_only allowlist can run any code its author "
         "chose; it is never loaded without weights_only",
@@ -314,13 +310,13 @@ def _key_findings(rel: str, keys: list[str], findings: list[Finding]) -> None:
     for prefix in WRAPPER_PREFIXES:
         having = [k for k in keys if k.startswith(prefix)]
         if having and len(having) == len(keys):
-            findings.append(_finding(
+            findings.append(Finding(
                 "wrapper_prefix", "info", rel, f"every key starts with {prefix!r}",
                 "a checkpoint saved from a DataParallel/DistributedDataParallel or torch.compile wrapper carries its "
                 "prefix; an unwrapped model does not expect it",
                 "load_state strips it when every stripped key and shape matches the model's"))
         elif having:
-            findings.append(_finding(
+            findings.append(Finding(
                 "partial_prefix", "blocker", rel, f"{len(having)} of {len(keys)} keys start with {prefix!r}, e.g. "
                 f"{having[0]!r} and {next(k for k in keys if not k.startswith(prefix))!r}",
                 "a prefix on some keys only is not a wrapper's: stripping it could map two tensors to one name",
@@ -337,14 +333,14 @@ def _inspect_safetensors(path: Path, rel: str, findings: list[Finding]) -> FileR
                 raise ValueError(f"header of {n} bytes in a file of {size} bytes")
             header = json.loads(f.read(n))
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
-        findings.append(_finding("truncated", "blocker", rel, f"unreadable safetensors header: {exc}",
+        findings.append(Finding("truncated", "blocker", rel, f"unreadable safetensors header: {exc}",
                                  "the file ends before its header does", "copy it again from the source"))
         return FileReport(**base)
     header.pop("__metadata__", None)
     end = max((int(v["data_offsets"][1]) for v in header.values()), default=0)
     tensors = {k: {"shape": list(v["shape"]), "dtype": str(v["dtype"]).lower()} for k, v in header.items()}
     if 8 + n + end > size:
-        findings.append(_finding("truncated", "blocker", rel, f"{size} bytes; its header needs {8 + n + end}",
+        findings.append(Finding("truncated", "blocker", rel, f"{size} bytes; its header needs {8 + n + end}",
                                  "the file ends before its last tensor's data", "copy it again from the source and "
                                  "compare its sha256 with the source's"))
     _key_findings(rel, list(tensors), findings)
@@ -386,14 +382,14 @@ def inspect(path: str | Path, *, allow_globals: Sequence[str] = ()) -> Inspectio
             reports.append(_inspect_index(p, rel, root if root.is_dir() else p.parent, findings))
         elif p.name == ".metadata":
             reports.append(FileReport(rel, "dcp-metadata", p.stat().st_size, sha256_of(p)))
-            findings.append(_finding("not_inspected", "risk", rel, "a torch distributed-checkpoint directory",
+            findings.append(Finding("not_inspected", "risk", rel, "a torch distributed-checkpoint directory",
                                      "its metadata is a pickle this version does not disassemble, so the set is "
                                      "neither inspected nor loaded", "convert it on the source with "
                                      "torch.distributed.checkpoint.format_utils.dcp_to_torch_save and migrate the file"))
         elif head.startswith(b"PK\x03\x04"):
             if not zipfile.is_zipfile(p):
                 reports.append(FileReport(rel, "torch-zip", p.stat().st_size, sha256_of(p)))
-                findings.append(_finding("truncated", "blocker", rel, "a zip archive without its central directory",
+                findings.append(Finding("truncated", "blocker", rel, "a zip archive without its central directory",
                                          "the file was cut short (an interrupted copy or upload)",
                                          "copy it again from the source and compare its sha256 with the source's"))
             else:
@@ -407,7 +403,7 @@ def inspect(path: str | Path, *, allow_globals: Sequence[str] = ()) -> Inspectio
         else:
             reports.append(FileReport(rel, "unknown", p.stat().st_size, sha256_of(p)))
             if p.suffix in (".pt", ".pth", ".bin", ".ckpt"):
-                findings.append(_finding("unknown_format", "blocker", rel, f"first bytes {head!r}",
+                findings.append(Finding("unknown_format", "blocker", rel, f"first bytes {head!r}",
                                          "the file is neither a torch.save file nor safetensors",
                                          "check what wrote it; re-save the state dict with torch.save or safetensors"))
     return Inspection(str(root), tuple(reports), tuple(findings))
@@ -418,13 +414,13 @@ def _inspect_index(p: Path, rel: str, root: Path, findings: list[Finding]) -> Fi
     try:
         weight_map = json.loads(p.read_text())["weight_map"]
     except (ValueError, KeyError, TypeError) as exc:
-        findings.append(_finding("unreadable", "blocker", rel, f"{type(exc).__name__}: {exc}",
+        findings.append(Finding("unreadable", "blocker", rel, f"{type(exc).__name__}: {exc}",
                                  "a shard index must be JSON with a weight_map", "copy it again from the source"))
         return rep
     for shard in sorted(set(weight_map.values()), key=natural_key):
         if not (p.parent / shard).is_file():
             names = [k for k, v in weight_map.items() if v == shard]
-            findings.append(_finding("missing_shard", "blocker", shard, f"named by {rel} for {len(names)} tensors, "
+            findings.append(Finding("missing_shard", "blocker", shard, f"named by {rel} for {len(names)} tensors, "
                                      f"e.g. {names[0]!r}; not in {root}", "a sharded checkpoint loads only whole",
                                      "copy the missing shard from the source and freeze the set again"))
     return rep
