@@ -72,3 +72,15 @@ def browser() -> Iterator[Any]:
                               args=["--no-sandbox"] if os.geteuid() == 0 else [])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 (and STS) server on 127.0.0.1, for one test module."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()

@@ -209,8 +209,11 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
         ok = have_dec >= need_gb
         rows.append(_row(key, f"{need_gb} GB needed", f"{have_dec:.1f} GB available", EQUIVALENT if ok else NONE,
                          "enough" if ok else "target host is too small"))
+    access = ("pods get a short-lived store grant (presigned URLs for the sets they read and a POST policy for "
+              "their prefix; endpoint workers: STS credentials scoped to their records prefix), never the keys"
+              if ctx.mig.storage.url.startswith("s3://") else "a local pod shares the directory")
     rows.append(_row("storage route", ctx.mig.storage.url, ctx.mig.storage.url, EQUIVALENT,
-                     "same store on both sides; objects moved with sha256 manifests"))
+                     f"same store on both sides; objects moved with sha256 manifests; {access}"))
     for s in tgt.secrets:
         ok = secret_refs.resolve(s.name, s.ref, required=False) is not None
         status = EQUIVALENT if ok or not s.required else NONE

@@ -3,6 +3,7 @@ and destroy pods and endpoints, and the approvals each plan needs."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -13,15 +14,24 @@ from runbook_lib.errors import EvidenceError, NoCapacity, NotFound, ParamsError,
 from runbook_lib.manifest import Record
 from runbook_lib.params import LocalProfile, Profile, RemoteProfile
 from runbook_lib.phases.evidence import Evidence
-from runbook_lib.providers import REMOTE, create_provider
+from runbook_lib.providers import PROVIDERS, REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
 from runbook_lib.providers.remote import Attempt
 from runbook_lib.rundir import OnRun, RunDir
-from runbook_lib.storage import MARKER_KEY, Store, credential_env
+from runbook_lib.storage import GRANT_ENV, MARKER_KEY, GrantScope, Store, build_grant
 from runbook_lib.workload.job import PARAMS_FROM_ENV
 from runbook_lib.workload.records import DRILLS_ENV, RECORDS_ENV, STORE_ENV
 
 POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
+GRANT_MARGIN_S = 300.0
+"""Added to every store grant's lifetime, seconds: the clock skew S3 tolerates between signer and
+store (15 minutes on AWS) is not spent by the job, but a pod's last upload after its timeout
+check and the host's wait are."""
+ENDPOINT_GRANT_TTL_S = 12 * 3600.0
+"""Store grant lifetime of a queue endpoint's workers beyond the run's rollback window, seconds:
+an endpoint serves phase 04's measurement, phase 05's slices and phase 06's decision, and, for
+the source, the rollback window after it. STS caps it at 36 h; an endpoint used longer must be
+created again (its workers' record writes then fail naming the expiry)."""
 
 
 @dataclass(frozen=True)
@@ -137,12 +147,37 @@ class Resources(OnRun):
         return approval
 
     def _apply_approved(self, side: str, plan: Plan, approval: approvals.Approval, *, needs_store: bool) -> Any:
-        self.evidence.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
-                           "method": approval.method})
+        row: dict[str, Any] = {"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
+                               "method": approval.method}
+        self.evidence.plans.append(row)
         self.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
         if needs_store:
             self.store.url()
-        return self.provider(side).apply(plan, approval)
+        applied = plan
+        spec = plan.spec
+        if spec is not None:
+            row["credentials"] = [{"name": name, "kind": "secret", "ref": ref, "expires_at": None}
+                                  for name, ref in spec.secret_refs]
+            if spec.store_grant is not None:
+                applied, grant = self.with_grant(plan)
+                row["credentials"].append(grant)
+        return self.provider(side).apply(applied, approval)
+
+    def with_grant(self, plan: Plan) -> tuple[Plan, dict[str, Any]]:
+        """``plan`` with the store grant its spec's ``store_grant`` names built now (the keys stay
+        on this host) and added to the environment as :data:`~runbook_lib.storage.GRANT_ENV`,
+        and the grant's evidence (names, objects, prefix and expiry; never a URL or credential).
+        The fingerprint is unchanged (it leaves the grant out), so the approval still matches.
+
+        Raises:
+            StorageError: a set the pod reads does not verify (nothing is rented on it).
+            AuthError: the store refused to issue the grant.
+        """
+        spec = plan.spec
+        assert spec is not None and spec.store_grant is not None
+        grant = build_grant(self.store, spec.store_grant)
+        env = tuple(kv for kv in spec.env if kv[0] != GRANT_ENV) + ((GRANT_ENV, grant.to_env()),)
+        return replace(plan, spec=replace(spec, env=env)), grant.evidence()
 
     def run_agent(self, side: str, plan: Plan, *, result_prefix: str = "") -> AgentRun:
         """Apply an agent pod's launch plan, wait for the agent to finish (:meth:`wait_pod`), and
@@ -237,17 +272,71 @@ class Resources(OnRun):
         if price_usd_per_hour is None:
             price_usd_per_hour = self.offer_price(side) if remote else None
         price = prof.price_usd_per_hour if price_usd_per_hour is None else price_usd_per_hour
+        scope = self.grant_scope("urls", read_sets=(frozen_prefix,) if frozen_prefix else (), write_prefix=prefix,
+                                 ttl_s=self.agent_grant_ttl_s(side))
         spec = PodSpec(name=f"{self.mig.migration}-{role}", command=tuple(argv + list(extra)), device=prof.device,
                        price_usd_per_hour=price, labels=self.labels(side, role), env=env,
-                       secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
+                       secret_refs=self.pod_secret_refs(side),
                        volume_gb=self.mig.workload.requirements.disk_gb,
                        offers=(offers or ()) if remote else (),  # an agent serves nothing: no ports to publish
-                       )
+                       store_grant=scope)
         if isinstance(prof, RemoteProfile):
             bid = self.bid(side, spec.offers)
             spec = replace(spec, image=prof.image, disk_gb=prof.offer.disk_gb, interruptible_bid_usd_per_hour=bid,
                            price_usd_per_hour=self.bid_price(side, bid, spec.price_usd_per_hour))
         return self.provider(side).plan_launch(spec, dry_run=self.dry_run(side))
+
+    def pod_secret_refs(self, side: str) -> tuple[tuple[str, str], ...]:
+        """``(NAME, ref)`` of the secrets ``side``'s pods receive: its profile's own, nothing else.
+        The run's storage keys never reach a pod (it gets a store grant, :meth:`grant_scope`), and
+        no provider's API key does either (the adapters use them; a pod never needs one), so the
+        source's credentials cannot reach the target.
+
+        Raises:
+            ParamsError: a profile secret refers to a storage key or a provider API key.
+        """
+        storage = self.mig.storage
+        reserved = {storage.access_key_id_ref: "storage.access_key_id_ref",
+                    storage.secret_access_key_ref: "storage.secret_access_key_ref"}
+        for other in ("source", "target"):
+            prof = self.profile(other)
+            default_key = getattr(importlib.import_module(PROVIDERS[prof.provider]), "default_key", None)
+            refs = default_key(prof.api_key_ref).refs if default_key and isinstance(prof, RemoteProfile) else ()
+            for ref in refs:
+                reserved[ref] = f"the {other} provider's API key ({prof.provider})"
+        reserved.pop("", None)
+        refs = tuple((s.name, s.ref) for s in self.profile(side).secrets)
+        for name, ref in refs:
+            if ref in reserved:
+                raise ParamsError(f"{side}.secrets: {name} refers to {ref}, the same reference as {reserved[ref]}; "
+                                  "pods never receive the run's storage keys or a provider's API key. Remove the "
+                                  "secret (pods reach the store through a short-lived grant), or name a scoped "
+                                  "credential of its own.")
+        return refs
+
+    def grant_scope(self, kind: str, *, read_sets: tuple[str, ...] = (), write_prefix: str = "",
+                    ttl_s: float) -> GrantScope | None:
+        """The store grant a pod's spec names (:mod:`runbook_lib.storage.grants`): ``urls`` for an
+        agent, ``session`` for queue endpoint workers; None for a ``file://`` store, which a local
+        pod shares and which needs no keys. Pure: built at plan time, so the approval covers it;
+        the grant itself is built at launch (:meth:`apply_plan`)."""
+        if not self.mig.storage.url.startswith("s3://"):
+            return None
+        return GrantScope("session" if kind == "session" else "urls", tuple(read_sets), write_prefix, ttl_s)
+
+    def agent_grant_ttl_s(self, side: str) -> float:
+        """Lifetime of an agent pod's store grant, seconds: the launch budget (a remote profile's
+        ``offer.capacity_budget_s``, its tries at ready capacity; 0 locally) plus the agent's
+        :data:`POD_TIMEOUT_S` plus :data:`GRANT_MARGIN_S`. A replacement after an interruption
+        is a new launch with a new grant."""
+        prof = self.profile(side)
+        launch = prof.offer.capacity_budget_s if isinstance(prof, RemoteProfile) else 0.0
+        return launch + POD_TIMEOUT_S + GRANT_MARGIN_S
+
+    def endpoint_grant_ttl_s(self) -> float:
+        """Lifetime of queue endpoint workers' store grant, seconds: :data:`ENDPOINT_GRANT_TTL_S`
+        plus the run's rollback window, at most STS's 36 h."""
+        return min(ENDPOINT_GRANT_TTL_S + self.mig.cutover.rollback_window_s, 129_600.0)
 
     def bid(self, side: str, offers: tuple[str, ...]) -> float | None:
         """The bid of an interruptible rental on ``offers`` (``offer.interruptible``), USD per
@@ -360,8 +449,8 @@ class Resources(OnRun):
         prof = self.profile(side)
         # The handler's idempotency records (runbook_lib.workload.records) live in the run's store;
         # the target obeys phase 04's drill requests only when drills run.
-        env: tuple[tuple[str, str], ...] = ((RECORDS_ENV, "/".join(("runs", self.run_id, "jobs", side))),
-                                            (STORE_ENV, self.store_url()))
+        records = "/".join(("runs", self.run_id, "jobs", side))
+        env: tuple[tuple[str, str], ...] = ((RECORDS_ENV, records), (STORE_ENV, self.store_url()))
         if side == "target" and self.mig.drills.run:
             env += ((DRILLS_ENV, "1"),)
         extra: dict[str, Any] = {}
@@ -374,10 +463,14 @@ class Resources(OnRun):
                 extra["offers"] = self.offer_ids(side)
                 extra["interruptible_bid_usd_per_hour"] = self.bid(side, extra["offers"])
                 price = self.bid_price(side, extra["interruptible_bid_usd_per_hour"], self.offer_price(side) or price)
+        # queue workers keep idempotency records (read by any worker): a session grant on that prefix;
+        # a load-balancing worker keeps none, so it reaches nothing in the store
+        scope = (self.grant_scope("session", write_prefix=records, ttl_s=self.endpoint_grant_ttl_s())
+                 if prof.endpoint_mode == "queue" else None)
         spec = EndpointSpec(name=f"{self.mig.migration}-{role}", params_path=str(self.params_path), side=side,
                             workers=workers or prof.workers, price_usd_per_hour=price,
                             labels=self.labels(side, role), execution_timeout_s=self.mig.measure.request_timeout_s,
-                            secret_refs=tuple((s.name, s.ref) for s in prof.secrets) + credential_env(self.mig.storage),
+                            secret_refs=self.pod_secret_refs(side), store_grant=scope,
                             env=env, mode=prof.endpoint_mode,
                             active_workers=workers or prof.workers if active_workers is None else active_workers,
                             idle_timeout_s=idle_timeout_s, **extra)

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
 from runbook_lib.measure import JobClient, JobClocks, WorkerClient
+from runbook_lib.storage.grants import GRANT_ENV, GrantScope
 
 if TYPE_CHECKING:
     from runbook_lib.providers.offers import Offer
 
 PodState = Literal["CREATED", "RUNNING", "EXITED", "STOPPED", "DESTROYED"]
+GRANT_SHOWN = "<store grant: short-lived URLs or credentials, built at launch; never shown>"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class PodSpec:
         disk_gb: container disk to allocate, GB (remote providers; fixed at create on Vast.ai).
         interruptible_bid_usd_per_hour: bid per machine for an interruptible instance, USD per
             hour; None rents on demand.
+        store_grant: what the pod may reach in the run's S3 store; the runbook turns it into a
+            short-lived grant at launch, passed in ``RUNBOOK_STORE_GRANT``
+            (:mod:`runbook_lib.storage.grants`). None: no grant (a ``file://`` store, or none used).
     """
 
     name: str
@@ -59,6 +64,7 @@ class PodSpec:
     offers: tuple[str, ...] = ()
     disk_gb: float = 20.0
     interruptible_bid_usd_per_hour: float | None = None
+    store_grant: GrantScope | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,7 @@ class EndpointSpec:
             default (local: all ``workers``; Runpod: 0, scale to zero).
         idle_timeout_s: seconds an idle worker beyond the active ones keeps running (Runpod's
             ``idleTimeout``, default 5 s).
+        store_grant: what the workers may reach in the run's S3 store (as for :class:`PodSpec`).
     """
 
     name: str
@@ -111,6 +118,7 @@ class EndpointSpec:
     interruptible_bid_usd_per_hour: float | None = None
     active_workers: int | None = None
     idle_timeout_s: float = 5.0
+    store_grant: GrantScope | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,11 @@ class Plan:
     dry_run: bool
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as shown and recorded, with its fingerprint. A store grant's value (added to
+        the environment only when the plan is applied) is never shown: it is replaced by a note."""
         d = asdict(self)
+        if d["spec"] is not None:
+            d["spec"]["env"] = [(k, GRANT_SHOWN if k == GRANT_ENV else v) for k, v in d["spec"]["env"]]
         d["fingerprint"] = self.fingerprint
         return d
 
@@ -145,15 +157,20 @@ class Plan:
 
         Left out, so that a plan shown in a dry run, or in an earlier run of the same params, is
         approved by the same fingerprint: ``dry_run`` (the mode, not the action), the run id
-        (replaced by ``<run_id>`` wherever it appears), and the params copy a remote pod carries
-        in ``RUNBOOK_PARAMS_YAML`` (it holds ``dry_run`` itself).
+        (replaced by ``<run_id>`` wherever it appears), the params copy a remote pod carries
+        in ``RUNBOOK_PARAMS_YAML`` (it holds ``dry_run`` itself), and the store grant in
+        ``RUNBOOK_STORE_GRANT`` (its URLs differ per launch and per second; the approved
+        ``store_grant`` scope it is built from is fingerprinted). A spec without a store grant
+        fingerprints as it did before the field existed.
         """
         d = asdict(self)
         d.pop("dry_run")
         run_id = ""
         if d["spec"] is not None:
             run_id = dict(self.spec.labels).get("run_id", "") if self.spec else ""
-            d["spec"]["env"] = [kv for kv in d["spec"]["env"] if kv[0] != "RUNBOOK_PARAMS_YAML"]
+            d["spec"]["env"] = [kv for kv in d["spec"]["env"] if kv[0] not in ("RUNBOOK_PARAMS_YAML", GRANT_ENV)]
+            if d["spec"].get("store_grant") is None:
+                d["spec"].pop("store_grant", None)
         text = json.dumps(d, sort_keys=True, default=str)
         if run_id:
             text = text.replace(run_id, "<run_id>")

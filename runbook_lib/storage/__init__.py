@@ -9,15 +9,18 @@ Layout of a *set* (a checkpoint with its shards, or a canary's results) under a 
 every object first, then ``MANIFEST.json`` (keys, sizes in bytes, sha256, producer run id),
 then the completion marker ``_SUCCESS`` last. Readers refuse a prefix without a marker, with a
 marker from another run, or with any mismatch, and name the object that failed.
+
+Pods never get the run's S3 keys: the runbook host builds a short-lived grant per launch
+(:mod:`runbook_lib.storage.grants`) and a pod opens the store through it (:func:`pod_store`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from runbook_lib import secrets
-from runbook_lib.errors import StorageError
+from runbook_lib.errors import AuthError, StorageError
 from runbook_lib.storage.base import (
     CHUNK_BYTES,
     MANIFEST_KEY,
@@ -29,9 +32,11 @@ from runbook_lib.storage.base import (
     check,
     progress_bar,
 )
+from runbook_lib.storage.grants import GRANT_ENV, Grant, GrantScope, build_grant, grant_from_env, open_grant
 
-__all__ = ["CHUNK_BYTES", "MANIFEST_KEY", "MARKER_KEY", "HashingReader", "HashingWriter", "ObjectInfo", "Store",
-           "check", "credential_env", "open_store", "progress_bar", "store_from_params"]
+__all__ = ["CHUNK_BYTES", "GRANT_ENV", "MANIFEST_KEY", "MARKER_KEY", "Grant", "GrantScope", "HashingReader",
+           "HashingWriter", "ObjectInfo", "Store", "build_grant", "check", "credential_env", "open_store", "pod_store",
+           "progress_bar", "store_from_params"]
 
 
 def open_store(url: str, *, base: str | Path = ".", **options: Any) -> Store:
@@ -74,9 +79,40 @@ def store_from_params(storage: Any, *, base: str | Path = ".") -> Store:
     return open_store(storage.url, base=base, **opts)
 
 
+def pod_store(storage: Any, url: str, *, env: Mapping[str, str] | None = None) -> Store:
+    """The store as a pod or endpoint worker opens it: through the store grant in
+    :data:`~runbook_lib.storage.grants.GRANT_ENV` when the runbook passed one (an S3 store:
+    presigned URLs, or temporary credentials scoped to a prefix), else ``url`` with the params'
+    storage section (a ``file://`` store, shared with a local pod; or an S3 store with no key
+    references, reached through boto3's own chain, such as an instance role).
+
+    Args:
+        storage: the params' ``storage`` section. url: the store URL the pod was given.
+        env: the environment to read (default ``os.environ``).
+
+    Raises:
+        StorageError: the grant is damaged, or is for another store than ``url``.
+        AuthError: an S3 store whose params name key references, and no grant: the pod would need
+            the long-lived keys, which pods never get.
+    """
+    doc = grant_from_env(env)
+    if doc is not None:
+        if doc.get("store_url") != url.rstrip("/"):
+            raise StorageError(f"this pod's store grant is for {doc.get('store_url')!r}, but it was told to use "
+                               f"{url!r}; relaunch it through the runbook")
+        return open_grant(doc)
+    if url.startswith("s3://") and (storage.access_key_id_ref or storage.secret_access_key_ref):
+        raise AuthError(f"the store {url} is S3 with key references in params, and this pod got no store grant "
+                        f"({GRANT_ENV}): pods never receive the run's long-lived keys. Launch the pod through the "
+                        "runbook's plan (it passes a short-lived grant), not by hand.", provider="s3", resource_id=url)
+    return store_from_params(storage.model_copy(update={"url": url, "create_bucket": False}))
+
+
 def credential_env(storage: Any) -> tuple[tuple[str, str], ...]:
-    """``(NAME, ref)`` pairs a pod needs to reach the store: each ``env:VAR`` credential reference
-    is injected under its own variable name, so the pod resolves the same reference."""
+    """``(NAME, ref)`` pairs of the params' ``env:VAR`` storage key references: the variable names
+    the run's long-lived storage keys live under on the runbook host. Pods are never given them
+    (they get a store grant, :func:`pod_store`); phase 01 uses the names to tell declared
+    credentials from undeclared ones."""
     out = []
     for ref in (storage.access_key_id_ref, storage.secret_access_key_ref):
         if ref.startswith("env:"):

@@ -220,6 +220,8 @@ class S3Store(Store):
         checksum_mode: ``when_required`` or ``when_supported``.
         create_bucket: create the bucket when it does not exist (local test servers).
         access_key_id, secret_access_key: resolved credentials, or None for boto3's own chain.
+        session_token: the session token of temporary credentials (a pod's session grant,
+            :mod:`runbook_lib.storage.grants`), or None.
         multipart_threshold_bytes, multipart_chunksize_bytes, max_concurrency: transfer settings.
     """
 
@@ -228,8 +230,8 @@ class S3Store(Store):
     def __init__(self, bucket: str, prefix: str = "", *, client: Any = None, endpoint_url: str = "",
                  region: str = "", checksum_mode: str = "when_required", create_bucket: bool = False,
                  access_key_id: str | None = None, secret_access_key: str | None = None,
-                 multipart_threshold_bytes: int = 8 * MIB, multipart_chunksize_bytes: int = 8 * MIB,
-                 max_concurrency: int = 8) -> None:
+                 session_token: str | None = None, multipart_threshold_bytes: int = 8 * MIB,
+                 multipart_chunksize_bytes: int = 8 * MIB, max_concurrency: int = 8) -> None:
         if checksum_mode not in ("when_required", "when_supported"):
             raise StorageError(f"checksum_mode must be when_required or when_supported, got {checksum_mode!r}")
         self.bucket = bucket
@@ -238,6 +240,8 @@ class S3Store(Store):
         self.region = region or "us-east-1"
         self.checksum_mode = checksum_mode
         self._creds = (access_key_id, secret_access_key)
+        self._session_token = session_token
+        self._presigner: Any = None
         self._client = client
         self._transfer_kw = {"multipart_threshold": multipart_threshold_bytes,
                              "multipart_chunksize": multipart_chunksize_bytes, "max_concurrency": max_concurrency}
@@ -260,19 +264,41 @@ class S3Store(Store):
     @property
     def client(self) -> Any:
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            cfg = Config(request_checksum_calculation=self.checksum_mode,
-                         response_checksum_validation=self.checksum_mode,
-                         retries={"max_attempts": 5, "mode": "standard"}, s3={"addressing_style": "path"})
-            kw: dict[str, Any] = {"region_name": self.region, "config": cfg}
-            if self.endpoint_url:
-                kw["endpoint_url"] = self.endpoint_url
-            if self._creds[0] and self._creds[1]:
-                kw["aws_access_key_id"], kw["aws_secret_access_key"] = self._creds
-            self._client = boto3.client("s3", **kw)
+            self._client = self._make_client("s3")
         return self._client
+
+    def _make_client(self, service: str, **config: Any) -> Any:
+        """A boto3 client of ``service`` (``s3``, ``sts``) at this store's endpoint, region and
+        credentials; ``config``: extra ``botocore.config.Config`` settings."""
+        import boto3
+        from botocore.config import Config
+
+        cfg = Config(request_checksum_calculation=self.checksum_mode,
+                     response_checksum_validation=self.checksum_mode,
+                     retries={"max_attempts": 5, "mode": "standard"}, s3={"addressing_style": "path"}, **config)
+        kw: dict[str, Any] = {"region_name": self.region, "config": cfg}
+        if self.endpoint_url:
+            kw["endpoint_url"] = self.endpoint_url
+        if self._creds[0] and self._creds[1]:
+            kw["aws_access_key_id"], kw["aws_secret_access_key"] = self._creds
+            if self._session_token:
+                kw["aws_session_token"] = self._session_token
+        return boto3.client(service, **kw)
+
+    def presigner(self) -> Any:
+        """A boto3 S3 client that signs with Signature Version 4 (``s3v4``), for presigned URLs
+        and POST policies: without it botocore may presign with Signature Version 2
+        (``AWSAccessKeyId=...&Expires=...``), which new AWS buckets refuse. A SigV4 presigned URL
+        is valid for at most 7 days (604800 s) and no longer than the credentials that signed it
+        (https://docs.aws.amazon.com/AmazonS3/latest/userguide/using-presigned-url.html)."""
+        if self._presigner is None:
+            self._presigner = self._make_client("s3", signature_version="s3v4")
+        return self._presigner
+
+    def sts(self) -> Any:
+        """A boto3 STS client with this store's endpoint, region and credentials (a store whose
+        S3 API has STS beside it, as AWS and moto's server do)."""
+        return self._make_client("sts")
 
     def _transfer(self) -> Any:
         from boto3.s3.transfer import TransferConfig
@@ -314,7 +340,7 @@ class S3Store(Store):
         messages. An injected client's own credentials are not read (botocore exposes them only
         through private attributes); :func:`diagnose` reads no field that echoes them and masks
         anything shaped like an AWS key id."""
-        return [v for v in self._creds if v]
+        return [v for v in (*self._creds, self._session_token) if v]
 
     def _ensure_bucket(self) -> None:
         from botocore.exceptions import ClientError

@@ -34,7 +34,7 @@ from runbook_lib.errors import RunbookError, WorkloadError
 from runbook_lib.inventory import probe
 from runbook_lib.manifest import sha256_file
 from runbook_lib.params import load_params
-from runbook_lib.storage import HashingWriter, ObjectInfo, Store, store_from_params
+from runbook_lib.storage import HashingWriter, ObjectInfo, Store, pod_store
 from runbook_lib.workload import make_workload
 from runbook_lib.workload._torch import synchronize
 
@@ -340,7 +340,7 @@ def agent_main(args: argparse.Namespace) -> int:
 
     started_epoch = psutil.Process().create_time()
     mig, _ = _make(args.params, args.side)
-    store = store_from_params(mig.storage.model_copy(update={"url": args.store_url, "create_bucket": False}))
+    store = pod_store(mig.storage, args.store_url)  # an S3 store: through the launch's grant, never the keys
     work = Path.cwd() / "work"  # container disk
     work.mkdir(exist_ok=True)
     vol = Path(os.environ.get("RUNBOOK_VOLUME_DIR", work / "volume"))

@@ -46,7 +46,7 @@ from runbook_lib.errors import WorkloadError
 from runbook_lib.measure import INIT_PARTS
 from runbook_lib.params import load_params
 from runbook_lib.providers.base import PAYLOAD_LIMITS
-from runbook_lib.storage import store_from_params
+from runbook_lib.storage import pod_store
 from runbook_lib.workload import make_workload
 from runbook_lib.workload.job import params_file
 from runbook_lib.workload.records import DRILLS_ENV, RECORDS_ENV, STORE_ENV, JobRecords, job_key, unwrap
@@ -556,13 +556,14 @@ def _loaded(args: argparse.Namespace) -> Loaded:
 
 def job_records(mig: Any, worker: str) -> JobRecords | None:
     """The handler's idempotency records (:data:`RECORDS_ENV` under :data:`STORE_ENV`, the
-    params' store when unset), or None when the endpoint was created without them."""
+    params' store when unset), or None when the endpoint was created without them. An S3 store is
+    opened through the endpoint's store grant (:func:`runbook_lib.storage.pod_store`), never
+    with the run's keys."""
     prefix = os.environ.get(RECORDS_ENV, "")
     if not prefix:
         return None
     url = os.environ.get(STORE_ENV) or mig.storage.url
-    return JobRecords(store_from_params(mig.storage.model_copy(update={"url": url, "create_bucket": False})),
-                      prefix, worker=worker)
+    return JobRecords(pod_store(mig.storage, url), prefix, worker=worker)
 
 
 def work(args: argparse.Namespace) -> int:
