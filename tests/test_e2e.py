@@ -71,7 +71,6 @@ def _no_canary_anywhere(root: Path) -> None:
             assert CANARY_ENV.encode() not in data and CANARY_FILE.encode() not in data, p
 
 
-@pytest.mark.smoke
 def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HF_TOKEN", CANARY_ENV)  # the demo names env:HF_TOKEN; pods get it injected
     monkeypatch.setenv("MPLBACKEND", "template")  # a plotting backend that shows nothing: the plots still show

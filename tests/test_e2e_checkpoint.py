@@ -48,7 +48,10 @@ def _demo_copy(tmp_path: Path) -> Path:
     return dst
 
 
-def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_params, tmp_path: Path) -> None:
+@pytest.mark.smoke  # the fastest whole migration: every phase once, in `make test` too
+def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_params, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPLBACKEND", "template")  # a plotting backend that shows nothing: the plots still show
     res = _run(make_params, _demo_copy(tmp_path))
     assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
     d = res.run_dir
@@ -68,6 +71,13 @@ def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_p
     assert auth["rollback_prefix"].endswith("/source/frozen")
     assert auth["files_sha256"] == {k: o["sha256"] for k, o in rec01["frozen"]["objects"].items()}
     assert _receipt(res)["route"]["target_percent"] == 100
+    images = [o for c in nbformat.read(d / "04_compare_production.ipynb", as_version=4).cells
+              for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) == 3  # latency CDF, throughput and cost of a restore, whatever the plotting backend
+    for name in ("01_freeze_source", "03_prove_parity", "04_compare_production", "05_cutover"):
+        errors = [o for c in nbformat.read(d / f"{name}.ipynb", as_version=4).cells for o in c.get("outputs", [])
+                  if o.output_type == "error" or (o.output_type == "stream" and o.name == "stderr")]
+        assert errors == [], name
 
 
 @pytest.mark.parametrize("kind", ["planted_pickle", "truncated_shard", "missing_shard", "partial_prefix"])
