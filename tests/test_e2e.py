@@ -120,6 +120,9 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     assert "the workload ran 1 time(s)" in drills["redeliver"]["observation"]
     assert {f"drill_{n}" for n in drills} <= names
     r04 = json.loads((d / "04_compare_production.json").read_text())["data"]
+    # endpoints fetch nothing from the store: the target's figure is the canary's download in phase 03
+    assert r04["store_to_pod"]["target"]["fetches"] == 1 and r04["store_to_pod"]["target"]["p50_MB_per_s"] > 0
+    assert r04["store_to_pod"]["source"]["fetches"] == 0 and "not measured" in r04["store_to_pod"]["source"]["source"]
     zero = pd.read_csv(d / "04" / "cold_starts_from_zero.csv")  # one scale-from-zero start per side, split
     assert sorted(zero["side"]) == ["source", "target"] and set(zero["status"]) == {"COMPLETED"}
     assert (zero["init_s"] > 0).all() and (zero["weight_load_s"] > 0).all()

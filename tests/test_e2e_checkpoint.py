@@ -74,6 +74,11 @@ def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_p
     images = [o for c in nbformat.read(d / "04_compare_production.ipynb", as_version=4).cells
               for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) == 3  # latency CDF, throughput and cost of a restore, whatever the plotting backend
+    moved = json.loads((d / "04_compare_production.json").read_text())["data"]["store_to_pod"]
+    frozen_bytes = sum(o["size_bytes"] for o in rec01["frozen"]["objects"].values())
+    for side in ("source", "target"):  # every bench pod's verified download of the frozen set, timed
+        assert moved[side]["fetches"] >= 2 and moved[side]["p50_MB_per_s"] > 0
+        assert moved[side]["bytes"] == moved[side]["fetches"] * frozen_bytes
     for name in ("01_freeze_source", "03_prove_parity", "04_compare_production", "05_cutover"):
         errors = [o for c in nbformat.read(d / f"{name}.ipynb", as_version=4).cells for o in c.get("outputs", [])
                   if o.output_type == "error" or (o.output_type == "stream" and o.name == "stderr")]

@@ -376,7 +376,13 @@ def agent_main(args: argparse.Namespace) -> int:
             result["aa_losses"] = [m["loss"] for m in aa["metrics"]]
     else:
         args.artifact_dir = work / "artifact"
+        t0 = time.perf_counter()
         checks = fetch_verified(store, args.frozen_prefix, args.artifact_dir)
+        took = time.perf_counter() - t0
+        moved = sum(int(c["size_bytes"]) for c in checks)
+        # store-to-pod transfer as this pod saw it: the verified download of the set it starts from
+        result["fetch"] = {"bytes": moved, "seconds": took, "objects": len(checks),
+                           "bytes_per_s": moved / took if took > 0 else None}
         result["artifact_checksums"] = checks
         if not all(c["match"] for c in checks):
             result["skipped"] = "artifact checksum mismatch: acceptance not run on unverified bytes"

@@ -36,6 +36,7 @@ from runbook_lib.phases.compare.judge import (
     compare_gates,
     costs,
     record_data,
+    store_to_pod_summary,
     summary,
     traffic_costs,
 )
@@ -62,7 +63,7 @@ __all__ = [
     "AFFECTS", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
     "clocks_record", "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
     "measure_training", "measured_with_retries", "plan", "planned", "record_data", "round_sides", "schedule_rounds",
-    "summary",
+    "store_to_pod_summary", "summary",
 ]
 
 
@@ -84,7 +85,9 @@ class Measurement(PhaseResult):
             out += [md(f"**Cold starts from zero** ({self.raw['cold_starts_from_zero'].shape[0]} starts: submission to "
                        "answer, split into queue, init and inference; the worker's init into process start, imports, "
                        "device init and weight load; p50 and p95, seconds)"), table(zero)]
-        out += [md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary]
+        out += [md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary,
+                md("**Store-to-pod bandwidth** (each pod's verified download of the set it starts from; MB = 10^6 "
+                   "bytes)"), table(store_to_pod_summary(self.raw)).T]
         if self.raw.get("clocks"):
             out += [md("**Clocks** (each setting, and the requests it ended per side)"),
                     table([{**{k: v for k, v in c.items() if k != "ended"}, **{f"ended {s}": n for s, n in

@@ -252,6 +252,21 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def store_to_pod_summary(res: dict[str, Any]) -> dict[str, Any]:
+    """Store-to-pod bandwidth per side, from each pod's verified download of the set it started
+    from (``store_to_pod`` rows: ``bytes``, ``seconds``): ``{side: {"fetches", "bytes",
+    "p50_MB_per_s", "min_MB_per_s", "source"}}`` (MB: 10**6 bytes); a side with no fetch says why."""
+    out: dict[str, Any] = {}
+    for side in ("source", "target"):
+        rows = [r for r in res.get("store_to_pod", []) if r["side"] == side]
+        rates = [r["bytes"] / r["seconds"] / 1e6 for r in rows if r.get("bytes") and r.get("seconds")]
+        out[side] = {"fetches": len(rates), "bytes": sum(r["bytes"] for r in rows if r.get("bytes")),
+                     "p50_MB_per_s": float(np.median(rates)) if rates else None,
+                     "min_MB_per_s": float(min(rates)) if rates else None,
+                     "source": "; ".join(sorted({str(r["source"]).split(" pod-")[0] for r in rows}))}
+    return out
+
+
 def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ: pd.DataFrame,
                 at_traffic: dict[str, cost.TrafficCost] | None = None) -> dict[str, Any]:
     """What phase 04's record keeps (raw samples stay in the CSV files the record hashes)."""
@@ -273,6 +288,7 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "cost": {s: c.to_dict() for s, c in costs_.items()},
         "billed_s": res["billed_s"],
         "egress_bytes": res["egress_bytes"],
+        "store_to_pod": store_to_pod_summary(res),
         "target_workers_ready": res.get("target_workers_ready"),
         "extra_rounds": res.get("extra_rounds", 0),
         "measurement_attempts": len([x for a in res.get("attempts", []) for x in a.attempts]),

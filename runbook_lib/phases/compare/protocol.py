@@ -429,7 +429,8 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
            "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
            "target_workers_ready": workers_ready, "attempts": log,
            "spend": spend_record(meter, stops), "meter": meter,
-           "cold_starts_from_zero": pd.DataFrame(from_zero, columns=COLD_COLUMNS)}
+           "cold_starts_from_zero": pd.DataFrame(from_zero, columns=COLD_COLUMNS),
+           "store_to_pod": store_to_pod_canary(ctx)}
     return out
 
 
@@ -439,6 +440,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     own store prefix ``bench/<round>-retry<k>``); a pod whose job exits non-zero is not retried
     (that is the workload failing, not the measuring)."""
     thr, cold, warm_rows = [], [], []
+    fetched: list[dict[str, Any]] = []
     sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
     log: list[Attempted[Any]] = []
     warmup = max(1, ctx.mig.measure.warmup_requests)
@@ -470,6 +472,8 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
             return 0
         pod, done, files = got.value
         res = json.loads(files["result.json"].read_text())
+        if res.get("fetch"):
+            fetched.append({"side": side, "round": r, "source": f"bench pod {pod.id}", **res["fetch"]})
         att = res["attempts"][0]
         pod_s = (done.ended_at or time.time()) - done.created_at
         billed[side] += pod_s
@@ -500,7 +504,20 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     throughput = pd.DataFrame(thr) if thr else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
     return {"endpoints": {}, "cold_starts": cold, "throughput": throughput,
             "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}, "warmup": warm_rows,
-            "extra_rounds": extra_rounds, "attempts": log, "spend": spend_record(meter, stops), "meter": meter}
+            "extra_rounds": extra_rounds, "attempts": log, "spend": spend_record(meter, stops), "meter": meter,
+            "store_to_pod": fetched}
+
+
+def store_to_pod_canary(ctx: PhaseContext) -> list[dict[str, Any]]:
+    """Store-to-pod transfer for an inference workload, whose endpoints fetch nothing from the
+    store: the canary's verified download of the frozen artifact in phase 03 (target side); the
+    source side is not measured (its workers load from their own image)."""
+    rec = ctx.records.get("03")
+    fetch = ((rec.data.get("result") or {}).get("fetch") if rec else None) or {}
+    rows = [{"side": "target", "round": None, "source": f"phase 03 canary {rec.data.get('canary_pod')}", **fetch}] \
+        if fetch and rec else []
+    return rows + [{"side": "source", "round": None, "source": "not measured: the source's endpoint workers fetch "
+                    "nothing from the store", "bytes": None, "seconds": None, "objects": None, "bytes_per_s": None}]
 
 
 def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
