@@ -60,6 +60,16 @@ def test_digits_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
     assert t["steps_sum_s"] + t["checkpoint_s"] + t["other_s"] == pytest.approx(t["wall_s"], abs=1e-3)
 
 
+def test_the_newest_checkpoint_is_the_highest_step_number_not_the_last_name(tmp_path: Path) -> None:
+    import hashlib
+
+    for name in ("step-999999.pt", "step-1000000.pt", "step-9.pt"):
+        (tmp_path / name).write_bytes(name.encode())
+        (tmp_path / f"{name}.sha256").write_text(hashlib.sha256(name.encode()).hexdigest())
+    ck, rejected = newest_verified_checkpoint(tmp_path)
+    assert ck is not None and ck.name == "step-1000000.pt" and rejected == []
+
+
 def test_step_times_that_exceed_the_wall_clock_are_refused() -> None:
     assert step_timing([0.1, 0.2], wall_s=0.35, checkpoint_s=0.01)["other_s"] == pytest.approx(0.04)
     with pytest.raises(WorkloadError, match=r"sum to 0.5000 s but the loop took 0.3000 s"):

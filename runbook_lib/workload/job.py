@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
 
-from runbook_lib.checkpoint import load_state
+from runbook_lib.checkpoint import load_state, natural_key
 from runbook_lib.errors import RunbookError, WorkloadError
 from runbook_lib.inventory import probe
 from runbook_lib.manifest import sha256_file
@@ -61,12 +61,14 @@ def save_checkpoint(state: dict[str, Any], ckpt_dir: Path, step: int) -> Path:
 
 def newest_verified_checkpoint(ckpt_dir: Path) -> tuple[Path | None, list[dict[str, str]]]:
     """The newest checkpoint whose sha256 matches its sidecar, and the ones that did not verify.
+    Newest is by the step number in the name (``step-10`` after ``step-9``, and past the six
+    digits :func:`save_checkpoint` pads to), never by the name's character order.
 
     Returns:
         ``(path or None, rejected)`` where ``rejected`` lists ``{"file", "reason"}``.
     """
     rejected: list[dict[str, str]] = []
-    for ck in sorted(ckpt_dir.glob("step-*.pt"), reverse=True):
+    for ck in sorted(ckpt_dir.glob("step-*.pt"), key=lambda p: natural_key(p.name), reverse=True):
         side = ck.with_name(ck.name + ".sha256")
         if not side.exists():
             rejected.append({"file": ck.name, "reason": "no .sha256 sidecar (write did not finish)"})
