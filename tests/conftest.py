@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -84,3 +85,15 @@ def s3_endpoint() -> Iterator[str]:
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
+
+
+def retag_devices(src: Path, dst: Path, tag: bytes) -> None:
+    """Rewrite the device tags in a zip checkpoint's pickle (BINUNICODE 'cpu' -> ``tag``), as a
+    file saved on that device carries them."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("data.pkl"):
+                assert b"X\x03\x00\x00\x00cpu" in data
+                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X" + len(tag).to_bytes(4, "little") + tag)
+            zout.writestr(info, data)

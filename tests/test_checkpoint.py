@@ -7,7 +7,6 @@ import argparse
 import collections
 import json
 import os
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ import pytest
 import torch
 
 from runbook_lib.checkpoint import CheckpointError, inspect, load_state, natural_key, pickle_globals, sha256_of
+
+from .conftest import retag_devices
 
 
 class Planted:
@@ -75,21 +76,9 @@ def test_a_non_tensor_global_is_allowed_only_by_name_and_only_for_the_frozen_byt
     assert got.allowed_globals == ("argparse.Namespace",) and got.state["args"].lr == 0.1
 
 
-def _retag(src: Path, dst: Path, tag: bytes) -> None:
-    """Rewrite the device tags in a zip checkpoint's pickle (BINUNICODE 'cpu' -> ``tag``), as a
-    file saved on that device carries them."""
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
-        for info in zin.infolist():
-            data = zin.read(info)
-            if info.filename.endswith("data.pkl"):
-                assert b"X\x03\x00\x00\x00cpu" in data
-                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X" + len(tag).to_bytes(4, "little") + tag)
-            zout.writestr(info, data)
-
-
 def test_foreign_device_tags_are_found_and_remapped_explicitly(tmp_path: Path) -> None:
     torch.save(_state(), tmp_path / "cpu.pt")
-    _retag(tmp_path / "cpu.pt", tmp_path / "gpu.pt", b"cuda:1")
+    retag_devices(tmp_path / "cpu.pt", tmp_path / "gpu.pt", b"cuda:1")
     ins = inspect(tmp_path / "gpu.pt")
     assert ins.files[0].devices == ("cuda:1",) and _checks(ins) == {"device_tags": "info"}
     got = load_state(tmp_path / "gpu.pt", device="cpu")

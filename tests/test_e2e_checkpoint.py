@@ -18,7 +18,7 @@ import torch
 from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
 from runbook_lib.runner import RunResult, run_migration
 
-from .conftest import ROOT
+from .conftest import ROOT, retag_devices
 
 pytestmark = pytest.mark.e2e
 
@@ -83,6 +83,26 @@ def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_p
         errors = [o for c in nbformat.read(d / f"{name}.ipynb", as_version=4).cells for o in c.get("outputs", [])
                   if o.output_type == "error" or (o.output_type == "stream" and o.name == "stderr")]
         assert errors == [], name
+
+
+def test_what_a_laptop_hides_but_loads_safely_is_a_finding_and_still_goes(make_params, tmp_path: Path) -> None:
+    """Foreign device tags, a wrapper prefix on every key, tied weights and a legacy-format file
+    each load safely: each is recorded with its finding, and the migration goes."""
+    ck = _demo_copy(tmp_path)
+    emb = torch.randn(16, 8)
+    torch.save({"module.embed.weight": emb, "module.lm_head.weight": emb}, tmp_path / "tied.pt")
+    retag_devices(tmp_path / "tied.pt", ck / "head_on_gpu.pt", b"cuda:1")  # saved on a GPU, tied, wrapped
+    torch.save({"step": 60, "momentum": torch.zeros(4)}, ck / "legacy_state.pt", _use_new_zipfile_serialization=False)
+    res = _run(make_params, ck)
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
+    rec01 = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
+    found = {(f["file"], f["check"], f["severity"]) for f in rec01["inspection"]["findings"]}
+    assert found == {("head_on_gpu.pt", "device_tags", "info"), ("head_on_gpu.pt", "wrapper_prefix", "info"),
+                     ("head_on_gpu.pt", "tied_weights", "info"), ("legacy_state.pt", "legacy_format", "risk")}
+    [head] = [f for f in rec01["inspection"]["files"] if f["file"] == "head_on_gpu.pt"]
+    assert head["devices"] == ["cuda:1"] and head["tied"] == [["module.embed.weight", "module.lm_head.weight"]]
+    verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
+    assert verdicts["checkpoint_safety"] == verdicts["output_parity"] == "PASS"
 
 
 @pytest.mark.parametrize("kind", ["planted_pickle", "truncated_shard", "missing_shard", "partial_prefix"])
