@@ -178,3 +178,14 @@ def test_stack_global_of_newer_pickle_protocols_is_resolved() -> None:
     data = pickle.dumps(collections.OrderedDict(a=1), protocol=5)
     assert pickle_globals(data) == ["collections.OrderedDict"]
 
+
+
+def test_where_the_source_keeps_its_checkpoint_is_judged_from_the_pod_s_disks(tmp_path: Path) -> None:
+    from runbook_lib.workload.checkpoint_set import location
+
+    pod, vol = tmp_path / "pod", tmp_path / "vol"
+    env = {"RUNBOOK_VOLUME_DIR": str(vol)}
+    assert location(vol / "ck", env=env, cwd=pod)["where"] == "volume"
+    assert location(pod / "work" / "ck", env=env, cwd=pod)["where"] == "container disk"
+    assert location(tmp_path / "data" / "ck", env=env, cwd=pod)["where"] == "outside the pod's disks"
+    assert location(tmp_path / "data" / "ck", env={}, cwd=pod)["where"] == "not checked"

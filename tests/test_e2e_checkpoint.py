@@ -67,6 +67,7 @@ def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_p
     verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
     assert verdicts["checkpoint_safety"] == verdicts["output_parity"] == verdicts["reverse_reload"] == "PASS"
     auth = json.loads((d / "05" / "authoritative.json").read_text())
+    assert rec01["identity"]["location"]["where"] == "outside the pod's disks"  # the project's directory
     assert auth["switched"] and auth["authoritative_prefix"].endswith("/cutover/0/checkpoint")
     assert auth["rollback_prefix"].endswith("/source/frozen")
     assert auth["files_sha256"] == {k: o["sha256"] for k, o in rec01["frozen"]["objects"].items()}
@@ -98,7 +99,8 @@ def test_what_a_laptop_hides_but_loads_safely_is_a_finding_and_still_goes(make_p
     rec01 = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
     found = {(f["file"], f["check"], f["severity"]) for f in rec01["inspection"]["findings"]}
     assert found == {("head_on_gpu.pt", "device_tags", "info"), ("head_on_gpu.pt", "wrapper_prefix", "info"),
-                     ("head_on_gpu.pt", "tied_weights", "info"), ("legacy_state.pt", "legacy_format", "risk")}
+                     ("head_on_gpu.pt", "tied_weights", "info"), ("legacy_state.pt", "legacy_format", "risk"),
+                     ("", "host_path", "info")}  # a local pod reads the project's directory: it outlives the pod
     [head] = [f for f in rec01["inspection"]["files"] if f["file"] == "head_on_gpu.pt"]
     assert head["devices"] == ["cuda:1"] and head["tied"] == [["module.embed.weight", "module.lm_head.weight"]]
     verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}

@@ -117,7 +117,8 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
         "store": ctx.store.settings(),
         "frozen": {"prefix": ctx.store_prefix("source", "frozen"), "manifest_sha256": result["frozen_manifest_sha256"],
                    "objects": {k: {"size_bytes": o.size_bytes, "sha256": o.sha256} for k, o in frozen.items()}},
-        "inspection": inspect_frozen(ctx, ctx.store_prefix("source", "frozen")),
+        "inspection": with_location(inspect_frozen(ctx, ctx.store_prefix("source", "frozen")),
+                                    result["identity"].get("location")),
         "golden": {"prefix": ctx.store_prefix("source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
                    "outputs_sha256": result_objs["outputs.npy"].sha256},
         "payloads": largest_payloads(ctx.mig, golden) if ctx.mig.workload.kind == "inference" else None,
@@ -287,6 +288,29 @@ class FreezeResult(PhaseResult):
                       md("**Secrets** (names and references, never values)"), table(self.secrets),
                       md("**Credential findings**"),
                       table(self.credential_findings, columns=["variable", "where", "declared", "finding"])]
+
+
+LOCATION_FINDINGS = {
+    "container disk": ("ephemeral_disk", "risk", "the pod's container disk is wiped when the pod stops or is "
+                       "replaced, so a checkpoint kept there is lost with it",
+                       "keep checkpoints on the volume (Runpod: /workspace) or in the store"),
+    "outside the pod's disks": ("host_path", "info", "a host path or network mount outside the pod's container disk "
+                                "and volume: it outlives the pod", "none needed; the target reads the frozen copy"),
+    "not checked": ("location_not_checked", "info", "the source pod names no volume directory, so whether the "
+                    "checkpoint sits on ephemeral disk is not known", "check where it is mounted on the source"),
+}
+"""Finding per :func:`runbook_lib.workload.checkpoint_set.location` (``volume``: none)."""
+
+
+def with_location(ins: dict[str, Any], loc: dict[str, Any] | None) -> dict[str, Any]:
+    """``ins`` with a finding for where the source kept the checkpoint (``kind: checkpoint``),
+    from the freeze pod's own view of its disks; unchanged for other workloads or a volume."""
+    if not loc or loc.get("where") not in LOCATION_FINDINGS:
+        return ins
+    check, severity, reason, fix = LOCATION_FINDINGS[loc["where"]]
+    seen = f"{loc['path']} is on the {loc['where']}" if loc["where"] != "not checked" else f"{loc['path']}"
+    return {**ins, "location": loc, "findings": [*ins["findings"], {"check": check, "severity": severity, "file": "",
+                                                                   "seen": seen, "reason": reason, "fix": fix}]}
 
 
 def inspection_parts(ins: dict[str, Any] | None) -> list[Any]:

@@ -28,6 +28,32 @@ if TYPE_CHECKING:
 CHECKPOINT_MANIFEST = "checkpoint-manifest.json"
 """``{relative path: sha256}`` of every file of the checkpoint, written next to the files."""
 
+VOLUME_ENV = "RUNBOOK_VOLUME_DIR"
+"""Where a pod's volume is mounted (the local provider sets it at spawn); the container disk is
+the pod's working directory."""
+
+
+def location(path: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
+    """Where the checkpoint sits from the pod's side: ``{"path", "where", "volume_dir"}`` with
+    ``where`` one of ``volume`` (survives a stop), ``container disk`` (the pod's working
+    directory: wiped on stop or replacement), ``outside the pod's disks`` (a host path or network
+    mount) or ``not checked`` (the pod names no volume directory)."""
+    import os
+
+    env = dict(os.environ) if env is None else env
+    vol = env.get(VOLUME_ENV, "")
+    p = path.resolve()
+    if vol and p.is_relative_to(Path(vol).resolve()):
+        where = "volume"
+    elif p.is_relative_to((cwd or Path.cwd()).resolve()):
+        where = "container disk"
+    elif vol:
+        where = "outside the pod's disks"
+    else:
+        where = "not checked"
+    return {"path": str(path), "where": where, "volume_dir": vol or None}
+
+
 DIGEST_COLUMNS = ("numel", "ndim", "first_dim", "last_dim", "itemsize", "mean", "std", "min", "max")
 """One row of :meth:`CheckpointWorkload.outputs` per tensor, in natural name order."""
 
@@ -47,16 +73,19 @@ class CheckpointWorkload(AcceptanceWorkload):
         self._root: Path | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._manifest: dict[str, str] = {}
+        self._location: dict[str, Any] = {}
         self._state: dict[str, Any] = {}
         self._done = 0
 
     def identity(self) -> dict[str, Any]:
         return {"model_id": self.workload.model_id, "checkpoint": self.workload.checkpoint,
                 "files_sha256": dict(self._manifest), "tensor_files": len(self._tensor_files()),
-                "allow_globals": list(self.workload.allow_globals)}
+                "allow_globals": list(self.workload.allow_globals), "location": dict(self._location)}
 
     def _freeze(self, src: Path) -> Path:
-        """Copy the checkpoint at ``src`` with the sha256 of every file into a private directory."""
+        """Copy the checkpoint at ``src`` with the sha256 of every file into a private directory,
+        noting where it sat (:func:`location`)."""
+        self._location = location(src)
         if not src.exists():
             raise CheckpointError(f"workload.checkpoint {src} does not exist on this host ({self.profile.name}); "
                                   "name the checkpoint file or directory as this side sees it")
