@@ -60,10 +60,13 @@ class Requirements(_Model):
     """What the workload needs from a host (phase 01 records, phase 02 maps).
 
     Units: ``shm_gb`` and ``disk_gb`` in GB (10**9 bytes); ``max_request_s`` in seconds.
+    ``loader_workers``: data-loader worker processes the workload starts; each passes batches
+    through ``/dev/shm``, so phase 03 refuses a target without one when it is above 0.
     """
 
     ports: tuple[Port, ...] = ()
     shm_gb: float = Field(default=0.0, ge=0)
+    loader_workers: int = Field(default=0, ge=0, le=1024)
     disk_gb: float = Field(default=1.0, ge=0)
     memory_gb: float = Field(default=1.0, ge=0)
     gpu_memory_gb: float = Field(default=0.0, ge=0)

@@ -89,3 +89,10 @@ def test_a_cuda_target_without_a_gpu_is_a_blocker() -> None:
     cpu["cuda"] = {"available": False, "runtime": "12.4", "driver_version": None, "devices": [], "arch_list": []}
     got = _classes(diff(_inv(), cpu, target_device="cuda"))
     assert got["cuda.available"] == "blocker" and got["compute capability"] == "not checked"
+
+
+def test_data_loader_workers_need_a_dev_shm() -> None:
+    none = _inv(shm_bytes=0)
+    rows = diff(_inv(), none, target_device="cuda", loader_workers=4, declared_credentials=frozenset({"HF_TOKEN"}))
+    assert _classes(rows) == {"shm_bytes": "blocker"}
+    assert "starts 4 data-loader workers" in rows[0]["reason"]

@@ -131,7 +131,8 @@ def environment_diff(ctx: PhaseContext, canary_env: dict[str, Any]) -> list[dict
     declared = frozenset({s.name for s in ctx.mig.target.secrets} | {n for n, _ in credential_env(ctx.mig.storage)})
     return inventory.diff(rec01.get("environment") or {}, canary_env, target_device=ctx.mig.target.device,
                           memory_gb=req.memory_gb or 0.0, shm_gb=req.shm_gb or 0.0, disk_gb=req.disk_gb or 0.0,
-                          restore_bytes=int(restore), declared_credentials=declared)
+                          restore_bytes=int(restore), loader_workers=req.loader_workers,
+                          declared_credentials=declared)
 
 
 def plan(ctx: PhaseContext) -> PlanShown:
