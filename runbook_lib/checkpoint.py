@@ -58,7 +58,8 @@ class Finding:
     Attributes:
         check: a stable code (``unsafe_global``, ``legacy_format``, ``device_tags``,
             ``wrapper_prefix``, ``partial_prefix``, ``tied_weights``, ``truncated``,
-            ``missing_shard``, ``unknown_format``, ``unreadable``, ``not_inspected``).
+            ``missing_shard``, ``unknown_format``, ``unreadable``, ``non_tensor_items``,
+            ``allowed_global``).
         severity: ``info`` (recorded), ``risk`` (works, but a person should know) or ``blocker``
             (the checkpoint cannot be loaded safely or completely).
         file: the file, relative to the checkpoint's root ("" for the whole set).
@@ -79,7 +80,7 @@ class FileReport:
 
     Attributes:
         file: path relative to the checkpoint's root. format: ``torch-zip``, ``torch-legacy``,
-            ``safetensors``, ``shard-index``, ``dcp-metadata``, ``metadata`` (JSON, YAML, text:
+            ``safetensors``, ``shard-index``, ``dcp-metadata``, ``dcp-shard``, ``metadata`` (JSON, YAML, text:
             hashed, never loaded) or ``unknown``. bytes: file size. sha256: hex digest.
         globals: every global the pickle imports (``module.name``), from a static disassembly.
         unsafe_globals: those outside torch's ``weights_only`` allowlist.
@@ -347,6 +348,134 @@ def _inspect_safetensors(path: Path, rel: str, findings: list[Finding]) -> FileR
     return FileReport(**base, tensors=tensors, tensor_bytes=end)
 
 
+DCP_METADATA = ".metadata"
+"""The metadata file of a torch distributed-checkpoint (DCP) directory, next to its ``.distcp``
+shards (https://pytorch.org/docs/stable/distributed.checkpoint.html)."""
+
+_DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
+_DCP_NAMES = frozenset({"torch.Size", "torch.serialization._get_layout", "pathlib.PosixPath", "pathlib.PurePosixPath",
+                        "pathlib.WindowsPath", "pathlib.PureWindowsPath", "collections.OrderedDict",
+                        "builtins.set", "builtins.frozenset", "builtins.slice"})
+
+
+def dcp_global_allowed(name: str) -> bool:
+    """Whether a DCP ``.metadata`` pickle may import ``name`` (``module.attr``): the metadata
+    dataclasses of ``torch.distributed.checkpoint``, torch dtypes, ``torch.Size``, the layout
+    helper, paths and plain containers. torch reads that file with an unrestricted
+    ``pickle.load``; this project reads it only through :func:`read_dcp_metadata`, which refuses
+    any other global (the restricting-globals pattern of
+    https://docs.python.org/3/library/pickle.html#restricting-globals)."""
+    import torch
+
+    module, _, attr = name.rpartition(".")
+    if name in _DCP_NAMES or module in _DCP_MODULES:
+        return True
+    return module == "torch" and isinstance(getattr(torch, attr, None), torch.dtype)
+
+
+def read_dcp_metadata(root: Path) -> Any:
+    """The :class:`torch.distributed.checkpoint.metadata.Metadata` of the DCP directory ``root``,
+    unpickled with every global checked by :func:`dcp_global_allowed` first.
+
+    Raises:
+        CheckpointError: the file names another global (nothing of it ran), or is not a pickle.
+    """
+    import pickle
+
+    class _Restricted(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if not dcp_global_allowed(f"{module}.{name}"):
+                raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
+            return super().find_class(module, name)
+
+    path = root / DCP_METADATA
+    try:
+        with path.open("rb") as f:
+            return _Restricted(f).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: the DCP metadata cannot be read safely ({exc}); re-save the checkpoint with "
+                              "torch.distributed.checkpoint.save on the source") from exc
+
+
+def load_dcp(root: Path, *, device: str = "cpu") -> dict[str, Any]:
+    """Every tensor of the DCP directory ``root`` (``{fqn: tensor}`` on ``device``), read through
+    :func:`read_dcp_metadata` and torch's own shard reader, which loads tensor payloads with
+    ``weights_only=True``. Non-tensor items (stored as pickled bytes, which torch's planner would
+    load without ``weights_only``) are never requested.
+
+    Raises:
+        CheckpointError: the metadata is unsafe or a shard cannot be read.
+    """
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    metadata = read_dcp_metadata(root)
+
+    class _Reader(dcp.FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            md = read_dcp_metadata(Path(self.path))
+            if getattr(md, "storage_meta", None) is not None:
+                md.storage_meta.load_id = self.load_id
+            return md
+
+    state = {fqn: torch.empty(tuple(md.size), dtype=md.properties.dtype)
+             for fqn, md in metadata.state_dict_metadata.items() if isinstance(md, TensorStorageMetadata)}
+    try:
+        with warnings.catch_warnings():  # one process, no process group: DCP warns that it assumes so
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, storage_reader=_Reader(str(root)), no_dist=True)
+    except (RuntimeError, OSError, AssertionError, ValueError) as exc:
+        raise CheckpointError(f"{root}: a DCP shard cannot be read ({type(exc).__name__}: {str(exc)[:200]}); copy "
+                              "the directory again from the source") from exc
+    return {k: v.to(device) for k, v in state.items()}
+
+
+def _inspect_dcp(root: Path, findings: list[Finding]) -> list[FileReport]:
+    """The DCP directory ``root``: its metadata's globals, tensors (names, shapes, dtypes from
+    the metadata, nothing loaded) and every shard the metadata names (missing or short)."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    meta = root / DCP_METADATA
+    every = pickle_globals(meta.read_bytes())
+    unsafe = [n for n in every if not dcp_global_allowed(n)]
+    report: dict[str, Any] = {"file": DCP_METADATA, "format": "dcp-metadata", "bytes": meta.stat().st_size,
+              "sha256": sha256_of(meta),
+              "globals": tuple(every), "unsafe_globals": tuple(unsafe)}
+    if unsafe:
+        findings.append(_unsafe(DCP_METADATA, unsafe))
+        return [FileReport(**report)]
+    md = read_dcp_metadata(root)
+    tensors = {fqn: {"shape": list(m.size), "dtype": str(m.properties.dtype).removeprefix("torch.")}
+               for fqn, m in md.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)}
+    other = sorted(fqn for fqn, m in md.state_dict_metadata.items() if not isinstance(m, TensorStorageMetadata))
+    if other:
+        findings.append(Finding("non_tensor_items", "risk", DCP_METADATA, f"{len(other)} items stored as pickled "
+                                f"objects, e.g. {other[0]!r}", "torch's DCP planner loads such items without "
+                                "weights_only, so they are copied and hashed but never loaded here",
+                                "keep only tensors in the state dict you save, or accept that these items are not "
+                                "compared"))
+    _key_findings(DCP_METADATA, list(tensors), findings)
+    reports = [FileReport(**report, tensors=tensors,
+                          tensor_bytes=sum(int(s.length) for s in md.storage_data.values()))]
+    need: dict[str, int] = {}
+    for info in md.storage_data.values():
+        need[info.relative_path] = max(need.get(info.relative_path, 0), int(info.offset) + int(info.length))
+    for rel, end in sorted(need.items(), key=lambda kv: natural_key(kv[0])):
+        shard = root / rel
+        if not shard.is_file():
+            findings.append(Finding("missing_shard", "blocker", rel, f"named by {DCP_METADATA}; not in {root}",
+                                    "a sharded checkpoint loads only whole",
+                                    "copy the missing shard from the source and freeze the set again"))
+        elif shard.stat().st_size < end:
+            findings.append(Finding("truncated", "blocker", rel, f"{shard.stat().st_size} bytes; the metadata needs "
+                                    f"{end}", "the shard ends before its last tensor's data",
+                                    "copy it again from the source and compare its sha256 with the source's"))
+    return reports
+
+
 def _files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
@@ -356,9 +485,10 @@ def _files(root: Path) -> list[Path]:
 def inspect(path: str | Path, *, allow_globals: Sequence[str] = ()) -> Inspection:
     """Inspect the checkpoint at ``path`` (a file or a directory of shards) without running it:
     see the module docstring. A shard index (``*.index.json``) whose ``weight_map`` names a file
-    that is not there is a ``missing_shard`` blocker; a torch distributed-checkpoint directory
-    (``.metadata``) is reported ``not_inspected`` (its metadata is itself a pickle this version
-    does not disassemble), never as safe. A file whose unsafe globals are all in
+    that is not there is a ``missing_shard`` blocker. A torch distributed-checkpoint directory
+    (``.metadata`` and ``.distcp`` shards) is inspected from its metadata, read only through
+    :func:`read_dcp_metadata` (globals checked first): tensor names, shapes and dtypes, shards
+    missing or shorter than the metadata says, items stored as pickled objects. A file whose unsafe globals are all in
     ``allow_globals`` is an ``allowed_global`` risk instead of an ``unsafe_global`` blocker (its
     tensors are not listed: it is loaded only once frozen, by :func:`load_state`).
 
@@ -374,18 +504,19 @@ def inspect(path: str | Path, *, allow_globals: Sequence[str] = ()) -> Inspectio
         raise CheckpointError(f"checkpoint directory {root} holds no file")
     findings: list[Finding] = []
     reports: list[FileReport] = []
+    dcp_root = root if root.is_dir() and (root / DCP_METADATA).is_file() else None
+    if dcp_root is not None:
+        reports += _inspect_dcp(dcp_root, findings)
     for p in files:
         rel = p.name if root.is_file() else p.relative_to(root).as_posix()
         with p.open("rb") as f:
             head = f.read(8)
         if p.name.endswith(INDEX_SUFFIX):
             reports.append(_inspect_index(p, rel, root if root.is_dir() else p.parent, findings))
-        elif p.name == ".metadata":
-            reports.append(FileReport(rel, "dcp-metadata", p.stat().st_size, sha256_of(p)))
-            findings.append(Finding("not_inspected", "risk", rel, "a torch distributed-checkpoint directory",
-                                     "its metadata is a pickle this version does not disassemble, so the set is "
-                                     "neither inspected nor loaded", "convert it on the source with "
-                                     "torch.distributed.checkpoint.format_utils.dcp_to_torch_save and migrate the file"))
+        elif p.name == DCP_METADATA and dcp_root is not None and p.parent == dcp_root:
+            continue  # reported with its shards above
+        elif p.suffix == ".distcp":
+            reports.append(FileReport(rel, "dcp-shard", p.stat().st_size, sha256_of(p)))
         elif head.startswith(b"PK\x03\x04"):
             if not zipfile.is_zipfile(p):
                 reports.append(FileReport(rel, "torch-zip", p.stat().st_size, sha256_of(p)))

@@ -189,3 +189,52 @@ def test_where_the_source_keeps_its_checkpoint_is_judged_from_the_pod_s_disks(tm
     assert location(pod / "work" / "ck", env=env, cwd=pod)["where"] == "container disk"
     assert location(tmp_path / "data" / "ck", env=env, cwd=pod)["where"] == "outside the pod's disks"
     assert location(tmp_path / "data" / "ck", env={}, cwd=pod)["where"] == "not checked"
+
+
+def _dcp(path: Path, state: dict[str, Any]) -> None:
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one process: DCP says it assumes so
+        dcp.save(state, checkpoint_id=str(path), no_dist=True)
+
+
+def test_a_distributed_checkpoint_is_inspected_from_its_metadata_and_loaded_safely(tmp_path: Path) -> None:
+    from runbook_lib.checkpoint import load_dcp
+
+    state = {**_state(), "step": torch.tensor(7)}
+    _dcp(tmp_path / "dcp", state)
+    ins = inspect(tmp_path / "dcp")
+    assert ins.findings == ()
+    meta = next(f for f in ins.files if f.format == "dcp-metadata")
+    assert meta.tensors["enc.weight"] == {"shape": [4, 3], "dtype": "float32"} and meta.unsafe_globals == ()
+    assert "torch.distributed.checkpoint.metadata.Metadata" in meta.globals
+    assert {f.format for f in ins.files} == {"dcp-metadata", "dcp-shard"}
+    got = load_dcp(tmp_path / "dcp")
+    assert set(got) == set(state)
+    for k, v in state.items():
+        torch.testing.assert_close(got[k], v)
+
+
+def test_a_distributed_checkpoint_s_planted_metadata_missing_and_short_shards_are_blockers(tmp_path: Path) -> None:
+    import pickle
+
+    from runbook_lib.checkpoint import load_dcp
+
+    marker = tmp_path / "PWNED"
+    _dcp(tmp_path / "evil", _state())
+    (tmp_path / "evil" / ".metadata").write_bytes(pickle.dumps(Planted(marker)))
+    ins = inspect(tmp_path / "evil")
+    assert _checks(ins) == {"unsafe_global": "blocker"} and "posix.system" in ins.findings[0].seen
+    with pytest.raises(CheckpointError, match="posix.system"):
+        load_dcp(tmp_path / "evil")
+    assert not marker.exists()
+
+    _dcp(tmp_path / "short", _state())
+    [shard] = (tmp_path / "short").glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[:-64])
+    assert _checks(inspect(tmp_path / "short")) == {"truncated": "blocker"}
+    shard.unlink()
+    assert _checks(inspect(tmp_path / "short")) == {"missing_shard": "blocker"}

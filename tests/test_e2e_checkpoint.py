@@ -107,6 +107,25 @@ def test_what_a_laptop_hides_but_loads_safely_is_a_finding_and_still_goes(make_p
     assert verdicts["checkpoint_safety"] == verdicts["output_parity"] == "PASS"
 
 
+def test_a_torch_distributed_checkpoint_directory_migrates_and_goes(make_params, tmp_path: Path) -> None:
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    torch.manual_seed(3)
+    state = {"layer.weight": torch.randn(32, 16), "layer.bias": torch.zeros(32), "step": torch.tensor(60)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one process, no process group
+        dcp.save(state, checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
+    res = _run(make_params, tmp_path / "dcp")
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
+    rec01 = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
+    [meta] = [f for f in rec01["inspection"]["files"] if f["format"] == "dcp-metadata"]
+    assert set(meta["tensors"]) == set(state) and meta["unsafe_globals"] == []
+    verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
+    assert verdicts["output_parity"] == verdicts["reverse_reload"] == verdicts["checkpoint_safety"] == "PASS"
+
+
 @pytest.mark.parametrize("kind", ["planted_pickle", "truncated_shard", "missing_shard", "partial_prefix"])
 def test_a_broken_checkpoint_is_no_go_before_anything_is_rented(make_params, tmp_path: Path, kind: str) -> None:
     ck = _demo_copy(tmp_path)

@@ -74,9 +74,10 @@ def largest_payloads(mig: Any, golden: np.ndarray) -> dict[str, int]:
             "output_bytes": max((len(json.dumps(row.tolist()).encode()) for row in golden), default=0)}
 
 
-def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
+def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the source profile's agent in a pod: freeze the artifact, compute golden outputs.
 
+    ``pre``: :func:`preflight_checkpoint`'s result; with a blocker, nothing is launched.
     The pod is destroyed afterwards and verified gone. In dry-run (a remote source left in
     dry-run) the plan is recorded and nothing runs: the result says ``dry_run`` and carries the
     source pod's description and the plan.
@@ -90,7 +91,6 @@ def freeze_source(ctx: PhaseContext) -> dict[str, Any]:
         WorkloadError: the agent failed (log tail in the message). StorageError: a set does
             not verify. ApprovalRequired: the plan has no approval record (HOLD).
     """
-    pre = preflight_checkpoint(ctx)
     if pre is not None and pre["blockers"]:  # nothing is rented for a checkpoint that cannot load safely
         return {"blocked": True, "source_pod": describe_source(ctx), "preflight": pre}
     plan = plan_freeze(ctx)
@@ -337,9 +337,12 @@ def run(ctx: PhaseContext) -> FreezeResult:
     pod works; both are done, or have raised, before this returns."""
     from concurrent.futures import ThreadPoolExecutor
 
+    # The checkpoint preflight runs first, alone: it imports torch, and torch's first import must
+    # not race the probe thread's (a concurrent first import can abort the interpreter).
+    pre = preflight_checkpoint(ctx)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-probe") as pool:
         probing = pool.submit(host_inventory, ctx)
-        src = freeze_source(ctx)
+        src = freeze_source(ctx, pre)
         host = probing.result()
     return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=secrets_table(ctx),
                         credential_findings=credential_findings(ctx, src.get("environment")),

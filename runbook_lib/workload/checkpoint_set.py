@@ -1,7 +1,8 @@
 """An existing checkpoint migrated with no user code (``workload.kind: checkpoint``).
 
 The checkpoint is a file or a directory of shards (torch.save files, safetensors, a sharded
-index) named by ``workload.checkpoint``. Loading it freezes it first: every file is copied with
+index, or a torch distributed checkpoint read by :func:`runbook_lib.checkpoint.load_dcp`) named
+by ``workload.checkpoint``. Loading it freezes it first: every file is copied with
 its sha256 into a private directory next to a ``checkpoint-manifest.json``; every tensor file is
 then loaded by :func:`runbook_lib.checkpoint.load_state` (``weights_only``, remapped to the
 profile's device, the operator's ``allow_globals`` honoured only for files whose sha256 matches
@@ -19,7 +20,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runbook_lib.checkpoint import CheckpointError, iter_tensor_files, load_state, natural_key, sha256_of
+from runbook_lib.checkpoint import (
+    DCP_METADATA,
+    CheckpointError,
+    iter_tensor_files,
+    load_dcp,
+    load_state,
+    natural_key,
+    sha256_of,
+)
 from runbook_lib.workload import AcceptanceWorkload
 
 if TYPE_CHECKING:
@@ -79,7 +88,7 @@ class CheckpointWorkload(AcceptanceWorkload):
 
     def identity(self) -> dict[str, Any]:
         return {"model_id": self.workload.model_id, "checkpoint": self.workload.checkpoint,
-                "files_sha256": dict(self._manifest), "tensor_files": len(self._tensor_files()),
+                "files_sha256": dict(self._manifest), "tensor_files": len(self._tensor_files() + self._dcp_files()),
                 "allow_globals": list(self.workload.allow_globals), "location": dict(self._location)}
 
     def _freeze(self, src: Path) -> Path:
@@ -115,6 +124,12 @@ class CheckpointWorkload(AcceptanceWorkload):
     def _tensor_files(self) -> list[Path]:
         return list(iter_tensor_files(self._root)) if self._root is not None else []
 
+    def _dcp_files(self) -> list[Path]:
+        """A torch distributed checkpoint's shards and metadata, when the root is one."""
+        if self._root is None or not (self._root / DCP_METADATA).is_file():
+            return []
+        return sorted(self._root.glob("*.distcp"), key=lambda p: natural_key(p.name)) + [self._root / DCP_METADATA]
+
     def _restore(self) -> dict[str, Any]:
         """Read, verify and load every tensor file; tensors keyed ``<file>/<name>``."""
         assert self._root is not None
@@ -130,8 +145,17 @@ class CheckpointWorkload(AcceptanceWorkload):
                                 frozen_sha256=want)
             for name, value in _tensors(loaded.state).items():
                 state[f"{rel}/{name}"] = value
+        if self._dcp_files():  # a torch distributed checkpoint: its shards and metadata, verified, then loaded
+            for f in self._dcp_files():
+                rel = f.relative_to(self._root).as_posix()
+                if sha256_of(f) != self._manifest.get(rel, ""):
+                    raise CheckpointError(f"{rel}: sha256 does not match the frozen manifest's; the file changed "
+                                          "after it was frozen. Freeze again")
+            for name, value in load_dcp(self._root, device=self.profile.device).items():
+                state[f"{DCP_METADATA}/{name}"] = value
         if not state:
-            raise CheckpointError(f"{self._root} holds no tensor file (.pt, .pth, .bin, .ckpt, .safetensors)")
+            raise CheckpointError(f"{self._root} holds no tensor file (.pt, .pth, .bin, .ckpt, .safetensors, or a "
+                                  "torch distributed checkpoint)")
         return state
 
     def export_artifact(self, dest_dir: Path) -> list[Path]:
@@ -155,7 +179,8 @@ class CheckpointWorkload(AcceptanceWorkload):
         self._state = self._restore()
         took = time.perf_counter() - t0
         self._done = i + 1
-        return {"restore_s": took, "bytes": float(sum(f.stat().st_size for f in self._tensor_files())),
+        files = self._tensor_files() + self._dcp_files()
+        return {"restore_s": took, "bytes": float(sum(f.stat().st_size for f in files)),
                 "tensors": float(len(self._state)), "verified": 1.0}
 
     def state_dict(self) -> dict[str, Any]:
