@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Iterator
 
 import boto3
 import pytest
@@ -15,17 +14,6 @@ from runbook_lib.storage.s3 import S3Store
 from .contract.store_contract import StoreContract
 
 MIB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture(autouse=True)

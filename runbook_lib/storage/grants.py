@@ -75,6 +75,7 @@ from runbook_lib.storage.base import (
     HashingWriter,
     ObjectInfo,
     Store,
+    accept_download,
     check,
     progress_bar,
 )
@@ -478,16 +479,8 @@ class GrantStore(Store):
             finally:
                 if bar is not None:
                     bar.close()
-        got = ObjectInfo(key, writer.size, writer.sha256.hexdigest())
-        try:
-            check(key, self.url(key), got, expect or recorded)
-            if recorded.sha256 and got.sha256 != recorded.sha256:
-                raise StorageError(f"{self.url(key)}: bytes hash to {str(got.sha256)[:16]}..., object metadata says "
-                                   f"{recorded.sha256[:16]}...; the object is corrupt")
-        except StorageError:
-            dest.unlink(missing_ok=True)
-            raise
-        return got
+        return accept_download(key, self.url(key), dest, ObjectInfo(key, writer.size, writer.sha256.hexdigest()),
+                               expect, recorded)
 
     def _own_bytes(self, key: str) -> bytes:
         w = self._written[key]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from runbook_lib.errors import AuthError, RunbookError, StorageError
-from runbook_lib.storage.base import HashingReader, HashingWriter, ObjectInfo, Store, check, progress_bar
+from runbook_lib.storage.base import HashingReader, HashingWriter, ObjectInfo, Store, accept_download, progress_bar
 
 META_SHA256 = "sha256"
 MIB = 1 << 20
@@ -441,16 +441,8 @@ class S3Store(Store):
         finally:
             if bar is not None:
                 bar.close()
-        got = ObjectInfo(key, writer.size, writer.sha256.hexdigest())
-        try:
-            check(key, self.url(key), got, expect or recorded)
-            if recorded.sha256 and got.sha256 != recorded.sha256:
-                raise StorageError(f"{self.url(key)}: bytes hash to {(got.sha256 or '')[:16]}..., object metadata says "
-                                   f"{recorded.sha256[:16]}...; the object is corrupt")
-        except StorageError:
-            dest.unlink(missing_ok=True)
-            raise
-        return got
+        return accept_download(key, self.url(key), dest, ObjectInfo(key, writer.size, writer.sha256.hexdigest()),
+                               expect, recorded)
 
     def _download(self, key: str, writer: HashingWriter, size: int) -> None:
         """Stream ``key`` into ``writer`` in order. Above the multipart threshold, byte ranges of
