@@ -22,7 +22,11 @@ from runbook_lib.cli import main as cli_main
 from runbook_lib.providers.local import LocalProvider
 
 from .conftest import ROOT
-from .test_e2e import FAST_INFERENCE
+from .test_e2e import FAST_INFERENCE as _FAST
+
+# These cases need the run to reach a phase, not a verdict: a wider latency margin (the A/A noise
+# floor is half of it) keeps a loaded 2-core host from holding the run at phase 04.
+FAST_INFERENCE = {**_FAST, "gates": {**_FAST["gates"], "latency_p95_ratio_max": 3.0}}
 
 pytestmark = pytest.mark.e2e
 
