@@ -99,17 +99,17 @@ def check(key: str, url: str, got: ObjectInfo, expect: ObjectInfo | None) -> Non
 
 
 def accept_download(key: str, url: str, dest: Path, got: ObjectInfo, expect: ObjectInfo | None,
-                    recorded: ObjectInfo) -> ObjectInfo:
+                    recorded: ObjectInfo | None = None) -> ObjectInfo:
     """Keep the download at ``dest`` only when what streamed (``got``) matches ``expect`` (else the
-    object's own ``recorded`` size and sha256 metadata) and, when the object records a sha256,
-    that too; otherwise delete ``dest`` and raise.
+    object's own ``recorded`` size and sha256 metadata, when given) and, when the object records a
+    sha256, that too; otherwise delete ``dest`` and raise.
 
     Raises:
         StorageError: the bytes differ from what was expected or recorded (``dest`` is removed).
     """
     try:
         check(key, url, got, expect or recorded)
-        if recorded.sha256 and got.sha256 != recorded.sha256:
+        if recorded is not None and recorded.sha256 and got.sha256 != recorded.sha256:
             raise StorageError(f"{url}: bytes hash to {(got.sha256 or '')[:16]}..., object metadata says "
                                f"{recorded.sha256[:16]}...; the object is corrupt")
     except StorageError:

@@ -76,7 +76,6 @@ from runbook_lib.storage.base import (
     ObjectInfo,
     Store,
     accept_download,
-    check,
     progress_bar,
 )
 from runbook_lib.storage.s3 import META_SHA256, S3Store
@@ -456,12 +455,7 @@ class GrantStore(Store):
         if key in self._written:
             dest.write_bytes(self._own_bytes(key))
             got = ObjectInfo(key, dest.stat().st_size, hashlib.sha256(dest.read_bytes()).hexdigest())
-            try:
-                check(key, self.url(key), got, expect)
-            except StorageError:
-                dest.unlink(missing_ok=True)
-                raise
-            return got
+            return accept_download(key, self.url(key), dest, got, expect)
         url = self._urls(key, "get")["get"]
         with self.http.stream("GET", url) as r:
             if r.status_code == 404:

@@ -14,7 +14,7 @@ from typing import Any
 
 from runbook_lib._fs import atomic_write
 from runbook_lib.errors import StorageError
-from runbook_lib.storage.base import CHUNK_BYTES, ObjectInfo, Store, check, progress_bar
+from runbook_lib.storage.base import CHUNK_BYTES, ObjectInfo, Store, accept_download, progress_bar
 
 
 class FileStore(Store):
@@ -115,13 +115,7 @@ class FileStore(Store):
         finally:
             if bar is not None:
                 bar.close()
-        got = ObjectInfo(key, size, h.hexdigest())
-        try:
-            check(key, self.url(key), got, expect)
-        except StorageError:
-            dest.unlink(missing_ok=True)
-            raise
-        return got
+        return accept_download(key, self.url(key), dest, ObjectInfo(key, size, h.hexdigest()), expect)
 
     def list(self, prefix: str = "") -> list[str]:
         base = self._path(prefix) if prefix else self.root
