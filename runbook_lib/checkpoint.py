@@ -30,6 +30,7 @@ import hashlib
 import importlib
 import io
 import json
+import pickle
 import pickletools
 import re
 import struct
@@ -254,7 +255,7 @@ def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding],
 
     try:
         state = _safe_load(path, map_location=note, mmap=zipped)
-    except pickle_error() as exc:
+    except pickle.UnpicklingError as exc:
         refused = _refused_global(str(exc))
         findings.append(_unsafe(rel, [refused] if refused else ["<named in the refusal>"], detail=str(exc)[:300],
                                 allowed=bool(refused) and refused in allow_globals))
@@ -279,12 +280,6 @@ def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding],
             "these tensors share one storage (tied weights); a conversion that copies them separately unties them "
             "and doubles their memory", "load_state checks they are still tied after any conversion"))
     return FileReport(**base, globals=tuple(every), devices=devices, tensors=tensors, tensor_bytes=nbytes, tied=tied)
-
-
-def pickle_error() -> type[Exception]:
-    import pickle
-
-    return pickle.UnpicklingError
 
 
 def _refused_global(message: str) -> str:
@@ -380,8 +375,6 @@ def read_dcp_metadata(root: Path) -> Any:
     Raises:
         CheckpointError: the file names another global (nothing of it ran), or is not a pickle.
     """
-    import pickle
-
     class _Restricted(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> Any:
             if not dcp_global_allowed(f"{module}.{name}"):
@@ -629,7 +622,7 @@ def load_state(path: str | Path, *, device: str = "cpu", allow_globals: Sequence
         else:
             with torch.serialization.safe_globals([_import_global(n) for n in allowed]):
                 state = torch.load(p, weights_only=True, map_location=remap)
-    except pickle_error() as exc:
+    except pickle.UnpicklingError as exc:
         raise CheckpointError(f"{p.name} names a global outside torch's weights_only allowlist "
                               f"({_refused_global(str(exc)) or 'see torch message'}); it was not run. Re-save it with "
                               "tensors only, or list exactly that name in workload.allow_globals") from exc
