@@ -330,6 +330,42 @@ else:
     built from :data:`PROVIDER_TABLE`); a field another provider would need is refused, not ignored."""
 
 
+_REF = r"^(|env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$"
+
+
+class StoreAccess(_Model):
+    """How the runbook host reaches an S3-compatible store: everything but the URL.
+
+    Attributes:
+        endpoint_url: S3 API endpoint of a non-AWS store (R2, MinIO, a loopback test server).
+        region: S3 region (``us-east-1`` when empty).
+        checksum_mode: botocore request/response checksum setting, recorded in evidence.
+        access_key_id_ref, secret_access_key_ref: credential references (``env:VAR`` or
+            ``file:/path``); empty uses boto3's default chain. Resolved on the runbook host only:
+            pods and endpoint workers get a short-lived store grant instead
+            (:mod:`runbook_lib.storage.grants`), never these keys.
+    """
+
+    endpoint_url: str = Field(default="", pattern=r"^(|https?://.+)$")
+    region: str = ""
+    checksum_mode: Literal["when_required", "when_supported"] = "when_required"
+    access_key_id_ref: str = Field(default="", pattern=_REF)
+    secret_access_key_ref: str = Field(default="", pattern=_REF)
+
+
+class Storage(StoreAccess):
+    """Where checkpoints, golden outputs and canary results go: :class:`StoreAccess` plus
+
+    Attributes:
+        url: ``file://<dir>`` (relative to the project root when not absolute) or
+            ``s3://<bucket>[/<prefix>]``.
+        create_bucket: create the bucket if missing (loopback test servers only).
+    """
+
+    url: str = Field(default="file://.runbook/store", pattern=r"^(file|s3)://.+")
+    create_bucket: bool = False
+
+
 CHECKPOINT_ENTRY_POINT = "runbook_lib.workload.checkpoint_set:CheckpointWorkload"
 """The workload of ``kind: checkpoint``: an existing checkpoint migrated without user code."""
 
@@ -339,7 +375,10 @@ class Workload(_Model):
 
     The class must implement :class:`runbook_lib.workload.AcceptanceWorkload`. ``kind:
     checkpoint`` migrates an existing checkpoint with no code: ``checkpoint`` names it (a file or
-    a directory of shards: a path, absolute or relative to the project root, or ``file://``), the
+    a directory of shards: a path, absolute or relative to the project root, ``file://``, or
+    ``s3://<bucket>/<key or prefix>``, which phase 01 copies into the run's store before anything
+    is rented, reaching the bucket with ``checkpoint_store``, default: the ``storage`` section's
+    endpoint, region and keys), the
     entry point defaults to :data:`CHECKPOINT_ENTRY_POINT`, each of the ``restores`` steps restores
     the whole checkpoint (read, verify, load), and ``allow_globals`` lists the non-tensor globals
     (``module.name``) the operator trusts in it, honoured only for files whose sha256 matches the
@@ -350,6 +389,7 @@ class Workload(_Model):
     entry_point: str = Field(default="", pattern=r"^(|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
     model_id: str = Field(min_length=1)
     checkpoint: str = ""
+    checkpoint_store: StoreAccess | None = None
     allow_globals: tuple[str, ...] = ()
     restores: int = Field(default=4, ge=2, le=10_000)
     dataset_id: str = ""
@@ -379,16 +419,19 @@ class Workload(_Model):
             if not self.checkpoint:
                 raise ValueError("workload.kind 'checkpoint' needs workload.checkpoint: the checkpoint file or directory "
                                  "to migrate (a path, absolute or relative to the project root, or file://)")
-            if self.checkpoint.startswith("s3://"):
-                raise ValueError(f"workload.checkpoint {self.checkpoint!r}: an s3:// checkpoint is not read by this "
-                                 "version; copy it onto the source's volume and name that path")
+            if self.checkpoint_store is not None and not self.checkpoint.startswith("s3://"):
+                raise ValueError(f"workload.checkpoint_store is how an s3:// checkpoint's bucket is reached, but "
+                                 f"workload.checkpoint is {self.checkpoint!r}; remove checkpoint_store")
+            if self.checkpoint.startswith("s3://") and not self.checkpoint[5:].split("/", 1)[0]:
+                raise ValueError(f"workload.checkpoint {self.checkpoint!r} names no bucket; use "
+                                 "s3://<bucket>/<key or prefix>")
             if self.checkpoint_every >= self.restores:
                 raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be below restores ({self.restores}) so "
                                  "the failure-and-resume drill has a checkpoint to resume; set checkpoint_every: 1")
         elif not self.entry_point:
             raise ValueError(f"workload.entry_point is required for kind {self.kind!r} (module:Class)")
-        elif self.checkpoint or self.allow_globals:
-            raise ValueError("workload.checkpoint and workload.allow_globals belong to kind 'checkpoint'")
+        elif self.checkpoint or self.allow_globals or self.checkpoint_store is not None:
+            raise ValueError("workload.checkpoint, checkpoint_store and allow_globals belong to kind 'checkpoint'")
         return self
 
     @model_validator(mode="after")
@@ -399,34 +442,6 @@ class Workload(_Model):
                 f"({self.train_steps}) so the failure-and-resume drill has a checkpoint to resume"
             )
         return self
-
-
-_REF = r"^(|env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$"
-
-
-class Storage(_Model):
-    """Where checkpoints, golden outputs and canary results go.
-
-    Attributes:
-        url: ``file://<dir>`` (relative to the project root when not absolute) or
-            ``s3://<bucket>[/<prefix>]``.
-        endpoint_url: S3 API endpoint of a non-AWS store (R2, MinIO, a loopback test server).
-        region: S3 region (``us-east-1`` when empty).
-        checksum_mode: botocore request/response checksum setting, recorded in evidence.
-        create_bucket: create the bucket if missing (loopback test servers only).
-        access_key_id_ref, secret_access_key_ref: credential references (``env:VAR`` or
-            ``file:/path``); empty uses boto3's default chain. Resolved on the runbook host only:
-            pods and endpoint workers get a short-lived store grant instead
-            (:mod:`runbook_lib.storage.grants`), never these keys.
-    """
-
-    url: str = Field(default="file://.runbook/store", pattern=r"^(file|s3)://.+")
-    endpoint_url: str = Field(default="", pattern=r"^(|https?://.+)$")
-    region: str = ""
-    checksum_mode: Literal["when_required", "when_supported"] = "when_required"
-    create_bucket: bool = False
-    access_key_id_ref: str = Field(default="", pattern=_REF)
-    secret_access_key_ref: str = Field(default="", pattern=_REF)
 
 
 class Measure(_Model):
@@ -785,7 +800,7 @@ def load_params(path: str | Path) -> Migration:
         raise ParamsError(f"cannot read params file {p}: {exc.strerror}. Pass an existing YAML file.") from exc
     mig = validate(parse_yaml(text, origin=str(p)), origin=str(p))
     ck = mig.workload.checkpoint
-    if ck:  # a relative checkpoint path is the project's (remote pods get it relative to their working directory)
+    if ck and not ck.startswith("s3://"):  # a relative checkpoint path is the project's (remote pods get it relative to their working directory)
         local = Path(ck.removeprefix("file://"))
         if not local.is_absolute():
             local = project_root(p) / local

@@ -33,7 +33,7 @@ class Planted:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _run(make_params: Any, ckpt: Path, **workload: Any) -> RunResult:
+def _run(make_params: Any, ckpt: Path | str, **workload: Any) -> RunResult:
     params = make_params("demo-checkpoint.yaml", workload={"checkpoint": str(ckpt), **workload})
     return run_migration(params, reports_dir=params.parent.parent / "reports", echo=print)
 
@@ -161,3 +161,40 @@ def test_an_allowlisted_global_loads_only_as_frozen_and_is_shown(make_params, tm
     assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
     rec01 = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
     assert rec01["identity"]["allow_globals"] == ["argparse.Namespace"]  # shown in the evidence
+
+
+def test_a_checkpoint_in_a_bucket_is_copied_in_before_renting_and_migrates_and_goes(
+        make_params, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str) -> None:
+    """``workload.checkpoint: s3://...``: phase 01 copies the objects in (each checked against
+    S3's records), inspects the copy, and the freeze pod reads that copy from the run's store;
+    the bucket's own keys stay on the runbook host and in no file of the run."""
+    import hashlib
+
+    from runbook_lib.storage.s3 import S3Store
+
+    key_id, secret = "AKIABUCKETKEY0000001", "bucket-secret-value-never-written"
+    bucket = S3Store("team-checkpoints", "", endpoint_url=s3_endpoint, create_bucket=True,
+                     access_key_id=key_id, secret_access_key=secret)
+    files = {p.name: p.read_bytes() for p in sorted((ROOT / "examples" / "checkpoint-demo").iterdir())}
+    for name, data in files.items():
+        bucket.client.put_object(Bucket=bucket.bucket, Key=f"runs/2026-11/{name}", Body=data, ChecksumAlgorithm="SHA256")
+    monkeypatch.setenv("CKPT_KEY_ID", key_id)
+    monkeypatch.setenv("CKPT_SECRET", secret)
+    res = _run(make_params, "s3://team-checkpoints/runs/2026-11", checkpoint_store={
+        "endpoint_url": s3_endpoint, "access_key_id_ref": "env:CKPT_KEY_ID", "secret_access_key_ref": "env:CKPT_SECRET"})
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
+    rec01 = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
+    want = {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
+    assert {o["file"]: o["sha256"] for o in rec01["input"]["objects"]} == want
+    assert {o["verified_by"] for o in rec01["input"]["objects"]} == {"sha256 (ChecksumSHA256), md5 (single-part ETag)"}
+    assert {k: o["sha256"] for k, o in rec01["frozen"]["objects"].items() if k in want} == want  # frozen as copied
+    assert rec01["identity"]["location"]["where"] == "object store"
+    assert rec01["identity"]["checkpoint"] == "s3://team-checkpoints/runs/2026-11"
+    verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
+    assert verdicts["checkpoint_safety"] == verdicts["output_parity"] == verdicts["reverse_reload"] == "PASS"
+    nb = nbformat.read(res.run_dir / "01_freeze_source.ipynb", as_version=4)
+    assert "Checkpoint copied in" in "".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells
+                                             for o in c.get("outputs", []))
+    for f in res.run_dir.rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes() and key_id.encode() not in f.read_bytes(), f

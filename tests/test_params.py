@@ -131,8 +131,19 @@ def test_a_checkpoint_workload_needs_no_code_and_its_path_is_the_project_s(make_
         == "/data/ck"
     with pytest.raises(ParamsError, match=r"needs workload.checkpoint"):
         load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": ""}))
-    with pytest.raises(ParamsError, match=r"an s3:// checkpoint is not read by this version"):
-        load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3://bucket/ck"}))
+    s3 = load_params(make_params("demo-checkpoint.yaml", workload={
+        "checkpoint": "s3://models/llm/v3", "checkpoint_store": {"endpoint_url": "http://127.0.0.1:9000",
+                                                                 "access_key_id_ref": "env:MODELS_KEY_ID"}}))
+    assert s3.workload.checkpoint == "s3://models/llm/v3"  # a URL, not a project path
+    assert s3.workload.checkpoint_store is not None and s3.workload.checkpoint_store.access_key_id_ref == \
+        "env:MODELS_KEY_ID"
+    with pytest.raises(ParamsError, match=r"names no bucket"):
+        load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3:///ck"}))
+    with pytest.raises(ParamsError, match=r"checkpoint_store is how an s3:// checkpoint's bucket is reached"):
+        load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint_store": {"region": "eu-west-1"}}))
+    with pytest.raises(ParamsError, match=r"checkpoint_store.access_key_id_ref: String should match pattern"):
+        load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3://m/ck",
+                                                                  "checkpoint_store": {"access_key_id_ref": "AKIA123"}}))
     with pytest.raises(ParamsError, match=r"checkpoint_every \(4\) must be below restores \(3\)"):
         load_params(make_params("demo-checkpoint.yaml", workload={"restores": 3, "checkpoint_every": 4}))
     with pytest.raises(ParamsError, match=r"belong to kind 'checkpoint'"):

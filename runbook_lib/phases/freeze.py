@@ -20,11 +20,12 @@ import numpy as np
 from runbook_lib import checkpoint
 from runbook_lib import gates as g
 from runbook_lib import secrets as secret_refs
+from runbook_lib.errors import StorageError
 from runbook_lib.inventory import probe
 from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
-from runbook_lib.storage import credential_env
+from runbook_lib.storage import ObjectInfo, credential_env
 from runbook_lib.workload import make_workload
 
 
@@ -60,7 +61,88 @@ def plan_freeze(ctx: PhaseContext) -> Plan:
     offers = (str(src["gpu_name"]),) if src and src.get("gpu_name") else None
     price = src.get("price_usd_per_hour") if src else None  # what the running source pod costs
     return ctx.resources.plan_agent("source", "source-freeze", "freeze", prefix=ctx.store_prefix("source"), offers=offers,
-                          price_usd_per_hour=price or None)
+                                    price_usd_per_hour=price or None, frozen_prefix=input_prefix(ctx))
+
+
+def input_prefix(ctx: PhaseContext) -> str:
+    """The store prefix phase 01 copies an ``s3://`` checkpoint into (:func:`copy_in_checkpoint`),
+    which the freeze pod reads through its grant; empty for any other workload."""
+    wl = ctx.mig.workload
+    return ctx.store_prefix("source", "input") if wl.kind == "checkpoint" and wl.checkpoint.startswith("s3://") else ""
+
+
+def checkpoint_bucket(mig: Any) -> Any:
+    """The store at ``workload.checkpoint`` (an ``s3://`` URL), reached with
+    ``workload.checkpoint_store`` or, when that is unset, the ``storage`` section's endpoint,
+    region and key references (resolved here, on the runbook host, and never given to a pod).
+
+    Raises:
+        AuthError: a key reference does not resolve. StorageError: a bad URL.
+    """
+    from runbook_lib.params import Storage
+    from runbook_lib.storage import store_from_params
+
+    access = mig.workload.checkpoint_store or mig.storage
+    fields = ("endpoint_url", "region", "checksum_mode", "access_key_id_ref", "secret_access_key_ref")
+    return store_from_params(Storage(url=mig.workload.checkpoint, **{f: getattr(access, f) for f in fields}))
+
+
+def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> dict[str, Any]:
+    """Copy an ``s3://`` checkpoint (one object, or every object under the prefix) to ``dest`` on
+    this host, each checked against what S3 records for it
+    (:meth:`runbook_lib.storage.s3.S3Store.copy_foreign`), then into the run's store as the
+    verified set :func:`input_prefix` with the sha256 of every file. Zero-byte keys ending in
+    ``/`` (folder placeholders some tools write) are listed and not copied.
+
+    Returns:
+        ``{"url", "prefix", "objects": [{"file", "key", "bytes", "etag", "version_id",
+        "last_modified", "sha256", "verified_by"}], "placeholders", "total_bytes", "seconds"}``.
+
+    Raises:
+        StorageError: nothing at the URL, not enough free disk here for the copy, or an object
+            whose bytes differ from S3's records. AuthError: the bucket refused the credentials.
+    """
+    import shutil
+
+    url = ctx.mig.workload.checkpoint
+    bucket = checkpoint_bucket(ctx.mig)
+    t0 = time.perf_counter()
+    keys = bucket.list("")
+    placeholders = [k for k in keys if k.endswith("/")]
+    keys = [k for k in keys if not k.endswith("/")]
+    single = ""
+    if not keys:  # one object: its parent as the store, its name as the key
+        parent, _, single = url.rstrip("/").rpartition("/")
+        if parent.rstrip("/") in ("s3:", "s3:/") or not single:
+            raise StorageError(f"workload.checkpoint {url} holds no object; name a checkpoint file or a prefix of shards")
+        bucket = checkpoint_bucket(ctx.mig.model_copy(update={"workload": ctx.mig.workload.model_copy(
+            update={"checkpoint": parent})}))
+        if bucket.head(single) is None:
+            raise StorageError(f"workload.checkpoint {url}: no object at that key and none under it as a prefix; "
+                               "check the URL (s3://<bucket>/<key or prefix>)")
+        keys = [single]
+    unsafe = [k for k in keys if k.startswith("/") or ".." in k.split("/") or "" in k.split("/")[:-1]]
+    if unsafe:  # a key is a path on this host and in the store: none may climb out of the copy
+        raise StorageError(f"workload.checkpoint {url}: object key(s) {unsafe} contain '..', an empty or a leading "
+                           "'/' segment and cannot be copied as files; rename them in the bucket")
+    sizes = {k: (bucket.head(k) or ObjectInfo(k, 0, None)).size_bytes for k in keys}
+    total = sum(sizes.values())
+    free = shutil.disk_usage(dest if dest.exists() else dest.parent).free
+    if total > free:
+        raise StorageError(f"workload.checkpoint {url} is {total} bytes; this host has {free} bytes free at {dest}. "
+                           "Free disk here (phase 01 inspects the checkpoint before anything is rented)")
+    objects, infos = [], []
+    for k in sorted(keys, key=checkpoint.natural_key):
+        got = bucket.copy_foreign(k, dest / k, progress=sizes[k] >= 64 << 20)
+        infos.append(ctx.store.put_file(dest / k, f"{input_prefix(ctx)}/{k}", sha256=got.sha256))
+        objects.append({"file": k, "key": bucket.url(k), "bytes": got.size_bytes, "etag": got.etag,
+                        "version_id": got.version_id, "last_modified": got.last_modified, "sha256": got.sha256,
+                        "verified_by": ", ".join(got.verified_by) or "size only"})
+    manifest = ctx.store.commit_set(input_prefix(ctx), infos, run_id=ctx.run_id)
+    out = {"url": url, "prefix": input_prefix(ctx), "manifest_sha256": manifest.sha256, "objects": objects,
+           "placeholders": placeholders, "total_bytes": total, "seconds": round(time.perf_counter() - t0, 4)}
+    ctx.evidence.write_json("01/checkpoint_input.json", out)
+    return out
 
 
 def largest_payloads(mig: Any, golden: np.ndarray) -> dict[str, int]:
@@ -91,12 +173,13 @@ def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[
         WorkloadError: the agent failed (log tail in the message). StorageError: a set does
             not verify. ApprovalRequired: the plan has no approval record (HOLD).
     """
+    copied = {"input": pre["input"]} if pre and pre.get("input") else {}
     if pre is not None and pre["blockers"]:  # nothing is rented for a checkpoint that cannot load safely
-        return {"blocked": True, "source_pod": describe_source(ctx), "preflight": pre}
+        return {"blocked": True, "source_pod": describe_source(ctx), "preflight": pre, **copied}
     plan = plan_freeze(ctx)
     if plan.dry_run:
         ctx.resources.apply_plan("source", plan)
-        return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict()}
+        return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict(), **copied}
     # the freeze pod is disposable: destroyed whatever happens (phase 06 re-checks by label)
     run = ctx.resources.run_agent("source", plan, result_prefix=ctx.store_prefix("source", "result"))
     frozen = ctx.store.verify_set(ctx.store_prefix("source", "frozen"), run_id=ctx.run_id)
@@ -117,8 +200,9 @@ def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[
         "store": ctx.store.settings(),
         "frozen": {"prefix": ctx.store_prefix("source", "frozen"), "manifest_sha256": result["frozen_manifest_sha256"],
                    "objects": {k: {"size_bytes": o.size_bytes, "sha256": o.sha256} for k, o in frozen.items()}},
-        "inspection": with_location(inspect_frozen(ctx, ctx.store_prefix("source", "frozen")),
+        "inspection": with_location(_with_input_findings(inspect_frozen(ctx, ctx.store_prefix("source", "frozen")), pre),
                                     result["identity"].get("location")),
+        **copied,
         "golden": {"prefix": ctx.store_prefix("source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
                    "outputs_sha256": result_objs["outputs.npy"].sha256},
         "payloads": largest_payloads(ctx.mig, golden) if ctx.mig.workload.kind == "inference" else None,
@@ -132,22 +216,50 @@ def preflight_checkpoint(ctx: PhaseContext) -> dict[str, Any] | None:
     """Before any pod is rented: inspect a ``kind: checkpoint`` workload's checkpoint where this
     host can read it (:func:`runbook_lib.checkpoint.inspect`, which runs nothing the files name).
     A blocker fails the blocking gate ``checkpoint_safety`` here and phase 01 launches nothing.
-    None when the workload is not a checkpoint or its path is not on this host (a remote source's
-    volume: the frozen copy is inspected after the freeze instead, :func:`inspect_frozen`).
+    An ``s3://`` checkpoint is first copied in (:func:`copy_in_checkpoint`) and inspected as
+    copied; an object S3 keeps no whole-object digest for is a risk finding. None when the
+    workload is not a checkpoint or its path is not on this host (a remote source's volume: the
+    frozen copy is inspected after the freeze instead, :func:`inspect_frozen`).
 
     Returns:
-        :meth:`runbook_lib.checkpoint.Inspection.to_dict` plus ``blockers`` (their count).
+        :meth:`runbook_lib.checkpoint.Inspection.to_dict` plus ``blockers`` (their count),
+        ``download_s`` and, for an ``s3://`` checkpoint, ``input`` (:func:`copy_in_checkpoint`).
+
+    Raises:
+        StorageError, AuthError: from :func:`copy_in_checkpoint`.
     """
     wl = ctx.mig.workload
+    if wl.kind == "checkpoint" and wl.checkpoint.startswith("s3://"):
+        with tempfile.TemporaryDirectory(prefix="checkpoint-input-") as tmp:
+            copied = copy_in_checkpoint(ctx, Path(tmp))
+            out = _preflight(ctx, Path(tmp))
+        unverified = [o for o in copied["objects"] if o["verified_by"] == "size only"]
+        findings = [{"check": "input_size_only", "severity": "risk", "file": o["file"],
+                     "seen": f"ETag {o['etag']} (multipart) and no whole-object checksum",
+                     "reason": "S3 keeps no whole-object digest of this object, so its copy was checked by size only",
+                     "fix": "upload it with a whole-object checksum (aws s3 cp --checksum-algorithm SHA256 in one "
+                            "part, or x-amz-meta-sha256); its sha256 is fixed from here on"} for o in unverified]
+        return {**out, "findings": [*out["findings"], *findings], "input": copied,
+                "download_s": copied["seconds"]}
     path = Path(wl.checkpoint.removeprefix("file://")) if wl.kind == "checkpoint" else None
     if path is None or not path.exists():
         return None
-    ins = checkpoint.inspect(path, allow_globals=wl.allow_globals)
+    return _preflight(ctx, path)
+
+
+def _preflight(ctx: PhaseContext, path: Path) -> dict[str, Any]:
+    ins = checkpoint.inspect(path, allow_globals=ctx.mig.workload.allow_globals)
     if ins.blockers:
         ctx.evidence.add_gates(g.boolean_gate(
             "checkpoint_safety", False, phase="01", source="runbook_lib/checkpoint.py",
             detail="before any pod was rented: " + "; ".join(f"{f.check} in {f.file}: {f.seen}" for f in ins.blockers)))
     return {**ins.to_dict(), "blockers": len(ins.blockers), "download_s": 0.0}
+
+
+def _with_input_findings(ins: dict[str, Any], pre: dict[str, Any] | None) -> dict[str, Any]:
+    """``ins`` with the preflight's copy-in findings (an ``s3://`` checkpoint's size-only objects)."""
+    extra = [f for f in (pre or {}).get("findings", []) if f["check"] == "input_size_only"]
+    return {**ins, "findings": [*ins["findings"], *extra]} if extra else ins
 
 
 def inspect_frozen(ctx: PhaseContext, prefix: str) -> dict[str, Any]:
@@ -271,13 +383,14 @@ class FreezeResult(PhaseResult):
         if src.get("blocked"):
             out += [md("**Blocked before any pod was rented**: the checkpoint cannot be loaded safely or completely; "
                        "nothing was launched. Fix each blocker below on the source and run again."),
-                    *inspection_parts(src["preflight"])]
+                    *input_parts(src.get("input")), *inspection_parts(src["preflight"])]
         elif self.dry_run:
             out += [md("**Dry-run**: the freeze pod is planned above and recorded; nothing was launched."),
                     table({"source pod (provider report)": src.get("source_pod") or {}}, dtype=object)]
         else:
             out += [table(inventory_rows(self.host, src["environment"])),
                     md("**Immutable identities**"), table({"value": src["identity"]}),
+                    *input_parts(src.get("input")),
                     md(f"**Frozen artifact** `{src['frozen']['prefix']}` manifest sha256 "
                        f"`{src['frozen']['manifest_sha256']}`"),
                     table(src["frozen"]["objects"]).T,
@@ -311,6 +424,20 @@ def with_location(ins: dict[str, Any], loc: dict[str, Any] | None) -> dict[str, 
     seen = f"{loc['path']} is on the {loc['where']}" if loc["where"] != "not checked" else f"{loc['path']}"
     return {**ins, "location": loc, "findings": [*ins["findings"], {"check": check, "severity": severity, "file": "",
                                                                    "seen": seen, "reason": reason, "fix": fix}]}
+
+
+def input_parts(copied: dict[str, Any] | None) -> list[Any]:
+    """Where an ``s3://`` checkpoint came from: every object with its ETag, version, sha256 and
+    what S3 record its copy matched (:func:`copy_in_checkpoint`)."""
+    if not copied:
+        return []
+    rows = [{"file": o["file"], "bytes": o["bytes"], "etag": o["etag"], "version": o["version_id"] or "(unversioned)",
+             "last modified": o["last_modified"], "sha256": o["sha256"][:16], "checked against": o["verified_by"]}
+            for o in copied["objects"]]
+    skipped = (f"; {len(copied['placeholders'])} folder placeholder(s) not copied: "
+               + ", ".join(copied["placeholders"])) if copied["placeholders"] else ""
+    return [md(f"**Checkpoint copied in** from `{copied['url']}` to `{copied['prefix']}` before anything was rented "
+               f"({copied['total_bytes']} bytes in {copied['seconds']} s{skipped})"), table(rows)]
 
 
 def inspection_parts(ins: dict[str, Any] | None) -> list[Any]:

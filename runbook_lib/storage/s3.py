@@ -6,7 +6,9 @@
   knows the digest (and checked against the streamed one), else recorded by a server-side copy
   of the object onto itself (no local bytes are read again).
 * Downloads stream through :class:`~runbook_lib.storage.HashingWriter` and are checked for size
-  and sha256. ETags are never compared with MD5s: a multipart ETag (``"...-N"``) is not an MD5.
+  and sha256. The ETags of objects we wrote are never compared with MD5s: a multipart ETag
+  (``"...-N"``) is not an MD5. An object someone else wrote (a user's checkpoint,
+  :meth:`S3Store.copy_foreign`) is checked against every whole-object record S3 keeps for it.
 * boto3 1.36+ adds default request checksums (CRC) that some S3-compatible stores reject or store
   inside the object; ``checksum_mode`` (``when_required`` by default here, or ``when_supported``,
   boto3's default) sets botocore's ``request_checksum_calculation`` and
@@ -16,9 +18,11 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -27,6 +31,84 @@ from runbook_lib.storage.base import HashingReader, HashingWriter, ObjectInfo, S
 
 META_SHA256 = "sha256"
 MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ForeignObject:
+    """An object the runbook did not write (a user's checkpoint file in their bucket), copied to
+    this host by :meth:`S3Store.copy_foreign`.
+
+    Attributes:
+        key: the store-relative key. size_bytes: its size, bytes. etag: S3's ETag (quotes
+        removed). version_id: the version read (None in an unversioned bucket). last_modified:
+        ISO 8601 UTC. sha256: hex digest of the bytes copied. verified_by: every whole-object
+        record of S3's the copy matched (see :func:`foreign_checks`); empty: size only.
+    """
+
+    key: str
+    size_bytes: int
+    etag: str
+    version_id: str | None
+    last_modified: str
+    sha256: str
+    verified_by: tuple[str, ...]
+
+
+CHECKSUM_ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
+"""S3's additional checksums (``Checksum<ALG>`` in a HEAD or GET answered with ``ChecksumMode:
+ENABLED``), https://docs.aws.amazon.com/AmazonS3/latest/userguide/checking-object-integrity.html."""
+
+
+def foreign_checks(head: Mapping[str, Any], *, size: int, sha256_hex: str, md5_hex: str) -> tuple[str, ...]:
+    """Check bytes copied from an object someone else wrote against what S3 records for it.
+
+    ``head``: the object's ``HeadObject`` answer (asked with ``ChecksumMode: ENABLED``). Checked,
+    each when present: the size; our own ``x-amz-meta-sha256``; a whole-object ``ChecksumSHA256``
+    (base64 of the digest; a composite one, ``...-N``, covers parts, not the object); the ETag as
+    an MD5, only where S3 documents it is one: a single-part object (no ``-N``) not encrypted
+    with SSE-KMS or SSE-C (S3 API reference, Object.ETag,
+    https://docs.aws.amazon.com/AmazonS3/latest/API/API_Object.html). Another whole-object
+    checksum (CRC32, CRC32C, CRC64NVME, SHA1) is validated by botocore while the GET body streams
+    when the GET asks ``ChecksumMode: ENABLED``, which :meth:`S3Store.copy_foreign` does.
+
+    Returns:
+        What matched, e.g. ``("sha256 (ChecksumSHA256)", "md5 (single-part ETag)")``; empty when
+        S3 keeps no whole-object record (a multipart upload without additional checksums).
+
+    Raises:
+        StorageError: a size or a recorded digest differs (the message names both values).
+    """
+    want = int(head["ContentLength"])
+    if size != want:
+        raise StorageError(f"copied {size} bytes, the object has {want}: truncated in transit; copy it again")
+    out: list[str] = []
+    recorded = (head.get("Metadata") or {}).get(META_SHA256)
+    if recorded:
+        if recorded != sha256_hex:
+            raise StorageError(f"bytes hash to sha256 {sha256_hex[:16]}…, the object's x-amz-meta-sha256 says "
+                               f"{recorded[:16]}…: corrupt in transit or rewritten without its metadata")
+        out.append("sha256 (x-amz-meta-sha256)")
+    for alg in CHECKSUM_ALGORITHMS:
+        value = str(head.get(f"Checksum{alg}") or "")
+        if not value or "-" in value or head.get("ChecksumType") == "COMPOSITE":
+            continue
+        if alg == "SHA256":
+            mine = base64.b64encode(bytes.fromhex(sha256_hex)).decode()
+            if value != mine:
+                raise StorageError(f"bytes hash to {mine} (base64 sha256), S3's ChecksumSHA256 is {value}: corrupt in "
+                                   "transit; copy it again")
+            out.append("sha256 (ChecksumSHA256)")
+        else:
+            out.append(f"{alg.lower()} (Checksum{alg}, validated by botocore)")
+    etag = str(head.get("ETag", "")).strip('"')
+    encrypted = head.get("ServerSideEncryption") == "aws:kms" or bool(head.get("SSECustomerAlgorithm"))
+    if etag and "-" not in etag and not encrypted and re.fullmatch(r"[0-9a-f]{32}", etag):
+        if etag != md5_hex:
+            raise StorageError(f"bytes hash to md5 {md5_hex}, the object's single-part ETag is {etag}: corrupt in "
+                               "transit; copy it again (an S3-compatible store whose ETags are not MD5s for "
+                               "unencrypted single-part objects breaks S3's documented contract)")
+        out.append("md5 (single-part ETag)")
+    return tuple(out)
 
 # Error fields that carry no credential and help to name the cause (S3 puts AWSAccessKeyId,
 # StringToSign and CanonicalRequest into some error bodies too: those are never read).
@@ -477,6 +559,52 @@ class S3Store(Store):
                 nxt = next(starts, None)
                 if nxt is not None:
                     pending.append(pool.submit(fetch, nxt))
+
+    def copy_foreign(self, key: str, dest: str | Path, *, progress: bool = False) -> ForeignObject:
+        """Copy an object someone else wrote (no ``x-amz-meta-sha256`` of ours need exist) to
+        ``dest``, checked by :func:`foreign_checks`. The GET is pinned to the version (or, in an
+        unversioned bucket, the ETag) the HEAD saw, so an object replaced meanwhile fails rather
+        than mixing versions.
+
+        Raises:
+            StorageError: the object is missing, changed during the copy, or its bytes differ from
+                what S3 records (``dest`` is removed). AuthError: the store refused the
+                credentials (diagnosed by error code, :func:`diagnose`).
+        """
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with self._errors("head", key):
+            head = self.client.head_object(Bucket=self.bucket, Key=self.object_key(key), ChecksumMode="ENABLED")
+        size = int(head["ContentLength"])
+        pin = {"VersionId": head["VersionId"]} if head.get("VersionId") else {"IfMatch": head["ETag"]}
+        sha, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+        bar = progress_bar(size, f"copy {key}", progress)
+        got = 0
+        try:
+            with open(dest, "wb") as f, self._errors("get", key):
+                body = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key), ChecksumMode="ENABLED",
+                                              **pin)["Body"]
+                for part in body.iter_chunks(1 << 20):
+                    sha.update(part)
+                    md5.update(part)
+                    got += len(part)
+                    f.write(part)
+                    if bar is not None:
+                        bar.update(len(part))
+            checks = foreign_checks(head, size=got, sha256_hex=sha.hexdigest(), md5_hex=md5.hexdigest())
+        except StorageError as exc:
+            dest.unlink(missing_ok=True)
+            raise StorageError(f"{self.url(key)}: {exc}") from None
+        except BaseException:
+            dest.unlink(missing_ok=True)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        modified = head.get("LastModified")
+        return ForeignObject(key, got, str(head.get("ETag", "")).strip('"'), head.get("VersionId"),
+                             modified.isoformat() if hasattr(modified, "isoformat") else str(modified or ""),
+                             sha.hexdigest(), checks)
 
     def list(self, prefix: str = "") -> list[str]:
         base = self.object_key(prefix).rstrip("/") + "/" if prefix else (self.prefix + "/" if self.prefix else "")

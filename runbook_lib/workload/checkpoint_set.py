@@ -42,13 +42,17 @@ VOLUME_ENV = "RUNBOOK_VOLUME_DIR"
 the pod's working directory."""
 
 
-def location(path: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
+def location(path: Path | str, *, env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
     """Where the checkpoint sits from the pod's side: ``{"path", "where", "volume_dir"}`` with
     ``where`` one of ``volume`` (survives a stop), ``container disk`` (the pod's working
     directory: wiped on stop or replacement), ``outside the pod's disks`` (a host path or network
-    mount) or ``not checked`` (the pod names no volume directory)."""
+    mount), ``object store`` (an ``s3://`` URL: outlives every pod) or ``not checked`` (the pod
+    names no volume directory)."""
     import os
 
+    if str(path).startswith("s3://"):
+        return {"path": str(path), "where": "object store", "volume_dir": None}
+    path = Path(path)
     env = dict(os.environ) if env is None else env
     vol = env.get(VOLUME_ENV, "")
     p = path.resolve()
@@ -91,10 +95,11 @@ class CheckpointWorkload(AcceptanceWorkload):
                 "files_sha256": dict(self._manifest), "tensor_files": len(self._tensor_files() + self._dcp_files()),
                 "allow_globals": list(self.workload.allow_globals), "location": dict(self._location)}
 
-    def _freeze(self, src: Path) -> Path:
+    def _freeze(self, src: Path, origin: str = "") -> Path:
         """Copy the checkpoint at ``src`` with the sha256 of every file into a private directory,
-        noting where it sat (:func:`location`)."""
-        self._location = location(src)
+        noting where it sat (:func:`location`; ``origin``: where it came from when ``src`` is a
+        copy, such as an ``s3://`` URL)."""
+        self._location = location(origin or src)
         if not src.exists():
             raise CheckpointError(f"workload.checkpoint {src} does not exist on this host ({self.profile.name}); "
                                   "name the checkpoint file or directory as this side sees it")
@@ -111,8 +116,32 @@ class CheckpointWorkload(AcceptanceWorkload):
         return dest
 
     def load(self, artifact_dir: Path | None = None) -> None:
+        """Load a frozen copy (``artifact_dir``), or freeze ``workload.checkpoint`` and load that.
+
+        Raises:
+            CheckpointError: see the class; also an ``s3://`` checkpoint with no ``artifact_dir``:
+                phase 01 copies it into the run's store and the freeze pod calls
+                :meth:`load_input` on that copy.
+        """
+        if artifact_dir is None and self.workload.checkpoint.startswith("s3://"):
+            raise CheckpointError(f"workload.checkpoint {self.workload.checkpoint} is in a bucket: phase 01 copies it "
+                                  "into the run's store, and the freeze pod loads that copy (load_input)")
         self._root = Path(artifact_dir) if artifact_dir is not None else \
             self._freeze(Path(self.workload.checkpoint.removeprefix("file://")))
+        self._load_root()
+
+    def load_input(self, copy_dir: Path) -> None:
+        """Freeze and load ``copy_dir``, a verified copy of ``workload.checkpoint`` (an ``s3://``
+        checkpoint as phase 01 copied it in); its location is recorded as the URL's.
+
+        Raises:
+            CheckpointError: as :meth:`load`.
+        """
+        self._root = self._freeze(Path(copy_dir), origin=self.workload.checkpoint)
+        self._load_root()
+
+    def _load_root(self) -> None:
+        assert self._root is not None
         path = self._root / CHECKPOINT_MANIFEST
         if not path.is_file():
             raise CheckpointError(f"{self._root} has no {CHECKPOINT_MANIFEST}: it is not a frozen checkpoint; freeze it "

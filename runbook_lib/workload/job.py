@@ -359,7 +359,16 @@ def agent_main(args: argparse.Namespace) -> int:
     if args.mode == "freeze":
         mig, wl = _make(args.params, args.side)
         t0 = time.perf_counter()
-        wl.load(None)
+        if args.frozen_prefix:  # the checkpoint as phase 01 copied it into the store (an s3:// checkpoint)
+            checks = fetch_verified(store, args.frozen_prefix, work / "input")
+            if not all(c["match"] for c in checks):
+                raise WorkloadError(f"the checkpoint copy {args.frozen_prefix} does not match its manifest: "
+                                    + ", ".join(c["key"] for c in checks if not c["match"]) + "; run phase 01 again")
+            result["fetch"] = {"bytes": sum(int(c["size_bytes"]) for c in checks), "objects": len(checks),
+                               "seconds": time.perf_counter() - t0}
+            wl.load_input(work / "input")
+        else:
+            wl.load(None)
         if wl.kind == "training":  # the production state the source holds today
             for i in range(wl.num_steps()):
                 wl.step(i)
