@@ -198,3 +198,26 @@ def test_a_checkpoint_in_a_bucket_is_copied_in_before_renting_and_migrates_and_g
     for f in res.run_dir.rglob("*"):
         if f.is_file():
             assert secret.encode() not in f.read_bytes() and key_id.encode() not in f.read_bytes(), f
+
+
+def test_a_checkpoint_entry_point_adds_an_inference_check_that_a_dtype_change_fails(make_params, tmp_path: Path) -> None:
+    """With ``entry_point`` (a CheckpointWorkload subclass that builds the model from the loaded
+    shards) phase 01 records the model's answers as golden and phase 03 holds the canary's to
+    them: the same target answers the same and goes; a float16 target loads identical tensors
+    (``output_parity`` passes) but answers outside float32's tolerance and is NO-GO."""
+    ck = _demo_copy(tmp_path)
+    entry = "runbook_lib.examples.checkpoint_model:DemoMLPCheckpoint"
+    res = _run(make_params, ck, entry_point=entry)
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
+    rec01 = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
+    assert rec01["golden"]["inference_shape"] == [32, 10]  # sample_size inputs, 10 logits
+    verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
+    assert verdicts["inference_parity"] == verdicts["output_parity"] == "PASS"
+
+    params = make_params("demo-checkpoint.yaml", name="half.yaml", workload={"checkpoint": str(ck), "entry_point": entry},
+                         target={"dtype": "float16"})
+    half = run_migration(params, reports_dir=params.parent.parent / "reports", echo=print)
+    assert (half.decision, half.exit_code) == ("NO-GO", EXIT_NO_GO), half.reasons
+    verdicts = {g["name"]: g["verdict"] for g in _receipt(half)["gates"]}
+    assert verdicts["output_parity"] == "PASS" and verdicts["inference_parity"] == "FAIL"
+    assert any(r.startswith("inference_parity FAIL") for r in half.reasons), half.reasons

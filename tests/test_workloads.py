@@ -145,3 +145,33 @@ def test_library_never_loads_with_weights_only_false() -> None:
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "runbook_lib").rglob("*.py")
                  if "weights_only=False" in p.read_text()]
     assert offenders == []
+
+
+def test_a_checkpoint_entry_point_answers_as_the_model_built_by_hand_and_must_subclass_the_loader(
+        make_params, tmp_path: Path) -> None:
+    """The example entry point's logits equal a forward pass written here from the shards
+    (safetensors' own loader, plain matmuls); an entry point that would load the checkpoint
+    itself is refused for kind checkpoint."""
+    from safetensors.torch import load_file
+
+    from runbook_lib.workload.checkpoint_set import CheckpointWorkload
+
+    mig = load_params(make_params("demo-checkpoint.yaml", workload={
+        "entry_point": "runbook_lib.examples.checkpoint_model:DemoMLPCheckpoint", "sample_size": 5, "seed": 3,
+        "checkpoint": str(ROOT / "examples" / "checkpoint-demo")}))
+    wl = make_workload(mig.workload, mig.source)
+    assert isinstance(wl, CheckpointWorkload)
+    wl.load(None)
+    got = wl.inference_outputs()
+    wl.close()
+    ck = Path(mig.workload.checkpoint)
+    w = {**load_file(str(ck / "model-00001-of-00002.safetensors")), **load_file(str(ck / "model-00002-of-00002.safetensors"))}
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(3))
+    want = torch.relu(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T + w["2.bias"]
+    assert got is not None and got.dtype == np.float32 and got.shape == (5, 10)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+    plain = make_workload(load_params(make_params("demo-checkpoint.yaml")).workload, mig.source)
+    assert plain.inference_outputs() is None  # no entry point: tensor digests only
+    with pytest.raises(WorkloadError, match=r"does not subclass runbook_lib.workload.checkpoint_set.CheckpointWorkload"):
+        make_workload(load_params(make_params("demo-checkpoint.yaml", workload={
+            "entry_point": "tests.fixture_workloads:SleepWorkload"})).workload, mig.source)

@@ -22,10 +22,10 @@ from runbook_lib import gates as g
 from runbook_lib import secrets as secret_refs
 from runbook_lib.errors import StorageError
 from runbook_lib.inventory import probe
-from runbook_lib.params import RemoteProfile
+from runbook_lib.params import RemoteProfile, Storage
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
-from runbook_lib.storage import ObjectInfo, credential_env
+from runbook_lib.storage import ObjectInfo, credential_env, store_from_params
 from runbook_lib.workload import make_workload
 
 
@@ -79,9 +79,6 @@ def checkpoint_bucket(mig: Any) -> Any:
     Raises:
         AuthError: a key reference does not resolve. StorageError: a bad URL.
     """
-    from runbook_lib.params import Storage
-    from runbook_lib.storage import store_from_params
-
     access = mig.workload.checkpoint_store or mig.storage
     fields = ("endpoint_url", "region", "checksum_mode", "access_key_id_ref", "secret_access_key_ref")
     return store_from_params(Storage(url=mig.workload.checkpoint, **{f: getattr(access, f) for f in fields}))
@@ -188,8 +185,9 @@ def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[
     result = json.loads(files["result.json"].read_text())
     golden = np.load(files["outputs.npy"])
     np.save(ctx.evidence.path("01/golden_outputs.npy"), golden)
-    if "final_outputs.npy" in files:
-        np.save(ctx.evidence.path("01/golden_final_outputs.npy"), np.load(files["final_outputs.npy"]))
+    for name in ("final_outputs", "inference_outputs"):
+        if f"{name}.npy" in files:
+            np.save(ctx.evidence.path(f"01/golden_{name}.npy"), np.load(files[f"{name}.npy"]))
     attempt = result["attempts"][0]
     return {
         "pod": {"id": run.pod.id, "state_after_destroy": "DESTROYED" if run.destroyed else "STILL PRESENT",
@@ -204,6 +202,8 @@ def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[
                                     result["identity"].get("location")),
         **copied,
         "golden": {"prefix": ctx.store_prefix("source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
+                   "inference_shape": list(np.load(files["inference_outputs.npy"]).shape)
+                   if "inference_outputs.npy" in files else None,
                    "outputs_sha256": result_objs["outputs.npy"].sha256},
         "payloads": largest_payloads(ctx.mig, golden) if ctx.mig.workload.kind == "inference" else None,
         "golden_run": {"losses": [m.get("loss") for m in attempt["metrics"] if "loss" in m],
@@ -396,7 +396,9 @@ class FreezeResult(PhaseResult):
                     table(src["frozen"]["objects"]).T,
                     *inspection_parts(src.get("inspection")),
                     md(f"**Golden outputs** shape {src['golden']['shape']} {src['golden']['dtype']}, sha256 "
-                       f"`{src['golden']['outputs_sha256']}`")]
+                       f"`{src['golden']['outputs_sha256']}`"
+                       + (f"; the entry point's answers to fixed inputs, shape {src['golden']['inference_shape']}"
+                          if src["golden"].get("inference_shape") else ""))]
         return out + [md("**Declared requirements**"), table({"declared": self.requirements}, dtype=object),
                       md("**Secrets** (names and references, never values)"), table(self.secrets),
                       md("**Credential findings**"),

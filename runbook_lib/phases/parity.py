@@ -10,7 +10,7 @@ destroys the canary (verified gone).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,7 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     the next untried offer (:meth:`~runbook_lib.phases.resources.Resources.run_agent`).
 
     Returns:
-        ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs",
+        ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs", "inference_outputs",
         "capacity_tries", "acceptance_job_s", "interruptions"}`` (wall seconds from the first
         launch to the result set's completion marker, replacements included), or ``{"dry_run": True, "plan"}``.
 
@@ -62,7 +62,8 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
         return np.load(files[name]) if name in files else None
 
     return {"pod_id": run.pod.id, "destroyed": run.destroyed, "result": result, "outputs": load("outputs.npy"),
-            "final_outputs": load("final_outputs.npy"), "capacity_tries": tries, "acceptance_job_s": run.seconds,
+            "final_outputs": load("final_outputs.npy"), "inference_outputs": load("inference_outputs.npy"),
+            "capacity_tries": tries, "acceptance_job_s": run.seconds,
             "interruptions": run.interruptions}
 
 
@@ -80,6 +81,13 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                                      f"available {env.get('cuda', {}).get('available')}"))
     out.append(g.output_parity(golden, canary["outputs"], dtype=ctx.mig.source.dtype, rtol=gates_cfg.parity_rtol,
                                atol=gates_cfg.parity_atol, phase="03"))
+    golden_answers_path = ctx.run_dir / "01/golden_inference_outputs.npy"
+    if golden_answers_path.exists() or canary.get("inference_outputs") is not None:  # a checkpoint entry point's answers
+        golden_answers = np.load(golden_answers_path) if golden_answers_path.exists() else None
+        answers = g.output_parity(golden_answers, canary.get("inference_outputs"), dtype=ctx.mig.source.dtype,
+                                  rtol=gates_cfg.parity_rtol, atol=gates_cfg.parity_atol, phase="03")
+        out.append(replace(answers, name="inference_parity",
+                           detail=f"{ctx.mig.workload.entry_point} answers to fixed inputs: {answers.detail}"))
     drill = res.get("failure_drill")
     drill_ok = None if drill is None else bool(drill["exit_code"] == -9 and drill["resumed_from"])
     out.append(g.boolean_gate(

@@ -82,6 +82,13 @@ class AcceptanceWorkload(ABC):
     def outputs(self) -> "np.ndarray":
         """Golden outputs for parity, float32: embeddings ``(n, 384)`` or eval logits ``(n, 10)``."""
 
+    def inference_outputs(self) -> "np.ndarray | None":
+        """The model's answers to fixed inputs, float32 ``(n, dims)``, when they are not what
+        :meth:`outputs` returns; None (the default) when there are none. A ``kind: checkpoint``
+        entry point overrides it so phases 01 and 03 check inference too (``inference_parity``),
+        not only the loaded tensors."""
+        return None
+
     def infer(self, inputs: list[Any]) -> list[Any]:  # pragma: no cover - inference only
         """Serve one request batch (endpoint workers). Training workloads do not serve."""
         raise WorkloadError(f"{type(self).__name__} is a {self.kind} workload and serves no requests")
@@ -123,6 +130,23 @@ def load_workload_class(entry_point: str) -> type[AcceptanceWorkload]:
     return cls
 
 
+CHECKPOINT_LOADER = ("runbook_lib.workload.checkpoint_set", "CheckpointWorkload")
+"""Module and class every ``kind: checkpoint`` entry point subclasses (the safe loader)."""
+
+
 def make_workload(workload: "Workload", profile: "Profile") -> AcceptanceWorkload:
-    """Instantiate the workload named in params for one side."""
-    return load_workload_class(workload.entry_point)(workload, profile)
+    """Instantiate the workload named in params for one side.
+
+    Raises:
+        WorkloadError: as :func:`load_workload_class`; also a ``kind: checkpoint`` entry point that
+            does not subclass :class:`runbook_lib.workload.checkpoint_set.CheckpointWorkload`
+            (the checkpoint is frozen, verified and loaded safely by that class, never by user code).
+    """
+    cls = load_workload_class(workload.entry_point)
+    if workload.kind == "checkpoint":
+        # by qualified name: checkpoint_set imports this module
+        if not any((c.__module__, c.__qualname__) == CHECKPOINT_LOADER for c in cls.__mro__):
+            raise WorkloadError(f"workload.entry_point {workload.entry_point!r} is for kind 'checkpoint' but does not "
+                                "subclass runbook_lib.workload.checkpoint_set.CheckpointWorkload: subclass it and "
+                                "override inference_outputs() (the checkpoint is still loaded by it, safely)")
+    return cls(workload, profile)

@@ -9,6 +9,11 @@ profile's device, the operator's ``allow_globals`` honoured only for files whose
 that manifest). One step is one full restore of the artifact: read every file, check its sha256
 against the manifest, load it. The outputs are a digest of every tensor, so phase 03 compares
 what the canary loaded with what the source loaded.
+
+Inference checks: a ``workload.entry_point`` that subclasses :class:`CheckpointWorkload` and
+overrides :meth:`~CheckpointWorkload.inference_outputs` builds the model from :attr:`state` and
+answers fixed inputs; the source's answers are golden in phase 01 and the canary's must match
+them in phase 03 (``inference_parity``). ``runbook_lib/examples/checkpoint_model.py`` is one.
 """
 
 from __future__ import annotations
@@ -186,6 +191,19 @@ class CheckpointWorkload(AcceptanceWorkload):
             raise CheckpointError(f"{self._root} holds no tensor file (.pt, .pth, .bin, .ckpt, .safetensors, or a "
                                   "torch distributed checkpoint)")
         return state
+
+    def close(self) -> None:
+        """Remove the private frozen copy :meth:`load` made (a process that exits removes it too)."""
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Every tensor the last restore loaded, keyed ``<file>/<name>`` (``<file>``: the path in
+        the checkpoint, e.g. ``model-00001-of-00002.safetensors``; ``<name>``: the dotted key in
+        it), on the profile's device; empty before :meth:`load`."""
+        return dict(self._state)
 
     def export_artifact(self, dest_dir: Path) -> list[Path]:
         assert self._root is not None

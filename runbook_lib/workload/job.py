@@ -172,7 +172,7 @@ def _make(params_path: str, side: str) -> Any:
 def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, ckpt_dir: Path,
             resume: bool, pause: bool, reload_check: bool, max_steps: int | None = None) -> dict[str, Any]:
     """One attempt of the acceptance steps from ``artifact_dir``: writes ``outputs.npy`` (and for
-    training ``final_outputs.npy``), the final artifact and ``attempt.json`` into ``work_dir``.
+    training ``final_outputs.npy``; ``inference_outputs.npy`` when the workload has them), the final artifact and ``attempt.json`` into ``work_dir``.
 
     With ``reload_check`` the saved artifact is loaded into a fresh model afterwards, and its
     outputs must equal the run's exactly (recorded under ``reload``).
@@ -190,6 +190,9 @@ def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, 
     res["load_s"] = load_s
     final = wl.outputs()
     np.save(work_dir / "outputs.npy", reference if reference is not None else final)
+    answers = wl.inference_outputs()
+    if answers is not None:
+        np.save(work_dir / "inference_outputs.npy", np.asarray(answers, dtype=np.float32))
     if reference is not None:
         np.save(work_dir / "final_outputs.npy", final)
     wl.export_artifact(work_dir / "final_artifact")
@@ -408,7 +411,7 @@ def agent_main(args: argparse.Namespace) -> int:
                 result["checkpoint_manifest_sha256"] = store.commit_set(f"{args.prefix}/checkpoint", ck,
                                                                         run_id=args.run_id).sha256
     result["environment"] = environment.result()
-    for name in ("outputs.npy", "final_outputs.npy"):
+    for name in ("outputs.npy", "final_outputs.npy", "inference_outputs.npy"):
         if (work / name).exists():
             (out / name).write_bytes((work / name).read_bytes())
     (out / "result.json").write_text(json.dumps(result, indent=2, default=float))
