@@ -179,8 +179,8 @@ def _measurement_gates(mig: Any, run_dir: Path, data: dict[str, Any]) -> list[g.
 
 def _parity_gates(mig: Any, run_dir: Path, data: dict[str, Any]) -> list[g.GateResult]:
     """Phase 03's checksum gate from the canary's recorded checksum rows, and its output parity
-    from the golden outputs phase 01 saved and the outputs the canary returned (both files in the
-    run), with the params' tolerances."""
+    (and a checkpoint entry point's inference parity) from the golden outputs phase 01 saved and
+    the outputs the canary returned (both files in the run), with the params' tolerances."""
     import numpy as np
 
     out = [g.checksum_exact("artifact_checksum", (data.get("result") or {}).get("artifact_checksums", []), phase="03")]
@@ -189,6 +189,11 @@ def _parity_gates(mig: Any, run_dir: Path, data: dict[str, Any]) -> list[g.GateR
         out.append(g.output_parity(np.load(golden), np.load(canary) if canary.exists() else None,
                                    dtype=mig.source.dtype, rtol=mig.gates.parity_rtol, atol=mig.gates.parity_atol,
                                    phase="03"))
+    answers, seen = run_dir / "01/golden_inference_outputs.npy", run_dir / "03/canary/inference_outputs.npy"
+    if answers.exists():
+        out.append(g.inference_parity(np.load(answers), np.load(seen) if seen.exists() else None,
+                                      dtype=mig.source.dtype, entry_point=mig.workload.entry_point,
+                                      rtol=mig.gates.parity_rtol, atol=mig.gates.parity_atol, phase="03"))
     return out
 
 

@@ -66,6 +66,7 @@ def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_p
     assert "Checkpoint inspection" in shown and "trainer_state.pt" in shown  # the table is in the notebook
     verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
     assert verdicts["checkpoint_safety"] == verdicts["output_parity"] == verdicts["reverse_reload"] == "PASS"
+    assert verdicts["tensor_identity"] == "PASS" and "inference_parity" not in verdicts  # no entry point: no answers
     auth = json.loads((d / "05" / "authoritative.json").read_text())
     assert rec01["identity"]["location"]["where"] == "outside the pod's disks"  # the project's directory
     assert auth["switched"] and auth["authoritative_prefix"].endswith("/cutover/0/checkpoint")
@@ -212,7 +213,11 @@ def test_a_checkpoint_entry_point_adds_an_inference_check_that_a_dtype_change_fa
     rec01 = json.loads((res.run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
     assert rec01["golden"]["inference_shape"] == [32, 10]  # sample_size inputs, 10 logits
     verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
-    assert verdicts["inference_parity"] == verdicts["output_parity"] == "PASS"
+    assert verdicts["inference_parity"] == verdicts["output_parity"] == verdicts["tensor_identity"] == "PASS"
+    from runbook_lib.recompute import recompute_run
+
+    again = {r.gate: r for r in recompute_run(res.run_dir)}
+    assert again["inference_parity"].basis != "phase record" and all(r.same for r in again.values()), again
 
     params = make_params("demo-checkpoint.yaml", name="half.yaml", workload={"checkpoint": str(ck), "entry_point": entry},
                          target={"dtype": "float16"})

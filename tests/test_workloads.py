@@ -175,3 +175,37 @@ def test_a_checkpoint_entry_point_answers_as_the_model_built_by_hand_and_must_su
     with pytest.raises(WorkloadError, match=r"does not subclass runbook_lib.workload.checkpoint_set.CheckpointWorkload"):
         make_workload(load_params(make_params("demo-checkpoint.yaml", workload={
             "entry_point": "tests.fixture_workloads:SleepWorkload"})).workload, mig.source)
+
+
+def test_tensor_tables_compare_names_dtypes_shapes_and_bytes(make_params, tmp_path: Path) -> None:
+    """The loaded table's digests are hashlib's over each tensor's bytes (numpy's view of the
+    same memory); any renamed, recast, reshaped or changed tensor is named."""
+    import hashlib
+
+    from runbook_lib.phases.parity import tensor_differences
+    from runbook_lib.workload.checkpoint_set import CheckpointWorkload
+
+    mig = load_params(make_params("demo-checkpoint.yaml", workload={
+        "checkpoint": str(ROOT / "examples" / "checkpoint-demo")}))
+    wl = make_workload(mig.workload, mig.source)
+    assert isinstance(wl, CheckpointWorkload)
+    wl.load(None)
+    rows = wl.tensor_table()
+    state = wl.state
+    wl.close()
+    bias = state["model-00002-of-00002.safetensors/2.bias"]
+    [row] = [r for r in rows if r["name"] == "model-00002-of-00002.safetensors/2.bias"]
+    assert row == {"name": "model-00002-of-00002.safetensors/2.bias", "dtype": "float32", "shape": [10],
+                   "sha256": hashlib.sha256(bias.numpy().tobytes()).hexdigest()}
+    assert tensor_differences(rows, rows) == []
+    changed = [dict(r) for r in rows]
+    changed[0]["sha256"] = "0" * 64
+    changed[1]["dtype"] = "bfloat16"
+    changed[2]["shape"] = [1]
+    renamed = changed[:-1] + [{**rows[-1], "name": "renamed"}]
+    found = tensor_differences(rows, renamed)
+    assert found == [f"{rows[-1]['name']}: loaded on the source, missing on the canary",
+                     "renamed: loaded on the canary only",
+                     f"{rows[0]['name']}: sha256 {'0' * 16} on the canary, {rows[0]['sha256'][:16]} on the source",
+                     f"{rows[1]['name']}: dtype bfloat16 on the canary, float32 on the source",
+                     f"{rows[2]['name']}: shape [1] on the canary, {rows[2]['shape']} on the source"]

@@ -24,7 +24,15 @@ The package is cut by responsibility: :mod:`.result` (the verdict record), :mod:
 """
 
 from runbook_lib.gates.decision import decide, measurement_lost, scored_unless_set
-from runbook_lib.gates.parity import TOLERANCES, checksum_exact, loss_band, output_parity, tolerance_for, top1_agreement
+from runbook_lib.gates.parity import (
+    TOLERANCES,
+    checksum_exact,
+    inference_parity,
+    loss_band,
+    output_parity,
+    tolerance_for,
+    top1_agreement,
+)
 from runbook_lib.gates.performance import (
     SHIFT_FLOOR_S,
     SLO_CONFIDENCE,
@@ -68,6 +76,6 @@ __all__ = [
     "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "acceptance_budget", "as_rounds",
     "baseline_health", "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
     "error_rate", "from_dict", "hodges_lehmann_shift", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost",
-    "min_slo_samples", "noise_floor", "output_parity", "round_bootstrap", "scored_unless_set", "spend_limit",
+    "min_slo_samples", "noise_floor", "output_parity", "inference_parity", "round_bootstrap", "scored_unless_set", "spend_limit",
     "threshold_source", "throughput_ratio", "tolerance_for", "top1_agreement",
 ]

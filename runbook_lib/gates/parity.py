@@ -5,6 +5,7 @@ Tolerances per dtype are ``torch.testing.assert_close``'s documented defaults
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -81,6 +82,15 @@ def output_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, 
         "allowance" if bad.any() else f"all {bad.size} values within tolerance; the worst used {used:.1%} of its "
         "allowance atol + rtol*|S|",
         samples={"values": int(reference.size)}, source=src, phase=phase)
+
+
+def inference_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, dtype: str, entry_point: str,
+                     rtol: float | None = None, atol: float | None = None, phase: str = "") -> GateResult:
+    """:func:`output_parity` of a ``kind: checkpoint`` entry point's answers to fixed inputs
+    (``reference``: the source's, ``observed``: the canary's, float32 ``(n, dims)``), named
+    ``inference_parity``: the tensors loading the same does not prove the model answers the same."""
+    res = output_parity(reference, observed, dtype=dtype, rtol=rtol, atol=atol, phase=phase)
+    return replace(res, name="inference_parity", detail=f"{entry_point} answers to fixed inputs: {res.detail}")
 
 
 def top1_agreement(reference: np.ndarray | None, observed: np.ndarray | None, *, minimum: float,

@@ -208,7 +208,8 @@ def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[
         "payloads": largest_payloads(ctx.mig, golden) if ctx.mig.workload.kind == "inference" else None,
         "golden_run": {"losses": [m.get("loss") for m in attempt["metrics"] if "loss" in m],
                        "aa_losses": result.get("aa_losses"),
-                       "step_times_s": attempt["step_times_s"], "load_s": attempt["load_s"]},
+                       "step_times_s": attempt["step_times_s"], "load_s": attempt["load_s"],
+                       "tensors": attempt.get("tensors")},
     }
 
 

@@ -10,7 +10,7 @@ destroys the canary (verified gone).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -84,10 +84,18 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
     golden_answers_path = ctx.run_dir / "01/golden_inference_outputs.npy"
     if golden_answers_path.exists() or canary.get("inference_outputs") is not None:  # a checkpoint entry point's answers
         golden_answers = np.load(golden_answers_path) if golden_answers_path.exists() else None
-        answers = g.output_parity(golden_answers, canary.get("inference_outputs"), dtype=ctx.mig.source.dtype,
-                                  rtol=gates_cfg.parity_rtol, atol=gates_cfg.parity_atol, phase="03")
-        out.append(replace(answers, name="inference_parity",
-                           detail=f"{ctx.mig.workload.entry_point} answers to fixed inputs: {answers.detail}"))
+        out.append(g.inference_parity(golden_answers, canary.get("inference_outputs"), dtype=ctx.mig.source.dtype,
+                                      entry_point=wl.entry_point, rtol=gates_cfg.parity_rtol,
+                                      atol=gates_cfg.parity_atol, phase="03"))
+    if wl.kind == "checkpoint":
+        golden_tensors = ctx.records["01"].data["freeze"]["golden_run"].get("tensors")
+        seen = ((res.get("attempts") or [{}])[-1]).get("tensors")
+        diffs = tensor_differences(golden_tensors, seen) if golden_tensors is not None and seen is not None else None
+        out.append(g.boolean_gate(
+            "tensor_identity", None if diffs is None else not diffs, phase="03", source="runbook_lib/phases/parity.py",
+            detail="no tensor table from " + ("the source" if golden_tensors is None else "the canary") if diffs is None
+            else "; ".join(diffs[:5]) + (f"; {len(diffs) - 5} more" if len(diffs) > 5 else "") if diffs
+            else f"{len(seen or [])} tensors: same names, dtypes, shapes and sha256 of their bytes"))
     drill = res.get("failure_drill")
     drill_ok = None if drill is None else bool(drill["exit_code"] == -9 and drill["resumed_from"])
     out.append(g.boolean_gate(
@@ -126,6 +134,23 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                               detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
     return ctx.evidence.add_gates(*out)
 
+
+
+def tensor_differences(source: list[dict[str, Any]], canary: list[dict[str, Any]]) -> list[str]:
+    """Every way the canary's loaded tensors differ from the source's, each as one sentence: a
+    name only one side has, or a dtype, shape or byte digest that differs
+    (:meth:`runbook_lib.workload.checkpoint_set.CheckpointWorkload.tensor_table` rows). Empty
+    when both loaded the same tensors bit for bit."""
+    src, got = {r["name"]: r for r in source}, {r["name"]: r for r in canary}
+    out = [f"{n}: loaded on the source, missing on the canary" for n in src if n not in got]
+    out += [f"{n}: loaded on the canary only" for n in got if n not in src]
+    for n in (n for n in src if n in got):
+        for field in ("dtype", "shape", "sha256"):
+            if src[n][field] != got[n][field]:
+                a, b = (str(src[n][field])[:16], str(got[n][field])[:16]) if field == "sha256" else \
+                    (src[n][field], got[n][field])
+                out.append(f"{n}: {field} {b} on the canary, {a} on the source")
+    return out
 
 
 def environment_diff(ctx: PhaseContext, canary_env: dict[str, Any]) -> list[dict[str, Any]]:

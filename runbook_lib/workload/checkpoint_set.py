@@ -18,6 +18,7 @@ them in phase 03 (``inference_parity``). ``runbook_lib/examples/checkpoint_model
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -204,6 +205,21 @@ class CheckpointWorkload(AcceptanceWorkload):
         the checkpoint, e.g. ``model-00001-of-00002.safetensors``; ``<name>``: the dotted key in
         it), on the profile's device; empty before :meth:`load`."""
         return dict(self._state)
+
+    def tensor_table(self) -> list[dict[str, Any]]:
+        """Every tensor loaded, in natural name order: ``{"name", "dtype", "shape", "sha256"}``
+        (``sha256``: hex digest of its bytes as loaded, in row-major order, moved to the CPU).
+        Phase 03 requires the canary's table to equal the source's: the same names, dtypes and
+        shapes, and bit-identical values (a load copies bytes; nothing may change them)."""
+        import torch
+
+        rows = []
+        for name in sorted(self._state, key=natural_key):
+            t = self._state[name].detach().to("cpu").contiguous()
+            raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+            rows.append({"name": name, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                         "sha256": hashlib.sha256(raw.numpy().tobytes()).hexdigest()})
+        return rows
 
     def export_artifact(self, dest_dir: Path) -> list[Path]:
         assert self._root is not None

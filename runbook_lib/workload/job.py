@@ -37,6 +37,7 @@ from runbook_lib.params import load_params
 from runbook_lib.storage import HashingWriter, ObjectInfo, Store, pod_store
 from runbook_lib.workload import make_workload
 from runbook_lib.workload._torch import synchronize
+from runbook_lib.workload.checkpoint_set import CheckpointWorkload
 
 CHILD_TIMEOUT_S = 600.0
 
@@ -190,6 +191,8 @@ def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, 
     res["load_s"] = load_s
     final = wl.outputs()
     np.save(work_dir / "outputs.npy", reference if reference is not None else final)
+    if isinstance(wl, CheckpointWorkload):  # names, dtypes, shapes and a digest of every tensor loaded
+        res["tensors"] = wl.tensor_table()
     answers = wl.inference_outputs()
     if answers is not None:
         np.save(work_dir / "inference_outputs.npy", np.asarray(answers, dtype=np.float32))
