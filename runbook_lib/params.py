@@ -153,9 +153,12 @@ class ProfileBase(_Model):
             (Runpod's ``idleTimeout``, 5 s by default), seconds.
         model_cache: where workers find the model at start (``""`` none: downloaded or baked in
             the image; ``volume``: a network or local volume; ``hf:<model id>``: the provider's
-            model cache). Declared and mapped in phase 02 (it changes cold starts).
-        gpu_priority: GPU types a worker may run on, most preferred first (Runpod's ``gpu.pools``
-            order); mapped in phase 02.
+            model cache). Declared and mapped in phase 02 (it changes cold starts); no adapter
+            applies it, and phase 02 says so: set it on the provider's endpoint.
+        gpu_priority: GPU types a worker may run on, most preferred first: Runpod Serverless pool
+            ids (``ADA_24``) or GPU models, each standing for its pool; a Runpod queue endpoint is
+            created with them as ``gpu.pools`` (empty: the pools of ``offer.gpu_names``); mapped
+            in phase 02.
         endpoint_mode: how phase 04 serves an inference workload on this side (issue 12's
             names): ``queue`` (a front door with job ids, a backlog and retries: Runpod
             Serverless queue endpoints, the local front door) or ``load_balancing`` (requests

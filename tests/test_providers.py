@@ -303,6 +303,26 @@ def test_runpod_queue_diagnosis_reads_worker_states() -> None:
         prov.diagnose_queue(ep.id)
 
 
+def test_a_runpod_queue_endpoint_is_created_on_the_pools_of_its_gpu_priority_or_its_offer_gpus() -> None:
+    """Serverless selects hardware by pool; a GPU model stands for its pool (Runpod's pool table,
+    docs.runpod.io/flash/configuration/gpu-types: RTX 4090 and L4 are ADA_24, A40 is AMPERE_48)."""
+    def spec(gpu_types: tuple[str, ...]) -> EndpointSpec:
+        return EndpointSpec(name="ep", params_path="p.yaml", side="source", workers=1, price_usd_per_hour=0.3,
+                            labels=(("run_id", "pools"),), image="img:1", gpu_types=gpu_types)
+
+    prov, fake, _ = remote("runpod")  # the source profile: offer.gpu_names ["RTX 4090"], no gpu_priority
+    plan = prov.plan_endpoint(spec(()), dry_run=False)
+    assert plan.spec.gpu_types == ("ADA_24",)  # shown in the plan, covered by its approval
+    prov.apply(plan, approve(plan))
+    [body] = [b for m, path, b in fake.requests if m == "POST" and path.endswith("/v2/serverless")]
+    assert body["gpu"]["pools"] == ["ADA_24"]
+    ranked_pools = prov.plan_endpoint(spec(("NVIDIA GeForce RTX 4090", "AMPERE_48", "A40", "HOPPER_141")), dry_run=True)
+    assert ranked_pools.spec.gpu_types == ("ADA_24", "AMPERE_48", "HOPPER_141")  # order kept, duplicates dropped
+    with pytest.raises(ProviderError, match=r"GPU 'GTX 1080' is in no Serverless pool .* name its pool in the "
+                                            r"profile's gpu_priority"):
+        prov.plan_endpoint(spec(("GTX 1080",)), dry_run=True)
+
+
 # -- credentials -------------------------------------------------------------------------------------
 
 def test_missing_key_names_the_references_and_calls_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -241,10 +241,15 @@ def endpoint_settings_row(src: Any, tgt: Any) -> dict[str, Any]:
     (the serverless guidance, docs/reference/providers.md 2.3a: warm workers cut cold starts and
     cost idle time). The same settings are equivalent; changed ones are an adapter whose effects
     phase 04 measures: the scale-from-zero cold starts, and the cost per accepted unit at the
-    declared traffic with the warm workers billed idle or not."""
+    declared traffic with the warm workers billed idle or not. A declared ``model_cache`` is said
+    to be declared only: no adapter applies it. (``gpu_priority`` is applied: a Runpod queue
+    endpoint's ``gpu.pools``, :func:`runbook_lib.providers.runpod.serverless_pools`.)"""
     a, b = endpoint_settings(src), endpoint_settings(tgt)
+    cache = ("; model cache is declared, not applied: no adapter sets it (Runpod's cached models are chosen on the "
+             "endpoint, docs.runpod.io/serverless/endpoints/model-caching), so set it on the provider; phase 04 "
+             "measures the cold starts as they are" if src.model_cache or tgt.model_cache else "")
     if a == b:
-        return _row("endpoint settings", a, b, EQUIVALENT, "the same scaling, cache and GPU order on both sides")
+        return _row("endpoint settings", a, b, EQUIVALENT, "the same scaling, cache and GPU order on both sides" + cache)
     changed = [name for name, x, y in (("active workers", src.warm_workers, tgt.warm_workers),
                                         ("max workers", src.workers, tgt.workers),
                                         ("idle timeout", src.idle_timeout_s, tgt.idle_timeout_s),
@@ -252,7 +257,7 @@ def endpoint_settings_row(src: Any, tgt: Any) -> dict[str, Any]:
                                         ("GPU priority", src.gpu_priority, tgt.gpu_priority)) if x != y]
     return _row("endpoint settings", a, b, ADAPTER,
                 f"{', '.join(changed)} change: cold starts (measured from zero in phase 04) and idle cost (warm "
-                "workers are billed in phase 04's cost per accepted unit at the declared traffic)")
+                "workers are billed in phase 04's cost per accepted unit at the declared traffic)" + cache)
 
 
 def payload_row(sizes: dict[str, int] | None, mode: str, caps: Any) -> dict[str, Any]:

@@ -458,7 +458,7 @@ class Resources(OnRun):
         if isinstance(prof, RemoteProfile):
             env += (("RUNBOOK_PARAMS_YAML", (self.run_dir / "params.yaml").read_text()), ("RUNBOOK_SIDE", side),
                     ("RUNBOOK_DEVICE", prof.device))
-            extra = {"image": prof.image, "disk_gb": prof.offer.disk_gb}
+            extra = {"image": prof.image, "disk_gb": prof.offer.disk_gb, "gpu_types": prof.gpu_priority}
             if prof.endpoint_mode == "load_balancing":
                 extra["offers"] = self.offer_ids(side)
                 extra["interruptible_bid_usd_per_hour"] = self.bid(side, extra["offers"])

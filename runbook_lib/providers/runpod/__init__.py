@@ -20,6 +20,7 @@ import math
 import shlex
 import time
 import warnings
+from dataclasses import replace
 from typing import Any
 
 from runbook_lib._time import parse_iso
@@ -38,6 +39,7 @@ from runbook_lib.providers.base import (
     Capability,
     Endpoint,
     EndpointSpec,
+    Plan,
     Pod,
     PodSpec,
     payload_capabilities,
@@ -61,6 +63,51 @@ CAPACITY_WORDS = ("no longer any instances available", "supply_constraint")
 STATE = {"PROVISIONING": "CREATED", "STARTING": "CREATED", "RUNNING": "RUNNING", "EXITED": "EXITED",
          "ERROR": "EXITED", "TERMINATED": "DESTROYED"}
 """Runpod pod status -> runbook pod state."""
+
+
+SERVERLESS_POOLS: dict[str, tuple[str, ...]] = {
+    "AMPERE_16": ("RTX A4000", "RTX 4000 Ada", "RTX 2000 Ada"),
+    "AMPERE_24": ("RTX A4500", "RTX A5000", "RTX 3090"),
+    "ADA_24": ("L4", "RTX 4090"),
+    "ADA_32_PRO": ("RTX 5090",),
+    "AMPERE_48": ("A40", "RTX A6000"),
+    "ADA_48_PRO": ("L40S", "L40", "RTX 6000 Ada"),
+    "AMPERE_80": ("A100 PCIe", "A100 SXM"),
+}
+"""Runpod Serverless GPU pools and the GPU models in each (canonical names,
+:func:`~runbook_lib.providers.offers.canonical_gpu`), from Runpod's pool table
+(https://docs.runpod.io/flash/configuration/gpu-types, "Available GPU pools"). Serverless endpoints
+select hardware by pool: a GPU model stands for its pool
+(https://docs.runpod.io/sdk/configuration/gpu-types). Pools this table does not list are still
+accepted by name in ``gpu_priority``."""
+
+
+def serverless_pools(priority: tuple[str, ...], gpu_names: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``gpu.pools`` of a queue endpoint, most preferred first: ``priority`` (the profile's
+    ``gpu_priority``: pool ids such as ``ADA_24``, or GPU models, each standing for its pool), else
+    the pools of the offer's ``gpu_names``. Duplicates are dropped, order kept.
+
+    Raises:
+        ProviderError: a GPU model no listed pool holds (name its pool in ``gpu_priority``), or
+            nothing to choose a pool from.
+    """
+    by_gpu = {gpu.upper(): pool for pool, gpus in SERVERLESS_POOLS.items() for gpu in gpus}
+    out: list[str] = []
+    for name in priority or gpu_names:
+        if name.upper() in SERVERLESS_POOLS or (name.isupper() and "_" in name):  # a pool id
+            pool = name.upper()
+        else:
+            pool = by_gpu.get(canonical_gpu(name).upper(), "")
+            if not pool:
+                raise ProviderError(f"runpod: GPU {name!r} is in no Serverless pool this runbook knows "
+                                    f"({', '.join(SERVERLESS_POOLS)}); name its pool in the profile's gpu_priority "
+                                    "(https://docs.runpod.io/flash/configuration/gpu-types)", provider="runpod")
+        if pool not in out:
+            out.append(pool)
+    if not out:
+        raise ProviderError("runpod: a queue endpoint needs GPU pools and the profile names none; set gpu_priority "
+                            "(e.g. [ADA_24]) or offer.gpu_names", provider="runpod")
+    return tuple(out)
 
 
 def default_key(ref: str = "") -> KeySource:
@@ -290,6 +337,19 @@ class RunpodProvider(RemoteProvider):
         else ``RUNBOOK_RUNPOD_PROXY_URL``, else :data:`PROXY_URL`; ``{pod_id}`` and ``{port}``
         are filled in)."""
         return self.proxy_url.format(pod_id=pod_id, port=port)
+
+    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool) -> Plan:
+        """As :meth:`RemoteProvider.plan_endpoint`; a queue endpoint's GPU pools are resolved here
+        (:func:`serverless_pools` from ``spec.gpu_types``, else the profile's ``offer.gpu_names``),
+        so the plan shows, and its approval covers, the pools the endpoint is created with.
+
+        Raises:
+            ProviderError: as :func:`serverless_pools`, or the provider cannot serve ``spec.mode``.
+        """
+        if spec.mode == "queue":
+            names = tuple(self.profile.offer.gpu_names) if self.profile is not None else ()
+            spec = replace(spec, gpu_types=serverless_pools(spec.gpu_types, names))
+        return super().plan_endpoint(spec, dry_run=dry_run)
 
     def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
         if spec.mode == "load_balancing":
