@@ -134,6 +134,15 @@ def _gpu(inv: dict[str, Any]) -> dict[str, Any]:
     return devs[0] if devs else {}
 
 
+CUDA_MINOR_COMPAT_DRIVER: dict[int, tuple[int, ...]] = {11: (450, 80, 2), 12: (525,), 13: (580,)}
+"""Lowest Linux host driver on which an application built with any CUDA ``<major>.x`` runtime
+runs (minor version compatibility), by CUDA major release: NVIDIA's "CUDA Toolkit 11.x, 12.x, and
+13.x Driver Version Ranges" (11.x: >= 450, with 450.80.02 named for the whole 11.x family; 12.x:
+>= 525; 13.x: >= 580),
+https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html, Table 1.
+Below it the runtime cannot initialise on that host."""
+
+
 def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, memory_gb: float = 0.0,
          shm_gb: float = 0.0, disk_gb: float = 0.0, restore_bytes: int = 0, loader_workers: int = 0,
          declared_credentials: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
@@ -151,9 +160,9 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
 
     The compute-capability check compares the GPU's ``sm_XY`` with the torch build's
     ``torch.cuda.get_arch_list()`` (a GPU whose architecture the build lacks cannot run its
-    kernels, https://pytorch.org/get-started/locally/); the driver check says whether the driver
-    is at least the source's (NVIDIA's CUDA compatibility table,
-    https://docs.nvidia.com/deploy/cuda-compatibility/, gives each runtime's minimum driver).
+    kernels, https://pytorch.org/get-started/locally/); the driver check is a blocker below the
+    minimum driver of the image's CUDA major release (:data:`CUDA_MINOR_COMPAT_DRIVER`) and a
+    risk when it is older than the source's.
     """
     rows: list[dict[str, Any]] = []
     gb = 10**9
@@ -187,9 +196,19 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
     gs, gt = _gpu(source), _gpu(target)
     if want_cuda and cuda_t.get("available"):
         drv_s, drv_t = (source.get("cuda") or {}).get("driver_version"), cuda_t.get("driver_version")
+        floor = CUDA_MINOR_COMPAT_DRIVER.get(_version(rt_t)[0]) if _version(rt_t) else None
         if not drv_t:
             rows.append(_row("cuda.driver_version", drv_s, drv_t, "not checked",
                              "nvidia-smi gave no driver version inside the canary"))
+        elif floor is not None and _version(drv_t) < floor:
+            need = ".".join(map(str, floor))
+            rows.append(_row("cuda.driver_version", drv_s, drv_t, "blocker",
+                             f"the image's CUDA {rt_t} runtime needs a host driver >= {need} (NVIDIA's minor "
+                             f"version compatibility table); this host has {drv_t}. Rent a host with a newer driver "
+                             "(offer.cuda_min) or use an image built for an older CUDA"))
+        elif floor is None and rt_t:
+            rows.append(_row("cuda.driver_version", drv_s, drv_t, "not checked",
+                             f"no minimum driver is recorded here for CUDA {rt_t} (CUDA_MINOR_COMPAT_DRIVER)"))
         elif drv_s and _version(drv_t) < _version(drv_s):
             rows.append(_row("cuda.driver_version", drv_s, drv_t, "risk",
                              f"an older host driver than the source's: the image's CUDA {rt_t} runtime needs at "

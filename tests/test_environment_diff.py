@@ -77,6 +77,18 @@ def test_an_older_driver_is_a_risk_and_a_missing_one_is_not_checked() -> None:
     assert _classes(diff(_inv(), none, target_device="cuda"))["cuda.driver_version"] == "not checked"
 
 
+def test_a_driver_below_nvidia_s_floor_for_the_image_s_cuda_major_is_a_blocker() -> None:
+    """NVIDIA's minor version compatibility table: CUDA 12.x needs a driver >= 525, 11.x >= 450.80.02,
+    13.x >= 580 (docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html)."""
+    cases = {("12.4", "520.61.05"): "blocker", ("12.4", "525.60.13"): "risk",  # risk: older than the source's
+             ("11.8", "450.80.01"): "blocker", ("11.8", "450.80.02"): "risk",
+             ("13.0", "575.57.08"): "blocker", ("13.0", "580.65.06"): None, ("14.0", "600.1"): "not checked"}
+    for (runtime, driver), want in cases.items():
+        tgt = _inv()
+        tgt["cuda"] = {**tgt["cuda"], "runtime": runtime, "driver_version": driver}
+        assert _classes(diff(_inv(), tgt, target_device="cuda")).get("cuda.driver_version") == want, (runtime, driver)
+
+
 def test_a_cpu_target_records_driver_and_compute_capability_as_not_checked() -> None:
     here = probe(device="cpu")  # this host, as a CPU canary sees itself
     rows = diff(here, here, target_device="cpu")
