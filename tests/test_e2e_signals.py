@@ -6,6 +6,7 @@ process of the run survives, and that the records say what happened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import nbformat
 import psutil
@@ -33,10 +35,27 @@ pytestmark = pytest.mark.e2e
 PHASE_FILES = {"03": "03_prove_parity", "04": "04_compare_production", "05": "05_cutover"}
 
 
-def _start(params: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "runbook_lib.cli", "run", str(params), "--notebooks",
-                             str(ROOT / "notebooks")], cwd=params.parent.parent, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+@pytest.fixture
+def start() -> Iterator[Callable[[Path], subprocess.Popen]]:
+    """Start `runbook run` in its own session; whatever a test leaves (a failed assertion before
+    the run ended) is killed with its process group, reaped, and its pipe closed."""
+    procs: list[subprocess.Popen] = []
+
+    def _start(params: Path) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.cli", "run", str(params), "--notebooks",
+                                 str(ROOT / "notebooks")], cwd=params.parent.parent, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    yield _start
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _wait_for_phase(project: Path, phase: str, proc: subprocess.Popen, timeout_s: float = 240) -> Path:
@@ -67,10 +86,11 @@ def _survivors(project: Path, run_id: str, runner_pid: int) -> list[str]:
 
 
 @pytest.mark.parametrize(("phase", "sig"), [("03", signal.SIGINT), ("04", signal.SIGTERM), ("05", signal.SIGINT)])
-def test_a_signal_stops_the_phase_tears_down_and_exits_128_plus_signal(make_params, phase: str, sig: int) -> None:
+def test_a_signal_stops_the_phase_tears_down_and_exits_128_plus_signal(make_params, start, phase: str,
+                                                                       sig: int) -> None:
     params = make_params(**FAST_INFERENCE)
     project = params.parent.parent
-    proc = _start(params)
+    proc = start(params)
     run_dir = _wait_for_phase(project, phase, proc)
     sent = time.monotonic()
     os.killpg(proc.pid, sig)
@@ -95,10 +115,10 @@ def test_a_signal_stops_the_phase_tears_down_and_exits_128_plus_signal(make_para
     assert f"decision: INTERRUPTED (exit {128 + sig})" in out and "teardown: destroyed" in out
 
 
-def test_a_second_ctrl_c_skips_the_teardown_and_runbook_cleanup_finishes_it(make_params, capsys) -> None:
+def test_a_second_ctrl_c_skips_the_teardown_and_runbook_cleanup_finishes_it(make_params, start, capsys) -> None:
     params = make_params(**FAST_INFERENCE)
     project = params.parent.parent
-    proc = _start(params)
+    proc = start(params)
     run_dir = _wait_for_phase(project, "04", proc)
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(0.05)
@@ -123,12 +143,12 @@ def test_a_second_ctrl_c_skips_the_teardown_and_runbook_cleanup_finishes_it(make
     assert sorted(record["destroyed"]) == sorted(r.id for r in left) and record["clean"]
 
 
-def test_a_run_whose_reader_went_away_still_stops_cleanly(make_params) -> None:
+def test_a_run_whose_reader_went_away_still_stops_cleanly(make_params, start) -> None:
     # The terminal or the pipe reading `runbook run` goes away (a closed `| tee`, a dead parent):
     # progress can no longer be printed, and a later SIGTERM must still tear down and seal.
     params = make_params(**FAST_INFERENCE)
     project = params.parent.parent
-    proc = _start(params)
+    proc = start(params)
     assert proc.stdout is not None and proc.stdout.readline().startswith("run ")
     proc.stdout.close()
     run_dir = _wait_for_phase(project, "03", proc)
