@@ -95,6 +95,7 @@ class EnforcingProxy:
 
     def __init__(self, upstream: str, secret: str) -> None:
         self.upstream, self.secret, self.offset_s = upstream, secret, 0.0
+        self.no_sts = False  # answer STS calls as a store with no STS beside its S3 API (R2) does: not served
         self.refused: list[str] = []
         proxy = self
 
@@ -138,6 +139,8 @@ class EnforcingProxy:
     def problem(self, method: str, path: str, headers: dict[str, str], body: bytes) -> str:
         now = time.time() + self.offset_s
         q = parse_qs(urlsplit(path).query)
+        if self.no_sts and method == "POST" and b"Action=GetFederationToken" in body:
+            return "STS is not served at this endpoint"
         if "X-Amz-Expires" in q:  # a presigned URL
             signed = dt.datetime.strptime(q["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
             if now > signed.timestamp() + int(q["X-Amz-Expires"][0]):
@@ -557,3 +560,22 @@ def test_a_local_queue_endpoint_keeps_records_in_s3_with_a_session_grant_and_no_
         res.destroy("target", ep.id)
     records = JobRecords(ctx.store, f"runs/{ctx.run_id}/jobs/target")
     assert records.executions("req-grant-1") == 1 and records.recorded("req-grant-1")["output"] == [0.02]
+
+
+def test_a_store_without_sts_stops_a_queue_endpoint_run_in_phase_02_before_anything_is_rented(
+        make_params: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proxy: EnforcingProxy) -> None:
+    """Queue workers need an STS session grant; a store that cannot issue one (R2) is found by
+    phase 02's dependency map, which asks for one and discards it, not by phase 04's endpoint."""
+    from runbook_lib.phases.mapping import NONE, session_grant_row
+
+    ctx = _ctx(make_params, monkeypatch, tmp_path, proxy.url)
+    row = session_grant_row(ctx)
+    assert row is not None and row["status"] != NONE and "issued and discarded" in row["reason"]
+    proxy.no_sts = True
+    try:
+        refused = session_grant_row(ctx)
+    finally:
+        proxy.no_sts = False
+    assert refused is not None and refused["status"] == NONE
+    assert "STS GetFederationToken" in refused["reason"] and "load_balancing" in refused["reason"]
+    assert SECRET not in json.dumps(refused)

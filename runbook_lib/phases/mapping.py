@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from runbook_lib import secrets as secret_refs
+from runbook_lib.errors import RunbookError
 from runbook_lib.gates import GateResult
 from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.offers import filter_offers, version_tuple
+from runbook_lib.storage import GrantScope, build_grant
 
 EQUIVALENT, ADAPTER, NONE = "equivalent", "adapter needed", "no equivalent"
 GIB = 2**30
@@ -214,6 +216,9 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
               if ctx.mig.storage.url.startswith("s3://") else "a local pod shares the directory")
     rows.append(_row("storage route", ctx.mig.storage.url, ctx.mig.storage.url, EQUIVALENT,
                      f"same store on both sides; objects moved with sha256 manifests; {access}"))
+    worker_grant = session_grant_row(ctx)
+    if worker_grant is not None:
+        rows.append(worker_grant)
     for s in tgt.secrets:
         ok = secret_refs.resolve(s.name, s.ref, required=False) is not None
         status = EQUIVALENT if ok or not s.required else NONE
@@ -258,6 +263,26 @@ def endpoint_settings_row(src: Any, tgt: Any) -> dict[str, Any]:
     return _row("endpoint settings", a, b, ADAPTER,
                 f"{', '.join(changed)} change: cold starts (measured from zero in phase 04) and idle cost (warm "
                 "workers are billed in phase 04's cost per accepted unit at the declared traffic)" + cache)
+
+
+def session_grant_row(ctx: PhaseContext) -> dict[str, Any] | None:
+    """Whether the run's store can give queue endpoint workers their session grant (STS
+    credentials scoped to the records prefix, :mod:`runbook_lib.storage.grants`), tried here by
+    asking for one and discarding it, so a store without STS (Cloudflare R2, many MinIO setups)
+    stops the run in phase 02, before phase 03 rents a canary, not at phase 04's endpoint. None
+    when no side serves a queue endpoint from an S3 store."""
+    queue = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
+    if ctx.mig.workload.kind != "inference" or not queue or not ctx.mig.storage.url.startswith("s3://"):
+        return None
+    prefix = ctx.store_prefix("jobs", "grant-check")
+    try:
+        build_grant(ctx.store, GrantScope("session", write_prefix=prefix, ttl_s=900.0))
+    except RunbookError as exc:
+        return _row("queue workers' store grant", f"{', '.join(queue)} queue endpoint", "refused", NONE,
+                    f"{exc}. Serve those sides as load_balancing endpoints, or use a store with STS")
+    return _row("queue workers' store grant", f"{', '.join(queue)} queue endpoint", "STS session grant issued",
+                EQUIVALENT, "a session grant scoped to a records prefix was issued and discarded: endpoint workers "
+                "can keep idempotency records without the store's keys")
 
 
 def payload_row(sizes: dict[str, int] | None, mode: str, caps: Any) -> dict[str, Any]:
