@@ -181,18 +181,29 @@ def pickle_globals(data: bytes | IO[bytes], *, pickles: int = 1) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _tensor_table(state: Any) -> tuple[dict[str, dict[str, Any]], int, tuple[tuple[str, ...], ...]]:
-    """Names, shapes and dtypes of the tensors in a (possibly nested) state dict; bytes with each
-    storage counted once; groups of names sharing a storage (tied weights)."""
+def _tensor_table(state: Any, problems: list[tuple[str, str]] | None = None,
+                  ) -> tuple[dict[str, dict[str, Any]], int, tuple[tuple[str, ...], ...]]:
+    """Names, shapes and dtypes of the tensors in a (possibly nested) state dict, nested keys
+    joined with ``.``; bytes with each storage counted once; groups of names sharing a storage
+    (tied weights). ``problems`` collects ``(check, seen)``: ``ambiguous_names`` (two tensors
+    whose joined names are equal, as ``{"a.b": x, "a": {"b": y}}``) and ``unsupported_layout``
+    (a sparse or quantized tensor, which this runbook neither digests nor compares)."""
     import torch
 
     table: dict[str, dict[str, Any]] = {}
     by_storage: dict[tuple[int, int], list[str]] = {}
     sizes: dict[tuple[int, int], int] = {}
+    found = problems if problems is not None else []
 
     def walk(prefix: str, obj: Any) -> None:
         if isinstance(obj, torch.Tensor):
+            if prefix in table:
+                found.append(("ambiguous_names", f"two tensors are both named {prefix!r}"))
             table[prefix] = {"shape": list(obj.shape), "dtype": str(obj.dtype).removeprefix("torch.")}
+            if obj.layout != torch.strided or obj.is_quantized:
+                found.append(("unsupported_layout", f"{prefix!r} is {obj.layout} {obj.dtype}"
+                              .replace("torch.", "")))
+                return
             st = obj.untyped_storage()
             key = (st.data_ptr(), st.nbytes())
             by_storage.setdefault(key, []).append(prefix)
@@ -265,7 +276,17 @@ def _inspect_torch(path: Path, rel: str, zipped: bool, findings: list[Finding],
                                  "the file's tensors cannot be read to their end", "copy it again from the source and "
                                  "compare its sha256 with the frozen manifest"))
         return FileReport(**base, globals=tuple(every))
-    tensors, nbytes, tied = _tensor_table(state)
+    problems: list[tuple[str, str]] = []
+    tensors, nbytes, tied = _tensor_table(state, problems)
+    for check, seen in problems:
+        findings.append(Finding(
+            check, "blocker", rel, seen,
+            "two tensors would share one name in the tensor table, so one would hide the other in the comparison"
+            if check == "ambiguous_names" else
+            "a sparse or quantized tensor is neither digested nor compared by this runbook, so its parity cannot "
+            "be proved", "rename one of the keys on the source" if check == "ambiguous_names" else
+            "save it dense (to_dense()) or dequantized (dequantize()) on the source, with the scheme recorded "
+            "beside it"))
     devices = tuple(sorted(set(locations)))
     _key_findings(rel, list(tensors), findings)
     if any(d != "cpu" for d in devices):
@@ -475,6 +496,11 @@ def _files(root: Path) -> list[Path]:
     return sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: natural_key(p.relative_to(root).as_posix()))
 
 
+RESERVED_NAMES = ("MANIFEST.json", "_SUCCESS")
+"""Top-level names a set in the run's store keeps for itself (``MANIFEST_KEY`` and
+``MARKER_KEY`` in runbook_lib/storage/base.py): a checkpoint file with one of them is a blocker."""
+
+
 def inspect(path: str | Path, *, allow_globals: Sequence[str] = ()) -> Inspection:
     """Inspect the checkpoint at ``path`` (a file or a directory of shards) without running it:
     see the module docstring. A shard index (``*.index.json``) whose ``weight_map`` names a file
@@ -502,6 +528,12 @@ def inspect(path: str | Path, *, allow_globals: Sequence[str] = ()) -> Inspectio
         reports += _inspect_dcp(dcp_root, findings)
     for p in files:
         rel = p.name if root.is_file() else p.relative_to(root).as_posix()
+        if rel in RESERVED_NAMES:
+            findings.append(Finding("reserved_name", "blocker", rel, f"a file named {rel} at the top of the checkpoint",
+                                    "the run's store keeps that name for a set's manifest or completion marker, so "
+                                    "freezing the checkpoint would overwrite it",
+                                    "rename or remove it on the source (a Spark or Hadoop _SUCCESS file carries "
+                                    "no weights)"))
         with p.open("rb") as f:
             head = f.read(8)
         if p.name.endswith(INDEX_SUFFIX):

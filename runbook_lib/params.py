@@ -355,6 +355,16 @@ class StoreAccess(_Model):
     access_key_id_ref: str = Field(default="", pattern=_REF)
     secret_access_key_ref: str = Field(default="", pattern=_REF)
 
+    @model_validator(mode="after")
+    def _both_refs_or_neither(self) -> "StoreAccess":
+        if bool(self.access_key_id_ref) != bool(self.secret_access_key_ref):
+            given, missing = (("access_key_id_ref", "secret_access_key_ref") if self.access_key_id_ref
+                              else ("secret_access_key_ref", "access_key_id_ref"))
+            raise ValueError(f"{given} is set and {missing} is not: give both (a key id and its secret), or neither "
+                             "to use boto3's own credential chain; one alone would sign with whatever other key the "
+                             "environment holds")
+        return self
+
 
 class Storage(StoreAccess):
     """Where checkpoints, golden outputs and canary results go: :class:`StoreAccess` plus
@@ -425,6 +435,10 @@ class Workload(_Model):
             if self.checkpoint_store is not None and not self.checkpoint.startswith("s3://"):
                 raise ValueError(f"workload.checkpoint_store is how an s3:// checkpoint's bucket is reached, but "
                                  f"workload.checkpoint is {self.checkpoint!r}; remove checkpoint_store")
+            scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", self.checkpoint)
+            if scheme and not self.checkpoint.startswith(("s3://", "file://")):
+                raise ValueError(f"workload.checkpoint {self.checkpoint!r} starts with {scheme.group(0)!r}, which is "
+                                 "neither s3:// nor file://; give a path, file://<path> or s3://<bucket>/<key or prefix>")
             if self.checkpoint.startswith("s3://") and not self.checkpoint[5:].split("/", 1)[0]:
                 raise ValueError(f"workload.checkpoint {self.checkpoint!r} names no bucket; use "
                                  "s3://<bucket>/<key or prefix>")

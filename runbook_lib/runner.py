@@ -38,7 +38,7 @@ from runbook_lib.phase_notebooks import NotebookSource, phase_notebook, phase_no
 from runbook_lib.phases import leak_message, scan_phase
 from runbook_lib.rundir import RunDir
 from runbook_lib.seal import seal_run
-from runbook_lib.workload import load_workload_class
+from runbook_lib.workload import workload_class
 
 KERNEL_NAME = "python3"
 INTERRUPTED = "Interrupted"  # ename of a phase stopped by SIGINT/SIGTERM
@@ -343,10 +343,10 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
 
     Raises:
         UsageError: ``notebooks_dir`` lacks a phase notebook, or one is not a readable notebook.
-        ParamsError: ``workload.entry_point`` cannot be imported.
+        ParamsError: ``workload.entry_point`` cannot be imported, or is not a class for its kind.
     """
     try:
-        load_workload_class(mig.workload.entry_point)
+        workload_class(mig.workload)
     except WorkloadError as exc:
         raise ParamsError(f"workload.entry_point: {exc}; nothing was run", field="workload.entry_point",
                           value=mig.workload.entry_point) from None

@@ -34,8 +34,11 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
     """Values of every credential reference in params that resolves here, by name, and the names
     of those too short to scan reliably."""
     refs: list[tuple[str, str]] = [(s.name, s.ref) for side in (mig.source, mig.target) for s in side.secrets]
+    bucket = mig.workload.checkpoint_store  # an s3:// checkpoint's own bucket keys
     for name, ref in (("storage.access_key_id", mig.storage.access_key_id_ref),
-                      ("storage.secret_access_key", mig.storage.secret_access_key_ref)):
+                      ("storage.secret_access_key", mig.storage.secret_access_key_ref),
+                      ("workload.checkpoint_store.access_key_id", bucket.access_key_id_ref if bucket else ""),
+                      ("workload.checkpoint_store.secret_access_key", bucket.secret_access_key_ref if bucket else "")):
         if ref:
             refs.append((name, ref))
     values: dict[str, str] = {}

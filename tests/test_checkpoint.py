@@ -238,3 +238,15 @@ def test_a_distributed_checkpoint_s_planted_metadata_missing_and_short_shards_ar
     assert _checks(inspect(tmp_path / "short")) == {"truncated": "blocker"}
     shard.unlink()
     assert _checks(inspect(tmp_path / "short")) == {"missing_shard": "blocker"}
+
+
+def test_reserved_names_ambiguous_names_and_sparse_tensors_are_blockers_found_without_crashing(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "_SUCCESS").write_bytes(b"")  # what Spark and Hadoop leave beside their output
+    torch.save({"layer.weight": torch.ones(2), "layer": {"weight": torch.zeros(2)}}, ck / "ambiguous.pt")
+    torch.save({"w": torch.eye(3).to_sparse()}, ck / "sparse.pt")
+    torch.save({"ok": torch.ones(1)}, ck / "ok.pt")
+    ins = inspect(ck)
+    assert sorted((f.file, f.check) for f in ins.blockers) == [
+        ("_SUCCESS", "reserved_name"), ("ambiguous.pt", "ambiguous_names"), ("sparse.pt", "unsupported_layout")]

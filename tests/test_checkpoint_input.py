@@ -8,6 +8,7 @@ import base64
 import hashlib
 import itertools
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,20 @@ _n = itertools.count()
 def _digests(data: bytes) -> dict[str, Any]:
     return {"size": len(data), "sha256_hex": hashlib.sha256(data).hexdigest(),
             "md5_hex": hashlib.md5(data, usedforsecurity=False).hexdigest()}
+
+
+def test_keys_that_cannot_be_files_of_one_checkpoint_are_each_named() -> None:
+    from runbook_lib.phases.freeze import checkpoint_key_problems
+
+    assert checkpoint_key_problems(["model.safetensors", "sub/a.pt", "sub/b.pt"]) == []
+    found = checkpoint_key_problems(["a", "a/b", "./x.pt", "x/../y.pt", "_SUCCESS", "MANIFEST.json", "x" * 256,
+                                     "sub/MANIFEST.json"], {"extra/": 15})
+    assert found == ["'extra/' ends in '/' but holds 15 bytes", "'./x.pt' has an empty, '.' or '..' segment",
+                     "'x/../y.pt' has an empty, '.' or '..' segment",
+                     "'_SUCCESS' is a name the run's store keeps for a set's manifest or completion marker",
+                     "'MANIFEST.json' is a name the run's store keeps for a set's manifest or completion marker",
+                     f"'{'x' * 256}' has a segment longer than 255 bytes",
+                     "'a' is both an object and the folder of other objects"]
 
 
 def test_foreign_checks_use_every_whole_object_record_and_only_those() -> None:
@@ -48,6 +63,21 @@ def test_foreign_checks_use_every_whole_object_record_and_only_those() -> None:
         foreign_checks({**single, "ChecksumSHA256": None, "ETag": '"' + "0" * 32 + '"'}, **d)
     with pytest.raises(StorageError, match=r"S3's ChecksumSHA256 is AAAA"):
         foreign_checks({**single, "ChecksumSHA256": "AAAA"}, **d)
+    crc = zlib.crc32(data)
+    crc_b64 = base64.b64encode(crc.to_bytes(4, "big")).decode()
+    assert foreign_checks({**multipart, "ChecksumCRC32": crc_b64}, **d, crc32=crc) == ("crc32 (ChecksumCRC32)",)
+    with pytest.raises(StorageError, match=r"S3's ChecksumCRC32 is AAAAAA=="):
+        foreign_checks({**multipart, "ChecksumCRC32": "AAAAAA=="}, **d, crc32=crc)
+    # CRC64NVME (AWS's default for multipart uploads) is validated only by botocore with the AWS CRT;
+    # without it the copy is not claimed as checked by it
+    from botocore import httpchecksum
+    crt = bool(getattr(httpchecksum, "HAS_CRT", False))
+    assert foreign_checks({**multipart, "ChecksumCRC64NVME": "AAAAAAAAAAA="}, **d) == \
+        (("crc64nvme (ChecksumCRC64NVME, validated by botocore)",) if crt else ())
+    dsse = {**single, "ChecksumSHA256": None, "ETag": '"' + "0" * 32 + '"', "ServerSideEncryption": "aws:kms:dsse"}
+    assert foreign_checks(dsse, **d) == ()  # a DSSE-KMS ETag is not an MD5 either
+    upper = {**multipart, "Metadata": {"sha256": d["sha256_hex"].upper()}}
+    assert foreign_checks(upper, **d) == ("sha256 (x-amz-meta-sha256)",)
 
 
 @pytest.fixture
@@ -84,6 +114,7 @@ def _upload_demo(bucket: S3Store, prefix: str) -> dict[str, bytes]:
         else:
             c.put_object(Bucket=b, Key=key, Body=data)
     c.put_object(Bucket=b, Key=f"{prefix}/logs/", Body=b"")  # a console-made folder placeholder
+    c.put_object(Bucket=b, Key=f"{prefix}/", Body=b"")  # the console's "Create folder" for the prefix itself
     return files
 
 
@@ -94,7 +125,7 @@ def test_an_s3_checkpoint_is_copied_in_checked_and_inspected_before_anything_is_
     pre = freeze.preflight_checkpoint(ctx)
     assert pre is not None and pre["blockers"] == 0
     copied = pre["input"]
-    assert copied["placeholders"] == ["logs/"] and copied["total_bytes"] == sum(map(len, files.values()))
+    assert copied["placeholders"] == ["(the prefix itself)", "logs/"] and copied["total_bytes"] == sum(map(len, files.values()))
     rows = {o["file"]: o for o in copied["objects"]}
     assert {k: o["sha256"] for k, o in rows.items()} == {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
     assert rows["trainer_state.pt"]["verified_by"] == "sha256 (ChecksumSHA256), md5 (single-part ETag)"
@@ -133,7 +164,7 @@ def test_a_single_object_url_is_one_file_and_a_bad_url_or_key_is_refused_with_wh
 
     bucket.client.put_object(Bucket=bucket.bucket, Key="evil/../../outside.pt", Body=data)
     ctx = _ctx(make_params, monkeypatch, tmp_path, f"s3://{bucket.bucket}/evil", s3_endpoint)
-    with pytest.raises(StorageError, match=r"contain '\.\.'"):
+    with pytest.raises(StorageError, match=r"'\.\./\.\./outside\.pt' has an empty, '\.' or '\.\.' segment"):
         freeze.preflight_checkpoint(ctx)
     assert not list(tmp_path.parent.rglob("outside.pt"))
 

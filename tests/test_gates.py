@@ -36,6 +36,23 @@ def test_output_parity_shape_and_missing() -> None:
     assert g.output_parity(a, nan, dtype="float32").verdict == "FAIL"
 
 
+def test_output_parity_treats_non_finite_and_empty_outputs_as_torch_isclose_does() -> None:
+    """torch.isclose (equal_nan=False, its default): equal infinities match, NaN matches nothing."""
+    ref = np.array([[np.inf, -np.inf, np.nan, 1.0]], np.float32)
+    obs = np.array([[np.inf, -np.inf, np.nan, 1.0]], np.float32)
+    want = torch.isclose(torch.from_numpy(obs), torch.from_numpy(ref)).numpy()
+    assert want.tolist() == [[True, True, False, True]]
+    res = g.output_parity(ref, obs, dtype="float32")
+    assert res.verdict == "FAIL" and "1 of 4 values" in res.detail
+    allnan = np.full((3, 4), np.nan, np.float32)
+    assert g.output_parity(allnan, np.ones((3, 4), np.float32), dtype="float32").verdict == "FAIL"
+    infs = np.full((3, 4), np.inf, np.float32)
+    assert g.output_parity(infs, infs.copy(), dtype="float32").verdict == "PASS"
+    assert g.output_parity(infs, -infs, dtype="float32").observed == np.inf
+    empty = np.zeros((0, 10), np.float32)
+    assert g.output_parity(empty, empty.copy(), dtype="float32").verdict == "INCONCLUSIVE"
+
+
 def test_tolerances_are_torch_defaults() -> None:
     # torch.testing documents these (rtol, atol) for each dtype.
     assert g.TOLERANCES == {"float32": (1.3e-6, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float16": (1e-3, 1e-5)}

@@ -133,7 +133,8 @@ def test_a_checkpoint_workload_needs_no_code_and_its_path_is_the_project_s(make_
         load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": ""}))
     s3 = load_params(make_params("demo-checkpoint.yaml", workload={
         "checkpoint": "s3://models/llm/v3", "checkpoint_store": {"endpoint_url": "http://127.0.0.1:9000",
-                                                                 "access_key_id_ref": "env:MODELS_KEY_ID"}}))
+                                                                 "access_key_id_ref": "env:MODELS_KEY_ID",
+                                                                 "secret_access_key_ref": "env:MODELS_SECRET"}}))
     assert s3.workload.checkpoint == "s3://models/llm/v3"  # a URL, not a project path
     assert s3.workload.checkpoint_store is not None and s3.workload.checkpoint_store.access_key_id_ref == \
         "env:MODELS_KEY_ID"
@@ -141,6 +142,13 @@ def test_a_checkpoint_workload_needs_no_code_and_its_path_is_the_project_s(make_
         load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3:///ck"}))
     with pytest.raises(ParamsError, match=r"checkpoint_store is how an s3:// checkpoint's bucket is reached"):
         load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint_store": {"region": "eu-west-1"}}))
+    with pytest.raises(ParamsError, match=r"access_key_id_ref is set and secret_access_key_ref is not: give both"):
+        load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3://m/ck", "checkpoint_store": {
+            "access_key_id_ref": "env:MODELS_KEY_ID"}}))
+    with pytest.raises(ParamsError, match=r"secret_access_key_ref is set and access_key_id_ref is not"):
+        load_params(make_params(storage={"secret_access_key_ref": "env:AWS_SECRET_ACCESS_KEY"}))
+    with pytest.raises(ParamsError, match=r"starts with 's3:', which is neither s3:// nor file://"):
+        load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3:/m/ck"}))
     with pytest.raises(ParamsError, match=r"checkpoint_store.access_key_id_ref: String should match pattern"):
         load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3://m/ck",
                                                                   "checkpoint_store": {"access_key_id_ref": "AKIA123"}}))

@@ -24,3 +24,16 @@ def test_scan_finds_and_redacts_by_name(make_params, tmp_path: Path, monkeypatch
     text = (run / "04" / "leak.txt").read_text()
     assert "canary-value" not in text and "[REDACTED:HF_TOKEN]" in text and "AKIA" not in text
     assert scan_run(run, load_params(p))["findings"] == []
+
+
+def test_an_s3_checkpoint_s_bucket_keys_are_scanned_for_too(make_params, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CKPT_KEY_ID", "AKIABUCKETKEYSCAN001")
+    monkeypatch.setenv("CKPT_SECRET", "bucket-secret-value-to-redact")
+    p = make_params("demo-checkpoint.yaml", workload={"checkpoint": "s3://models/ck", "checkpoint_store": {
+        "access_key_id_ref": "env:CKPT_KEY_ID", "secret_access_key_ref": "env:CKPT_SECRET"}})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cell.txt").write_text("printed bucket-secret-value-to-redact by mistake")
+    res = scan_run(run, load_params(p))
+    assert [(f.path, f.what) for f in res["findings"]] == [("cell.txt", "workload.checkpoint_store.secret_access_key")]
+    assert "bucket-secret" not in (run / "cell.txt").read_text()

@@ -209,3 +209,34 @@ def test_tensor_tables_compare_names_dtypes_shapes_and_bytes(make_params, tmp_pa
                      f"{rows[0]['name']}: sha256 {'0' * 16} on the canary, {rows[0]['sha256'][:16]} on the source",
                      f"{rows[1]['name']}: dtype bfloat16 on the canary, float32 on the source",
                      f"{rows[2]['name']}: shape [1] on the canary, {rows[2]['shape']} on the source"]
+
+
+def test_conjugate_and_negative_views_are_hashed_as_their_values(make_params, tmp_path: Path) -> None:
+    import hashlib
+
+    from runbook_lib.workload.checkpoint_set import CheckpointWorkload
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    torch.save({"z": z.conj()}, ck / "state.pt")
+    mig = load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": str(ck)}))
+    wl = make_workload(mig.workload, mig.source)
+    assert isinstance(wl, CheckpointWorkload)
+    wl.load(None)
+    [row] = wl.tensor_table()
+    wl.close()
+    want = torch.tensor([1 - 2j, 3 + 4j], dtype=torch.complex64)  # the values, not the view's storage
+    assert row["sha256"] == hashlib.sha256(want.numpy().tobytes()).hexdigest()
+
+
+def test_a_checkpoint_entry_point_that_would_load_the_files_itself_is_refused_before_anything_runs(
+        make_params, tmp_path: Path) -> None:
+    from runbook_lib.errors import ParamsError
+    from runbook_lib.runner import run_migration
+
+    params = make_params("demo-checkpoint.yaml", workload={"entry_point": "tests.fixture_workloads:SleepWorkload",
+                                                           "checkpoint": str(ROOT / "examples" / "checkpoint-demo")})
+    with pytest.raises(ParamsError, match=r"does not subclass runbook_lib.workload.checkpoint_set.CheckpointWorkload"):
+        run_migration(params, reports_dir=tmp_path / "reports")
+    assert not (tmp_path / "reports").exists()  # no run was opened, nothing rented

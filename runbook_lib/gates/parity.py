@@ -49,7 +49,8 @@ def checksum_exact(name: str, checks: Sequence[dict[str, Any]], *, phase: str = 
 
 def output_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, dtype: str,
                   rtol: float | None = None, atol: float | None = None, phase: str = "") -> GateResult:
-    """Elementwise ``|obs - ref| <= atol + rtol * |ref|`` (``torch.isclose`` rule) on golden inputs.
+    """Elementwise ``|obs - ref| <= atol + rtol * |ref|`` (``torch.isclose`` rule, ``equal_nan``
+    False: equal infinities match, a NaN on either side does not) on golden inputs.
 
     Args:
         reference: golden outputs from the source, float32, any shape.
@@ -57,7 +58,8 @@ def output_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, 
         dtype: the reference (source) dtype, which picks the default tolerance.
 
     Returns:
-        PASS when every element is within tolerance; ``observed`` is the max abs error.
+        PASS when every element is within tolerance; ``observed`` is the max abs error (inf when a
+        non-finite value does not match). INCONCLUSIVE with no outputs or empty ones.
     """
     rt, at, src = tolerance_for(dtype, rtol, atol)
     thr = f"rtol {rt:g}, atol {at:g}"
@@ -68,19 +70,26 @@ def output_parity(reference: np.ndarray | None, observed: np.ndarray | None, *, 
         return GateResult("output_parity", "FAIL", True, f"shape {observed.shape}", f"shape {reference.shape}",
                           "shape", "shape check", "output shape differs from the golden outputs",
                           phase=phase, source=src)
+    if reference.size == 0:
+        return GateResult("output_parity", "INCONCLUSIVE", True, None, thr, "abs error", "elementwise tolerance",
+                          f"no values to compare (shape {reference.shape})", phase=phase, source=src)
     ref64, obs64 = reference.astype(np.float64), observed.astype(np.float64)
-    err = np.abs(obs64 - ref64)
-    bad = err > at + rt * np.abs(ref64)
-    if not np.all(np.isfinite(obs64)):
-        bad |= ~np.isfinite(obs64)
-    used = float(np.max(err / (at + rt * np.abs(ref64))))  # share of its allowance the worst element used
+    # torch.isclose's rule with its default equal_nan=False: equal infinities match, NaN matches nothing
+    bad = ~np.isclose(obs64, ref64, rtol=rt, atol=at, equal_nan=False)
+    finite = np.isfinite(ref64) & np.isfinite(obs64)
+    with np.errstate(invalid="ignore"):
+        err = np.where(finite, np.abs(obs64 - ref64), np.where(bad, np.inf, 0.0))
+    allowance = at + rt * np.abs(np.where(finite, ref64, 0.0))
+    used = float(np.max(err / allowance))  # share of its allowance the worst element used
     frac = float(bad.mean())
+    nonfinite = int((~finite & bad).sum())
     return GateResult(
         "output_parity", "FAIL" if bad.any() else "PASS", True, float(err.max()), thr, "max abs error",
         f"elementwise |T-S| <= atol + rtol*|S| over {reference.size} values",
-        f"{int(bad.sum())} of {bad.size} values ({frac:.2%}) outside tolerance; the worst used {used:.3g}x its "
-        "allowance" if bad.any() else f"all {bad.size} values within tolerance; the worst used {used:.1%} of its "
-        "allowance atol + rtol*|S|",
+        f"{int(bad.sum())} of {bad.size} values ({frac:.2%}) outside tolerance"
+        + (f", {nonfinite} of them NaN or an infinity on one side only" if nonfinite else "")
+        + f"; the worst used {used:.3g}x its allowance" if bad.any() else
+        f"all {bad.size} values within tolerance; the worst used {used:.1%} of its allowance atol + rtol*|S|",
         samples={"values": int(reference.size)}, source=src, phase=phase)
 
 

@@ -25,7 +25,7 @@ from runbook_lib.inventory import probe
 from runbook_lib.params import RemoteProfile, Storage
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
-from runbook_lib.storage import ObjectInfo, credential_env, store_from_params
+from runbook_lib.storage import MANIFEST_KEY, MARKER_KEY, ObjectInfo, credential_env, store_from_params
 from runbook_lib.workload import make_workload
 
 
@@ -96,8 +96,10 @@ def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> dict[str, Any]:
         "last_modified", "sha256", "verified_by"}], "placeholders", "total_bytes", "seconds"}``.
 
     Raises:
-        StorageError: nothing at the URL, not enough free disk here for the copy, or an object
-            whose bytes differ from S3's records. AuthError: the bucket refused the credentials.
+        StorageError: nothing at the URL, a key that cannot be a file of the checkpoint
+            (:func:`checkpoint_key_problems`), not enough free disk here for the copy, or an
+            object whose bytes differ from S3's records. AuthError: the bucket refused the
+            credentials.
     """
     import shutil
 
@@ -105,25 +107,24 @@ def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> dict[str, Any]:
     bucket = checkpoint_bucket(ctx.mig)
     t0 = time.perf_counter()
     keys = bucket.list("")
-    placeholders = [k for k in keys if k.endswith("/")]
-    keys = [k for k in keys if not k.endswith("/")]
-    single = ""
     if not keys:  # one object: its parent as the store, its name as the key
-        parent, _, single = url.rstrip("/").rpartition("/")
-        if parent.rstrip("/") in ("s3:", "s3:/") or not single:
+        parent, _, name = url.rstrip("/").rpartition("/")
+        if parent.rstrip("/") in ("s3:", "s3:/") or not name:
             raise StorageError(f"workload.checkpoint {url} holds no object; name a checkpoint file or a prefix of shards")
         bucket = checkpoint_bucket(ctx.mig.model_copy(update={"workload": ctx.mig.workload.model_copy(
             update={"checkpoint": parent})}))
-        if bucket.head(single) is None:
+        if bucket.head(name) is None:
             raise StorageError(f"workload.checkpoint {url}: no object at that key and none under it as a prefix; "
                                "check the URL (s3://<bucket>/<key or prefix>)")
-        keys = [single]
-    unsafe = [k for k in keys if k.startswith("/") or ".." in k.split("/") or "" in k.split("/")[:-1]]
-    if unsafe:  # a key is a path on this host and in the store: none may climb out of the copy
-        raise StorageError(f"workload.checkpoint {url}: object key(s) {unsafe} contain '..', an empty or a leading "
-                           "'/' segment and cannot be copied as files; rename them in the bucket")
+        keys = [name]
     sizes = {k: (bucket.head(k) or ObjectInfo(k, 0, None)).size_bytes for k in keys}
-    total = sum(sizes.values())
+    placeholders = [k or "(the prefix itself)" for k in keys if (k == "" or k.endswith("/")) and sizes[k] == 0]
+    keys = [k for k in keys if k and not k.endswith("/")]
+    refused = checkpoint_key_problems(keys, {k: n for k, n in sizes.items() if k.endswith("/") and n})
+    if refused:
+        raise StorageError(f"workload.checkpoint {url}: " + "; ".join(refused) + ". Rename or remove those objects in "
+                           "the bucket (each key becomes a file path of the checkpoint), or name a narrower prefix")
+    total = sum(sizes[k] for k in keys)
     free = shutil.disk_usage(dest if dest.exists() else dest.parent).free
     if total > free:
         raise StorageError(f"workload.checkpoint {url} is {total} bytes; this host has {free} bytes free at {dest}. "
@@ -139,6 +140,32 @@ def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> dict[str, Any]:
     out = {"url": url, "prefix": input_prefix(ctx), "manifest_sha256": manifest.sha256, "objects": objects,
            "placeholders": placeholders, "total_bytes": total, "seconds": round(time.perf_counter() - t0, 4)}
     ctx.evidence.write_json("01/checkpoint_input.json", out)
+    return out
+
+
+NAME_MAX_BYTES = 255
+"""Longest file name (one path segment) Linux file systems take, bytes (``NAME_MAX``)."""
+
+
+def checkpoint_key_problems(keys: list[str], non_empty_dirs: dict[str, int] | None = None) -> list[str]:
+    """Why object keys (relative to the checkpoint's prefix) cannot all be files of one
+    checkpoint directory, one sentence each; empty when they can. Refused: an absolute key, a
+    ``.``, ``..`` or empty segment (it would alias another file or climb out), a segment longer
+    than :data:`NAME_MAX_BYTES`, a key that is also the folder of another key, a top-level name
+    the store's set layout keeps for itself (``MANIFEST.json``, ``_SUCCESS``), and
+    ``non_empty_dirs``: keys ending in ``/`` that hold bytes (``{key: size}``), which no file
+    system path can."""
+    out = [f"{k!r} ends in '/' but holds {n} bytes" for k, n in (non_empty_dirs or {}).items()]
+    for k in keys:
+        parts = k.split("/")
+        if k.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            out.append(f"{k!r} has an empty, '.' or '..' segment")
+        elif any(len(p.encode()) > NAME_MAX_BYTES for p in parts):
+            out.append(f"{k!r} has a segment longer than {NAME_MAX_BYTES} bytes")
+        elif k in (MANIFEST_KEY, MARKER_KEY):
+            out.append(f"{k!r} is a name the run's store keeps for a set's manifest or completion marker")
+    folders = {"/".join(k.split("/")[:i]) for k in keys for i in range(1, k.count("/") + 1)}
+    out += [f"{k!r} is both an object and the folder of other objects" for k in keys if k in folders]
     return out
 
 

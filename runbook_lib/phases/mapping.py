@@ -269,11 +269,16 @@ def session_grant_row(ctx: PhaseContext) -> dict[str, Any] | None:
     """Whether the run's store can give queue endpoint workers their session grant (STS
     credentials scoped to the records prefix, :mod:`runbook_lib.storage.grants`), tried here by
     asking for one and discarding it, so a store without STS (Cloudflare R2, many MinIO setups)
-    stops the run in phase 02, before phase 03 rents a canary, not at phase 04's endpoint. None
-    when no side serves a queue endpoint from an S3 store."""
+    stops the run in phase 02, before phase 03 rents a canary, not at phase 04's endpoint. Not
+    asked when every queue side is in dry-run (nothing will be created, and the store may not be
+    reachable yet). None when no side serves a queue endpoint from an S3 store."""
     queue = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
     if ctx.mig.workload.kind != "inference" or not queue or not ctx.mig.storage.url.startswith("s3://"):
         return None
+    if all(ctx.resources.dry_run(side) for side in queue):
+        return _row("queue workers' store grant", f"{', '.join(queue)} queue endpoint", "not checked (dry-run)",
+                    ADAPTER, "endpoint workers need an STS session grant from the store; it is asked for here once "
+                    "the endpoint would really be created (dry_run: false)")
     prefix = ctx.store_prefix("jobs", "grant-check")
     try:
         build_grant(ctx.store, GrantScope("session", write_prefix=prefix, ttl_s=900.0))

@@ -22,6 +22,7 @@ import base64
 import contextlib
 import hashlib
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -59,21 +60,33 @@ CHECKSUM_ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
 ENABLED``), https://docs.aws.amazon.com/AmazonS3/latest/userguide/checking-object-integrity.html."""
 
 
-def foreign_checks(head: Mapping[str, Any], *, size: int, sha256_hex: str, md5_hex: str) -> tuple[str, ...]:
+def _botocore_validates(alg: str) -> bool:
+    """Whether botocore validates a GET body against ``Checksum<alg>`` here: CRC32C and
+    CRC64NVME need the AWS CRT (``awscrt``), which is optional (botocore/httpchecksum.py)."""
+    from botocore import httpchecksum
+
+    return alg.lower() in getattr(httpchecksum, "_SUPPORTED_CHECKSUM_ALGORITHMS", ()) or bool(
+        getattr(httpchecksum, "HAS_CRT", False))
+
+
+def foreign_checks(head: Mapping[str, Any], *, size: int, sha256_hex: str, md5_hex: str,
+                   crc32: int | None = None, sha1_hex: str | None = None) -> tuple[str, ...]:
     """Check bytes copied from an object someone else wrote against what S3 records for it.
 
-    ``head``: the object's ``HeadObject`` answer (asked with ``ChecksumMode: ENABLED``). Checked,
-    each when present: the size; our own ``x-amz-meta-sha256``; a whole-object ``ChecksumSHA256``
-    (base64 of the digest; a composite one, ``...-N``, covers parts, not the object); the ETag as
-    an MD5, only where S3 documents it is one: a single-part object (no ``-N``) not encrypted
-    with SSE-KMS or SSE-C (S3 API reference, Object.ETag,
-    https://docs.aws.amazon.com/AmazonS3/latest/API/API_Object.html). Another whole-object
-    checksum (CRC32, CRC32C, CRC64NVME, SHA1) is validated by botocore while the GET body streams
-    when the GET asks ``ChecksumMode: ENABLED``, which :meth:`S3Store.copy_foreign` does.
+    ``head``: the object's ``HeadObject`` answer (asked with ``ChecksumMode: ENABLED``); the
+    digests are of the bytes copied (``crc32``: zlib's CRC-32, the one S3 calls CRC32). Checked,
+    each when present: the size; an ``x-amz-meta-sha256`` (hex, any case); a whole-object
+    ``ChecksumSHA256``, ``ChecksumSHA1`` or ``ChecksumCRC32`` (base64 of the big-endian digest; a
+    composite one, ``...-N`` or ``ChecksumType: COMPOSITE``, covers parts, not the object), compared
+    here; ``ChecksumCRC32C`` and ``ChecksumCRC64NVME`` only where botocore validates them while the
+    GET body streams (with the AWS CRT installed), else not counted; the ETag as an MD5, only
+    where S3 documents it is one: a single-part object (no ``-N``) not encrypted with SSE-KMS,
+    DSSE-KMS or SSE-C (S3 API reference, Object.ETag,
+    https://docs.aws.amazon.com/AmazonS3/latest/API/API_Object.html).
 
     Returns:
         What matched, e.g. ``("sha256 (ChecksumSHA256)", "md5 (single-part ETag)")``; empty when
-        S3 keeps no whole-object record (a multipart upload without additional checksums).
+        S3 keeps no whole-object record checked here (the copy was checked by size only).
 
     Raises:
         StorageError: a size or a recorded digest differs (the message names both values).
@@ -82,26 +95,30 @@ def foreign_checks(head: Mapping[str, Any], *, size: int, sha256_hex: str, md5_h
     if size != want:
         raise StorageError(f"copied {size} bytes, the object has {want}: truncated in transit; copy it again")
     out: list[str] = []
-    recorded = (head.get("Metadata") or {}).get(META_SHA256)
+    recorded = str((head.get("Metadata") or {}).get(META_SHA256) or "").lower()
     if recorded:
         if recorded != sha256_hex:
             raise StorageError(f"bytes hash to sha256 {sha256_hex[:16]}…, the object's x-amz-meta-sha256 says "
                                f"{recorded[:16]}…: corrupt in transit or rewritten without its metadata")
         out.append("sha256 (x-amz-meta-sha256)")
+    mine = {"SHA256": bytes.fromhex(sha256_hex), "SHA1": bytes.fromhex(sha1_hex) if sha1_hex else None,
+            "CRC32": crc32.to_bytes(4, "big") if crc32 is not None else None}
     for alg in CHECKSUM_ALGORITHMS:
         value = str(head.get(f"Checksum{alg}") or "")
         if not value or "-" in value or head.get("ChecksumType") == "COMPOSITE":
             continue
-        if alg == "SHA256":
-            mine = base64.b64encode(bytes.fromhex(sha256_hex)).decode()
-            if value != mine:
-                raise StorageError(f"bytes hash to {mine} (base64 sha256), S3's ChecksumSHA256 is {value}: corrupt in "
-                                   "transit; copy it again")
-            out.append("sha256 (ChecksumSHA256)")
-        else:
+        digest = mine.get(alg)
+        if digest is not None:
+            ours = base64.b64encode(digest).decode()
+            if value != ours:
+                raise StorageError(f"bytes give {ours} (base64 {alg.lower()}), S3's Checksum{alg} is {value}: corrupt "
+                                   "in transit; copy it again")
+            out.append(f"{alg.lower()} (Checksum{alg})")
+        elif _botocore_validates(alg):
             out.append(f"{alg.lower()} (Checksum{alg}, validated by botocore)")
-    etag = str(head.get("ETag", "")).strip('"')
-    encrypted = head.get("ServerSideEncryption") == "aws:kms" or bool(head.get("SSECustomerAlgorithm"))
+    etag = str(head.get("ETag", "")).strip('"').lower()
+    encrypted = str(head.get("ServerSideEncryption") or "").startswith("aws:kms") or bool(
+        head.get("SSECustomerAlgorithm"))
     if etag and "-" not in etag and not encrypted and re.fullmatch(r"[0-9a-f]{32}", etag):
         if etag != md5_hex:
             raise StorageError(f"bytes hash to md5 {md5_hex}, the object's single-part ETag is {etag}: corrupt in "
@@ -109,6 +126,7 @@ def foreign_checks(head: Mapping[str, Any], *, size: int, sha256_hex: str, md5_h
                                "unencrypted single-part objects breaks S3's documented contract)")
         out.append("md5 (single-part ETag)")
     return tuple(out)
+
 
 # Error fields that carry no credential and help to name the cause (S3 puts AWSAccessKeyId,
 # StringToSign and CanonicalRequest into some error bodies too: those are never read).
@@ -217,8 +235,9 @@ def diagnose(op: str, where: str, code: str, status: int, message: str, region_h
     elif code in ("InvalidAccessKeyId", "InvalidClientTokenId"):
         out = (f"{at}: the store does not know the access key id ({seen}): it was deleted or deactivated, belongs "
                "to another account or provider (an R2 or MinIO key sent to AWS, or the reverse), or the "
-               "environment holds a stale value. Check the key id the params' storage credentials refer to and "
-               "that endpoint_url names the provider that issued it.")
+               "environment holds a stale value. Check the key id the params' credentials for this store refer to "
+               "(storage, or workload.checkpoint_store for a checkpoint's bucket) and that endpoint_url names the "
+               "provider that issued it.")
     elif (code in ("AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException")
           or status == 301 or (bare and status in (400, 403) and expected and region and expected != region)):
         endpoint = info["Endpoint"]
@@ -258,6 +277,11 @@ def diagnose(op: str, where: str, code: str, status: int, message: str, region_h
         cls, out = StorageError, (
             f"{at}: object or bucket does not exist ({code or status}): nothing at this key ({seen}). Check the "
             "key and prefix; a set that was never completed has no marker and no manifest.")
+    elif code == "PreconditionFailed" or status == 412:
+        cls, out = StorageError, (
+            f"{at}: the object changed while it was read ({code or status}: its ETag no longer matches the one "
+            f"read first, {seen}): someone wrote it meanwhile. Copy it again once writers have stopped; a "
+            "versioned bucket lets a copy pin the version instead.")
     elif code in _THROTTLE or status in (429, 503):
         cls, out = StorageError, (
             f"{at}: the store is throttling requests ({seen}), still after botocore's retries. Retry later, and "
@@ -577,7 +601,8 @@ class S3Store(Store):
             head = self.client.head_object(Bucket=self.bucket, Key=self.object_key(key), ChecksumMode="ENABLED")
         size = int(head["ContentLength"])
         pin = {"VersionId": head["VersionId"]} if head.get("VersionId") else {"IfMatch": head["ETag"]}
-        sha, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+        sha, md5, sha1 = hashlib.sha256(), hashlib.md5(usedforsecurity=False), hashlib.sha1(usedforsecurity=False)
+        crc = 0
         bar = progress_bar(size, f"copy {key}", progress)
         got = 0
         try:
@@ -587,14 +612,21 @@ class S3Store(Store):
                 for part in body.iter_chunks(1 << 20):
                     sha.update(part)
                     md5.update(part)
+                    sha1.update(part)
+                    crc = zlib.crc32(part, crc)
                     got += len(part)
                     f.write(part)
                     if bar is not None:
                         bar.update(len(part))
-            checks = foreign_checks(head, size=got, sha256_hex=sha.hexdigest(), md5_hex=md5.hexdigest())
+            checks = foreign_checks(head, size=got, sha256_hex=sha.hexdigest(), md5_hex=md5.hexdigest(), crc32=crc,
+                                    sha1_hex=sha1.hexdigest())
         except StorageError as exc:
             dest.unlink(missing_ok=True)
             raise StorageError(f"{self.url(key)}: {exc}") from None
+        except OSError as exc:
+            dest.unlink(missing_ok=True)
+            raise StorageError(f"{self.url(key)}: cannot be written to {dest}: {exc.strerror}; the key must be a "
+                               "valid file path of the checkpoint") from None
         except BaseException:
             dest.unlink(missing_ok=True)
             raise

@@ -138,6 +138,16 @@ def make_workload(workload: "Workload", profile: "Profile") -> AcceptanceWorkloa
     """Instantiate the workload named in params for one side.
 
     Raises:
+        WorkloadError: as :func:`workload_class`.
+    """
+    return workload_class(workload)(workload, profile)
+
+
+def workload_class(workload: "Workload") -> type[AcceptanceWorkload]:
+    """The class ``workload.entry_point`` names, checked for its kind (the runner calls it before
+    anything is rented).
+
+    Raises:
         WorkloadError: as :func:`load_workload_class`; also a ``kind: checkpoint`` entry point that
             does not subclass :class:`runbook_lib.workload.checkpoint_set.CheckpointWorkload`
             (the checkpoint is frozen, verified and loaded safely by that class, never by user code).
@@ -149,4 +159,4 @@ def make_workload(workload: "Workload", profile: "Profile") -> AcceptanceWorkloa
             raise WorkloadError(f"workload.entry_point {workload.entry_point!r} is for kind 'checkpoint' but does not "
                                 "subclass runbook_lib.workload.checkpoint_set.CheckpointWorkload: subclass it and "
                                 "override inference_outputs() (the checkpoint is still loaded by it, safely)")
-    return cls(workload, profile)
+    return cls

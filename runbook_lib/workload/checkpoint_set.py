@@ -215,7 +215,7 @@ class CheckpointWorkload(AcceptanceWorkload):
 
         rows = []
         for name in sorted(self._state, key=natural_key):
-            t = self._state[name].detach().to("cpu").contiguous()
+            t = self._state[name].detach().to("cpu").resolve_conj().resolve_neg().contiguous()
             raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
             rows.append({"name": name, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                          "sha256": hashlib.sha256(raw.numpy().tobytes()).hexdigest()})
