@@ -385,7 +385,8 @@ def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent() -> None:
     mig = validate(data)
     prov, _, _ = remote("runpod", profile=mig.target)
     vast, _, _ = remote("vast", profile=mig.source)
-    ctx = SimpleNamespace(mig=mig, resources=SimpleNamespace(provider=lambda side: prov if side == "target" else vast),
+    ctx = SimpleNamespace(mig=mig, resources=SimpleNamespace(provider=lambda side: prov if side == "target" else vast,
+                                                             dry_run=lambda side: True),
                           evidence=SimpleNamespace(write_json=lambda *a: None))
     ctx.records = {"01": SimpleNamespace(data={"requirements": freeze.requirements(ctx), "freeze": {
         "environment": None, "source_pod": {"cuda_max": "12.8", "image": mig.source.image}}})}

@@ -272,7 +272,7 @@ def session_grant_row(ctx: PhaseContext) -> dict[str, Any] | None:
     stops the run in phase 02, before phase 03 rents a canary, not at phase 04's endpoint. Not
     asked when every queue side is in dry-run (nothing will be created, and the store may not be
     reachable yet). None when no side serves a queue endpoint from an S3 store."""
-    queue = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
+    queue = [side for side in ("source", "target") if getattr(ctx.mig, side).endpoint_mode == "queue"]
     if ctx.mig.workload.kind != "inference" or not queue or not ctx.mig.storage.url.startswith("s3://"):
         return None
     if all(ctx.resources.dry_run(side) for side in queue):
