@@ -90,12 +90,15 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
     if wl.kind == "checkpoint":
         golden_tensors = ctx.records["01"].data["freeze"]["golden_run"].get("tensors")
         seen = ((res.get("attempts") or [{}])[-1]).get("tensors")
-        diffs = tensor_differences(golden_tensors, seen) if golden_tensors is not None and seen is not None else None
-        out.append(g.boolean_gate(
-            "tensor_identity", None if diffs is None else not diffs, phase="03", source="runbook_lib/phases/parity.py",
-            detail="no tensor table from " + ("the source" if golden_tensors is None else "the canary") if diffs is None
-            else "; ".join(diffs[:5]) + (f"; {len(diffs) - 5} more" if len(diffs) > 5 else "") if diffs
-            else f"{len(seen or [])} tensors: same names, dtypes, shapes and sha256 of their bytes"))
+        if golden_tensors is None or seen is None:
+            same, detail = None, "no tensor table from " + ("the source" if golden_tensors is None else "the canary")
+        else:
+            diffs = tensor_differences(golden_tensors, seen)
+            same = not diffs
+            detail = ("; ".join(diffs[:5]) + (f"; {len(diffs) - 5} more" if len(diffs) > 5 else "") if diffs else
+                      f"{len(seen)} tensors: same names, dtypes, shapes and sha256 of their bytes")
+        out.append(g.boolean_gate("tensor_identity", same, phase="03", source="runbook_lib/phases/parity.py",
+                                  detail=detail))
     drill = res.get("failure_drill")
     drill_ok = None if drill is None else bool(drill["exit_code"] == -9 and drill["resumed_from"])
     out.append(g.boolean_gate(

@@ -60,13 +60,12 @@ CHECKSUM_ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
 ENABLED``), https://docs.aws.amazon.com/AmazonS3/latest/userguide/checking-object-integrity.html."""
 
 
-def _botocore_validates(alg: str) -> bool:
-    """Whether botocore validates a GET body against ``Checksum<alg>`` here: CRC32C and
-    CRC64NVME need the AWS CRT (``awscrt``), which is optional (botocore/httpchecksum.py)."""
+def _botocore_has_crt() -> bool:
+    """Whether botocore validates a GET body against ``ChecksumCRC32C`` and ``ChecksumCRC64NVME``
+    here: both need the AWS CRT (``awscrt``), which is optional (botocore/httpchecksum.py)."""
     from botocore import httpchecksum
 
-    return alg.lower() in getattr(httpchecksum, "_SUPPORTED_CHECKSUM_ALGORITHMS", ()) or bool(
-        getattr(httpchecksum, "HAS_CRT", False))
+    return bool(getattr(httpchecksum, "HAS_CRT", False))
 
 
 def foreign_checks(head: Mapping[str, Any], *, size: int, sha256_hex: str, md5_hex: str,
@@ -114,7 +113,7 @@ def foreign_checks(head: Mapping[str, Any], *, size: int, sha256_hex: str, md5_h
                 raise StorageError(f"bytes give {ours} (base64 {alg.lower()}), S3's Checksum{alg} is {value}: corrupt "
                                    "in transit; copy it again")
             out.append(f"{alg.lower()} (Checksum{alg})")
-        elif _botocore_validates(alg):
+        elif _botocore_has_crt():  # CRC32C, CRC64NVME
             out.append(f"{alg.lower()} (Checksum{alg}, validated by botocore)")
     etag = str(head.get("ETag", "")).strip('"').lower()
     encrypted = str(head.get("ServerSideEncryption") or "").startswith("aws:kms") or bool(

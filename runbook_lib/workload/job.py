@@ -280,6 +280,17 @@ def fetch_verified(store: Store, frozen_prefix: str, dest: Path) -> list[dict[st
     return checks
 
 
+def timed_fetch(store: Store, prefix: str, dest: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """:func:`fetch_verified` of set ``prefix`` into ``dest``, timed: the checksum rows and
+    ``{"bytes", "seconds", "objects", "bytes_per_s"}`` (bytes per second; None when too fast to time)."""
+    t0 = time.perf_counter()
+    checks = fetch_verified(store, prefix, dest)
+    took = time.perf_counter() - t0
+    moved = sum(int(c["size_bytes"]) for c in checks)
+    return checks, {"bytes": moved, "seconds": took, "objects": len(checks),
+                    "bytes_per_s": moved / took if took > 0 else None}
+
+
 def _drill(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Run the acceptance steps, SIGKILL the child after its first checkpoint, resume, reload.
 
@@ -366,12 +377,10 @@ def agent_main(args: argparse.Namespace) -> int:
         mig, wl = _make(args.params, args.side)
         t0 = time.perf_counter()
         if args.frozen_prefix:  # the checkpoint as phase 01 copied it into the store (an s3:// checkpoint)
-            checks = fetch_verified(store, args.frozen_prefix, work / "input")
+            checks, result["fetch"] = timed_fetch(store, args.frozen_prefix, work / "input")
             if not all(c["match"] for c in checks):
                 raise WorkloadError(f"the checkpoint copy {args.frozen_prefix} does not match its manifest: "
                                     + ", ".join(c["key"] for c in checks if not c["match"]) + "; run phase 01 again")
-            result["fetch"] = {"bytes": sum(int(c["size_bytes"]) for c in checks), "objects": len(checks),
-                               "seconds": time.perf_counter() - t0}
             wl.load_input(work / "input")
         else:
             wl.load(None)
@@ -393,13 +402,8 @@ def agent_main(args: argparse.Namespace) -> int:
             result["aa_losses"] = [m["loss"] for m in aa["metrics"]]
     else:
         args.artifact_dir = work / "artifact"
-        t0 = time.perf_counter()
-        checks = fetch_verified(store, args.frozen_prefix, args.artifact_dir)
-        took = time.perf_counter() - t0
-        moved = sum(int(c["size_bytes"]) for c in checks)
         # store-to-pod transfer as this pod saw it: the verified download of the set it starts from
-        result["fetch"] = {"bytes": moved, "seconds": took, "objects": len(checks),
-                           "bytes_per_s": moved / took if took > 0 else None}
+        checks, result["fetch"] = timed_fetch(store, args.frozen_prefix, args.artifact_dir)
         result["artifact_checksums"] = checks
         if not all(c["match"] for c in checks):
             result["skipped"] = "artifact checksum mismatch: acceptance not run on unverified bytes"
