@@ -9,10 +9,13 @@ samples are kept in seconds in CSV files next to the executed notebooks.
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypedDict, TypeVar, Union
 
@@ -406,6 +409,65 @@ MACHINERY_ERRORS: tuple[type[BaseException], ...] = (ProviderError, StorageError
 """Exceptions that mean the measuring broke (a provider call, a connection, the store), not that
 the target failed a request: a failed request is a sample (``FAILED``, ``CLIENT_ERROR``) and is
 evidence; these are retried and never judged (docs/reference/gates.md section 5.1, ERROR)."""
+
+
+@dataclass
+class CollectorPauses:
+    """What CPython's cyclic garbage collector did in the measuring process while
+    :func:`frozen_heap` held it: ``frozen_objects`` moved out of its reach at entry, then
+    ``collections`` (``full_collections`` of them generation 2), the longest and the summed pause,
+    seconds. Phase 04 keeps it in its record as ``load_generator_gc``."""
+
+    frozen_objects: int = 0
+    collections: int = 0
+    full_collections: int = 0
+    longest_pause_s: float = 0.0
+    total_pause_s: float = 0.0
+
+
+@contextmanager
+def frozen_heap() -> Iterator[CollectorPauses]:
+    """Keep the load generator's own garbage collection out of the latency it measures.
+
+    A collection stops every thread of the process, and a full one (generation 2) walks every
+    tracked object: in a kernel that has imported torch, pandas and transformers that is about
+    0.1 to 0.2 s (0.18 s measured in phase 04 on the 2-core test machine). Inside a round it
+    delays the completion time of every request in flight and, on a host with few cores, takes a
+    core from the workers being measured, so it lands in one round and not another and shows up
+    as an A/A difference. On entry this collects once and then freezes every surviving object
+    (``gc.freeze``: "move them to a permanent generation and ignore them in all the future
+    collections", https://docs.python.org/3/library/gc.html#gc.freeze), so later collections walk
+    only the objects the measurement itself creates. On exit the heap is unfrozen, unless it was
+    already frozen on entry. The collections that still happen are counted, not prevented.
+
+    Yields:
+        :class:`CollectorPauses`, filled in while the block runs.
+    """
+    frozen_before = gc.get_freeze_count()
+    gc.collect()
+    gc.freeze()
+    pauses = CollectorPauses(frozen_objects=gc.get_freeze_count())
+    started: list[float] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+            return
+        if not started:
+            return
+        took = time.perf_counter() - started[0]
+        pauses.collections += 1
+        pauses.full_collections += int(info.get("generation") == 2)
+        pauses.longest_pause_s = max(pauses.longest_pause_s, took)
+        pauses.total_pause_s += took
+
+    gc.callbacks.append(count)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(count)
+        if frozen_before == 0:
+            gc.unfreeze()
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ProviderError, WorkloadError
-from runbook_lib.measure import Attempted, with_retries
+from runbook_lib.measure import Attempted, frozen_heap, with_retries
 from runbook_lib.params import Measure, load_params, operator_set, parse_yaml, validate
 from runbook_lib.phases import compare
 
@@ -277,3 +278,31 @@ def test_phase_04_records_each_clock_and_what_it_ended() -> None:
         "source": 1, "target": 0}
     assert rows["job TTL"]["setting_s"] == 600 and rows["job TTL"]["ended"] == {"source": 0, "target": 1}
     assert rows["client timeout"]["ended"] == {"source": 2, "target": 0}
+
+
+def test_the_load_generator_heap_is_frozen_while_it_measures_and_released_after() -> None:
+    assert gc.get_freeze_count() == 0
+    with frozen_heap() as pauses:
+        # everything alive at entry is out of the collector's reach (gc.get_freeze_count's own count)
+        assert pauses.frozen_objects > 1000 and gc.get_freeze_count() > 1000
+        cycle: list[Any] = []
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1  # a collection inside the block still frees new garbage...
+        assert pauses.collections >= 1 and pauses.full_collections >= 1  # ...and is counted
+        assert 0 < pauses.longest_pause_s <= pauses.total_pause_s
+    assert gc.get_freeze_count() == 0  # unfrozen on exit
+    n = pauses.collections
+    gc.collect()
+    assert pauses.collections == n  # the counter is gone with the block
+
+
+def test_a_heap_frozen_before_stays_frozen() -> None:
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() >= before  # not unfrozen by a block that did not freeze it first
+    finally:
+        gc.unfreeze()

@@ -50,6 +50,7 @@ def test_an_endpoint_with_no_active_worker_scales_from_zero_and_back(tmp_path: P
         assert all(client.wait(j, client_timeout_s=60)["status"] == "COMPLETED" for j in both)
         starts = client.health()["cold_starts"]  # one per worker that became ready, each split into parts
         assert len(starts) >= 2 and all(s_["init_s"] > 0 and "weight_load_s" in s_ for s_ in starts)
+        assert all(s_["gc_frozen_objects"] > 1000 for s_ in starts)  # the loaded worker's heap, out of the collector's way
         first = next(s_ for s_ in starts if s_["worker"] == cold["worker"])  # the worker started for `cold`
         assert first["init_s"] <= cold["init_s"] + 0.05  # its start-up fits in the wait the job saw
     finally:

@@ -295,6 +295,8 @@ def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ
         "measurements_lost": [{"what": a.what, "kind": a.kind, "side": a.side, "attempts": len(a.attempts),
                                "error": a.error} for a in res.get("attempts", []) if not a.ok],
         "host_load_avg_1_5_15min": list(os.getloadavg()),  # a busy host explains a noisy A/A pair
+        # the measuring process's own collections while it measured (inference; frozen_heap)
+        "load_generator_gc": res.get("load_generator_gc"),
     }
 
 

@@ -4,6 +4,7 @@ measurement taken through retries that are kept as evidence."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -20,6 +21,7 @@ from runbook_lib.measure import (
     Attempted,
     Request,
     ServingClient,
+    frozen_heap,
     job_clocks,
     job_timings,
     poisson_schedule,
@@ -303,14 +305,24 @@ def schedule_rounds(ctx: PhaseContext, run_round: Any) -> int:
 
 def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Create both endpoints, measure cold starts and interleaved rounds; keep the endpoints.
+    This process is the load generator: its heap is frozen while it measures
+    (:func:`runbook_lib.measure.frozen_heap`), so its own garbage collection does not land in
+    one round's latencies and not another's.
 
     Args:
         sleep: waits between retries of a failed measurement (injected in tests).
 
     Returns:
         ``{"endpoints", "cold_starts", "throughput" (DataFrame),
-        "billed_s", "egress_bytes", "attempts" (one :class:`Attempted` per measurement)}``.
+        "billed_s", "egress_bytes", "attempts" (one :class:`Attempted` per measurement),
+        "load_generator_gc" (:class:`runbook_lib.measure.CollectorPauses` as a dict)}``.
     """
+    with frozen_heap() as pauses:
+        out = _measure_endpoints(ctx, sleep=sleep)
+    return {**out, "load_generator_gc": dataclasses.asdict(pauses)}
+
+
+def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> dict[str, Any]:
     m = ctx.mig.measure
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
