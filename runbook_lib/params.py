@@ -207,6 +207,26 @@ class ProfileBase(_Model):
         return False
 
 
+class LocalOffer(_Model):
+    """One machine a local side may be placed on: the local provider's stand-in for a
+    marketplace offer (a CPU machine, no GPUs). Units: RAM in GiB, disk in GB, price in USD per
+    hour for the machine.
+
+    Attributes:
+        offer_id: the offer's name, unique within the profile.
+        vcpu: CPU cores the machine gives the side.
+        ram_gib: memory, GiB.
+        disk_gb: disk, GB.
+        usd_per_hour: price of the machine, USD per hour.
+    """
+
+    offer_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    vcpu: float = Field(gt=0, le=1024)
+    ram_gib: float = Field(gt=0)
+    disk_gb: float = Field(gt=0)
+    usd_per_hour: float = Field(ge=0, le=1000)
+
+
 class LocalProfile(ProfileBase):
     """The embedded local provider: pods and endpoints are processes on this machine.
 
@@ -216,10 +236,34 @@ class LocalProfile(ProfileBase):
             ``worker_crash`` kills an endpoint worker every 7 requests, ``slow_worker`` adds
             0.25 s to every batch an endpoint worker serves, ``duplicate_side_effects`` is a broken
             handler that never looks up its idempotency record (a redelivered job runs twice).
+        offers: machines a local target may be placed on (:class:`LocalOffer`). Phase 02 ranks
+            those that meet ``offer`` as it ranks a remote target's offers (cheapest first,
+            :func:`runbook_lib.providers.offers.filter_offers`), and phase 04's
+            ``preferred_offer_removed`` drill withdraws the first-ranked one from the provider and
+            plans again. Empty: the side is this one machine and that drill is INCONCLUSIVE. Every
+            local pod and worker still runs on this host, billed at ``price_usd_per_hour``.
+        offer: requirement ranges those offers must meet (:class:`OfferSpec`; ``gpu_count_min``
+            is 0 here, since local machines have no GPUs).
     """
 
     provider: Literal["local"] = "local"
     fault: Literal["none", "corrupt_checkpoint", "worker_crash", "slow_worker", "duplicate_side_effects"] = "none"
+    offers: tuple[LocalOffer, ...] = ()
+    offer: OfferSpec = Field(default_factory=lambda: OfferSpec(gpu_count_min=0))
+
+    @field_validator("offer", mode="before")
+    @classmethod
+    def _no_gpus_by_default(cls, v: Any) -> Any:
+        # a local machine has no GPUs: an offer section that does not say otherwise asks for none
+        return {"gpu_count_min": 0, **v} if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _offers_named_once(self) -> "LocalProfile":
+        ids = [o.offer_id for o in self.offers]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"offers names {twice} more than once; give each machine its own offer_id")
+        return self
 
 
 class RemoteProfile(ProfileBase):

@@ -115,10 +115,16 @@ def test_inference_demo_goes_with_full_evidence(make_params, tmp_path: Path, mon
     assert len(weights["tensors"]) > 50 and ins["findings"] == [] and {"checkpoint_safety", "environment_diff"} <= names
     assert {m["metric"] for m in r["acceptance_deltas"]} >= {"total p95 (s)", "throughput mean (units/s)"}
     drills = {x["drill"]: x for x in r["drills"]}  # the drill table, each blocking and passed
-    assert list(drills) == ["redeliver", "hung_worker", "spend_limit", "output_durability"]
+    assert list(drills) == ["redeliver", "preferred_offer_removed", "hung_worker", "spend_limit", "output_durability"]
     assert all(x["verdict"] == "PASS" and x["blocking"] for x in drills.values()), drills
     assert "the workload ran 1 time(s)" in drills["redeliver"]["observation"]
+    # the local provider withdrew demo.yaml's cheapest qualifying machine; the plan took the next
+    assert drills["preferred_offer_removed"]["observation"].startswith(
+        "withdrew offer local-1cpu; the plan now takes local-2cpu"), drills
     assert {f"drill_{n}" for n in drills} <= names
+    rows02 = json.loads((d / "02_map_target.json").read_text())["data"]["dependency_map"]
+    [offer_row] = [x for x in rows02 if x["dependency"] == "target offer"]  # phase 02 ranked the local machines
+    assert offer_row["target"] == "1 vCPU, 4 GiB (local-1cpu)" and offer_row["status"] == "equivalent", offer_row
     r04 = json.loads((d / "04_compare_production.json").read_text())["data"]
     # endpoints fetch nothing from the store: the target's figure is the canary's download in phase 03
     assert r04["store_to_pod"]["target"]["fetches"] == 1 and r04["store_to_pod"]["target"]["p50_MB_per_s"] > 0

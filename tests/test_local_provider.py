@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from runbook_lib.approvals import Approval, require
-from runbook_lib.errors import ApprovalRequired, NotFound
+from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
 from runbook_lib.measure import JobClient, served_status
+from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.base import EndpointSpec, PodSpec
 from runbook_lib.providers.local import LocalProvider
+from runbook_lib.providers.offers import filter_offers
 
 from .conftest import ROOT
 
@@ -205,3 +207,19 @@ def test_three_clocks_each_end_a_job_their_own_way(endpoint) -> None:
     assert gave_up["status"] == "CLIENT_TIMEOUT" and gave_up["id"] == queued["id"] and gave_up["cancelled"]
     assert client.status(queued["id"])["status"] == "CANCELLED"  # not left to run unobserved
     assert client.wait(held, client_timeout_s=30)["status"] == "COMPLETED"  # a patient caller collects it
+
+
+def test_a_local_target_offers_its_declared_machines_and_can_withdraw_one(tmp_path: Path) -> None:
+    tgt = load_params(ROOT / "params" / "demo.yaml").target
+    prov = create_provider("local", root=tmp_path / "state", profile=tgt)
+    ranked, table = filter_offers(prov.search_offers(tgt.offer, ports=1), tgt.offer)
+    # demo.yaml: local-1gb (0.20 USD/h) has 1 GiB, below ram_gib_min 2; the rest cheapest first
+    assert [o.offer_id for o in ranked] == ["local-1cpu", "local-2cpu"]
+    assert next(r for r in table if r["offer_id"] == "local-1gb")["reasons"] == "RAM GiB 1 below 2"
+    prov.withdraw_offer("local-1cpu")
+    assert [o.offer_id for o in filter_offers(prov.search_offers(tgt.offer), tgt.offer)[0]] == ["local-2cpu"]
+    with pytest.raises(ProviderError, match=r"cannot withdraw offer 'gone'.*\['local-1cpu', 'local-2cpu', 'local-1gb'\]"):
+        prov.withdraw_offer("gone")
+    bare = create_provider("local", root=tmp_path / "state", profile=load_params(ROOT / "params" / "demo.yaml").source)
+    with pytest.raises(ProviderError, match="no offer marketplace"):
+        bare.search_offers(tgt.offer)  # the source declares no machines: it is this host

@@ -158,3 +158,14 @@ def test_a_checkpoint_workload_needs_no_code_and_its_path_is_the_project_s(make_
         load_params(make_params("demo-train.yaml", workload={"checkpoint": "/data/ck"}))
     with pytest.raises(ParamsError, match=r"entry_point is required for kind 'training'"):
         load_params(make_params("demo-train.yaml", workload={"entry_point": ""}))
+
+
+def test_a_local_target_s_machines_are_named_once_and_ask_for_no_gpu_by_default(make_params) -> None:
+    tgt = load_params(make_params(target={"offer": {"vcpu_min": 2}})).target
+    assert tgt.offer.gpu_count_min == 0 and tgt.offer.vcpu_min == 2  # a partial offer section still asks for no GPU
+    assert [o.offer_id for o in tgt.offers] == ["local-1cpu", "local-2cpu", "local-1gb"]  # demo.yaml's, in order
+    twice = [{"offer_id": "a", "vcpu": 1, "ram_gib": 2, "disk_gb": 20, "usd_per_hour": 0.1}] * 2
+    with pytest.raises(ParamsError, match=r"offers names \['a'\] more than once"):
+        load_params(make_params(target={"offers": twice}))
+    with pytest.raises(ParamsError, match=r"target.offers.0.vcpu"):
+        load_params(make_params(target={"offers": [{**twice[0], "vcpu": 0}]}))

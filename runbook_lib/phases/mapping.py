@@ -58,15 +58,16 @@ def endpoint_mode_row(source_mode: str, target_mode: str, caps: Any) -> dict[str
 
 
 def target_offers(ctx: PhaseContext) -> dict[str, Any] | None:
-    """Search, re-check and rank the remote target's offers against ``target.offer`` (read-only,
-    allowed in dry-run). None for a local target.
+    """Search, re-check and rank the target's offers against ``target.offer`` (read-only,
+    allowed in dry-run): a remote target's marketplace offers, or a local target's declared
+    machines (``target.offers``). None for a local target that declares none.
 
     Returns:
         ``{"ranked": [offer ids, cheapest first], "best": offer dict | None, "table": [one row per
         offer seen, with accepted / reasons / unverified], "requirements": {...}}``.
     """
     prof = ctx.mig.target
-    if not isinstance(prof, RemoteProfile):
+    if not isinstance(prof, RemoteProfile) and not getattr(prof, "offers", ()):
         return None
     req = prof.offer
     offers = ctx.resources.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
@@ -116,6 +117,14 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                              f"({best['offer_id']}, {best['region'] or 'any region'})", EQUIVALENT,
                              f"cheapest of {len((offers or {})['ranked'])} qualifying offers out of {seen}; "
                              f"unverified until the canary: {_unverified(offers or {}, best['offer_id']) or 'none'}"))
+    elif offers is not None:  # a local target's declared machines
+        first = offers.get("best")
+        rows.append(_row("target offer", "this host", f"{first['vcpu']:g} vCPU, {first['ram_gib']:g} GiB "
+                         f"({first['offer_id']})" if first else f"{len(offers['table'])} local machines", EQUIVALENT
+                         if first else NONE, f"first of {len(offers['ranked'])} qualifying local machines; every "
+                         "local pod and worker runs on this host at target.price_usd_per_hour" if first else
+                         "no machine in target.offers meets target.offer: "
+                         f"{sorted({r['reasons'] for r in offers['table'] if r['reasons']})[:3]}"))
     if tgt.device.startswith("cuda") and not caps.gpu.supported:
         rows.append(_row("device", src.device, tgt.device, NONE, f"target asks for {tgt.device}: {caps.gpu.detail}"))
     elif src.device.split(":")[0] != tgt.device.split(":")[0]:

@@ -530,6 +530,16 @@ class Provider(ABC):
         raise ProviderError(f"{self.name} has no offer marketplace: its pods run on the machine the profile names; "
                             "offer requirements apply to remote targets", provider=self.name)
 
+    def withdraw_offer(self, offer_id: str) -> None:
+        """Make ``offer_id`` unavailable to later searches (a drill). Only a provider whose offers
+        this runbook owns (the local provider's declared machines) can.
+
+        Raises:
+            ProviderError: always here: a marketplace's offers are not ours to withdraw.
+        """
+        raise ProviderError(f"{self.name} cannot withdraw offer {offer_id!r}: its offers are the marketplace's",
+                            provider=self.name)
+
     @abstractmethod
     def get(self, resource_id: str) -> Pod | Endpoint:
         """Current state of a pod or endpoint.

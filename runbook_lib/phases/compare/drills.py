@@ -21,8 +21,10 @@ limits, and output durability"):
   delays when none qualifies (planned, not rented: phase 03's capacity tries rent fallbacks).
 
 A drill the target cannot run (a ``load_balancing`` endpoint has no job API to redeliver, time
-out or record jobs; a local target has no offers; a training job has no endpoint to send a
-request to) is INCONCLUSIVE with the reason, never PASS.
+out or record jobs; a local target declares no offers; a training job has no endpoint to send a
+request to) is INCONCLUSIVE with the reason, never PASS. A local target runs
+``preferred_offer_removed`` when it declares the machines it may be placed on (``target.offers``):
+the local provider withdraws the first-ranked one.
 """
 
 from __future__ import annotations
@@ -214,13 +216,24 @@ def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
     prof = ctx.mig.target
     rec = ctx.records.get("02")
     offers = (rec.data.get("offers") if rec else None) or {}
-    if not isinstance(prof, RemoteProfile) or not offers.get("ranked"):
-        return Drilled("INCONCLUSIVE", "a local target is one profile: there is no ranked offer to withdraw"
-                       if not isinstance(prof, RemoteProfile) else "phase 02 ranked no target offer to withdraw")
+    remote = isinstance(prof, RemoteProfile)
+    if not offers.get("ranked"):
+        return Drilled("INCONCLUSIVE", "phase 02 ranked no target offer to withdraw" if isinstance(prof, RemoteProfile)
+                       or prof.offers else
+                       "a local target without target.offers is this one machine: there is no ranked offer to "
+                       "withdraw (declare target.offers to run this drill)")
     preferred = offers["ranked"][0]
     seen_req = offers.get("requirements")
-    fresh = ctx.resources.provider("target").search_offers(prof.offer, ports=len(ctx.mig.workload.requirements.ports))
-    ranked, _ = filter_offers([o for o in fresh if str(o.offer_id) != str(preferred)], prof.offer)
+    prov = ctx.resources.provider("target")
+    ports = len(ctx.mig.workload.requirements.ports)
+    if remote:  # a marketplace's offer is not ours to withdraw: it is left out of a fresh search
+        fresh = [o for o in prov.search_offers(prof.offer, ports=ports) if str(o.offer_id) != str(preferred)]
+    else:  # the local provider's own machine is withdrawn, and the search must no longer list it
+        prov.withdraw_offer(str(preferred))
+        fresh = prov.search_offers(prof.offer, ports=ports)
+        if any(str(o.offer_id) == str(preferred) for o in fresh):
+            return Drilled("FAIL", f"offer {preferred} was withdrawn but a fresh search still lists it")
+    ranked, _ = filter_offers(fresh, prof.offer)
     same_req = seen_req is None or seen_req == json.loads(json.dumps(prof.offer.model_dump(mode="json")))
     still = [str(o) for o in offers["ranked"][1:] if str(o) in {str(x.offer_id) for x in ranked}]
     choice = str(ranked[0].offer_id) if ranked else None

@@ -37,6 +37,7 @@ from runbook_lib.providers.base import (
     payload_capabilities,
 )
 from runbook_lib.providers.local import procs
+from runbook_lib.providers.offers import Offer
 
 ENDPOINT_READY_TIMEOUT_S = 120.0  # front door must publish its port within this, seconds
 
@@ -89,6 +90,7 @@ class LocalProvider(Provider):
         python: str = sys.executable,
         term_grace_s: float = procs.TERM_GRACE_S,
         on_teardown_step: procs.StepHook | None = None,
+        offers: tuple[Any, ...] = (),
     ) -> None:
         self.root = Path(root).resolve()
         (self.root / "pods").mkdir(parents=True, exist_ok=True)
@@ -96,6 +98,39 @@ class LocalProvider(Provider):
         self._python = python
         self._term_grace_s = term_grace_s
         self._on_step = on_teardown_step
+        self._offers = tuple(offers)
+        self._withdrawn: set[str] = set()
+
+    # -- offers ------------------------------------------------------------------------------
+
+    def search_offers(self, req: Any, *, ports: int = 0) -> list[Offer]:
+        """The profile's machines (``offers``, :class:`runbook_lib.params.LocalOffer`) as offers:
+        no GPUs, loopback ports without limit, region ``local``; less those withdrawn
+        (:meth:`withdraw_offer`). ``req`` is applied by the caller
+        (:func:`runbook_lib.providers.offers.filter_offers`), as for every provider.
+
+        Raises:
+            ProviderError: the profile declares no offers (the side is this one machine).
+        """
+        if not self._offers:
+            return super().search_offers(req, ports=ports)
+        return [Offer(provider=self.name, offer_id=o.offer_id, gpu_name="", gpu_name_raw="", gpu_count=0, vram_mib=0,
+                      vcpu=float(o.vcpu), ram_gib=float(o.ram_gib), disk_gb=float(o.disk_gb), cuda_max="",
+                      usd_per_hour=float(o.usd_per_hour), interruptible_usd_per_hour=None, storage_usd_per_gb_month=0.0,
+                      egress_usd_per_gb=0.0, region="local", reliability=None, availability="listed")
+                for o in self._offers if o.offer_id not in self._withdrawn]
+
+    def withdraw_offer(self, offer_id: str) -> None:
+        """Take ``offer_id`` off this provider's later searches (the ``preferred_offer_removed``
+        drill: a machine is no longer available). Nothing running is touched.
+
+        Raises:
+            ProviderError: no offer of the profile has that id.
+        """
+        known = [o.offer_id for o in self._offers]
+        if offer_id not in known:
+            raise ProviderError(f"cannot withdraw offer {offer_id!r}: the profile's offers are {known}", provider=self.name)
+        self._withdrawn.add(offer_id)
 
     # -- declared capabilities ---------------------------------------------------------------
 
@@ -347,5 +382,6 @@ def _is_ambient_secret(name: str) -> bool:
 
 
 def create(*, root: str | Path = ".runbook/local", profile: Any = None, **kwargs: Any) -> LocalProvider:
-    """Registry factory (``profile`` carries nothing the local provider needs)."""
-    return LocalProvider(root=root, **kwargs)
+    """Registry factory: ``profile`` (a :class:`runbook_lib.params.LocalProfile`, or None) gives
+    the machines the provider offers."""
+    return LocalProvider(root=root, offers=tuple(getattr(profile, "offers", ())), **kwargs)
