@@ -263,6 +263,9 @@ class LocalProfile(ProfileBase):
         twice = sorted({i for i in ids if ids.count(i) > 1})
         if twice:
             raise ValueError(f"offers names {twice} more than once; give each machine its own offer_id")
+        if "offer" in self.model_fields_set and not self.offers:
+            raise ValueError("offer sets requirements for the machines in offers, and offers is empty: declare the "
+                             "machines (offers) or remove offer")
         return self
 
 
@@ -730,6 +733,9 @@ class Migration(_Model):
     def _distinct_sides(self) -> "Migration":
         if self.source.name == self.target.name:
             raise ValueError(f"source.name and target.name must differ, both are {self.source.name!r}")
+        if isinstance(self.source, LocalProfile) and self.source.offers:
+            raise ValueError("source.offers: the source is the machine that runs today, so nothing ranks or uses "
+                             "offers there; move them to target.offers or remove them")
         return self
 
     @model_validator(mode="after")

@@ -169,3 +169,7 @@ def test_a_local_target_s_machines_are_named_once_and_ask_for_no_gpu_by_default(
         load_params(make_params(target={"offers": twice}))
     with pytest.raises(ParamsError, match=r"target.offers.0.vcpu"):
         load_params(make_params(target={"offers": [{**twice[0], "vcpu": 0}]}))
+    with pytest.raises(ParamsError, match=r"offers is empty: declare the machines \(offers\) or remove offer"):
+        load_params(make_params(target={"offers": []}))  # demo.yaml's target.offer, with nothing to apply it to
+    with pytest.raises(ParamsError, match=r"source.offers: the source is the machine that runs today"):
+        load_params(make_params(source={"offers": twice[:1]}))
