@@ -258,7 +258,7 @@ class LocalProfile(ProfileBase):
         return {"gpu_count_min": 0, **v} if isinstance(v, dict) else v
 
     @model_validator(mode="after")
-    def _offers_named_once(self) -> "LocalProfile":
+    def _offers_consistent(self) -> "LocalProfile":
         ids = [o.offer_id for o in self.offers]
         twice = sorted({i for i in ids if ids.count(i) > 1})
         if twice:
@@ -733,6 +733,10 @@ class Migration(_Model):
     def _distinct_sides(self) -> "Migration":
         if self.source.name == self.target.name:
             raise ValueError(f"source.name and target.name must differ, both are {self.source.name!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _offers_only_on_the_target(self) -> "Migration":
         if isinstance(self.source, LocalProfile) and self.source.offers:
             raise ValueError("source.offers: the source is the machine that runs today, so nothing ranks or uses "
                              "offers there; move them to target.offers or remove them")

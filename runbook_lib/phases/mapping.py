@@ -119,12 +119,15 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                              f"unverified until the canary: {_unverified(offers or {}, best['offer_id']) or 'none'}"))
     elif offers is not None:  # a local target's declared machines
         first = offers.get("best")
-        rows.append(_row("target offer", "this host", f"{first['vcpu']:g} vCPU, {first['ram_gib']:g} GiB "
-                         f"({first['offer_id']})" if first else f"{len(offers['table'])} local machines", EQUIVALENT
-                         if first else NONE, f"first of {len(offers['ranked'])} qualifying local machines; every "
-                         "local pod and worker runs on this host at target.price_usd_per_hour" if first else
-                         "no machine in target.offers meets target.offer: "
-                         f"{sorted({r['reasons'] for r in offers['table'] if r['reasons']})[:3]}"))
+        if first is None:
+            reasons = sorted({r["reasons"] for r in offers["table"] if r["reasons"]})
+            rows.append(_row("target offer", "this host", f"{len(offers['table'])} local machines", NONE,
+                             f"no machine in target.offers meets target.offer: {reasons[:3]}"))
+        else:
+            rows.append(_row("target offer", "this host",
+                             f"{first['vcpu']:g} vCPU, {first['ram_gib']:g} GiB ({first['offer_id']})", EQUIVALENT,
+                             f"first of {len(offers['ranked'])} qualifying local machines; every local pod and "
+                             "worker runs on this host at target.price_usd_per_hour"))
     if tgt.device.startswith("cuda") and not caps.gpu.supported:
         rows.append(_row("device", src.device, tgt.device, NONE, f"target asks for {tgt.device}: {caps.gpu.detail}"))
     elif src.device.split(":")[0] != tgt.device.split(":")[0]:

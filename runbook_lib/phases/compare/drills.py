@@ -218,8 +218,8 @@ def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
     offers = (rec.data.get("offers") if rec else None) or {}
     remote = isinstance(prof, RemoteProfile)
     if not offers.get("ranked"):
-        return Drilled("INCONCLUSIVE", "phase 02 ranked no target offer to withdraw" if isinstance(prof, RemoteProfile)
-                       or prof.offers else
+        declared = remote or bool(getattr(prof, "offers", ()))
+        return Drilled("INCONCLUSIVE", "phase 02 ranked no target offer to withdraw" if declared else
                        "a local target without target.offers is this one machine: there is no ranked offer to "
                        "withdraw (declare target.offers to run this drill)")
     preferred = offers["ranked"][0]
