@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from .runs import (
+    CANARY_ENV,
+    CANARY_FILE,
+    FAST_INFERENCE,
+    FAST_TRAINING,
+    NOT_PREAPPROVED,
+    approval_walk,
+    merged,
+    write_params,
+)
+from .runs import ROOT as ROOT  # the repository root, as the test modules import it
+
+if TYPE_CHECKING:
+    from runbook_lib.runner import RunResult
+
 CHROMIUM = "/usr/bin/chromium"  # Debian's chromium package (`make browser` installs it as root)
-
-
-def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 @pytest.fixture
@@ -27,12 +32,7 @@ def make_params(tmp_path: Path) -> Callable[..., Path]:
     """Write ``params/<name>.yaml`` under a temp project dir from a demo file plus overrides."""
 
     def _make(base: str = "demo.yaml", name: str = "m.yaml", **over: Any) -> Path:
-        data = yaml.safe_load((ROOT / "params" / base).read_text())
-        data = deep_merge(data, over)
-        (tmp_path / "params").mkdir(exist_ok=True)
-        p = tmp_path / "params" / name
-        p.write_text(yaml.safe_dump(data, sort_keys=False))
-        return p
+        return write_params(tmp_path, base, name, **over)
 
     return _make
 
@@ -97,3 +97,46 @@ def retag_devices(src: Path, dst: Path, tag: bytes) -> None:
                 assert b"X\x03\x00\x00\x00cpu" in data
                 data = data.replace(b"X\x03\x00\x00\x00cpu", b"X" + len(tag).to_bytes(4, "little") + tag)
             zout.writestr(info, data)
+
+
+# Whole runs that many end-to-end cases read (tests/README.md lists who reads which). Each is made
+# once per session, on first use, in the stage that runs its readers; readers copy before changing
+# anything.
+
+INFERENCE_GO_OVERRIDES = merged(
+    FAST_INFERENCE,
+    # A wider latency margin than the demo's 2.0 keeps the A/A noise floor (half the margin) from
+    # holding a GO case when the 2-core host hiccups; the NO-GO cases keep the demo's margins.
+    {"gates": {"latency_p95_ratio_max": 3.0},
+     # dual_run: every cutover request is served by both sides and the route picks the answer.
+     "cutover": {"requests_per_step": 20, "mode": "dual_run"}})
+
+
+@pytest.fixture(scope="session")
+def inference_go_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """The demo's inference migration with every drill, a scale-from-zero start per side, two
+    declared secrets (one from the environment, one from a file, each set to a canary value) and
+    a dual_run cutover, run by ``runbook run``'s path and sealed: the full-evidence, dual-run and
+    report cases read it."""
+    from runbook_lib.runner import run_migration
+
+    project = tmp_path_factory.mktemp("inference-go")
+    (project / "registry-token").write_text(CANARY_FILE + "\n")
+    secrets = [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"},
+               {"name": "REGISTRY_TOKEN", "ref": f"file:{project / 'registry-token'}"}]
+    params = write_params(project, "demo.yaml", source={"secrets": secrets}, target={"secrets": secrets},
+                          **INFERENCE_GO_OVERRIDES)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_TOKEN", CANARY_ENV)  # the demo names env:HF_TOKEN; pods get it injected
+        mp.setenv("MPLBACKEND", "template")  # a plotting backend that shows nothing: the plots still show
+        return run_migration(params, reports_dir=project / "reports", echo=print)
+
+
+@pytest.fixture(scope="session")
+def approved_training_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The training demo with nothing pre-approved, walked phase by phase through its holds and
+    one approval file each (:func:`tests.runs.approval_walk`, which asserts every hold); the
+    approvals case and the training-demo case read it."""
+    project = tmp_path_factory.mktemp("training-approved")
+    params = write_params(project, "demo-train.yaml", **merged(FAST_TRAINING, NOT_PREAPPROVED))
+    return approval_walk(params, project, {"04": {"launch_pod"}, "05": {"launch_pod"}})

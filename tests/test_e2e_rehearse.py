@@ -16,7 +16,7 @@ from runbook_lib.errors import EXIT_GO
 
 from .conftest import ROOT
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.measure]  # both migrations must GO on their measurements
 
 
 def test_both_migrations_rehearse_go_and_are_marked_rehearsals(tmp_path: Path, capsys,

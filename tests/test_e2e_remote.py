@@ -50,8 +50,19 @@ def _run(project: Path, *extra: str, capsys: pytest.CaptureFixture[str], params:
 
 
 def _requests(project: Path) -> list[str]:
+    """Every request the provider fixtures answered, in order (``METHOD host/path``). An empty log
+    means the run never reached the fixtures: a "nothing was written" check over it would pass
+    without proving anything, so it fails here."""
     logs = sorted((project / ".runbook" / "fixtures").glob("*.log"))
-    return [line for f in logs for line in f.read_text().splitlines()]
+    lines = [line for f in logs for line in f.read_text().splitlines()]
+    assert lines, f"no request reached the provider fixtures ({len(logs)} log files under .runbook/fixtures)"
+    return lines
+
+
+def _writes(project: Path) -> list[str]:
+    """The requests that would create, change or destroy something (:data:`WRITES`), out of a
+    log that shows the run did reach the fixtures (:func:`_requests`)."""
+    return [r for r in _requests(project) if r.startswith(WRITES)]
 
 
 def test_without_credentials_stops_at_phase_01_naming_the_reference(project: Path, capsys) -> None:
@@ -93,7 +104,7 @@ def test_fixtures_plan_phases_01_to_03_in_dry_run(project: Path, capsys, monkeyp
         "8812345": True, "8812399": False, "8812400": False, "8812501": True}
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["decision"] == "HOLD" and any("dry_run" in r for r in receipt["reasons"])
-    assert not [r for r in _requests(project) if r.startswith(WRITES)], "dry-run must not create or change anything"
+    assert not _writes(project), "dry-run must not create or change anything"
     assert {r["status"] for r in verify_run(run_dir)} == {"intact"}
     for f in run_dir.rglob("*"):
         if f.is_file():
@@ -110,7 +121,7 @@ def test_headless_non_local_launch_without_approval_holds_and_creates_nothing(pr
     rec = json.loads((run_dir / "01_freeze_source.json").read_text())
     assert rec["status"] == "held" and "has no approval record" in rec["data"]["error"]
     assert "provider 'runpod'" in rec["data"]["error"]
-    assert not [r for r in _requests(project) if r.startswith(WRITES)], "nothing may be created without approval"
+    assert not _writes(project), "nothing may be created without approval"
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["decision"] == "HOLD" and receipt["resources"]["created"] == []
 
@@ -153,7 +164,7 @@ def test_inference_to_vast_maps_the_queue_endpoint_to_a_named_adapter_in_phase_0
     assert (row["source"], row["target"], row["status"]) == ("queue", "load_balancing", "adapter needed")
     assert "request/response contract" in row["reason"] and "no job ids" in row["reason"]
     assert json.loads((run_dir / "03_prove_parity.json").read_text())["data"]["dry_run"]
-    assert not [r for r in _requests(project) if r.startswith(WRITES)]
+    assert not _writes(project)
 
 
 def test_a_target_mode_the_provider_cannot_serve_stops_at_phase_02(project: Path, capsys) -> None:
@@ -169,4 +180,4 @@ def test_a_target_mode_the_provider_cannot_serve_stops_at_phase_02(project: Path
     assert not (run_dir / "03_prove_parity.json").exists()
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert any("endpoint mode" in r for r in receipt["reasons"])
-    assert not [r for r in _requests(project) if r.startswith(WRITES)]
+    assert not _writes(project)

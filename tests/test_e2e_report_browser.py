@@ -14,10 +14,9 @@ import pytest
 
 from runbook_lib import report
 from runbook_lib.cli import main as cli_main
-from runbook_lib.runner import run_migration
+from runbook_lib.runner import RunResult
 from runbook_lib.verify import verify_run
 
-from .conftest import ROOT
 from .conftest import reseal as reseal_run
 
 pytestmark = pytest.mark.e2e
@@ -29,24 +28,11 @@ HOSTILE = ("<img src='x' onerror=\"document.title='pwned';window.__pwned=1\">"
 """An HTML output a workload could display: three ways to run script without a click, one with."""
 
 
-@pytest.fixture(scope="module")
-def sealed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A short demo migration, run headlessly and sealed."""
-    import yaml
-
-    root = tmp_path_factory.mktemp("proj")
-    data = yaml.safe_load((ROOT / "params" / "demo.yaml").read_text())
-    data["measure"] = {**data.get("measure", {}), "requests_per_round": 45, "throughput_requests": 24,
-                       "warmup_requests": 10, "cold_starts": 1}
-    data["gates"] = {**data.get("gates", {}), "min_latency_samples": 40, "latency_p95_ratio_max": 3.0}
-    data["drills"] = {"run": [], "blocking": []}
-    data["cutover"] = {**data.get("cutover", {}), "requests_per_step": 10}
-    (root / "params").mkdir()
-    params = root / "params" / "m.yaml"
-    params.write_text(yaml.safe_dump(data, sort_keys=False))
-    res = run_migration(params, reports_dir=root / "reports", notebooks_dir=ROOT / "notebooks", echo=print)
-    assert res.run_dir is not None and (res.run_dir / "_SUCCESS").exists()
-    return res.run_dir
+@pytest.fixture
+def sealed_run(inference_go_run: RunResult) -> Path:
+    """The session's sealed demo migration (conftest.py's ``inference_go_run``); cases copy it."""
+    assert inference_go_run.run_dir is not None and (inference_go_run.run_dir / "_SUCCESS").exists()
+    return inference_go_run.run_dir
 
 
 def _with_hostile_output(run: Path, dest: Path, *, reseal: bool) -> Path:
@@ -80,6 +66,7 @@ def _open(browser: Any, page_path: Path, shot: Path) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.measure  # reads the shared GO run, made in the measure stage
 def test_a_verified_report_sanitizes_every_output_and_runs_no_script(sealed_run: Path, browser: Any,
                                                                      tmp_path: Path) -> None:
     run = _with_hostile_output(sealed_run, tmp_path / "run", reseal=True)
@@ -108,6 +95,7 @@ def test_the_policy_alone_stops_markup_the_sanitizer_might_miss(browser: Any, tm
     assert _open(browser, control, tmp_path / "control.png")["pwned"] is not None
 
 
+@pytest.mark.measure  # reads the shared GO run, made in the measure stage
 def test_a_run_that_does_not_verify_gets_no_report_unless_stamped(sealed_run: Path, browser: Any, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     run = _with_hostile_output(sealed_run, tmp_path / "run", reseal=False)
