@@ -31,7 +31,7 @@ from runbook_lib.storage import open_store
 from runbook_lib.verify import verify_run
 
 from .conftest import ROOT, reseal
-from .runs import CANARY_ENV, CANARY_FILE, FAST_INFERENCE, FAST_TRAINING, QUIET, merged
+from .runs import CANARY_ENV, CANARY_FILE, FAST_INFERENCE, FAST_TRAINING, QUIET, UNJUDGED, merged, write_params
 
 pytestmark = pytest.mark.e2e
 
@@ -429,11 +429,22 @@ def test_bad_params_exit_2_and_nothing_runs(make_params, capsys) -> None:
     assert not (p.parent.parent / "reports").exists()
 
 
+@pytest.fixture(scope="module")
+def held_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """A demo migration whose spend limit (0.006 USD) stops phase 04 before its first round: the
+    latency gates have no samples, the decision is HOLD. The spend-limit and HOLD cases read it."""
+    project = tmp_path_factory.mktemp("held")
+    params = write_params(project, "demo.yaml", **merged(FAST_INFERENCE, QUIET, {"gates": {"spend_limit_usd": 0.006}}))
+    return _run(params)
+
+
 @pytest.mark.measure
-def test_too_few_samples_holds_before_cutover(make_params) -> None:
-    res = _run(make_params("demo-train.yaml", **{**FAST_TRAINING, "gates": {"min_latency_samples": 10_000}}))
+def test_too_few_samples_holds_before_cutover(held_run: RunResult) -> None:
+    # The latency gate's count rule (fewer samples than gates.min_latency_samples is INCONCLUSIVE)
+    # is test_gates.py's; here the HOLD it gives, end to end: no cutover, a deadline, a resolution.
+    res = held_run
     assert (res.decision, res.exit_code) == ("HOLD", EXIT_HOLD)
-    assert any(r.startswith("latency_p95_ratio INCONCLUSIVE") for r in res.reasons)
+    assert any(r.startswith("latency_p95_ratio INCONCLUSIVE") and "too few samples" in r for r in res.reasons)
     assert [o.status for o in res.outcomes][3:] == ["completed", "skipped", "completed"]  # no cutover on HOLD
     _gone(res)
     r = _receipt(res)  # a person decides within the default hour; the resolution leaves the seal intact
@@ -441,8 +452,11 @@ def test_too_few_samples_holds_before_cutover(make_params) -> None:
     shown = (res.run_dir / "06_accept_or_rollback.ipynb").read_text()  # the notebook says what to do
     assert f"runbook resolve reports/{res.run_dir.name} --decision GO|NO-GO --by NAME" in shown
     assert cli_main(["resolve", str(res.run_dir)]) == EXIT_HOLD
-    assert cli_main(["resolve", str(res.run_dir), "--decision", "NO-GO", "--by", "e2e"]) == EXIT_NO_GO
     assert cli_main(["verify", str(res.run_dir)]) == 0
+    resolved = res.run_dir.parent / "resolved"  # resolving writes into the run: a copy, the fixture stays HOLD
+    shutil.copytree(res.run_dir, resolved)
+    assert cli_main(["resolve", str(resolved), "--decision", "NO-GO", "--by", "e2e"]) == EXIT_NO_GO
+    assert cli_main(["verify", str(resolved)]) == 0
 
 
 @pytest.mark.measure
@@ -465,7 +479,7 @@ def test_an_edited_project_notebook_runs_and_fails_its_phase_when_it_drops_the_p
     (cell,) = [c for c in nb.cells if "compare.evaluate(" in c.source]
     cell.source = cell.source.replace("display(result)", "display(result.measurement)")
     nbformat.write(nb, nb_path)
-    p = make_params("demo.yaml", **merged(FAST_INFERENCE, QUIET))
+    p = make_params("demo.yaml", **merged(FAST_INFERENCE, UNJUDGED))  # phase 04 fails on its plots, not its verdicts
     res = _run(p)
     assert res.exit_code == EXIT_FAILED
     o4 = res.outcomes[3]
@@ -533,10 +547,10 @@ def test_a_broken_handler_that_runs_side_effects_twice_is_no_go_naming_the_idemp
 
 
 @pytest.mark.measure
-def test_the_spend_limit_stops_measuring_before_it_is_crossed(make_params) -> None:
+def test_the_spend_limit_stops_measuring_before_it_is_crossed(held_run: RunResult) -> None:
     # The endpoints' start-up fits under 0.006 USD (0.73 USD/h for both sides); no round does, so
     # none starts, the latency gates lack samples (HOLD), and the limit itself is never crossed.
-    res = _run(make_params("demo.yaml", **merged(FAST_INFERENCE, QUIET, {"gates": {"spend_limit_usd": 0.006}})))
+    res = held_run
     assert (res.decision, res.exit_code) == ("HOLD", EXIT_HOLD)
     assert any(r.startswith("latency_p95_ratio INCONCLUSIVE") for r in res.reasons)
     rec = json.loads((res.run_dir / "04_compare_production.json").read_text())["data"]

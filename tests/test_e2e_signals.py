@@ -25,13 +25,15 @@ from runbook_lib.providers.local import LocalProvider
 
 from .conftest import ROOT
 from .runs import FAST_INFERENCE as _FAST
-from .runs import QUIET, merged
+from .runs import QUIET, UNJUDGED, merged
 
 # These cases need the run to reach a phase, not a verdict: a wider latency margin (the A/A noise
 # floor is half of it) keeps a loaded 2-core host from holding the run at phase 04, and no drill
 # or scale-from-zero start delays the phase the signal is sent in. Only the phase 05 case needs
-# phase 04 to pass, so only it runs in the measure stage.
+# phase 04 to pass, so only it runs in the measure stage, with the FAST sizes; the others are
+# signalled in phase 03 or 04 and measure the least the params allow.
 FAST_INFERENCE = merged(_FAST, QUIET, {"gates": {"latency_p95_ratio_max": 3.0}})
+SIGNALLED_BEFORE_05 = merged(FAST_INFERENCE, UNJUDGED)
 
 pytestmark = pytest.mark.e2e
 
@@ -92,7 +94,7 @@ def _survivors(project: Path, run_id: str, runner_pid: int) -> list[str]:
                                             pytest.param("05", signal.SIGINT, marks=pytest.mark.measure)])
 def test_a_signal_stops_the_phase_tears_down_and_exits_128_plus_signal(make_params, start, phase: str,
                                                                        sig: int) -> None:
-    params = make_params(**FAST_INFERENCE)
+    params = make_params(**(FAST_INFERENCE if phase == "05" else SIGNALLED_BEFORE_05))
     project = params.parent.parent
     proc = start(params)
     run_dir = _wait_for_phase(project, phase, proc)
@@ -120,7 +122,7 @@ def test_a_signal_stops_the_phase_tears_down_and_exits_128_plus_signal(make_para
 
 
 def test_a_second_ctrl_c_skips_the_teardown_and_runbook_cleanup_finishes_it(make_params, start, capsys) -> None:
-    params = make_params(**FAST_INFERENCE)
+    params = make_params(**SIGNALLED_BEFORE_05)
     project = params.parent.parent
     proc = start(params)
     run_dir = _wait_for_phase(project, "04", proc)
@@ -150,7 +152,7 @@ def test_a_second_ctrl_c_skips_the_teardown_and_runbook_cleanup_finishes_it(make
 def test_a_run_whose_reader_went_away_still_stops_cleanly(make_params, start) -> None:
     # The terminal or the pipe reading `runbook run` goes away (a closed `| tee`, a dead parent):
     # progress can no longer be printed, and a later SIGTERM must still tear down and seal.
-    params = make_params(**FAST_INFERENCE)
+    params = make_params(**SIGNALLED_BEFORE_05)
     project = params.parent.parent
     proc = start(params)
     assert proc.stdout is not None and proc.stdout.readline().startswith("run ")

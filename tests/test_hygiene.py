@@ -5,6 +5,7 @@ every file a docstring or comment in the library cites exists in the repository 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from .conftest import ROOT
@@ -72,3 +73,16 @@ def test_pytest_turns_warnings_into_errors() -> None:
 
     conf = tomllib.loads(Path(ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert conf["filterwarnings"][0] == "error"
+
+
+def test_every_test_is_in_the_behaviour_table() -> None:
+    """tests/README.md lists every test function with its tier (unit, smoke, e2e-parallel or
+    e2e-measure): a case added without a row, or a row left for a case that is gone, fails here."""
+    table = (ROOT / "tests" / "README.md").read_text()
+    listed = set(re.findall(r"`test_\w+\.py::(?:\w+::)?(test_\w+)`", table))
+    defined = {node.name for f in (ROOT / "tests").rglob("test_*.py") for node in ast.walk(ast.parse(f.read_text()))
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")}
+    defined |= {node.name for f in (ROOT / "tests" / "contract").glob("*.py") for node in ast.walk(ast.parse(f.read_text()))
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")}
+    assert sorted(defined - listed) == [], "cases with no row in tests/README.md"
+    assert sorted(listed - defined) == [], "rows in tests/README.md for cases that no longer exist"

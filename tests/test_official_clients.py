@@ -57,9 +57,9 @@ def test_the_vastai_cli_and_the_adapter_see_one_simulated_account(tmp_path: Path
     try:
         offers = _vastai(srv.url, "search", "offers", "gpu_name=RTX_4090")
         ours = {o.offer_id for o in prov.search_offers(prof.offer)}
-        # the adapter's search finds the two RTX 4090 offers the recorded search ranks for these
-        # params, and the CLI lists both: an adapter that found nothing would fail here
-        assert ours == {"8812345", "8812501"} and {str(o["id"]) for o in offers} >= ours
+        # the adapter's search finds the four RTX 4090 offers of the recorded search
+        # (providers/vast/recorded/), and the CLI lists them all: an adapter that found nothing fails here
+        assert ours == {"8812345", "8812399", "8812400", "8812501"} and {str(o["id"]) for o in offers} >= ours
         made = _vastai(srv.url, "create", "instance", "8812345", "--image", "ghcr.io/example/agent:1", "--disk",
                        "40", "--args", "python", "-c", "import time; time.sleep(60)")
         iid = str(made["new_contract"])
