@@ -140,3 +140,34 @@ def approved_training_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = tmp_path_factory.mktemp("training-approved")
     params = write_params(project, "demo-train.yaml", **merged(FAST_TRAINING, NOT_PREAPPROVED))
     return approval_walk(params, project, {"04": {"launch_pod"}, "05": {"launch_pod"}})
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An end-to-end case leaves no process of its own running: every pod, endpoint, kernel and
+    server it started (directly or through the library in this process) has exited by the time it
+    ends. A leftover would otherwise surface only as a ``ResourceWarning`` at interpreter exit,
+    naming no case."""
+    if request.node.get_closest_marker("e2e") is None:
+        yield
+        return
+    import time
+
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    deadline = time.monotonic() + 10  # a destroyed resource's processes are gone within its grace period
+    while True:
+        left = []
+        for p in me.children(recursive=True):
+            try:
+                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{p.pid} {' '.join(p.cmdline())[:200]}")
+            except psutil.NoSuchProcess:
+                continue
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert left == [], "processes this case started are still running"

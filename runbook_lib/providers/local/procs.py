@@ -197,6 +197,8 @@ def stop(rid: str, volume_dir: str, *, term_grace_s: float = TERM_GRACE_S, kill_
         procs = find(rid, volume_dir)
     if procs:
         rec.survivors = sorted(set(rec.survivors) | {p.pid for p in procs})
+    for pid in list(_LEADERS):  # collect the leaders that have exited (this one among them): no zombie,
+        reap(pid)               # and no never-waited Popen for the interpreter to warn about at exit
     rec.rounds = max(rec.rounds, 1)
     rec.seconds = round(time.monotonic() - t0, 3)
     return rec
