@@ -73,7 +73,7 @@ $(RUNPOD_STAMP):
 e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) browser
 
 test-e2e-parallel: e2e-setup
-	$(PY) -m pytest -q -m "e2e and not smoke and not measure" -n 2 --dist worksteal --durations=20
+	$(PY) -m pytest -q -m "e2e and not smoke and not measure" -n 2 --durations=20
 
 test-e2e-measure: e2e-setup
 	$(PY) -m pytest -q -m "e2e and measure and not smoke" --durations=20

@@ -150,8 +150,8 @@ def approved_training_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def no_process_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     """An end-to-end case leaves no process of its own running: every pod, endpoint, kernel and
     server it started (directly or through the library in this process) has exited by the time it
-    ends. A leftover would otherwise surface only as a ``ResourceWarning`` at interpreter exit,
-    naming no case."""
+    ends (exited children not yet reaped do not count). A leftover would otherwise go on running
+    into the next case, or past the session, naming no case."""
     if request.node.get_closest_marker("e2e") is None:
         yield
         return
