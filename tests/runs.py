@@ -65,13 +65,8 @@ def receipt(run_dir: Path) -> dict[str, Any]:
     return dict(json.loads((run_dir / "receipt.json").read_text()))
 
 
-def record(run_dir: Path, name: str) -> dict[str, Any]:
-    """A phase record's ``data`` (``name``: ``03_prove_parity``)."""
-    return dict(json.loads((run_dir / f"{name}.json").read_text())["data"])
 
 
-def verdicts(run_dir: Path) -> dict[str, str]:
-    return {g["name"]: g["verdict"] for g in receipt(run_dir)["gates"]}
 
 
 def phase_statuses(run_dir: Path) -> dict[str, str]:
@@ -79,12 +74,6 @@ def phase_statuses(run_dir: Path) -> dict[str, str]:
     return {p["phase"]: p["status"] for p in json.loads((run_dir / "manifest.json").read_text())["phases"]}
 
 
-def all_gone(run_dir: Path) -> None:
-    """The run created resources, and every one of them is destroyed."""
-    r = receipt(run_dir)
-    assert r["resources"]["created"], "the run created resources"
-    assert r["resources"]["remaining"] == []
-    assert all(c["state"] == "DESTROYED" for c in r["resources"]["created"])
 
 
 def run_phases(params: Path, phases: Sequence[str], **create: Any) -> Path:

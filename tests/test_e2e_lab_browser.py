@@ -27,13 +27,12 @@ from runbook_lib.rundir import RunDir
 from runbook_lib.runner import run_phase
 
 from .conftest import ROOT
+from .runs import FAST_INFERENCE, NOT_PREAPPROVED, merged
 
 pytestmark = pytest.mark.e2e
 
-FAST = {"measure": {"requests_per_round": 45, "throughput_requests": 24, "warmup_requests": 10, "cold_starts": 1},
-        "gates": {"min_latency_samples": 40}, "cutover": {"requests_per_step": 10},
-        # Nothing is pre-approved: phase 03's canary launch waits for a person.
-        "approvals": {"preapproved_local": False}}
+# Nothing is pre-approved: phase 03's canary launch waits for a person.
+FAST = merged(FAST_INFERENCE, NOT_PREAPPROVED)
 
 
 def _free_port() -> int:
