@@ -65,15 +65,9 @@ def receipt(run_dir: Path) -> dict[str, Any]:
     return dict(json.loads((run_dir / "receipt.json").read_text()))
 
 
-
-
-
-
 def phase_statuses(run_dir: Path) -> dict[str, str]:
     """Each phase's status as the run's manifest lists it (``skipped`` included)."""
     return {p["phase"]: p["status"] for p in json.loads((run_dir / "manifest.json").read_text())["phases"]}
-
-
 
 
 def run_phases(params: Path, phases: Sequence[str], **create: Any) -> Path:
