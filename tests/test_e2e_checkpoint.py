@@ -24,7 +24,7 @@ from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
 from runbook_lib.runner import RunResult, run_migration
 
 from .conftest import ROOT, retag_devices
-from .runs import phase_statuses, run_phases
+from .runs import phase_statuses, receipt, run_phases
 
 pytestmark = pytest.mark.e2e
 
@@ -44,9 +44,8 @@ def _run(make_params: Any, ckpt: Path | str, **workload: Any) -> RunResult:
     return run_migration(params, reports_dir=params.parent.parent / "reports", echo=print)
 
 
-def _receipt(res: RunResult | Path) -> dict[str, Any]:
-    run_dir = res if isinstance(res, Path) else res.run_dir
-    return json.loads((run_dir / "receipt.json").read_text())
+def _receipt(res: RunResult) -> dict[str, Any]:
+    return receipt(res.run_dir)
 
 
 def _through_parity(make_params: Any, ckpt: Path | str, *, name: str = "m.yaml", target: dict[str, Any] | None = None,
@@ -60,7 +59,7 @@ def _through_parity(make_params: Any, ckpt: Path | str, *, name: str = "m.yaml",
 def _parity_verdicts(run_dir: Path) -> dict[str, str]:
     """The verdicts of phases 01-03, after asserting every blocking one passed and phase 06 held
     only because phases 04 and 05 were not run."""
-    r = _receipt(run_dir)
+    r = receipt(run_dir)
     early = [g for g in r["gates"] if g.get("phase") in ("01", "02", "03")]
     assert early and all(g["verdict"] == "PASS" for g in early if g["blocking"]), early
     assert r["decision"] == "HOLD" and phase_statuses(run_dir) == {"01": "completed", "02": "completed",
@@ -243,7 +242,7 @@ def test_a_checkpoint_entry_point_adds_an_inference_check_that_a_dtype_change_fa
     assert again["inference_parity"].basis != "phase record" and all(r.same for r in again.values()), again
 
     half = _through_parity(make_params, ck, name="half.yaml", target={"dtype": "float16"}, entry_point=entry)
-    r = _receipt(half)
+    r = receipt(half)
     assert r["decision"] == "NO-GO", r["reasons"]
     verdicts = {g["name"]: g["verdict"] for g in r["gates"]}
     assert verdicts["output_parity"] == "PASS" and verdicts["inference_parity"] == "FAIL"
