@@ -64,11 +64,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_phase(args: argparse.Namespace) -> int:
-    """One phase into a run, through the same path as ``runbook run`` (scan, stamp, record)."""
+    """One phase into a run, through the same path as ``runbook run`` (scan, stamp, record).
+    SIGINT, SIGTERM and SIGHUP are handled as ``runbook run`` handles them: the phase stops, what
+    the run created is torn down, the run is sealed ``INTERRUPTED`` and the exit is 128 + signal."""
     from runbook_lib.errors import EXIT_HOLD
+    from runbook_lib.interrupt import Interrupts
     from runbook_lib.manifest import phase_name
     from runbook_lib.rundir import KEPT_PARAMS, RunDir
-    from runbook_lib.runner import environment_ok, preflight, run_phase
+    from runbook_lib.runner import environment_ok, preflight, run_phase, stop_interrupted
 
     run_dir = Path(args.run_dir)
     if args.phase == "01" and not (run_dir / KEPT_PARAMS).exists():
@@ -79,8 +82,15 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     preflight(run.mig, run.project, nb_dir)
     _use_fixtures(args)
     environment_ok()
-    out = run_phase(run, args.phase, notebooks_dir=nb_dir, approval_ref=args.approval_file or "",
-                    cell_timeout_s=args.cell_timeout_s or None)
+    scans: list[dict[str, Any]] = []
+    with Interrupts() as intr:
+        out = run_phase(run, args.phase, notebooks_dir=nb_dir, approval_ref=args.approval_file or "",
+                        cell_timeout_s=args.cell_timeout_s or None, interrupts=intr, scans=scans)
+        if intr.signum:
+            res = stop_interrupted(intr, run, [out], scans, _echo, phases_from_records=True)
+            _echo(f"decision: {res.decision} (exit {res.exit_code})")
+            _echo(f"evidence: {res.run_dir}")
+            return res.exit_code
     if out.status == "held":  # waiting on a person, not broken
         print(f"phase {phase_name(args.phase)} held: {out.reason}", file=sys.stderr)
         return EXIT_HOLD

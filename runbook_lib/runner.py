@@ -413,7 +413,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
             bar.update(1)
         bar.close()
         if intr.signum:
-            return _interrupted(intr, run_dir, mig, params, outcomes, scans, say)
+            return stop_interrupted(intr, run, outcomes, scans, say)
     receipt_path = run_dir / "receipt.json"
     decision = "FAILED"
     reasons: list[str] = [o.reason for o in outcomes if o.status in ("failed", "held")]
@@ -449,11 +449,22 @@ def notebooks_line(sources: list[NotebookSource]) -> str:
     return "; ".join(parts) + (f"; packaged: {' '.join(rest)}" if rest else "")
 
 
-def _interrupted(intr: Interrupts, run_dir: Path, mig: Migration, params: Path, outcomes: list[PhaseOutcome],
-                 scans: list[dict[str, Any]], say: Callable[[str], None]) -> RunResult:
-    """After SIGINT/SIGTERM: tear down what the run created (unless a second signal said not to,
-    or arrives meanwhile), say what was destroyed and what is left, and seal the run as
-    ``INTERRUPTED`` without a completion marker."""
+def stop_interrupted(intr: Interrupts, run: RunDir, outcomes: list[PhaseOutcome], scans: list[dict[str, Any]],
+                     say: Callable[[str], None], *, phases_from_records: bool = False) -> RunResult:
+    """After SIGINT/SIGTERM/SIGHUP (``runbook run`` and ``runbook phase`` alike): tear down what the
+    run created (unless a second signal said not to, or arrives meanwhile), say what was destroyed
+    and what is left, and seal the run as ``INTERRUPTED`` without a completion marker.
+
+    Args:
+        intr: the handler that saw the signal (its ``signum`` is set).
+        outcomes: the phases this process ran (or skipped), in order.
+        phases_from_records: the manifest lists the phases from the run's records (``runbook
+            phase``, whose earlier phases ran in other processes) instead of ``outcomes``.
+
+    Returns:
+        The run's result, exit code 128 + the signal number.
+    """
+    run_dir = run.path
     finish = f"runbook cleanup {_shown(run_dir)}"
     teardown: dict[str, Any] = {"skipped": True, "finish_with": finish}
     intr.wait_kernels_gone()
@@ -463,7 +474,7 @@ def _interrupted(intr: Interrupts, run_dir: Path, mig: Migration, params: Path, 
         say("tearing down what this run created (its launch approvals cover it; Ctrl-C again to stop)")
         intr.tearing_down = True
         try:
-            res = cleanup_run(run_dir, mig=mig, project=project_root(params), echo=say)
+            res = cleanup_run(run_dir, mig=run.mig, project=run.project, echo=say)
             teardown = res.to_dict()
             say(f"teardown: {summary(res)}")
             if not res.clean:
@@ -475,7 +486,8 @@ def _interrupted(intr: Interrupts, run_dir: Path, mig: Migration, params: Path, 
             intr.tearing_down = False
     code = exit_code(intr.signum or 2)
     decision = "INTERRUPTED"
-    seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=False,
+    seal_run(run_dir, run.mig, run.params_path, decision=decision,
+             phases=None if phases_from_records else [o.__dict__ for o in outcomes], complete=False,
              extra={"secret_scans": scans, "interrupted": {"signal": intr.name, "received_at": intr.received_at,
                                                            "signals_received": intr.count, "exit_code": code,
                                                            "kernel_killed": intr.kernel_killed,

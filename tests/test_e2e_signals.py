@@ -25,7 +25,7 @@ from runbook_lib.providers.local import LocalProvider
 
 from .conftest import ROOT
 from .runs import FAST_INFERENCE as _FAST
-from .runs import QUIET, UNJUDGED, merged
+from .runs import QUIET, UNJUDGED, merged, run_phases
 
 # These cases need the run to reach a phase, not a verdict: a wider latency margin (the A/A noise
 # floor is half of it) keeps a loaded 2-core host from holding the run at phase 04, and no drill
@@ -37,7 +37,7 @@ SIGNALLED_BEFORE_05 = merged(FAST_INFERENCE, UNJUDGED)
 
 pytestmark = pytest.mark.e2e
 
-PHASE_FILES = {"03": "03_prove_parity", "04": "04_compare_production", "05": "05_cutover"}
+PHASE_FILES = {"01": "01_freeze_source", "03": "03_prove_parity", "04": "04_compare_production", "05": "05_cutover"}
 
 
 @pytest.fixture
@@ -163,3 +163,34 @@ def test_a_run_whose_reader_went_away_still_stops_cleanly(make_params, start) ->
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["decision"] == "INTERRUPTED" and manifest["interrupted"]["teardown"]["clean"] is True
     assert _survivors(project, run_dir.name, proc.pid) == []
+
+
+def test_runbook_phase_handles_a_signal_as_runbook_run_does(make_params) -> None:
+    # Phases 01 and 02 ran earlier (other processes, as a person stepping through would); phase 03
+    # is started alone with `runbook phase` and SIGTERM reaches it while its canary pod runs.
+    params = make_params(**SIGNALLED_BEFORE_05)
+    project = params.parent.parent
+    run_dir = run_phases(params, ("01", "02"))
+    proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.cli", "phase", "03", str(params), str(run_dir),
+                             "--notebooks", str(ROOT / "notebooks")], cwd=project, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert _wait_for_phase(project, "03", proc) == run_dir
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
+    assert proc.returncode == 143, out
+    assert _survivors(project, run_dir.name, proc.pid) == []
+    resources = LocalProvider(root=project / ".runbook" / "local").list(labels={"run_id": run_dir.name})
+    assert resources and all(r.state == "DESTROYED" for r in resources)  # the freeze pod's too, from phase 01
+    rec = json.loads((run_dir / "03_prove_parity.json").read_text())
+    assert rec["status"] == "interrupted" and rec["data"]["signal"] == "SIGTERM"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["decision"] == "INTERRUPTED" and manifest["interrupted"]["teardown"]["clean"] is True
+    assert [(p["phase"], p["status"]) for p in manifest["phases"]] == [
+        ("01", "completed"), ("02", "completed"), ("03", "interrupted")]
+    assert not (run_dir / "_SUCCESS").exists()
+    assert "decision: INTERRUPTED (exit 143)" in out and "teardown: destroyed" in out
