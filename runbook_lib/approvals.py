@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from runbook_lib._time import utc_now
 from runbook_lib.errors import ApprovalRequired, UsageError
 from runbook_lib.manifest import write_json_atomic
+from runbook_lib.records import read_unchecked
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,10 @@ def plans_awaiting(run_dir: str | Path) -> list[dict[str, Any]]:
     stopped a phase for want of an approval (``approvals/pending-*.json``), one per fingerprint."""
     run_dir = Path(run_dir)
     found: dict[str, dict[str, Any]] = {}
-    for rec in sorted(run_dir.glob("0[1-6]_*.json")):
-        for p in json.loads(rec.read_text()).get("data", {}).get("plans", []):
-            if not p.get("applied", True):
-                found.setdefault(p["plan"]["fingerprint"], p["plan"])
+    for data in read_unchecked(run_dir).all_data():
+        for p in data.plans:
+            if not p.applied:
+                found.setdefault(p.plan["fingerprint"], p.plan)
     for f in sorted((run_dir / "approvals").glob("pending-*.json")):
         plan = json.loads(f.read_text())["plan"]
         found.setdefault(plan["fingerprint"], plan)

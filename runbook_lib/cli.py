@@ -227,20 +227,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from runbook_lib.records import load_manifest, load_receipt
     from runbook_lib.resolve import standing
 
     rows = []
     for d in sorted(Path(args.reports).glob("*/")):
-        receipt = d / "receipt.json"
-        src = tgt = ""
         st = standing(d)  # a HOLD past its deadline shows as NO-GO; `runbook resolve` records it
-        if receipt.exists():
-            r = json.loads(receipt.read_text())
-            src, tgt = r["source"]["release"], r["target"]["release"]
+        receipt = load_receipt(d)
+        src, tgt = (receipt.source.release, receipt.target.release) if receipt else ("", "")
         complete = (d / "_SUCCESS").exists()
-        manifest = json.loads((d / "manifest.json").read_text()) if (d / "manifest.json").exists() else {}
+        manifest = load_manifest(d)
         note = f"  [{st.note}]" if st.note else ""
-        kind = "REHEARSAL: " if manifest.get("rehearsal") else ""  # never mistaken for a real migration
+        kind = "REHEARSAL: " if manifest and manifest.rehearsal else ""  # never mistaken for a real migration
         rows.append(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} "
                     f"{kind}{src} -> {tgt}{note}")
     if rows:

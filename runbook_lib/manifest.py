@@ -41,6 +41,9 @@ PLOT_METADATA_KEY = "runbook_plot"
 """Key in an image output's ``image/png`` metadata naming the plot file it shows."""
 
 COMPLETION_MARKER = "_SUCCESS"
+RECORD_SCHEMA_VERSION = 1
+"""Version of a phase record's shape (:mod:`runbook_lib.records` models it), written into each
+record as ``schema_version``; a record without it predates the field and has version 1's shape."""
 GENESIS = "0" * 64  # prev_sha256 of the first record
 
 
@@ -83,16 +86,13 @@ def phase_name(phase: str) -> str:
 
 @dataclass(frozen=True)
 class Record:
-    """A phase record as read back: its JSON body and the sha256 of its file bytes."""
+    """A phase record as read back: its JSON body and the sha256 of its file bytes. Its ``data``
+    is read through :mod:`runbook_lib.records`, which types it."""
 
     phase: str
     path: Path
     sha256: str
     body: dict[str, Any]
-
-    @property
-    def data(self) -> dict[str, Any]:
-        return self.body.get("data", {})
 
     @property
     def status(self) -> str:
@@ -189,6 +189,7 @@ def write_record(
             raise EvidenceError(f"phase {phase} lists {rel} as produced, but {f} does not exist")
         hashed[rel] = sha256_file(f)
     body = {
+        "schema_version": RECORD_SCHEMA_VERSION,
         "phase": phase,
         "name": phase_name(phase),
         "status": status,

@@ -24,7 +24,6 @@ The comparison covers verdict, blocking, observed value and interval (floats to 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +31,10 @@ from typing import Any
 
 from runbook_lib import gates as g
 from runbook_lib.errors import EvidenceError, RunbookError
-from runbook_lib.manifest import PHASES, Record, phase_name, sha256_file
 from runbook_lib.params import load_params
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.raw import load_measurement
+from runbook_lib.records import ParityData, PhaseData, Receipt, load_receipt, read_unchecked
 from runbook_lib.rundir import KEPT_PARAMS
 
 FROM_RAW = "raw samples"
@@ -67,16 +66,6 @@ class Recomputed:
     @property
     def same(self) -> bool:
         return not self.differences
-
-
-def _records(run_dir: Path) -> dict[str, Record]:
-    """Every phase record as it is on disk, unchecked (``runbook verify`` checks the hashes)."""
-    out = {}
-    for pid, _ in PHASES:
-        path = run_dir / f"{phase_name(pid)}.json"
-        if path.exists():
-            out[pid] = Record(pid, path, sha256_file(path), json.loads(path.read_text()))
-    return out
 
 
 def _fields(d: dict[str, Any]) -> dict[str, Any]:
@@ -125,31 +114,32 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
         EvidenceError: the run has no receipt or no kept params (nothing to compare with).
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "receipt.json").exists() or not (run_dir / KEPT_PARAMS).exists():
+    receipt = load_receipt(run_dir)
+    if receipt is None or not (run_dir / KEPT_PARAMS).exists():
         raise EvidenceError(f"{run_dir} has no receipt.json or {KEPT_PARAMS}: there is no decision to recompute; "
                             "run phase 06 first")
-    receipt = json.loads((run_dir / "receipt.json").read_text())
     mig = load_params(run_dir / KEPT_PARAMS)
-    records = _records(run_dir)
-    recorded = {(d.get("phase", ""), d["name"]): d for d in receipt.get("gates", [])}
-    in_records = {(d.get("phase", ""), d["name"]): d for r in records.values() for d in r.data.get("gates", [])}
+    records = read_unchecked(run_dir)
+    recorded = {(x.phase, x.name): x.to_dict() for x in receipt.gates}
+    in_records = {(x.phase, x.name): x.to_dict() for x in records.gates()}
     derived: dict[tuple[str, str], tuple[str, dict[str, Any] | None, str]] = {}
 
-    if "04" in records:
+    d04 = records.data("04")
+    if d04 is not None:
         try:
             derived.update({("04", x.name): (FROM_RAW, _fields(x.to_dict()), "") for x in _measurement_gates(
-                mig, run_dir, records["04"].data)})
+                mig, run_dir, d04)})
         except (RunbookError, OSError, KeyError, ValueError) as exc:
             for key in recorded:
                 if key[0] == "04" and not key[1].startswith("drill_"):
                     derived[key] = (FROM_RAW, None, f"{type(exc).__name__}: {exc}")
         blocking = set(mig.drills.blocking)
-        for row in records["04"].data.get("drills", []):
-            derived[("04", f"drill_{row['drill']}")] = (FROM_DRILLS, {
-                "verdict": row["verdict"], "blocking": row["drill"] in blocking, "observed": row["observation"],
+        for drill in (records.compare.drills if records.compare else ()):
+            derived[("04", f"drill_{drill.drill}")] = (FROM_DRILLS, {
+                "verdict": drill.verdict, "blocking": drill.drill in blocking, "observed": drill.observation,
                 "interval": None}, "")
     if "03" in records:
-        for x in _parity_gates(mig, run_dir, records["03"].data):
+        for x in _parity_gates(mig, run_dir, records.parity):
             derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
     for key, d in recorded.items():
         if key in derived:
@@ -172,18 +162,19 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
     return rows
 
 
-def _measurement_gates(mig: Any, run_dir: Path, data: dict[str, Any]) -> list[g.GateResult]:
-    res = load_measurement(run_dir, data)
+def _measurement_gates(mig: Any, run_dir: Path, data: PhaseData) -> list[g.GateResult]:
+    res = load_measurement(run_dir, data.model_dump(by_alias=True))
     return judge(mig, res, window_costs(mig, res), costs_at_traffic(mig, res))
 
 
-def _parity_gates(mig: Any, run_dir: Path, data: dict[str, Any]) -> list[g.GateResult]:
+def _parity_gates(mig: Any, run_dir: Path, data: ParityData | None) -> list[g.GateResult]:
     """Phase 03's checksum gate from the canary's recorded checksum rows, and its output parity
     (and a checkpoint entry point's inference parity) from the golden outputs phase 01 saved and
     the outputs the canary returned (both files in the run), with the params' tolerances."""
     import numpy as np
 
-    out = [g.checksum_exact("artifact_checksum", (data.get("result") or {}).get("artifact_checksums", []), phase="03")]
+    checks = data.result.artifact_checksums if data is not None and data.result is not None else []
+    out = [g.checksum_exact("artifact_checksum", checks, phase="03")]
     golden, canary = run_dir / "01/golden_outputs.npy", run_dir / "03/canary/outputs.npy"
     if golden.exists():
         out.append(g.output_parity(np.load(golden), np.load(canary) if canary.exists() else None,
@@ -197,7 +188,7 @@ def _parity_gates(mig: Any, run_dir: Path, data: dict[str, Any]) -> list[g.GateR
     return out
 
 
-def _decision(receipt: dict[str, Any], recorded: dict[tuple[str, str], dict[str, Any]],
+def _decision(receipt: Receipt, recorded: dict[tuple[str, str], dict[str, Any]],
               derived: dict[tuple[str, str], dict[str, Any] | None]) -> Recomputed:
     """The decision from the gates as derived again (a gate that could not be is taken as ERROR)."""
     results = []
@@ -210,6 +201,6 @@ def _decision(receipt: dict[str, Any], recorded: dict[tuple[str, str], dict[str,
             results.append(g.GateResult(key[1], f["verdict"], bool(f["blocking"]), None, None, "", "", "",
                                         phase=key[0]))
     decision, _ = g.decide(results)
-    was = receipt.get("decision")
+    was = receipt.decision
     return Recomputed("06", "decision", "every gate above", {"verdict": was}, {"verdict": decision},
                       () if was == decision else (f"verdict: {was!r} -> {decision!r}",))

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from runbook_lib.errors import EvidenceError
+from runbook_lib.records import Receipt, load_receipt
 
 COLORS = {"source": "#4c72b0", "target": "#dd8452"}
 VERDICT_COLORS = {"PASS": "#c8e6c9", "FAIL": "#ffcdd2", "INCONCLUSIVE": "#fff9c4", "ERROR": "#e1bee7"}
@@ -184,7 +185,6 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
         EvidenceError: the run has no executed notebooks, or the HTML would load something remotely.
     """
     import html as _html
-    import json
 
     import nbformat
     from nbconvert import HTMLExporter
@@ -192,7 +192,7 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
     notebooks = sorted(run_dir.glob("0[1-6]_*.ipynb"))
     if not notebooks:
         raise EvidenceError(f"{run_dir} holds no executed phase notebooks to report")
-    receipt = json.loads((run_dir / "receipt.json").read_text()) if (run_dir / "receipt.json").exists() else {}
+    receipt = load_receipt(run_dir) or Receipt(migration=run_dir.name, decision="none")
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     stamp = ""
@@ -206,12 +206,12 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
         body = re.sub(r"<script\b.*?</script>", "", body, flags=re.DOTALL | re.IGNORECASE)
         parts.append(f'<section id="{nb_path.stem}">{stamp}<p><code>{_html.escape(nb_path.name)}</code></p>'
                      f'{body}</section>')
-    reasons = "".join(f"<li>{_html.escape(r)}</li>" for r in receipt.get("reasons", []))
-    head = (f"{stamp}<h1>Migration report: {_html.escape(str(receipt.get('migration', run_dir.name)))}</h1>"
+    reasons = "".join(f"<li>{_html.escape(r)}</li>" for r in receipt.reasons)
+    head = (f"{stamp}<h1>Migration report: {_html.escape(receipt.migration or run_dir.name)}</h1>"
             f"<p>Run <code>{_html.escape(run_dir.name)}</code></p>"
-            f"<p class='decision'>Decision: <b>{_html.escape(str(receipt.get('decision', 'none')))}</b></p><ul>{reasons}</ul>"
-            f"<p>Source: {_html.escape(str(receipt.get('source', {}).get('release', '')))}<br>"
-            f"Target: {_html.escape(str(receipt.get('target', {}).get('release', '')))}</p>"
+            f"<p class='decision'>Decision: <b>{_html.escape(receipt.decision)}</b></p><ul>{reasons}</ul>"
+            f"<p>Source: {_html.escape(receipt.source.release)}<br>"
+            f"Target: {_html.escape(receipt.target.release)}</p>"
             + ("<p>Every hash of this run's evidence verified (<code>runbook verify</code>) when this report was "
                "written.</p>" if not unverified else ""))
     doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"

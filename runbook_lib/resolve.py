@@ -15,16 +15,19 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from runbook_lib._time import iso, parse_iso
 from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, UsageError
 from runbook_lib.manifest import COMPLETION_MARKER, sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.params import load_params
+from runbook_lib.records import Manifest, Receipt, load_manifest, load_receipt
+from runbook_lib.rundir import KEPT_PARAMS
 
 RESOLUTION_FILE = "resolution.json"
 DECISIONS = ("GO", "NO-GO")
 DEADLINE_BY = "hold deadline (no person decided in time)"
+_M = TypeVar("_M", Receipt, Manifest)
 
 
 def hold_deadline(decided_at: str, deadline_s: float) -> str:
@@ -63,13 +66,20 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _deadline(run_dir: Path, receipt: dict[str, Any]) -> _dt.datetime:
+def _deadline(run_dir: Path, receipt: Receipt) -> _dt.datetime:
     """The receipt's ``hold_deadline``; for receipts written before it was recorded, the decision
     time plus the run's ``gates.hold_deadline_s``."""
-    if receipt.get("hold_deadline"):
-        return parse_iso(receipt["hold_deadline"])
+    if receipt.hold_deadline:
+        return parse_iso(receipt.hold_deadline)
+    return parse_iso(hold_deadline(receipt.decided_at, load_params(run_dir / KEPT_PARAMS).gates.hold_deadline_s))
 
-    return parse_iso(hold_deadline(receipt["decided_at"], load_params(run_dir / "params.yaml").gates.hold_deadline_s))
+
+def _tolerant(load: Callable[[Path], _M | None], run_dir: Path) -> _M | None:
+    """``load(run_dir)``, or None when the file is unreadable (``runbook verify`` names it)."""
+    try:
+        return load(run_dir)
+    except EvidenceError:
+        return None
 
 
 def standing(run_dir: str | Path, *, now: _dt.datetime | None = None) -> Standing:
@@ -82,13 +92,13 @@ def standing(run_dir: str | Path, *, now: _dt.datetime | None = None) -> Standin
     """
     run_dir = Path(run_dir)
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    manifest = _read(run_dir / "manifest.json")
-    decision = str(manifest.get("decision", "?")) if manifest else "?"
+    manifest = _tolerant(load_manifest, run_dir)
+    decision = manifest.decision if manifest else "?"
     res = _read(run_dir / RESOLUTION_FILE)
     if res is not None:
         return Standing(str(res.get("decision", "?")), f"HOLD resolved by {res.get('by')} at {res.get('resolved_at')}",
                         resolution=res)
-    receipt = _read(run_dir / "receipt.json")
+    receipt = _tolerant(load_receipt, run_dir)
     if decision != "HOLD" or receipt is None:
         return Standing(decision)
     deadline = _deadline(run_dir, receipt)
@@ -126,9 +136,10 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
     if not (run_dir / "manifest.json").exists() or not (run_dir / COMPLETION_MARKER).exists():
         raise UsageError(f"{run_dir} is not a sealed run (manifest.json and {COMPLETION_MARKER} needed); only a "
                          "finished HOLD run can be resolved")
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    if manifest.get("decision") != "HOLD":
-        raise UsageError(f"{run_dir.name} was decided {manifest.get('decision')!r}, not HOLD: only a HOLD run waits "
+    manifest = load_manifest(run_dir)
+    if manifest is None or manifest.decision != "HOLD":
+        raise UsageError(f"{run_dir.name} was decided {manifest.decision if manifest else None!r}, not HOLD: only a "
+                         "HOLD run waits "
                          "for a person, so there is nothing to resolve")
     existing = _read(run_dir / RESOLUTION_FILE)
     if (run_dir / RESOLUTION_FILE).exists():
@@ -139,7 +150,9 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
     if bad:
         raise EvidenceError(f"{run_dir.name}: evidence does not verify ({[(r['path'], r['status']) for r in bad]}); "
                             "a decision cannot rest on it. Run `runbook verify` and investigate, or start a new run.")
-    receipt = json.loads((run_dir / "receipt.json").read_text())
+    receipt = load_receipt(run_dir)
+    if receipt is None:
+        raise UsageError(f"{run_dir.name} has no receipt.json: phase 06 never decided it, so there is nothing to resolve")
     deadline = _deadline(run_dir, receipt)
     expired = now >= deadline
     if decision is None:
@@ -156,16 +169,15 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
             raise UsageError(f"GO is refused: the hold deadline passed at {iso(deadline)} (now {iso(now)}), so "
                              f"{run_dir.name} resolves to NO-GO; run `runbook resolve {run_dir}` to record that, and "
                              "start a new run to migrate")
-        unrun = [g["name"] for g in receipt.get("gates", [])
-                 if g["name"] in ("dry_run", "phases_complete") and g["verdict"] != "PASS"]
+        unrun = [x for x in receipt.gates if x.name in ("dry_run", "phases_complete") and x.verdict != "PASS"]
         if decision == "GO" and unrun:
-            raise UsageError(f"GO is refused: {run_dir.name} holds because phases never ran ({unrun}: "
-                             f"{[g['detail'] for g in receipt['gates'] if g['name'] in unrun][0]}). A person may "
+            raise UsageError(f"GO is refused: {run_dir.name} holds because phases never ran ({[x.name for x in unrun]}: "
+                             f"{unrun[0].detail}). A person may "
                              "judge inconclusive measurements, not evidence that was never collected: decide NO-GO "
                              "or start a new run")
         kind = "person"
-    route = receipt.get("route") or {}
-    remaining = (receipt.get("resources") or {}).get("remaining") or []
+    route = receipt.route or {}
+    remaining = receipt.resources.remaining
     rollback = (f"phase 06 restored the source route (target at {route.get('target_percent', 0)} %) and tore the "
                 "target down when it held" + (f"; {len(remaining)} resource(s) are still present: destroy them"
                                                 if remaining else "; nothing is left to roll back"))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from runbook_lib import records
 from runbook_lib._time import utc_now
 from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
 from runbook_lib.errors import (
@@ -312,10 +313,9 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
                 f"{'in the run' if all((run.path / m).exists() for m in missing) else 'not all written'}; "
                 f"check that the notebook ({shown['path']}) still displays the phase's result.",
                 phase=phase, notebook=str(nb_out), ename="MissingPlot")
-        return PhaseOutcome(phase, "completed", time.perf_counter() - t0,
-                            verdicts=[g["verdict"] for g in rec.data.get("gates", [])],
-                            stop=bool(rec.data.get("stop_migration")) or bool(rec.data.get("hold_migration")),
-                            dry_run=bool(rec.data.get("dry_run")), notebook_source=shown)
+        typed = records.parse(rec)
+        return PhaseOutcome(phase, "completed", time.perf_counter() - t0, verdicts=[x.verdict for x in typed.gates],
+                            stop=typed.stops, dry_run=typed.dry_run, notebook_source=shown)
     except (PhaseFailed, EvidenceError) as exc:
         ename = getattr(exc, "ename", "")
         status = "interrupted" if ename == INTERRUPTED else "held" if ename == "ApprovalRequired" else "failed"
@@ -414,18 +414,15 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
         bar.close()
         if intr.signum:
             return stop_interrupted(intr, run, outcomes, scans, say)
-    receipt_path = run_dir / "receipt.json"
+    receipt = records.load_receipt(run_dir)
     decision = "FAILED"
     reasons: list[str] = [o.reason for o in outcomes if o.status in ("failed", "held")]
-    if receipt_path.exists():
-        import json
-
-        receipt = json.loads(receipt_path.read_text())
-        decision = receipt["decision"]
-        reasons = receipt["reasons"] + [r for r in reasons if not any(r in x for x in receipt["reasons"])]
-    exit_code = EXIT_FAILED if failed or not receipt_path.exists() else EXIT_BY_DECISION[decision]
+    if receipt is not None:
+        decision = receipt.decision
+        reasons = receipt.reasons + [r for r in reasons if not any(r in x for x in receipt.reasons)]
+    exit_code = EXIT_FAILED if failed or receipt is None else EXIT_BY_DECISION[decision]
     if failed:
-        decision = f"FAILED (decision {decision})" if receipt_path.exists() else "FAILED"
+        decision = f"FAILED (decision {decision})" if receipt is not None else "FAILED"
     seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed,
              extra={"secret_scans": scans})
     return RunResult(run_dir, decision, exit_code, outcomes, reasons)

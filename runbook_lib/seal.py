@@ -25,6 +25,7 @@ from runbook_lib.manifest import (
     write_json_atomic,
 )
 from runbook_lib.params import Migration
+from runbook_lib.records import Chain, FreezeSource
 
 VERSIONED_PACKAGES = ("torch", "papermill", "nbclient", "sentence-transformers", "scikit-learn", "numpy", "pandas",
                       "scipy", "boto3")
@@ -41,12 +42,12 @@ def git_commit(root: Path) -> str | None:
     return (r.stdout.strip() + ("+dirty" if dirty else "")) if r.returncode == 0 else None
 
 
-def rehearsal_of(records: Any, mig: Migration) -> dict[str, Any] | None:
+def rehearsal_of(chain: Chain, mig: Migration) -> dict[str, Any] | None:
     """The run's rehearsal marks: the simulators its phases talked to (as their answers said) and
     the params' ``rehearsal`` section; None for a real migration."""
     sims: dict[str, str] = {}
-    for r in records:
-        sims.update(r.data.get("simulators") or {})
+    for d in chain.all_data():
+        sims.update(d.simulators)
     if not sims and mig.rehearsal is None:
         return None
     return {"simulators": sims, "params": mig.rehearsal.model_dump() if mig.rehearsal is not None else None}
@@ -69,8 +70,8 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
     Returns:
         The manifest.
     """
-    chain = {r.phase: r for r in read_chain(run_dir)}
-    freeze = chain["01"].data.get("freeze", {}) if "01" in chain else {}
+    chain = Chain({r.phase: r for r in read_chain(run_dir)})
+    freeze = chain.freeze.freeze if chain.freeze is not None else FreezeSource()
     versions: dict[str, str | None] = {}
     for pkg in VERSIONED_PACKAGES:
         try:
@@ -90,13 +91,13 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
         "runtime": {"python": platform.python_version(), "platform": platform.platform(), **versions},
         "workload": {"kind": mig.workload.kind, "entry_point": mig.workload.entry_point,
                      "model_id": mig.workload.model_id, "dataset_id": mig.workload.dataset_id},
-        "identities": freeze.get("identity"),
-        "inputs": {"store": mig.storage.url, "frozen": (freeze.get("frozen") or {}).get("prefix"),
-                   "golden": (freeze.get("golden") or {}).get("prefix")},
+        "identities": freeze.identity,
+        "inputs": {"store": mig.storage.url, "frozen": freeze.frozen.prefix if freeze.frozen else None,
+                   "golden": freeze.golden.prefix if freeze.golden else None},
         "outputs": {"run_dir": str(run_dir), "records": {r.path.name: r.sha256 for r in chain.values()},
                     "notebooks": {p.name: sha256_file(p) for p in sorted(run_dir.glob("*.ipynb"))}},
         "phases": phases,
-        "rehearsal": rehearsal_of(chain.values(), mig),
+        "rehearsal": rehearsal_of(chain, mig),
         "finished": utc_now(),
         **(extra or {}),
     }

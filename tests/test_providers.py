@@ -367,7 +367,7 @@ def test_not_found_is_translated() -> None:
 
 # -- phase 02 against declared capabilities ----------------------------------------------------------
 
-def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent() -> None:
+def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent(tmp_path: Path) -> None:
     """Vast -> Runpod for a service with a UDP port and 5-minute HTTP requests: both have no
     equivalent on Runpod (TCP/HTTP only; the HTTP proxy cuts responses at 100 s), which blocks cutover."""
     from types import SimpleNamespace
@@ -388,8 +388,13 @@ def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent() -> None:
     ctx = SimpleNamespace(mig=mig, resources=SimpleNamespace(provider=lambda side: prov if side == "target" else vast,
                                                              dry_run=lambda side: True),
                           evidence=SimpleNamespace(write_json=lambda *a: None))
-    ctx.records = {"01": SimpleNamespace(data={"requirements": freeze.requirements(ctx), "freeze": {
-        "environment": None, "source_pod": {"cuda_max": "12.8", "image": mig.source.image}}})}
+    from runbook_lib.manifest import read_chain, write_record
+    from runbook_lib.records import Chain, checked
+
+    write_record(tmp_path, "01", status="completed", data=checked("01", {
+        "requirements": freeze.requirements(ctx),
+        "freeze": {"environment": None, "source_pod": {"cuda_max": "12.8", "image": mig.source.image}}}))
+    ctx.records = Chain({r.phase: r for r in read_chain(tmp_path)})
     offers = mapping.target_offers(ctx)
     assert offers["ranked"] == ["NVIDIA GeForce RTX 4090"]
     rows = {r["dependency"]: r for r in mapping.dependency_map(ctx, offers)}

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from runbook_lib.manifest import read_chain, write_record
 from runbook_lib.params import load_params
 from runbook_lib.phases.decide import reconcile
+from runbook_lib.records import Chain
 from runbook_lib.storage import open_store
 
 from .conftest import ROOT
@@ -49,9 +51,12 @@ def _context(tmp_path: Path, rule: str, *, phase05: str = "completed") -> Simple
              for i in range(3)]
     mig = load_params(ROOT / "params" / "demo-train.yaml")
     mig = mig.model_copy(update={"cutover": mig.cutover.model_copy(update={"on_rollback": rule})})
-    records = {"01": SimpleNamespace(status="completed", data={"freeze": {"frozen": {"prefix": frozen}}}),
-               "05": SimpleNamespace(status=phase05, data={"cutover": {"steps": steps}})}
-    (tmp_path / "run").mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    write_record(run, "01", status="completed", data={"freeze": {"frozen": {"prefix": frozen,
+                                                                            "manifest_sha256": "0" * 64}}})
+    write_record(run, "05", status=phase05, data={"cutover": {"steps": steps}})
+    records = Chain({r.phase: r for r in read_chain(run)})
     return SimpleNamespace(records=records, mig=mig, store=store, run_id=RUN_ID, run_dir=tmp_path / "run",
                            evidence=_Evidence(tmp_path / "run"), store_prefix=lambda *p: "/".join((prefix, *p)))
 
@@ -63,7 +68,7 @@ def test_discard_lists_every_set_then_deletes_it_and_keeps_the_rollback_point(tm
     assert [w["prefix"].rsplit("/", 2)[-2] for w in out["writes"]] == ["0", "1", "2"]  # listed before deleting
     assert all(w["verified"] and len(next(iter(w["objects"].values()))) == 64 for w in out["writes"])
     assert all(ctx.store.list(w["prefix"]) == [] for w in out["writes"])  # gone from the store
-    frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
+    frozen = ctx.records.need_freeze().frozen().prefix
     assert ctx.store.verify_set(frozen, run_id=RUN_ID)  # the rollback point is untouched
     assert "deleted the 3 set(s)" in out["action"] and frozen in out["action"]
     assert json.loads((ctx.run_dir / "06" / "reconciliation.json").read_text()) == out
@@ -82,4 +87,5 @@ def test_nothing_to_reconcile_on_go_or_without_a_completed_cutover(tmp_path: Pat
                                                                    phase05: str) -> None:
     ctx = _context(tmp_path, "discard", phase05=phase05)
     assert reconcile(ctx, decision) is None
-    assert all(ctx.store.list(s["checkpoint_prefix"]) for s in ctx.records["05"].data["cutover"]["steps"])
+    sets = [f"runs/{RUN_ID}/cutover/{i}/checkpoint" for i in range(3)]
+    assert all(ctx.store.list(prefix) for prefix in sets)

@@ -8,10 +8,11 @@ from typing import Any, Callable
 
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError
-from runbook_lib.gates import GateResult, from_dict, tolerance_for
+from runbook_lib.gates import GateResult, tolerance_for
 from runbook_lib.manifest import PHASES, Record
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.phases.resources import Resources
+from runbook_lib.records import Chain, checked
 from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.scan import scan_run
 from runbook_lib.storage import Store, store_from_params
@@ -27,7 +28,7 @@ class PhaseContext(OnRun):
         run_mode: ``interactive`` (a person steps through the notebook; :meth:`finish` scans the
             run for credentials) or ``headless`` (the runner scans after the phase).
         approval_ref: an approval file for headless runs.
-        records: verified records of earlier phases, by phase id.
+        records: verified records of earlier phases, by phase id, with their typed data.
         started: when the phase started (UTC ISO 8601).
         store_factory: opens the run's store; called once, on first use.
         evidence: what the phase produces (files, plans, gates).
@@ -39,7 +40,7 @@ class PhaseContext(OnRun):
     run: RunDir
     run_mode: str
     approval_ref: str
-    records: dict[str, Record]
+    records: Chain
     started: str
     store_factory: Callable[[], Store]
     evidence: Evidence = field(init=False)
@@ -86,7 +87,8 @@ class PhaseContext(OnRun):
         return obs.shape == ref.shape and bool(np.all(np.abs(obs - ref) <= at + rt * np.abs(ref)))
 
     def earlier_gates(self) -> list[GateResult]:
-        return [from_dict(g) for r in self.records.values() for g in r.body.get("data", {}).get("gates", [])]
+        """Every gate the earlier phases' records hold, in phase order."""
+        return self.records.gates()
 
     def finish(self, data: dict[str, Any]) -> Record:
         """Write this phase's record (chained to the previous one) with its gates, plans and files.
@@ -95,14 +97,15 @@ class PhaseContext(OnRun):
         the values of every declared credential, as the runner does after each headless phase.
 
         Raises:
-            EvidenceError: a credential's value was found in the run's files (they are redacted;
-                the message names the files and the credentials, never a value).
+            EvidenceError: ``data`` does not fit the phase's record model (:mod:`runbook_lib.records`;
+                nothing is written), or a credential's value was found in the run's files (they
+                are redacted; the message names the files and the credentials, never a value).
         """
         body = self.evidence.body(data)
         # a provider API that said it is a simulator makes this phase's evidence a rehearsal's
         sims = {side: p.simulator() for side, p in self.resources.providers.items()}
         body["simulators"] = {side: name for side, name in sims.items() if name}
-        record = self.run.write_record(self.phase, status="completed", data=body, files=self.evidence.files,
+        record = self.run.write_record(self.phase, status="completed", data=checked(self.phase, body), files=self.evidence.files,
                                        started=self.started)
         if self.run_mode == "interactive":
             check_credentials(self.run, self.phase)
@@ -173,6 +176,6 @@ def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str
         run = RunDir.create(params_path)
     else:
         run = RunDir.latest(params_path)
-    records = run.require(phase)
+    records = Chain(run.require(phase))
     return PhaseContext(phase=phase, run=run, run_mode=run_mode, approval_ref=approval_ref, records=records,
                         started=utc_now(), store_factory=lambda: store_from_params(run.mig.storage, base=str(run.project)))

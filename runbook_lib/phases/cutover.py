@@ -29,7 +29,7 @@ import pandas as pd
 
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
-from runbook_lib.errors import ProviderError
+from runbook_lib.errors import EvidenceError, ProviderError
 from runbook_lib.measure import Request, job_clocks, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
@@ -47,20 +47,20 @@ def actor(ctx: PhaseContext) -> str:
 
 def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
     """What restoring the source needs: the source endpoint or checkpoint, and when the window closes."""
-    rec01 = ctx.records["01"].data["freeze"]
+    frozen = ctx.records.need_freeze().frozen()
     point = {
         "recorded_at": utc_now(),
         "route": "100 % source",
         "source_release": ctx.mig.source.release,
-        "frozen_manifest_sha256": rec01["frozen"]["manifest_sha256"],
-        "frozen_prefix": rec01["frozen"]["prefix"],
+        "frozen_manifest_sha256": frozen.manifest_sha256,
+        "frozen_prefix": frozen.prefix,
         "window_s": ctx.mig.cutover.rollback_window_s,
         "window_closes_epoch": time.time() + ctx.mig.cutover.rollback_window_s,
         "source_provider": ctx.mig.source.provider,
         "rollback_owner": ctx.mig.cutover.rollback_owner or "not named (set cutover.rollback_owner)",
     }
     if ctx.mig.workload.kind == "inference":
-        point["source_endpoint"] = ctx.records["04"].data["endpoints"].get("source")
+        point["source_endpoint"] = ctx.records.need_compare().endpoints.get("source")
     ctx.evidence.write_json("05/rollback_point.json", point)
     return point
 
@@ -104,12 +104,12 @@ def slices(ctx: PhaseContext) -> list[Slice]:
             out.append(Slice(k + 1, pct, plan))
         return out
     if ctx.mig.workload.kind == "checkpoint":  # one step: the target's verified copy becomes authoritative
-        frozen, pfx = ctx.records["01"].data["freeze"]["frozen"]["prefix"], ctx.store_prefix("cutover", "0")
+        frozen, pfx = ctx.records.need_freeze().frozen().prefix, ctx.store_prefix("cutover", "0")
         plan = ctx.resources.plan_agent("target", "promote", "slice", prefix=pfx, frozen_prefix=frozen,
                                         extra=("--steps", "1"))
         return [Slice(1, 100, plan, 0, 1, pfx, frozen)]
     total = ctx.mig.workload.train_steps
-    resume, done = ctx.records["01"].data["freeze"]["frozen"]["prefix"], 0
+    resume, done = ctx.records.need_freeze().frozen().prefix, 0
     for k, pct in enumerate(ctx.mig.cutover.steps_percent):
         until = math.ceil(total * pct / 100)
         if until - done <= 0:
@@ -159,14 +159,17 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
     request to the side the route picks and moves the route only once both endpoints are idle;
     ``dual_run`` sends every request to both sides (the route picks whose answer is served, the
     other is a shadow) and judges the target on all of its answers."""
-    rec04 = ctx.records["04"].data
-    urls = rec04["endpoint_urls"]
-    src_p95 = rec04["summary"]["source"]["total p95 (s)"]
+    rec04 = ctx.records.need_compare()
+    urls = rec04.endpoint_urls
+    src_p95 = rec04.summary["source"].p95_s
+    if src_p95 is None:
+        raise EvidenceError("phase 04's record has no source p95 latency to bound the cutover's slices by; "
+                            "re-run phase 04")
     bound = src_p95 * ctx.mig.gates.latency_p95_ratio_max
     golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
-    modes = rec04.get("endpoint_modes", {})
-    clients = {s: ctx.resources.provider(s).job_client(rec04["endpoints"][s], u, mode=modes.get(s, "queue"),
+    modes = rec04.endpoint_modes
+    clients = {s: ctx.resources.provider(s).job_client(rec04.endpoints[s], u, mode=modes.get(s, "queue"),
                                                        clocks=job_clocks(ctx.mig.measure))
                for s, u in urls.items()}
     route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
@@ -233,11 +236,12 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
     """Move the training job slice by slice from the newest verified checkpoint."""
     import torch  # noqa: F401 - imported here: the reverse-reload check runs in this kernel
 
-    rec01 = ctx.records["01"].data["freeze"]
-    golden_losses = rec01["golden_run"]["losses"]
+    rec01 = ctx.records.need_freeze()
+    golden_run = rec01.golden_run()
+    golden_losses = golden_run.losses
     route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
     route.set(0, "cutover start: job runs on source")
-    ckpt_prefix, done_steps, steps, moved = rec01["frozen"]["prefix"], 0, [], False
+    ckpt_prefix, done_steps, steps, moved = rec01.frozen().prefix, 0, [], False
     for sl in slices(ctx):
         k, pct, until, pfx = sl.step - 1, sl.target_percent, sl.until_step, sl.prefix
         route.set(pct, f"slice {k + 1} (quiesced: the source stopped at verified checkpoint {ckpt_prefix}): target "
@@ -246,7 +250,7 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
         res = json.loads(ctx.evidence.fetch(ctx.store, f"{pfx}/result", f"05/slice/{k}")["result.json"].read_text())
         checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint", run_id=ctx.run_id)
         losses = [m["loss"] for m in res["attempts"][0]["metrics"]]
-        aa = rec01["golden_run"].get("aa_losses")
+        aa = golden_run.aa_losses
         band = g.loss_band(golden_losses[done_steps:until], losses, rel=ctx.mig.gates.loss_band_rel,
                            last_k=len(losses), replicate=aa[done_steps:until] if aa else None, phase="05")
         ok = band.verdict == "PASS" and all(c["match"] for c in res["artifact_checksums"])
@@ -281,17 +285,16 @@ def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
     frozen sha256 and the pod's restore verified; the pointer ``05/authoritative.json`` and the
     route (0 % -> 100 % target) record it. Reversibility: the source profile loads the target's
     copy and must reproduce the golden tensor digest."""
-    rec01 = ctx.records["01"].data["freeze"]
-    frozen = rec01["frozen"]
+    frozen = ctx.records.need_freeze().frozen()
     route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
-    route.set(0, f"cutover start: the source's frozen checkpoint {frozen['prefix']} is authoritative")
+    route.set(0, f"cutover start: the source's frozen checkpoint {frozen.prefix} is authoritative")
     [sl] = slices(ctx)
     ctx.resources.run_agent("target", sl.plan, result_prefix=f"{sl.prefix}/result")
     files = ctx.evidence.fetch(ctx.store, f"{sl.prefix}/result", "05/slice/0")
     res = json.loads(files["result.json"].read_text())
     copy_prefix = f"{sl.prefix}/checkpoint"
     copy = ctx.store.verify_set(copy_prefix, run_id=ctx.run_id)
-    want = {k: o["sha256"] for k, o in frozen["objects"].items()}
+    want = {k: o.sha256 for k, o in frozen.objects.items()}
     got = {k: o.sha256 for k, o in copy.items()}
     restored = [m for a in res.get("attempts", []) for m in a.get("metrics", [])]
     ok = got == want and bool(restored) and all(m.get("verified") for m in restored) \
@@ -301,14 +304,14 @@ def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
             "checkpoint_manifest_sha256": res.get("checkpoint_manifest_sha256"), "passed": ok}
     if ok:
         route.set(100, f"authoritative checkpoint: the target's verified copy {copy_prefix} (version 1); the source's "
-                       f"frozen copy {frozen['prefix']} is the rollback point")
+                       f"frozen copy {frozen.prefix} is the rollback point")
     else:
         differ = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
         route.set(0, f"rollback: the target's copy does not match the frozen checkpoint ({differ or 'restore failed'}); "
                      "the source's frozen copy stays authoritative")
     ctx.evidence.write_json("05/authoritative.json", {
-        "authoritative_prefix": copy_prefix if ok else frozen["prefix"], "version": 1 if ok else 0,
-        "rollback_prefix": frozen["prefix"], "frozen_manifest_sha256": frozen["manifest_sha256"],
+        "authoritative_prefix": copy_prefix if ok else frozen.prefix, "version": 1 if ok else 0,
+        "rollback_prefix": frozen.prefix, "frozen_manifest_sha256": frozen.manifest_sha256,
         "files_sha256": got, "switched": ok})
     reverse = None
     if ok:  # reversibility: the source profile loads the target's copy
@@ -319,7 +322,7 @@ def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
             wl_s.load(Path(tmp))
             reverse = g.output_parity(golden, wl_s.outputs(), dtype=ctx.mig.source.dtype, phase="05")
     return {"mode": ctx.mig.cutover_mode, "steps": [step], "route": route.state,
-            "final_target_percent": route.target_percent, "checkpoint_moved": copy_prefix if ok else frozen["prefix"],
+            "final_target_percent": route.target_percent, "checkpoint_moved": copy_prefix if ok else frozen.prefix,
             "reverse_reload": reverse}
 
 

@@ -37,10 +37,9 @@ def phase_status(ctx: PhaseContext) -> list[dict[str, Any]]:
     """Status of phases 01..05 as their records say (``missing`` when a phase never ran)."""
     rows = []
     for pid, name in PHASES[:-1]:
-        rec = ctx.records.get(pid)
+        rec, data = ctx.records.get(pid), ctx.records.data(pid)
         rows.append({"phase": f"{pid}_{name}", "status": rec.status if rec else "missing",
-                     "stop_migration": bool(rec and (rec.data.get("stop_migration") or rec.data.get("hold_migration"))),
-                     "error": (rec.data.get("error") if rec else None)})
+                     "stop_migration": bool(data and data.stops), "error": data.error if data else None})
     return rows
 
 
@@ -68,14 +67,14 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
                                   "every phase ran" if not missing else
                                   f"migration stopped by a blocking gate (failed or inconclusive); {missing} not run",
                                   phase="06"))
-    dry = sorted(pid for pid, r in ctx.records.items() if r.data.get("dry_run"))
+    dry = sorted(pid for pid in ctx.records if (d := ctx.records.data(pid)) is not None and d.dry_run)
     if dry:
-        planned = [p for r in ctx.records.values() for p in r.data.get("plans", []) if not p.get("applied", True)]
+        planned = [p for d in ctx.records.all_data() for p in d.plans if not p.applied]
         sides = [s for s in ("source", "target") if _planned_only(ctx.resources.profile(s))]
         gates.append(g.GateResult(
             "dry_run", "INCONCLUSIVE", True, len(planned), 0, "plans shown, none applied", "records",
             f"phases {dry} only planned ({len(planned)} plans recorded, nothing created: "
-            f"{[p['plan']['action'] + ' ' + p['plan']['target'] + ' ' + p['plan']['fingerprint'] for p in planned]}). "
+            f"{[p.plan['action'] + ' ' + p.plan['target'] + ' ' + p.plan['fingerprint'] for p in planned]}). "
             f"To run them: `runbook approve reports/{ctx.run_dir.name} --by NAME` writes the approval file "
             f"(approvals.approval_file), then set dry_run: false on {sides or 'the remote sides'} and run again",
             source="engineering standard: real providers default to dry-run",
@@ -114,8 +113,8 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
         try:
             found = prov.list(labels={"run_id": ctx.run_id, "side": side})
         except AuthError as exc:
-            applied = [p for r in ctx.records.values() for p in r.data.get("plans", [])
-                       if p.get("applied", True) and p["plan"]["provider"] == prov.name]
+            applied = [p for d in ctx.records.all_data() for p in d.plans
+                       if p.applied and p.plan.get("provider") == prov.name]
             if applied:  # something may exist that we cannot see: not verified
                 unlisted.append(f"{side} ({prov.name}): {exc}")
             else:
@@ -163,11 +162,11 @@ def reconcile(ctx: PhaseContext, decision: str) -> dict[str, Any] | None:
     Raises:
         StorageError: copying back failed verification (the target's set is left in place).
     """
-    rec = ctx.records.get("05")
-    if decision == "GO" or rec is None or rec.status != "completed":
+    cut = ctx.records.cutover
+    if decision == "GO" or cut is None:
         return None
     rule = ctx.mig.cutover.on_rollback
-    prefixes = [s["checkpoint_prefix"] for s in rec.data["cutover"]["steps"] if s.get("checkpoint_prefix")]
+    prefixes = [s.checkpoint_prefix for s in cut.cutover.steps if s.checkpoint_prefix]
     out: dict[str, Any] = {"at": utc_now(), "rule": rule, "writes": [], "action": "", "copied_to": None}
     if not prefixes:
         out["action"] = ("nothing durable to reconcile: the target's responses went back to their callers "
@@ -184,7 +183,7 @@ def reconcile(ctx: PhaseContext, decision: str) -> dict[str, Any] | None:
             out["writes"].append({"prefix": prefix, "verified": False, "objects": dict.fromkeys(store.list(prefix)),
                                   "bytes": None, "error": str(exc)})
     newest = next((w["prefix"] for w in reversed(out["writes"]) if w["verified"]), None)
-    frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
+    frozen = ctx.records.need_freeze().frozen().prefix
     if rule == "copy_back" and newest is not None:
         dest = ctx.store_prefix("reconciled")
         with tempfile.TemporaryDirectory() as tmp:
@@ -231,19 +230,21 @@ def timeline(ctx: PhaseContext, *, decided_at: str, decision: str, route: dict[s
 
 
 def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
-    rec = ctx.records.get("04")
+    rec = ctx.records.compare
     out: list[dict[str, Any]] = []
-    if rec is None or rec.status != "completed":
+    if rec is None:
         return out
-    summ = rec.data["summary"]
-    verdicts = {x["name"]: x["verdict"] for x in rec.data["gates"]}
+    summ = rec.summary
+    verdicts = {x.name: x.verdict for x in rec.gates}
     for metric, gate in (("total p50 (s)", None), ("total p95 (s)", "latency_p95_ratio"), ("total p99 (s)", None),
                          ("throughput mean (units/s)", "throughput_ratio")):
-        s, t = summ["source"][metric], summ["target"][metric]
+        s, t = summ["source"].metric(metric), summ["target"].metric(metric)
         out.append({"metric": metric, "source": s, "target": t,
-                    "ratio": (t / s) if s and not math.isnan(s) else None, "verdict": verdicts.get(gate)})
+                    "ratio": (t / s) if s and t is not None and not math.isnan(s) else None,
+                    "verdict": verdicts.get(gate) if gate else None})
     for side_key, gate in (("cold_start_median_s", "cold_start_ratio"), ("usd_per_accepted_unit", "cost_per_accepted_unit")):
-        s, t = rec.data[side_key]["source"], rec.data[side_key]["target"]
+        by_side = rec.cold_start_median_s if side_key == "cold_start_median_s" else rec.usd_per_accepted_unit
+        s, t = by_side.get("source"), by_side.get("target")
         out.append({"metric": side_key, "source": s, "target": t,
                     "ratio": (t / s) if s and t is not None else None, "verdict": verdicts.get(gate)})
     return out
@@ -251,7 +252,7 @@ def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
 
 def _rehearsal(ctx: PhaseContext) -> dict[str, Any] | None:
     """:func:`runbook_lib.seal.rehearsal_of` over the records so far and this phase's providers."""
-    out = rehearsal_of(ctx.records.values(), ctx.mig) or {"simulators": {}, "params": None}
+    out = rehearsal_of(ctx.records, ctx.mig) or {"simulators": {}, "params": None}
     out["simulators"].update({side: p.simulator() for side, p in ctx.resources.providers.items() if p.simulator()})
     return out if out["simulators"] or out["params"] else None
 
@@ -260,9 +261,9 @@ def _acceptance_job(ctx: PhaseContext, gates: list[g.GateResult]) -> dict[str, A
     """The canary's acceptance job as phase 03 timed it: wall seconds (launch to completion
     marker), the budget (``run.acceptance_budget_s``) and the gate's verdict; None values when
     phase 03 did not run it."""
-    rec = ctx.records.get("03")
+    rec = ctx.records.parity
     gate = next((x for x in gates if x.name == "acceptance_budget"), None)
-    return {"wall_s": rec.data.get("acceptance_job_s") if rec else None, "budget_s": ctx.mig.run.acceptance_budget_s,
+    return {"wall_s": rec.acceptance_job_s if rec else None, "budget_s": ctx.mig.run.acceptance_budget_s,
             "verdict": gate.verdict if gate else None, "blocking": gate.blocking if gate else None}
 
 
@@ -273,10 +274,9 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
     destroyed, and every gate; a HOLD also records ``hold_deadline`` (UTC
     ISO), ``gates.hold_deadline_s`` after the decision, when it resolves to NO-GO unless a person
     decides first."""
-    r01 = ctx.records.get("01")
-    freeze = r01.data.get("freeze", {}) if r01 else {}
-    r05 = ctx.records.get("05")
-    cut = r05.data if r05 else {}
+    r01, r05 = ctx.records.freeze, ctx.records.cutover
+    freeze = r01.freeze if r01 is not None else None
+    cut = r05.cutover if r05 is not None else None
     decided_at = utc_now()
     held = {}
     if decision == "HOLD":  # a person decides by then (`runbook resolve`); after it, NO-GO
@@ -298,23 +298,23 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         "identities": {
             "params_sha256": params_sha256(ctx.params_path),
             "runbook_lib_version": __version__,
-            **(freeze.get("identity") or {}),
-            "frozen_manifest_sha256": (freeze.get("frozen") or {}).get("manifest_sha256"),
-            "golden_outputs_sha256": (freeze.get("golden") or {}).get("outputs_sha256"),
+            **((freeze.identity if freeze else None) or {}),
+            "frozen_manifest_sha256": freeze.frozen.manifest_sha256 if freeze and freeze.frozen else None,
+            "golden_outputs_sha256": freeze.golden.outputs_sha256 if freeze and freeze.golden else None,
         },
         "data_checkpoint_moved": {
-            "frozen": freeze.get("frozen"),
-            "final_checkpoint_prefix": cut.get("cutover", {}).get("checkpoint_moved"),
+            "frozen": freeze.frozen.model_dump() if freeze and freeze.frozen else None,
+            "final_checkpoint_prefix": cut.checkpoint_moved if cut else None,
         },
         "acceptance_deltas": _deltas(ctx),
         "acceptance_job": _acceptance_job(ctx, gates),
-        "drills": (ctx.records["04"].data.get("drills", []) if "04" in ctx.records else []),
+        "drills": [d.model_dump() for d in ctx.records.compare.drills] if ctx.records.compare else [],
         "rehearsal": _rehearsal(ctx),
-        "rollback_point": cut.get("cutover", {}).get("rollback_point"),
+        "rollback_point": cut.rollback_point if cut else None,
         "route": actions["route"],
         "reconciliation": actions.get("reconciliation"),
         "timeline": timeline(ctx, decided_at=decided_at, decision=decision, route=actions["route"],
-                             point=cut.get("cutover", {}).get("rollback_point"),
+                             point=cut.rollback_point if cut else None,
                              reconciliation=actions.get("reconciliation")),
         "teardown": {
             "teardown_source": ctx.mig.run.teardown_source,

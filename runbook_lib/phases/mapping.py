@@ -17,6 +17,7 @@ from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.offers import filter_offers, version_tuple
+from runbook_lib.records import FreezeSource, SourcePod
 from runbook_lib.storage import GrantScope, build_grant
 
 EQUIVALENT, ADAPTER, NONE = "equivalent", "adapter needed", "no equivalent"
@@ -81,28 +82,27 @@ def _unverified(offers: dict[str, Any], offer_id: str) -> str:
     return next((r["unverified"] for r in offers["table"] if r["offer_id"] == offer_id), "")
 
 
-def _source_facts(rec: dict[str, Any]) -> dict[str, Any]:
+def _source_facts(freeze: FreezeSource) -> dict[str, Any]:
     """Python, torch and CUDA of the source: frozen from its pod, else (dry-run) what the provider
     reports, else unknown."""
-    env = rec["freeze"].get("environment")
+    env = freeze.environment
     if env:
-        return {"python": env["python"], "torch": env["torch"], "cuda": env["cuda"]["runtime"],
-                "driver": env["cuda"]["driver_version"]}
-    pod = rec["freeze"].get("source_pod") or {}
+        return {"python": env.python, "torch": env.torch, "cuda": env.cuda.runtime, "driver": env.cuda.driver_version}
+    pod = freeze.source_pod or SourcePod()
     unknown = "not frozen (dry-run)"
-    return {"python": unknown, "torch": unknown, "cuda": pod.get("cuda_max") or unknown, "driver": unknown,
-            "image": pod.get("image")}
+    return {"python": unknown, "torch": unknown, "cuda": pod.cuda_max or unknown, "driver": unknown,
+            "image": pod.image}
 
 
 def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Build the dependency / control map from phase 01's record, the target's declared
     capabilities and, for a remote target, the best qualifying offer (``offers`` from
     :func:`target_offers`)."""
-    rec = ctx.records["01"].data
-    req = rec["requirements"]
+    rec = ctx.records.need_freeze()
+    req = rec.requirements
     src, tgt = ctx.mig.source, ctx.mig.target
     caps = ctx.resources.provider("target").capabilities()
-    sf = _source_facts(rec)
+    sf = _source_facts(rec.freeze)
     remote = tgt.provider in REMOTE
     best = (offers or {}).get("best") if remote else None
     rows = []
@@ -158,14 +158,14 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                              f"target host driver supports CUDA {have} >= {need}" if ok else
                              f"target host driver supports CUDA {have} < {need}: images built for {need} fail to start"))
     else:
-        host = rec["host"]
-        rows.append(_row("python / torch", f"{sf['python']} / {sf['torch']}", f"{host['python']} / {host['torch']}",
-                         EQUIVALENT if (sf["python"], sf["torch"]) == (host["python"], host["torch"]) else ADAPTER,
-                         "same interpreter and framework build" if sf["torch"] == host["torch"] else
+        host = rec.host
+        rows.append(_row("python / torch", f"{sf['python']} / {sf['torch']}", f"{host.python} / {host.torch}",
+                         EQUIVALENT if (sf["python"], sf["torch"]) == (host.python, host.torch) else ADAPTER,
+                         "same interpreter and framework build" if sf["torch"] == host.torch else
                          "framework version differs; parity decides"))
         rows.append(_row("CUDA runtime / driver", f"{sf['cuda']} / {sf['driver']}",
-                         f"{host['cuda']['runtime']} / {host['cuda']['driver_version']}",
-                         EQUIVALENT if sf["cuda"] == host["cuda"]["runtime"] else ADAPTER,
+                         f"{host.cuda.runtime} / {host.cuda.driver_version}",
+                         EQUIVALENT if sf["cuda"] == host.cuda.runtime else ADAPTER,
                          "recorded; must satisfy the image's CUDA build"))
     src_caps = ctx.resources.provider("source").capabilities()
     for dep, src_v, tgt_v, consequence in (
@@ -179,26 +179,27 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                          "the same provider semantics on both sides" if same else consequence))
     if ctx.mig.workload.kind == "inference":
         rows.append(endpoint_mode_row(ctx.mig.source.endpoint_mode, tgt.endpoint_mode, caps))
-        rows.append(payload_row(rec.get("freeze", {}).get("payloads"), tgt.endpoint_mode, caps))
+        rows.append(payload_row(rec.freeze.payloads, tgt.endpoint_mode, caps))
         rows.append(endpoint_settings_row(src, tgt))
     max_ports = caps.extra.get("max_ports")
-    if max_ports is not None and max_ports.limit is not None and len(req["ports"]) > max_ports.limit:
-        rows.append(_row("port count", len(req["ports"]), f"{max_ports.limit:g} at most", NONE, max_ports.detail))
-    for p in req["ports"]:
-        label = f"port {p['port']}/{p['protocol']}"
-        if p["protocol"] == "udp" and not caps.udp.supported:
+    if max_ports is not None and max_ports.limit is not None and len(req.ports) > max_ports.limit:
+        rows.append(_row("port count", len(req.ports), f"{max_ports.limit:g} at most", NONE, max_ports.detail))
+    for p in req.ports:
+        label = f"port {p.port}/{p.protocol}"
+        if p.protocol == "udp" and not caps.udp.supported:
             rows.append(_row(label, "listens", "-", NONE, f"UDP not supported: {caps.udp.detail} ({caps.udp.source})"))
-        elif p["protocol"] == "http" and caps.max_request_s is not None and req["max_request_s"] > caps.max_request_s:
-            rows.append(_row(label, f"requests up to {req['max_request_s']} s", f"proxy limit {caps.max_request_s} s",
+        elif p.protocol == "http" and caps.max_request_s is not None and req.max_request_s > caps.max_request_s:
+            rows.append(_row(label, f"requests up to {req.max_request_s} s", f"proxy limit {caps.max_request_s} s",
                              NONE, "requests can outlive the target's HTTP proxy timeout"))
         else:
-            rows.append(_row(label, "listens", "reachable", EQUIVALENT, caps.udp.detail if p["protocol"] == "udp" else
+            rows.append(_row(label, "listens", "reachable", EQUIVALENT, caps.udp.detail if p.protocol == "udp" else
                              ("published at create; the canary checks it is reachable" if remote else "loopback/TCP")))
-    for need, cap in (("docker_compose", caps.docker_compose), ("privileged", caps.privileged)):
-        if req[need]:
+    for need, wanted, cap in (("docker_compose", req.docker_compose, caps.docker_compose),
+                              ("privileged", req.privileged, caps.privileged)):
+        if wanted:
             rows.append(_row(need, "required", "supported" if cap.supported else "unsupported",
                              EQUIVALENT if cap.supported else NONE, cap.detail))
-    if req["persistent_volume"]:
+    if req.persistent_volume:
         rows.append(_row("persistent volume", "required", caps.persistent_volume.detail,
                          EQUIVALENT if caps.persistent_volume.supported else NONE, "checkpoints survive a stop"))
     if isinstance(tgt, RemoteProfile):
@@ -207,12 +208,11 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                    "GPU memory": ((best or {}).get("vram_mib") or 0) / 1024 or None}
         scale = {"memory": GIB / 1e9, "GPU memory": GIB / 1e9, "disk": 1.0, "/dev/shm": 1.0}
     else:
-        host = rec["host"]
-        have_gb = {"/dev/shm": host["shm_bytes"] / 1e9, "memory": host["memory_bytes"] / 1e9,
-                   "disk": host["disk_free_bytes"] / 1e9}
+        host = rec.host
+        have_gb = {"/dev/shm": host.shm_bytes / 1e9, "memory": host.memory_bytes / 1e9,
+                   "disk": host.disk_free_bytes / 1e9}
         scale = dict.fromkeys(have_gb, 1.0)
-    needs = {"/dev/shm": req["shm_gb"], "memory": req["memory_gb"], "disk": req["disk_gb"],
-             "GPU memory": req.get("gpu_memory_gb", 0.0)}
+    needs = {"/dev/shm": req.shm_gb, "memory": req.memory_gb, "disk": req.disk_gb, "GPU memory": req.gpu_memory_gb}
     for key, have in have_gb.items():
         need_gb = needs[key]
         if have is None:

@@ -25,8 +25,8 @@ from runbook_lib.storage import credential_env
 
 def plan_canary(ctx: PhaseContext) -> Plan:
     """The canary's launch plan (a remote target's tries the offers phase 02 ranked, in order)."""
-    frozen = ctx.records["01"].data["freeze"].get("frozen") or {}
-    frozen_prefix = frozen.get("prefix") or ctx.store_prefix("source", "frozen")  # dry-run: where phase 01 will put it
+    frozen = ctx.records.need_freeze().freeze.frozen
+    frozen_prefix = frozen.prefix if frozen else ctx.store_prefix("source", "frozen")  # dry-run: where phase 01 will put it
     return ctx.resources.plan_agent("target", "canary", "accept", prefix=ctx.store_prefix("canary"), frozen_prefix=frozen_prefix)
 
 
@@ -88,7 +88,7 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                                       entry_point=wl.entry_point, rtol=gates_cfg.parity_rtol,
                                       atol=gates_cfg.parity_atol, phase="03"))
     if wl.kind == "checkpoint":
-        golden_tensors = ctx.records["01"].data["freeze"]["golden_run"].get("tensors")
+        golden_tensors = ctx.records.need_freeze().golden_run().tensors
         seen = ((res.get("attempts") or [{}])[-1]).get("tensors")
         if golden_tensors is None or seen is None:
             same, detail = None, "no tensor table from " + ("the source" if golden_tensors is None else "the canary")
@@ -116,11 +116,11 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
         golden_final = np.load(golden_final_path) if golden_final_path.exists() else None
         out.append(g.top1_agreement(golden_final, canary["final_outputs"], minimum=gates_cfg.top1_agreement_min,
                                     phase="03"))
-        golden_run = ctx.records["01"].data["freeze"]["golden_run"]
+        golden_run = ctx.records.need_freeze().golden_run()
         attempts = res.get("attempts") or [{"metrics": []}]
         obs_losses = [m["loss"] for m in attempts[-1]["metrics"] if "loss" in m]
-        out.append(g.loss_band(golden_run["losses"], obs_losses, rel=gates_cfg.loss_band_rel,
-                               replicate=golden_run.get("aa_losses"), phase="03"))
+        out.append(g.loss_band(golden_run.losses, obs_losses, rel=gates_cfg.loss_band_rel,
+                               replicate=golden_run.aa_losses, phase="03"))
     rows = environment_diff(ctx, env)
     canary["environment_diff"] = rows
     blockers = [r for r in rows if r["class"] == "blocker"]
@@ -160,12 +160,13 @@ def environment_diff(ctx: PhaseContext, canary_env: dict[str, Any]) -> list[dict
     """The source's inventory (phase 01, taken inside the freeze pod) against the canary's (taken
     inside the canary), every difference classified (:func:`runbook_lib.inventory.diff`) against
     the workload's declared needs and the bytes of the frozen set the target restores."""
-    rec01 = ctx.records["01"].data["freeze"]
+    rec01 = ctx.records.need_freeze().freeze
     req = ctx.mig.workload.requirements
-    restore = (rec01.get("inspection") or {}).get("total_bytes") or sum(
-        o["size_bytes"] for o in (rec01.get("frozen") or {}).get("objects", {}).values())
+    restore = (rec01.inspection.total_bytes if rec01.inspection else None) or sum(
+        o.size_bytes for o in (rec01.frozen.objects.values() if rec01.frozen else ()))
     declared = frozenset({s.name for s in ctx.mig.target.secrets} | {n for n, _ in credential_env(ctx.mig.storage)})
-    return inventory.diff(rec01.get("environment") or {}, canary_env, target_device=ctx.mig.target.device,
+    source_env = rec01.environment.model_dump(exclude_unset=True) if rec01.environment else {}
+    return inventory.diff(source_env, canary_env, target_device=ctx.mig.target.device,
                           memory_gb=req.memory_gb or 0.0, shm_gb=req.shm_gb or 0.0, disk_gb=req.disk_gb or 0.0,
                           restore_bytes=int(restore), loader_workers=req.loader_workers,
                           declared_credentials=declared)

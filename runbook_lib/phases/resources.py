@@ -11,12 +11,12 @@ from typing import Any, Callable, Sequence
 
 from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, NoCapacity, NotFound, ParamsError, WorkloadError
-from runbook_lib.manifest import Record
 from runbook_lib.params import LocalProfile, Profile, RemoteProfile
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.providers import PROVIDERS, REMOTE, create_provider
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, Provider, Teardown
 from runbook_lib.providers.remote import Attempt
+from runbook_lib.records import Chain, Offers
 from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.storage import GRANT_ENV, MARKER_KEY, GrantScope, Store, build_grant
 from runbook_lib.workload.job import PARAMS_FROM_ENV
@@ -69,7 +69,7 @@ class Resources(OnRun):
 
     phase: str
     run: RunDir
-    records: dict[str, Record]
+    records: Chain
     evidence: Evidence
     store_factory: Callable[[], Store]
     approval_ref: str = ""
@@ -97,7 +97,7 @@ class Resources(OnRun):
         the local provider never is), or an earlier phase of this run only planned: plans are then
         shown and recorded, nothing is applied."""
         prof = self.profile(side)
-        earlier = any(r.data.get("dry_run") for r in self.records.values())
+        earlier = any(d.dry_run for d in self.records.all_data())
         return isinstance(prof, RemoteProfile) and (prof.dry_run or earlier)
 
     def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
@@ -346,23 +346,23 @@ class Resources(OnRun):
         prof = self.profile(side)
         if not isinstance(prof, RemoteProfile) or not prof.offer.interruptible or side != "target":
             return None
-        rec = self.records.get("02")
-        rows = (rec.data.get("offers") or {}).get("table", []) if rec else []
-        bids = [r["interruptible_usd_per_hour"] for r in rows
-                if r.get("offer_id") in offers and r.get("interruptible_usd_per_hour") is not None]
+        bids = [r.interruptible_usd_per_hour for r in self._offers().table
+                if r.offer_id in offers and r.interruptible_usd_per_hour is not None]
         return max(bids) if bids else None
+
+    def _offers(self) -> Offers:
+        """Phase 02's offers (an empty table when it searched none or has not run)."""
+        mapping = self.records.mapping
+        return (mapping.offers if mapping is not None else None) or Offers()
 
     def bid_price(self, side: str, bid: float | None, price: float) -> float:
         """What a rental at ``bid`` costs, USD per hour: the bid plus the planned disk (the first
         ranked offer's price with disk, less its minimum bid, from phase 02's table); ``price``
         itself when there is no bid."""
-        rec = self.records.get("02")
-        offers = (rec.data.get("offers") or {}) if rec else {}
-        first = next((r for r in offers.get("table", []) if offers.get("ranked") and r.get("offer_id") == offers["ranked"][0]),
-                     None)
-        if bid is None or first is None or first.get("interruptible_usd_per_hour") is None:
+        first = self._offers().first
+        if bid is None or first is None or first.interruptible_usd_per_hour is None:
             return price
-        return round(bid + first["hourly_usd_with_disk"] - first["interruptible_usd_per_hour"], 6)
+        return round(bid + first.hourly_usd_with_disk - first.interruptible_usd_per_hour, 6)
 
     def store_url(self) -> str:
         """The store's URL as a pod sees it (a local directory made absolute; an S3 URL as given,
@@ -373,24 +373,19 @@ class Resources(OnRun):
     def offer_price(self, side: str) -> float | None:
         """USD per hour of the first ranked target offer including the planned disk (phase 02's
         record), or None when there is none (the profile's price is used)."""
-        rec = self.records.get("02") if side == "target" else None
-        offers = rec.data.get("offers") if rec else None
-        if not offers or not offers.get("ranked"):
-            return None
-        first = offers["ranked"][0]
-        return next((r["hourly_usd_with_disk"] for r in offers["table"] if r["offer_id"] == first), None)
+        first = self._offers().first if side == "target" else None
+        return first.hourly_usd_with_disk if first is not None else None
 
     def offer_ids(self, side: str) -> tuple[str, ...]:
         """Ranked offer ids a launch on ``side`` may try: the target's from phase 02's record; the
         source's is the GPU type its running pod uses (phase 01)."""
         if side == "target":
-            rec = self.records.get("02")
-            ranked = rec.data.get("offers", {}).get("ranked", []) if rec else []
+            ranked = self._offers().ranked
             tgt = self.mig.target
-            return tuple(ranked)[: tgt.offer.max_tries] if isinstance(tgt, RemoteProfile) else tuple(ranked)
-        rec = self.records.get("01")
-        gpu = ((rec.data["freeze"].get("source_pod") or {}) if rec else {}).get("gpu_name")
-        return (str(gpu),) if gpu else ()
+            return ranked[: tgt.offer.max_tries] if isinstance(tgt, RemoteProfile) else ranked
+        freeze = self.records.freeze
+        pod = freeze.freeze.source_pod if freeze is not None else None
+        return (pod.gpu_name,) if pod is not None and pod.gpu_name else ()
 
     def launched(self, pod: Pod | None) -> Pod:
         """The pod a launch returned; None means the launch was only planned (dry-run), which a

@@ -43,6 +43,7 @@ from runbook_lib.measure import JobClient, JobClocks, ServingClient, served_stat
 from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers.offers import filter_offers
+from runbook_lib.records import Offers
 from runbook_lib.workload import make_workload
 from runbook_lib.workload.records import DRILL_KEY, JobRecords
 
@@ -214,16 +215,16 @@ def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], An
 
 def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
     prof = ctx.mig.target
-    rec = ctx.records.get("02")
-    offers = (rec.data.get("offers") if rec else None) or {}
+    mapping = ctx.records.mapping
+    offers = (mapping.offers if mapping is not None else None) or Offers()
     remote = isinstance(prof, RemoteProfile)
-    if not offers.get("ranked"):
+    if not offers.ranked:
         declared = remote or bool(getattr(prof, "offers", ()))
         return Drilled("INCONCLUSIVE", "phase 02 ranked no target offer to withdraw" if declared else
                        "a local target without target.offers is this one machine: there is no ranked offer to "
                        "withdraw (declare target.offers to run this drill)")
-    preferred = offers["ranked"][0]
-    seen_req = offers.get("requirements")
+    preferred = offers.ranked[0]
+    seen_req = offers.requirements
     prov = ctx.resources.provider("target")
     ports = len(ctx.mig.workload.requirements.ports)
     if remote:  # a marketplace's offer is not ours to withdraw: it is left out of a fresh search
@@ -235,13 +236,13 @@ def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
             return Drilled("FAIL", f"offer {preferred} was withdrawn but a fresh search still lists it")
     ranked, _ = filter_offers(fresh, prof.offer)
     same_req = seen_req is None or seen_req == json.loads(json.dumps(prof.offer.model_dump(mode="json")))
-    still = [str(o) for o in offers["ranked"][1:] if str(o) in {str(x.offer_id) for x in ranked}]
+    still = [str(o) for o in offers.ranked[1:] if str(o) in {str(x.offer_id) for x in ranked}]
     choice = str(ranked[0].offer_id) if ranked else None
     seen = (f"withdrew offer {preferred}; the plan now takes {choice or 'nothing (it delays)'}; phase 02's next "
             f"still offered: {still[0] if still else 'none'}; requirements unchanged: {same_req}")
     if not same_req:
         return Drilled("FAIL", f"{seen}: the requirements differ from phase 02's")
-    if choice is not None and still and choice != still[0] and choice not in offers["ranked"]:
+    if choice is not None and still and choice != still[0] and choice not in offers.ranked:
         return Drilled("FAIL", f"{seen}: the fallback is not one phase 02 qualified")
     return Drilled("PASS", seen)
 

@@ -245,7 +245,7 @@ def cold_start_plan(ctx: PhaseContext, side: str) -> Plan:
 def bench_plan(ctx: PhaseContext, side: str, tag: str) -> Plan:
     """The launch plan of training round ``tag``'s pod on ``side`` (``<round>`` or
     ``<round>-retry<k>``): the acceptance agent in ``bench`` mode from phase 01's frozen set."""
-    frozen = ctx.records["01"].data["freeze"]["frozen"]["prefix"]
+    frozen = ctx.records.need_freeze().frozen().prefix
     return ctx.resources.plan_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
                                     frozen_prefix=frozen)
 
@@ -524,10 +524,10 @@ def store_to_pod_canary(ctx: PhaseContext) -> list[dict[str, Any]]:
     """Store-to-pod transfer for an inference workload, whose endpoints fetch nothing from the
     store: the canary's verified download of the frozen artifact in phase 03 (target side); the
     source side is not measured (its workers load from their own image)."""
-    rec = ctx.records.get("03")
-    fetch = ((rec.data.get("result") or {}).get("fetch") if rec else None) or {}
-    rows = [{"side": "target", "round": None, "source": f"phase 03 canary {rec.data.get('canary_pod')}", **fetch}] \
-        if fetch and rec else []
+    rec = ctx.records.parity
+    fetch = rec.result.fetch if rec is not None and rec.result is not None else None
+    rows = [{"side": "target", "round": None, "source": f"phase 03 canary {rec.canary_pod}", **fetch.model_dump()}] \
+        if fetch is not None and rec is not None else []
     return rows + [{"side": "source", "round": None, "source": "not measured: the source's endpoint workers fetch "
                     "nothing from the store", "bytes": None, "seconds": None, "objects": None, "bytes_per_s": None}]
 

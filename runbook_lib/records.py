@@ -1,0 +1,615 @@
+"""Typed phase records: what each phase writes into ``NN_<phase>.json`` ``data``, and the one way
+any other module reads it.
+
+A record on disk stays JSON (:func:`runbook_lib.manifest.write_record`); its ``data`` is checked
+against the phase's model here before it is written (:func:`checked`), and read back through
+:class:`Chain`, whose properties return the models (``chain.freeze.source.frozen.prefix``, never
+``record["data"]["freeze"]["frozen"]["prefix"]``). A renamed or retyped field then fails where it
+is written, in the phase that wrote it, not when some later phase reaches the line that reads it.
+
+Every model allows fields it does not name (``extra="allow"``): a record keeps everything its
+phase wrote, and the models name what another phase, phase 06, ``verify --recompute``,
+``report``, ``list`` or ``resolve`` reads. The JSON Schema of each model is generated into
+docs/reference/records.schema.json (``python -m runbook_lib.records``; a test keeps it current).
+
+Versions: a record written since schema versions were recorded carries ``schema_version``; one
+without it was written before (96aee4a and earlier) and reads as version 1, which is the same
+shape. A version this code does not know is named in an :class:`EvidenceError`, never misread.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runbook_lib.errors import EvidenceError
+from runbook_lib.gates import GateResult
+from runbook_lib.manifest import PHASES, RECORD_SCHEMA_VERSION, Record, phase_name, sha256_file
+
+SCHEMA_VERSION = RECORD_SCHEMA_VERSION
+"""The version of the record models below; written into every record as ``schema_version``."""
+
+READABLE_VERSIONS = (1,)
+"""Versions this code reads (1: every record written so far, with or without the field)."""
+
+SCHEMA_FILE = Path("docs") / "reference" / "records.schema.json"
+"""Where the generated JSON Schema of every record model lives, relative to the project root."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+# -- what every phase record carries (runbook_lib.phases.evidence.Evidence.body) ---------------
+
+class PlanRow(_Model):
+    """A plan as a phase recorded it: the plan (:meth:`runbook_lib.providers.base.Plan.to_dict`),
+    whether it was applied, who approved it and how."""
+
+    plan: dict[str, Any] = Field(default_factory=dict)
+    applied: bool = True
+    approved_by: str | None = None
+    method: str = ""
+
+
+class PhaseData(_Model):
+    """The fields every phase record's ``data`` has: its gates, its plans and what they mean for
+    the run; a failed, held or interrupted record has ``error`` and the notebook cell instead.
+
+    Attributes:
+        gates: the phase's gates (:class:`runbook_lib.gates.GateResult`).
+        plans: every plan the phase showed, applied or not.
+        stop_migration: a blocking gate FAILed. hold_migration: one was INCONCLUSIVE or ERROR.
+        dry_run: the phase only planned (a remote side in dry-run).
+        simulators: ``{side: simulator name}`` for each provider API that said it is a simulator.
+        error: why a phase that did not complete stopped (None for a completed one).
+    """
+
+    gates: tuple[GateResult, ...] = ()
+    plans: tuple[PlanRow, ...] = ()
+    stop_migration: bool = False
+    hold_migration: bool = False
+    dry_run: bool = False
+    simulators: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def stops(self) -> bool:
+        """A blocking gate failed or was inconclusive: the phases after it (but 06) do not run."""
+        return self.stop_migration or self.hold_migration
+
+
+# -- phase 01 ------------------------------------------------------------------------------------
+
+class StoredObject(_Model):
+    size_bytes: int
+    sha256: str
+
+
+class Frozen(_Model):
+    """The frozen artifact: its store prefix, the sha256 of its manifest (bytes of the store's
+    manifest object) and each object's size in bytes and sha256."""
+
+    prefix: str
+    manifest_sha256: str
+    objects: dict[str, StoredObject] = Field(default_factory=dict)
+
+
+class Golden(_Model):
+    """The golden outputs phase 01 saved (``01/golden_outputs.npy``): prefix, shape, dtype, sha256."""
+
+    prefix: str | None = None
+    shape: list[int] = Field(default_factory=list)
+    dtype: str = ""
+    outputs_sha256: str | None = None
+    inference_shape: list[int] | None = None
+
+
+class GoldenRun(_Model):
+    """The source's acceptance run: per-step losses (training), the A/A run's losses, step times
+    (seconds), the load time (seconds) and tensor digests (checkpoint workloads)."""
+
+    losses: list[float] = Field(default_factory=list)
+    aa_losses: list[float] | None = None
+    step_times_s: list[float] = Field(default_factory=list)
+    load_s: float | None = None
+    tensors: Any = None
+
+
+class SourcePod(_Model):
+    """The source pod as its provider reports it: its GPU, the highest CUDA its host driver
+    supports, its image."""
+
+    gpu_name: str | None = None
+    cuda_max: str | None = None
+    image: str | None = None
+
+
+class Cuda(_Model):
+    """CUDA as a host inventory reports it (:func:`runbook_lib.inventory.probe`)."""
+
+    runtime: str | None = None
+    driver_version: str | None = None
+
+
+class Inventory(_Model):
+    """A host's inventory (:func:`runbook_lib.inventory.probe`): interpreter and framework
+    versions, CUDA, and memory, shared memory and free disk in bytes."""
+
+    python: str = ""
+    torch: str = ""
+    cuda: Cuda = Field(default_factory=Cuda)
+    shm_bytes: int = 0
+    memory_bytes: int = 0
+    disk_free_bytes: int = 0
+
+
+class PortRow(_Model):
+    port: int
+    protocol: str
+
+
+class DeclaredRequirements(_Model):
+    """The workload's declared host needs and SLO as phase 01 recorded them
+    (:func:`runbook_lib.phases.freeze.requirements`): GB are 10**9 bytes, ``max_request_s`` seconds."""
+
+    ports: tuple[PortRow, ...] = ()
+    shm_gb: float = 0.0
+    disk_gb: float = 1.0
+    memory_gb: float = 1.0
+    gpu_memory_gb: float = 0.0
+    max_request_s: float = 30.0
+    docker_compose: bool = False
+    privileged: bool = False
+    persistent_volume: bool = True
+    device: str = ""
+    dtype: str = ""
+
+
+class Inspection(_Model):
+    """Phase 01's inspection of the frozen checkpoint (nothing in it run)."""
+
+    total_bytes: int | None = None
+    files: list[dict[str, Any]] = Field(default_factory=list)
+    findings: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class FreezeSource(_Model):
+    """What the freeze pod saw and saved (:func:`runbook_lib.phases.freeze.freeze_source`); a
+    dry-run or blocked freeze has only ``source_pod`` and ``plan`` or ``preflight``."""
+
+    source_pod: SourcePod | None = None
+    environment: Inventory | None = None
+    identity: dict[str, Any] | None = None
+    frozen: Frozen | None = None
+    golden: Golden | None = None
+    golden_run: GoldenRun | None = None
+    inspection: Inspection | None = None
+    payloads: dict[str, int] | None = None
+    blocked: bool = False
+    dry_run: bool = False
+
+
+class FreezeData(PhaseData):
+    """Phase 01's record data."""
+
+    host: Inventory = Field(default_factory=Inventory)
+    freeze: FreezeSource = Field(default_factory=FreezeSource)
+    requirements: DeclaredRequirements = Field(default_factory=DeclaredRequirements)
+    secrets: list[dict[str, Any]] = Field(default_factory=list)
+    credential_findings: list[dict[str, Any]] = Field(default_factory=list)
+
+    def frozen(self) -> Frozen:
+        """The frozen artifact.
+
+        Raises:
+            EvidenceError: phase 01 froze nothing (a dry-run or blocked freeze).
+        """
+        if self.freeze.frozen is None:
+            raise EvidenceError("phase 01's record has no frozen artifact (its freeze was a dry-run or blocked); "
+                                "run phase 01 again with the source applied")
+        return self.freeze.frozen
+
+    def golden_run(self) -> GoldenRun:
+        """The source's acceptance run.
+
+        Raises:
+            EvidenceError: phase 01 ran no golden run (a dry-run or blocked freeze).
+        """
+        if self.freeze.golden_run is None:
+            raise EvidenceError("phase 01's record has no golden run (its freeze was a dry-run or blocked); "
+                                "run phase 01 again with the source applied")
+        return self.freeze.golden_run
+
+
+# -- phase 02 ------------------------------------------------------------------------------------
+
+class OfferRow(_Model):
+    """One offer phase 02 saw (:func:`runbook_lib.providers.offers.filter_offers`): prices in USD
+    per hour (``hourly_usd_with_disk`` includes the planned disk), and why it was dropped."""
+
+    offer_id: str
+    hourly_usd_with_disk: float
+    interruptible_usd_per_hour: float | None = None
+    accepted: bool = True
+    reasons: str = ""
+    unverified: str = ""
+
+
+class Offers(_Model):
+    """The target's offers: ``ranked`` ids (cheapest first), the best one, one row per offer seen."""
+
+    ranked: tuple[str, ...] = ()
+    best: dict[str, Any] | None = None
+    table: tuple[OfferRow, ...] = ()
+    requirements: dict[str, Any] | None = None
+
+    def row(self, offer_id: str) -> OfferRow | None:
+        return next((r for r in self.table if r.offer_id == offer_id), None)
+
+    @property
+    def first(self) -> OfferRow | None:
+        """The first ranked offer's row, or None when nothing qualified."""
+        return self.row(self.ranked[0]) if self.ranked else None
+
+
+class MappingData(PhaseData):
+    """Phase 02's record data."""
+
+    dependency_map: list[dict[str, Any]] = Field(default_factory=list)
+    target_capabilities: dict[str, Any] = Field(default_factory=dict)
+    offers: Offers | None = None
+
+
+# -- phase 03 ------------------------------------------------------------------------------------
+
+class Fetch(_Model):
+    """A pod's verified download from the store: bytes, seconds, objects, bytes per second."""
+
+    bytes: int | None = None
+    seconds: float | None = None
+    objects: int | None = None
+    bytes_per_s: float | None = None
+
+
+class CanaryResult(_Model):
+    """What the canary's acceptance job returned (its attempts left out)."""
+
+    fetch: Fetch | None = None
+    artifact_checksums: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ParityData(PhaseData):
+    """Phase 03's record data."""
+
+    canary_pod: str | None = None
+    canary_destroyed: bool | None = None
+    capacity_tries: list[dict[str, Any]] = Field(default_factory=list)
+    interruptions: list[dict[str, Any]] = Field(default_factory=list)
+    acceptance_job_s: float | None = None
+    acceptance_budget_s: float | None = None
+    environment_diff: list[dict[str, Any]] = Field(default_factory=list)
+    result: CanaryResult | None = None
+
+
+# -- phase 04 ------------------------------------------------------------------------------------
+
+class SideSummary(_Model):
+    """One side's latency and throughput (seconds from intended arrival; units per second)."""
+
+    p50_s: float | None = Field(default=None, alias="total p50 (s)")
+    p95_s: float | None = Field(default=None, alias="total p95 (s)")
+    p99_s: float | None = Field(default=None, alias="total p99 (s)")
+    throughput: float | None = Field(default=None, alias="throughput mean (units/s)")
+
+    def metric(self, name: str) -> float | None:
+        """A metric by the column name the summary table shows (``total p95 (s)``, ...)."""
+        return {"total p50 (s)": self.p50_s, "total p95 (s)": self.p95_s, "total p99 (s)": self.p99_s,
+                "throughput mean (units/s)": self.throughput}[name]
+
+
+class DrillRow(_Model):
+    """One fault drill's expectation, observation and verdict."""
+
+    drill: str
+    verdict: str
+    observation: str = ""
+    blocking: bool = False
+
+
+class CompareData(PhaseData):
+    """Phase 04's record data (:func:`runbook_lib.phases.compare.judge.record_data`); the raw
+    samples stay in the CSV files the record hashes."""
+
+    endpoints: dict[str, str] = Field(default_factory=dict)
+    endpoint_urls: dict[str, str] = Field(default_factory=dict)
+    endpoint_modes: dict[str, str] = Field(default_factory=dict)
+    summary: dict[str, SideSummary] = Field(default_factory=dict)
+    cold_start_median_s: dict[str, float | None] = Field(default_factory=dict)
+    usd_per_accepted_unit: dict[str, float | None] = Field(default_factory=dict)
+    drills: tuple[DrillRow, ...] = ()
+
+    def scalars(self) -> dict[str, Any]:
+        """The record's fields as written (what :func:`runbook_lib.phases.compare.raw.load_measurement`
+        reads beside the raw tables)."""
+        return self.model_dump(by_alias=True)
+
+
+# -- phase 05 ------------------------------------------------------------------------------------
+
+class SliceStep(_Model):
+    """One cutover step: the share moved (percent) and, for work that writes checkpoints, the
+    prefix of the checkpoint it left."""
+
+    checkpoint_prefix: str | None = None
+
+
+class Cutover(_Model):
+    rollback_point: dict[str, Any] | None = None
+    steps: tuple[SliceStep, ...] = ()
+    checkpoint_moved: str | None = None
+    route: dict[str, Any] = Field(default_factory=dict)
+
+
+class CutoverData(PhaseData):
+    """Phase 05's record data."""
+
+    cutover: Cutover = Field(default_factory=Cutover)
+
+
+# -- phase 06 ------------------------------------------------------------------------------------
+
+class DecideData(PhaseData):
+    """Phase 06's record data: the decision and why."""
+
+    decision: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+# -- what a run ends with: the receipt (phase 06) and the manifest (the seal) ---------------------
+
+class Side(_Model):
+    """A side as the receipt names it: its release and provider."""
+
+    release: str = ""
+    provider: str = ""
+
+
+class ReceiptResources(_Model):
+    """What the run created and what is still there after phase 06's teardown."""
+
+    created: list[dict[str, Any]] = Field(default_factory=list)
+    remaining: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Receipt(_Model):
+    """``receipt.json`` (:func:`runbook_lib.phases.decide.write_receipt`): the decision and why,
+    with every gate; a HOLD carries its deadline (UTC ISO 8601) and ``hold_deadline_s`` (seconds)."""
+
+    run_id: str = ""
+    migration: str = ""
+    decided_at: str = ""
+    decision: str = "?"
+    hold_deadline: str | None = None
+    hold_deadline_s: float | None = None
+    run_status: str = ""
+    exit_code: int | None = None
+    reasons: list[str] = Field(default_factory=list)
+    source: Side = Field(default_factory=Side)
+    target: Side = Field(default_factory=Side)
+    gates: tuple[GateResult, ...] = ()
+    route: dict[str, Any] | None = None
+    resources: ReceiptResources = Field(default_factory=ReceiptResources)
+    rehearsal: dict[str, Any] | None = None
+
+
+class Manifest(_Model):
+    """``manifest.json`` (:func:`runbook_lib.seal.seal_run`): the run's decision, what ran, its
+    rehearsal marks, and for an interrupted run the signal and teardown."""
+
+    run_id: str = ""
+    migration: str = ""
+    decision: str = "?"
+    params_sha256: str | None = None
+    phases: list[dict[str, Any]] = Field(default_factory=list)
+    rehearsal: dict[str, Any] | None = None
+    interrupted: dict[str, Any] | None = None
+
+
+RECEIPT_FILE = "receipt.json"
+MANIFEST_FILE = "manifest.json"
+
+
+def load_receipt(run_dir: str | Path) -> Receipt | None:
+    """The run's receipt, or None when phase 06 wrote none.
+
+    Raises:
+        EvidenceError: the file is not JSON or does not fit :class:`Receipt` (the field is named).
+    """
+    return _load_file(Path(run_dir) / RECEIPT_FILE, Receipt)
+
+
+def load_manifest(run_dir: str | Path) -> Manifest | None:
+    """The run's manifest, or None when the run was never sealed.
+
+    Raises:
+        EvidenceError: the file is not JSON or does not fit :class:`Manifest`.
+    """
+    return _load_file(Path(run_dir) / MANIFEST_FILE, Manifest)
+
+
+def _load_file(path: Path, model: type[_F]) -> _F | None:
+    if not path.exists():
+        return None
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvidenceError(f"{path.name} in {path.parent} cannot be read as JSON ({exc}); it was altered or "
+                            "truncated: run `runbook verify` on the run") from None
+    return _validate(model, body, path.name)
+
+
+MODELS: dict[str, type[PhaseData]] = {"01": FreezeData, "02": MappingData, "03": ParityData, "04": CompareData,
+                                      "05": CutoverData, "06": DecideData}
+"""The model of each phase's completed record; a record that did not complete is :class:`PhaseData`."""
+
+_D = TypeVar("_D", bound=PhaseData)
+_F = TypeVar("_F", bound=_Model)
+
+
+def version_of(body: dict[str, Any], *, where: str) -> int:
+    """A record's schema version (1 when it names none: written before versions were recorded).
+
+    Raises:
+        EvidenceError: a version this code cannot read; the message names it and the versions it reads.
+    """
+    v = body.get("schema_version", 1)
+    if v not in READABLE_VERSIONS:
+        raise EvidenceError(f"{where} has record schema version {v!r}; this runbook_lib reads versions "
+                            f"{list(READABLE_VERSIONS)}. Read it with the runbook_lib that wrote it (its manifest "
+                            "names the version) or upgrade this one.")
+    return int(v)
+
+
+def parse(record: Record) -> PhaseData:
+    """A record's ``data`` as its phase's model (:data:`MODELS`; :class:`PhaseData` when it did not
+    complete).
+
+    Raises:
+        EvidenceError: an unreadable schema version, or data that does not fit the model (the
+            field, the value seen and the record are named).
+    """
+    version_of(record.body, where=record.path.name)
+    model = MODELS.get(record.phase, PhaseData) if record.status == "completed" else PhaseData
+    return _validate(model, record.body.get("data", {}), record.path.name)
+
+
+def _validate(model: type[_F], data: Any, where: str) -> _F:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise EvidenceError(f"{where}: {'' if model in (Receipt, Manifest) else 'data.'}{loc} does not fit {model.__name__} ({first['msg']}; value seen "
+                            f"{str(first.get('input'))[:80]!r}); the record was not written by this version's "
+                            "phase, or was edited. Re-run the phase.") from None
+
+
+def checked(phase: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` for phase ``phase``'s completed record, checked against its model, with
+    ``schema_version`` added by the caller's envelope (:func:`runbook_lib.manifest.write_record`).
+
+    Raises:
+        EvidenceError: a field the model names is missing or of the wrong type.
+    """
+    _validate(MODELS[phase], data, f"phase {phase}'s record")
+    return data
+
+
+class Chain(dict[str, Record]):
+    """A run's verified phase records by phase id, with each completed one's typed data.
+
+    The mapping is the records themselves (status, path, sha256); the properties are the typed
+    data of the phases others read, None when that phase has no completed record."""
+
+    def __init__(self, records: dict[str, Record]) -> None:
+        super().__init__(records)
+        self._parsed: dict[str, PhaseData] = {}
+
+    def data(self, phase: str) -> PhaseData | None:
+        """Phase ``phase``'s typed data (any status), or None without a record."""
+        rec = self.get(phase)
+        if rec is None:
+            return None
+        if phase not in self._parsed:
+            self._parsed[phase] = parse(rec)
+        return self._parsed[phase]
+
+    def _completed(self, phase: str, model: type[_D]) -> _D | None:
+        rec = self.get(phase)
+        if rec is None or rec.status != "completed":
+            return None
+        d = self.data(phase)
+        assert isinstance(d, model)  # parse() picks MODELS[phase] for a completed record
+        return d
+
+    def all_data(self) -> list[PhaseData]:
+        """Every record's typed data, in phase order."""
+        return [d for pid, _ in PHASES if (d := self.data(pid)) is not None]
+
+    @property
+    def freeze(self) -> FreezeData | None:
+        return self._completed("01", FreezeData)
+
+    @property
+    def mapping(self) -> MappingData | None:
+        return self._completed("02", MappingData)
+
+    @property
+    def parity(self) -> ParityData | None:
+        return self._completed("03", ParityData)
+
+    @property
+    def compare(self) -> CompareData | None:
+        return self._completed("04", CompareData)
+
+    @property
+    def cutover(self) -> CutoverData | None:
+        return self._completed("05", CutoverData)
+
+    def need_freeze(self) -> FreezeData:
+        """Phase 01's data, for a phase that requires it (:data:`runbook_lib.rundir.NEEDS`).
+
+        Raises:
+            EvidenceError: phase 01 has no completed record.
+        """
+        return _need(self.freeze, "01")
+
+    def need_compare(self) -> CompareData:
+        """Phase 04's data, for a phase that requires it.
+
+        Raises:
+            EvidenceError: phase 04 has no completed record.
+        """
+        return _need(self.compare, "04")
+
+    def gates(self) -> list[GateResult]:
+        """Every gate of every record, in phase order."""
+        return [x for d in self.all_data() for x in d.gates]
+
+
+def read_unchecked(run_dir: str | Path) -> Chain:
+    """Every phase record of ``run_dir`` as it is on disk, hashes unchecked (``runbook verify``
+    checks them): for readers that must work on an altered run (``verify --recompute``, the
+    approvals a run is waiting on)."""
+    run_dir = Path(run_dir)
+    out = {}
+    for pid, _ in PHASES:
+        path = run_dir / f"{phase_name(pid)}.json"
+        if path.exists():
+            out[pid] = Record(pid, path, sha256_file(path), json.loads(path.read_text()))
+    return Chain(out)
+
+
+def _need(d: _D | None, phase: str) -> _D:
+    if d is None:
+        raise EvidenceError(f"phase {phase}'s completed record is needed here and the run has none; run phase {phase}")
+    return d
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of every phase's record data, by phase id (pydantic's ``model_json_schema``)."""
+    return {"schema_version": SCHEMA_VERSION,
+            "phases": {pid: MODELS[pid].model_json_schema(by_alias=True) for pid, _ in PHASES}}
+
+
+def schema_text() -> str:
+    """:func:`schema` as the file docs/reference/records.schema.json holds it."""
+    return json.dumps(schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # regenerate docs/reference/records.schema.json in this checkout
+    (Path(__file__).resolve().parent.parent / SCHEMA_FILE).write_text(schema_text())
