@@ -18,12 +18,10 @@ from typing import Any, Callable
 from runbook_lib import approvals
 from runbook_lib._time import utc_now
 from runbook_lib.errors import NotFound, RunbookError
-from runbook_lib.layout import STATE_DIR
+from runbook_lib.layout import CLEANUP_RECORD, KEPT_PARAMS, STATE_DIR
 from runbook_lib.manifest import write_json_atomic
 from runbook_lib.params import Migration, load_params
 from runbook_lib.providers import create_provider
-
-CLEANUP_RECORD = "cleanup.json"
 
 
 @dataclass
@@ -93,7 +91,7 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
             resources not yet destroyed are still listed by the next ``runbook cleanup``.
     """
     run_dir = Path(run_dir).resolve()
-    mig = mig or load_params(run_dir / "params.yaml")
+    mig = mig or load_params(run_dir / KEPT_PARAMS)
     root = Path(project).resolve() if project else project_of_run(run_dir)
     run_id = run_dir.name
     res = CleanupResult(run_id, dry_run=dry_run)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError
+from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS
 from runbook_lib.providers.simulator import RUNPOD_SIM_PROXY, SCRIPTS, fault_problems
 
 
@@ -70,7 +71,7 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     from runbook_lib.errors import EXIT_HOLD
     from runbook_lib.interrupt import Interrupts
     from runbook_lib.manifest import phase_name
-    from runbook_lib.rundir import KEPT_PARAMS, RunDir
+    from runbook_lib.rundir import RunDir
     from runbook_lib.runner import environment_ok, preflight, run_phase, stop_interrupted
 
     run_dir = Path(args.run_dir)
@@ -110,7 +111,7 @@ def _cmd_approve(args: argparse.Namespace) -> int:
         from runbook_lib.layout import project_root
         from runbook_lib.params import load_params
 
-        kept = run_dir / "params.yaml"
+        kept = run_dir / KEPT_PARAMS
         mig = load_params(kept) if kept.exists() else None
         if mig is None or not mig.approvals.approval_file:
             raise UsageError("no approvals.approval_file in the run's params: pass -o FILE")
@@ -128,9 +129,9 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     from runbook_lib.cleanup import cleanup_run, summary
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "params.yaml").exists():
+    if not (run_dir / KEPT_PARAMS).exists():
         raise UsageError(f"{run_dir} is not a run directory (no params.yaml in it); pass reports/<run_id>")
-    _use_fixtures(args, run_dir / "params.yaml")
+    _use_fixtures(args, run_dir / KEPT_PARAMS)
     print(f"resources labelled run_id={run_dir.resolve().name}" + (" (dry run: nothing is destroyed)" if args.dry_run
                                                                     else ""))
     res = cleanup_run(run_dir, project=args.project, dry_run=args.dry_run, echo=print)
@@ -235,7 +236,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         st = standing(d)  # a HOLD past its deadline shows as NO-GO; `runbook resolve` records it
         receipt = load_receipt(d)
         src, tgt = (receipt.source.release, receipt.target.release) if receipt else ("", "")
-        complete = (d / "_SUCCESS").exists()
+        complete = (d / COMPLETION_MARKER).exists()
         manifest = load_manifest(d)
         note = f"  [{st.note}]" if st.note else ""
         kind = "REHEARSAL: " if manifest and manifest.rehearsal else ""  # never mistaken for a real migration

@@ -10,6 +10,30 @@ REPORTS_DIR = "reports"  # run directories: reports/<run_id>
 NOTEBOOKS_DIR = "notebooks"  # the phase notebooks
 STATE_DIR = ".runbook"  # provider state under the project root: .runbook/<provider>
 
+# The files of a run directory (reports/<run_id>/) that more than one module reads or writes,
+# each named once; paths relative to the run directory.
+KEPT_PARAMS = "params.yaml"  # the params the run started with (their bytes are checked at every phase)
+RECEIPT = "receipt.json"  # phase 06: the decision, why, and every gate
+MANIFEST = "manifest.json"  # the seal: what ran, on what, every record and notebook by sha256
+COMPLETION_MARKER = "_SUCCESS"  # written last, after the manifest; a run without it is not complete
+RESOLUTION = "resolution.json"  # a person's (or the deadline's) decision on a HOLD run, after the seal
+ROUTE = "route.json"  # the traffic route's share and history (phases 05 and 06)
+CLEANUP_RECORD = "cleanup.json"  # `runbook cleanup`: what it found and destroyed
+ROLLBACK_POINT = "05/rollback_point.json"  # what restoring the source needs, and when the window closes
+GOLDEN_OUTPUTS = "01/golden_outputs.npy"  # the source's outputs on the fixed inputs, float
+GOLDEN_INFERENCE_OUTPUTS = "01/golden_inference_outputs.npy"  # a checkpoint entry point's answers
+GOLDEN_FINAL_OUTPUTS = "01/golden_final_outputs.npy"  # a training job's outputs after its last step
+CANARY_OUTPUTS = "03/canary/outputs.npy"  # the canary's outputs on the same inputs
+CANARY_INFERENCE_OUTPUTS = "03/canary/inference_outputs.npy"
+
+# What the runbook puts into a pod's or worker's environment, each named once.
+POD_PARAMS_ENV = "RUNBOOK_PARAMS_YAML"  # the run's params (KEPT_PARAMS' text)
+POD_DEVICE_ENV = "RUNBOOK_DEVICE"  # the side's device (``cpu``, ``cuda``, ``cuda:1``)
+POD_SIDE_ENV = "RUNBOOK_SIDE"  # ``source`` or ``target``
+POD_FAULT_ENV = "RUNBOOK_FAULT"  # a drill's or a simulator's injected fault (``worker_crash``, ...)
+POD_ID_ENV = "RUNBOOK_POD_ID"  # the local provider's id of the process group (its marker)
+POD_VOLUME_ENV = "RUNBOOK_VOLUME_DIR"  # the pod's persistent volume directory
+
 
 def project_root(params_path: str | Path) -> Path:
     """The project a params file belongs to: the parent of the ``params/`` directory holding it

@@ -19,6 +19,7 @@ from typing import Any
 from runbook_lib._fs import atomic_write
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError
+from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST
 
 PHASES: tuple[tuple[str, str], ...] = (
     ("01", "freeze_source"),
@@ -40,7 +41,6 @@ whose notebook lacks one (:func:`runbook_lib.runner.missing_plots`)."""
 PLOT_METADATA_KEY = "runbook_plot"
 """Key in an image output's ``image/png`` metadata naming the plot file it shows."""
 
-COMPLETION_MARKER = "_SUCCESS"
 RECORD_SCHEMA_VERSION = 1
 """Version of a phase record's shape (:mod:`runbook_lib.records` models it), written into each
 record as ``schema_version``; a record without it predates the field and has version 1's shape."""
@@ -247,13 +247,13 @@ def verify_evidence(run_dir: str | Path) -> list[dict[str, str]]:
         for rel, want in body.get("files", {}).items():
             check(rel, want, path.name)
         prev = digest
-    manifest = run_dir / "manifest.json"
+    manifest = run_dir / MANIFEST
     if manifest.exists():
         m = json.loads(manifest.read_text())
-        if (run_dir / "params.yaml").exists() and m.get("params_sha256"):
-            check("params.yaml", m["params_sha256"], "manifest.json")
+        if (run_dir / KEPT_PARAMS).exists() and m.get("params_sha256"):
+            check(KEPT_PARAMS, m["params_sha256"], MANIFEST)
         for name, want in {**m.get("outputs", {}).get("records", {}), **m.get("outputs", {}).get("notebooks", {})}.items():
-            check(name, want, "manifest.json")
+            check(name, want, MANIFEST)
     marker = run_dir / COMPLETION_MARKER
     if marker.exists():
         for name, want in json.loads(marker.read_text()).get("files", {}).items():

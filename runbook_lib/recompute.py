@@ -31,6 +31,7 @@ from typing import Any
 
 from runbook_lib import gates as g
 from runbook_lib.errors import EvidenceError, RunbookError
+from runbook_lib.layout import CANARY_INFERENCE_OUTPUTS, CANARY_OUTPUTS, GOLDEN_INFERENCE_OUTPUTS, GOLDEN_OUTPUTS
 from runbook_lib.params import load_params
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.raw import load_measurement
@@ -175,12 +176,12 @@ def _parity_gates(mig: Any, run_dir: Path, data: ParityData | None) -> list[g.Ga
 
     checks = data.result.artifact_checksums if data is not None and data.result is not None else []
     out = [g.checksum_exact("artifact_checksum", checks, phase="03")]
-    golden, canary = run_dir / "01/golden_outputs.npy", run_dir / "03/canary/outputs.npy"
+    golden, canary = run_dir / GOLDEN_OUTPUTS, run_dir / CANARY_OUTPUTS
     if golden.exists():
         out.append(g.output_parity(np.load(golden), np.load(canary) if canary.exists() else None,
                                    dtype=mig.source.dtype, rtol=mig.gates.parity_rtol, atol=mig.gates.parity_atol,
                                    phase="03"))
-    answers, seen = run_dir / "01/golden_inference_outputs.npy", run_dir / "03/canary/inference_outputs.npy"
+    answers, seen = run_dir / GOLDEN_INFERENCE_OUTPUTS, run_dir / CANARY_INFERENCE_OUTPUTS
     if answers.exists():
         out.append(g.inference_parity(np.load(answers), np.load(seen) if seen.exists() else None,
                                       dtype=mig.source.dtype, entry_point=mig.workload.entry_point,

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runbook_lib.errors import EvidenceError
 from runbook_lib.gates import GateResult
+from runbook_lib.layout import MANIFEST, RECEIPT
 from runbook_lib.manifest import PHASES, RECORD_SCHEMA_VERSION, Record, phase_name, sha256_file
 
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
@@ -419,8 +420,6 @@ class Manifest(_Model):
     interrupted: dict[str, Any] | None = None
 
 
-RECEIPT_FILE = "receipt.json"
-MANIFEST_FILE = "manifest.json"
 
 
 def load_receipt(run_dir: str | Path) -> Receipt | None:
@@ -429,7 +428,7 @@ def load_receipt(run_dir: str | Path) -> Receipt | None:
     Raises:
         EvidenceError: the file is not JSON or does not fit :class:`Receipt` (the field is named).
     """
-    return _load_file(Path(run_dir) / RECEIPT_FILE, Receipt)
+    return _load_file(Path(run_dir) / RECEIPT, Receipt)
 
 
 def load_manifest(run_dir: str | Path) -> Manifest | None:
@@ -438,7 +437,7 @@ def load_manifest(run_dir: str | Path) -> Manifest | None:
     Raises:
         EvidenceError: the file is not JSON or does not fit :class:`Manifest`.
     """
-    return _load_file(Path(run_dir) / MANIFEST_FILE, Manifest)
+    return _load_file(Path(run_dir) / MANIFEST, Manifest)
 
 
 def _load_file(path: Path, model: type[_F]) -> _F | None:

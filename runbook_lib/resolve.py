@@ -19,12 +19,13 @@ from typing import Any, Callable, TypeVar
 
 from runbook_lib._time import iso, parse_iso
 from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, UsageError
+from runbook_lib.layout import MANIFEST, RECEIPT, RESOLUTION
 from runbook_lib.manifest import COMPLETION_MARKER, sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.params import load_params
 from runbook_lib.records import Manifest, Receipt, load_manifest, load_receipt
 from runbook_lib.rundir import KEPT_PARAMS
 
-RESOLUTION_FILE = "resolution.json"
+RESOLUTION_FILE = RESOLUTION
 DECISIONS = ("GO", "NO-GO")
 DEADLINE_BY = "hold deadline (no person decided in time)"
 _M = TypeVar("_M", Receipt, Manifest)
@@ -133,7 +134,7 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
     """
     run_dir = Path(run_dir)
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    if not (run_dir / "manifest.json").exists() or not (run_dir / COMPLETION_MARKER).exists():
+    if not (run_dir / MANIFEST).exists() or not (run_dir / COMPLETION_MARKER).exists():
         raise UsageError(f"{run_dir} is not a sealed run (manifest.json and {COMPLETION_MARKER} needed); only a "
                          "finished HOLD run can be resolved")
     manifest = load_manifest(run_dir)
@@ -185,8 +186,8 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
         rollback += ". GO accepts this run's evidence; the cutover itself needs a new run, since the target was torn down"
     body: dict[str, Any] = {
         "run_id": run_dir.name,
-        "resolves": {"file": "manifest.json", "sha256": sha256_file(run_dir / "manifest.json")},
-        "receipt_sha256": sha256_file(run_dir / "receipt.json"),
+        "resolves": {"file": MANIFEST, "sha256": sha256_file(run_dir / MANIFEST)},
+        "receipt_sha256": sha256_file(run_dir / RECEIPT),
         "held_decision": "HOLD",
         "decision": decision,
         "exit_code": EXIT_BY_DECISION[decision],
@@ -215,7 +216,7 @@ def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:
     if body is None or body.get("content_sha256") != content_sha256(body):
         return [{"path": RESOLUTION_FILE, "status": "altered", "by": "its content_sha256"}]
     rows = [{"path": RESOLUTION_FILE, "status": "intact", "by": "its content_sha256"}]
-    manifest = run_dir / "manifest.json"
+    manifest = run_dir / MANIFEST
     want = (body.get("resolves") or {}).get("sha256")
     if not manifest.exists() or sha256_file(manifest) != want:
         rows.append({"path": RESOLUTION_FILE, "status": "broken-link",

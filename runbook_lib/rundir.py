@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EvidenceError, UsageError
-from runbook_lib.layout import REPORTS_DIR, STATE_DIR, params_sha256, project_root
+from runbook_lib.layout import KEPT_PARAMS, REPORTS_DIR, STATE_DIR, params_sha256, project_root
 from runbook_lib.manifest import (
     COMPLETION_MARKER,
     PHASES,
@@ -28,8 +28,6 @@ from runbook_lib.manifest import (
     write_record,
 )
 from runbook_lib.params import Migration, load_params
-
-KEPT_PARAMS = "params.yaml"  # the params a run started with, inside its directory
 
 NEEDS: dict[str, tuple[str, ...]] = {
     "01": (),

@@ -38,7 +38,7 @@ from runbook_lib.params import Migration, load_params
 from runbook_lib.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
 from runbook_lib.phases import leak_message, scan_phase
 from runbook_lib.rundir import RunDir
-from runbook_lib.seal import seal_run
+from runbook_lib.seal import seal_run, sealed_decision
 from runbook_lib.workload import workload_class
 
 KERNEL_NAME = "python3"
@@ -415,14 +415,11 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
         if intr.signum:
             return stop_interrupted(intr, run, outcomes, scans, say)
     receipt = records.load_receipt(run_dir)
-    decision = "FAILED"
     reasons: list[str] = [o.reason for o in outcomes if o.status in ("failed", "held")]
     if receipt is not None:
-        decision = receipt.decision
         reasons = receipt.reasons + [r for r in reasons if not any(r in x for x in receipt.reasons)]
-    exit_code = EXIT_FAILED if failed or receipt is None else EXIT_BY_DECISION[decision]
-    if failed:
-        decision = f"FAILED (decision {decision})" if receipt is not None else "FAILED"
+    exit_code = EXIT_FAILED if failed or receipt is None else EXIT_BY_DECISION[receipt.decision]
+    decision = sealed_decision(receipt.decision if receipt else None, failed=failed or receipt is None)
     seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed,
              extra={"secret_scans": scans})
     return RunResult(run_dir, decision, exit_code, outcomes, reasons)

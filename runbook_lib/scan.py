@@ -14,7 +14,7 @@ from typing import Any
 from runbook_lib import secrets
 from runbook_lib.errors import AuthError
 from runbook_lib.params import Migration
-from runbook_lib.providers import PROVIDERS, REMOTE
+from runbook_lib.providers import REMOTE, provider_module
 from runbook_lib.secrets import KEY_PATTERNS
 
 MIN_SCANNABLE_CHARS = 8  # shorter values would match ordinary text; they are reported, not scanned
@@ -60,12 +60,10 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
 
 def provider_key(profile: Any) -> str | None:
     """The API key a remote profile would use, if one resolves here (None for local)."""
-    import importlib
-
     if profile.provider not in REMOTE:
         return None
     try:
-        return importlib.import_module(PROVIDERS[profile.provider]).default_key(profile.api_key_ref).resolve()
+        return provider_module(profile.provider).default_key(profile.api_key_ref).resolve()
     except AuthError:
         return None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib import __version__
-from runbook_lib.layout import params_sha256, project_root
+from runbook_lib.layout import MANIFEST, RECEIPT, params_sha256, project_root
 from runbook_lib.manifest import (
     COMPLETION_MARKER,
     read_chain,
@@ -51,6 +51,14 @@ def rehearsal_of(chain: Chain, mig: Migration) -> dict[str, Any] | None:
     if not sims and mig.rehearsal is None:
         return None
     return {"simulators": sims, "params": mig.rehearsal.model_dump() if mig.rehearsal is not None else None}
+
+
+def sealed_decision(decision: str | None, *, failed: bool) -> str:
+    """The decision a seal records: phase 06's (``GO``, ``NO-GO``, ``HOLD``); ``FAILED (decision X)``
+    when a phase failed after phase 06 decided X; ``FAILED`` when no decision was reached."""
+    if not failed:
+        return decision or "FAILED"
+    return f"FAILED (decision {decision})" if decision else "FAILED"
 
 
 def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
@@ -102,8 +110,8 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
         **(extra or {}),
     }
     (run_dir / COMPLETION_MARKER).unlink(missing_ok=True)
-    write_json_atomic(run_dir / "manifest.json", manifest)
+    write_json_atomic(run_dir / MANIFEST, manifest)
     if complete:
-        files = {p: sha256_file(run_dir / p) for p in ("manifest.json", "receipt.json") if (run_dir / p).exists()}
+        files = {p: sha256_file(run_dir / p) for p in (MANIFEST, RECEIPT) if (run_dir / p).exists()}
         write_completion_marker(run_dir, files)
     return manifest

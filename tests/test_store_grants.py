@@ -33,6 +33,7 @@ import pytest
 
 from runbook_lib.errors import ParamsError, StorageError
 from runbook_lib.phases import open_phase
+from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.providers.base import GRANT_SHOWN, PodSpec
 from runbook_lib.providers.local import procs
 from runbook_lib.storage import GRANT_ENV, GrantScope, build_grant, pod_store
@@ -446,15 +447,14 @@ def test_plans_name_the_grant_scope_not_the_keys_and_fingerprint_stably(make_par
                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                         s3_endpoint: str) -> None:
     ctx = _ctx(make_params, monkeypatch, tmp_path, s3_endpoint)
-    res = ctx.resources
-    plan = res.plan_agent("target", "canary", "accept", prefix="runs/x/target", frozen_prefix="runs/x/source/frozen")
+    plan = ctx.agents.plan("target", "canary", "accept", prefix="runs/x/target", frozen_prefix="runs/x/source/frozen")
     spec = plan.spec
     assert isinstance(spec, PodSpec) and spec.store_grant is not None
     assert spec.store_grant.read_sets == ("runs/x/source/frozen",) and spec.store_grant.write_prefix == "runs/x/target"
     assert spec.store_grant.ttl_s == 900 + 300  # the agent's timeout plus the margin (a local pod: no launch budget)
     names = [n for n, _ in spec.secret_refs] + [n for n, _ in spec.env]
     assert not {n for n in names if n.startswith("AWS_")} and GRANT_ENV not in names, names
-    again = res.plan_agent("target", "canary", "accept", prefix="runs/x/target", frozen_prefix="runs/x/source/frozen")
+    again = ctx.agents.plan("target", "canary", "accept", prefix="runs/x/target", frozen_prefix="runs/x/source/frozen")
     assert again.fingerprint == plan.fingerprint
     # the grant goes in at apply time, without changing what the approval names or showing its value
     from dataclasses import replace
@@ -462,12 +462,12 @@ def test_plans_name_the_grant_scope_not_the_keys_and_fingerprint_stably(make_par
     applied = replace(plan, spec=replace(spec, env=spec.env + ((GRANT_ENV, '{"objects": "urls"}'),)))
     assert applied.fingerprint == plan.fingerprint
     assert [v for k, v in applied.to_dict()["spec"]["env"] if k == GRANT_ENV] == [GRANT_SHOWN]
-    ep = res.plan_endpoint("source", "endpoint-source")
+    ep = ctx.endpoints.plan("source", "endpoint-source")
     assert ep.spec.store_grant == GrantScope("session", (), f"runs/{ctx.run_id}/jobs/source",
                                              ttl_s=12 * 3600 + ctx.mig.cutover.rollback_window_s)
     assert not {n for n, _ in ep.spec.secret_refs if n.startswith("AWS_")}
     file_ctx = _ctx(make_params, monkeypatch, tmp_path, s3_endpoint, storage={"url": "file://.runbook/store"})
-    assert file_ctx.resources.plan_agent("target", "c", "accept", prefix="p").spec.store_grant is None
+    assert file_ctx.agents.plan("target", "c", "accept", prefix="p").spec.store_grant is None
 
 
 def test_a_profile_secret_cannot_smuggle_the_storage_keys_into_a_pod(make_params: Any, tmp_path: Path,
@@ -476,8 +476,8 @@ def test_a_profile_secret_cannot_smuggle_the_storage_keys_into_a_pod(make_params
     ctx = _ctx(make_params, monkeypatch, tmp_path, s3_endpoint,
                target={"secrets": [{"name": "AWS_SECRET_ACCESS_KEY", "ref": "env:AWS_SECRET_ACCESS_KEY"}]})
     with pytest.raises(ParamsError, match="same reference as storage.secret_access_key_ref"):
-        ctx.resources.plan_agent("target", "canary", "bench", prefix="p")
-    assert ctx.resources.pod_secret_refs("source") == (("HF_TOKEN", "env:HF_TOKEN"),)
+        ctx.agents.plan("target", "canary", "bench", prefix="p")
+    assert pod_secret_refs(ctx.mig, "source") == (("HF_TOKEN", "env:HF_TOKEN"),)
 
 
 def test_the_source_providers_key_never_reaches_a_target_pod(make_params: Any, tmp_path: Path,
@@ -487,8 +487,8 @@ def test_the_source_providers_key_never_reaches_a_target_pod(make_params: Any, t
     params = make_params("runpod-to-vast.yaml", target={"secrets": [{"name": "RP", "ref": "env:RUNPOD_API_KEY"}]})
     ctx = open_phase("01", str(params), run_mode="headless")
     with pytest.raises(ParamsError, match=r"same reference as the source provider's API key \(runpod\)"):
-        ctx.resources.pod_secret_refs("target")
-    assert ctx.resources.pod_secret_refs("source") == (("HF_TOKEN", "env:HF_TOKEN"),)
+        pod_secret_refs(ctx.mig, "target")
+    assert pod_secret_refs(ctx.mig, "source") == (("HF_TOKEN", "env:HF_TOKEN"),)
 
 
 def test_a_launched_agent_pod_gets_the_grant_and_no_storage_key(make_params: Any, tmp_path: Path,
@@ -502,12 +502,12 @@ def test_a_launched_agent_pod_gets_the_grant_and_no_storage_key(make_params: Any
     frozen = ctx.store_prefix("source", "frozen")
     objs = [ctx.store.put_bytes(b"weights", f"{frozen}/w.bin")]
     ctx.store.commit_set(frozen, objs, run_id=ctx.run_id)
-    plan = res.plan_agent("target", "canary", "accept", prefix=ctx.store_prefix("target"), frozen_prefix=frozen)
+    plan = ctx.agents.plan("target", "canary", "accept", prefix=ctx.store_prefix("target"), frozen_prefix=frozen)
     from dataclasses import replace
 
     dump = "import json, os; open('env.json', 'w').write(json.dumps(dict(os.environ)))"
     plan = replace(plan, spec=replace(plan.spec, command=(sys.executable, "-c", dump)))
-    pod = res.launched(res.apply_plan("target", plan, needs_store=True))  # demo-s3: local plans preapproved
+    pod = ctx.agents.launched(res.apply_plan("target", plan, needs_store=True))  # demo-s3: local plans preapproved
     prov = res.provider("target")
     prov.wait_exit(pod.id, timeout_s=60)
     env = json.loads((Path(pod.container_dir) / "env.json").read_text())
@@ -537,7 +537,7 @@ def test_a_local_queue_endpoint_keeps_records_in_s3_with_a_session_grant_and_no_
                workload={"entry_point": "tests.fixture_workloads:SleepWorkload"},
                target={"batch_size": 1, "workers": 1})
     res = ctx.resources
-    plan = res.plan_endpoint("target", "endpoint-target")
+    plan = ctx.endpoints.plan("target", "endpoint-target")
     ep = res.apply_plan("target", plan, needs_store=True)
     client = JobClient(ep.url)
     try:

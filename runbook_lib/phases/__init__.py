@@ -8,15 +8,20 @@ itself, and closes with :func:`finish`, which writes the chained record from the
 
 The shared parts: :mod:`.context` (the :class:`PhaseContext` a phase works in, opened by
 :func:`open_phase`), :mod:`.evidence` (files, plans and gates of a phase), :mod:`.resources`
-(providers and the plans that rent and release) and :mod:`.results` (result types and display).
+(providers and the plans that rent and release; their collaborators :mod:`.offerbook` and
+:mod:`.access`), :mod:`.agents` (agent pods run to their end) and :mod:`.endpoints`
+(serving endpoints) and :mod:`.results` (result types and display).
 """
 
+from runbook_lib.phases.access import POD_TIMEOUT_S
+from runbook_lib.phases.agents import AgentRun, Agents
 from runbook_lib.phases.context import PhaseContext, check_credentials, leak_message, open_phase, scan_phase
+from runbook_lib.phases.endpoints import Endpoints
 from runbook_lib.phases.evidence import Evidence
-from runbook_lib.phases.resources import POD_TIMEOUT_S, Resources
+from runbook_lib.phases.resources import Resources
 from runbook_lib.phases.results import Finished, PhaseResult, PlanShown, approval_widget, finish, md, table
 
 __all__ = [
-    "POD_TIMEOUT_S", "Evidence", "Finished", "PhaseContext", "PhaseResult", "PlanShown", "Resources",
+    "POD_TIMEOUT_S", "AgentRun", "Agents", "Endpoints", "Evidence", "Finished", "PhaseContext", "PhaseResult", "PlanShown", "Resources",
     "approval_widget", "check_credentials", "finish", "leak_message", "md", "open_phase", "scan_phase", "table",
 ]

@@ -10,6 +10,8 @@ from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError
 from runbook_lib.gates import GateResult, tolerance_for
 from runbook_lib.manifest import PHASES, Record
+from runbook_lib.phases.agents import Agents
+from runbook_lib.phases.endpoints import Endpoints
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.phases.resources import Resources
 from runbook_lib.records import Chain, checked
@@ -33,6 +35,8 @@ class PhaseContext(OnRun):
         store_factory: opens the run's store; called once, on first use.
         evidence: what the phase produces (files, plans, gates).
         resources: the providers of both sides and the plans that use them.
+        agents: the phase's agent pods (planned and run through ``resources``).
+        endpoints: the phase's serving endpoints (planned and created through ``resources``).
         cache: provider reads reused within the phase.
     """
 
@@ -45,12 +49,16 @@ class PhaseContext(OnRun):
     store_factory: Callable[[], Store]
     evidence: Evidence = field(init=False)
     resources: Resources = field(init=False)
+    agents: Agents = field(init=False)
+    endpoints: Endpoints = field(init=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.evidence = Evidence(self.run)
         self.resources = Resources(self.phase, self.run, self.records, self.evidence, lambda: self.store,
                                    self.approval_ref)
+        self.agents = Agents(self.resources)
+        self.endpoints = Endpoints(self.resources)
 
     @property
     def store(self) -> Store:

@@ -30,6 +30,7 @@ import pandas as pd
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError, ProviderError
+from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
 from runbook_lib.measure import Request, job_clocks, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
@@ -61,7 +62,7 @@ def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
     }
     if ctx.mig.workload.kind == "inference":
         point["source_endpoint"] = ctx.records.need_compare().endpoints.get("source")
-    ctx.evidence.write_json("05/rollback_point.json", point)
+    ctx.evidence.write_json(ROLLBACK_POINT, point)
     return point
 
 
@@ -105,7 +106,7 @@ def slices(ctx: PhaseContext) -> list[Slice]:
         return out
     if ctx.mig.workload.kind == "checkpoint":  # one step: the target's verified copy becomes authoritative
         frozen, pfx = ctx.records.need_freeze().frozen().prefix, ctx.store_prefix("cutover", "0")
-        plan = ctx.resources.plan_agent("target", "promote", "slice", prefix=pfx, frozen_prefix=frozen,
+        plan = ctx.agents.plan("target", "promote", "slice", prefix=pfx, frozen_prefix=frozen,
                                         extra=("--steps", "1"))
         return [Slice(1, 100, plan, 0, 1, pfx, frozen)]
     total = ctx.mig.workload.train_steps
@@ -115,7 +116,7 @@ def slices(ctx: PhaseContext) -> list[Slice]:
         if until - done <= 0:
             continue
         pfx = ctx.store_prefix("cutover", str(k))
-        plan = ctx.resources.plan_agent("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=resume,
+        plan = ctx.agents.plan("target", f"slice-{k}", "slice", prefix=pfx, frozen_prefix=resume,
                                         extra=("--steps", str(until - done)))
         out.append(Slice(k + 1, pct, plan, done, until, pfx, resume))
         resume, done = f"{pfx}/checkpoint", until
@@ -166,13 +167,13 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
         raise EvidenceError("phase 04's record has no source p95 latency to bound the cutover's slices by; "
                             "re-run phase 04")
     bound = src_p95 * ctx.mig.gates.latency_p95_ratio_max
-    golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
+    golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
     modes = rec04.endpoint_modes
     clients = {s: ctx.resources.provider(s).job_client(rec04.endpoints[s], u, mode=modes.get(s, "queue"),
                                                        clocks=job_clocks(ctx.mig.measure))
                for s, u in urls.items()}
-    route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
+    route = Route(ctx.run_dir / ROUTE, actor=actor(ctx))
     route.set(0, "cutover start: all traffic on source")
     steps, rows = [], []
     rng = np.random.default_rng(ctx.mig.workload.seed)
@@ -239,14 +240,14 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
     rec01 = ctx.records.need_freeze()
     golden_run = rec01.golden_run()
     golden_losses = golden_run.losses
-    route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
+    route = Route(ctx.run_dir / ROUTE, actor=actor(ctx))
     route.set(0, "cutover start: job runs on source")
     ckpt_prefix, done_steps, steps, moved = rec01.frozen().prefix, 0, [], False
     for sl in slices(ctx):
         k, pct, until, pfx = sl.step - 1, sl.target_percent, sl.until_step, sl.prefix
         route.set(pct, f"slice {k + 1} (quiesced: the source stopped at verified checkpoint {ckpt_prefix}): target "
                        f"runs steps {done_steps}..{until - 1}")
-        ctx.resources.run_agent("target", sl.plan, result_prefix=f"{pfx}/result")
+        ctx.agents.run("target", sl.plan, result_prefix=f"{pfx}/result")
         res = json.loads(ctx.evidence.fetch(ctx.store, f"{pfx}/result", f"05/slice/{k}")["result.json"].read_text())
         checkpoint = ctx.store.verify_set(f"{pfx}/checkpoint", run_id=ctx.run_id)
         losses = [m["loss"] for m in res["attempts"][0]["metrics"]]
@@ -286,10 +287,10 @@ def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
     route (0 % -> 100 % target) record it. Reversibility: the source profile loads the target's
     copy and must reproduce the golden tensor digest."""
     frozen = ctx.records.need_freeze().frozen()
-    route = Route(ctx.run_dir / "route.json", actor=actor(ctx))
+    route = Route(ctx.run_dir / ROUTE, actor=actor(ctx))
     route.set(0, f"cutover start: the source's frozen checkpoint {frozen.prefix} is authoritative")
     [sl] = slices(ctx)
-    ctx.resources.run_agent("target", sl.plan, result_prefix=f"{sl.prefix}/result")
+    ctx.agents.run("target", sl.plan, result_prefix=f"{sl.prefix}/result")
     files = ctx.evidence.fetch(ctx.store, f"{sl.prefix}/result", "05/slice/0")
     res = json.loads(files["result.json"].read_text())
     copy_prefix = f"{sl.prefix}/checkpoint"
@@ -315,7 +316,7 @@ def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
         "files_sha256": got, "switched": ok})
     reverse = None
     if ok:  # reversibility: the source profile loads the target's copy
-        golden = np.load(ctx.run_dir / "01/golden_outputs.npy")
+        golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS)
         with tempfile.TemporaryDirectory() as tmp:
             ctx.store.fetch_set(copy_prefix, tmp, run_id=ctx.run_id)
             wl_s = make_workload(ctx.mig.workload, ctx.mig.source)

@@ -19,13 +19,13 @@ from runbook_lib import gates as g
 from runbook_lib._time import utc_now
 from runbook_lib.approvals import plans_awaiting
 from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound, StorageError
-from runbook_lib.layout import params_sha256
+from runbook_lib.layout import RECEIPT, ROLLBACK_POINT, ROUTE, params_sha256
 from runbook_lib.manifest import PHASES
 from runbook_lib.params import AnyProfile, RemoteProfile
 from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.route import Route
-from runbook_lib.seal import rehearsal_of, seal_run
+from runbook_lib.seal import rehearsal_of, seal_run, sealed_decision
 
 
 def _planned_only(prof: AnyProfile) -> bool:
@@ -81,7 +81,7 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
             phase="06"))
     cut = ctx.records.get("05")
     if cut is not None and cut.status == "completed":
-        point = json.loads((ctx.run_dir / "05/rollback_point.json").read_text())
+        point = json.loads((ctx.run_dir / ROLLBACK_POINT).read_text())
         left = point["window_closes_epoch"] - time.time()
         gates.append(g.GateResult("rollback_window", "PASS" if left > 0 else "FAIL", True, round(left, 1), 0,
                                   "s remaining", "window close time minus now",
@@ -98,7 +98,7 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
     Returns:
         ``{"route", "destroyed", "remaining", "created"}`` with resource rows.
     """
-    route_file = ctx.run_dir / "route.json"
+    route_file = ctx.run_dir / ROUTE
     route = None
     if route_file.exists():
         r = Route(route_file, actor=f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id})")
@@ -326,7 +326,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
                       "remaining": actions["remaining"]},
         "gates": [x.to_dict() for x in gates],
     }
-    ctx.evidence.write_json("receipt.json", receipt)
+    ctx.evidence.write_json(RECEIPT, receipt)
     return receipt
 
 
@@ -414,6 +414,6 @@ def finish(ctx: PhaseContext, result: DecisionResult) -> Sealed:
     """Write phase 06's record (it hashes ``receipt.json``), then seal the run."""
     record = ctx.finish(result.record())
     failed = result.receipt["run_status"] == "failed"
-    decision = f"FAILED (decision {result.decision})" if failed else result.decision
-    manifest = seal_run(ctx.run_dir, ctx.mig, ctx.params_path, decision=decision, complete=not failed)
+    manifest = seal_run(ctx.run_dir, ctx.mig, ctx.params_path, decision=sealed_decision(result.decision, failed=failed),
+                        complete=not failed)
     return Sealed(Finished(record, tuple(ctx.evidence.gates)), manifest)

@@ -22,6 +22,7 @@ from runbook_lib import gates as g
 from runbook_lib import secrets as secret_refs
 from runbook_lib.errors import StorageError
 from runbook_lib.inventory import probe
+from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.params import RemoteProfile, Storage
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
@@ -60,7 +61,7 @@ def plan_freeze(ctx: PhaseContext) -> Plan:
     src = describe_source(ctx)
     offers = (str(src["gpu_name"]),) if src and src.get("gpu_name") else None
     price = src.get("price_usd_per_hour") if src else None  # what the running source pod costs
-    return ctx.resources.plan_agent("source", "source-freeze", "freeze", prefix=ctx.store_prefix("source"), offers=offers,
+    return ctx.agents.plan("source", "source-freeze", "freeze", prefix=ctx.store_prefix("source"), offers=offers,
                                     price_usd_per_hour=price or None, frozen_prefix=input_prefix(ctx))
 
 
@@ -205,13 +206,13 @@ def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[
         ctx.resources.apply_plan("source", plan)
         return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict(), **copied}
     # the freeze pod is disposable: destroyed whatever happens (phase 06 re-checks by label)
-    run = ctx.resources.run_agent("source", plan, result_prefix=ctx.store_prefix("source", "result"))
+    run = ctx.agents.run("source", plan, result_prefix=ctx.store_prefix("source", "result"))
     frozen = ctx.store.verify_set(ctx.store_prefix("source", "frozen"), run_id=ctx.run_id)
     result_objs = ctx.store.verify_set(ctx.store_prefix("source", "result"), run_id=ctx.run_id)
     files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("source", "result"), "01/source_result")
     result = json.loads(files["result.json"].read_text())
     golden = np.load(files["outputs.npy"])
-    np.save(ctx.evidence.path("01/golden_outputs.npy"), golden)
+    np.save(ctx.evidence.path(GOLDEN_OUTPUTS), golden)
     for name in ("final_outputs", "inference_outputs"):
         if f"{name}.npy" in files:
             np.save(ctx.evidence.path(f"01/golden_{name}.npy"), np.load(files[f"{name}.npy"]))

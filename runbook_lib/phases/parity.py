@@ -17,6 +17,7 @@ import numpy as np
 
 from runbook_lib import gates as g
 from runbook_lib import inventory
+from runbook_lib.layout import GOLDEN_FINAL_OUTPUTS, GOLDEN_INFERENCE_OUTPUTS, GOLDEN_OUTPUTS
 from runbook_lib.params import operator_set
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
@@ -27,7 +28,7 @@ def plan_canary(ctx: PhaseContext) -> Plan:
     """The canary's launch plan (a remote target's tries the offers phase 02 ranked, in order)."""
     frozen = ctx.records.need_freeze().freeze.frozen
     frozen_prefix = frozen.prefix if frozen else ctx.store_prefix("source", "frozen")  # dry-run: where phase 01 will put it
-    return ctx.resources.plan_agent("target", "canary", "accept", prefix=ctx.store_prefix("canary"), frozen_prefix=frozen_prefix)
+    return ctx.agents.plan("target", "canary", "accept", prefix=ctx.store_prefix("canary"), frozen_prefix=frozen_prefix)
 
 
 def run_canary(ctx: PhaseContext) -> dict[str, Any]:
@@ -37,7 +38,7 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     A remote canary is ready only when it runs, its ports are reachable and the machine is what
     was asked for (re-checked); a try that fails that is destroyed and the next ranked offer tried.
     A canary the provider interrupts (outbid) is destroyed and the acceptance job run again on
-    the next untried offer (:meth:`~runbook_lib.phases.resources.Resources.run_agent`).
+    the next untried offer (:meth:`~runbook_lib.phases.agents.Agents.run`).
 
     Returns:
         ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs", "inference_outputs",
@@ -52,7 +53,7 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     if plan.dry_run:
         ctx.resources.apply_plan("target", plan)
         return {"dry_run": True, "plan": plan.to_dict()}
-    run = ctx.resources.run_agent("target", plan, result_prefix=ctx.store_prefix("canary", "result"))
+    run = ctx.agents.run("target", plan, result_prefix=ctx.store_prefix("canary", "result"))
     tries = [vars(a) for a in getattr(ctx.resources.provider("target"), "attempts", [])]
     files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("canary", "result"), "03/canary")
     result = json.loads(files["result.json"].read_text())
@@ -71,7 +72,7 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
     """Judge the canary: checksums, environment, output parity, failure-and-resume, reload,
     training loss band and top-1 agreement, and that the canary is gone."""
     res, wl, gates_cfg = canary["result"], ctx.mig.workload, ctx.mig.gates
-    golden = np.load(ctx.run_dir / "01/golden_outputs.npy")
+    golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS)
     out = [g.checksum_exact("artifact_checksum", res.get("artifact_checksums", []), phase="03")]
     env = res.get("environment", {})
     want_cuda = ctx.mig.target.device.startswith("cuda")
@@ -81,7 +82,7 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                                      f"available {env.get('cuda', {}).get('available')}"))
     out.append(g.output_parity(golden, canary["outputs"], dtype=ctx.mig.source.dtype, rtol=gates_cfg.parity_rtol,
                                atol=gates_cfg.parity_atol, phase="03"))
-    golden_answers_path = ctx.run_dir / "01/golden_inference_outputs.npy"
+    golden_answers_path = ctx.run_dir / GOLDEN_INFERENCE_OUTPUTS
     if golden_answers_path.exists() or canary.get("inference_outputs") is not None:  # a checkpoint entry point's answers
         golden_answers = np.load(golden_answers_path) if golden_answers_path.exists() else None
         out.append(g.inference_parity(golden_answers, canary.get("inference_outputs"), dtype=ctx.mig.source.dtype,
@@ -112,7 +113,7 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
                               f"reloaded artifact reproduces outputs exactly: {reload['exact']} "
                               f"(max abs diff {reload['max_abs_diff']:.3g})"))
     if wl.kind == "training":
-        golden_final_path = ctx.run_dir / "01/golden_final_outputs.npy"
+        golden_final_path = ctx.run_dir / GOLDEN_FINAL_OUTPUTS
         golden_final = np.load(golden_final_path) if golden_final_path.exists() else None
         out.append(g.top1_agreement(golden_final, canary["final_outputs"], minimum=gates_cfg.top1_agreement_min,
                                     phase="03"))

@@ -121,12 +121,9 @@ def approval_widget(ctx: PhaseContext, plan: PlanShown | Plan) -> approvals.Appr
     :class:`runbook_lib.approvals.ApprovalPanel`): what approves each plan, as static text;
     interactively, with one Approve button while any plan waits. A headless run
     shows the text and never waits: the next cell applies the plan or stops with HOLD."""
-    a = ctx.mig.approvals
-    return approvals.approval_widget(plan.plans if isinstance(plan, PlanShown) else plan, run_dir=ctx.run_dir,
-                                     interactive=ctx.run_mode == "interactive",
-                                     preapproved_local=a.preapproved_local,
-                                     approval_file=ctx.approval_ref or a.approval_file,
-                                     preapproved_simulator=a.preapproved_simulator)
+    return approvals.approval_widget(plan.plans if isinstance(plan, PlanShown) else plan,
+                                     interactive=ctx.run_mode == "interactive", **ctx.resources.approval_terms(),
+                                     preapproved_simulator=ctx.mig.approvals.preapproved_simulator)
 
 
 def finish(ctx: PhaseContext, result: PhaseResult) -> Finished:

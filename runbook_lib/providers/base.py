@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
+from runbook_lib.layout import POD_PARAMS_ENV
 from runbook_lib.measure import JobClient, JobClocks, WorkerClient
 from runbook_lib.storage.grants import GRANT_ENV, GrantScope
 
@@ -168,7 +169,7 @@ class Plan:
         run_id = ""
         if d["spec"] is not None:
             run_id = dict(self.spec.labels).get("run_id", "") if self.spec else ""
-            d["spec"]["env"] = [kv for kv in d["spec"]["env"] if kv[0] not in ("RUNBOOK_PARAMS_YAML", GRANT_ENV)]
+            d["spec"]["env"] = [kv for kv in d["spec"]["env"] if kv[0] not in (POD_PARAMS_ENV, GRANT_ENV)]
             if d["spec"].get("store_grant") is None:
                 d["spec"].pop("store_grant", None)
         text = json.dumps(d, sort_keys=True, default=str)
@@ -323,6 +324,23 @@ def payload_capabilities(*, queue: bool, load_balancing: bool, lb_detail: str = 
     return out
 
 
+@dataclass
+class Attempt:
+    """One try at renting an offer (evidence of the capacity search).
+
+    Attributes:
+        offer_id: the offer tried. outcome: ``ready``, ``no capacity``, ``failed readiness``,
+            ``adopted``, ``not tried``, ``interrupted`` or ``error``. detail: what happened.
+        resource_id: the machine it made, if any. at_s: seconds since the search began.
+    """
+
+    offer_id: str
+    outcome: str
+    detail: str
+    resource_id: str = ""
+    at_s: float = 0.0
+
+
 class Provider(ABC):
     """One GPU provider. Implementations supply the primitives; public calls are idempotent.
 
@@ -334,6 +352,14 @@ class Provider(ABC):
     """
 
     name: str = ""
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        """Every try of this provider's capacity searches so far, in order (a provider that rents
+        no marketplace offers makes none); a phase records them and adds the interruptions it
+        handles."""
+        tries: list[Attempt] = self.__dict__.setdefault("_attempts", [])
+        return tries
 
     def check_approval(self, plan: Plan, approval: Any) -> None:
         """Refuse a plan that is not approved or belongs to another provider (before any call).

@@ -17,13 +17,14 @@ import json
 import socket
 import time
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from runbook_lib import secrets as _secret_refs
 from runbook_lib.errors import CreateOutcomeUnknown, NoCapacity, NotFound, ProviderError, ProviderTimeout
+from runbook_lib.layout import POD_DEVICE_ENV
 from runbook_lib.providers.api import ApiClient
 from runbook_lib.providers.base import (
+    Attempt,
     Endpoint,
     EndpointSpec,
     Plan,
@@ -79,17 +80,6 @@ def tcp_probe(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
         return False
 
 
-@dataclass
-class Attempt:
-    """One try at renting an offer (evidence of the capacity search)."""
-
-    offer_id: str
-    outcome: str  # "ready", "no capacity", "failed readiness", "error"
-    detail: str
-    resource_id: str = ""
-    at_s: float = 0.0  # seconds since the search began
-
-
 class RemoteProvider(Provider):
     """Shared behaviour of the HTTP providers.
 
@@ -116,7 +106,6 @@ class RemoteProvider(Provider):
         self._sleep = sleep
         self._probe = probe
         self._http_probe = http_probe
-        self.attempts: list[Attempt] = []
 
     # -- primitives a provider supplies --------------------------------------------------------
 
@@ -220,7 +209,7 @@ class RemoteProvider(Provider):
         """
         command = ("python", "-m", "runbook_lib.providers.local.endpoint", "direct", "--params", PARAMS_FROM_ENV,
                    "--side", spec.side, "--port", str(spec.port), "--execution-timeout-s", str(spec.execution_timeout_s))
-        return self.launch(PodSpec(name=spec.name, command=command, device=dict(spec.env).get("RUNBOOK_DEVICE", "cuda"),
+        return self.launch(PodSpec(name=spec.name, command=command, device=dict(spec.env).get(POD_DEVICE_ENV, "cuda"),
                                    price_usd_per_hour=spec.price_usd_per_hour, labels=spec.labels, env=spec.env,
                                    secret_refs=spec.secret_refs, image=spec.image, ports=(port,), offers=spec.offers,
                                    disk_gb=spec.disk_gb,

@@ -35,6 +35,7 @@ from runbook_lib.checkpoint import (
     natural_key,
     sha256_of,
 )
+from runbook_lib.layout import POD_VOLUME_ENV
 from runbook_lib.workload import AcceptanceWorkload
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 CHECKPOINT_MANIFEST = "checkpoint-manifest.json"
 """``{relative path: sha256}`` of every file of the checkpoint, written next to the files."""
 
-VOLUME_ENV = "RUNBOOK_VOLUME_DIR"
+VOLUME_ENV = POD_VOLUME_ENV
 """Where a pod's volume is mounted (the local provider sets it at spawn); the container disk is
 the pod's working directory."""
 

@@ -32,6 +32,7 @@ from typing import IO, Any, cast
 from runbook_lib.checkpoint import load_state, natural_key
 from runbook_lib.errors import RunbookError, WorkloadError
 from runbook_lib.inventory import probe
+from runbook_lib.layout import KEPT_PARAMS, POD_DEVICE_ENV, POD_FAULT_ENV, POD_ID_ENV, POD_VOLUME_ENV
 from runbook_lib.manifest import sha256_file
 from runbook_lib.params import load_params
 from runbook_lib.storage import HashingWriter, ObjectInfo, Store, pod_store
@@ -268,7 +269,7 @@ def fetch_verified(store: Store, frozen_prefix: str, dest: Path) -> list[dict[st
     for key, info in store.verify_set(frozen_prefix).items():
         local = dest / key
         store.get_file(f"{frozen_prefix}/{key}", local, expect=info, progress=info.size_bytes >= PROGRESS_MIN_BYTES)
-        if os.environ.get("RUNBOOK_FAULT") == "corrupt_checkpoint":
+        if os.environ.get(POD_FAULT_ENV) == "corrupt_checkpoint":
             with open(local, "r+b") as f:
                 f.seek(local.stat().st_size // 2)
                 b = f.read(1)
@@ -339,7 +340,7 @@ def params_file(arg: str) -> str:
     written from that variable."""
     if arg != PARAMS_FROM_ENV:
         return arg
-    path = Path.cwd() / "params.yaml"
+    path = Path.cwd() / KEPT_PARAMS
     path.write_text(os.environ[PARAMS_FROM_ENV.removeprefix("env:")])
     return str(path)
 
@@ -362,14 +363,14 @@ def agent_main(args: argparse.Namespace) -> int:
     store = pod_store(mig.storage, args.store_url)  # an S3 store: through the launch's grant, never the keys
     work = Path.cwd() / "work"  # container disk
     work.mkdir(exist_ok=True)
-    vol = Path(os.environ.get("RUNBOOK_VOLUME_DIR", work / "volume"))
+    vol = Path(os.environ.get(POD_VOLUME_ENV, work / "volume"))
     args.work_dir, args.ckpt_dir = work, vol / "ckpt"
     # The pod's environment is probed in a thread (the probe imports torch, about 2 s on 2 cores)
     # while the acceptance children run in their own processes.
     probing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe")
-    environment = probing.submit(probe, device=os.environ.get("RUNBOOK_DEVICE", "cpu"))
+    environment = probing.submit(probe, device=os.environ.get(POD_DEVICE_ENV, "cpu"))
     probing.shutdown(wait=False)
-    result: dict[str, Any] = {"mode": args.mode, "side": args.side, "pod_id": os.environ.get("RUNBOOK_POD_ID", ""),
+    result: dict[str, Any] = {"mode": args.mode, "side": args.side, "pod_id": os.environ.get(POD_ID_ENV, ""),
                               "process_started_epoch": started_epoch}
     out = work / "out"
     out.mkdir(exist_ok=True)

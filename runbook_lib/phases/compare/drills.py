@@ -39,6 +39,7 @@ import numpy as np
 from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ProviderError, RunbookError
+from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.measure import JobClient, JobClocks, ServingClient, served_status
 from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
@@ -91,7 +92,7 @@ class DrillsResult(PhaseResult):
 def _golden_request(ctx: PhaseContext) -> tuple[int, Any, np.ndarray]:
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
     idx, payload = wl.request_inputs(1, seed=4000)[0]
-    return idx, payload, np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
+    return idx, payload, np.load(ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
 
 
 def _accepted(ctx: PhaseContext, golden: np.ndarray, idx: int, job: dict[str, Any], seconds: float) -> bool:

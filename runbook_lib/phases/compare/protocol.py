@@ -16,6 +16,7 @@ import pandas as pd
 from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ProviderTimeout
+from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.measure import (
     INIT_PARTS,
     Attempted,
@@ -238,7 +239,7 @@ def cold_start_sides(ctx: PhaseContext) -> list[str]:
 def cold_start_plan(ctx: PhaseContext, side: str) -> Plan:
     """The plan of ``side``'s cold-start endpoint: one worker, none kept running, idle timeout
     :data:`COLD_IDLE_TIMEOUT_S` seconds."""
-    return ctx.resources.plan_endpoint(side, f"coldstart-{side}", workers=1, active_workers=0,
+    return ctx.endpoints.plan(side, f"coldstart-{side}", workers=1, active_workers=0,
                                        idle_timeout_s=COLD_IDLE_TIMEOUT_S)
 
 
@@ -246,7 +247,7 @@ def bench_plan(ctx: PhaseContext, side: str, tag: str) -> Plan:
     """The launch plan of training round ``tag``'s pod on ``side`` (``<round>`` or
     ``<round>-retry<k>``): the acceptance agent in ``bench`` mode from phase 01's frozen set."""
     frozen = ctx.records.need_freeze().frozen().prefix
-    return ctx.resources.plan_agent(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
+    return ctx.agents.plan(side, f"bench-{tag}", "bench", prefix=ctx.store_prefix("bench", tag),
                                     frozen_prefix=frozen)
 
 
@@ -263,7 +264,7 @@ def planned(ctx: PhaseContext) -> list[tuple[str, Plan, str]]:
     if ctx.mig.workload.kind == "inference":
         return ([(side, cold_start_plan(ctx, side), f"cold starts from zero ({m.cold_starts} per side)")
                  for side in cold_start_sides(ctx)]
-                + [(side, ctx.resources.plan_endpoint(side, f"endpoint-{side}"), "always")
+                + [(side, ctx.endpoints.plan(side, f"endpoint-{side}"), "always")
                    for side in ("source", "target")])
     sides = round_sides(m.rounds)
     out = [(side, bench_plan(ctx, side, str(r)), "always") for r, side in enumerate(sides)]
@@ -324,7 +325,7 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
 
 def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> dict[str, Any]:
     m = ctx.mig.measure
-    golden = np.load(ctx.run_dir / "01/golden_outputs.npy").astype(np.float64)
+    golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
     endpoints: dict[str, Any] = {}
     clients: dict[str, ServingClient] = {}
@@ -335,7 +336,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     meter = spend_meter(ctx)
     for side in ("source", "target"):
         t0 = created[side] = time.perf_counter()
-        ep = ctx.resources.create_endpoint(side, f"endpoint-{side}")
+        ep = ctx.endpoints.create(side, f"endpoint-{side}")
         prof = ctx.resources.profile(side)
         meter.start(side, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
                                             storage_gb=ctx.mig.workload.requirements.disk_gb,
@@ -473,7 +474,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
 
         def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
             tag = str(r) if k == 0 else f"{r}-retry{k}"
-            run = ctx.resources.run_agent(side, bench_plan(ctx, side, tag),
+            run = ctx.agents.run(side, bench_plan(ctx, side, tag),
                                           result_prefix=ctx.store_prefix("bench", tag, "result"))
             files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
             return run.pod, run.done, files

@@ -24,7 +24,9 @@ from typing import Any, Callable
 
 from runbook_lib import secrets as _secret_refs
 from runbook_lib.errors import NotFound, ProviderError, ProviderTimeout
+from runbook_lib.layout import POD_DEVICE_ENV
 from runbook_lib.manifest import write_json_atomic
+from runbook_lib.providers.api import KeySource
 from runbook_lib.providers.base import (
     Capabilities,
     Capability,
@@ -224,7 +226,7 @@ class LocalProvider(Provider):
         meta = self._new("pod", spec, device=spec.device, command=list(spec.command),
                          env_names=[k for k, _ in spec.env])
         rid = meta["id"]
-        meta.update(self._spawn(rid, list(spec.command), spec.env + (("RUNBOOK_DEVICE", spec.device),),
+        meta.update(self._spawn(rid, list(spec.command), spec.env + ((POD_DEVICE_ENV, spec.device),),
                                 spec.secret_refs))
         meta["state"] = "RUNNING"
         self._save(rid, meta)
@@ -379,6 +381,16 @@ def _is_ambient_secret(name: str) -> bool:
     """Credentials in the operator's environment are not inherited by pods: only the secrets a
     profile names are injected (scoped credentials)."""
     return bool(_secret_refs.CREDENTIAL_WORDS & set(name.upper().split("_")))
+
+
+def default_key(ref: str = "") -> KeySource:
+    """The local provider rents nothing and takes no API key.
+
+    Raises:
+        ProviderError: always; a local profile has no ``api_key_ref``.
+    """
+    raise ProviderError("the local provider takes no API key (it rents nothing): a local profile has no api_key_ref",
+                        provider="local")
 
 
 def create(*, root: str | Path = ".runbook/local", profile: Any = None, **kwargs: Any) -> LocalProvider:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import WorkloadError
+from runbook_lib.layout import POD_FAULT_ENV
 from runbook_lib.measure import INIT_PARTS
 from runbook_lib.params import load_params
 from runbook_lib.providers.base import PAYLOAD_LIMITS
@@ -559,7 +560,7 @@ def _loaded(args: argparse.Namespace) -> Loaded:
     gc.enable()
     fault = getattr(profile, "fault", "none")
     if fault == "none":
-        fault = os.environ.get("RUNBOOK_FAULT", "none")
+        fault = os.environ.get(POD_FAULT_ENV, "none")
     drill = Drill(CRASH_EVERY if fault == "worker_crash" else 0, SLOW_S if fault == "slow_worker" else 0.0,
                   duplicate_side_effects=fault == "duplicate_side_effects",
                   drills_enabled=os.environ.get(DRILLS_ENV) == "1")

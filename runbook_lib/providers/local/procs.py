@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-MARKER_ID = "RUNBOOK_POD_ID"
-MARKER_DIR = "RUNBOOK_VOLUME_DIR"
+from runbook_lib.layout import POD_ID_ENV, POD_VOLUME_ENV
+
+MARKER_ID = POD_ID_ENV
+MARKER_DIR = POD_VOLUME_ENV
 TERM_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this many seconds
 KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for the kernel to remove the processes
 POLL_S = 0.05

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from runbook_lib._time import utc_now
+from runbook_lib.layout import POD_FAULT_ENV, POD_PARAMS_ENV, POD_SIDE_ENV
 from runbook_lib.providers.fixtures import load
 from runbook_lib.providers.local.endpoint import BIND_ENV
 from runbook_lib.providers.runpod.fake import FakeApi
@@ -104,11 +105,11 @@ class SimApi(MachineBacked, FakeApi):
         ep = self.state[eid]
         env = {k: str(v) for k, v in (ep.get("env") or {}).items()}
         if crash:
-            env["RUNBOOK_FAULT"] = "worker_crash"
+            env[POD_FAULT_ENV] = "worker_crash"
         scaling = ep.get("workers") or {}
         workers = max(1, int(scaling.get("max") or 1))
         command = ["python", "-m", "runbook_lib.providers.local.endpoint", "serve", "--params",
-                   "env:RUNBOOK_PARAMS_YAML", "--side", env.get("RUNBOOK_SIDE", "source"), "--workers", str(workers),
+                   f"env:{POD_PARAMS_ENV}", "--side", env.get(POD_SIDE_ENV, "source"), "--workers", str(workers),
                    "--active-workers", str(int(scaling.get("min") or 0)),
                    "--idle-timeout-s", str(float(scaling.get("idleTimeout") or 5)),
                    "--port-file", str(self._port_file(eid)),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from runbook_lib.layout import POD_FAULT_ENV
 from runbook_lib.providers.fixtures import load
 from runbook_lib.providers.local.endpoint import BIND_ENV
 from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
@@ -58,7 +59,7 @@ class SimApi(MachineBacked, FakeApi):
             if outbid:
                 self.state[iid]["_outbid_after_s"] = self.limits["outbid_after_s"]
             if crash:
-                env["RUNBOOK_FAULT"] = "worker_crash"
+                env[POD_FAULT_ENV] = "worker_crash"
             for key, external in portmap.items():
                 port = key.split("/")[0]
                 env[f"VAST_TCP_PORT_{port}"] = str(external)
