@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -26,3 +27,27 @@ def retry_after_s(headers: Any) -> float | None:
         if waits:
             return max(waits)
     return None
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """The one retry policy of the runbook's HTTP clients, for an answer that says the server did
+    not process the request (429, or 502/503/504 where the caller allows it) or a connection that
+    failed before anything was sent: up to ``retries`` retries, each after the server's own
+    ``Retry-After`` / ``RateLimit`` reset when it names one (:func:`retry_after_s`), else after
+    ``start_s * factor ** attempt``, and never longer than ``max_s`` (seconds).
+
+    Attributes:
+        retries: retries after the first try (0: none). start_s, factor: the schedule.
+        max_s: the longest single wait, seconds.
+    """
+
+    retries: int
+    start_s: float
+    factor: float
+    max_s: float = 60.0
+
+    def wait_s(self, attempt: int, headers: Any = None) -> float:
+        """Seconds to wait before retry ``attempt + 1`` (``attempt`` 0 is the first try)."""
+        told = retry_after_s(headers) if headers is not None else None
+        return min(told if told is not None else self.start_s * self.factor ** attempt, self.max_s)

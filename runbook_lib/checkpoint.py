@@ -583,7 +583,7 @@ def _inspect_index(p: Path, rel: str, root: Path, findings: list[Finding]) -> Fi
 
 
 @dataclass(frozen=True)
-class Loaded:
+class LoadedState:
     """What :func:`load_state` loaded and every conversion it made.
 
     Attributes:
@@ -612,7 +612,7 @@ def _import_global(name: str) -> Any:
 
 
 def load_state(path: str | Path, *, device: str = "cpu", allow_globals: Sequence[str] = (),
-               frozen_sha256: str = "", reference: dict[str, Any] | None = None) -> Loaded:
+               frozen_sha256: str = "", reference: dict[str, Any] | None = None) -> LoadedState:
     """Load one torch.save or safetensors file safely (see the module docstring).
 
     Args:
@@ -672,7 +672,7 @@ def load_state(path: str | Path, *, device: str = "cpu", allow_globals: Sequence
     if renamed != set(after):
         raise CheckpointError(f"{p.name}: tied tensors came apart in conversion (before {sorted(renamed)}, after "
                               f"{sorted(after)}); load it without converting")
-    return Loaded(state, device, {t: device for t in dict.fromkeys(tags)}, stripped, allowed, after)
+    return LoadedState(state, device, {t: device for t in dict.fromkeys(tags)}, stripped, allowed, after)
 
 
 def _strip_prefix(name: str, state: dict[str, Any], reference: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
-from runbook_lib.secrets import names_present
+from runbook_lib.secret_refs import names_present
 
 
 def _nvidia_smi() -> dict[str, str]:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Generic, TypedDict, TypeVar, Union
 
 import numpy as np
 
-from runbook_lib._http import retry_after_s
+from runbook_lib._http import Backoff
 from runbook_lib.errors import ProviderError, ProviderTimeout, StorageError
 
 SAMPLE_COLUMNS = ("side", "round", "request", "intended_s", "sent_s", "done_s", "total_s", "queue_s",
@@ -40,6 +40,8 @@ READ_RETRIES = 5
 """A read (``status``, ``health``) answered 429, or whose connection failed, is sent again up to
 this many times, after ``Retry-After`` when the answer gives one (else the poll cadence). Reads
 change nothing, so they are the only requests retried blindly; a submission never is."""
+READ_BACKOFF = Backoff(READ_RETRIES, POLL_START_S, 2.0, POLL_MAX_S * 12)
+""":data:`READ_RETRIES` on the poll cadence (0.5 s doubling), at most 60 s per wait."""
 INIT_PARTS = ("process_start_s", "imports_s", "device_init_s", "weight_load_s")
 """A worker's initialisation, split (seconds): interpreter start and this module's imports,
 the workload's library imports (:meth:`runbook_lib.workload.AcceptanceWorkload.preload`), device initialisation (CUDA
@@ -112,17 +114,18 @@ class JobClient:
     def _json(self, method: str, path: str, *, read: bool = False, **kw: Any) -> dict[str, Any]:
         import httpx
 
-        for attempt in range(READ_RETRIES + 1 if read else 1):
-            last = attempt == (READ_RETRIES if read else 0)
+        retries = READ_BACKOFF.retries if read else 0
+        for attempt in range(retries + 1):
+            last = attempt == retries
             try:
                 r = self._http.request(method, path, **kw)
             except httpx.HTTPError as exc:
                 if last:
                     raise ProviderError(f"{method} {path} failed: {type(exc).__name__}: {exc}") from exc
-                self._sleep(POLL_START_S * 2 ** attempt)
+                self._sleep(READ_BACKOFF.wait_s(attempt))
                 continue
             if r.status_code == 429 and not last:
-                self._sleep(retry_after_s(r.headers) or POLL_START_S * 2 ** attempt)
+                self._sleep(READ_BACKOFF.wait_s(attempt, r.headers))
                 continue
             break
         if r.status_code == 404 and path.startswith("/status/"):

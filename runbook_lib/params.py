@@ -28,7 +28,7 @@ from pydantic import (
 from runbook_lib.errors import ParamsError
 from runbook_lib.layout import project_root
 from runbook_lib.offer_query import parse_query
-from runbook_lib.secrets import credential_findings
+from runbook_lib.secret_refs import credential_findings
 
 Device = Annotated[str, Field(pattern=r"^(cpu|cuda|cuda:\d+)$")]
 DType = Literal["float32", "bfloat16", "float16"]

@@ -175,18 +175,13 @@ def _parity_gates(mig: Any, run_dir: Path, data: ParityData | None) -> list[g.Ga
     import numpy as np
 
     checks = data.result.artifact_checksums if data is not None and data.result is not None else []
-    out = [g.checksum_exact("artifact_checksum", checks, phase="03")]
-    golden, canary = run_dir / GOLDEN_OUTPUTS, run_dir / CANARY_OUTPUTS
-    if golden.exists():
-        out.append(g.output_parity(np.load(golden), np.load(canary) if canary.exists() else None,
-                                   dtype=mig.source.dtype, rtol=mig.gates.parity_rtol, atol=mig.gates.parity_atol,
-                                   phase="03"))
-    answers, seen = run_dir / GOLDEN_INFERENCE_OUTPUTS, run_dir / CANARY_INFERENCE_OUTPUTS
-    if answers.exists():
-        out.append(g.inference_parity(np.load(answers), np.load(seen) if seen.exists() else None,
-                                      dtype=mig.source.dtype, entry_point=mig.workload.entry_point,
-                                      rtol=mig.gates.parity_rtol, atol=mig.gates.parity_atol, phase="03"))
-    return out
+
+    def load(rel: str) -> np.ndarray | None:
+        return np.load(run_dir / rel) if (run_dir / rel).exists() else None
+
+    return g.artifact_parity(checks, load(GOLDEN_OUTPUTS), load(CANARY_OUTPUTS), load(GOLDEN_INFERENCE_OUTPUTS),
+                             load(CANARY_INFERENCE_OUTPUTS), dtype=mig.source.dtype, rtol=mig.gates.parity_rtol,
+                             atol=mig.gates.parity_atol, entry_point=mig.workload.entry_point)
 
 
 def _decision(receipt: Receipt, recorded: dict[tuple[str, str], dict[str, Any]],

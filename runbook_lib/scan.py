@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runbook_lib import secrets
+from runbook_lib import secret_refs
 from runbook_lib.errors import AuthError
 from runbook_lib.params import Migration
 from runbook_lib.providers import REMOTE, provider_module
-from runbook_lib.secrets import KEY_PATTERNS
+from runbook_lib.secret_refs import KEY_PATTERNS
 
 MIN_SCANNABLE_CHARS = 8  # shorter values would match ordinary text; they are reported, not scanned
 
@@ -48,7 +48,7 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
         if key:
             values[f"{side.provider} API key"] = key
     for name, ref in refs:
-        value = secrets.resolve(name, ref, required=False)
+        value = secret_refs.resolve(name, ref, required=False)
         if value is None:
             continue
         if len(value) < MIN_SCANNABLE_CHARS:

@@ -12,7 +12,7 @@ from .conftest import ROOT
 LAYERS: list[set[str]] = [
     {"errors", "_fs", "_http", "_time", "layout"},
     {"__init__"},  # the package itself: __version__
-    {"manifest", "secrets", "offer_query"},
+    {"manifest", "secret_refs", "offer_query"},
     {"params"},
     {"rundir", "phase_notebooks"},
     {"gates", "cost", "measure", "inventory", "storage", "route", "checkpoint"},

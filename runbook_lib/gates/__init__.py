@@ -26,6 +26,7 @@ The package is cut by responsibility: :mod:`.result` (the verdict record), :mod:
 from runbook_lib.gates.decision import decide, measurement_lost, scored_unless_set
 from runbook_lib.gates.parity import (
     TOLERANCES,
+    artifact_parity,
     checksum_exact,
     inference_parity,
     loss_band,
@@ -73,7 +74,7 @@ from runbook_lib.gates.stats import (
 __all__ = [
     "BOOTSTRAP_CONFIDENCE", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "EXACT_BOOTSTRAP_MAX_SAMPLES", "MIN_ROUNDS_PER_SIDE",
     "Binned", "bin_rounds", "binned_bootstrap", "counts_mean", "counts_quantile", "ratio_error_bound", "SHIFT_FLOOR_S",
-    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "acceptance_budget", "as_rounds",
+    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "acceptance_budget", "artifact_parity", "as_rounds",
     "baseline_health", "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
     "error_rate", "from_dict", "hodges_lehmann_shift", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost",
     "min_slo_samples", "noise_floor", "output_parity", "inference_parity", "round_bootstrap", "scored_unless_set", "spend_limit",

@@ -137,3 +137,21 @@ def loss_band(reference: Sequence[float], observed: Sequence[float], *, rel: flo
                       f"loss differs by {d:.3%} (band {band:.2%})", samples={"steps": k},
                       source=threshold_source("loss_band_rel", rel, "1 % band on the mean loss of the last steps"),
                       phase=phase)
+
+
+def artifact_parity(checks: Sequence[dict[str, Any]], golden: np.ndarray | None, outputs: np.ndarray | None,
+                    golden_answers: np.ndarray | None, answers: np.ndarray | None, *, dtype: str,
+                    rtol: float | None, atol: float | None, entry_point: str = "") -> list[GateResult]:
+    """Phase 03's gates on what the canary returned, as phase 03 judges them and ``verify
+    --recompute`` judges them again from the run's files: the artifact checksum
+    (:func:`checksum_exact` over the canary's checksum rows), output parity of ``outputs`` against
+    phase 01's ``golden`` (both ``(inputs, dims)`` arrays; judged when phase 01 saved golden
+    outputs), and a checkpoint entry point's inference parity (``golden_answers`` against
+    ``answers``; judged when either side has answers), each within the dtype's tolerance."""
+    out = [checksum_exact("artifact_checksum", checks, phase="03")]
+    if golden is not None:
+        out.append(output_parity(golden, outputs, dtype=dtype, rtol=rtol, atol=atol, phase="03"))
+    if golden_answers is not None or answers is not None:
+        out.append(inference_parity(golden_answers, answers, dtype=dtype, entry_point=entry_point, rtol=rtol,
+                                    atol=atol, phase="03"))
+    return out

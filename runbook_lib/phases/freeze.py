@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from runbook_lib import checkpoint
+from runbook_lib import checkpoint, secret_refs
 from runbook_lib import gates as g
-from runbook_lib import secrets as secret_refs
 from runbook_lib.errors import StorageError
 from runbook_lib.inventory import probe
 from runbook_lib.layout import GOLDEN_OUTPUTS

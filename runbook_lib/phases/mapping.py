@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_lib import secrets as secret_refs
+from runbook_lib import secret_refs
 from runbook_lib.errors import RunbookError
 from runbook_lib.gates import GateResult
 from runbook_lib.params import RemoteProfile
@@ -202,26 +202,26 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     if req.persistent_volume:
         rows.append(_row("persistent volume", "required", caps.persistent_volume.detail,
                          EQUIVALENT if caps.persistent_volume.supported else NONE, "checkpoints survive a stop"))
-    if isinstance(tgt, RemoteProfile):
-        have_gb = {"/dev/shm": None, "memory": (best or {}).get("ram_gib"),
-                   "disk": (best or {}).get("disk_gb") or tgt.offer.disk_gb,
-                   "GPU memory": ((best or {}).get("vram_mib") or 0) / 1024 or None}
-        scale = {"memory": GIB / 1e9, "GPU memory": GIB / 1e9, "disk": 1.0, "/dev/shm": 1.0}
-    else:
+    if isinstance(tgt, RemoteProfile):  # offers publish GiB (RAM, VRAM in MiB) and GB (disk)
+        offer = best or {}
+        ram_gib, vram_mib = offer.get("ram_gib"), offer.get("vram_mib")
+        have_gb: dict[str, float | None] = {
+            "/dev/shm": None, "memory": ram_gib * GIB / 1e9 if ram_gib is not None else None,
+            "disk": offer.get("disk_gb") or tgt.offer.disk_gb,
+            "GPU memory": vram_mib * 2**20 / 1e9 if vram_mib else None}
+    else:  # this host, in bytes
         host = rec.host
         have_gb = {"/dev/shm": host.shm_bytes / 1e9, "memory": host.memory_bytes / 1e9,
                    "disk": host.disk_free_bytes / 1e9}
-        scale = dict.fromkeys(have_gb, 1.0)
     needs = {"/dev/shm": req.shm_gb, "memory": req.memory_gb, "disk": req.disk_gb, "GPU memory": req.gpu_memory_gb}
-    for key, have in have_gb.items():
+    for key, have in have_gb.items():  # every figure in GB (10**9 bytes), as the requirements are
         need_gb = needs[key]
         if have is None:
             rows.append(_row(key, f"{need_gb} GB needed", "not published by the provider", ADAPTER,
                              "re-checked on the canary"))
             continue
-        have_dec = have * scale[key]  # GiB figures converted to GB
-        ok = have_dec >= need_gb
-        rows.append(_row(key, f"{need_gb} GB needed", f"{have_dec:.1f} GB available", EQUIVALENT if ok else NONE,
+        ok = have >= need_gb
+        rows.append(_row(key, f"{need_gb} GB needed", f"{have:.1f} GB available", EQUIVALENT if ok else NONE,
                          "enough" if ok else "target host is too small"))
     access = ("pods get a short-lived store grant (presigned URLs for the sets they read and a POST policy for "
               "their prefix; endpoint workers: STS credentials scoped to their records prefix), never the keys"

@@ -72,22 +72,17 @@ def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult
     """Judge the canary: checksums, environment, output parity, failure-and-resume, reload,
     training loss band and top-1 agreement, and that the canary is gone."""
     res, wl, gates_cfg = canary["result"], ctx.mig.workload, ctx.mig.gates
-    golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS)
-    out = [g.checksum_exact("artifact_checksum", res.get("artifact_checksums", []), phase="03")]
     env = res.get("environment", {})
     want_cuda = ctx.mig.target.device.startswith("cuda")
     env_ok = env.get("device") == ctx.mig.target.device and (not want_cuda or env.get("cuda", {}).get("available"))
-    out.append(g.boolean_gate("canary_environment", bool(env_ok), phase="03",
-                              detail=f"canary saw device {env.get('device')}, torch {env.get('torch')}, CUDA "
-                                     f"available {env.get('cuda', {}).get('available')}"))
-    out.append(g.output_parity(golden, canary["outputs"], dtype=ctx.mig.source.dtype, rtol=gates_cfg.parity_rtol,
-                               atol=gates_cfg.parity_atol, phase="03"))
-    golden_answers_path = ctx.run_dir / GOLDEN_INFERENCE_OUTPUTS
-    if golden_answers_path.exists() or canary.get("inference_outputs") is not None:  # a checkpoint entry point's answers
-        golden_answers = np.load(golden_answers_path) if golden_answers_path.exists() else None
-        out.append(g.inference_parity(golden_answers, canary.get("inference_outputs"), dtype=ctx.mig.source.dtype,
-                                      entry_point=wl.entry_point, rtol=gates_cfg.parity_rtol,
-                                      atol=gates_cfg.parity_atol, phase="03"))
+    answers_path = ctx.run_dir / GOLDEN_INFERENCE_OUTPUTS
+    checks = g.artifact_parity(res.get("artifact_checksums", []), np.load(ctx.run_dir / GOLDEN_OUTPUTS),
+                               canary["outputs"], np.load(answers_path) if answers_path.exists() else None,
+                               canary.get("inference_outputs"), dtype=ctx.mig.source.dtype,
+                               rtol=gates_cfg.parity_rtol, atol=gates_cfg.parity_atol, entry_point=wl.entry_point)
+    out = [checks[0], g.boolean_gate("canary_environment", bool(env_ok), phase="03",
+                                     detail=f"canary saw device {env.get('device')}, torch {env.get('torch')}, CUDA "
+                                            f"available {env.get('cuda', {}).get('available')}"), *checks[1:]]
     if wl.kind == "checkpoint":
         golden_tensors = ctx.records.need_freeze().golden_run().tensors
         seen = ((res.get("attempts") or [{}])[-1]).get("tensors")

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runbook_lib import secrets as _secret_refs
-from runbook_lib._http import retry_after_s
+from runbook_lib import secret_refs as _secret_refs
+from runbook_lib._http import Backoff
 from runbook_lib.errors import (
     AuthError,
     BadRequest,
@@ -144,7 +144,7 @@ class ApiClient:
         self.key = key
         self.transport = transport  # None: the network
         self._timeout_s = timeout_s
-        self._max_retries = max_retries
+        self._backoff = Backoff(max_retries, BACKOFF_START_S, BACKOFF_FACTOR, MAX_RETRY_WAIT_S)
         self._sleep = sleep
         self._classify = classify
         self._http: Any = None
@@ -189,8 +189,7 @@ class ApiClient:
         url = (base_url.rstrip("/") if base_url else "") + path
         headers = {"Authorization": f"Bearer {self.key.resolve()}"}
         what = f"{self.provider}: {method} {path}"
-        backoff = BACKOFF_START_S
-        for attempt in range(self._max_retries + 1):
+        for attempt in range(self._backoff.retries + 1):
             try:
                 r = self._client().request(method, url, params=params, json=body, headers=headers)
             except httpx.HTTPError as exc:
@@ -215,12 +214,8 @@ class ApiClient:
                 raise CreateOutcomeUnknown(f"{what} answered HTTP {r.status_code} "
                                            f"({self._scrub(problem_text(data, text))}); the resource may have been "
                                            "created", provider=self.provider)
-            if r.status_code in RETRY_STATUSES and attempt < self._max_retries:
-                wait = retry_after_s(r.headers)
-                if wait is None:
-                    wait = backoff
-                    backoff *= BACKOFF_FACTOR
-                wait = min(wait, MAX_RETRY_WAIT_S)
+            if r.status_code in RETRY_STATUSES and attempt < self._backoff.retries:
+                wait = self._backoff.wait_s(attempt, r.headers)
                 self.waits_s.append(wait)
                 self._sleep(wait)
                 continue

@@ -486,6 +486,8 @@ class Provider(ABC):
         """
         import time
 
+        if action not in ("stop", "destroy"):
+            raise ProviderError(f"teardown action must be 'stop' or 'destroy', got {action!r}", provider=self.name)
         t0 = time.monotonic()
         found: str
         try:
@@ -495,7 +497,8 @@ class Provider(ABC):
         if found == "gone":  # nothing bills: stopping or destroying it is already done
             detail: dict[str, Any] = {"note": "the provider no longer knows it: already destroyed"}
         else:
-            detail = getattr(self, f"_{action}")(resource_id) or {}
+            primitive = self._stop if action == "stop" else self._destroy
+            detail = primitive(resource_id) or {}
         return Teardown(resource_id, action, found, detail, round(time.monotonic() - t0, 3))
 
     # Primitives behind apply (called only with an approved, non-dry-run plan).

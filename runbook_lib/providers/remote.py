@@ -19,7 +19,7 @@ import time
 from abc import abstractmethod
 from typing import Any, Callable
 
-from runbook_lib import secrets as _secret_refs
+from runbook_lib import secret_refs as _secret_refs
 from runbook_lib.errors import CreateOutcomeUnknown, NoCapacity, NotFound, ProviderError, ProviderTimeout
 from runbook_lib.layout import POD_DEVICE_ENV
 from runbook_lib.providers.api import ApiClient

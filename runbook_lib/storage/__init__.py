@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from runbook_lib import secrets
+from runbook_lib import secret_refs
 from runbook_lib.errors import AuthError, StorageError
 from runbook_lib.storage.base import (
     CHUNK_BYTES,
@@ -74,8 +74,8 @@ def store_from_params(storage: Any, *, base: str | Path = ".") -> Store:
         opts = {"endpoint_url": storage.endpoint_url, "region": storage.region,
                 "checksum_mode": storage.checksum_mode, "create_bucket": storage.create_bucket}
         if storage.access_key_id_ref and storage.secret_access_key_ref:
-            opts["access_key_id"] = secrets.resolve("access_key_id", storage.access_key_id_ref)
-            opts["secret_access_key"] = secrets.resolve("secret_access_key", storage.secret_access_key_ref)
+            opts["access_key_id"] = secret_refs.resolve("access_key_id", storage.access_key_id_ref)
+            opts["secret_access_key"] = secret_refs.resolve("secret_access_key", storage.secret_access_key_ref)
     return open_store(storage.url, base=base, **opts)
 
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from runbook_lib import secrets as _secret_refs
+from runbook_lib import secret_refs as _secret_refs
 from runbook_lib.errors import NotFound, ProviderError, ProviderTimeout
 from runbook_lib.layout import POD_DEVICE_ENV
 from runbook_lib.manifest import write_json_atomic

@@ -506,7 +506,7 @@ def handle_jobs(wl: Any, jobs: list[dict[str, Any]], drill: Drill, records: JobR
 
 
 @dataclass
-class Loaded:
+class WorkerSetup:
     """A worker's side profile, loaded workload, initialisation split (:data:`INIT_PARTS` plus
     ``init_s``, seconds, and ``gc_frozen_objects``, a count), drill settings and the migration params."""
 
@@ -528,7 +528,7 @@ def _device_init(device: str) -> None:
     torch.cuda.synchronize(dev)
 
 
-def _loaded(args: argparse.Namespace) -> Loaded:
+def _loaded(args: argparse.Namespace) -> WorkerSetup:
     """Load the side's workload, timing each part of the initialisation. The drill is a local
     profile's ``fault`` or, when it sets none (as a remote profile does), ``RUNBOOK_FAULT`` in the
     environment (set only by a provider simulator's scripted fault)."""
@@ -566,7 +566,7 @@ def _loaded(args: argparse.Namespace) -> Loaded:
                   drills_enabled=os.environ.get(DRILLS_ENV) == "1")
     init = dict(zip(INIT_PARTS, (t_main - spawned, t_imports - t_main, t_device - t_imports, t_loaded - t_device),
                     strict=True))
-    return Loaded(profile, wl, {**init, "init_s": t_loaded - spawned, "gc_frozen_objects": float(gc.get_freeze_count())},
+    return WorkerSetup(profile, wl, {**init, "init_s": t_loaded - spawned, "gc_frozen_objects": float(gc.get_freeze_count())},
                   drill, mig)
 
 
