@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib import secret_refs as _secret_refs
-from runbook_lib._http import Backoff
+from runbook_lib._http import Backoff, retry_after_s  # noqa: F401 - retry_after_s: public here, as before
 from runbook_lib.errors import (
     AuthError,
     BadRequest,
