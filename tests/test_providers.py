@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from runbook_lib._http import retry_after_s
 from runbook_lib.errors import AuthError, BadRequest, NoCapacity, NotFound, ProviderError, RateLimited, WorkloadError
 from runbook_lib.params import PROVIDER_TABLE, load_params
 from runbook_lib.providers import REMOTE, create_provider
-from runbook_lib.providers.api import KeySource
+from runbook_lib.providers.api import KeySource, retry_after_s
 from runbook_lib.providers.base import EndpointSpec, PodSpec
 from runbook_lib.providers.fixtures import FIXTURE_KEY, SOURCE_POD, FixtureApi, fixture_api
 from runbook_lib.providers.offers import canonical_gpu, filter_offers
