@@ -24,7 +24,7 @@ from typing import Any
 
 from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS
-from runbook_lib.providers.simulator import RUNPOD_SIM_PROXY, SCRIPTS, fault_problems
+from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
 
 
 def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) -> None:
@@ -181,8 +181,8 @@ def _faults(path: str, *, per_provider: bool, provider: str = "") -> dict[str, A
         if not isinstance(data, dict):
             raise UsageError(f"--faults {path}: must be an object of provider: faults ({{\"runpod\": ..., \"vast\": "
                              f"...}}), got {type(data).__name__}; nothing was started")
-        if set(data) - set(SCRIPTS):
-            raise UsageError(f"--faults {path}: unknown providers {sorted(set(data) - set(SCRIPTS))}; use runpod and "
+        if set(data) - set(simulated()):
+            raise UsageError(f"--faults {path}: unknown providers {sorted(set(data) - set(simulated()))}; use runpod and "
                              "vast, each with script, lies and limits; nothing was started")
     parts = data if per_provider else {provider: data}
     for name, part in parts.items():
@@ -212,9 +212,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                          "another port or 0 for a free one; nothing was started") from None
     # SIGTERM (a service manager, `kill`) stops it like Ctrl-C: its machines are destroyed, not orphaned.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    exports = {"runpod": {"RUNBOOK_RUNPOD_API_URL": srv.url, "RUNBOOK_RUNPOD_JOB_API_URL": srv.url,
-                          "RUNBOOK_RUNPOD_PROXY_URL": srv.url + RUNPOD_SIM_PROXY, "RUNPOD_API_KEY": key},
-               "vast": {"RUNBOOK_VAST_API_URL": srv.url, "VAST_API_KEY": key}}[args.provider]
+    exports = sim_module(args.provider).exports(srv.url, key)
     print(f"{args.provider} simulator at {srv.url} (Ctrl-C stops it and destroys its machines). Point a run at it:")
     print("  export " + " ".join(f"{k}='{v}'" for k, v in exports.items()))
     print("  and set approvals.preapproved_simulator: true (or approve its plans) and dry_run: false.", flush=True)
@@ -401,13 +399,13 @@ def build_parser() -> argparse.ArgumentParser:
     rh.set_defaults(func=_cmd_rehearse)
     sm = sub.add_parser("simulate", help="serve a loopback simulator of a provider API until Ctrl-C, to rehearse "
                                          "your own params before spending money")
-    sm.add_argument("provider", choices=["runpod", "vast"])
+    sm.add_argument("provider", choices=list(simulated()))
     sm.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     sm.add_argument("--key", default="", help="the Bearer key it accepts (default: a new random one, printed)")
     sm.add_argument("--state", default=".runbook/simulator", help="where its machines keep disks and logs")
     sm.add_argument("--faults", help="JSON file of scripted faults: {\"script\": {operation: [answers]}, "
                                      "\"lies\": {offer_id: {field: value}}, \"limits\": {name: seconds}} (operations "
-                                     "and answers: runbook_lib.providers.simulator.SCRIPTS; limits: SIM_LIMITS)")
+                                     "and answers: each simulator's SCRIPTS; limits: its LIMITS, runbook_lib/providers/<name>/sim.py)")
     sm.set_defaults(func=_cmd_simulate)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports")

@@ -164,8 +164,15 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
     minimum driver of the image's CUDA major release (:data:`CUDA_MINOR_COMPAT_DRIVER`) and a
     risk when it is older than the source's.
     """
+    return [*_software_rows(source, target), *_gpu_rows(source, target, target_device),
+            *_host_rows(source, target, memory_gb=memory_gb, shm_gb=shm_gb, disk_gb=disk_gb,
+                        restore_bytes=restore_bytes, loader_workers=loader_workers),
+            *_environment_rows(source, target, declared_credentials)]
+
+
+def _software_rows(source: dict[str, Any], target: dict[str, Any]) -> list[dict[str, Any]]:
+    """Python and torch versions."""
     rows: list[dict[str, Any]] = []
-    gb = 10**9
     py_s, py_t = _version(source.get("python")), _version(target.get("python"))
     if py_s != py_t:
         rows.append(_row("python", source.get("python"), target.get("python"),
@@ -181,6 +188,12 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
                          "holding non-tensor objects loads on one side only" if crosses else
                          "kernels and numerics may differ; the output parity gate judges them" if t_s[:2] != t_t[:2]
                          else "a patch release"))
+    return rows
+
+
+def _gpu_rows(source: dict[str, Any], target: dict[str, Any], target_device: str) -> list[dict[str, Any]]:
+    """CUDA availability, device, runtime, host driver, compute capability, GPU model and count."""
+    rows: list[dict[str, Any]] = []
     want_cuda = target_device.startswith("cuda")
     cuda_t = target.get("cuda") or {}
     if want_cuda and not cuda_t.get("available"):
@@ -244,6 +257,14 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
                          "another number of GPUs: a job sharded over the source's GPUs needs another world size, and "
                          "its sharded checkpoints resharding on load (torch.distributed.checkpoint does; a plain "
                          "per-rank state dict does not)"))
+    return rows
+
+
+def _host_rows(source: dict[str, Any], target: dict[str, Any], *, memory_gb: float, shm_gb: float, disk_gb: float,
+               restore_bytes: int, loader_workers: int) -> list[dict[str, Any]]:
+    """CPU threads, memory, /dev/shm and free disk against the source and the declared needs (GB of 10**9 bytes)."""
+    rows: list[dict[str, Any]] = []
+    gb = 10**9
     cpu_s, cpu_t = (source.get("cpu") or {}).get("logical", 0), (target.get("cpu") or {}).get("logical", 0)
     if cpu_t < cpu_s:
         rows.append(_row("cpu.logical", cpu_s, cpu_t, "risk", "fewer CPU threads: data loading and CPU-bound steps "
@@ -271,6 +292,13 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
     elif disk_gb and disk_t < disk_gb * gb:
         rows.append(_row("disk_free_bytes", source.get("disk_free_bytes"), disk_t, "risk",
                          f"{disk_t / gb:.1f} GB free, the workload declares {disk_gb} GB"))
+    return rows
+
+
+def _environment_rows(source: dict[str, Any], target: dict[str, Any],
+                      declared_credentials: frozenset[str]) -> list[dict[str, Any]]:
+    """The OS, host features, and credential-looking variables the params do not inject."""
+    rows: list[dict[str, Any]] = []
     if source.get("os") != target.get("os"):
         rows.append(_row("os", source.get("os"), target.get("os"), "harmless", "the kernel release differs; the "
                                                                              "container's userland is the image's"))

@@ -27,7 +27,7 @@ import yaml
 
 from runbook_lib.layout import STATE_DIR, project_root
 from runbook_lib.params import load_params, validate
-from runbook_lib.providers.simulator import RUNPOD_SIM_PROXY, SimServer, free_port, simulate
+from runbook_lib.providers.simulator import SimServer, free_port, sim_module, simulate, simulated
 from runbook_lib.runner import RunResult, run_migration
 
 REHEARSAL_DIR = "rehearsal"  # under .runbook/: the rehearsal copies of params, and the simulators' machines
@@ -93,7 +93,7 @@ def start(project: Path, faults: dict[str, dict[str, Any]] | None = None) -> Reh
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
     state = project / STATE_DIR / REHEARSAL_DIR
-    keys = {"runpod": "sim-rp-" + secrets.token_hex(16), "vast": "sim-vast-" + secrets.token_hex(16)}
+    keys = {name: sim_module(name).KEY_PREFIX + secrets.token_hex(16) for name in simulated()}
     faults = faults or {}
     sims = {name: simulate(name, state_dir=state, key=key, script=faults.get(name, {}).get("script"),
                            lies=faults.get(name, {}).get("lies"), limits=faults.get(name, {}).get("limits"))
@@ -101,8 +101,9 @@ def start(project: Path, faults: dict[str, dict[str, Any]] | None = None) -> Reh
     port = free_port()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     moto.start()
-    env = {"RUNPOD_API_KEY": keys["runpod"], "VAST_API_KEY": keys["vast"],  # moto accepts any AWS keys
-           "AWS_ACCESS_KEY_ID": "AKSIM" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_hex(20)}
+    env = {sim_module(name).KEY_ENV: key for name, key in keys.items()}
+    env.update(AWS_ACCESS_KEY_ID="AKSIM" + secrets.token_hex(8).upper(),  # moto accepts any AWS keys
+               AWS_SECRET_ACCESS_KEY=secrets.token_hex(20))
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     return Rehearsal(sims, f"http://127.0.0.1:{port}", env, _moto=moto, _saved=saved,
@@ -117,10 +118,7 @@ def overrides_for(data: dict[str, Any], reh: Rehearsal) -> dict[str, Any]:
         provider = prof.get("provider", "local")
         if provider in reh.sims:
             out[f"{side}.dry_run"] = False
-            out[f"{side}.api_url"] = reh.sims[provider].url
-            if provider == "runpod":
-                out[f"{side}.job_api_url"] = reh.sims[provider].url
-                out[f"{side}.proxy_url"] = reh.sims[provider].url + RUNPOD_SIM_PROXY
+            out.update({f"{side}.{k}": v for k, v in sim_module(provider).overrides(reh.sims[provider].url).items()})
             out[f"{side}.poll_s"] = SIM_POLL_S
         out[f"{side}.device"] = "cpu"
     if str((data.get("storage") or {}).get("url", "")).startswith("s3://"):

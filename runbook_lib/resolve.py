@@ -134,56 +134,9 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
     """
     run_dir = Path(run_dir)
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    if not (run_dir / MANIFEST).exists() or not (run_dir / COMPLETION_MARKER).exists():
-        raise UsageError(f"{run_dir} is not a sealed run (manifest.json and {COMPLETION_MARKER} needed); only a "
-                         "finished HOLD run can be resolved")
-    manifest = load_manifest(run_dir)
-    if manifest is None or manifest.decision != "HOLD":
-        raise UsageError(f"{run_dir.name} was decided {manifest.decision if manifest else None!r}, not HOLD: only a "
-                         "HOLD run waits "
-                         "for a person, so there is nothing to resolve")
-    existing = _read(run_dir / RESOLUTION_FILE)
-    if (run_dir / RESOLUTION_FILE).exists():
-        got = f"{existing.get('decision')} by {existing.get('by')} at {existing.get('resolved_at')}" if existing \
-            else "unreadable"
-        raise UsageError(f"{run_dir.name} is already resolved ({RESOLUTION_FILE}: {got}); a resolution is final")
-    bad = [r for r in verify_evidence(run_dir) if r["status"] != "intact"]
-    if bad:
-        raise EvidenceError(f"{run_dir.name}: evidence does not verify ({[(r['path'], r['status']) for r in bad]}); "
-                            "a decision cannot rest on it. Run `runbook verify` and investigate, or start a new run.")
-    receipt = load_receipt(run_dir)
-    if receipt is None:
-        raise UsageError(f"{run_dir.name} has no receipt.json: phase 06 never decided it, so there is nothing to resolve")
+    receipt = _held_receipt(run_dir)
     deadline = _deadline(run_dir, receipt)
-    expired = now >= deadline
-    if decision is None:
-        if not expired:
-            raise UsageError(f"{run_dir.name} is HOLD until {iso(deadline)} (now {iso(now)}); pass --decision GO|NO-GO "
-                             "--by NAME to decide, or wait: after the deadline it resolves to NO-GO")
-        decision, by, kind = "NO-GO", DEADLINE_BY, "deadline"
-    else:
-        if decision not in DECISIONS:
-            raise UsageError(f"decision must be one of {list(DECISIONS)}, got {decision!r}")
-        if not by or not by.strip():
-            raise UsageError("--by NAME is required with --decision: a resolution names the person who decided")
-        if decision == "GO" and expired:
-            raise UsageError(f"GO is refused: the hold deadline passed at {iso(deadline)} (now {iso(now)}), so "
-                             f"{run_dir.name} resolves to NO-GO; run `runbook resolve {run_dir}` to record that, and "
-                             "start a new run to migrate")
-        unrun = [x for x in receipt.gates if x.name in ("dry_run", "phases_complete") and x.verdict != "PASS"]
-        if decision == "GO" and unrun:
-            raise UsageError(f"GO is refused: {run_dir.name} holds because phases never ran ({[x.name for x in unrun]}: "
-                             f"{unrun[0].detail}). A person may "
-                             "judge inconclusive measurements, not evidence that was never collected: decide NO-GO "
-                             "or start a new run")
-        kind = "person"
-    route = receipt.route or {}
-    remaining = receipt.resources.remaining
-    rollback = (f"phase 06 restored the source route (target at {route.get('target_percent', 0)} %) and tore the "
-                "target down when it held" + (f"; {len(remaining)} resource(s) are still present: destroy them"
-                                                if remaining else "; nothing is left to roll back"))
-    if decision == "GO":
-        rollback += ". GO accepts this run's evidence; the cutover itself needs a new run, since the target was torn down"
+    decision, by, kind = _who_decides(run_dir, receipt, decision, by, now=now, deadline=deadline)
     body: dict[str, Any] = {
         "run_id": run_dir.name,
         "resolves": {"file": MANIFEST, "sha256": sha256_file(run_dir / MANIFEST)},
@@ -196,11 +149,82 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
         "reason": reason,
         "resolved_at": iso(now),
         "hold_deadline": iso(deadline),
-        "rollback": rollback,
+        "rollback": _rollback_note(receipt, decision),
     }
     body["content_sha256"] = content_sha256(body)
     write_json_atomic(run_dir / RESOLUTION_FILE, body)
     return body
+
+
+def _held_receipt(run_dir: Path) -> Receipt:
+    """The receipt of a sealed, unresolved HOLD run whose evidence verifies.
+
+    Raises:
+        UsageError: not sealed, not HOLD, already resolved, or no receipt.
+        EvidenceError: the evidence does not verify.
+    """
+    if not (run_dir / MANIFEST).exists() or not (run_dir / COMPLETION_MARKER).exists():
+        raise UsageError(f"{run_dir} is not a sealed run (manifest.json and {COMPLETION_MARKER} needed); only a "
+                         "finished HOLD run can be resolved")
+    manifest = load_manifest(run_dir)
+    if manifest is None or manifest.decision != "HOLD":
+        raise UsageError(f"{run_dir.name} was decided {manifest.decision if manifest else None!r}, not HOLD: only a "
+                         "HOLD run waits for a person, so there is nothing to resolve")
+    existing = _read(run_dir / RESOLUTION_FILE)
+    if (run_dir / RESOLUTION_FILE).exists():
+        got = f"{existing.get('decision')} by {existing.get('by')} at {existing.get('resolved_at')}" if existing \
+            else "unreadable"
+        raise UsageError(f"{run_dir.name} is already resolved ({RESOLUTION_FILE}: {got}); a resolution is final")
+    bad = [r for r in verify_evidence(run_dir) if r["status"] != "intact"]
+    if bad:
+        raise EvidenceError(f"{run_dir.name}: evidence does not verify ({[(r['path'], r['status']) for r in bad]}); "
+                            "a decision cannot rest on it. Run `runbook verify` and investigate, or start a new run.")
+    receipt = load_receipt(run_dir)
+    if receipt is None:
+        raise UsageError(f"{run_dir.name} has no receipt.json: phase 06 never decided it, so there is nothing to resolve")
+    return receipt
+
+
+def _who_decides(run_dir: Path, receipt: Receipt, decision: str | None, by: str | None, *, now: _dt.datetime,
+                 deadline: _dt.datetime) -> tuple[str, str, str]:
+    """``(decision, by, kind)``: a person's decision, checked, or the deadline's NO-GO.
+
+    Raises:
+        UsageError: no decision before the deadline; an unknown decision or no author; GO after
+            the deadline, or GO on a run whose phases never ran.
+    """
+    expired = now >= deadline
+    if decision is None:
+        if not expired:
+            raise UsageError(f"{run_dir.name} is HOLD until {iso(deadline)} (now {iso(now)}); pass --decision GO|NO-GO "
+                             "--by NAME to decide, or wait: after the deadline it resolves to NO-GO")
+        return "NO-GO", DEADLINE_BY, "deadline"
+    if decision not in DECISIONS:
+        raise UsageError(f"decision must be one of {list(DECISIONS)}, got {decision!r}")
+    if not by or not by.strip():
+        raise UsageError("--by NAME is required with --decision: a resolution names the person who decided")
+    if decision == "GO" and expired:
+        raise UsageError(f"GO is refused: the hold deadline passed at {iso(deadline)} (now {iso(now)}), so "
+                         f"{run_dir.name} resolves to NO-GO; run `runbook resolve {run_dir}` to record that, and "
+                         "start a new run to migrate")
+    unrun = [x for x in receipt.gates if x.name in ("dry_run", "phases_complete") and x.verdict != "PASS"]
+    if decision == "GO" and unrun:
+        raise UsageError(f"GO is refused: {run_dir.name} holds because phases never ran ({[x.name for x in unrun]}: "
+                         f"{unrun[0].detail}). A person may judge inconclusive measurements, not evidence that was "
+                         "never collected: decide NO-GO or start a new run")
+    return decision, by, "person"
+
+
+def _rollback_note(receipt: Receipt, decision: str) -> str:
+    """What rolling back needs now that the HOLD is resolved (phase 06 already restored the source)."""
+    route = receipt.route or {}
+    remaining = receipt.resources.remaining
+    note = (f"phase 06 restored the source route (target at {route.get('target_percent', 0)} %) and tore the "
+            "target down when it held" + (f"; {len(remaining)} resource(s) are still present: destroy them"
+                                          if remaining else "; nothing is left to roll back"))
+    if decision == "GO":
+        note += ". GO accepts this run's evidence; the cutover itself needs a new run, since the target was torn down"
+    return note
 
 
 def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:

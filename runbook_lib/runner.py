@@ -199,7 +199,6 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
     """
     import nbformat
     import papermill as pm
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     name = phase_name(phase)
     project = cwd or project_root(params_path)
@@ -230,22 +229,33 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
                               "evalue": f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s",
                               "traceback": [f"CellTimeoutError: cell exceeded {cell_timeout_s} s"]},
         )
-    except pm.PapermillExecutionError as exc:
-        ename, evalue = exc.ename, exc.evalue
-        if interrupts is not None and interrupts.signum:
+    except Exception as exc:  # noqa: BLE001 - a cell's error, a dead kernel, a timeout, or what an interrupt broke
+        failed = _phase_failure(phase, out, exc, interrupts, cell_timeout_s)
+        if failed is None:
+            raise
+        raise failed from None
+    finally:
+        staging.cleanup()
+    return out
+
+
+def _phase_failure(phase: str, out: Path, exc: Exception, interrupts: Interrupts | None,
+                   cell_timeout_s: int) -> PhaseFailed | None:
+    """What papermill's exception ``exc`` means for the phase whose notebook is ``out``, with the
+    notebook stamped: a cell's error, a cell timeout, a dead kernel, or (once a signal came) an
+    interruption; None for any other exception, which is a bug to raise as it is."""
+    import nbformat
+    import papermill as pm
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    interrupted = interrupts is not None and bool(interrupts.signum)
+    if isinstance(exc, pm.PapermillExecutionError):
+        idx, ename, evalue = exc.cell_index, exc.ename, exc.evalue
+        if interrupted and interrupts is not None:
             ename, evalue = INTERRUPTED, f"stopped by {interrupts.name} at {interrupts.received_at}"
         elif ename == "KeyboardInterrupt":  # otherwise the runner sends SIGINT only on a cell timeout
             ename, evalue = "CellTimeoutError", f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s and was interrupted"
-        status = "interrupted" if ename == INTERRUPTED else "failed"
-        _stamp(out, status=status, cell_index=exc.cell_index, ename=ename, evalue=evalue)
-        raise PhaseFailed(f"phase {phase} {status} in {out.name}, cell {exc.cell_index}: {ename}: {evalue}",
-                          phase=phase, notebook=str(out), cell_index=exc.cell_index, ename=ename) from None
-    except Exception as exc:  # noqa: BLE001 - a dead kernel, a timeout, or anything an interrupt broke
-        import nbformat
-
-        interrupted = interrupts is not None and interrupts.signum
-        if not interrupted and not isinstance(exc, (DeadKernelError, CellTimeoutError)):
-            raise
+    elif interrupted or isinstance(exc, (DeadKernelError, CellTimeoutError)):
         if isinstance(exc, _StoppedBeforeCell):
             idx, cause = exc.cell_index, f"before cell {exc.cell_index} ran"
         else:
@@ -254,13 +264,12 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
         ename = INTERRUPTED if interrupted else type(exc).__name__
         evalue = (f"stopped by {interrupts.name} at {interrupts.received_at} ({cause})"
                   if interrupted and interrupts is not None else str(exc))
-        status = "interrupted" if interrupted else "failed"
-        _stamp(out, status=status, cell_index=idx, ename=ename, evalue=evalue)
-        raise PhaseFailed(f"phase {phase} {status} in {out.name}, cell {idx}: {ename}: {evalue}",
-                          phase=phase, notebook=str(out), cell_index=idx, ename=ename) from None
-    finally:
-        staging.cleanup()
-    return out
+    else:
+        return None
+    status = "interrupted" if ename == INTERRUPTED else "failed"
+    _stamp(out, status=status, cell_index=idx, ename=ename, evalue=evalue)
+    return PhaseFailed(f"phase {phase} {status} in {out.name}, cell {idx}: {ename}: {evalue}",
+                       phase=phase, notebook=str(out), cell_index=idx, ename=ename)
 
 
 def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, approval_ref: str = "",

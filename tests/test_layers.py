@@ -149,3 +149,38 @@ def test_library_dependencies_are_stated_at_the_top_of_each_module() -> None:
                 if not names & LAZY_ALLOWED:
                     hidden.append(f"{mod}: from {node.module} import ... (line {node.lineno})")
     assert hidden == []
+
+
+MAX_FUNCTION_LINES = 80
+MAX_METHODS = 15
+METHOD_DEBT = {
+    "runbook_lib/providers/base.py:Provider": 27, "runbook_lib/storage/s3.py:S3Store": 25,
+    "runbook_lib/storage/grants.py:GrantStore": 23, "runbook_lib/providers/local/__init__.py:LocalProvider": 23,
+    "runbook_lib/providers/remote.py:RemoteProvider": 21, "runbook_lib/providers/runpod/__init__.py:RunpodProvider": 19,
+    "runbook_lib/workload/checkpoint_set.py:CheckpointWorkload": 18,
+    "runbook_lib/providers/local/endpoint.py:FrontDoor": 16,
+}
+"""Classes over :data:`MAX_METHODS` today (issue 27's "no class has more than 15 methods" is not
+done for them): each may shrink, none may grow, and no other class may join them."""
+
+
+def _definitions() -> list[tuple[str, ast.AST]]:
+    out = []
+    for f in sorted((ROOT / "runbook_lib").rglob("*.py")):
+        rel = str(f.relative_to(ROOT))
+        out += [(rel, n) for n in ast.walk(ast.parse(f.read_text()))]
+    return out
+
+
+def test_no_function_is_over_80_lines() -> None:
+    long = [f"{rel}:{n.name} ({n.end_lineno - n.lineno + 1} lines)" for rel, n in _definitions()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno is not None
+            and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == []
+
+
+def test_no_class_grows_past_15_methods() -> None:
+    big = {f"{rel}:{n.name}": sum(isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef)) for x in n.body)
+           for rel, n in _definitions() if isinstance(n, ast.ClassDef)}
+    over = {k: v for k, v in big.items() if v > MAX_METHODS and v > METHOD_DEBT.get(k, 0)}
+    assert over == {}, "split the class (or, for a listed one, do not add to it)"

@@ -17,7 +17,7 @@ from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.offers import filter_offers, version_tuple
-from runbook_lib.records import FreezeSource, SourcePod
+from runbook_lib.records import DeclaredRequirements, FreezeData, FreezeSource, SourcePod
 from runbook_lib.storage import GrantScope, build_grant
 
 EQUIVALENT, ADAPTER, NONE = "equivalent", "adapter needed", "no equivalent"
@@ -97,15 +97,22 @@ def _source_facts(freeze: FreezeSource) -> dict[str, Any]:
 def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Build the dependency / control map from phase 01's record, the target's declared
     capabilities and, for a remote target, the best qualifying offer (``offers`` from
-    :func:`target_offers`)."""
+    :func:`target_offers`): one row per dependency (``dependency``, ``source``, ``target``,
+    ``status``, ``reason``), in the order a reader checks them: the offer, compute, provider
+    semantics, the endpoint, ports and host features, capacity, storage and secrets, billing."""
     rec = ctx.records.need_freeze()
-    req = rec.requirements
-    src, tgt = ctx.mig.source, ctx.mig.target
     caps = ctx.resources.provider("target").capabilities()
-    sf = _source_facts(rec.freeze)
+    best = (offers or {}).get("best") if ctx.mig.target.provider in REMOTE else None
+    return [*_offer_rows(ctx, offers), *_compute_rows(ctx, rec, caps, best), *_semantics_rows(ctx, rec, caps),
+            *_port_rows(ctx, rec.requirements, caps), *_capacity_rows(ctx, rec, best), *_access_rows(ctx, caps, best)]
+
+
+def _offer_rows(ctx: PhaseContext, offers: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The target offer phase 02 chose, or why none qualified."""
+    src, tgt = ctx.mig.source, ctx.mig.target
     remote = tgt.provider in REMOTE
     best = (offers or {}).get("best") if remote else None
-    rows = []
+    rows: list[dict[str, Any]] = []
     if remote:
         seen = len((offers or {}).get("table", []))
         if best is None:
@@ -128,6 +135,14 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                              f"{first['vcpu']:g} vCPU, {first['ram_gib']:g} GiB ({first['offer_id']})", EQUIVALENT,
                              f"first of {len(offers['ranked'])} qualifying local machines; every local pod and "
                              "worker runs on this host at target.price_usd_per_hour"))
+    return rows
+
+
+def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Any, best: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Device, dtype, and the image, interpreter, framework and CUDA each side runs."""
+    src, tgt = ctx.mig.source, ctx.mig.target
+    sf = _source_facts(rec.freeze)
+    rows: list[dict[str, Any]] = []
     if tgt.device.startswith("cuda") and not caps.gpu.supported:
         rows.append(_row("device", src.device, tgt.device, NONE, f"target asks for {tgt.device}: {caps.gpu.detail}"))
     elif src.device.split(":")[0] != tgt.device.split(":")[0]:
@@ -167,6 +182,14 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
                          f"{host.cuda.runtime} / {host.cuda.driver_version}",
                          EQUIVALENT if sf["cuda"] == host.cuda.runtime else ADAPTER,
                          "recorded; must satisfy the image's CUDA build"))
+    return rows
+
+
+def _semantics_rows(ctx: PhaseContext, rec: FreezeData, caps: Any) -> list[dict[str, Any]]:
+    """What a stop keeps and how ports are reached on each provider, and for an inference
+    workload the endpoint mode, payload limits and endpoint settings."""
+    src, tgt = ctx.mig.source, ctx.mig.target
+    rows: list[dict[str, Any]] = []
     src_caps = ctx.resources.provider("source").capabilities()
     for dep, src_v, tgt_v, consequence in (
             ("lifecycle (stop, restart, interruption)", src_caps.lifecycle, caps.lifecycle,
@@ -181,6 +204,14 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
         rows.append(endpoint_mode_row(ctx.mig.source.endpoint_mode, tgt.endpoint_mode, caps))
         rows.append(payload_row(rec.freeze.payloads, tgt.endpoint_mode, caps))
         rows.append(endpoint_settings_row(src, tgt))
+    return rows
+
+
+def _port_rows(ctx: PhaseContext, req: DeclaredRequirements, caps: Any) -> list[dict[str, Any]]:
+    """Each declared port, and the host features the workload requires (compose, privileged, a
+    persistent volume)."""
+    remote = ctx.mig.target.provider in REMOTE
+    rows: list[dict[str, Any]] = []
     max_ports = caps.extra.get("max_ports")
     if max_ports is not None and max_ports.limit is not None and len(req.ports) > max_ports.limit:
         rows.append(_row("port count", len(req.ports), f"{max_ports.limit:g} at most", NONE, max_ports.detail))
@@ -202,6 +233,14 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     if req.persistent_volume:
         rows.append(_row("persistent volume", "required", caps.persistent_volume.detail,
                          EQUIVALENT if caps.persistent_volume.supported else NONE, "checkpoints survive a stop"))
+    return rows
+
+
+def _capacity_rows(ctx: PhaseContext, rec: FreezeData, best: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Shared memory, memory, disk and GPU memory the workload needs against what the target
+    offers (a remote offer) or has (this host), all in GB (10**9 bytes)."""
+    tgt, req = ctx.mig.target, rec.requirements
+    rows: list[dict[str, Any]] = []
     if isinstance(tgt, RemoteProfile):  # offers publish GiB (RAM, VRAM in MiB) and GB (disk)
         offer = best or {}
         ram_gib, vram_mib = offer.get("ram_gib"), offer.get("vram_mib")
@@ -223,6 +262,13 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
         ok = have >= need_gb
         rows.append(_row(key, f"{need_gb} GB needed", f"{have:.1f} GB available", EQUIVALENT if ok else NONE,
                          "enough" if ok else "target host is too small"))
+    return rows
+
+
+def _access_rows(ctx: PhaseContext, caps: Any, best: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """How pods reach the store, each target secret, the serving configuration and billing."""
+    src, tgt = ctx.mig.source, ctx.mig.target
+    rows: list[dict[str, Any]] = []
     access = ("pods get a short-lived store grant (presigned URLs for the sets they read and a POST policy for "
               "their prefix; endpoint workers: STS credentials scoped to their records prefix), never the keys"
               if ctx.mig.storage.url.startswith("s3://") else "a local pod shares the directory")

@@ -15,6 +15,8 @@ key it was started with and answers a wrong one with the provider's own error sh
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import shlex
 import socket
 import sys
@@ -22,11 +24,12 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 from runbook_lib._time import utc_now
 from runbook_lib.approvals import Approval
 from runbook_lib.errors import NotFound, ProviderError
+from runbook_lib.providers import PROVIDERS, REMOTE
 from runbook_lib.providers.api import SIMULATOR_HEADER
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.fixtures import FixtureApi
@@ -137,7 +140,7 @@ class MachineBacked:
         super().__init__(provider, ip=HOST, **kwargs)  # type: ignore[call-arg]
         self.machines = machines
         self.lies: dict[str, dict[str, Any]] = {}  # offer id -> facts the machine really has
-        self.limits: dict[str, float] = dict(SIM_LIMITS.get(provider, {}))  # see SIM_LIMITS
+        self.limits: dict[str, float] = dict(sim_module(provider).LIMITS)
 
 
 class SimServer:
@@ -212,43 +215,45 @@ class SimServer:
         return dict(sorted(out.items()))
 
 
-RUNPOD_SIM_PROXY = "/proxy/{pod_id}-{port}"
-"""Where the Runpod simulator serves a pod's HTTP port, after its base URL (the ``proxy_url``
-to give the adapter)."""
+class SimModule(Protocol):
+    """What a provider's simulator (``runbook_lib/providers/<name>/sim.py``) declares."""
 
-SIM_LIMITS: dict[str, dict[str, float]] = {
-    "runpod": {"job_ttl_s": 86_400.0, "proxy_timeout_s": 100.0},
-    "vast": {"outbid_after_s": 3.0},
-}
-"""Per simulator, the waits and limits a test or user may set when it starts (seconds), with
-their defaults. Runpod ``job_ttl_s``: a serverless job is forgotten this long after it was
-submitted, run or not (its ``/status`` then answers 404); 24 h is Runpod's default execution
-policy ``ttl`` (docs/reference/providers.md, Runpod job API, Timeouts/TTL). Runpod
-``proxy_timeout_s``: the pod HTTP proxy answers 524 to a request that takes longer (Runpod's
-proxy: 100 s, runpod/docs pods/configuration/expose-ports.mdx).
-Vast ``outbid_after_s``: an instance created under the ``create: outbid`` fault is outbid this
-long after it starts running."""
+    LIMITS: dict[str, float]  # the waits and limits a run may set (seconds), with their defaults
+    SCRIPTS: dict[str, frozenset[str]]  # the operations a fault script may name, and their answers
+    KEY_ENV: str  # the variable the adapter reads its key from
+    KEY_PREFIX: str  # what a simulator key starts with
+
+    def exports(self, url: str, key: str) -> dict[str, str]:
+        """The environment that points the adapter at a simulator at ``url``."""
+        ...
+
+    def overrides(self, url: str) -> dict[str, Any]:
+        """The profile's params fields that point it at a simulator at ``url``."""
+        ...
 
 
-SCRIPTS: dict[str, dict[str, frozenset[str]]] = {
-    "runpod": {"create": frozenset({"ok", "capacity", "rate", "unauthorized", "invalid", "created_then_502"}),
-               "endpoint": frozenset({"ok", "created_then_502", "worker_crash"}),
-               "poll": frozenset({"PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR"}),
-               "spot": frozenset({"ok", "supply"}),
-               "job": frozenset({"in_queue", "in_progress", "completed", "failed", "timed_out", "ttl"}),
-               "workers": frozenset({"unhealthy", "throttled"})},
-    "vast": {"create": frozenset({"ok", "gone", "bid_fail", "rate", "created_then_502", "worker_crash", "outbid"}),
-             "poll": frozenset({"null_status", "loading", "running", "exited_oci_error", "outbid_stopped"}),
-             "search": frozenset({"ok", "rate"})},
-}
-"""Per simulator, the operations a ``script`` may name and the answers each may serve
-(:class:`runbook_lib.providers.fixtures.FixtureApi` describes them)."""
+def simulated() -> tuple[str, ...]:
+    """The remote providers that have a simulator (a ``sim`` module in their package), in the
+    provider table's order."""
+    return tuple(name for name in REMOTE if importlib.util.find_spec(f"{PROVIDERS[name]}.sim") is not None)
+
+
+def sim_module(provider: str) -> SimModule:
+    """The simulator module of ``provider``.
+
+    Raises:
+        ValueError: ``provider`` has no simulator (the message names those that do).
+    """
+    if provider not in simulated():
+        raise ValueError(f"no simulator for provider {provider!r}; there are simulators for {list(simulated())}")
+    return cast(SimModule, importlib.import_module(f"{PROVIDERS[provider]}.sim"))
 
 
 def fault_problems(provider: str, faults: Any) -> list[str]:
     """What is wrong with one simulator's faults (``{"script", "lies", "limits"}``), each as a
     sentence; empty when they are valid. A misspelled operation or answer would run the drill
-    without its fault, so everything is checked against :data:`SCRIPTS` and :data:`SIM_LIMITS`."""
+    without its fault, so everything is checked against the simulator's ``SCRIPTS`` and ``LIMITS``
+    (:class:`SimModule`)."""
     import math
 
     if not isinstance(faults, dict):
@@ -256,25 +261,27 @@ def fault_problems(provider: str, faults: Any) -> list[str]:
     out = [f"unknown keys {sorted(set(faults) - {'script', 'lies', 'limits'})}; use script, lies and limits"] \
         if set(faults) - {"script", "lies", "limits"} else []
     script, lies, limits = faults.get("script") or {}, faults.get("lies") or {}, faults.get("limits") or {}
+    module = sim_module(provider)
+    scripts, known_limits = module.SCRIPTS, module.LIMITS
     if not isinstance(script, dict):
         out.append(f"script must be an object of operation: [answers], got {script!r}")
         script = {}
     for op, answers in script.items():
-        if op not in SCRIPTS[provider]:
-            out.append(f"unknown script operation {op!r}; the {provider} simulator has {sorted(SCRIPTS[provider])}")
+        if op not in scripts:
+            out.append(f"unknown script operation {op!r}; the {provider} simulator has {sorted(scripts)}")
         elif not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             out.append(f"script {op} must be a list of answers, got {answers!r}")
-        elif set(answers) - SCRIPTS[provider][op]:
-            out.append(f"unknown {op} answers {sorted(set(answers) - SCRIPTS[provider][op])}; {op} answers "
-                       f"{sorted(SCRIPTS[provider][op])}")
+        elif set(answers) - scripts[op]:
+            out.append(f"unknown {op} answers {sorted(set(answers) - scripts[op])}; {op} answers "
+                       f"{sorted(scripts[op])}")
     if not isinstance(lies, dict) or not all(isinstance(v, dict) for v in lies.values()):
         out.append(f"lies must be an object of offer id: {{field: value}}, got {lies!r}")
     if not isinstance(limits, dict):
         out.append(f"limits must be an object of name: seconds, got {limits!r}")
         limits = {}
     for key, value in limits.items():
-        if key not in SIM_LIMITS[provider]:
-            out.append(f"unknown limits [{key!r}]; the {provider} simulator has {sorted(SIM_LIMITS[provider])}")
+        if key not in known_limits:
+            out.append(f"unknown limits [{key!r}]; the {provider} simulator has {sorted(known_limits)}")
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
             out.append(f"limit {key} must be a positive number of seconds, got {value!r}")
     return out
@@ -293,21 +300,16 @@ def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127
         lies: per offer id, machine facts that differ from what the offer listed (Vast.ai: instance
             fields such as ``{"cuda_max_good": 11.8}``): the machine is not what was advertised, and
             readiness must catch it.
-        limits: overrides of :data:`SIM_LIMITS` for this provider.
+        limits: overrides of the simulator's ``LIMITS``.
 
     Raises:
         ValueError: ``provider`` has no simulator, or ``limits`` names a limit it does not have.
     """
-    import importlib
-
-    try:
-        module = importlib.import_module(f"runbook_lib.providers.{provider}.sim")
-    except ModuleNotFoundError:
-        raise ValueError(f"no simulator for provider {provider!r}; there are simulators for runpod and vast") from None
+    module: Any = sim_module(provider)
     api = module.SimApi(provider, machines=Machines(Path(state_dir) / provider), key=key, script=script)
     problems = fault_problems(provider, {"script": script or {}, "lies": lies or {}, "limits": limits or {}})
     if problems:
         raise ValueError(f"bad faults for the {provider} simulator: {'; '.join(problems)}")
     api.lies = dict(lies or {})
-    api.limits = {**SIM_LIMITS[provider], **{k: float(v) for k, v in (limits or {}).items()}}
+    api.limits = {**module.LIMITS, **{k: float(v) for k, v in (limits or {}).items()}}
     return SimServer(api, host=host, port=port)

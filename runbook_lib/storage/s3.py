@@ -159,6 +159,31 @@ def _redact(text: str, secrets: Iterable[str]) -> str:
     return _KEY_ID.sub("[access key id]", text)
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """An S3 error response as :func:`diagnose` reads it: the operation and URL (``at``), what
+    the store said (``seen``: code, status and message), the code and status, the message
+    (``text``, ``low`` lower-cased), the error's safe fields, the region the store expects and the
+    one this store signs for, and whether the error had a body."""
+
+    at: str
+    seen: str
+    code: str
+    status: int
+    low: str
+    text: str
+    info: dict[str, str]
+    expected: str
+    region: str
+    bare: bool
+    where: str
+    op: str
+
+    def fields(self) -> tuple[str, str, str, int, str, str, dict[str, str], str, str, bool, str, str]:
+        return (self.at, self.seen, self.code, self.status, self.low, self.text, self.info, self.expected,
+                self.region, self.bare, self.where, self.op)
+
+
 def diagnose(op: str, where: str, code: str, status: int, message: str, region_hint: str = "", *,
              region: str = "", details: Mapping[str, Any] | None = None, redact: Iterable[str] = ()) -> RunbookError:
     """The error to raise for an S3 error response, diagnosed by its error code first and its HTTP
@@ -192,14 +217,22 @@ def diagnose(op: str, where: str, code: str, status: int, message: str, region_h
     status = int(status or 0)
     info = {k: str((details or {}).get(k) or "") for k in _SAFE_FIELDS}
     text = " ".join((message or "").split())[:300]
-    low = text.lower()
-    bare = not code or code == str(status)  # no error body: a HEAD, or a store that sent none
-    seen = f"{code or 'no code'}, HTTP {status or '?'}" + (f": {text}" if text else "")
-    at = f"{op} {where}"
+    c = _Seen(at=f"{op} {where}", seen=f"{code or 'no code'}, HTTP {status or '?'}" + (f": {text}" if text else ""),
+              code=code, status=status, low=text.lower(), text=text, info=info,
+              expected=region_hint or info["Region"] or next(iter(_EXPECTED_REGION.findall(text)), ""),
+              region=region, bare=not code or code == str(status), where=where, op=op)  # bare: no error body
+    found = _credential_cause(c) or _region_cause(c) or _policy_cause(c) or _bare_cause(c)
+    assert found is not None  # _bare_cause ends with a catch-all
+    cls, out = found
+    msg = _redact(out, redact)
+    return AuthError(msg, provider="s3", resource_id=where) if cls is AuthError else cls(msg)
+
+
+def _credential_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
+    """KMS, SSE-C, clock, session token, signature and key-id causes. None when the error is none of them."""
+    at, seen, code, status, low, text, info, expected, region, bare, where, op = c.fields()
     cls: type[RunbookError]
     cls, out = AuthError, ""
-    expected = region_hint or info["Region"] or next(iter(_EXPECTED_REGION.findall(text)), "")
-
     if code.startswith("KMS.") or ("kms" in low and code in ("AccessDenied", "InvalidArgument", "InvalidRequest")):
         if code in ("KMS.AccessDeniedException", "AccessDenied"):
             out = (f"{at}: the identity may use the bucket but not the KMS key that encrypts it ({seen}). Grant "
@@ -237,7 +270,17 @@ def diagnose(op: str, where: str, code: str, status: int, message: str, region_h
                "environment holds a stale value. Check the key id the params' credentials for this store refer to "
                "(storage, or workload.checkpoint_store for a checkpoint's bucket) and that endpoint_url names the "
                "provider that issued it.")
-    elif (code in ("AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException")
+    else:
+        return None
+    return cls, out
+
+
+def _region_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
+    """A bucket in another region than the store signs for, or a malformed authorization header. None when the error is none of them."""
+    at, seen, code, status, low, text, info, expected, region, bare, where, op = c.fields()
+    cls: type[RunbookError]
+    cls, out = AuthError, ""
+    if (code in ("AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException")
           or status == 301 or (bare and status in (400, 403) and expected and region and expected != region)):
         endpoint = info["Endpoint"]
         if expected and expected != region:
@@ -256,7 +299,17 @@ def diagnose(op: str, where: str, code: str, status: int, message: str, region_h
             out = (f"{at}: the bucket is in another region than {region or '?'!r} and the store did not say which "
                    f"({seen}" + (f"; endpoint {endpoint}" if endpoint else "") + "). Find it with aws s3api "
                    "get-bucket-location and set the storage region in params.")
-    elif code == "AccessDenied":
+    else:
+        return None
+    return cls, out
+
+
+def _policy_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
+    """Policy denials, a disabled bucket or account, a missing bucket or key, a changed object, throttling, internal errors. None when the error is none of them."""
+    at, seen, code, status, low, text, info, expected, region, bare, where, op = c.fields()
+    cls: type[RunbookError]
+    cls, out = AuthError, ""
+    if code == "AccessDenied":
         action = _ACTION.get(op, "this operation")
         out = (f"{at}: access denied by a policy: the credentials were accepted but a bucket policy, IAM policy, "
                f"SCP, block-public-access rule or object ACL denies {action} ({seen}). Grant {action} on "
@@ -289,7 +342,17 @@ def diagnose(op: str, where: str, code: str, status: int, message: str, region_h
         cls, out = StorageError, (
             f"{at}: the store failed internally ({seen}), still after botocore's retries. Retry later; if it "
             "persists, check the provider's status page.")
-    elif bare and status == 403:
+    else:
+        return None
+    return cls, out
+
+
+def _bare_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
+    """An error without a body (a HEAD), refused credentials, and anything else. None when the error is none of them."""
+    at, seen, code, status, low, text, info, expected, region, bare, where, op = c.fields()
+    cls: type[RunbookError]
+    cls, out = AuthError, ""
+    if bare and status == 403:
         out = (f"{at}: HTTP 403 with no error body ({seen}), as S3 answers every failed HEAD, so the cause cannot be told "
                "from it. It is one of: the object is missing and the identity lacks s3:ListBucket; a policy "
                "denies s3:GetObject; the KMS key denies kms:Decrypt; an SSE-C object read without its key; "
@@ -308,9 +371,7 @@ def diagnose(op: str, where: str, code: str, status: int, message: str, region_h
                "bucket policy.")
     else:
         cls, out = StorageError, f"{at} failed: {code or status}: {text}"
-    msg = _redact(out, redact)
-    return AuthError(msg, provider="s3", resource_id=where) if cls is AuthError else cls(msg)
-
+    return cls, out
 
 
 class S3Store(Store):

@@ -164,18 +164,8 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
         extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     if mig.workload.kind == "inference":
-        src_burst = t[t["side"] == "source"]
-        statuses = {str(k): int(v) for k, v in s.loc[on["source"], "status"].value_counts().items() if v}
-        for c in res["cold_starts"]:
-            if c["side"] == "source" and c["first_status"] != "MEASUREMENT_ERROR":
-                statuses[c["first_status"]] = statuses.get(c["first_status"], 0) + 1
-        for status, n_ in zero[zero["side"] == "source"]["status"].value_counts().items():
-            statuses[str(status)] = statuses.get(str(status), 0) + int(n_)
-        statuses["COMPLETED"] = statuses.get("COMPLETED", 0) + int(src_burst["completed"].sum() if len(src_burst) else 0)
-        for row in src_burst.get("failed_by_status", pd.Series(dtype=object)).dropna():
-            for status, n in json.loads(row).items():
-                statuses[f"{status} (burst)"] = statuses.get(f"{status} (burst)", 0) + int(n)
-        extra.append(g.baseline_health(statuses, max_rate=gc.error_rate_max, phase="04"))
+        extra.append(g.baseline_health(_source_statuses(res, on["source"], zero), max_rate=gc.error_rate_max,
+                                       phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04",
                                stopped=[s_["step"] for s_ in res.get("spend", {}).get("stops", [])]))
     accepted = s["accepted"].to_numpy(dtype=float)
@@ -197,6 +187,25 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
                OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
     lost = lost_measurements(res.get("attempts", []))
     return [g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results]
+
+
+def _source_statuses(res: dict[str, Any], on_source: np.ndarray, zero: pd.DataFrame) -> dict[str, int]:
+    """How the source's requests ended, by status: the rounds' samples, its first (cold-start)
+    job unless that was never measured, its starts from zero, and its saturation bursts (each
+    burst failure as ``<STATUS> (burst)``). The baseline health gate judges these counts."""
+    s, t = res["samples"], res["throughput"]
+    src_burst = t[t["side"] == "source"]
+    statuses = {str(k): int(v) for k, v in s.loc[on_source, "status"].value_counts().items() if v}
+    for c in res["cold_starts"]:
+        if c["side"] == "source" and c["first_status"] != "MEASUREMENT_ERROR":
+            statuses[c["first_status"]] = statuses.get(c["first_status"], 0) + 1
+    for status, n_ in zero[zero["side"] == "source"]["status"].value_counts().items():
+        statuses[str(status)] = statuses.get(str(status), 0) + int(n_)
+    statuses["COMPLETED"] = statuses.get("COMPLETED", 0) + int(src_burst["completed"].sum() if len(src_burst) else 0)
+    for row in src_burst.get("failed_by_status", pd.Series(dtype=object)).dropna():
+        for status, n in json.loads(row).items():
+            statuses[f"{status} (burst)"] = statuses.get(f"{status} (burst)", 0) + int(n)
+    return statuses
 
 
 def per_round(values: np.ndarray, rounds: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:

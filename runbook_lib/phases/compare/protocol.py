@@ -323,6 +323,61 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     return {**out, "load_generator_gc": dataclasses.asdict(pauses)}
 
 
+def _start_endpoint(ctx: PhaseContext, side: str, wl: Any, meter: Any, log: list[Attempted[Any]], *,
+                    sleep: Callable[[float], None]) -> tuple[Any, ServingClient, dict[str, Any], float, float]:
+    """Create ``side``'s endpoint, start its spend meter, and time its cold start: create call to
+    the first served answer, split into the first job's queue, init and inference and the first
+    worker's initialisation parts (seconds; NaN when the first job was not served).
+
+    Returns:
+        ``(endpoint, client, cold-start row, created_at, first_answer_at)``, times from
+        :func:`time.perf_counter`.
+    """
+    m = ctx.mig.measure
+    t0 = time.perf_counter()
+    ep = ctx.endpoints.create(side, f"endpoint-{side}")
+    prof = ctx.resources.profile(side)
+    meter.start(side, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
+                                        storage_gb=ctx.mig.workload.requirements.disk_gb,
+                                        storage_usd_per_gb_month=prof.storage_usd_per_gb_month), at=t0)
+    client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
+                                                     clocks=job_clocks(m), mode=ep.mode)
+    payload0 = wl.request_inputs(1, seed=0)[0][1]
+    first = measured_with_retries(ctx, lambda _k: client.runsync(payload0), log, what=f"cold start {side}",
+                                  kind="cold_start", side=side, sleep=sleep)
+    ready = time.perf_counter()
+    status = served_status(first.value) if first.value is not None else "MEASUREMENT_ERROR"
+    # Create to first served response (a job that expired or failed was not served); the
+    # waits between retries are not the side's own time.
+    cold_s = ready - t0 - first.waited_s if first.ok and status == "COMPLETED" else math.nan
+    health = measured_with_retries(ctx, lambda _k: client.health(), log, what=f"cold start {side} worker report",
+                                   kind="cold_start", side=side, sleep=sleep)
+    starts = health.value.get("cold_starts", []) if health.value is not None else []
+    split = job_timings(first.value) if first.value is not None else {}
+    row = {"side": side, "endpoint": ep.id, "cold_start_s": cold_s, "first_status": status,
+           "attempts": len(first.attempts),
+           **{f"first_job_{k}": split.get(k, math.nan) for k in ("queue_s", "init_s", "execution_s")},
+           **{f"worker_{k}": float(starts[0].get(k, math.nan)) if starts else math.nan for k in INIT_PARTS},
+           "worker_init_s": [c["init_s"] for c in starts]}
+    return ep, client, row, t0, ready
+
+
+def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, wl: Any, log: list[Attempted[Any]], *,
+             sleep: Callable[[float], None]) -> list[dict[str, Any]]:
+    """``measure.warmup_requests`` requests to ``side``, one at a time, each row its seconds and
+    served status; recorded, and left out of every gate."""
+    def warm(_k: int) -> list[dict[str, Any]]:
+        out = []
+        for i, (_, payload) in enumerate(wl.request_inputs(ctx.mig.measure.warmup_requests, seed=1)):
+            t0 = time.perf_counter()
+            job = client.runsync(payload)
+            out.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": served_status(job)})
+        return out
+
+    w = measured_with_retries(ctx, warm, log, what=f"warm-up {side}", kind="warmup", side=side, sleep=sleep)
+    return w.value or []
+
+
 def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> dict[str, Any]:
     m = ctx.mig.measure
     golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
@@ -335,56 +390,14 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     log: list[Attempted[Any]] = []
     meter = spend_meter(ctx)
     for side in ("source", "target"):
-        t0 = created[side] = time.perf_counter()
-        ep = ctx.endpoints.create(side, f"endpoint-{side}")
-        prof = ctx.resources.profile(side)
-        meter.start(side, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
-                                            storage_gb=ctx.mig.workload.requirements.disk_gb,
-                                            storage_usd_per_gb_month=prof.storage_usd_per_gb_month), at=t0)
-        client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
-                                                         clocks=job_clocks(m),
-                                                         mode=ep.mode)
-        payload0 = wl.request_inputs(1, seed=0)[0][1]
-        def first_job(_k: int, c: ServingClient = client, payload: Any = payload0) -> dict[str, Any]:
-            return c.runsync(payload)
-
-        def worker_report(_k: int, c: ServingClient = client) -> dict[str, Any]:
-            return c.health()
-
-        first = measured_with_retries(ctx, first_job, log, what=f"cold start {side}", kind="cold_start", side=side, sleep=sleep)
-        ready[side] = time.perf_counter()
-        status = served_status(first.value) if first.value is not None else "MEASUREMENT_ERROR"
-        # Create to first served response (a job that expired or failed was not served); the
-        # waits between retries are not the side's own time.
-        cold_s = ready[side] - t0 - first.waited_s if first.ok and status == "COMPLETED" else math.nan
-        health = measured_with_retries(ctx, worker_report, log, what=f"cold start {side} worker report", kind="cold_start",
-                        side=side, sleep=sleep)
-        starts = health.value.get("cold_starts", []) if health.value is not None else []
-        split = job_timings(first.value) if first.value is not None else {}
-        cold.append({"side": side, "endpoint": ep.id, "cold_start_s": cold_s,
-                     "first_status": status,
-                     "attempts": len(first.attempts),
-                     # create-to-first-response, split: the first job's queue, init and inference
-                     # as the endpoint reports them, and its first worker's initialisation parts
-                     **{f"first_job_{k}": split.get(k, math.nan) for k in ("queue_s", "init_s", "execution_s")},
-                     **{f"worker_{k}": float(starts[0].get(k, math.nan)) if starts else math.nan for k in INIT_PARTS},
-                     "worker_init_s": [c["init_s"] for c in starts]})
+        ep, client, row, created[side], ready[side] = _start_endpoint(ctx, side, wl, meter, log, sleep=sleep)
+        cold.append(row)
         endpoints[side], clients[side] = ep, client
     sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     thr: list[dict[str, Any]] = []
-    warm_rows: list[dict[str, Any]] = []
-    for side in ("source", "target"):  # warm-up, discarded from the gates and recorded
-        def warm(_k: int, side: str = side) -> list[dict[str, Any]]:
-            out = []
-            for i, (_, payload) in enumerate(wl.request_inputs(m.warmup_requests, seed=1)):
-                t0 = time.perf_counter()
-                job = clients[side].runsync(payload)
-                out.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": served_status(job)})
-            return out
-
-        w = measured_with_retries(ctx, warm, log, what=f"warm-up {side}", kind="warmup", side=side, sleep=sleep)
-        warm_rows.extend(w.value or [])
+    warm_rows = [row for side in ("source", "target")  # warm-up, discarded from the gates and recorded
+                 for row in _warm_up(ctx, side, clients[side], wl, log, sleep=sleep)]
 
     round_s: list[float] = []
     stops: list[dict[str, Any]] = []

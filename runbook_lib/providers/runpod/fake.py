@@ -19,7 +19,6 @@ class FakeApi(FixtureApi):
         return self._json(401, load("runpod", "problem_401.json"))
 
     def answer(self, request: Any, body: Any) -> Any:
-        import httpx
 
         m, host, parts = request.method, request.url.host, request.url.path.strip("/").split("/")
         if host == "api.runpod.ai":
@@ -27,68 +26,9 @@ class FakeApi(FixtureApi):
         if m == "GET" and parts == ["v2", "catalog", "gpus"]:
             return self._json(200, load("runpod", "catalog_gpus_availability.json"))
         if parts[:2] == ["v2", "pods"]:
-            if m == "POST" and len(parts) == 2:
-                answer = self._next("create", "ok")
-                if answer == "capacity":
-                    return self._json(400, load("runpod", "problem_400_capacity.json"))
-                if answer == "rate":
-                    return self._json(429, load("runpod", "problem_429.json"), **{
-                        "Retry-After": "2", "RateLimit": '"minute";r=0;t=2, "hour";r=2900;t=1800'})
-                if answer == "invalid":
-                    return self._json(422, load("runpod", "problem_422.json"))
-                pid = f"fx{next(self._ids):04d}rp"
-                pod = load("runpod", "pod_create_201.json", id=pid, name=body["name"], image=body["image"],
-                           args=body.get("args", ""), gpu=body["gpu"]["id"])
-                pod.update(env=body.get("env", {}), ports=body.get("ports", []), disk=body.get("disk", 20),
-                           gpu=body["gpu"])
-                pod["cost"] = 0.69 * body["gpu"].get("count", 1)
-                self.state[pid] = pod
-                if answer == "created_then_502":  # the gateway failed after the pod was created
-                    return self._json(502, {"title": "Bad Gateway", "status": 502, "detail": "upstream timed out"})
-                return self._json(201, pod)
-            if m == "GET" and len(parts) == 2:
-                pods = [load("runpod", "pod_source_running.json")] + [self.poll_pod(p) for p in self.state
-                                                                       if p.endswith("rp")]
-                return self._json(200, {"pods": [p for p in pods if p is not None]})
-            pid = parts[2]
-            if pid == SOURCE_POD and m == "GET":
-                return self._json(200, load("runpod", "pod_source_running.json"))
-            if not pid.endswith("rp") or pid not in self.state or self.state[pid].get("status") == "TERMINATED":
-                return self._json(404, {"title": "Not Found", "status": 404, "detail": f"pod {pid} not found"})
-            if m == "GET":
-                return self._json(200, self.poll_pod(pid))
-            if m == "POST" and parts[-1] == "action":
-                if body.get("action") == "start":
-                    self.state[pid].update(load("runpod", "pod_get_running.json"))
-                else:
-                    self.state[pid].update(load("runpod", "pod_get_exited.json"))
-                return self._json(200, self.state[pid])
-            if m == "DELETE":
-                self.state[pid]["status"] = "TERMINATED"
-                return httpx.Response(204)
+            return self._pods(m, parts, body)
         if parts[:2] == ["v2", "serverless"]:
-            if m == "POST" and len(parts) == 2:
-                eid = f"fx{next(self._ids):04d}ep"
-                ep = load("runpod", "endpoint_create.json", id=eid, name=body["name"], image=body["image"])
-                ep.update(env=body.get("env", {}), workers=body.get("workers", ep["workers"]),
-                          timeout=body.get("timeout", ep["timeout"]))
-                self.state[eid] = ep
-                if self._next("endpoint", "ok") == "created_then_502":
-                    return self._json(502, {"title": "Bad Gateway", "status": 502, "detail": "upstream timed out"})
-                return self._json(200, ep)
-            if m == "GET" and len(parts) == 2:
-                return self._json(200, {"endpoints": [v for k, v in self.state.items()
-                                                      if k.endswith("ep") and not v.get("deleted")]})
-            eid = parts[2]
-            if not eid.endswith("ep") or eid not in self.state or self.state[eid].get("deleted"):
-                return self._json(404, {"title": "Not Found", "status": 404, "detail": f"endpoint {eid} not found"})
-            if m == "GET" and parts[-1] == "workers":
-                return self._json(200, load("runpod", f"endpoint_workers_{self._next('workers', 'unhealthy')}.json"))
-            if m == "GET":
-                return self._json(200, self.state[eid])
-            if m == "DELETE":
-                self.state[eid]["deleted"] = True
-                return httpx.Response(204)
+            return self._serverless(m, parts, body)
         if m == "POST" and parts == ["graphql"]:
             if self._next("spot", "ok") == "supply":
                 return self._json(200, load("runpod", "graphql_200_errors_supply.json"))
@@ -100,6 +40,80 @@ class FakeApi(FixtureApi):
             self.state[pid] = pod
             return self._json(200, load("runpod", "graphql_spot_ok.json", id=pid, image=inp["imageName"]))
         return self._json(404, {"title": "Not Found", "status": 404, "detail": f"no route {m} {request.url.path}"})
+
+    def _pods(self, m: str, parts: list[str], body: Any) -> Any:
+        """``/v2/pods``: create (with the scripted capacity, rate and gateway faults), list, get,
+        start or stop, delete."""
+        import httpx
+
+        if m == "POST" and len(parts) == 2:
+            answer = self._next("create", "ok")
+            if answer == "capacity":
+                return self._json(400, load("runpod", "problem_400_capacity.json"))
+            if answer == "rate":
+                return self._json(429, load("runpod", "problem_429.json"), **{
+                    "Retry-After": "2", "RateLimit": '"minute";r=0;t=2, "hour";r=2900;t=1800'})
+            if answer == "invalid":
+                return self._json(422, load("runpod", "problem_422.json"))
+            pid = f"fx{next(self._ids):04d}rp"
+            pod = load("runpod", "pod_create_201.json", id=pid, name=body["name"], image=body["image"],
+                       args=body.get("args", ""), gpu=body["gpu"]["id"])
+            pod.update(env=body.get("env", {}), ports=body.get("ports", []), disk=body.get("disk", 20),
+                       gpu=body["gpu"])
+            pod["cost"] = 0.69 * body["gpu"].get("count", 1)
+            self.state[pid] = pod
+            if answer == "created_then_502":  # the gateway failed after the pod was created
+                return self._json(502, {"title": "Bad Gateway", "status": 502, "detail": "upstream timed out"})
+            return self._json(201, pod)
+        if m == "GET" and len(parts) == 2:
+            pods = [load("runpod", "pod_source_running.json")] + [self.poll_pod(p) for p in self.state
+                                                                   if p.endswith("rp")]
+            return self._json(200, {"pods": [p for p in pods if p is not None]})
+        pid = parts[2]
+        if pid == SOURCE_POD and m == "GET":
+            return self._json(200, load("runpod", "pod_source_running.json"))
+        if not pid.endswith("rp") or pid not in self.state or self.state[pid].get("status") == "TERMINATED":
+            return self._json(404, {"title": "Not Found", "status": 404, "detail": f"pod {pid} not found"})
+        if m == "GET":
+            return self._json(200, self.poll_pod(pid))
+        if m == "POST" and parts[-1] == "action":
+            if body.get("action") == "start":
+                self.state[pid].update(load("runpod", "pod_get_running.json"))
+            else:
+                self.state[pid].update(load("runpod", "pod_get_exited.json"))
+            return self._json(200, self.state[pid])
+        if m == "DELETE":
+            self.state[pid]["status"] = "TERMINATED"
+            return httpx.Response(204)
+        return self._json(404, {"title": "Not Found", "status": 404, "detail": f"no route {m} /{'/'.join(parts)}"})
+
+    def _serverless(self, m: str, parts: list[str], body: Any) -> Any:
+        """``/v2/serverless``: create (with the scripted gateway fault), list, get, workers, delete."""
+        import httpx
+
+        if m == "POST" and len(parts) == 2:
+            eid = f"fx{next(self._ids):04d}ep"
+            ep = load("runpod", "endpoint_create.json", id=eid, name=body["name"], image=body["image"])
+            ep.update(env=body.get("env", {}), workers=body.get("workers", ep["workers"]),
+                      timeout=body.get("timeout", ep["timeout"]))
+            self.state[eid] = ep
+            if self._next("endpoint", "ok") == "created_then_502":
+                return self._json(502, {"title": "Bad Gateway", "status": 502, "detail": "upstream timed out"})
+            return self._json(200, ep)
+        if m == "GET" and len(parts) == 2:
+            return self._json(200, {"endpoints": [v for k, v in self.state.items()
+                                                  if k.endswith("ep") and not v.get("deleted")]})
+        eid = parts[2]
+        if not eid.endswith("ep") or eid not in self.state or self.state[eid].get("deleted"):
+            return self._json(404, {"title": "Not Found", "status": 404, "detail": f"endpoint {eid} not found"})
+        if m == "GET" and parts[-1] == "workers":
+            return self._json(200, load("runpod", f"endpoint_workers_{self._next('workers', 'unhealthy')}.json"))
+        if m == "GET":
+            return self._json(200, self.state[eid])
+        if m == "DELETE":
+            self.state[eid]["deleted"] = True
+            return httpx.Response(204)
+        return self._json(404, {"title": "Not Found", "status": 404, "detail": f"no route {m} /{'/'.join(parts)}"})
 
     def poll_pod(self, pid: str) -> dict[str, Any] | None:
         pod = self.state[pid]

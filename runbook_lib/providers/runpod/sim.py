@@ -32,6 +32,44 @@ from runbook_lib.providers.local.endpoint import BIND_ENV
 from runbook_lib.providers.runpod.fake import FakeApi
 from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
 
+LIMITS: dict[str, float] = {"job_ttl_s": 86_400.0, "proxy_timeout_s": 100.0}
+"""The waits and limits a test or user may set when the simulator starts (seconds), with their
+defaults. ``job_ttl_s``: a serverless job is forgotten this long after it was submitted, run or
+not (its ``/status`` then answers 404); 24 h is Runpod's default execution policy ``ttl``
+(docs/reference/providers.md, Runpod job API, Timeouts/TTL). ``proxy_timeout_s``: the pod HTTP
+proxy answers 524 to a request that takes longer (Runpod's proxy: 100 s, runpod/docs
+pods/configuration/expose-ports.mdx)."""
+
+SCRIPTS: dict[str, frozenset[str]] = {
+    "create": frozenset({"ok", "capacity", "rate", "unauthorized", "invalid", "created_then_502"}),
+    "endpoint": frozenset({"ok", "created_then_502", "worker_crash"}),
+    "poll": frozenset({"PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR"}),
+    "spot": frozenset({"ok", "supply"}),
+    "job": frozenset({"in_queue", "in_progress", "completed", "failed", "timed_out", "ttl"}),
+    "workers": frozenset({"unhealthy", "throttled"}),
+}
+"""The operations a ``script`` may name and the answers each may serve
+(:class:`runbook_lib.providers.fixtures.FixtureApi` describes them)."""
+
+PROXY = "/proxy/{pod_id}-{port}"
+"""Where the simulator serves a pod's HTTP port, after its base URL (the ``proxy_url`` to give
+the adapter)."""
+
+KEY_ENV = "RUNPOD_API_KEY"  # where the adapter finds its key (runbook_lib.providers.runpod.default_key)
+KEY_PREFIX = "sim-rp-"  # a simulator key's prefix: evidence can be searched for it
+
+
+def exports(url: str, key: str) -> dict[str, str]:
+    """The environment that points the Runpod adapter at a simulator at ``url`` accepting ``key``."""
+    return {"RUNBOOK_RUNPOD_API_URL": url, "RUNBOOK_RUNPOD_JOB_API_URL": url, "RUNBOOK_RUNPOD_PROXY_URL": url + PROXY,
+            KEY_ENV: key}
+
+
+def overrides(url: str) -> dict[str, str]:
+    """A Runpod profile's params fields that point it at a simulator at ``url``."""
+    return {"api_url": url, "job_api_url": url, "proxy_url": url + PROXY}
+
+
 FRONT_DOOR_WAIT_S = 120.0  # a job sent before the endpoint's front door listens waits this long, seconds
 JOB_OPS = ("run", "runsync", "status", "cancel", "retry", "purge-queue", "health")
 WORKER_STATUS = {"idle": "IDLE", "running": "RUNNING", "initializing": "INITIALIZING"}

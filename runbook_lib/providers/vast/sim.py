@@ -26,6 +26,32 @@ from runbook_lib.providers.local.endpoint import BIND_ENV
 from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
 from runbook_lib.providers.vast.fake import FakeApi
 
+LIMITS: dict[str, float] = {"outbid_after_s": 3.0}
+"""The waits a test or user may set when the simulator starts (seconds), with their defaults:
+``outbid_after_s``, how long after it starts running an instance created under the ``create:
+outbid`` fault is outbid."""
+
+SCRIPTS: dict[str, frozenset[str]] = {
+    "create": frozenset({"ok", "gone", "bid_fail", "rate", "created_then_502", "worker_crash", "outbid"}),
+    "poll": frozenset({"null_status", "loading", "running", "exited_oci_error", "outbid_stopped"}),
+    "search": frozenset({"ok", "rate"}),
+}
+"""The operations a ``script`` may name and the answers each may serve
+(:class:`runbook_lib.providers.fixtures.FixtureApi` describes them)."""
+
+KEY_ENV = "VAST_API_KEY"  # where the adapter finds its key (runbook_lib.providers.vast.default_key)
+KEY_PREFIX = "sim-vast-"  # a simulator key's prefix: evidence can be searched for it
+
+
+def exports(url: str, key: str) -> dict[str, str]:
+    """The environment that points the Vast.ai adapter at a simulator at ``url`` accepting ``key``."""
+    return {"RUNBOOK_VAST_API_URL": url, KEY_ENV: key}
+
+
+def overrides(url: str) -> dict[str, str]:
+    """A Vast.ai profile's params fields that point it at a simulator at ``url``."""
+    return {"api_url": url}
+
 
 class SimApi(MachineBacked, FakeApi):
     """Vast.ai's answers with real processes behind its instances (arguments: :class:`MachineBacked`)."""
