@@ -423,12 +423,13 @@ def load_dcp(root: Path, *, device: str = "cpu") -> dict[str, Any]:
     import warnings
 
     import torch
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from torch.distributed.checkpoint.state_dict_loader import load
 
     metadata = read_dcp_metadata(root)
 
-    class _Reader(dcp.FileSystemReader):
+    class _Reader(FileSystemReader):
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             md = read_dcp_metadata(Path(self.path))
             if getattr(md, "storage_meta", None) is not None:
@@ -440,7 +441,7 @@ def load_dcp(root: Path, *, device: str = "cpu") -> dict[str, Any]:
     try:
         with warnings.catch_warnings():  # one process, no process group: DCP warns that it assumes so
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(state, storage_reader=_Reader(str(root)), no_dist=True)
+            load(state, storage_reader=_Reader(str(root)), no_dist=True)
     except (RuntimeError, OSError, AssertionError, ValueError) as exc:
         raise CheckpointError(f"{root}: a DCP shard cannot be read ({type(exc).__name__}: {str(exc)[:200]}); copy "
                               "the directory again from the source") from exc

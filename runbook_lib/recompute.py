@@ -31,12 +31,17 @@ from typing import Any
 
 from runbook_lib import gates as g
 from runbook_lib.errors import EvidenceError, RunbookError
-from runbook_lib.layout import CANARY_INFERENCE_OUTPUTS, CANARY_OUTPUTS, GOLDEN_INFERENCE_OUTPUTS, GOLDEN_OUTPUTS
+from runbook_lib.layout import (
+    CANARY_INFERENCE_OUTPUTS,
+    CANARY_OUTPUTS,
+    GOLDEN_INFERENCE_OUTPUTS,
+    GOLDEN_OUTPUTS,
+    KEPT_PARAMS,
+)
 from runbook_lib.params import load_params
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.raw import load_measurement
 from runbook_lib.records import ParityData, PhaseData, Receipt, load_receipt, read_unchecked
-from runbook_lib.rundir import KEPT_PARAMS
 
 FROM_RAW = "raw samples"
 FROM_DRILLS = "recorded drill rows"
@@ -76,7 +81,7 @@ def _fields(d: dict[str, Any]) -> dict[str, Any]:
 
 def _close(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
+        return bool(a == b)
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-12)
     if isinstance(a, list) and isinstance(b, list):

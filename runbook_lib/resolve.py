@@ -19,11 +19,10 @@ from typing import Any, Callable, TypeVar
 
 from runbook_lib._time import iso, parse_iso
 from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, UsageError
-from runbook_lib.layout import MANIFEST, RECEIPT, RESOLUTION
-from runbook_lib.manifest import COMPLETION_MARKER, sha256_file, verify_evidence, write_json_atomic
+from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RECEIPT, RESOLUTION
+from runbook_lib.manifest import sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.params import load_params
 from runbook_lib.records import Manifest, Receipt, load_manifest, load_receipt
-from runbook_lib.rundir import KEPT_PARAMS
 
 RESOLUTION_FILE = RESOLUTION
 DECISIONS = ("GO", "NO-GO")
@@ -62,9 +61,10 @@ class Standing:
 
 def _read(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        body = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
+    return body if isinstance(body, dict) else None
 
 
 def _deadline(run_dir: Path, receipt: Receipt) -> _dt.datetime:

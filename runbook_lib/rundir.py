@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EvidenceError, UsageError
-from runbook_lib.layout import KEPT_PARAMS, REPORTS_DIR, STATE_DIR, params_sha256, project_root
+from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, REPORTS_DIR, STATE_DIR, params_sha256, project_root
 from runbook_lib.manifest import (
-    COMPLETION_MARKER,
     PHASES,
     Record,
     new_run_id,

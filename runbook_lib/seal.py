@@ -15,15 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib import __version__
-from runbook_lib.layout import MANIFEST, RECEIPT, params_sha256, project_root
-from runbook_lib.manifest import (
-    COMPLETION_MARKER,
-    read_chain,
-    sha256_file,
-    utc_now,
-    write_completion_marker,
-    write_json_atomic,
-)
+from runbook_lib._time import utc_now
+from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, RECEIPT, params_sha256, project_root
+from runbook_lib.manifest import read_chain, sha256_file, write_completion_marker, write_json_atomic
 from runbook_lib.params import Migration
 from runbook_lib.records import Chain, FreezeSource
 

@@ -269,7 +269,7 @@ def counts_mean(grid: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Mean of each row of ``counts`` over ``grid``: ``(B, K)`` counts -> ``(B,)`` (NaN for an empty row)."""
     total = counts.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (counts @ grid) / total
+        return np.asarray((counts @ grid) / total)
 
 
 def binned_bootstrap(sides: Sequence[Binned], statistic: Any, *, n_resamples: int = BOOTSTRAP_RESAMPLES,

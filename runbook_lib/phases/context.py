@@ -66,7 +66,8 @@ class PhaseContext(OnRun):
         plans never needs the bucket's keys."""
         if "store" not in self.cache:
             self.cache["store"] = self.store_factory()
-        return self.cache["store"]
+        store: Store = self.cache["store"]
+        return store
 
     def _repr_markdown_(self) -> str:
         m = self.mig

@@ -29,9 +29,9 @@ class Endpoints:
         Raises:
             ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
         """
-        res = self.res
-        return res.apply_plan(side, self.plan(side, role, workers=workers, active_workers=active_workers,
-                                              idle_timeout_s=idle_timeout_s))
+        ep: Endpoint = self.res.apply_plan(side, self.plan(side, role, workers=workers, active_workers=active_workers,
+                                                           idle_timeout_s=idle_timeout_s))
+        return ep
 
     def plan(self, side: str, role: str, *, workers: int | None = None, active_workers: int | None = None,
              idle_timeout_s: float = 5.0) -> Plan:

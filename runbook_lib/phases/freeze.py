@@ -51,7 +51,8 @@ def describe_source(ctx: PhaseContext) -> dict[str, Any] | None:
     if "source_pod" not in ctx.cache:
         ctx.cache["source_pod"] = ctx.resources.provider("source").describe(prof.pod_id)
         ctx.evidence.write_json("01/source_pod.json", ctx.cache["source_pod"])
-    return ctx.cache["source_pod"]
+    pod: dict[str, Any] = ctx.cache["source_pod"]
+    return pod
 
 
 def plan_freeze(ctx: PhaseContext) -> Plan:

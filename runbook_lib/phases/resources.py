@@ -65,7 +65,7 @@ class Resources(OnRun):
     def profile(self, side: str) -> Profile:
         if side not in ("source", "target"):
             raise ParamsError(f"side must be 'source' or 'target', got {side!r}")
-        return getattr(self.mig, side)
+        return self.mig.source if side == "source" else self.mig.target
 
     def provider(self, side: str) -> Provider:
         """The provider of ``side`` (one instance per phase, so its evidence of tries accumulates)."""
@@ -197,5 +197,7 @@ class Resources(OnRun):
         """Plan and apply the destruction of ``resource_id`` (a run's own resource is covered by its
         launch approval; ``labels`` as it was listed). Returns what the teardown found and did
         (None in dry-run)."""
-        return self.apply_plan(side, self.provider(side).plan_destroy(resource_id, dry_run=self.dry_run(side)),
-                               owner_labels=labels)
+        done: Teardown | None = self.apply_plan(side, self.provider(side).plan_destroy(resource_id,
+                                                                                       dry_run=self.dry_run(side)),
+                                                owner_labels=labels)
+        return done

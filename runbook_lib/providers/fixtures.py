@@ -118,7 +118,7 @@ class FixtureApi:
         if self.agent_exits_after is None or serves:
             return False
         rec["_polls"] = rec.get("_polls", 0) + 1
-        return rec["_polls"] > self.agent_exits_after
+        return bool(rec["_polls"] > self.agent_exits_after)
 
     @property
     def transport(self) -> Any:
@@ -187,5 +187,5 @@ def fixture_api(provider: str, **kwargs: Any) -> FixtureApi:
     """
     if provider not in REMOTE_PROVIDERS:
         raise ValueError(f"no fixtures for provider {provider!r}; remote providers: {sorted(REMOTE_PROVIDERS)}")
-    cls = importlib.import_module(f"runbook_lib.providers.{provider}.fake").FakeApi
+    cls: type[FixtureApi] = importlib.import_module(f"runbook_lib.providers.{provider}.fake").FakeApi
     return cls(provider, **kwargs)

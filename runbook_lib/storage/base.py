@@ -48,7 +48,7 @@ class HashingReader:
         self.size += len(b)
         if self._progress is not None and b:
             self._progress.update(len(b))
-        return b
+        return bytes(b)
 
     def readable(self) -> bool:
         return True
@@ -68,7 +68,7 @@ class HashingWriter:
         self.size += len(b)
         if self._progress is not None and b:
             self._progress.update(len(b))
-        return self._f.write(b)
+        return int(self._f.write(b))
 
     def writable(self) -> bool:
         return True
@@ -227,7 +227,7 @@ class Store(ABC):
         raw = self.get_bytes(f"{prefix}/{MANIFEST_KEY}")
         if hashlib.sha256(raw).hexdigest() != marker.get("manifest_sha256"):
             raise StorageError(f"{self.url(prefix)}: manifest sha256 differs from the marker's; the set was altered")
-        return json.loads(raw)
+        return dict(json.loads(raw))
 
     def verify_set(self, prefix: str, *, run_id: str | None = None) -> dict[str, ObjectInfo]:
         """Verify a committed set without downloading it: marker, manifest, and each object's size

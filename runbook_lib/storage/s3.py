@@ -590,7 +590,7 @@ class S3Store(Store):
 
     def get_bytes(self, key: str) -> bytes:
         with self._errors("get", key):
-            return self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"].read()
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=self.object_key(key))["Body"].read())
 
     def get_file(self, key: str, dest: str | Path, *, expect: ObjectInfo | None = None,
                  progress: bool = False) -> ObjectInfo:
@@ -633,7 +633,7 @@ class S3Store(Store):
         def fetch(first: int) -> bytes:
             last = min(first + chunk, size) - 1
             r = self.client.get_object(Bucket=self.bucket, Key=self.object_key(key), Range=f"bytes={first}-{last}", IfMatch=etag)
-            return r["Body"].read()
+            return bytes(r["Body"].read())
 
         starts = iter(range(0, size, chunk))
         with ThreadPoolExecutor(max_workers=self._transfer_kw["max_concurrency"]) as pool:

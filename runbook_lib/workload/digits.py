@@ -131,7 +131,7 @@ class DigitsWorkload(AcceptanceWorkload):
         with torch.inference_mode():
             logits = self._model(self._xev.to(self._dtype)).float()
         synchronize(self._device)
-        return logits.cpu().numpy().astype(np.float32)
+        return np.asarray(logits.cpu().numpy(), dtype=np.float32)
 
     def eval_accuracy(self) -> float:
         """Top-1 accuracy on the 297 held-out digits, in [0, 1]."""

@@ -182,7 +182,7 @@ class EmbeddingWorkload(AcceptanceWorkload):
         return np.concatenate(self._done, axis=0).astype(np.float32)
 
     def infer(self, inputs: list[Any]) -> list[Any]:
-        return self._encode([str(s) for s in inputs]).tolist()
+        return list(self._encode([str(s) for s in inputs]).tolist())
 
     def golden_requests(self) -> list[Any]:
         return list(self._golden)

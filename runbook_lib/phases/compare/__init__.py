@@ -43,7 +43,6 @@ from runbook_lib.phases.compare.judge import (
 from runbook_lib.phases.compare.protocol import (
     AFFECTS,
     ROUND_PATTERN,
-    THROUGHPUT_COLUMNS,
     clocks_record,
     lost_measurements,
     measure,
@@ -56,6 +55,7 @@ from runbook_lib.phases.compare.protocol import (
     schedule_rounds,
     wait_for_zero,
 )
+from runbook_lib.phases.compare.raw import THROUGHPUT_COLUMNS
 
 __all__ = [
     "EXPECTATIONS", "DrillsResult", "guarded", "run_drills", "cold_start_samples", "cold_start_summary",

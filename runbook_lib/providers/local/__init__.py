@@ -175,7 +175,7 @@ class LocalProvider(Provider):
 
     def _meta(self, rid: str) -> dict[str, Any]:
         try:
-            return json.loads((self._dir(rid) / "pod.json").read_text())
+            return dict(json.loads((self._dir(rid) / "pod.json").read_text()))
         except FileNotFoundError:
             raise NotFound(f"no local pod or endpoint {rid!r} under {self.root}", provider=self.name,
                            resource_id=rid) from None
