@@ -46,9 +46,8 @@ from runbook_lib.providers.base import (
 )
 from runbook_lib.providers.offers import Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
+from runbook_lib.providers.runpod.wire import CAPACITY_WORDS, JOB_URL, REST_URL, RunpodWire, classify
 
-REST_URL = "https://api.runpod.io"
-JOB_URL = "https://api.runpod.ai"
 PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
 """A pod's HTTP port through Runpod's proxy (runpod/docs pods/configuration/expose-ports.mdx)."""
 REST_URL_ENV = "RUNBOOK_RUNPOD_API_URL"  # overrides REST_URL unless params set runpod api_url
@@ -59,7 +58,6 @@ DISK_USD_PER_GB_MONTH = 0.10
 """Container and volume disk on a running pod, USD per GB-month (runpod.io/pricing; the API does
 not publish it) [unverified]."""
 PROXY_LIMIT_S = 100.0  # HTTP proxy response limit (Cloudflare 524), runpod/docs pods/configuration/expose-ports.mdx
-CAPACITY_WORDS = ("no longer any instances available", "supply_constraint")
 STATE = {"PROVISIONING": "CREATED", "STARTING": "CREATED", "RUNNING": "RUNNING", "EXITED": "EXITED",
          "ERROR": "EXITED", "TERMINATED": "DESTROYED"}
 """Runpod pod status -> runbook pod state."""
@@ -117,14 +115,6 @@ def default_key(ref: str = "") -> KeySource:
     return KeySource("runpod", refs)
 
 
-def _classify(status: int, body: Any, text: str) -> ProviderError | None:
-    words = (text or "").lower()
-    if status in (400, 409) and any(w in words for w in CAPACITY_WORDS):
-        return NoCapacity("no capacity for the requested GPU type (HTTP %d); try the next ranked offer" % status,
-                          provider="runpod")
-    return None
-
-
 def _epoch(ts: str | None) -> float:
     return parse_iso(ts).timestamp() if ts else 0.0
 
@@ -135,7 +125,8 @@ class RunpodProvider(RemoteProvider):
 
     Args:
         api: REST v2 client (base ``https://api.runpod.io``); its transport and key also serve
-            the job API and GraphQL.
+            the job API and GraphQL. Every Runpod request goes through :attr:`wire`
+            (:class:`~runbook_lib.providers.runpod.wire.RunpodWire`).
         **kwargs: see :class:`RemoteProvider`.
     """
 
@@ -144,6 +135,10 @@ class RunpodProvider(RemoteProvider):
     job_url = JOB_URL  # the serverless job API's base; create() sets it from params or the environment
     proxy_url = PROXY_URL  # a pod's HTTP port through the proxy; create() sets it likewise
     PROBE_PATH = "/v2/pods"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.wire = RunpodWire(self.api)
 
     def capabilities(self) -> Capabilities:
         src = "runpod/docs pods/overview.mdx, pods/configuration/expose-ports.mdx"
@@ -196,11 +191,11 @@ class RunpodProvider(RemoteProvider):
                                   "cloud": req.cloud}
         if req.cuda_min:
             params["minCudaVersion"] = req.cuda_min
-        body = self.api.request("GET", "/v2/catalog/gpus", params=params) or {}
+        gpus = self.wire.catalog_gpus(params)
         cloud = req.cloud.lower()
         count = max(1, req.gpu_count_min)
         offers = []
-        for g in body.get("gpus", []):
+        for g in gpus:
             if not g.get(cloud):
                 continue
             cudas = [c["version"] for c in g.get("cudaVersions") or [] if c.get("available")]
@@ -233,8 +228,7 @@ class RunpodProvider(RemoteProvider):
             body["mounts"] = {"persistent": {"size": max(10, math.ceil(spec.volume_gb)), "path": "/workspace"}}
         if req is not None and req.regions:
             body["dataCenterIds"] = list(req.regions)
-        pod = self.api.request("POST", "/v2/pods", body=body, creates=True)
-        return str(pod["id"])
+        return str(self.wire.create_pod(body)["id"])
 
     def _create_spot(self, spec: PodSpec, offer_id: str, env: dict[str, str], count: int) -> str:
         """Spot pod over the deprecated GraphQL ``podRentInterruptable`` (REST v2 has none).
@@ -252,8 +246,7 @@ class RunpodProvider(RemoteProvider):
                                "containerDiskInGb": int(round(spec.disk_gb)), "ports": ",".join(spec.ports),
                                "dockerArgs": shlex.join(spec.command),
                                "env": [{"key": k, "value": v} for k, v in env.items()]}}
-        out = self.api.request("POST", "/graphql", body={"query": query, "variables": variables},
-                               creates=True) or {}
+        out = self.wire.rent_spot(query, variables)
         errors = out.get("errors") or []
         if errors:
             codes = {str((e.get("extensions") or {}).get("code", "")) for e in errors}
@@ -283,31 +276,29 @@ class RunpodProvider(RemoteProvider):
 
     def _fetch(self, resource_id: str) -> Pod:
         try:
-            return self._pod(self.api.request("GET", f"/v2/pods/{resource_id}"))
+            return self._pod(self.wire.get_pod(resource_id))
         except NotFound:
             raise NotFound(f"runpod: no pod {resource_id} (terminated or never created)", provider=self.name,
                            resource_id=resource_id) from None
 
     def _list_raw(self) -> list[Pod | Endpoint]:
-        out: list[Pod | Endpoint] = [self._pod(p) for p in (self.api.request("GET", "/v2/pods") or {}).get("pods", [])]
-        for e in (self.api.request("GET", "/v2/serverless") or {}).get("endpoints", []):
-            out.append(self._endpoint(e))
-        return out
+        out: list[Pod | Endpoint] = [self._pod(p) for p in self.wire.list_pods()]
+        return out + [self._endpoint(e) for e in self.wire.list_endpoints()]
 
     def _stop(self, resource_id: str) -> dict[str, Any]:
-        self.api.request("POST", f"/v2/pods/{resource_id}/action", body={"action": "stop"})
+        self.wire.pod_action(resource_id, "stop")
         return {"request": f"POST /v2/pods/{resource_id}/action stop", "answer": "accepted"}
 
     def _start(self, resource_id: str) -> None:
         """``POST /v2/pods/{id}/action {"action": "start"}``; a stopped pod is tied to its machine and
         may come back with zero GPUs (runpod/docs pods/troubleshooting/zero-gpus.mdx): readiness re-checks."""
-        self.api.request("POST", f"/v2/pods/{resource_id}/action", body={"action": "start"})
+        self.wire.pod_action(resource_id, "start")
 
     def _destroy(self, resource_id: str) -> dict[str, Any]:
         """``DELETE /v2/pods/{id}``, else ``DELETE /v2/serverless/{id}``; 404 on both means gone."""
         for path in (f"/v2/pods/{resource_id}", f"/v2/serverless/{resource_id}"):
             try:
-                self.api.request("DELETE", path)
+                self.wire.delete(path)
                 return {"request": f"DELETE {path}", "answer": "deleted"}
             except NotFound:
                 continue
@@ -325,7 +316,7 @@ class RunpodProvider(RemoteProvider):
         except NotFound:
             pass
         try:
-            return self._endpoint(self.api.request("GET", f"/v2/serverless/{resource_id}"))
+            return self._endpoint(self.wire.get_endpoint(resource_id))
         except NotFound:
             raise NotFound(f"runpod: no pod or endpoint {resource_id} (terminated or never created)",
                            provider=self.name, resource_id=resource_id) from None
@@ -361,7 +352,7 @@ class RunpodProvider(RemoteProvider):
                             "idleTimeout": max(1, round(spec.idle_timeout_s))},
                 "timeout": int(spec.execution_timeout_s * 1000), "env": env}
         try:
-            return self._endpoint(self.api.request("POST", "/v2/serverless", body=body, creates=True))
+            return self._endpoint(self.wire.create_endpoint(body))
         except CreateOutcomeUnknown as exc:
             found = self.adopt(spec.name, dict(spec.labels), exc)
             if not isinstance(found, Endpoint):
@@ -405,7 +396,7 @@ class RunpodProvider(RemoteProvider):
     def workers(self, endpoint_id: str) -> list[dict[str, Any]]:
         """``GET /v2/serverless/{id}/workers``: each worker's id and status (RUNNING, IDLE,
         INITIALIZING, THROTTLED, UNHEALTHY)."""
-        return list((self.api.request("GET", f"/v2/serverless/{endpoint_id}/workers") or {}).get("workers", []))
+        return self.wire.endpoint_workers(endpoint_id)
 
     def diagnose_queue(self, endpoint_id: str) -> str:
         """Why jobs sit IN_QUEUE, from worker states rather than assumed capacity (in runpod-mcp
@@ -453,7 +444,7 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
     """Registry factory: the key comes from ``profile.api_key_ref`` or Runpod's standard places."""
     key = key or default_key(profile.api_key_ref if profile else "")
     rest = api_url(getattr(profile, "api_url", ""), REST_URL_ENV, REST_URL)
-    api = ApiClient(provider="runpod", base_url=rest, key=key, transport=transport, classify=_classify,
+    api = ApiClient(provider="runpod", base_url=rest, key=key, transport=transport, classify=classify,
                     sleep=kwargs.get("sleep", time.sleep))
     prov = RunpodProvider(api=api, profile=profile, **kwargs)
     prov.job_url = api_url(getattr(profile, "job_api_url", ""), JOB_URL_ENV, JOB_URL)
