@@ -47,4 +47,4 @@ class DemoMLPCheckpoint(CheckpointWorkload):
         inputs = torch.randn(self.workload.sample_size, 64, generator=torch.Generator().manual_seed(self.workload.seed))
         with torch.inference_mode():
             logits = model(inputs.to(device=self.profile.device, dtype=dtype))
-        return logits.to(device="cpu", dtype=torch.float32).numpy()
+        return np.asarray(logits.to(device="cpu", dtype=torch.float32).numpy())
