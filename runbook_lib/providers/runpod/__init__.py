@@ -135,10 +135,7 @@ class RunpodProvider(RemoteProvider):
     job_url = JOB_URL  # the serverless job API's base; create() sets it from params or the environment
     proxy_url = PROXY_URL  # a pod's HTTP port through the proxy; create() sets it likewise
     PROBE_PATH = "/v2/pods"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.wire = RunpodWire(self.api)
+    wire: RunpodWire  # every Runpod request; create() builds it over the adapter's api
 
     def capabilities(self) -> Capabilities:
         src = "runpod/docs pods/overview.mdx, pods/configuration/expose-ports.mdx"
@@ -447,6 +444,7 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
     api = ApiClient(provider="runpod", base_url=rest, key=key, transport=transport, classify=classify,
                     sleep=kwargs.get("sleep", time.sleep))
     prov = RunpodProvider(api=api, profile=profile, **kwargs)
+    prov.wire = RunpodWire(api)
     prov.job_url = api_url(getattr(profile, "job_api_url", ""), JOB_URL_ENV, JOB_URL)
     prov.proxy_url = api_url(getattr(profile, "proxy_url", ""), PROXY_URL_ENV, PROXY_URL)
     return prov

@@ -1,8 +1,8 @@
 """Runpod's wire: the REST v2 and GraphQL requests the adapter sends, each one method that takes
 and returns the API's own JSON shapes (docs/reference/providers.md section 2). No policy lives
 here (which offer, what a status means, when to retry a create): that is the adapter's
-(:mod:`runbook_lib.providers.runpod`). The shape follows dstack's Vast.ai backend
-(../shared/STYLE.md): a small client, and the adapter over it."""
+(:mod:`runbook_lib.providers.runpod`): a small client, and the adapter over it, as dstack's
+Vast.ai backend is built (dstackai/dstack ``src/dstack/_internal/core/backends/vastai``)."""
 
 from __future__ import annotations
 
