@@ -492,7 +492,8 @@ def _validate(model: type[_F], data: Any, where: str) -> _F:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        raise EvidenceError(f"{where}: {'' if model in (Receipt, Manifest) else 'data.'}{loc} does not fit {model.__name__} ({first['msg']}; value seen "
+        field = loc if model in (Receipt, Manifest) else f"data.{loc}"
+        raise EvidenceError(f"{where}: {field} does not fit {model.__name__} ({first['msg']}; value seen "
                             f"{str(first.get('input'))[:80]!r}); the record was not written by this version's "
                             "phase, or was edited. Re-run the phase.") from None
 

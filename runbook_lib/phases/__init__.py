@@ -22,6 +22,7 @@ from runbook_lib.phases.resources import Resources
 from runbook_lib.phases.results import Finished, PhaseResult, PlanShown, approval_widget, finish, md, table
 
 __all__ = [
-    "POD_TIMEOUT_S", "AgentRun", "Agents", "Endpoints", "Evidence", "Finished", "PhaseContext", "PhaseResult", "PlanShown", "Resources",
+    "POD_TIMEOUT_S", "AgentRun", "Agents", "Endpoints", "Evidence", "Finished", "PhaseContext", "PhaseResult",
+    "PlanShown", "Resources",
     "approval_widget", "check_credentials", "finish", "leak_message", "md", "open_phase", "scan_phase", "table",
 ]

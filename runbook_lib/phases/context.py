@@ -114,7 +114,8 @@ class PhaseContext(OnRun):
         # a provider API that said it is a simulator makes this phase's evidence a rehearsal's
         sims = {side: p.simulator() for side, p in self.resources.providers.items()}
         body["simulators"] = {side: name for side, name in sims.items() if name}
-        record = self.run.write_record(self.phase, status="completed", data=checked(self.phase, body), files=self.evidence.files,
+        record = self.run.write_record(self.phase, status="completed", data=checked(self.phase, body),
+                                       files=self.evidence.files,
                                        started=self.started)
         if self.run_mode == "interactive":
             check_credentials(self.run, self.phase)

@@ -229,7 +229,8 @@ def diagnose(op: str, where: str, code: str, status: int, message: str, region_h
 
 
 def _credential_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
-    """KMS, SSE-C, clock, session token, signature and key-id causes. None when the error is none of them."""
+    """KMS, SSE-C, clock, session token, signature and key-id causes. None when the error is none of
+    them."""
     at, seen, code, status, low, text, info, expected, region, bare, where, op = c.fields()
     cls: type[RunbookError]
     cls, out = AuthError, ""
@@ -276,7 +277,8 @@ def _credential_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
 
 
 def _region_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
-    """A bucket in another region than the store signs for, or a malformed authorization header. None when the error is none of them."""
+    """A bucket in another region than the store signs for, or a malformed authorization header. None
+    when the error is none of them."""
     at, seen, code, status, low, text, info, expected, region, bare, where, op = c.fields()
     cls: type[RunbookError]
     cls, out = AuthError, ""
@@ -305,7 +307,8 @@ def _region_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
 
 
 def _policy_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
-    """Policy denials, a disabled bucket or account, a missing bucket or key, a changed object, throttling, internal errors. None when the error is none of them."""
+    """Policy denials, a disabled bucket or account, a missing bucket or key, a changed object,
+    throttling, internal errors. None when the error is none of them."""
     at, seen, code, status, low, text, info, expected, region, bare, where, op = c.fields()
     cls: type[RunbookError]
     cls, out = AuthError, ""
@@ -348,7 +351,8 @@ def _policy_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
 
 
 def _bare_cause(c: _Seen) -> tuple[type[RunbookError], str] | None:
-    """An error without a body (a HEAD), refused credentials, and anything else. None when the error is none of them."""
+    """An error without a body (a HEAD), refused credentials, and anything else. None when the error is
+    none of them."""
     at, seen, code, status, low, text, info, expected, region, bare, where, op = c.fields()
     cls: type[RunbookError]
     cls, out = AuthError, ""
