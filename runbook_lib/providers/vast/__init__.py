@@ -35,11 +35,10 @@ from runbook_lib.providers.base import (
 )
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
 from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
+from runbook_lib.providers.vast.wire import BASE_URL, VastWire
 
-BASE_URL = "https://console.vast.ai"
 BASE_URL_ENV = "RUNBOOK_VAST_API_URL"  # overrides BASE_URL unless params set api_url
 NAME_LABEL = "name"  # Vast instances have no name field: the runbook keeps the pod name among its labels
-PAGE_LIMIT = 25  # /api/v1/instances/ pages hold at most 25 (show_instances.yaml)
 OFFER_LIMIT = 64
 SEARCH_DEFAULTS: dict[str, Any] = {"verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
                                    "rented": {"eq": False}}
@@ -121,6 +120,7 @@ class VastProvider(RemoteProvider):
     name = "vast"
     PROBE_PATH = "/api/v0/users/current/"
     TERMINAL_BAD = ("oci runtime", "error response from daemon", "unsatisfied condition")
+    wire: VastWire  # every Vast.ai request (providers/vast/wire.py); create() builds it over the adapter's api
 
     def capabilities(self) -> Capabilities:
         src = "vast-ai/docs guides/instances; docs/reference/providers.md 3.8"
@@ -157,8 +157,7 @@ class VastProvider(RemoteProvider):
     def search_offers(self, req: Any, *, ports: int = 0) -> list[Offer]:
         """``POST /api/v0/bundles/`` with :func:`search_body`; results normalized (RAM pro-rated,
         names canonical). Callers still filter: the server can drop filters silently."""
-        body = self.api.request("POST", "/api/v0/bundles/", body=search_body(req, ports=ports)) or {}
-        return [_offer(o) for o in body.get("offers", [])]
+        return [_offer(o) for o in self.wire.search(search_body(req, ports=ports))]
 
     def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
         body: dict[str, Any] = {"client_id": "me", "image": spec.image, "disk": spec.disk_gb,
@@ -167,7 +166,7 @@ class VastProvider(RemoteProvider):
                                 "env": {**env, **{f"-p {p.split('/')[0]}:{p.split('/')[0]}": "1" for p in spec.ports}}}
         if spec.interruptible_bid_usd_per_hour is not None:
             body["price"] = spec.interruptible_bid_usd_per_hour
-        out = self.api.request("PUT", f"/api/v0/asks/{offer_id}/", body=body, creates=True) or {}
+        out = self.wire.rent(offer_id, body)
         if not out.get("success") or not out.get("new_contract"):
             contract = str(out.get("new_contract") or "")
             raise NoCapacity(f"offer {offer_id}: create answered {out.get('error') or out}", provider=self.name,
@@ -212,38 +211,29 @@ class VastProvider(RemoteProvider):
                    i.get("end_date"), None, "", "", status_detail=detail, host=host, interrupted=outbid)
 
     def _fetch(self, resource_id: str) -> Pod:
-        body = self.api.request("GET", f"/api/v0/instances/{resource_id}/", params={"owner": "me"}) or {}
-        inst = body.get("instances")
-        if not inst:
+        inst = self.wire.instance(resource_id)
+        if inst is None:
             raise NotFound(f"vast: no instance {resource_id} (destroyed or never created)", provider=self.name,
                            resource_id=resource_id)
         return self._pod(inst, resource_id)
 
     def _list_raw(self) -> list[Pod | Endpoint]:
         """Every instance, following ``next_token`` pages of ``/api/v1/instances/``."""
-        out: list[Pod | Endpoint] = []
-        params: dict[str, Any] = {"limit": PAGE_LIMIT}
-        while True:
-            body = self.api.request("GET", "/api/v1/instances/", params=params) or {}
-            out += [self._pod(i) for i in body.get("instances", [])]
-            token = body.get("next_token")
-            if not token:
-                return out
-            params = {"limit": PAGE_LIMIT, "after_token": token}
+        return [self._pod(i) for i in self.wire.instances()]
 
     def _stop(self, resource_id: str) -> dict[str, Any]:
-        self.api.request("PUT", f"/api/v0/instances/{resource_id}/", body={"state": "stopped"})
+        self.wire.set_state(resource_id, "stopped")
         return {"request": f"PUT /api/v0/instances/{resource_id}/ state=stopped", "answer": "accepted"}
 
     def _start(self, resource_id: str) -> None:
         """``PUT /api/v0/instances/{id}/ {"state": "running"}``; it may wait if the GPU went to a
         higher-priority renter."""
-        self.api.request("PUT", f"/api/v0/instances/{resource_id}/", body={"state": "running"})
+        self.wire.set_state(resource_id, "running")
 
     def _destroy(self, resource_id: str) -> dict[str, Any]:
         req = f"DELETE /api/v0/instances/{resource_id}/"
         try:
-            self.api.request("DELETE", f"/api/v0/instances/{resource_id}/", body={})
+            self.wire.destroy(resource_id)
         except NotFound:  # 404 no_such_instance: already gone (dstack treats it so too)
             return {"request": req, "answer": "404: already gone"}
         return {"request": req, "answer": "deleted"}
@@ -253,6 +243,8 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
            **kwargs: Any) -> VastProvider:
     """Registry factory: the key comes from ``profile.api_key_ref`` or vast-cli's standard places."""
     key = key or default_key(profile.api_key_ref if profile else "")
-    api = ApiClient(provider="vast", base_url=api_url(getattr(profile, "api_url", ""), BASE_URL_ENV, BASE_URL), key=key, transport=transport, classify=_classify,
-                    sleep=kwargs.get("sleep", time.sleep))
-    return VastProvider(api=api, profile=profile, **kwargs)
+    api = ApiClient(provider="vast", base_url=api_url(getattr(profile, "api_url", ""), BASE_URL_ENV, BASE_URL), key=key,
+                    transport=transport, classify=_classify, sleep=kwargs.get("sleep", time.sleep))
+    prov = VastProvider(api=api, profile=profile, **kwargs)
+    prov.wire = VastWire(api)
+    return prov
