@@ -227,6 +227,13 @@ class ApiClient:
             raise self._error(r.status_code, data, text, what, attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def request_object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`request` for an endpoint that answers a JSON object: the object, or ``{}`` for an
+        empty body or any other JSON value (the wire clients read fields from it). Raises as
+        :meth:`request`."""
+        out = self.request(method, path, **kwargs)
+        return dict(out) if isinstance(out, dict) else {}
+
     def _error(self, status: int, data: Any, text: str, what: str, attempts: int) -> ProviderError:
         detail = self._scrub(problem_text(data, text))
         if self._classify is not None:

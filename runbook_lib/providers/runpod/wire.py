@@ -38,31 +38,27 @@ class RunpodWire:
     def __init__(self, api: ApiClient) -> None:
         self.api = api
 
-    def _obj(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        out = self.api.request(method, path, **kw)
-        return dict(out) if isinstance(out, dict) else {}
-
     def catalog_gpus(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """``GET /v2/catalog/gpus``: the GPU types with prices per GPU and availability."""
-        return list(self._obj("GET", "/v2/catalog/gpus", params=params).get("gpus", []))
+        return list(self.api.request_object("GET", "/v2/catalog/gpus", params=params).get("gpus", []))
 
     def create_pod(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /v2/pods``: a creating request (:class:`~runbook_lib.errors.CreateOutcomeUnknown`
         when the answer does not say whether it happened)."""
-        return self._obj("POST", "/v2/pods", body=body, creates=True)
+        return self.api.request_object("POST", "/v2/pods", body=body, creates=True)
 
     def rent_spot(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
         """``POST /graphql`` ``podRentInterruptable`` (deprecated GraphQL; errors come as HTTP 200
         with ``errors``); a creating request."""
-        return self._obj("POST", "/graphql", body={"query": query, "variables": variables}, creates=True)
+        return self.api.request_object("POST", "/graphql", body={"query": query, "variables": variables}, creates=True)
 
     def get_pod(self, pod_id: str) -> dict[str, Any]:
         """``GET /v2/pods/{id}``. Raises NotFound: no such pod."""
-        return self._obj("GET", f"/v2/pods/{pod_id}")
+        return self.api.request_object("GET", f"/v2/pods/{pod_id}")
 
     def list_pods(self) -> list[dict[str, Any]]:
         """``GET /v2/pods``."""
-        return list(self._obj("GET", "/v2/pods").get("pods", []))
+        return list(self.api.request_object("GET", "/v2/pods").get("pods", []))
 
     def pod_action(self, pod_id: str, action: str) -> None:
         """``POST /v2/pods/{id}/action`` with ``{"action": "start" | "stop"}``."""
@@ -75,16 +71,16 @@ class RunpodWire:
 
     def create_endpoint(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /v2/serverless``: a creating request."""
-        return self._obj("POST", "/v2/serverless", body=body, creates=True)
+        return self.api.request_object("POST", "/v2/serverless", body=body, creates=True)
 
     def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
         """``GET /v2/serverless/{id}``. Raises NotFound: no such endpoint."""
-        return self._obj("GET", f"/v2/serverless/{endpoint_id}")
+        return self.api.request_object("GET", f"/v2/serverless/{endpoint_id}")
 
     def list_endpoints(self) -> list[dict[str, Any]]:
         """``GET /v2/serverless``."""
-        return list(self._obj("GET", "/v2/serverless").get("endpoints", []))
+        return list(self.api.request_object("GET", "/v2/serverless").get("endpoints", []))
 
     def endpoint_workers(self, endpoint_id: str) -> list[dict[str, Any]]:
         """``GET /v2/serverless/{id}/workers``: each worker's id and status."""
-        return list(self._obj("GET", f"/v2/serverless/{endpoint_id}/workers").get("workers", []))
+        return list(self.api.request_object("GET", f"/v2/serverless/{endpoint_id}/workers").get("workers", []))

@@ -24,22 +24,19 @@ class VastWire:
     def __init__(self, api: ApiClient) -> None:
         self.api = api
 
-    def _obj(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        out = self.api.request(method, path, **kw)
-        return dict(out) if isinstance(out, dict) else {}
-
     def search(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """``POST /api/v0/bundles/``: the offers a search body selects."""
-        return list(self._obj("POST", "/api/v0/bundles/", body=body).get("offers", []))
+        return list(self.api.request_object("POST", "/api/v0/bundles/", body=body).get("offers", []))
 
     def rent(self, offer_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """``PUT /api/v0/asks/{id}/``: rent an offer (``success`` and ``new_contract``, the
         instance id); a creating request."""
-        return self._obj("PUT", f"/api/v0/asks/{offer_id}/", body=body, creates=True)
+        return self.api.request_object("PUT", f"/api/v0/asks/{offer_id}/", body=body, creates=True)
 
     def instance(self, instance_id: str) -> dict[str, Any] | None:
         """``GET /api/v0/instances/{id}/?owner=me``: the instance, or None when Vast lists none."""
-        inst = self._obj("GET", f"/api/v0/instances/{instance_id}/", params={"owner": "me"}).get("instances")
+        body = self.api.request_object("GET", f"/api/v0/instances/{instance_id}/", params={"owner": "me"})
+        inst = body.get("instances")
         return dict(inst) if inst else None
 
     def instances(self) -> list[dict[str, Any]]:
@@ -47,7 +44,7 @@ class VastWire:
         out: list[dict[str, Any]] = []
         params: dict[str, Any] = {"limit": PAGE_LIMIT}
         while True:
-            body = self._obj("GET", "/api/v1/instances/", params=params)
+            body = self.api.request_object("GET", "/api/v1/instances/", params=params)
             out += list(body.get("instances", []))
             token = body.get("next_token")
             if not token:
