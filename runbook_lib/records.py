@@ -333,11 +333,6 @@ class CompareData(PhaseData):
     usd_per_accepted_unit: dict[str, float | None] = Field(default_factory=dict)
     drills: tuple[DrillRow, ...] = ()
 
-    def scalars(self) -> dict[str, Any]:
-        """The record's fields as written (what :func:`runbook_lib.phases.compare.raw.load_measurement`
-        reads beside the raw tables)."""
-        return self.model_dump(by_alias=True)
-
 
 # -- phase 05 ------------------------------------------------------------------------------------
 
