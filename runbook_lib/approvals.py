@@ -13,7 +13,7 @@ import getpass
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 from runbook_lib._time import utc_now
 from runbook_lib.errors import ApprovalRequired, UsageError
@@ -75,6 +75,16 @@ def replacement(plan: Any, *, of: Any, approval: Approval, run_dir: str | Path) 
                  f"({approval.method}), on its untried offers")
     record(run_dir, a, plan)
     return a
+
+
+class ApprovalTerms(TypedDict):
+    """What decides whether a plan is approved, as :func:`require`, :func:`require_all` and
+    :func:`approval_widget` take it: the run directory (its approval records), whether local
+    plans are preapproved, and the approval file (empty: none)."""
+
+    run_dir: str | Path
+    preapproved_local: bool
+    approval_file: str
 
 
 def require(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str = "",

@@ -68,8 +68,16 @@ def write_json_atomic(path: str | Path, data: Any) -> str:
     Returns:
         sha256 hex of the bytes written.
     """
-    payload = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
+    payload = (json.dumps(data, indent=2, sort_keys=True, default=jsonable) + "\n").encode()
     return atomic_write(Path(path), [payload])[1]
+
+
+def jsonable(value: Any) -> Any:
+    """What :func:`json.dumps` writes for a value it cannot: a pydantic model or a dataclass as
+    its JSON form (field aliases kept), anything else as ``str(value)``."""
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value, by_alias=True, fallback=str)
 
 
 def phase_name(phase: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runbook_lib.checkpoint import FileReport, Finding
 from runbook_lib.errors import EvidenceError
 from runbook_lib.gates import GateResult
 from runbook_lib.layout import MANIFEST, RECEIPT
@@ -46,14 +47,25 @@ class _Model(BaseModel):
 
 # -- what every phase record carries (runbook_lib.phases.evidence.Evidence.body) ---------------
 
+class Credential(_Model):
+    """A credential a planned resource gets: a secret by name and reference, or a store grant
+    (:meth:`runbook_lib.storage.grants.Grant.evidence`: its kind, scope and expiry, never a value)."""
+
+    name: str = ""
+    kind: str = ""
+    ref: str | None = None
+    expires_at: str | None = None
+
+
 class PlanRow(_Model):
     """A plan as a phase recorded it: the plan (:meth:`runbook_lib.providers.base.Plan.to_dict`),
-    whether it was applied, who approved it and how."""
+    whether it was applied, who approved it and how, and the credentials it was given."""
 
     plan: dict[str, Any] = Field(default_factory=dict)
     applied: bool = True
     approved_by: str | None = None
     method: str = ""
+    credentials: tuple[Credential, ...] | None = None
 
 
 class PhaseData(_Model):
@@ -121,31 +133,63 @@ class GoldenRun(_Model):
 
 
 class SourcePod(_Model):
-    """The source pod as its provider reports it: its GPU, the highest CUDA its host driver
-    supports, its image."""
+    """The source pod as its provider reports it (:meth:`runbook_lib.providers.base.Provider.describe`):
+    its id, state and price (USD per hour), its GPU, the highest CUDA its host driver supports,
+    its image and the *names* of its environment variables."""
 
+    provider: str = ""
+    id: str = ""
+    state: str = ""
+    price_usd_per_hour: float | None = None
     gpu_name: str | None = None
     cuda_max: str | None = None
     image: str | None = None
+    env_names: tuple[str, ...] = ()
+
+
+class GpuDevice(_Model):
+    """One visible GPU: its index, name, total memory in bytes and compute capability (``"8.9"``)."""
+
+    index: int = 0
+    name: str = ""
+    memory_bytes: int = 0
+    compute_capability: str = ""
 
 
 class Cuda(_Model):
-    """CUDA as a host inventory reports it (:func:`runbook_lib.inventory.probe`)."""
+    """CUDA as a host inventory reports it (:func:`runbook_lib.inventory.probe`): whether it is
+    available, the runtime torch was built with, the driver, the GPUs and the architectures the
+    torch build carries (``sm_80``)."""
 
+    available: bool = False
     runtime: str | None = None
     driver_version: str | None = None
+    devices: tuple[GpuDevice, ...] = ()
+    arch_list: tuple[str, ...] = ()
+
+
+class Cpu(_Model):
+    model: str = ""
+    logical: int = 0
 
 
 class Inventory(_Model):
     """A host's inventory (:func:`runbook_lib.inventory.probe`): interpreter and framework
-    versions, CUDA, and memory, shared memory and free disk in bytes."""
+    versions, torch's thread count, the device, CUDA, the CPU, memory, shared memory and free
+    disk in bytes, the OS, host features, and the *names* of credential-looking variables."""
 
     python: str = ""
     torch: str = ""
+    torch_threads: int = 0
+    device: str = ""
     cuda: Cuda = Field(default_factory=Cuda)
+    cpu: Cpu = Field(default_factory=Cpu)
     shm_bytes: int = 0
     memory_bytes: int = 0
     disk_free_bytes: int = 0
+    os: str = ""
+    features: dict[str, bool] = Field(default_factory=dict)
+    credential_env_names: tuple[str, ...] = ()
 
 
 class PortRow(_Model):
@@ -170,28 +214,121 @@ class DeclaredRequirements(_Model):
     dtype: str = ""
 
 
-class Inspection(_Model):
-    """Phase 01's inspection of the frozen checkpoint (nothing in it run)."""
+class CopiedObject(_Model):
+    """One object of an ``s3://`` checkpoint copied in (:func:`runbook_lib.phases.freeze.copy_in_checkpoint`):
+    its file, key, bytes, S3's ETag, version and last-modified time, its sha256, and what S3
+    record its copy was checked against (``size only`` when S3 keeps no whole-object digest)."""
 
+    file: str
+    key: str = ""
+    bytes: int = 0
+    etag: str | None = None
+    version_id: str | None = None
+    last_modified: str | None = None
+    sha256: str = ""
+    verified_by: str = ""
+
+
+class CheckpointInput(_Model):
+    """An ``s3://`` checkpoint as phase 01 copied it into the run's store: the URL, the store
+    prefix, its manifest's sha256, each object, folder placeholders skipped, bytes and seconds."""
+
+    url: str
+    prefix: str
+    manifest_sha256: str | None = None
+    objects: tuple[CopiedObject, ...] = ()
+    placeholders: tuple[str, ...] = ()
+    total_bytes: int = 0
+    seconds: float = 0.0
+
+
+class Inspection(_Model):
+    """An inspection of a checkpoint (:func:`runbook_lib.checkpoint.inspect`; nothing in it run):
+    each file and each finding, bytes in all, seconds to fetch it, where the source kept it; a
+    preflight (before anything is rented) counts its ``blockers`` and keeps the copied-in ``input``."""
+
+    root: str = ""
     total_bytes: int | None = None
-    files: list[dict[str, Any]] = Field(default_factory=list)
-    findings: list[dict[str, Any]] = Field(default_factory=list)
+    files: tuple[FileReport, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    blockers: int = 0
+    download_s: float = 0.0
+    location: dict[str, str] | None = None
+    input: CheckpointInput | None = None
+
+
+class Interruption(_Model):
+    """A machine the provider took back before its agent finished
+    (:attr:`runbook_lib.phases.agents.AgentRun.interruptions`): the offer, the resource, the
+    provider's detail, seconds since the first launch, whether it was verified gone."""
+
+    offer_id: str = ""
+    resource_id: str = ""
+    detail: str = ""
+    at_s: float = 0.0
+    destroyed: bool = False
+
+
+class FreezePod(_Model):
+    """The freeze pod: its id, its state after the teardown, the machines taken back from it."""
+
+    id: str
+    state_after_destroy: str
+    interruptions: tuple[Interruption, ...] = ()
 
 
 class FreezeSource(_Model):
     """What the freeze pod saw and saved (:func:`runbook_lib.phases.freeze.freeze_source`); a
-    dry-run or blocked freeze has only ``source_pod`` and ``plan`` or ``preflight``."""
+    dry-run freeze has only ``source_pod`` and ``plan``, a blocked one ``preflight``. ``identity``
+    is the workload's own (weights or dataset sha256, by workload kind); ``store`` the store's
+    settings (:meth:`runbook_lib.storage.Store.settings`)."""
 
+    pod: FreezePod | None = None
     source_pod: SourcePod | None = None
     environment: Inventory | None = None
     identity: dict[str, Any] | None = None
+    store: dict[str, Any] | None = None
     frozen: Frozen | None = None
     golden: Golden | None = None
     golden_run: GoldenRun | None = None
     inspection: Inspection | None = None
+    input: CheckpointInput | None = None
+    preflight: Inspection | None = None
+    plan: dict[str, Any] | None = None
     payloads: dict[str, int] | None = None
     blocked: bool = False
     dry_run: bool = False
+
+    def require_frozen(self) -> tuple[Frozen, Golden]:
+        """The frozen artifact and the golden outputs of a freeze that ran.
+
+        Raises:
+            EvidenceError: the freeze was a dry-run or blocked, and froze nothing.
+        """
+        if self.frozen is None or self.golden is None:
+            raise EvidenceError("phase 01 froze nothing (its freeze was a dry-run or blocked); run phase 01 again "
+                                "with the source applied")
+        return self.frozen, self.golden
+
+
+class SecretRow(_Model):
+    """A secret by name and reference, and whether it resolves on this host (never its value);
+    ``side`` ``environment`` for a credential-looking variable set here."""
+
+    side: str
+    name: str
+    ref: str
+    required: bool
+    resolves_here: bool
+
+
+class CredentialFinding(_Model):
+    """A credential-looking variable in the source (its name only) and whether params declare it."""
+
+    variable: str
+    where: str
+    declared: bool
+    finding: str
 
 
 class FreezeData(PhaseData):
@@ -200,8 +337,8 @@ class FreezeData(PhaseData):
     host: Inventory = Field(default_factory=Inventory)
     freeze: FreezeSource = Field(default_factory=FreezeSource)
     requirements: DeclaredRequirements = Field(default_factory=DeclaredRequirements)
-    secrets: list[dict[str, Any]] = Field(default_factory=list)
-    credential_findings: list[dict[str, Any]] = Field(default_factory=list)
+    secrets: tuple[SecretRow, ...] = ()
+    credential_findings: tuple[CredentialFinding, ...] = ()
 
     def frozen(self) -> Frozen:
         """The frozen artifact.
@@ -228,23 +365,53 @@ class FreezeData(PhaseData):
 
 # -- phase 02 ------------------------------------------------------------------------------------
 
-class OfferRow(_Model):
+class DependencyRow(_Model):
+    """One row of phase 02's dependency map (:func:`runbook_lib.phases.mapping.dependency_map`):
+    what the source has, what the target has, and whether that is ``equivalent``, ``adapter
+    needed`` or ``no equivalent``, with why."""
+
+    dependency: str
+    source: str
+    target: str
+    status: str
+    reason: str
+
+
+class OfferDetail(_Model):
+    """An offer as :class:`runbook_lib.providers.offers.Offer` normalizes it (its ``to_dict``):
+    GPU model and count, VRAM per GPU in MiB, vCPUs and RAM (GiB) that are ours, disk (GB), the
+    highest CUDA the host driver supports, prices in USD per hour, region."""
+
+    offer_id: str
+    provider: str = ""
+    gpu_name: str = ""
+    gpu_count: int = 0
+    vram_mib: int = 0
+    vcpu: float | None = None
+    ram_gib: float | None = None
+    disk_gb: float | None = None
+    cuda_max: str = ""
+    usd_per_hour: float = 0.0
+    interruptible_usd_per_hour: float | None = None
+    region: str = ""
+
+
+class OfferRow(OfferDetail):
     """One offer phase 02 saw (:func:`runbook_lib.providers.offers.filter_offers`): prices in USD
     per hour (``hourly_usd_with_disk`` includes the planned disk), and why it was dropped."""
 
-    offer_id: str
     hourly_usd_with_disk: float
-    interruptible_usd_per_hour: float | None = None
     accepted: bool = True
     reasons: str = ""
     unverified: str = ""
 
 
 class Offers(_Model):
-    """The target's offers: ``ranked`` ids (cheapest first), the best one, one row per offer seen."""
+    """The target's offers: ``ranked`` ids (cheapest first), the best one, one row per offer seen,
+    and the requirements they were judged against (``target.offer``)."""
 
     ranked: tuple[str, ...] = ()
-    best: dict[str, Any] | None = None
+    best: OfferDetail | None = None
     table: tuple[OfferRow, ...] = ()
     requirements: dict[str, Any] | None = None
 
@@ -256,11 +423,16 @@ class Offers(_Model):
         """The first ranked offer's row, or None when nothing qualified."""
         return self.row(self.ranked[0]) if self.ranked else None
 
+    def reasons(self) -> list[str]:
+        """Why offers were dropped: each distinct reason, sorted."""
+        return sorted({r.reasons for r in self.table if r.reasons})
+
 
 class MappingData(PhaseData):
-    """Phase 02's record data."""
+    """Phase 02's record data; ``target_capabilities`` is the target's declared
+    :class:`runbook_lib.providers.base.Capabilities` as JSON."""
 
-    dependency_map: list[dict[str, Any]] = Field(default_factory=list)
+    dependency_map: tuple[DependencyRow, ...] = ()
     target_capabilities: dict[str, Any] = Field(default_factory=dict)
     offers: Offers | None = None
 
@@ -493,14 +665,21 @@ def _validate(model: type[_F], data: Any, where: str) -> _F:
                             "phase, or was edited. Re-run the phase.") from None
 
 
-def checked(phase: str, data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` for phase ``phase``'s completed record, checked against its model, with
-    ``schema_version`` added by the caller's envelope (:func:`runbook_lib.manifest.write_record`).
+def checked(phase: str, data: PhaseData | dict[str, Any]) -> dict[str, Any]:
+    """``data`` (the phase's model, or its JSON form) as phase ``phase``'s completed record data,
+    checked against its model (:data:`MODELS`) and returned as JSON (field aliases kept);
+    ``schema_version`` is added by the record's envelope (:func:`runbook_lib.manifest.write_record`).
 
     Raises:
-        EvidenceError: a field the model names is missing or of the wrong type.
+        EvidenceError: ``data`` is another phase's model, or a field the model names is missing or
+            of the wrong type.
     """
-    _validate(MODELS[phase], data, f"phase {phase}'s record")
+    model = MODELS[phase]
+    if isinstance(data, PhaseData):
+        if not isinstance(data, model):
+            raise EvidenceError(f"phase {phase}'s record must be {model.__name__}, not {type(data).__name__}")
+        data = data.model_dump(mode="json", by_alias=True)
+    _validate(model, data, f"phase {phase}'s record")
     return data
 
 

@@ -122,8 +122,10 @@ def test_an_s3_checkpoint_is_copied_in_checked_and_inspected_before_anything_is_
         make_params: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str, bucket: S3Store) -> None:
     files = _upload_demo(bucket, "llm/v3")
     ctx = _ctx(make_params, monkeypatch, tmp_path, f"s3://{bucket.bucket}/llm/v3", s3_endpoint)
-    pre = freeze.preflight_checkpoint(ctx)
-    assert pre is not None and pre["blockers"] == 0
+    inspection = freeze.preflight_checkpoint(ctx)
+    assert inspection is not None
+    pre = inspection.model_dump(mode="json")  # as phase 01's record keeps it
+    assert pre["blockers"] == 0
     copied = pre["input"]
     assert copied["placeholders"] == ["(the prefix itself)", "logs/"] and copied["total_bytes"] == sum(map(len, files.values()))
     rows = {o["file"]: o for o in copied["objects"]}
@@ -155,8 +157,8 @@ def test_a_single_object_url_is_one_file_and_a_bad_url_or_key_is_refused_with_wh
     bucket.client.put_object(Bucket=bucket.bucket, Key="one/state.pt", Body=data)
     ctx = _ctx(make_params, monkeypatch, tmp_path, f"s3://{bucket.bucket}/one/state.pt", s3_endpoint)
     pre = freeze.preflight_checkpoint(ctx)
-    assert pre is not None and [o["file"] for o in pre["input"]["objects"]] == ["state.pt"]
-    assert pre["input"]["objects"][0]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert pre is not None and pre.input is not None and [o.file for o in pre.input.objects] == ["state.pt"]
+    assert pre.input.objects[0].sha256 == hashlib.sha256(data).hexdigest()
 
     ctx = _ctx(make_params, monkeypatch, tmp_path, f"s3://{bucket.bucket}/nothing/here", s3_endpoint)
     with pytest.raises(StorageError, match=r"no object at that key and none under it as a prefix"):

@@ -140,12 +140,12 @@ def test_phase_02_names_the_adapter_between_modes_and_refuses_a_mode_the_target_
     local = LocalProvider(root=tmp_path).capabilities()
     vast = create_provider("vast", profile=load_params(ROOT / "params" / "runpod-to-vast.yaml").target,
                            key=KeySource("vast", ("env:NONE",), _value=KEY)).capabilities()
-    assert endpoint_mode_row("queue", "queue", local)["status"] == "equivalent"
+    assert endpoint_mode_row("queue", "queue", local).status == "equivalent"
     to_lb = endpoint_mode_row("queue", "load_balancing", vast)
-    assert to_lb["status"] == "adapter needed" and "callers own retries" in to_lb["reason"]
-    assert "job API in front" in endpoint_mode_row("load_balancing", "queue", local)["reason"]
+    assert to_lb.status == "adapter needed" and "callers own retries" in to_lb.reason
+    assert "job API in front" in endpoint_mode_row("load_balancing", "queue", local).reason
     none = endpoint_mode_row("queue", "queue", vast)
-    assert none["status"] == "no equivalent" and "set target.endpoint_mode: load_balancing" in none["reason"]
+    assert none.status == "no equivalent" and "set target.endpoint_mode: load_balancing" in none.reason
 
 
 @pytest.mark.e2e  # a model load in a simulated pod

@@ -203,11 +203,11 @@ def test_phase_02_compares_the_largest_payloads_with_each_modes_declared_limits(
 
     caps = LocalProvider(root=tmp_path / "state").capabilities()
     ok = payload_row({"request_bytes": 500, "output_bytes": 9000}, "queue", caps)
-    assert ok["status"] == "equivalent" and ok["target"] == "queue: request 10000000 B, response 20000000 B"
+    assert ok.status == "equivalent" and ok.target == "queue: request 10000000 B, response 20000000 B"
     big = payload_row({"request_bytes": 500, "output_bytes": 25_000_000}, "queue", caps)
-    assert big["status"] == "no equivalent" and "an output of 25000000 B exceeds 20000000 B" in big["reason"]
+    assert big.status == "no equivalent" and "an output of 25000000 B exceeds 20000000 B" in big.reason
     lb = payload_row({"request_bytes": 40_000_000, "output_bytes": 10}, "load_balancing", caps)
-    assert lb["status"] == "no equivalent" and "a request of 40000000 B exceeds 30000000 B" in lb["reason"]
+    assert lb.status == "no equivalent" and "a request of 40000000 B exceeds 30000000 B" in lb.reason
 
 
 def test_phase_02_maps_endpoint_settings_side_against_side(make_params: Any) -> None:
@@ -215,13 +215,13 @@ def test_phase_02_maps_endpoint_settings_side_against_side(make_params: Any) -> 
     from runbook_lib.phases.mapping import endpoint_settings_row
 
     same = load_params(make_params())
-    assert endpoint_settings_row(same.source, same.source)["status"] == "equivalent"
+    assert endpoint_settings_row(same.source, same.source).status == "equivalent"
     mig = load_params(make_params(target={"workers": 3, "active_workers": 0, "idle_timeout_s": 2,
                                           "model_cache": "hf:sentence-transformers/all-MiniLM-L6-v2"}))
     row = endpoint_settings_row(mig.source, mig.target)
-    assert row["status"] == "adapter needed"
-    assert row["target"] == ("workers 0 active of 3 max, idle timeout 2 s, model cache "
+    assert row.status == "adapter needed"
+    assert row.target == ("workers 0 active of 3 max, idle timeout 2 s, model cache "
                              "hf:sentence-transformers/all-MiniLM-L6-v2, GPU priority any")
-    assert row["reason"].startswith("active workers, max workers, idle timeout, model cache change")
+    assert row.reason.startswith("active workers, max workers, idle timeout, model cache change")
     with pytest.raises(ParamsError, match="active_workers \\(4\\) exceeds workers \\(3\\)"):
         load_params(make_params(target={"workers": 3, "active_workers": 4}))

@@ -9,6 +9,7 @@ import pytest
 
 from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.phases import check_credentials, open_phase
+from runbook_lib.records import FreezeData
 from runbook_lib.rundir import RunDir
 
 SECRET = "rundir-canary-value-4e1d9b7a"
@@ -75,7 +76,7 @@ def test_interactive_finish_scans_and_redacts_like_the_runner(make_params, monke
     ctx = open_phase("01", str(params), run_mode="interactive")
     ctx.evidence.write_json("01/debug.json", {"printed": f"token={SECRET}"})
     with pytest.raises(EvidenceError, match=r"credentials \(\['HF_TOKEN'\]\) found in \['01/debug.json'\]") as ei:
-        ctx.finish({"dry_run": False})
+        ctx.finish(FreezeData())
     assert SECRET not in str(ei.value)
     assert SECRET not in (ctx.run_dir / "01" / "debug.json").read_text()
     assert "[REDACTED:HF_TOKEN]" in (ctx.run_dir / "01" / "debug.json").read_text()
@@ -86,7 +87,7 @@ def test_headless_finish_leaves_the_scan_to_the_runner(make_params, monkeypatch:
     params = make_params(source={"secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"}]})
     ctx = open_phase("01", str(params), run_mode="headless")
     ctx.evidence.write_json("01/debug.json", {"printed": SECRET})
-    record = ctx.finish({"dry_run": False})  # the runner scans after the kernel is gone
+    record = ctx.finish(FreezeData())  # the runner scans after the kernel is gone
     assert record.path.exists() and SECRET in (ctx.run_dir / "01" / "debug.json").read_text()
     with pytest.raises(EvidenceError, match="HF_TOKEN"):
         check_credentials(ctx.run, "01")

@@ -342,8 +342,8 @@ def test_moto_itself_enforces_no_grant_condition(s3_endpoint: str, host: S3Store
     fields, files = _form(doc, "runs/tgt/other/x.bin", b"evil")
     assert httpx.post(doc["write"]["url"], data=fields, files=files).status_code == 204
     assert direct.get_bytes("tgt/other/x.bin") == b"evil"
-    url = direct.presigner().generate_presigned_url("get_object", Params={"Bucket": host.bucket,
-                                                                          "Key": "runs/tgt/other/x.bin"}, ExpiresIn=1)
+    params = {"Bucket": host.bucket, "Key": "runs/tgt/other/x.bin"}
+    url = direct.connection.presigner().generate_presigned_url("get_object", Params=params, ExpiresIn=1)
     time.sleep(1.5)
     assert httpx.get(url).status_code == 200
 
@@ -518,11 +518,11 @@ def test_a_launched_agent_pod_gets_the_grant_and_no_storage_key(make_params: Any
     assert doc is not None and sorted(doc["objects"]) == [f"{frozen}/{n}" for n in ("MANIFEST.json", "_SUCCESS",
                                                                                      "w.bin")]
     assert doc["write_prefix"] == ctx.store_prefix("target")
-    row = next(r for r in ctx.evidence.plans if r["plan"]["fingerprint"] == plan.fingerprint)
-    creds = {c["name"]: c for c in row["credentials"]}
+    row = next(r for r in ctx.evidence.plans if r.plan["fingerprint"] == plan.fingerprint)
+    creds = {c.name: c.model_dump() for c in row.credentials or ()}
     assert set(creds) == {"HF_TOKEN", GRANT_ENV} and creds["HF_TOKEN"]["expires_at"] is None
     assert creds[GRANT_ENV]["expires_at"].endswith("Z") and creds[GRANT_ENV]["ttl_s"] == 1200
-    shown = json.dumps(ctx.evidence.plans, default=str)
+    shown = json.dumps([r.model_dump(mode="json") for r in ctx.evidence.plans])
     assert "X-Amz-Signature" not in shown and SECRET not in shown and KEY_ID not in shown
     assert "hf_scoped_token" not in shown
 
@@ -570,12 +570,12 @@ def test_a_store_without_sts_stops_a_queue_endpoint_run_in_phase_02_before_anyth
 
     ctx = _ctx(make_params, monkeypatch, tmp_path, proxy.url)
     row = session_grant_row(ctx)
-    assert row is not None and row["status"] != NONE and "issued and discarded" in row["reason"]
+    assert row is not None and row.status != NONE and "issued and discarded" in row.reason
     proxy.no_sts = True
     try:
         refused = session_grant_row(ctx)
     finally:
         proxy.no_sts = False
-    assert refused is not None and refused["status"] == NONE
-    assert "STS GetFederationToken" in refused["reason"] and "load_balancing" in refused["reason"]
-    assert SECRET not in json.dumps(refused)
+    assert refused is not None and refused.status == NONE
+    assert "STS GetFederationToken" in refused.reason and "load_balancing" in refused.reason
+    assert SECRET not in refused.model_dump_json()

@@ -338,7 +338,7 @@ def test_phase_teardown_of_a_resource_gone_since_it_was_listed(make_params, tmp_
     unknown = ctx.resources.destroy("target", "pod-00000000")
     assert isinstance(vanished, Teardown) and vanished.found == "gone"
     assert isinstance(unknown, Teardown) and unknown.found == "gone"
-    assert [p["method"] for p in ctx.evidence.plans] == [
+    assert [p.method for p in ctx.evidence.plans] == [
         "teardown of a resource this run created under an approved launch",
         "nothing to destroy: the provider no longer knows it"]
     prov = LocalProvider(root=tmp_path / ".runbook" / "local")

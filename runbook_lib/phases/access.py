@@ -4,12 +4,13 @@ storage keys), and its side's own secrets (never another side's, never a provide
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Callable
 
 from runbook_lib.errors import ParamsError
 from runbook_lib.params import Migration, RemoteProfile
 from runbook_lib.providers import provider_module
 from runbook_lib.providers.base import Plan
+from runbook_lib.records import Credential
 from runbook_lib.storage import GRANT_ENV, GrantScope, Store, build_grant
 
 POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds
@@ -66,7 +67,7 @@ class StoreAccess:
         plus the run's rollback window, at most :data:`STS_MAX_TTL_S`."""
         return min(ENDPOINT_GRANT_TTL_S + self.mig.cutover.rollback_window_s, STS_MAX_TTL_S)
 
-    def attach(self, plan: Plan) -> tuple[Plan, dict[str, Any]]:
+    def attach(self, plan: Plan) -> tuple[Plan, Credential]:
         """``plan`` with the store grant its spec's ``store_grant`` names built now (the keys stay
         on this host) and added to the environment as :data:`~runbook_lib.storage.GRANT_ENV`,
         and the grant's evidence (names, objects, prefix and expiry; never a URL or credential).
@@ -80,7 +81,7 @@ class StoreAccess:
         assert spec is not None and spec.store_grant is not None
         grant = build_grant(self.store_factory(), spec.store_grant)
         env = tuple(kv for kv in spec.env if kv[0] != GRANT_ENV) + ((GRANT_ENV, grant.to_env()),)
-        return replace(plan, spec=replace(spec, env=env)), grant.evidence()
+        return replace(plan, spec=replace(spec, env=env)), Credential.model_validate(grant.evidence())
 
 
 def pod_secret_refs(mig: Migration, side: str) -> tuple[tuple[str, str], ...]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, NoCapacity, WorkloadError
@@ -17,6 +16,7 @@ from runbook_lib.phases.access import POD_TIMEOUT_S, pod_secret_refs
 from runbook_lib.phases.resources import Resources
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Attempt, Plan, Pod, PodSpec
+from runbook_lib.records import Interruption
 from runbook_lib.storage import MARKER_KEY
 from runbook_lib.workload.job import PARAMS_FROM_ENV
 
@@ -29,15 +29,15 @@ class AgentRun:
         pod: the pod whose agent finished (already destroyed). done: its state when the agent
             finished. destroyed: verified gone through the provider's own listing.
         seconds: wall seconds from the first launch request to the agent's end (replacements
-            included). interruptions: ``{"offer_id", "resource_id", "detail", "at_s",
-            "destroyed"}`` per machine the provider took back before the agent finished.
+            included). interruptions: one per machine the provider took back before the agent
+            finished.
     """
 
     pod: Pod
     done: Pod
     destroyed: bool
     seconds: float
-    interruptions: list[dict[str, Any]]
+    interruptions: tuple[Interruption, ...]
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Agents:
         t0 = time.monotonic()
         prov = res.provider(side)
         pod: Pod = self.launched(res.apply_plan(side, plan, needs_store=True))
-        interruptions: list[dict[str, Any]] = []
+        interruptions: list[Interruption] = []
         while True:
             try:
                 done = self.wait(side, pod, result_prefix=result_prefix)
@@ -117,10 +117,10 @@ class Agents:
             seconds = time.monotonic() - t0
             if not done.interrupted or finished:
                 return AgentRun(pod=pod, done=done, destroyed=prov.is_gone(pod.id), seconds=seconds,
-                                interruptions=interruptions)
+                                interruptions=tuple(interruptions))
             offer = next((a.offer_id for a in reversed(prov.attempts) if a.resource_id == pod.id), "")
-            interruptions.append({"offer_id": offer, "resource_id": pod.id, "detail": done.status_detail,
-                                  "at_s": seconds, "destroyed": prov.is_gone(pod.id)})
+            interruptions.append(Interruption(offer_id=offer, resource_id=pod.id, detail=done.status_detail,
+                                              at_s=seconds, destroyed=prov.is_gone(pod.id)))
             prov.attempts.append(Attempt(offer, "interrupted", f"{done.status_detail}; destroyed, agent restarted on "
                                                                "the next untried offer", pod.id, seconds))
             offers = tuple(plan.spec.offers) if isinstance(plan.spec, PodSpec) else ()

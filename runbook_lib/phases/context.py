@@ -14,7 +14,7 @@ from runbook_lib.phases.agents import Agents
 from runbook_lib.phases.endpoints import Endpoints
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.phases.resources import Resources
-from runbook_lib.records import Chain, checked
+from runbook_lib.records import Chain, PhaseData, checked
 from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.scan import scan_run
 from runbook_lib.storage import Store, store_from_params
@@ -99,33 +99,29 @@ class PhaseContext(OnRun):
         """Every gate the earlier phases' records hold, in phase order."""
         return self.records.gates()
 
-    def finish(self, data: dict[str, Any]) -> Record:
+    def finish(self, data: PhaseData) -> Record:
         """Write this phase's record (chained to the previous one) with its gates, plans and files.
 
         In interactive mode (no runner around the kernel) the run directory is then scanned for
         the values of every declared credential, as the runner does after each headless phase.
 
+        Args:
+            data: the phase's record model (:data:`runbook_lib.records.MODELS`).
+
         Raises:
-            EvidenceError: ``data`` does not fit the phase's record model (:mod:`runbook_lib.records`;
-                nothing is written), or a credential's value was found in the run's files (they
+            EvidenceError: ``data`` is not the phase's record model or does not fit it
+                (:mod:`runbook_lib.records`; nothing is written), or a credential's value was found in the run's files (they
                 are redacted; the message names the files and the credentials, never a value).
         """
-        body = self.evidence.body(data)
         # a provider API that said it is a simulator makes this phase's evidence a rehearsal's
         sims = {side: p.simulator() for side, p in self.resources.providers.items()}
-        body["simulators"] = {side: name for side, name in sims.items() if name}
+        body = self.evidence.body(data, simulators={side: name for side, name in sims.items() if name})
         record = self.run.write_record(self.phase, status="completed", data=checked(self.phase, body),
                                        files=self.evidence.files,
                                        started=self.started)
         if self.run_mode == "interactive":
             check_credentials(self.run, self.phase)
         return record
-
-
-class PhaseResult:
-    """What a phase's main step returns: a frozen dataclass whose fields are typed, which a
-    notebook displays as is (IPython calls ``_ipython_display_``) and whose :meth:`record` is the
-    data written into the phase record (JSON-serialisable)."""
 
 
 def scan_phase(run: RunDir, phase: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.gates import GateResult
+from runbook_lib.records import PhaseData, PlanRow
 from runbook_lib.rundir import RunDir
 from runbook_lib.storage import Store
 
@@ -25,7 +26,7 @@ class Evidence:
 
     run: RunDir
     files: list[str] = field(default_factory=list)
-    plans: list[dict[str, Any]] = field(default_factory=list)
+    plans: list[PlanRow] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
 
     def path(self, rel: str) -> Path:
@@ -53,14 +54,13 @@ class Evidence:
         self.gates.extend(results)
         return list(results)
 
-    def body(self, data: dict[str, Any]) -> dict[str, Any]:
-        """The record body: ``data`` plus the gates, the plans, and whether a blocking gate stops
-        (FAIL) or holds (INCONCLUSIVE or ERROR) the migration. Never cut over on inconclusive
-        evidence: an INCONCLUSIVE or ERROR blocking gate holds the migration before the next phase
-        (docs/reference/gates.md section 5.2)."""
-        body = dict(data)
-        body["gates"] = [g.to_dict() for g in self.gates]
-        body["plans"] = self.plans
-        body["stop_migration"] = any(g.blocking and g.verdict == "FAIL" for g in self.gates)
-        body["hold_migration"] = any(g.blocking and g.verdict in ("INCONCLUSIVE", "ERROR") for g in self.gates)
-        return body
+    def body(self, data: PhaseData, **fields: Any) -> PhaseData:
+        """The record data: ``data`` (the phase's model) with the gates, the plans, whether a
+        blocking gate stops (FAIL) or holds (INCONCLUSIVE or ERROR) the migration, and ``fields``.
+        Never cut over on inconclusive evidence: an INCONCLUSIVE or ERROR blocking gate holds the
+        migration before the next phase (docs/reference/gates.md section 5.2)."""
+        return data.model_copy(update={
+            "gates": tuple(self.gates), "plans": tuple(self.plans),
+            "stop_migration": any(g.blocking and g.verdict == "FAIL" for g in self.gates),
+            "hold_migration": any(g.blocking and g.verdict in ("INCONCLUSIVE", "ERROR") for g in self.gates),
+            **fields})

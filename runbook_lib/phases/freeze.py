@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +19,44 @@ import numpy as np
 
 from runbook_lib import checkpoint, secret_refs
 from runbook_lib import gates as g
+from runbook_lib.checkpoint import Finding
 from runbook_lib.errors import StorageError
 from runbook_lib.inventory import probe
 from runbook_lib.layout import GOLDEN_OUTPUTS
-from runbook_lib.params import RemoteProfile, Storage
+from runbook_lib.params import Migration, RemoteProfile, Storage
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
+from runbook_lib.records import (
+    CheckpointInput,
+    CopiedObject,
+    CredentialFinding,
+    DeclaredRequirements,
+    FreezeData,
+    FreezePod,
+    FreezeSource,
+    Frozen,
+    Golden,
+    GoldenRun,
+    Inspection,
+    Inventory,
+    PortRow,
+    SecretRow,
+    SourcePod,
+    StoredObject,
+)
 from runbook_lib.storage import MANIFEST_KEY, MARKER_KEY, ObjectInfo, credential_env, store_from_params
+from runbook_lib.storage.s3 import S3Store
 from runbook_lib.workload import make_workload
 
 
-def host_inventory(ctx: PhaseContext) -> dict[str, Any]:
+def host_inventory(ctx: PhaseContext) -> Inventory:
     """Probe the machine the runbook runs on (device from the source profile)."""
     inv = probe(device=ctx.mig.source.device, disk_path=ctx.run_dir)
     ctx.evidence.write_json("01/host_inventory.json", inv)
-    return inv
+    return Inventory.model_validate(inv)
 
 
-def describe_source(ctx: PhaseContext) -> dict[str, Any] | None:
+def describe_source(ctx: PhaseContext) -> SourcePod | None:
     """What the source provider reports about the pod that runs today (a remote source with
     ``pod_id``): image, GPU, CUDA, disk, ports, price, environment variable *names*. None for a
     local source. Read-only; allowed in dry-run.
@@ -49,9 +69,10 @@ def describe_source(ctx: PhaseContext) -> dict[str, Any] | None:
     if not isinstance(prof, RemoteProfile) or not prof.pod_id:
         return None
     if "source_pod" not in ctx.cache:
-        ctx.cache["source_pod"] = ctx.resources.provider("source").describe(prof.pod_id)
-        ctx.evidence.write_json("01/source_pod.json", ctx.cache["source_pod"])
-    pod: dict[str, Any] = ctx.cache["source_pod"]
+        described = ctx.resources.provider("source").describe(prof.pod_id)
+        ctx.evidence.write_json("01/source_pod.json", described)
+        ctx.cache["source_pod"] = SourcePod.model_validate(described)
+    pod: SourcePod = ctx.cache["source_pod"]
     return pod
 
 
@@ -59,8 +80,8 @@ def plan_freeze(ctx: PhaseContext) -> Plan:
     """The launch plan of the source-side freeze pod (shown, approved by fingerprint, applied by
     :func:`freeze_source`). A remote source's pod is planned on the GPU type it runs on today."""
     src = describe_source(ctx)
-    offers = (str(src["gpu_name"]),) if src and src.get("gpu_name") else None
-    price = src.get("price_usd_per_hour") if src else None  # what the running source pod costs
+    offers = (src.gpu_name,) if src and src.gpu_name else None
+    price = src.price_usd_per_hour if src else None  # what the running source pod costs
     return ctx.agents.plan("source", "source-freeze", "freeze", prefix=ctx.store_prefix("source"), offers=offers,
                                     price_usd_per_hour=price or None, frozen_prefix=input_prefix(ctx))
 
@@ -72,7 +93,7 @@ def input_prefix(ctx: PhaseContext) -> str:
     return ctx.store_prefix("source", "input") if wl.kind == "checkpoint" and wl.checkpoint.startswith("s3://") else ""
 
 
-def checkpoint_bucket(mig: Any) -> Any:
+def checkpoint_bucket(mig: Migration) -> S3Store:
     """The store at ``workload.checkpoint`` (an ``s3://`` URL), reached with
     ``workload.checkpoint_store`` or, when that is unset, the ``storage`` section's endpoint,
     region and key references (resolved here, on the runbook host, and never given to a pod).
@@ -82,10 +103,12 @@ def checkpoint_bucket(mig: Any) -> Any:
     """
     access = mig.workload.checkpoint_store or mig.storage
     fields = ("endpoint_url", "region", "checksum_mode", "access_key_id_ref", "secret_access_key_ref")
-    return store_from_params(Storage(url=mig.workload.checkpoint, **{f: getattr(access, f) for f in fields}))
+    store = store_from_params(Storage(url=mig.workload.checkpoint, **{f: getattr(access, f) for f in fields}))
+    assert isinstance(store, S3Store)  # workload.checkpoint is an s3:// URL here
+    return store
 
 
-def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> dict[str, Any]:
+def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> CheckpointInput:
     """Copy an ``s3://`` checkpoint (one object, or every object under the prefix) to ``dest`` on
     this host, each checked against what S3 records for it
     (:meth:`runbook_lib.storage.s3.S3Store.copy_foreign`), then into the run's store as the
@@ -93,8 +116,8 @@ def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> dict[str, Any]:
     ``/`` (folder placeholders some tools write) are listed and not copied.
 
     Returns:
-        ``{"url", "prefix", "objects": [{"file", "key", "bytes", "etag", "version_id",
-        "last_modified", "sha256", "verified_by"}], "placeholders", "total_bytes", "seconds"}``.
+        The URL, the prefix, every object (file, key, bytes, ETag, version, last modified,
+        sha256, what its copy was checked against), placeholders skipped, bytes and seconds.
 
     Raises:
         StorageError: nothing at the URL, a key that cannot be a file of the checkpoint
@@ -134,12 +157,13 @@ def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> dict[str, Any]:
     for k in sorted(keys, key=checkpoint.natural_key):
         got = bucket.copy_foreign(k, dest / k, progress=sizes[k] >= 64 << 20)
         infos.append(ctx.store.put_file(dest / k, f"{input_prefix(ctx)}/{k}", sha256=got.sha256))
-        objects.append({"file": k, "key": bucket.url(k), "bytes": got.size_bytes, "etag": got.etag,
-                        "version_id": got.version_id, "last_modified": got.last_modified, "sha256": got.sha256,
-                        "verified_by": ", ".join(got.verified_by) or "size only"})
+        objects.append(CopiedObject(file=k, key=bucket.url(k), bytes=got.size_bytes, etag=got.etag,
+                                    version_id=got.version_id, last_modified=got.last_modified, sha256=got.sha256,
+                                    verified_by=", ".join(got.verified_by) or "size only"))
     manifest = ctx.store.commit_set(input_prefix(ctx), infos, run_id=ctx.run_id)
-    out = {"url": url, "prefix": input_prefix(ctx), "manifest_sha256": manifest.sha256, "objects": objects,
-           "placeholders": placeholders, "total_bytes": total, "seconds": round(time.perf_counter() - t0, 4)}
+    out = CheckpointInput(url=url, prefix=input_prefix(ctx), manifest_sha256=manifest.sha256, objects=tuple(objects),
+                          placeholders=tuple(placeholders), total_bytes=total,
+                          seconds=round(time.perf_counter() - t0, 4))
     ctx.evidence.write_json("01/checkpoint_input.json", out)
     return out
 
@@ -170,7 +194,7 @@ def checkpoint_key_problems(keys: list[str], non_empty_dirs: dict[str, int] | No
     return out
 
 
-def largest_payloads(mig: Any, golden: np.ndarray) -> dict[str, int]:
+def largest_payloads(mig: Migration, golden: np.ndarray) -> dict[str, int]:
     """The workload's largest golden request and output as JSON, bytes: ``{"request_bytes",
     "output_bytes"}`` (a request as the job API's ``{"input": ...}`` body, from
     :meth:`runbook_lib.workload.AcceptanceWorkload.golden_requests`; an output as the JSON list
@@ -181,7 +205,7 @@ def largest_payloads(mig: Any, golden: np.ndarray) -> dict[str, int]:
             "output_bytes": max((len(json.dumps(row.tolist()).encode()) for row in golden), default=0)}
 
 
-def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[str, Any]:
+def freeze_source(ctx: PhaseContext, pre: Inspection | None = None) -> FreezeSource:
     """Run the source profile's agent in a pod: freeze the artifact, compute golden outputs.
 
     ``pre``: :func:`preflight_checkpoint`'s result; with a blocker, nothing is launched.
@@ -190,21 +214,22 @@ def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[
     source pod's description and the plan.
 
     Returns:
-        ``{"pod", "source_pod", "environment", "identity", "frozen", "golden", "golden_run"}``, or
-        ``{"dry_run": True, "source_pod", "plan"}``, or, when :func:`preflight_checkpoint` finds a
-        blocker, ``{"blocked": True, "source_pod", "preflight"}`` with no pod launched.
+        The freeze pod, the source pod's description, its environment, the identities, the
+        frozen artifact, the golden outputs and run; or, in dry-run, the source pod's
+        description and the plan; or, when :func:`preflight_checkpoint` finds a blocker,
+        ``blocked`` with the preflight and no pod launched.
 
     Raises:
         WorkloadError: the agent failed (log tail in the message). StorageError: a set does
             not verify. ApprovalRequired: the plan has no approval record (HOLD).
     """
-    copied = {"input": pre["input"]} if pre and pre.get("input") else {}
-    if pre is not None and pre["blockers"]:  # nothing is rented for a checkpoint that cannot load safely
-        return {"blocked": True, "source_pod": describe_source(ctx), "preflight": pre, **copied}
+    copied = pre.input if pre is not None else None
+    if pre is not None and pre.blockers:  # nothing is rented for a checkpoint that cannot load safely
+        return FreezeSource(blocked=True, source_pod=describe_source(ctx), preflight=pre, input=copied)
     plan = plan_freeze(ctx)
     if plan.dry_run:
         ctx.resources.apply_plan("source", plan)
-        return {"dry_run": True, "source_pod": describe_source(ctx), "plan": plan.to_dict(), **copied}
+        return FreezeSource(dry_run=True, source_pod=describe_source(ctx), plan=plan.to_dict(), input=copied)
     # the freeze pod is disposable: destroyed whatever happens (phase 06 re-checks by label)
     run = ctx.agents.run("source", plan, result_prefix=ctx.store_prefix("source", "result"))
     frozen = ctx.store.verify_set(ctx.store_prefix("source", "frozen"), run_id=ctx.run_id)
@@ -217,31 +242,26 @@ def freeze_source(ctx: PhaseContext, pre: dict[str, Any] | None = None) -> dict[
         if f"{name}.npy" in files:
             np.save(ctx.evidence.path(f"01/golden_{name}.npy"), np.load(files[f"{name}.npy"]))
     attempt = result["attempts"][0]
-    return {
-        "pod": {"id": run.pod.id, "state_after_destroy": "DESTROYED" if run.destroyed else "STILL PRESENT",
-                "interruptions": run.interruptions},
-        "source_pod": describe_source(ctx),
-        "environment": result["environment"],
-        "identity": result["identity"],
-        "store": ctx.store.settings(),
-        "frozen": {"prefix": ctx.store_prefix("source", "frozen"), "manifest_sha256": result["frozen_manifest_sha256"],
-                   "objects": {k: {"size_bytes": o.size_bytes, "sha256": o.sha256} for k, o in frozen.items()}},
-        "inspection": with_location(_with_input_findings(inspect_frozen(ctx, ctx.store_prefix("source", "frozen")), pre),
-                                    result["identity"].get("location")),
-        **copied,
-        "golden": {"prefix": ctx.store_prefix("source", "result"), "shape": list(golden.shape), "dtype": str(golden.dtype),
-                   "inference_shape": list(np.load(files["inference_outputs.npy"]).shape)
-                   if "inference_outputs.npy" in files else None,
-                   "outputs_sha256": result_objs["outputs.npy"].sha256},
-        "payloads": largest_payloads(ctx.mig, golden) if ctx.mig.workload.kind == "inference" else None,
-        "golden_run": {"losses": [m.get("loss") for m in attempt["metrics"] if "loss" in m],
-                       "aa_losses": result.get("aa_losses"),
-                       "step_times_s": attempt["step_times_s"], "load_s": attempt["load_s"],
-                       "tensors": attempt.get("tensors")},
-    }
+    inspection = _with_input_findings(inspect_frozen(ctx, ctx.store_prefix("source", "frozen")), pre)
+    return FreezeSource(
+        pod=FreezePod(id=run.pod.id, state_after_destroy="DESTROYED" if run.destroyed else "STILL PRESENT",
+                      interruptions=run.interruptions),
+        source_pod=describe_source(ctx), environment=result["environment"], identity=result["identity"],
+        store=ctx.store.settings(),
+        frozen=Frozen(prefix=ctx.store_prefix("source", "frozen"), manifest_sha256=result["frozen_manifest_sha256"],
+                      objects={k: StoredObject(size_bytes=o.size_bytes, sha256=o.sha256 or "") for k, o in frozen.items()}),
+        inspection=with_location(inspection, result["identity"].get("location")), input=copied,
+        golden=Golden(prefix=ctx.store_prefix("source", "result"), shape=list(golden.shape), dtype=str(golden.dtype),
+                      inference_shape=list(np.load(files["inference_outputs.npy"]).shape)
+                      if "inference_outputs.npy" in files else None,
+                      outputs_sha256=result_objs["outputs.npy"].sha256),
+        payloads=largest_payloads(ctx.mig, golden) if ctx.mig.workload.kind == "inference" else None,
+        golden_run=GoldenRun(losses=[m["loss"] for m in attempt["metrics"] if "loss" in m],
+                             aa_losses=result.get("aa_losses"), step_times_s=attempt["step_times_s"],
+                             load_s=attempt["load_s"], tensors=attempt.get("tensors")))
 
 
-def preflight_checkpoint(ctx: PhaseContext) -> dict[str, Any] | None:
+def preflight_checkpoint(ctx: PhaseContext) -> Inspection | None:
     """Before any pod is rented: inspect a ``kind: checkpoint`` workload's checkpoint where this
     host can read it (:func:`runbook_lib.checkpoint.inspect`, which runs nothing the files name).
     A blocker fails the blocking gate ``checkpoint_safety`` here and phase 01 launches nothing.
@@ -251,8 +271,8 @@ def preflight_checkpoint(ctx: PhaseContext) -> dict[str, Any] | None:
     frozen copy is inspected after the freeze instead, :func:`inspect_frozen`).
 
     Returns:
-        :meth:`runbook_lib.checkpoint.Inspection.to_dict` plus ``blockers`` (their count),
-        ``download_s`` and, for an ``s3://`` checkpoint, ``input`` (:func:`copy_in_checkpoint`).
+        The inspection with ``blockers`` (their count), ``download_s`` and, for an ``s3://``
+        checkpoint, ``input`` (:func:`copy_in_checkpoint`).
 
     Raises:
         StorageError, AuthError: from :func:`copy_in_checkpoint`.
@@ -262,36 +282,36 @@ def preflight_checkpoint(ctx: PhaseContext) -> dict[str, Any] | None:
         with tempfile.TemporaryDirectory(prefix="checkpoint-input-") as tmp:
             copied = copy_in_checkpoint(ctx, Path(tmp))
             out = _preflight(ctx, Path(tmp))
-        unverified = [o for o in copied["objects"] if o["verified_by"] == "size only"]
-        findings = [{"check": "input_size_only", "severity": "risk", "file": o["file"],
-                     "seen": f"ETag {o['etag']} (multipart) and no whole-object checksum",
-                     "reason": "S3 keeps no whole-object digest of this object, so its copy was checked by size only",
-                     "fix": "upload it with a whole-object checksum (aws s3 cp --checksum-algorithm SHA256 in one "
-                            "part, or x-amz-meta-sha256); its sha256 is fixed from here on"} for o in unverified]
-        return {**out, "findings": [*out["findings"], *findings], "input": copied,
-                "download_s": copied["seconds"]}
+        findings = [Finding("input_size_only", "risk", o.file, f"ETag {o.etag} (multipart) and no whole-object checksum",
+                            "S3 keeps no whole-object digest of this object, so its copy was checked by size only",
+                            "upload it with a whole-object checksum (aws s3 cp --checksum-algorithm SHA256 in one "
+                            "part, or x-amz-meta-sha256); its sha256 is fixed from here on")
+                    for o in copied.objects if o.verified_by == "size only"]
+        return out.model_copy(update={"findings": (*out.findings, *findings), "input": copied,
+                                      "download_s": copied.seconds})
     path = Path(wl.checkpoint.removeprefix("file://")) if wl.kind == "checkpoint" else None
     if path is None or not path.exists():
         return None
     return _preflight(ctx, path)
 
 
-def _preflight(ctx: PhaseContext, path: Path) -> dict[str, Any]:
+def _preflight(ctx: PhaseContext, path: Path) -> Inspection:
     ins = checkpoint.inspect(path, allow_globals=ctx.mig.workload.allow_globals)
     if ins.blockers:
         ctx.evidence.add_gates(g.boolean_gate(
             "checkpoint_safety", False, phase="01", source="runbook_lib/checkpoint.py",
             detail="before any pod was rented: " + "; ".join(f"{f.check} in {f.file}: {f.seen}" for f in ins.blockers)))
-    return {**ins.to_dict(), "blockers": len(ins.blockers), "download_s": 0.0}
+    return Inspection(root=ins.root, total_bytes=ins.total_bytes, files=ins.files, findings=ins.findings,
+                      blockers=len(ins.blockers))
 
 
-def _with_input_findings(ins: dict[str, Any], pre: dict[str, Any] | None) -> dict[str, Any]:
+def _with_input_findings(ins: Inspection, pre: Inspection | None) -> Inspection:
     """``ins`` with the preflight's copy-in findings (an ``s3://`` checkpoint's size-only objects)."""
-    extra = [f for f in (pre or {}).get("findings", []) if f["check"] == "input_size_only"]
-    return {**ins, "findings": [*ins["findings"], *extra]} if extra else ins
+    extra = [f for f in (pre.findings if pre is not None else ()) if f.check == "input_size_only"]
+    return ins.model_copy(update={"findings": (*ins.findings, *extra)}) if extra else ins
 
 
-def inspect_frozen(ctx: PhaseContext, prefix: str) -> dict[str, Any]:
+def inspect_frozen(ctx: PhaseContext, prefix: str) -> Inspection:
     """Inspect the frozen artifact as the target will read it: download the verified set from
     the store (every object re-hashed while it streams) and run
     :func:`runbook_lib.checkpoint.inspect` on it, which runs nothing the files name. Adds the
@@ -299,15 +319,16 @@ def inspect_frozen(ctx: PhaseContext, prefix: str) -> dict[str, Any]:
     missing shard, a prefix on some keys only, an unknown format), else PASS naming the risks.
 
     Returns:
-        :meth:`runbook_lib.checkpoint.Inspection.to_dict` plus ``download_s`` (seconds to fetch
-        the set from the store to this host).
+        The inspection, rooted at ``prefix``, with ``download_s`` (seconds to fetch the set from
+        the store to this host).
     """
     with tempfile.TemporaryDirectory(prefix="frozen-") as tmp:
         t0 = time.perf_counter()
         ctx.store.fetch_set(prefix, tmp, run_id=ctx.run_id)
         took = time.perf_counter() - t0
         ins = checkpoint.inspect(tmp, allow_globals=ctx.mig.workload.allow_globals)
-    out = {**ins.to_dict(), "root": prefix, "download_s": round(took, 4)}
+    out = Inspection(root=prefix, total_bytes=ins.total_bytes, files=ins.files, findings=ins.findings,
+                     download_s=round(took, 4))
     blockers = ins.blockers
     risks = [f for f in ins.findings if f.severity == "risk"]
     detail = ("; ".join(f"{f.check} in {f.file}: {f.seen}" for f in blockers) if blockers else
@@ -318,63 +339,59 @@ def inspect_frozen(ctx: PhaseContext, prefix: str) -> dict[str, Any]:
     return out
 
 
-def secrets_table(ctx: PhaseContext) -> list[dict[str, Any]]:
+def secrets_table(ctx: PhaseContext) -> list[SecretRow]:
     """Secret names and references of both sides, whether each resolves here (never values),
     and credential-looking variable names in this environment (a finding, by name only)."""
     rows = []
     for side in ("source", "target"):
         for s in ctx.resources.profile(side).secrets:
             present = secret_refs.resolve(s.name, s.ref, required=False) is not None
-            rows.append({"side": side, "name": s.name, "ref": s.ref, "required": s.required, "resolves_here": present})
+            rows.append(SecretRow(side=side, name=s.name, ref=s.ref, required=s.required, resolves_here=present))
     ambient = secret_refs.names_present()
     for name in ambient:
-        rows.append({"side": "environment", "name": name, "ref": "(ambient, not injected into pods)",
-                     "required": False, "resolves_here": True})
+        rows.append(SecretRow(side="environment", name=name, ref="(ambient, not injected into pods)", required=False,
+                              resolves_here=True))
     return rows
 
 
-def credential_findings(ctx: PhaseContext, source_env: dict[str, Any] | None) -> list[dict[str, Any]]:
+def credential_findings(ctx: PhaseContext, source_env: Inventory | None) -> list[CredentialFinding]:
     """Credential-looking variables inside the source pod (names only): in the agent's process
     environment and, for a remote source, in the environment the provider reports for the
     running pod. A name the source profile or the storage section does not declare is a finding:
     a key baked into the image or exported into the container, which the target must not inherit."""
     declared = {s.name for s in ctx.mig.source.secrets} | {n for n, _ in credential_env(ctx.mig.storage)}
-    rows = [{"variable": n, "where": "source pod process", "declared": n in declared,
-             "finding": "" if n in declared else "undeclared credential in the source environment"}
-            for n in (source_env or {}).get("credential_env_names", [])]
-    described = describe_source(ctx) or {}
-    for n in secret_refs.names_present(dict.fromkeys(described.get("env_names", []), "")):
-        rows.append({"variable": n, "where": f"{described['provider']} pod {described['id']} environment",
-                     "declared": n in declared,
-                     "finding": "" if n in declared else "credential exported into the source container by the provider"})
+    rows = [CredentialFinding(variable=n, where="source pod process", declared=n in declared,
+                              finding="" if n in declared else "undeclared credential in the source environment")
+            for n in (source_env.credential_env_names if source_env is not None else ())]
+    described = describe_source(ctx) or SourcePod()
+    for n in secret_refs.names_present(dict.fromkeys(described.env_names, "")):
+        rows.append(CredentialFinding(
+            variable=n, where=f"{described.provider} pod {described.id} environment", declared=n in declared,
+            finding="" if n in declared else "credential exported into the source container by the provider"))
     return rows
 
 
-def requirements(ctx: PhaseContext) -> dict[str, Any]:
+def requirements(ctx: PhaseContext) -> DeclaredRequirements:
     """Declared host needs and SLOs of the workload (from params)."""
     req = ctx.mig.workload.requirements
-    return {
-        "ports": [{"port": p.port, "protocol": p.protocol} for p in req.ports],
-        "shm_gb": req.shm_gb, "disk_gb": req.disk_gb, "memory_gb": req.memory_gb,
-        "gpu_memory_gb": req.gpu_memory_gb, "max_request_s": req.max_request_s,
-        "docker_compose": req.docker_compose, "privileged": req.privileged,
-        "persistent_volume": req.persistent_volume, "device": ctx.mig.source.device,
-        "dtype": ctx.mig.source.dtype,
-    }
+    return DeclaredRequirements(
+        ports=tuple(PortRow(port=p.port, protocol=p.protocol) for p in req.ports),
+        shm_gb=req.shm_gb, disk_gb=req.disk_gb, memory_gb=req.memory_gb, gpu_memory_gb=req.gpu_memory_gb,
+        max_request_s=req.max_request_s, docker_compose=req.docker_compose, privileged=req.privileged,
+        persistent_volume=req.persistent_volume, device=ctx.mig.source.device, dtype=ctx.mig.source.dtype)
 
 
-def inventory_rows(host: dict[str, Any], source_env: dict[str, Any]) -> list[dict[str, Any]]:
-    """A display table: host vs the source pod's environment."""
-    def flat(d: dict[str, Any]) -> dict[str, Any]:
+def inventory_rows(host: Inventory, source_env: Inventory) -> list[dict[str, object]]:
+    """A display table: host vs the source pod's environment (GiB are 2**30 bytes)."""
+    def flat(d: Inventory) -> dict[str, object]:
         return {
-            "python": d["python"], "torch": d["torch"], "torch threads": d["torch_threads"],
-            "device": d["device"], "CUDA available": d["cuda"]["available"],
-            "CUDA runtime": d["cuda"]["runtime"], "driver": d["cuda"]["driver_version"],
-            "GPUs": ", ".join(f"{g['name']} (cc {g['compute_capability']}, {g['memory_bytes'] / 2**30:.1f} GiB)"
-                              for g in d["cuda"]["devices"]) or "none",
-            "CPU": f"{d['cpu']['model']} x{d['cpu']['logical']}", "RAM GiB": round(d["memory_bytes"] / 2**30, 1),
-            "/dev/shm GiB": round(d["shm_bytes"] / 2**30, 2), "disk free GiB": round(d["disk_free_bytes"] / 2**30, 1),
-            "OS": d["os"],
+            "python": d.python, "torch": d.torch, "torch threads": d.torch_threads, "device": d.device,
+            "CUDA available": d.cuda.available, "CUDA runtime": d.cuda.runtime, "driver": d.cuda.driver_version,
+            "GPUs": ", ".join(f"{g.name} (cc {g.compute_capability}, {g.memory_bytes / 2**30:.1f} GiB)"
+                              for g in d.cuda.devices) or "none",
+            "CPU": f"{d.cpu.model} x{d.cpu.logical}", "RAM GiB": round(d.memory_bytes / 2**30, 1),
+            "/dev/shm GiB": round(d.shm_bytes / 2**30, 2), "disk free GiB": round(d.disk_free_bytes / 2**30, 1),
+            "OS": d.os,
         }
     h, s = flat(host), flat(source_env)
     return [{"item": k, "this host": h[k], "source pod": s[k]} for k in h]
@@ -395,40 +412,40 @@ class FreezeResult(PhaseResult):
         credential_findings: :func:`credential_findings`. dry_run: the freeze pod was only planned.
     """
 
-    host: dict[str, Any]
-    source: dict[str, Any]
-    requirements: dict[str, Any]
-    secrets: list[dict[str, Any]]
-    credential_findings: list[dict[str, Any]]
+    host: Inventory
+    source: FreezeSource
+    requirements: DeclaredRequirements
+    secrets: tuple[SecretRow, ...]
+    credential_findings: tuple[CredentialFinding, ...]
     dry_run: bool
 
-    def record(self) -> dict[str, Any]:
-        return {"host": self.host, "freeze": self.source, "requirements": self.requirements, "secrets": self.secrets,
-                "credential_findings": self.credential_findings, "dry_run": self.dry_run}
+    def record(self) -> FreezeData:
+        return FreezeData(host=self.host, freeze=self.source, requirements=self.requirements, secrets=self.secrets,
+                          credential_findings=self.credential_findings, dry_run=self.dry_run)
 
     def parts(self) -> list[Any]:
         src = self.source
         out: list[Any] = []
-        if src.get("blocked"):
+        if src.blocked:
             out += [md("**Blocked before any pod was rented**: the checkpoint cannot be loaded safely or completely; "
                        "nothing was launched. Fix each blocker below on the source and run again."),
-                    *input_parts(src.get("input")), *inspection_parts(src["preflight"])]
+                    *input_parts(src.input), *inspection_parts(src.preflight)]
         elif self.dry_run:
+            pod = src.source_pod.model_dump() if src.source_pod else {}
             out += [md("**Dry-run**: the freeze pod is planned above and recorded; nothing was launched."),
-                    table({"source pod (provider report)": src.get("source_pod") or {}}, dtype=object)]
+                    table({"source pod (provider report)": pod}, dtype=object)]
         else:
-            out += [table(inventory_rows(self.host, src["environment"])),
-                    md("**Immutable identities**"), table({"value": src["identity"]}),
-                    *input_parts(src.get("input")),
-                    md(f"**Frozen artifact** `{src['frozen']['prefix']}` manifest sha256 "
-                       f"`{src['frozen']['manifest_sha256']}`"),
-                    table(src["frozen"]["objects"]).T,
-                    *inspection_parts(src.get("inspection")),
-                    md(f"**Golden outputs** shape {src['golden']['shape']} {src['golden']['dtype']}, sha256 "
-                       f"`{src['golden']['outputs_sha256']}`"
-                       + (f"; the entry point's answers to fixed inputs, shape {src['golden']['inference_shape']}"
-                          if src["golden"].get("inference_shape") else ""))]
-        return out + [md("**Declared requirements**"), table({"declared": self.requirements}, dtype=object),
+            frozen, golden = self.source.require_frozen()
+            out += [table(inventory_rows(self.host, src.environment or Inventory())),
+                    md("**Immutable identities**"), table({"value": src.identity or {}}),
+                    *input_parts(src.input),
+                    md(f"**Frozen artifact** `{frozen.prefix}` manifest sha256 `{frozen.manifest_sha256}`"),
+                    table({k: o.model_dump() for k, o in frozen.objects.items()}).T,
+                    *inspection_parts(src.inspection),
+                    md(f"**Golden outputs** shape {golden.shape} {golden.dtype}, sha256 `{golden.outputs_sha256}`"
+                       + (f"; the entry point's answers to fixed inputs, shape {golden.inference_shape}"
+                          if golden.inference_shape else ""))]
+        return out + [md("**Declared requirements**"), table({"declared": self.requirements.model_dump()}, dtype=object),
                       md("**Secrets** (names and references, never values)"), table(self.secrets),
                       md("**Credential findings**"),
                       table(self.credential_findings, columns=["variable", "where", "declared", "finding"])]
@@ -446,45 +463,46 @@ LOCATION_FINDINGS = {
 """Finding per :func:`runbook_lib.workload.checkpoint_set.location` (``volume``: none)."""
 
 
-def with_location(ins: dict[str, Any], loc: dict[str, Any] | None) -> dict[str, Any]:
-    """``ins`` with a finding for where the source kept the checkpoint (``kind: checkpoint``),
-    from the freeze pod's own view of its disks; unchanged for other workloads or a volume."""
+def with_location(ins: Inspection, loc: dict[str, str] | None) -> Inspection:
+    """``ins`` with a finding for where the source kept the checkpoint (``kind: checkpoint``;
+    ``loc``: ``{"where", "path"}``, :func:`runbook_lib.workload.checkpoint_set.location`), from
+    the freeze pod's own view of its disks; unchanged for other workloads or a volume."""
     if not loc or loc.get("where") not in LOCATION_FINDINGS:
         return ins
     check, severity, reason, fix = LOCATION_FINDINGS[loc["where"]]
     seen = f"{loc['path']} is on the {loc['where']}" if loc["where"] != "not checked" else f"{loc['path']}"
-    return {**ins, "location": loc, "findings": [*ins["findings"], {"check": check, "severity": severity, "file": "",
-                                                                   "seen": seen, "reason": reason, "fix": fix}]}
+    return ins.model_copy(update={"location": loc,
+                                  "findings": (*ins.findings, Finding(check, severity, "", seen, reason, fix))})
 
 
-def input_parts(copied: dict[str, Any] | None) -> list[Any]:
+def input_parts(copied: CheckpointInput | None) -> list[Any]:
     """Where an ``s3://`` checkpoint came from: every object with its ETag, version, sha256 and
     what S3 record its copy matched (:func:`copy_in_checkpoint`)."""
     if not copied:
         return []
-    rows = [{"file": o["file"], "bytes": o["bytes"], "etag": o["etag"], "version": o["version_id"] or "(unversioned)",
-             "last modified": o["last_modified"], "sha256": o["sha256"][:16], "checked against": o["verified_by"]}
-            for o in copied["objects"]]
-    skipped = (f"; {len(copied['placeholders'])} folder placeholder(s) not copied: "
-               + ", ".join(copied["placeholders"])) if copied["placeholders"] else ""
-    return [md(f"**Checkpoint copied in** from `{copied['url']}` to `{copied['prefix']}` before anything was rented "
-               f"({copied['total_bytes']} bytes in {copied['seconds']} s{skipped})"), table(rows)]
+    rows = [{"file": o.file, "bytes": o.bytes, "etag": o.etag, "version": o.version_id or "(unversioned)",
+             "last modified": o.last_modified, "sha256": o.sha256[:16], "checked against": o.verified_by}
+            for o in copied.objects]
+    skipped = (f"; {len(copied.placeholders)} folder placeholder(s) not copied: "
+               + ", ".join(copied.placeholders)) if copied.placeholders else ""
+    return [md(f"**Checkpoint copied in** from `{copied.url}` to `{copied.prefix}` before anything was rented "
+               f"({copied.total_bytes} bytes in {copied.seconds} s{skipped})"), table(rows)]
 
 
-def inspection_parts(ins: dict[str, Any] | None) -> list[Any]:
+def inspection_parts(ins: Inspection | None) -> list[Any]:
     """The inspection table of the frozen artifact and its findings, each with why it matters
     and the fix (:func:`inspect_frozen`)."""
     if not ins:
         return []
-    files = [{"file": f["file"], "format": f["format"], "bytes": f["bytes"], "sha256": f["sha256"][:16],
-              "tensors": len(f["tensors"]), "saved on": ", ".join(f["devices"]), "globals": ", ".join(f["globals"]),
-              "unsafe globals": ", ".join(f["unsafe_globals"]) or "none",
-              "tied": "; ".join(" = ".join(t) for t in f["tied"])} for f in ins["files"]]
-    return [md(f"**Checkpoint inspection** (nothing in it was run; {ins['total_bytes']} bytes fetched from the store "
-               f"in {ins['download_s']} s)"), table(files),
-            md("**Checkpoint findings**" + ("" if ins["findings"] else ": none")),
-            *([table(ins["findings"], columns=["severity", "check", "file", "seen", "reason", "fix"])]
-              if ins["findings"] else [])]
+    files = [{"file": f.file, "format": f.format, "bytes": f.bytes, "sha256": f.sha256[:16],
+              "tensors": len(f.tensors), "saved on": ", ".join(f.devices), "globals": ", ".join(f.globals),
+              "unsafe globals": ", ".join(f.unsafe_globals) or "none",
+              "tied": "; ".join(" = ".join(t) for t in f.tied)} for f in ins.files]
+    return [md(f"**Checkpoint inspection** (nothing in it was run; {ins.total_bytes} bytes fetched from the store "
+               f"in {ins.download_s} s)"), table(files),
+            md("**Checkpoint findings**" + ("" if ins.findings else ": none")),
+            *([table([asdict(f) for f in ins.findings], columns=["severity", "check", "file", "seen", "reason", "fix"])]
+              if ins.findings else [])]
 
 
 def run(ctx: PhaseContext) -> FreezeResult:
@@ -502,6 +520,5 @@ def run(ctx: PhaseContext) -> FreezeResult:
         probing = pool.submit(host_inventory, ctx)
         src = freeze_source(ctx, pre)
         host = probing.result()
-    return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=secrets_table(ctx),
-                        credential_findings=credential_findings(ctx, src.get("environment")),
-                        dry_run=bool(src.get("dry_run")))
+    return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=tuple(secrets_table(ctx)),
+                        credential_findings=tuple(credential_findings(ctx, src.environment)), dry_run=src.dry_run)

@@ -7,25 +7,36 @@ provider capabilities are declared data (:class:`runbook_lib.providers.base.Capa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
 
 from runbook_lib import secret_refs
 from runbook_lib.errors import RunbookError
 from runbook_lib.gates import GateResult
-from runbook_lib.params import RemoteProfile
+from runbook_lib.params import Profile, RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers import REMOTE
+from runbook_lib.providers.base import Capabilities, Capability
 from runbook_lib.providers.offers import filter_offers, version_tuple
-from runbook_lib.records import DeclaredRequirements, FreezeData, FreezeSource, SourcePod
+from runbook_lib.records import (
+    DeclaredRequirements,
+    DependencyRow,
+    FreezeData,
+    FreezeSource,
+    MappingData,
+    OfferDetail,
+    OfferRow,
+    Offers,
+    SourcePod,
+)
 from runbook_lib.storage import GrantScope, build_grant
 
 EQUIVALENT, ADAPTER, NONE = "equivalent", "adapter needed", "no equivalent"
 GIB = 2**30
 
 
-def _row(dep: str, source: Any, target: Any, status: str, reason: str) -> dict[str, Any]:
-    return {"dependency": dep, "source": str(source), "target": str(target), "status": status, "reason": reason}
+def _row(dep: str, source: object, target: object, status: str, reason: str) -> DependencyRow:
+    return DependencyRow(dependency=dep, source=str(source), target=str(target), status=status, reason=reason)
 
 
 ENDPOINT_ADAPTERS = {
@@ -43,7 +54,7 @@ ENDPOINT_ADAPTERS = {
 "Endpoint types": queue-based endpoints queue and retry, load-balancing endpoints do neither)."""
 
 
-def endpoint_mode_row(source_mode: str, target_mode: str, caps: Any) -> dict[str, Any]:
+def endpoint_mode_row(source_mode: str, target_mode: str, caps: Capabilities) -> DependencyRow:
     """How the source's endpoint mode maps to the target's: the same mode is equivalent; a
     changed mode is an adapter with its design named (:data:`ENDPOINT_ADAPTERS`), decided here
     rather than discovered in phase 04; a mode the target cannot serve has no equivalent."""
@@ -58,14 +69,14 @@ def endpoint_mode_row(source_mode: str, target_mode: str, caps: Any) -> dict[str
     return _row("endpoint mode", source_mode, target_mode, ADAPTER, ENDPOINT_ADAPTERS[(source_mode, target_mode)])
 
 
-def target_offers(ctx: PhaseContext) -> dict[str, Any] | None:
+def target_offers(ctx: PhaseContext) -> Offers | None:
     """Search, re-check and rank the target's offers against ``target.offer`` (read-only,
     allowed in dry-run): a remote target's marketplace offers, or a local target's declared
     machines (``target.offers``). None for a local target that declares none.
 
     Returns:
-        ``{"ranked": [offer ids, cheapest first], "best": offer dict | None, "table": [one row per
-        offer seen, with accepted / reasons / unverified], "requirements": {...}}``.
+        The offer ids ranked cheapest first, the best offer (None when none qualifies), one row
+        per offer seen (accepted, reasons, unverified) and ``target.offer`` as judged.
     """
     prof = ctx.mig.target
     if not isinstance(prof, RemoteProfile) and not getattr(prof, "offers", ()):
@@ -74,27 +85,33 @@ def target_offers(ctx: PhaseContext) -> dict[str, Any] | None:
     offers = ctx.resources.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
     ranked, table = filter_offers(offers, req)
     ctx.evidence.write_json("02/offers.json", table)
-    return {"ranked": [o.offer_id for o in ranked], "best": ranked[0].to_dict() if ranked else None, "table": table,
-            "requirements": req.model_dump()}
+    return Offers(ranked=tuple(o.offer_id for o in ranked),
+                  best=OfferDetail.model_validate(ranked[0].to_dict()) if ranked else None,
+                  table=tuple(OfferRow.model_validate(r) for r in table), requirements=req.model_dump())
 
 
-def _unverified(offers: dict[str, Any], offer_id: str) -> str:
-    return next((r["unverified"] for r in offers["table"] if r["offer_id"] == offer_id), "")
+@dataclass(frozen=True)
+class SourceFacts:
+    """Python, torch, CUDA runtime and driver of the source as phase 02 compares them."""
+
+    python: str
+    torch: str
+    cuda: str | None
+    driver: str | None
 
 
-def _source_facts(freeze: FreezeSource) -> dict[str, Any]:
+def _source_facts(freeze: FreezeSource) -> SourceFacts:
     """Python, torch and CUDA of the source: frozen from its pod, else (dry-run) what the provider
     reports, else unknown."""
     env = freeze.environment
     if env:
-        return {"python": env.python, "torch": env.torch, "cuda": env.cuda.runtime, "driver": env.cuda.driver_version}
+        return SourceFacts(env.python, env.torch, env.cuda.runtime, env.cuda.driver_version)
     pod = freeze.source_pod or SourcePod()
     unknown = "not frozen (dry-run)"
-    return {"python": unknown, "torch": unknown, "cuda": pod.cuda_max or unknown, "driver": unknown,
-            "image": pod.image}
+    return SourceFacts(unknown, unknown, pod.cuda_max or unknown, unknown)
 
 
-def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def dependency_map(ctx: PhaseContext, offers: Offers | None = None) -> list[DependencyRow]:
     """Build the dependency / control map from phase 01's record, the target's declared
     capabilities and, for a remote target, the best qualifying offer (``offers`` from
     :func:`target_offers`): one row per dependency (``dependency``, ``source``, ``target``,
@@ -102,47 +119,42 @@ def dependency_map(ctx: PhaseContext, offers: dict[str, Any] | None = None) -> l
     semantics, the endpoint, ports and host features, capacity, storage and secrets, billing."""
     rec = ctx.records.need_freeze()
     caps = ctx.resources.provider("target").capabilities()
-    best = (offers or {}).get("best") if ctx.mig.target.provider in REMOTE else None
+    best = offers.best if offers is not None and ctx.mig.target.provider in REMOTE else None
     return [*_offer_rows(ctx, offers), *_compute_rows(ctx, rec, caps, best), *_semantics_rows(ctx, rec, caps),
             *_port_rows(ctx, rec.requirements, caps), *_capacity_rows(ctx, rec, best), *_access_rows(ctx, caps, best)]
 
 
-def _offer_rows(ctx: PhaseContext, offers: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _offer_rows(ctx: PhaseContext, offers: Offers | None) -> list[DependencyRow]:
     """The target offer phase 02 chose, or why none qualified."""
     src, tgt = ctx.mig.source, ctx.mig.target
-    remote = tgt.provider in REMOTE
-    best = (offers or {}).get("best") if remote else None
-    rows: list[dict[str, Any]] = []
-    if remote:
-        seen = len((offers or {}).get("table", []))
+    if tgt.provider in REMOTE:
+        offers = offers or Offers()
+        best, seen = offers.best, len(offers.table)
         if best is None:
-            reasons = sorted({r["reasons"] for r in (offers or {}).get("table", []) if r["reasons"]})
-            rows.append(_row("target offer", "running today", f"{seen} offers seen", NONE,
-                             f"no {tgt.provider} offer meets target.offer: {reasons[:3]}; widen the requirements"))
-        else:
-            rows.append(_row("target offer", src.release, f"{best['gpu_count']} x {best['gpu_name']} "
-                             f"({best['offer_id']}, {best['region'] or 'any region'})", EQUIVALENT,
-                             f"cheapest of {len((offers or {})['ranked'])} qualifying offers out of {seen}; "
-                             f"unverified until the canary: {_unverified(offers or {}, best['offer_id']) or 'none'}"))
-    elif offers is not None:  # a local target's declared machines
-        first = offers.get("best")
-        if first is None:
-            reasons = sorted({r["reasons"] for r in offers["table"] if r["reasons"]})
-            rows.append(_row("target offer", "this host", f"{len(offers['table'])} local machines", NONE,
-                             f"no machine in target.offers meets target.offer: {reasons[:3]}"))
-        else:
-            rows.append(_row("target offer", "this host",
-                             f"{first['vcpu']:g} vCPU, {first['ram_gib']:g} GiB ({first['offer_id']})", EQUIVALENT,
-                             f"first of {len(offers['ranked'])} qualifying local machines; every local pod and "
-                             "worker runs on this host at target.price_usd_per_hour"))
-    return rows
+            return [_row("target offer", "running today", f"{seen} offers seen", NONE,
+                         f"no {tgt.provider} offer meets target.offer: {offers.reasons()[:3]}; widen the requirements")]
+        row = offers.row(best.offer_id)
+        return [_row("target offer", src.release, f"{best.gpu_count} x {best.gpu_name} "
+                     f"({best.offer_id}, {best.region or 'any region'})", EQUIVALENT,
+                     f"cheapest of {len(offers.ranked)} qualifying offers out of {seen}; "
+                     f"unverified until the canary: {(row.unverified if row else '') or 'none'}")]
+    if offers is None:
+        return []
+    first = offers.best  # a local target's declared machines
+    if first is None:
+        return [_row("target offer", "this host", f"{len(offers.table)} local machines", NONE,
+                     f"no machine in target.offers meets target.offer: {offers.reasons()[:3]}")]
+    return [_row("target offer", "this host", f"{first.vcpu or 0:g} vCPU, {first.ram_gib or 0:g} GiB ({first.offer_id})",
+                 EQUIVALENT, f"first of {len(offers.ranked)} qualifying local machines; every local pod and "
+                 "worker runs on this host at target.price_usd_per_hour")]
 
 
-def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Any, best: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
+                  best: OfferDetail | None) -> list[DependencyRow]:
     """Device, dtype, and the image, interpreter, framework and CUDA each side runs."""
     src, tgt = ctx.mig.source, ctx.mig.target
     sf = _source_facts(rec.freeze)
-    rows: list[dict[str, Any]] = []
+    rows: list[DependencyRow] = []
     if tgt.device.startswith("cuda") and not caps.gpu.supported:
         rows.append(_row("device", src.device, tgt.device, NONE, f"target asks for {tgt.device}: {caps.gpu.detail}"))
     elif src.device.split(":")[0] != tgt.device.split(":")[0]:
@@ -155,41 +167,41 @@ def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Any, best: dict[str,
     if isinstance(tgt, RemoteProfile):
         src_image = src.image if isinstance(src, RemoteProfile) else ""
         same = bool(src_image) and src_image == tgt.image
-        rows.append(_row("image / python / torch", src_image or f"{sf['python']} / {sf['torch']}", tgt.image,
+        rows.append(_row("image / python / torch", src_image or f"{sf.python} / {sf.torch}", tgt.image,
                          EQUIVALENT if same else ADAPTER, "the same image on both sides" if same else
                          "the image changes; parity decides in phase 03"))
         # What the image needs is target.offer.cuda_min (the source host's driver maximum is only
         # what that host offers, recorded for comparison)
         need = tgt.offer.cuda_min
-        have = (best or {}).get("cuda_max", "")
+        have = best.cuda_max if best is not None else ""
         if not need or not have:
-            rows.append(_row("CUDA (host driver)", f"source host supports {sf['cuda']}", have or "unknown", ADAPTER,
+            rows.append(_row("CUDA (host driver)", f"source host supports {sf.cuda}", have or "unknown", ADAPTER,
                              "set target.offer.cuda_min to the CUDA version the image is built for; the canary "
                              "re-checks the host driver" if not need else "the offer does not say; the canary re-checks"))
         else:
             ok = version_tuple(have) >= version_tuple(need)
-            rows.append(_row("CUDA (host driver)", f"image needs {need} (source host supports {sf['cuda']})", have,
+            rows.append(_row("CUDA (host driver)", f"image needs {need} (source host supports {sf.cuda})", have,
                              EQUIVALENT if ok else NONE,
                              f"target host driver supports CUDA {have} >= {need}" if ok else
                              f"target host driver supports CUDA {have} < {need}: images built for {need} fail to start"))
     else:
         host = rec.host
-        rows.append(_row("python / torch", f"{sf['python']} / {sf['torch']}", f"{host.python} / {host.torch}",
-                         EQUIVALENT if (sf["python"], sf["torch"]) == (host.python, host.torch) else ADAPTER,
-                         "same interpreter and framework build" if sf["torch"] == host.torch else
+        rows.append(_row("python / torch", f"{sf.python} / {sf.torch}", f"{host.python} / {host.torch}",
+                         EQUIVALENT if (sf.python, sf.torch) == (host.python, host.torch) else ADAPTER,
+                         "same interpreter and framework build" if sf.torch == host.torch else
                          "framework version differs; parity decides"))
-        rows.append(_row("CUDA runtime / driver", f"{sf['cuda']} / {sf['driver']}",
+        rows.append(_row("CUDA runtime / driver", f"{sf.cuda} / {sf.driver}",
                          f"{host.cuda.runtime} / {host.cuda.driver_version}",
-                         EQUIVALENT if sf["cuda"] == host.cuda.runtime else ADAPTER,
+                         EQUIVALENT if sf.cuda == host.cuda.runtime else ADAPTER,
                          "recorded; must satisfy the image's CUDA build"))
     return rows
 
 
-def _semantics_rows(ctx: PhaseContext, rec: FreezeData, caps: Any) -> list[dict[str, Any]]:
+def _semantics_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities) -> list[DependencyRow]:
     """What a stop keeps and how ports are reached on each provider, and for an inference
     workload the endpoint mode, payload limits and endpoint settings."""
     src, tgt = ctx.mig.source, ctx.mig.target
-    rows: list[dict[str, Any]] = []
+    rows: list[DependencyRow] = []
     src_caps = ctx.resources.provider("source").capabilities()
     for dep, src_v, tgt_v, consequence in (
             ("lifecycle (stop, restart, interruption)", src_caps.lifecycle, caps.lifecycle,
@@ -207,11 +219,11 @@ def _semantics_rows(ctx: PhaseContext, rec: FreezeData, caps: Any) -> list[dict[
     return rows
 
 
-def _port_rows(ctx: PhaseContext, req: DeclaredRequirements, caps: Any) -> list[dict[str, Any]]:
+def _port_rows(ctx: PhaseContext, req: DeclaredRequirements, caps: Capabilities) -> list[DependencyRow]:
     """Each declared port, and the host features the workload requires (compose, privileged, a
     persistent volume)."""
     remote = ctx.mig.target.provider in REMOTE
-    rows: list[dict[str, Any]] = []
+    rows: list[DependencyRow] = []
     max_ports = caps.extra.get("max_ports")
     if max_ports is not None and max_ports.limit is not None and len(req.ports) > max_ports.limit:
         rows.append(_row("port count", len(req.ports), f"{max_ports.limit:g} at most", NONE, max_ports.detail))
@@ -236,17 +248,16 @@ def _port_rows(ctx: PhaseContext, req: DeclaredRequirements, caps: Any) -> list[
     return rows
 
 
-def _capacity_rows(ctx: PhaseContext, rec: FreezeData, best: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _capacity_rows(ctx: PhaseContext, rec: FreezeData, best: OfferDetail | None) -> list[DependencyRow]:
     """Shared memory, memory, disk and GPU memory the workload needs against what the target
     offers (a remote offer) or has (this host), all in GB (10**9 bytes)."""
     tgt, req = ctx.mig.target, rec.requirements
-    rows: list[dict[str, Any]] = []
+    rows: list[DependencyRow] = []
     if isinstance(tgt, RemoteProfile):  # offers publish GiB (RAM, VRAM in MiB) and GB (disk)
-        offer = best or {}
-        ram_gib, vram_mib = offer.get("ram_gib"), offer.get("vram_mib")
+        ram_gib, vram_mib = (best.ram_gib, best.vram_mib) if best is not None else (None, None)
         have_gb: dict[str, float | None] = {
             "/dev/shm": None, "memory": ram_gib * GIB / 1e9 if ram_gib is not None else None,
-            "disk": offer.get("disk_gb") or tgt.offer.disk_gb,
+            "disk": (best.disk_gb if best is not None else None) or tgt.offer.disk_gb,
             "GPU memory": vram_mib * 2**20 / 1e9 if vram_mib else None}
     else:  # this host, in bytes
         host = rec.host
@@ -265,10 +276,10 @@ def _capacity_rows(ctx: PhaseContext, rec: FreezeData, best: dict[str, Any] | No
     return rows
 
 
-def _access_rows(ctx: PhaseContext, caps: Any, best: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _access_rows(ctx: PhaseContext, caps: Capabilities, best: OfferDetail | None) -> list[DependencyRow]:
     """How pods reach the store, each target secret, the serving configuration and billing."""
     src, tgt = ctx.mig.source, ctx.mig.target
-    rows: list[dict[str, Any]] = []
+    rows: list[DependencyRow] = []
     access = ("pods get a short-lived store grant (presigned URLs for the sets they read and a POST policy for "
               "their prefix; endpoint workers: STS credentials scoped to their records prefix), never the keys"
               if ctx.mig.storage.url.startswith("s3://") else "a local pod shares the directory")
@@ -287,7 +298,7 @@ def _access_rows(ctx: PhaseContext, caps: Any, best: dict[str, Any] | None) -> l
         rows.append(_row("serving config", f"threads {src.threads}, batch {src.batch_size}, workers {src.workers}",
                          f"threads {tgt.threads}, batch {tgt.batch_size}, workers {tgt.workers}", ADAPTER,
                          "changes throughput and latency; measured in phase 04"))
-    price = f"{best['usd_per_hour']:.3f} USD/h (offer)" if best else f"{tgt.price_usd_per_hour} USD/h"
+    price = f"{best.usd_per_hour:.3f} USD/h (offer)" if best else f"{tgt.price_usd_per_hour} USD/h"
     rows.append(_row("billing", f"{src.price_usd_per_hour} USD/h", f"{price} ({caps.billing})",
                      EQUIVALENT, "cost per accepted unit is compared in phase 04"))
     return rows
@@ -299,7 +310,7 @@ def endpoint_settings(prof: Any) -> str:
             f"model cache {prof.model_cache or 'none'}, GPU priority {list(prof.gpu_priority) or 'any'}")
 
 
-def endpoint_settings_row(src: Any, tgt: Any) -> dict[str, Any]:
+def endpoint_settings_row(src: Profile, tgt: Profile) -> DependencyRow:
     """Active and maximum workers, idle timeout, model cache and GPU priority, side against side
     (the serverless guidance, docs/reference/providers.md 2.3a: warm workers cut cold starts and
     cost idle time). The same settings are equivalent; changed ones are an adapter whose effects
@@ -323,7 +334,7 @@ def endpoint_settings_row(src: Any, tgt: Any) -> dict[str, Any]:
                 "workers are billed in phase 04's cost per accepted unit at the declared traffic)" + cache)
 
 
-def session_grant_row(ctx: PhaseContext) -> dict[str, Any] | None:
+def session_grant_row(ctx: PhaseContext) -> DependencyRow | None:
     """Whether the run's store can give queue endpoint workers their session grant (STS
     credentials scoped to the records prefix, :mod:`runbook_lib.storage.grants`), tried here by
     asking for one and discarding it, so a store without STS (Cloudflare R2, many MinIO setups)
@@ -348,7 +359,7 @@ def session_grant_row(ctx: PhaseContext) -> dict[str, Any] | None:
                 "can keep idempotency records without the store's keys")
 
 
-def payload_row(sizes: dict[str, int] | None, mode: str, caps: Any) -> dict[str, Any]:
+def payload_row(sizes: dict[str, int] | None, mode: str, caps: Capabilities) -> DependencyRow:
     """The workload's largest request and output (phase 01's ``payloads``,
     :func:`runbook_lib.phases.freeze.largest_payloads`) against the target mode's declared payload
     limits (``Capabilities.extra`` ``<mode>_request_bytes`` / ``<mode>_response_bytes``): within
@@ -361,7 +372,7 @@ def payload_row(sizes: dict[str, int] | None, mode: str, caps: Any) -> dict[str,
     req_cap, resp_cap = caps.extra.get(f"{mode}_request_bytes"), caps.extra.get(f"{mode}_response_bytes")
     src = f"largest request {sizes['request_bytes']} B, largest output {sizes['output_bytes']} B"
 
-    def limit(cap: Any) -> str:
+    def limit(cap: Capability | None) -> str:
         return "not declared" if cap is None or cap.limit is None else f"{cap.limit:.0f} B"
 
     tgt = f"{mode}: request {limit(req_cap)}, response {limit(resp_cap)}"
@@ -373,22 +384,15 @@ def payload_row(sizes: dict[str, int] | None, mode: str, caps: Any) -> dict[str,
         return _row("payload size", src, tgt, NONE, "; ".join(over) + ": put large inputs and results in the store "
                     "and send their URLs")
     undeclared = [k for k, cap in (("request", req_cap), ("response", resp_cap)) if cap is None or cap.limit is None]
-    return _row("payload size", src, tgt, EQUIVALENT,
-                "within the target's declared limits" + (f"; no {' or '.join(undeclared)} limit declared: "
-                                                         f"{(req_cap or resp_cap).detail if (req_cap or resp_cap) else 'the provider declares none'}"
-                                                         if undeclared else ""))
+    declared = req_cap or resp_cap
+    why = declared.detail if declared is not None else "the provider declares none"
+    return _row("payload size", src, tgt, EQUIVALENT, "within the target's declared limits"
+                + (f"; no {' or '.join(undeclared)} limit declared: {why}" if undeclared else ""))
 
 
-def capabilities_dict(caps: Any) -> dict[str, Any]:
-    """Declared capabilities as plain JSON (for the record)."""
-    from dataclasses import asdict
-
-    return asdict(caps)
-
-
-def dependency_gate(rows: list[dict[str, Any]], *, phase: str = "02") -> GateResult:
+def dependency_gate(rows: Sequence[DependencyRow], *, phase: str = "02") -> GateResult:
     """FAIL when any dependency has no target equivalent (seed 001: block cutover)."""
-    blocked = [r["dependency"] for r in rows if r["status"] == NONE]
+    blocked = [r.dependency for r in rows if r.status == NONE]
     return GateResult("dependency_map", "FAIL" if blocked else "PASS", True, len(blocked), 0, "rows without equivalent",
                       "dependency map over declared requirements and provider capabilities",
                       f"no target equivalent for {blocked}: design and test an adapter before cutover" if blocked
@@ -410,20 +414,20 @@ class MappingResult(PhaseResult):
         gate: :func:`dependency_gate`.
     """
 
-    offers: dict[str, Any] | None
-    rows: list[dict[str, Any]]
-    capabilities: dict[str, Any]
+    offers: Offers | None
+    rows: tuple[DependencyRow, ...]
+    capabilities: Capabilities
     gate: GateResult
 
-    def record(self) -> dict[str, Any]:
-        return {"dependency_map": self.rows, "target_capabilities": self.capabilities, "offers": self.offers}
+    def record(self) -> MappingData:
+        return MappingData(dependency_map=self.rows, target_capabilities=asdict(self.capabilities), offers=self.offers)
 
     def parts(self) -> list[Any]:
         out: list[Any] = []
         if self.offers is not None:
-            out += [md(f"**Offers**: {len(self.offers['ranked'])} of {len(self.offers['table'])} qualify; ranked: "
-                       f"{self.offers['ranked']}"),
-                    table(self.offers["table"], columns=OFFER_COLUMNS)]
+            out += [md(f"**Offers**: {len(self.offers.ranked)} of {len(self.offers.table)} qualify; ranked: "
+                       f"{list(self.offers.ranked)}"),
+                    table(self.offers.table, columns=OFFER_COLUMNS)]
         return out + [table(self.rows)]
 
 
@@ -436,4 +440,4 @@ def run(ctx: PhaseContext) -> MappingResult:
     ctx.evidence.write_json("02/dependency_map.json", rows)
     gate = dependency_gate(rows)
     ctx.evidence.add_gates(gate)
-    return MappingResult(offers=offers, rows=rows, capabilities=capabilities_dict(caps), gate=gate)
+    return MappingResult(offers=offers, rows=tuple(rows), capabilities=caps, gate=gate)

@@ -22,7 +22,7 @@ from runbook_lib.phases.evidence import Evidence
 from runbook_lib.phases.offerbook import OfferBook
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.base import Plan, Provider, Teardown
-from runbook_lib.records import Chain
+from runbook_lib.records import Chain, Credential, PlanRow
 from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.storage import Store
 
@@ -99,8 +99,7 @@ class Resources(OnRun):
             AuthError: ``needs_store`` and the store's keys are not set (nothing created).
         """
         if plan.dry_run:  # shown and recorded; nothing is created, so nothing needs approving yet
-            self.evidence.plans.append({"plan": plan.to_dict(), "applied": False, "approved_by": None,
-                                        "method": "dry-run: shown, not applied"})
+            self.evidence.plans.append(PlanRow(plan=plan.to_dict(), applied=False, method="dry-run: shown, not applied"))
             return None
         approval = self._teardown_approval(side, plan, owner_labels) if plan.action == "destroy" else None
         if approval is None:
@@ -108,14 +107,14 @@ class Resources(OnRun):
         self._approved[plan.fingerprint] = approval
         return self.apply_approved(side, plan, approval, needs_store=needs_store)
 
-    def approval_terms(self) -> dict[str, Any]:
+    def approval_terms(self) -> approvals.ApprovalTerms:
         """What decides whether a plan is approved, as :func:`runbook_lib.approvals.require`,
         :func:`~runbook_lib.approvals.require_all` and the approval widget take it: the run
         directory (its approval records), whether local plans are preapproved, and the approval
         file (``--approval-file``, else ``approvals.approval_file``)."""
         a = self.mig.approvals
-        return {"run_dir": self.run_dir, "preapproved_local": a.preapproved_local,
-                "approval_file": self.approval_ref or a.approval_file}
+        return approvals.ApprovalTerms(run_dir=self.run_dir, preapproved_local=a.preapproved_local,
+                                       approval_file=self.approval_ref or a.approval_file)
 
     def _simulator(self, side: str) -> str:
         """The simulator ``side``'s provider API says it is, when simulator plans are preapproved."""
@@ -138,8 +137,8 @@ class Resources(OnRun):
             ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
         """
         approval = approvals.require(plan, **self.approval_terms(), simulator=self._simulator(side))
-        self.evidence.plans.append({"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
-                                    "method": approval.method})
+        self.evidence.plans.append(PlanRow(plan=plan.to_dict(), approved_by=approval.approved_by,
+                                           method=approval.method))
         self.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")
         return approval
 
@@ -147,20 +146,18 @@ class Resources(OnRun):
         """Apply ``plan`` under ``approval`` (found by :meth:`apply_plan`, or a replacement's, from
         :func:`runbook_lib.approvals.replacement`), keeping it in the phase's record with the
         credentials the resource gets (names and references; a store grant's evidence)."""
-        row: dict[str, Any] = {"plan": plan.to_dict(), "applied": True, "approved_by": approval.approved_by,
-                               "method": approval.method}
-        self.evidence.plans.append(row)
         self.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
         if needs_store:
             self.store.url()
-        applied = plan
+        applied, credentials = plan, None
         spec = plan.spec
         if spec is not None:
-            row["credentials"] = [{"name": name, "kind": "secret", "ref": ref, "expires_at": None}
-                                  for name, ref in spec.secret_refs]
+            credentials = [Credential(name=name, kind="secret", ref=ref) for name, ref in spec.secret_refs]
             if spec.store_grant is not None:
                 applied, grant = self.access.attach(plan)
-                row["credentials"].append(grant)
+                credentials.append(grant)
+        self.evidence.plans.append(PlanRow(plan=plan.to_dict(), approved_by=approval.approved_by, method=approval.method,
+                                           credentials=None if credentials is None else tuple(credentials)))
         return self.provider(side).apply(applied, approval)
 
     def _teardown_approval(self, side: str, plan: Plan,

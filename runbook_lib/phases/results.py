@@ -3,6 +3,7 @@ themselves, a plan shown before its approval, and the written record."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -12,19 +13,21 @@ from runbook_lib.gates import GateResult
 from runbook_lib.manifest import Record
 from runbook_lib.phases.context import PhaseContext
 from runbook_lib.providers.base import Plan
+from runbook_lib.records import PhaseData
 
 
-class PhaseResult:
+class PhaseResult(ABC):
     """What a phase's main step returns: a frozen dataclass whose fields are typed, which a
     notebook displays as is (IPython calls ``_ipython_display_``) and whose :meth:`record` is the
-    data written into the phase record (JSON-serialisable)."""
+    phase's record model (:data:`runbook_lib.records.MODELS`), written into the phase record."""
 
-    def record(self) -> dict[str, Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def record(self) -> PhaseData:
+        """The phase's record data."""
 
+    @abstractmethod
     def parts(self) -> list[Any]:
         """What a notebook shows, in order: Markdown, DataFrames, Stylers, figures."""
-        raise NotImplementedError
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -41,9 +44,14 @@ def md(text: str) -> Any:
 
 
 def table(rows: Any, **kwargs: Any) -> Any:
-    """A pandas DataFrame of ``rows`` (records, a dict of columns, or a mapping shown as one column)."""
+    """A pandas DataFrame of ``rows``: a sequence of records (dicts, or record models from
+    :mod:`runbook_lib.records`, shown by their field aliases), a dict of columns, or a mapping
+    shown as one column."""
     import pandas as pd
+    from pydantic import BaseModel
 
+    if isinstance(rows, (list, tuple)):
+        rows = [r.model_dump(by_alias=True) if isinstance(r, BaseModel) else r for r in rows]
     return pd.DataFrame(rows, **kwargs)
 
 
