@@ -79,9 +79,9 @@ def main(argv: list[str]) -> int:
             size = src.stat().st_size
 
             t0 = time.perf_counter()
-            client.upload_file(str(src), "bench", "plain/checkpoint.bin", Config=store._transfer())
+            client.upload_file(str(src), "bench", "plain/checkpoint.bin", Config=store.transfer.config())
             t1 = time.perf_counter()
-            client.download_file("bench", "plain/checkpoint.bin", str(Path(tmp) / "plain.out"), Config=store._transfer())
+            client.download_file("bench", "plain/checkpoint.bin", str(Path(tmp) / "plain.out"), Config=store.transfer.config())
             t2 = time.perf_counter()
             os.unlink(Path(tmp) / "plain.out")
             client.delete_object(Bucket="bench", Key="plain/checkpoint.bin")

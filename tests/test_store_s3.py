@@ -69,7 +69,7 @@ def test_interrupted_multipart_upload_leaves_nothing_and_retry_succeeds(s3_endpo
 
     dies = Dies()
     with pytest.raises(StorageError, match="failed while reading the source"):
-        store.put_fileobj(dies, "ck/big")
+        store.transfer.upload(dies, "ck/big")
     dies.f.close()
     assert store.head("ck/big") is None
     assert store.client.list_multipart_uploads(Bucket="interrupt").get("Uploads", []) == []  # aborted

@@ -202,7 +202,7 @@ def build_grant(store: Store, scope: GrantScope, *, clock: Callable[[], float] =
         doc["session"] = _federation(store, scope, ttl)
         doc["expires_at_epoch_s"] = min(doc["expires_at_epoch_s"], doc["session"].pop("expires_at_epoch_s"))
     else:
-        signer = store.presigner()
+        signer = store.connection.presigner()
         objects: dict[str, dict[str, Any]] = {}
         for pfx in scope.read_sets:
             listed = store.verify_set(pfx)
@@ -253,7 +253,7 @@ def _federation(store: S3Store, scope: GrantScope, ttl: int) -> dict[str, Any]:
     policy = session_policy(store.bucket, store.object_key(scope.write_prefix.strip("/")))
     name = "runbook-" + hashlib.sha256(scope.write_prefix.encode()).hexdigest()[:16]
     try:
-        creds = store.sts().get_federation_token(Name=name, Policy=json.dumps(policy, separators=(",", ":")),
+        creds = store.connection.sts().get_federation_token(Name=name, Policy=json.dumps(policy, separators=(",", ":")),
                                                  DurationSeconds=ttl)["Credentials"]
     except ClientError as exc:
         err = exc.response.get("Error") or {}
@@ -657,9 +657,9 @@ class SessionStore(S3Store):
             raise StorageError(f"{op} {self.url(key)}: outside this worker's store grant, which covers only "
                                f"{self.url(self.scope_prefix)}/; keep the worker's records under that prefix")
 
-    def put_fileobj(self, f: Any, key: str, *, sha256: str | None = None, progress: Any = None) -> ObjectInfo:
+    def put_file(self, src: str | Path, key: str, *, sha256: str | None = None, progress: bool = False) -> ObjectInfo:
         self._guard("put", key)
-        return super().put_fileobj(f, key, sha256=sha256, progress=progress)
+        return super().put_file(src, key, sha256=sha256, progress=progress)
 
     def put_bytes(self, data: bytes, key: str) -> ObjectInfo:
         self._guard("put", key)
@@ -676,7 +676,7 @@ class SessionStore(S3Store):
 
     def head(self, key: str) -> ObjectInfo | None:
         self._guard("head", key)
-        with self._errors("list", key):
+        with self.errors.translating("list", key):
             page = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.object_key(key), MaxKeys=1)
         if not any(o["Key"] == self.object_key(key) for o in page.get("Contents", [])):
             return None
