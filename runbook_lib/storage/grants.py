@@ -78,7 +78,8 @@ from runbook_lib.storage.base import (
     accept_download,
     progress_bar,
 )
-from runbook_lib.storage.s3 import META_SHA256, S3Store
+from runbook_lib.storage.s3 import S3Store
+from runbook_lib.storage.s3_bucket import META_SHA256, BucketPath
 
 GRANT_ENV = "RUNBOOK_STORE_GRANT"
 """The environment variable that carries a pod's grant (JSON). Its name holds no credential
@@ -318,21 +319,241 @@ def _under(key: str, prefix: str) -> bool:
 
 @dataclass
 class _Written:
+    """An object this pod wrote through its grant: its size and sha256, and its bytes (``data``)
+    or the file they were read from (``source``)."""
+
     info: ObjectInfo
     data: bytes | None = None
     source: Path | None = None
 
+    def read_back(self, where: str) -> bytes:
+        """The bytes written, from this pod's own record (``where``: the object's URL, for messages).
+
+        Raises:
+            StorageError: the source file is gone or changed since the upload (a grant cannot read
+                the stored copy back).
+        """
+        if self.data is not None:
+            return self.data
+        assert self.source is not None
+        try:
+            data = self.source.read_bytes()
+        except OSError as exc:
+            raise StorageError(f"get {where}: this pod wrote it from {self.source}, which is gone "
+                               f"({exc.strerror}); a grant cannot read it back from the store") from None
+        if hashlib.sha256(data).hexdigest() != self.info.sha256:
+            raise StorageError(f"get {where}: {self.source} changed since this pod uploaded it; a grant cannot "
+                               "read the stored copy back")
+        return data
+
+
+def _refusal(op: str, where: str, r: Any) -> StorageError:
+    """The error of a refused request ``r`` (an httpx response) of ``op`` on the object at URL
+    ``where``: its HTTP status, S3's error ``Code`` and ``Message`` when the body holds them, and
+    what the code means for a grant; never the request URL's signed query."""
+    code, msg = "", ""
+    try:
+        import xml.etree.ElementTree as ET
+
+        body = r.read() if hasattr(r, "read") else r.content
+        root = ET.fromstring(body) if body else None
+        if root is not None:
+            code = root.findtext("Code") or ""
+            msg = root.findtext("Message") or ""
+    except Exception:  # noqa: BLE001 - an unreadable error body still leaves the status
+        pass
+    hint = {"AccessDenied": "the grant does not cover this request (a key outside its prefix, a form field the "
+                            "policy does not list, or an object larger than its content-length-range)",
+            "RequestExpired": "the grant expired; relaunch the pod",
+            "SignatureDoesNotMatch": "the request differs from what was signed (a changed URL or form field)",
+            "EntityTooLarge": "the object is larger than the grant's content-length-range"}.get(code, "")
+    if r.status_code == 403 and not hint:
+        hint = "the grant does not allow it, or it expired; relaunch the pod through the runbook"
+    return StorageError(f"{op} {where} refused: HTTP {r.status_code} {code or ''} {msg[:200]}".rstrip()
+                        + (f"; {hint}" if hint else ""))
+
+
+class GrantWire:
+    """The HTTP requests a pod makes with a ``urls`` grant, over httpx: ``HEAD`` and ``GET`` of a
+    granted object through its presigned URLs, the presigned ``ListObjectsV2`` of the write
+    prefix, and a ``POST`` under that prefix through the presigned policy. Each checks the
+    grant's expiry and scope before it is sent (some S3-compatible servers enforce neither), and a
+    refusal names the object, never the URL's signed query.
+
+    Args:
+        doc: the grant document (:func:`grant_from_env`). location: the store root in the bucket.
+        clock: epoch seconds (tests). transport: an ``httpx`` transport (tests); None uses httpx's own.
+    """
+
+    def __init__(self, doc: dict[str, Any], location: BucketPath, *, clock: Callable[[], float] = time.time,
+                 transport: Any = None) -> None:
+        self.doc = doc
+        self.location = location
+        self.write_prefix = str(doc.get("write_prefix") or "").strip("/")
+        self._clock = clock
+        self._transport = transport
+        self._http: Any = None
+
+    @property
+    def http(self) -> Any:
+        """The ``httpx.Client`` (timeout :data:`HTTP_TIMEOUT_S`), opened on first use."""
+        if self._http is None:
+            import httpx
+
+            self._http = httpx.Client(timeout=HTTP_TIMEOUT_S, transport=self._transport)
+        return self._http
+
+    def close(self) -> None:
+        """Close the HTTP connections (a later request opens new ones)."""
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    def _urls(self, key: str, op: str) -> dict[str, str]:
+        _expired(self.doc, self._clock, f"{op} {self.location.url(key)}")
+        entry = (self.doc.get("objects") or {}).get(key)
+        if entry is None:
+            raise StorageError(f"{op} {self.location.url(key)}: not in this pod's store grant, which reads "
+                               f"{len(self.doc.get('objects') or {})} objects of the sets named at launch and writes "
+                               f"under {self.write_prefix or '(nothing)'}/. Add the set to the launch plan's "
+                               "store_grant.read_sets, or read what this pod wrote itself.")
+        return dict(entry)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size and ``x-amz-meta-sha256`` of granted object ``key`` (presigned ``HEAD``), or None
+        when it does not exist.
+
+        Raises:
+            StorageError: the grant expired, does not hold ``key``, or the store refused the request.
+        """
+        r = self.http.head(self._urls(key, "head")["head"])
+        if r.status_code == 404:
+            return None
+        if r.status_code != 200:
+            raise _refusal("head", self.location.url(key), r)
+        return ObjectInfo(key, int(r.headers.get("content-length", 0)), r.headers.get(f"x-amz-meta-{META_SHA256}"))
+
+    def get(self, key: str) -> bytes:
+        """The bytes of granted object ``key`` (presigned ``GET``).
+
+        Raises:
+            StorageError: as :meth:`head`, or the object does not exist.
+        """
+        r = self.http.get(self._urls(key, "get")["get"])
+        if r.status_code == 404:
+            raise StorageError(f"object {self.location.url(key)} does not exist")
+        if r.status_code != 200:
+            raise _refusal("get", self.location.url(key), r)
+        return bytes(r.content)
+
+    def fetch(self, key: str, dest: Path, *, progress: bool = False) -> tuple[ObjectInfo, ObjectInfo]:
+        """Stream granted object ``key`` into file ``dest``, hashing as it streams.
+
+        Returns:
+            ``(got, recorded)``: the size and sha256 of the bytes written, and the size and
+            ``x-amz-meta-sha256`` the response headers state (for
+            :func:`~runbook_lib.storage.base.accept_download`).
+
+        Raises:
+            StorageError: as :meth:`get`.
+        """
+        with self.http.stream("GET", self._urls(key, "get")["get"]) as r:
+            if r.status_code == 404:
+                raise StorageError(f"object {self.location.url(key)} does not exist")
+            if r.status_code != 200:
+                raise _refusal("get", self.location.url(key), r)
+            size = int(r.headers.get("content-length", 0))
+            recorded = ObjectInfo(key, size, r.headers.get(f"x-amz-meta-{META_SHA256}"))
+            bar = progress_bar(size, f"get {key}", progress)
+            try:
+                with open(dest, "wb") as f:
+                    writer = HashingWriter(f, bar)
+                    for chunk in r.iter_bytes(CHUNK_BYTES):
+                        writer.write(chunk)
+            finally:
+                if bar is not None:
+                    bar.close()
+        return ObjectInfo(key, writer.size, writer.sha256.hexdigest()), recorded
+
+    def listed(self) -> list[tuple[str, int]]:
+        """``(store key, size in bytes)`` under the write prefix, from the presigned listing
+        (empty when the grant has none).
+
+        Raises:
+            StorageError: the grant expired, the store refused the listing, or the listing is
+                truncated (more than :data:`LIST_MAX_KEYS` names).
+        """
+        import xml.etree.ElementTree as ET
+
+        if not self.doc.get("list"):
+            return []
+        _expired(self.doc, self._clock, f"list {self.location.url(self.write_prefix)}")
+        r = self.http.get(self.doc["list"])
+        if r.status_code != 200:
+            raise _refusal("list", self.location.url(self.write_prefix), r)
+        root = ET.fromstring(r.content)
+        ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+        if (root.findtext(f"{ns}IsTruncated") or "false").lower() == "true":
+            raise StorageError(f"list {self.location.url(self.write_prefix)}: more than {LIST_MAX_KEYS} objects, and "
+                               "a presigned listing cannot page; write fewer objects under one pod's prefix")
+        strip = len(self.location.prefix) + 1 if self.location.prefix else 0
+        return [((c.findtext(f"{ns}Key") or "")[strip:], int(c.findtext(f"{ns}Size") or 0))
+                for c in root.findall(f"{ns}Contents")]
+
+    def _write_form(self, key: str, size: int) -> dict[str, Any]:
+        url = self.location.url(key)
+        _expired(self.doc, self._clock, f"put {url}")
+        write = self.doc.get("write")
+        if not write or not _under(key, self.write_prefix):
+            raise StorageError(f"put {url}: outside this pod's store grant, which writes only under "
+                               f"{self.location.url(self.write_prefix) if self.write_prefix else '(nothing)'}/ (the "
+                               "POST policy's starts-with $key condition); write under that prefix")
+        if size > int(write["max_bytes"]):
+            raise StorageError(f"put {url}: {size} bytes, more than the {write['max_bytes']} bytes the "
+                               "grant's content-length-range allows (one presigned POST carries at most 5 GB); split "
+                               "the object")
+        return dict(write)
+
+    def post(self, key: str, size: int, sha256: str, chunks: Iterable[bytes]) -> None:
+        """One presigned POST of ``size`` bytes streamed from ``chunks`` to store key ``key``: the
+        policy's fields, the object's ``key`` and ``x-amz-meta-sha256`` (``sha256``, hex), then the
+        file (S3 reads fields after ``file`` as content, so it comes last), with an exact
+        ``Content-Length`` (no chunked encoding).
+
+        Raises:
+            StorageError: the grant expired, ``key`` is outside the write prefix, ``size`` is over
+                the grant's ``max_bytes``, or the store refused the form.
+        """
+        write = self._write_form(key, size)
+        fields = {**write["fields"], "key": self.location.object_key(key), f"x-amz-meta-{META_SHA256}": sha256}
+        boundary = "runbook-" + secrets.token_hex(16)
+        head = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+                        for k, v in fields.items())
+        name = quote(key.rsplit("/", 1)[-1] or "object")
+        head += (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+                 "Content-Type: application/octet-stream\r\n\r\n").encode()
+        tail = f"\r\n--{boundary}--\r\n".encode()
+        r = self.http.post(write["url"], content=itertools.chain([head], chunks, [tail]),
+                           headers={"Content-Type": f"multipart/form-data; boundary={boundary}",
+                                    "Content-Length": str(len(head) + size + len(tail))})
+        if r.status_code not in (200, 201, 204):
+            raise _refusal("put", self.location.url(key), r)
+
 
 class GrantStore(Store):
-    """The store a pod opens with a ``urls`` grant, over httpx: reads the granted objects through
-    presigned ``GET``/``HEAD`` URLs, writes under its prefix through the presigned ``POST``
-    policy (``x-amz-meta-sha256`` set on every object), and answers for what it wrote from its
-    own record (see the module docstring). It cannot delete.
+    """The store a pod opens with a ``urls`` grant: reads the granted objects and writes under its
+    prefix through :class:`GrantWire` (presigned ``GET``/``HEAD`` URLs and ``POST`` policy,
+    ``x-amz-meta-sha256`` set on every object), and answers for what it wrote from its own
+    record (see the module docstring). It cannot delete.
 
     Args:
         doc: the grant document (:func:`grant_from_env`).
         clock: epoch seconds (tests).
         transport: an ``httpx`` transport (tests); None uses httpx's own.
+
+    Attributes:
+        location: the store root in the bucket. wire: the requests. write_prefix: the store
+            prefix it writes under.
     """
 
     scheme = "s3"
@@ -341,12 +562,10 @@ class GrantStore(Store):
         if doc.get("kind") != "urls":
             raise StorageError(f"GrantStore needs a urls grant, got kind {doc.get('kind')!r}")
         self.doc = doc
-        self.bucket = str(doc["bucket"])
-        self.root = str(doc.get("root") or "").strip("/")
-        self.write_prefix = str(doc.get("write_prefix") or "").strip("/")
-        self._clock = clock
-        self._transport = transport
-        self._http: Any = None
+        self.location = BucketPath(str(doc["bucket"]), str(doc.get("root") or "").strip("/"))
+        self.bucket, self.root = self.location.bucket, self.location.prefix
+        self.wire = GrantWire(doc, self.location, clock=clock, transport=transport)
+        self.write_prefix = self.wire.write_prefix
         self._written: dict[str, _Written] = {}
 
     @property
@@ -359,26 +578,11 @@ class GrantStore(Store):
                 "expires_at": utc_iso(self.expires_at_epoch_s), "write_prefix": self.write_prefix}
 
     def url(self, key: str = "") -> str:
-        path = "/".join(p for p in (self.root, key) if p)
-        return f"s3://{self.bucket}/{path}" if path else f"s3://{self.bucket}"
-
-    def object_key(self, key: str) -> str:
-        """The bucket key of store key ``key``."""
-        return f"{self.root}/{key}" if self.root else key
-
-    @property
-    def http(self) -> Any:
-        if self._http is None:
-            import httpx
-
-            self._http = httpx.Client(timeout=HTTP_TIMEOUT_S, transport=self._transport)
-        return self._http
+        return self.location.url(key)
 
     def close(self) -> None:
         """Close the HTTP connections."""
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        self.wire.close()
 
     def __enter__(self) -> "GrantStore":
         return self
@@ -386,179 +590,44 @@ class GrantStore(Store):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- requests ------------------------------------------------------------------------------
-
-    def _urls(self, key: str, op: str) -> dict[str, str]:
-        _expired(self.doc, self._clock, f"{op} {self.url(key)}")
-        entry = (self.doc.get("objects") or {}).get(key)
-        if entry is None:
-            raise StorageError(f"{op} {self.url(key)}: not in this pod's store grant, which reads "
-                               f"{len(self.doc.get('objects') or {})} objects of the sets named at launch and writes "
-                               f"under {self.write_prefix or '(nothing)'}/. Add the set to the launch plan's "
-                               "store_grant.read_sets, or read what this pod wrote itself.")
-        return dict(entry)
-
-    def _fail(self, op: str, key: str, r: Any) -> StorageError:
-        """The error of a refused request, naming the object (never the URL's signed query)."""
-        code, msg = "", ""
-        try:
-            import xml.etree.ElementTree as ET
-
-            body = r.read() if hasattr(r, "read") else r.content
-            root = ET.fromstring(body) if body else None
-            if root is not None:
-                code = root.findtext("Code") or ""
-                msg = root.findtext("Message") or ""
-        except Exception:  # noqa: BLE001 - an unreadable error body still leaves the status
-            pass
-        hint = {"AccessDenied": "the grant does not cover this request (a key outside its prefix, a form field the "
-                                "policy does not list, or an object larger than its content-length-range)",
-                "RequestExpired": "the grant expired; relaunch the pod",
-                "SignatureDoesNotMatch": "the request differs from what was signed (a changed URL or form field)",
-                "EntityTooLarge": "the object is larger than the grant's content-length-range"}.get(code, "")
-        if r.status_code == 403 and not hint:
-            hint = "the grant does not allow it, or it expired; relaunch the pod through the runbook"
-        return StorageError(f"{op} {self.url(key)} refused: HTTP {r.status_code} {code or ''} {msg[:200]}".rstrip()
-                            + (f"; {hint}" if hint else ""))
-
     # -- reads ---------------------------------------------------------------------------------
 
     def head(self, key: str) -> ObjectInfo | None:
         if key in self._written:
             return self._written[key].info
-        if key in (self.doc.get("objects") or {}):
-            r = self.http.head(self._urls(key, "head")["head"])
-            if r.status_code == 404:
-                return None
-            if r.status_code != 200:
-                raise self._fail("head", key, r)
-            return ObjectInfo(key, int(r.headers.get("content-length", 0)), r.headers.get(f"x-amz-meta-{META_SHA256}"))
-        if _under(key, self.write_prefix):
-            return next((ObjectInfo(key, size, None) for k, size in self._listed() if k == key), None)
-        self._urls(key, "head")  # raises: not granted
-        return None
+        if key not in (self.doc.get("objects") or {}) and _under(key, self.write_prefix):
+            return next((ObjectInfo(key, size, None) for k, size in self.wire.listed() if k == key), None)
+        return self.wire.head(key)  # raises for a key the grant does not hold
 
     def get_bytes(self, key: str) -> bytes:
         if key in self._written:
-            return self._own_bytes(key)
-        r = self.http.get(self._urls(key, "get")["get"])
-        if r.status_code == 404:
-            raise StorageError(f"object {self.url(key)} does not exist")
-        if r.status_code != 200:
-            raise self._fail("get", key, r)
-        return bytes(r.content)
+            return self._written[key].read_back(self.url(key))
+        return self.wire.get(key)
 
     def get_file(self, key: str, dest: str | Path, *, expect: ObjectInfo | None = None,
                  progress: bool = False) -> ObjectInfo:
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if key in self._written:
-            dest.write_bytes(self._own_bytes(key))
+            dest.write_bytes(self._written[key].read_back(self.url(key)))
             got = ObjectInfo(key, dest.stat().st_size, hashlib.sha256(dest.read_bytes()).hexdigest())
             return accept_download(key, self.url(key), dest, got, expect)
-        url = self._urls(key, "get")["get"]
-        with self.http.stream("GET", url) as r:
-            if r.status_code == 404:
-                raise StorageError(f"object {self.url(key)} does not exist")
-            if r.status_code != 200:
-                raise self._fail("get", key, r)
-            size = int(r.headers.get("content-length", 0))
-            recorded = ObjectInfo(key, size, r.headers.get(f"x-amz-meta-{META_SHA256}"))
-            bar = progress_bar(size, f"get {key}", progress)
-            try:
-                with open(dest, "wb") as f:
-                    writer = HashingWriter(f, bar)
-                    for chunk in r.iter_bytes(CHUNK_BYTES):
-                        writer.write(chunk)
-            finally:
-                if bar is not None:
-                    bar.close()
-        return accept_download(key, self.url(key), dest, ObjectInfo(key, writer.size, writer.sha256.hexdigest()),
-                               expect, recorded)
-
-    def _own_bytes(self, key: str) -> bytes:
-        w = self._written[key]
-        if w.data is not None:
-            return w.data
-        assert w.source is not None
-        try:
-            data = w.source.read_bytes()
-        except OSError as exc:
-            raise StorageError(f"get {self.url(key)}: this pod wrote it from {w.source}, which is gone "
-                               f"({exc.strerror}); a grant cannot read it back from the store") from None
-        if hashlib.sha256(data).hexdigest() != w.info.sha256:
-            raise StorageError(f"get {self.url(key)}: {w.source} changed since this pod uploaded it; a grant cannot "
-                               "read the stored copy back")
-        return data
-
-    def _listed(self) -> list[tuple[str, int]]:
-        """``(store key, size in bytes)`` under the write prefix, from the presigned listing.
-
-        Raises:
-            StorageError: the listing is truncated (more than :data:`LIST_MAX_KEYS` names).
-        """
-        import xml.etree.ElementTree as ET
-
-        if not self.doc.get("list"):
-            return []
-        _expired(self.doc, self._clock, f"list {self.url(self.write_prefix)}")
-        r = self.http.get(self.doc["list"])
-        if r.status_code != 200:
-            raise self._fail("list", self.write_prefix, r)
-        root = ET.fromstring(r.content)
-        ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-        if (root.findtext(f"{ns}IsTruncated") or "false").lower() == "true":
-            raise StorageError(f"list {self.url(self.write_prefix)}: more than {LIST_MAX_KEYS} objects, and a "
-                               "presigned listing cannot page; write fewer objects under one pod's prefix")
-        strip = len(self.root) + 1 if self.root else 0
-        return [((c.findtext(f"{ns}Key") or "")[strip:], int(c.findtext(f"{ns}Size") or 0))
-                for c in root.findall(f"{ns}Contents")]
+        got, recorded = self.wire.fetch(key, dest, progress=progress)
+        return accept_download(key, self.url(key), dest, got, expect, recorded)
 
     def list(self, prefix: str = "") -> builtins.list[str]:
         base = prefix.rstrip("/") + "/" if prefix else ""
         keys = set(self.doc.get("objects") or {}) | set(self._written)
         mine = self.write_prefix + "/"
         if self.write_prefix and (mine.startswith(base) or base.startswith(mine)):  # the listing can hold some
-            keys |= {k for k, _ in self._listed()}
+            keys |= {k for k, _ in self.wire.listed()}
         return sorted(k for k in keys if k.startswith(base))
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _check_write(self, key: str, size: int) -> dict[str, Any]:
-        _expired(self.doc, self._clock, f"put {self.url(key)}")
-        write = self.doc.get("write")
-        if not write or not _under(key, self.write_prefix):
-            raise StorageError(f"put {self.url(key)}: outside this pod's store grant, which writes only under "
-                               f"{self.url(self.write_prefix) if self.write_prefix else '(nothing)'}/ (the POST "
-                               "policy's starts-with $key condition); write under that prefix")
-        if size > int(write["max_bytes"]):
-            raise StorageError(f"put {self.url(key)}: {size} bytes, more than the {write['max_bytes']} bytes the "
-                               "grant's content-length-range allows (one presigned POST carries at most 5 GB); split "
-                               "the object")
-        return dict(write)
-
-    def _post(self, key: str, size: int, sha256: str, chunks: Iterable[bytes]) -> None:
-        """One presigned POST of ``size`` bytes streamed from ``chunks``: the policy's fields, the
-        object's ``key`` and ``x-amz-meta-sha256``, then the file (S3 reads fields after ``file``
-        as content, so it comes last), with an exact ``Content-Length`` (no chunked encoding)."""
-        write = self._check_write(key, size)
-        fields = {**write["fields"], "key": self.object_key(key), f"x-amz-meta-{META_SHA256}": sha256}
-        boundary = "runbook-" + secrets.token_hex(16)
-        head = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-                        for k, v in fields.items())
-        name = quote(key.rsplit("/", 1)[-1] or "object")
-        head += (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
-                 "Content-Type: application/octet-stream\r\n\r\n").encode()
-        tail = f"\r\n--{boundary}--\r\n".encode()
-        r = self.http.post(write["url"], content=itertools.chain([head], chunks, [tail]),
-                           headers={"Content-Type": f"multipart/form-data; boundary={boundary}",
-                                    "Content-Length": str(len(head) + size + len(tail))})
-        if r.status_code not in (200, 201, 204):
-            raise self._fail("put", key, r)
-
     def put_bytes(self, data: bytes, key: str) -> ObjectInfo:
         digest = hashlib.sha256(data).hexdigest()
-        self._post(key, len(data), digest, [data])
+        self.wire.post(key, len(data), digest, [data])
         info = ObjectInfo(key, len(data), digest)
         self._written[key] = _Written(info, data=data)
         return info
@@ -584,7 +653,7 @@ class GrantStore(Store):
                     yield chunk
 
         try:
-            self._post(key, size, digest, chunks())
+            self.wire.post(key, size, digest, chunks())
         except OSError as exc:
             raise StorageError(f"put {src} -> {self.url(key)} failed while reading: {exc.strerror}") from exc
         finally:
