@@ -22,6 +22,7 @@ from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
 from runbook_lib.interrupt import Interrupts
 from runbook_lib.manifest import read_chain, sha256_file
+from runbook_lib.providers.base import plan_stop
 from runbook_lib.providers.local import LocalProvider
 from runbook_lib.recompute import recompute_run
 from runbook_lib.report import remote_references
@@ -286,7 +287,7 @@ def test_a_slice_that_fails_its_gates_restores_the_source_route(make_params, tmp
         assert cli_main(["phase", pid, *args]) == 0, pid
     target = json.loads((run_dir / "04_compare_production.json").read_text())["data"]["endpoints"]["target"]
     prov = LocalProvider(root=tmp_path / ".runbook" / "local")
-    stop = prov.plan_stop(target, dry_run=False)
+    stop = plan_stop(prov, target, dry_run=False)
     prov.apply(stop, Approval(stop.fingerprint, "test", "2026-11-30T00:00:00Z", "drill: the target's workers die"))
     assert cli_main(["phase", "05", *args]) == 0
     cut = json.loads((run_dir / "05_cutover.json").read_text())["data"]

@@ -14,7 +14,7 @@ from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
 from runbook_lib.measure import JobClient, served_status
 from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
-from runbook_lib.providers.base import EndpointSpec, PodSpec
+from runbook_lib.providers.base import EndpointSpec, PodSpec, plan_stop
 from runbook_lib.providers.local import LocalProvider
 from runbook_lib.providers.offers import filter_offers
 
@@ -81,7 +81,7 @@ def test_stop_keeps_volume_and_kills_process(tmp_path: Path) -> None:
     while not (Path(pod.volume_dir) / "v").exists() and time.time() < deadline:
         time.sleep(0.05)
     pid = json.loads((tmp_path / "state" / "pods" / pod.id / "pod.json").read_text())["pid"]
-    prov.apply(prov.plan_stop(pod.id, dry_run=False), _approve(prov.plan_stop(pod.id, dry_run=False), tmp_path))
+    prov.apply(plan_stop(prov, pod.id, dry_run=False), _approve(plan_stop(prov, pod.id, dry_run=False), tmp_path))
     st = prov.get(pod.id)
     assert st.state == "STOPPED"
     assert (Path(st.volume_dir) / "v").exists() and not (Path(st.container_dir) / "c").exists()

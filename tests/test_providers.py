@@ -13,7 +13,7 @@ from runbook_lib.errors import AuthError, BadRequest, NoCapacity, NotFound, Prov
 from runbook_lib.params import PROVIDER_TABLE, load_params
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.api import KeySource, retry_after_s
-from runbook_lib.providers.base import EndpointSpec, PodSpec
+from runbook_lib.providers.base import EndpointSpec, PodSpec, plan_start, plan_stop
 from runbook_lib.providers.fixtures import FIXTURE_KEY, SOURCE_POD, FixtureApi, fixture_api
 from runbook_lib.providers.offers import canonical_gpu, filter_offers
 
@@ -161,7 +161,7 @@ def test_runpod_catalog_prices_per_gpu_times_count_and_cuda() -> None:
 def test_vast_capacity_tries_next_offer_and_destroys_a_failed_bid_contract() -> None:
     prov, fake, clock = remote("vast", script={"create": ["gone", "bid_fail", "ok"]})
     spec = remote_spec(prov, ("8812345", "8812501", "8812345"))("canary", (("run_id", "r-cap"),))
-    pod = prov.launch(spec)
+    pod = prov.lifecycle.launch(spec)
     outcomes = [(a.offer_id, a.outcome) for a in prov.attempts]
     assert outcomes == [("8812345", "no capacity"), ("8812501", "no capacity"), ("8812345", "ready")]
     left = prov.attempts[1].resource_id
@@ -177,7 +177,7 @@ def test_vast_oci_error_fails_readiness_fast_and_is_destroyed() -> None:
     prov, fake, _ = remote("vast", script={"poll": ["loading", "exited_oci_error"]})
     spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-oci"),))
     with pytest.raises(NoCapacity, match="OCI runtime create failed") as exc:
-        prov.launch(spec)
+        prov.lifecycle.launch(spec)
     assert "8812345: failed readiness" in str(exc.value)
     assert prov.attempts[0].outcome == "failed readiness"
     assert any(m == "DELETE" for m, _, _ in fake.requests)
@@ -186,9 +186,9 @@ def test_vast_oci_error_fails_readiness_fast_and_is_destroyed() -> None:
 def test_readiness_rechecks_the_machine_not_the_offer() -> None:
     prov, fake, _ = remote("vast")
     spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-hw"),))
-    iid = prov.create_on_offer(spec, "8812345", {})
+    iid = prov.lifecycle.create_on_offer(spec, "8812345", {})
     fake.state[iid].update(gpu_name="RTX 3090", disk_space=16.0)  # what the host really gave us
-    ready = prov.wait_ready(iid, spec, timeout_s=60, poll_s=1)
+    ready = prov.lifecycle.wait_ready(iid, spec, timeout_s=60, poll_s=1)
     assert not ready.ready and ready.final  # waiting cannot fix the wrong machine
     assert any("RTX 3090" in p for p in ready.problems) and any("16.0 GB disk" in p for p in ready.problems)
 
@@ -196,18 +196,18 @@ def test_readiness_rechecks_the_machine_not_the_offer() -> None:
 def test_unreachable_port_times_out_on_injected_clock() -> None:
     prov, _, clock = remote("vast", probe=lambda h, p: False)
     spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-port"),))
-    iid = prov.create_on_offer(spec, "8812345", {})
+    iid = prov.lifecycle.create_on_offer(spec, "8812345", {})
     from runbook_lib.errors import ProviderTimeout
 
     with pytest.raises(ProviderTimeout, match="not reachable"):
-        prov.wait_ready(iid, spec, timeout_s=30, poll_s=10)
+        prov.lifecycle.wait_ready(iid, spec, timeout_s=30, poll_s=10)
     assert clock.t >= 30 and clock.slept == [10, 10, 10]
 
 
 def test_outbid_instance_reports_interruption() -> None:
     prov, fake, _ = remote("vast", script={"poll": ["outbid_stopped"]})
     spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-bid"),))
-    iid = prov.create_on_offer(spec, "8812345", {})
+    iid = prov.lifecycle.create_on_offer(spec, "8812345", {})
     pod = prov.get(iid)
     assert pod.state == "STOPPED" and "outbid" in pod.status_detail
 
@@ -215,7 +215,7 @@ def test_outbid_instance_reports_interruption() -> None:
 def test_runpod_capacity_error_moves_on_and_records_tries() -> None:
     prov, fake, _ = remote("runpod", script={"create": ["capacity", "ok"]})
     spec = remote_spec(prov, ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"))("canary", (("run_id", "r-rp"),))
-    pod = prov.launch(spec)
+    pod = prov.lifecycle.launch(spec)
     assert [a.outcome for a in prov.attempts] == ["no capacity", "ready"]
     assert "no capacity" in prov.attempts[0].detail
     body = [b for m, p, b in fake.requests if m == "POST" and p.endswith("/v2/pods")][-1]
@@ -228,13 +228,13 @@ def test_runpod_422_is_a_bad_request_with_the_validation_messages() -> None:
     prov, _, _ = remote("runpod", script={"create": ["invalid"]})
     spec = remote_spec(prov, ("NVIDIA GeForce RTX 4090",))("canary", (("run_id", "r-422"),))
     with pytest.raises(BadRequest, match="mutually exclusive"):
-        prov.launch(spec)
+        prov.lifecycle.launch(spec)
 
 
 def test_runpod_429_honours_retry_after_then_succeeds() -> None:
     prov, _, clock = remote("runpod", script={"create": ["rate", "rate", "ok"]})
     spec = remote_spec(prov, ("NVIDIA GeForce RTX 4090",))("canary", (("run_id", "r-429"),))
-    prov.launch(spec)
+    prov.lifecycle.launch(spec)
     assert prov.api.waits_s == [2.0, 2.0]
 
 
@@ -255,7 +255,7 @@ def test_retry_after_and_ratelimit_headers() -> None:
 def test_vast_listing_follows_pages_and_destroy_404_is_gone() -> None:
     prov, fake, _ = remote("vast")
     spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-page"),))
-    iid = prov.create_on_offer(spec, "8812345", {})
+    iid = prov.lifecycle.create_on_offer(spec, "8812345", {})
     assert [p.id for p in prov.list(labels={"run_id": "r-page"})] == [iid]  # found on page 2
     for _ in range(2):  # the second answers 404 no_such_instance: already gone, not an error
         plan = prov.plan_destroy(iid, dry_run=False)
@@ -270,7 +270,7 @@ def test_runpod_spot_needs_graphql_option_and_maps_supply_constraint() -> None:
                    image="img:1", offers=("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"),
                    interruptible_bid_usd_per_hour=0.3)
     with pytest.warns(DeprecationWarning, match="GraphQL is deprecated"):
-        pod = prov.launch(spec)
+        pod = prov.lifecycle.launch(spec)
     assert [a.outcome for a in prov.attempts] == ["no capacity", "ready"] and pod.labels["run_id"] == "s"
 
 
@@ -415,12 +415,12 @@ def test_stop_then_start_is_planned_and_readiness_rechecks(name: str) -> None:
     prov, fake, _ = remote(name)
     offers = ranked(prov)
     spec = remote_spec(prov, offers[:1])("canary", (("run_id", f"r-ss-{name}"),))
-    pod = prov.launch(spec)
-    for action in ("stop", "start"):
-        plan = getattr(prov, f"plan_{action}")(pod.id, dry_run=False)
+    pod = prov.lifecycle.launch(spec)
+    for action, plan_of in (("stop", plan_stop), ("start", plan_start)):
+        plan = plan_of(prov, pod.id, dry_run=False)
         assert plan.action == action
         prov.apply(plan, approve(plan))
-    assert prov.readiness(prov.get(pod.id), spec).ready  # back, on the hardware asked for
+    assert prov.lifecycle.readiness(prov.get(pod.id), spec).ready  # back, on the hardware asked for
     changes = [(m, path, body) for m, path, body in fake.requests
                if path.endswith("/action") or (m == "PUT" and "/instances/" in path)]
     assert len(changes) == 2, changes  # one stop request, one start request
@@ -429,7 +429,7 @@ def test_stop_then_start_is_planned_and_readiness_rechecks(name: str) -> None:
 def test_stopped_instance_still_bills_and_is_destroyed_by_its_plan() -> None:
     prov, fake, _ = remote("vast", script={"poll": ["outbid_stopped"]})
     spec = remote_spec(prov, ("8812345",))("canary", (("run_id", "r-stop"),))
-    iid = prov.create_on_offer(spec, "8812345", {})
+    iid = prov.lifecycle.create_on_offer(spec, "8812345", {})
     assert prov.get(iid).state == "STOPPED"
     [listed] = prov.list(labels={"run_id": "r-stop"})
     assert listed.state == "STOPPED" and listed.price_usd_per_hour > 0  # storage keeps billing
@@ -441,7 +441,7 @@ def test_stopped_instance_still_bills_and_is_destroyed_by_its_plan() -> None:
 def test_remote_wait_ends_at_the_completion_marker_not_a_container_exit() -> None:
     prov, _, clock = remote("runpod")
     spec = remote_spec(prov, ranked(prov)[:1])("agent", (("run_id", "r-wait"),))
-    pod = prov.launch(spec)
+    pod = prov.lifecycle.launch(spec)
     marker = iter([False, False, True])  # the agent's result set appears on the third look
     done = prov.wait_exit(pod.id, timeout_s=600, poll_s=10, finished=lambda: next(marker))
     assert done.state == "RUNNING" and clock.slept == [10, 10]
@@ -467,8 +467,8 @@ def test_teardown_of_what_the_run_created_needs_no_second_approval(tmp_path: Pat
     prov, fake, _ = remote("runpod", profile=ctx.mig.source)
     ctx.resources.providers["source"] = prov
     spec = remote_spec(prov, ranked(prov)[:1])
-    ours = prov.launch(spec("ours", (("run_id", ctx.run_id), ("side", "source"))))
-    theirs = prov.launch(spec("theirs", (("run_id", "another-run"), ("side", "source"))))
+    ours = prov.lifecycle.launch(spec("ours", (("run_id", ctx.run_id), ("side", "source"))))
+    theirs = prov.lifecycle.launch(spec("theirs", (("run_id", "another-run"), ("side", "source"))))
     ctx.resources.destroy("source", ours.id)
     assert prov.is_gone(ours.id)
     assert ctx.evidence.plans[-1]["method"] == "teardown of a resource this run created under an approved launch"
@@ -489,7 +489,7 @@ def _creates(fake: FixtureApi) -> list[str]:
 def test_a_502_after_create_adopts_the_one_machine_it_made(name: str) -> None:
     prov, fake, _ = remote(name, script={"create": ["created_then_502"]})
     spec = remote_spec(prov, ranked(prov)[:2])("canary", (("run_id", "r-502"), ("role", "canary")))
-    pod = prov.launch(spec)
+    pod = prov.lifecycle.launch(spec)
     assert len(_creates(fake)) == 1  # one create request, never a second
     assert [r.id for r in prov.list(labels={"run_id": "r-502"})] == [pod.id]  # exactly one machine
     assert prov.attempts[0].outcome == "adopted" and "found" in prov.attempts[0].detail
@@ -514,7 +514,7 @@ def test_a_502_with_nothing_created_fails_without_a_second_create() -> None:
                             clock=lambda: 0.0, sleep=lambda s: None, probe=lambda h, p: True)
     spec = remote_spec(prov2, ("NVIDIA GeForce RTX 4090",))("canary", (("run_id", "r-none"),))
     with pytest.raises(ProviderError, match="nothing was created and nothing was retried"):
-        prov2.launch(spec)
+        prov2.lifecycle.launch(spec)
     assert calls == ["/v2/pods"]
 
 

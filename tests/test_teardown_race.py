@@ -21,7 +21,7 @@ import pytest
 from runbook_lib.approvals import Approval, require
 from runbook_lib.errors import ProviderError, StorageError
 from runbook_lib.measure import JobClient
-from runbook_lib.providers.base import EndpointSpec, Pod, PodSpec, Teardown
+from runbook_lib.providers.base import EndpointSpec, Pod, PodSpec, Teardown, plan_stop
 from runbook_lib.providers.local import LocalProvider
 from runbook_lib.storage.local import FileStore
 
@@ -182,7 +182,7 @@ def test_stop_races_like_destroy_and_keeps_the_volume(tmp_path: Path) -> None:
     prov = LocalProvider(root=tmp_path / "state",
                          on_teardown_step=lambda step, pids: _sigkill(pids[:1]) if step == "listed" else None)
     pod = _launch_tree(prov, tmp_path)
-    plan = prov.plan_stop(pod.id, dry_run=False)
+    plan = plan_stop(prov, pod.id, dry_run=False)
     done = prov.apply(plan, _approve(plan, tmp_path))
     assert isinstance(done, Teardown) and done.detail["volume"] == "kept"
     st = prov.get(pod.id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
@@ -341,41 +342,71 @@ class Attempt:
     at_s: float = 0.0
 
 
-class Provider(ABC):
-    """One GPU provider. Implementations supply the primitives; public calls are idempotent.
+class Lifecycle(ABC):
+    """The primitives behind :meth:`Provider.apply`: what creates, changes and destroys one
+    provider's resources, called only with an approved, non-dry-run plan; and whether a pod it
+    launched is usable. Each adapter supplies one, as its provider's ``lifecycle``.
 
-    Contract of stop and destroy (``_stop``/``_destroy``): idempotent and bounded in time. A
-    resource that disappears while it is being stopped or destroyed (listed, then gone before
-    its status is read, before it is signalled, or before it is waited on) is a success, never
-    an error; each returns a :class:`Teardown` saying what it found and did, once the resource
-    no longer bills and its container disk is gone.
+    Contract of stop and destroy: idempotent and bounded in time. A resource that disappears while
+    it is being stopped or destroyed (listed, then gone before its status is read, before it is
+    signalled, or before it is waited on) is a success, never an error; each returns what it did
+    (the ``detail`` of the :class:`Teardown` record), once the resource no longer bills and its
+    container disk is gone.
+    """
+
+    @abstractmethod
+    def launch(self, spec: PodSpec) -> Pod:
+        """Create and start one pod.
+
+        Raises:
+            NoCapacity: no machine could be had for it (remote providers, after their tries).
+        """
+
+    @abstractmethod
+    def create_endpoint(self, spec: EndpointSpec) -> Endpoint:
+        """Create an endpoint in ``spec.mode`` (a mode the provider cannot serve is refused when
+        it is planned, :meth:`Provider.plan_endpoint`)."""
+
+    @abstractmethod
+    def stop(self, resource_id: str) -> dict[str, Any] | None:
+        """Stop: compute released, storage kept (and, on some providers, still billed); returns
+        what it did (evidence)."""
+
+    @abstractmethod
+    def start(self, resource_id: str) -> None:
+        """Start a stopped pod again.
+
+        Raises:
+            ProviderError: the provider cannot restart a stopped resource (``capabilities().restart``).
+        """
+
+    @abstractmethod
+    def destroy(self, resource_id: str) -> dict[str, Any] | None:
+        """Destroy; a resource already gone is not an error; returns what it did (evidence)."""
+
+    def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:
+        """Whether a launched pod is usable now. Here: it is RUNNING (a remote provider also
+        re-checks ports and hardware)."""
+        ok = pod.state == "RUNNING"
+        return Readiness(ok, pod.state, [] if ok else [f"state {pod.state}: {pod.status_detail}"], host=pod.host)
+
+
+class Provider(ABC):
+    """One GPU provider, as the runbook calls it: capabilities, plans, :meth:`apply`, reads and
+    offers. Public calls are idempotent.
+
+    An adapter implements the abstract methods and its constructor (or ``create()`` factory) sets
+    :attr:`lifecycle` (what :meth:`apply` calls) and :attr:`attempts` (an empty list).
     """
 
     name: str = ""
-
-    @property
-    def attempts(self) -> list[Attempt]:
-        """Every try of this provider's capacity searches so far, in order (a provider that rents
-        no marketplace offers makes none); a phase records them and adds the interruptions it
-        handles."""
-        tries: list[Attempt] = self.__dict__.setdefault("_attempts", [])
-        return tries
-
-    def check_approval(self, plan: Plan, approval: Any) -> None:
-        """Refuse a plan that is not approved or belongs to another provider (before any call).
-
-        Raises:
-            ApprovalRequired: ``approval`` is missing or names another fingerprint.
-            ProviderError: the plan names another provider.
-        """
-        if approval is None or getattr(approval, "fingerprint", None) != plan.fingerprint:
-            raise ApprovalRequired(
-                f"plan {plan.action} {plan.target!r} (fingerprint {plan.fingerprint[:16]}...) is not approved")
-        if plan.provider != self.name:
-            raise ProviderError(f"plan is for provider {plan.provider!r}, not {self.name!r}", provider=self.name)
-
-    def close(self) -> None:  # noqa: B027 - deliberately empty: most providers hold no connection
-        """Release connections the provider holds (nothing for a provider without any)."""
+    dry_run_default: bool = True
+    """What a plan is when its caller does not say: a dry run (the local provider never dry-runs)."""
+    lifecycle: Lifecycle
+    """The primitives that create, change and destroy this provider's resources."""
+    attempts: list[Attempt]
+    """Every try of this provider's capacity searches so far, in order (a provider that rents no
+    marketplace offers makes none); a phase records them and adds the interruptions it handles."""
 
     def simulator(self, *, ask: bool = False) -> str:
         """The name a simulator gave for this provider's API in its answers so far (``runpod``),
@@ -394,11 +425,11 @@ class Provider(ABC):
     def capabilities(self) -> Capabilities:
         """Declared capabilities."""
 
-    @abstractmethod
-    def plan_launch(self, spec: PodSpec, *, dry_run: bool) -> Plan:
-        """Plan a pod launch (pure)."""
+    def plan_launch(self, spec: PodSpec, *, dry_run: bool | None = None) -> Plan:
+        """Plan a pod launch (pure); ``dry_run`` None: :attr:`dry_run_default`."""
+        return Plan(self.name, "launch_pod", spec.name, spec, spec.price_usd_per_hour, _dry(self, dry_run))
 
-    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool) -> Plan:
+    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool | None = None) -> Plan:
         """Plan an endpoint creation (pure); it bills ``workers`` times the worker price.
 
         Raises:
@@ -412,27 +443,12 @@ class Provider(ABC):
             raise ProviderError(f"{self.name} cannot serve a {spec.mode} endpoint in this runbook ({cap.detail}); set "
                                 f"endpoint_mode: {other} for this side, or choose a provider that has it",
                                 provider=self.name)
-        return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers, dry_run)
+        return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers,
+                    _dry(self, dry_run))
 
-    @abstractmethod
-    def plan_destroy(self, resource_id: str, *, dry_run: bool) -> Plan:
+    def plan_destroy(self, resource_id: str, *, dry_run: bool | None = None) -> Plan:
         """Plan the destruction of a pod or endpoint (pure)."""
-
-    def plan_stop(self, resource_id: str, *, dry_run: bool) -> Plan:
-        """Plan stopping a pod: compute released, its volume kept (pure)."""
-        return Plan(self.name, "stop", resource_id, None, 0.0, dry_run)
-
-    def plan_start(self, resource_id: str, *, dry_run: bool, price_usd_per_hour: float = 0.0) -> Plan:
-        """Plan restarting a stopped pod (it bills ``price_usd_per_hour`` again once running).
-
-        Raises:
-            ProviderError: the provider cannot restart a stopped resource (``capabilities().restart``).
-        """
-        restart = self.capabilities().restart
-        if not restart.supported:
-            raise ProviderError(f"{self.name} cannot start a stopped resource: {restart.detail}; launch a new pod "
-                                "instead", provider=self.name)
-        return Plan(self.name, "start", resource_id, None, price_usd_per_hour, dry_run)
+        return Plan(self.name, "destroy", resource_id, None, 0.0, _dry(self, dry_run))
 
     def job_client(self, endpoint_id: str, url: str, *, timeout_s: float = 120.0,
                    mode: str = "queue", clocks: JobClocks | None = None) -> JobClient | WorkerClient:
@@ -445,83 +461,32 @@ class Provider(ABC):
             return WorkerClient(url, timeout_s=timeout_s)
         return JobClient(url, timeout_s=timeout_s, **(clocks or {}))
 
-    def readiness(self, pod: Pod, spec: PodSpec) -> Readiness:
-        """Whether a launched pod is usable now. Here: it is RUNNING (a remote provider also
-        re-checks ports and hardware)."""
-        ok = pod.state == "RUNNING"
-        return Readiness(ok, pod.state, [] if ok else [f"state {pod.state}: {pod.status_detail}"], host=pod.host)
-
     def apply(self, plan: Plan, approval: Any) -> Pod | Endpoint | Teardown | None:
-        """Carry out ``plan`` once ``approval`` matches its fingerprint; a dry-run plan calls
-        nothing and returns None.
+        """Carry out ``plan`` once ``approval`` matches its fingerprint, through :attr:`lifecycle`;
+        a dry-run plan calls nothing and returns None.
 
         Returns:
             The pod or endpoint for ``launch_pod``, ``create_endpoint`` and ``start``; the
-            :class:`Teardown` record for ``stop`` and ``destroy``.
+            :class:`Teardown` record for ``stop`` and ``destroy`` (:func:`teardown`).
 
         Raises:
             ApprovalRequired: the approval is missing or names another plan (before any call).
-            ProviderError: an action this provider does not support.
+            ProviderError: an action this provider does not support, or the plan names another
+                provider (before any call).
         """
-        self.check_approval(plan, approval)
+        require_approval(plan, approval, self.name)
         if plan.dry_run:
             return None
         if plan.action == "launch_pod" and isinstance(plan.spec, PodSpec):
-            return self._launch(plan.spec)
+            return self.lifecycle.launch(plan.spec)
         if plan.action == "create_endpoint" and isinstance(plan.spec, EndpointSpec):
-            return self._create_endpoint(plan.spec)
+            return self.lifecycle.create_endpoint(plan.spec)
         if plan.action in ("destroy", "stop"):
-            return self.teardown(plan.action, plan.target)
+            return teardown(self, plan.action, plan.target)
         if plan.action == "start":
-            self._start(plan.target)
+            self.lifecycle.start(plan.target)
             return self.get(plan.target)
         raise ProviderError(f"unknown plan action {plan.action!r}", provider=self.name)
-
-    def teardown(self, action: str, resource_id: str) -> Teardown:
-        """Run ``_stop`` or ``_destroy`` and time it; called by :meth:`apply` only (approved).
-
-        Raises:
-            ProviderError: the resource still runs after the bounded teardown (the message names
-                what survived).
-        """
-        import time
-
-        if action not in ("stop", "destroy"):
-            raise ProviderError(f"teardown action must be 'stop' or 'destroy', got {action!r}", provider=self.name)
-        t0 = time.monotonic()
-        found: str
-        try:
-            found = self.get(resource_id).state
-        except NotFound:
-            found = "gone"
-        if found == "gone":  # nothing bills: stopping or destroying it is already done
-            detail: dict[str, Any] = {"note": "the provider no longer knows it: already destroyed"}
-        else:
-            primitive = self._stop if action == "stop" else self._destroy
-            detail = primitive(resource_id) or {}
-        return Teardown(resource_id, action, found, detail, round(time.monotonic() - t0, 3))
-
-    # Primitives behind apply (called only with an approved, non-dry-run plan).
-
-    @abstractmethod
-    def _launch(self, spec: PodSpec) -> Pod:
-        """Create and start one pod."""
-
-    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
-        raise ProviderError(f"{self.name} has no queue endpoints in this runbook "
-                            f"({self.capabilities().queue_endpoints.detail}); serve from a pod", provider=self.name)
-
-    @abstractmethod
-    def _stop(self, resource_id: str) -> dict[str, Any] | None:
-        """Stop: compute released, storage kept (and, on some providers, still billed); returns
-        what it did (evidence)."""
-
-    def _start(self, resource_id: str) -> None:
-        raise ProviderError(f"{self.name} cannot start a stopped resource; launch a new one", provider=self.name)
-
-    @abstractmethod
-    def _destroy(self, resource_id: str) -> dict[str, Any] | None:
-        """Destroy; a resource already gone is not an error; returns what it did (evidence)."""
 
     @abstractmethod
     def wait_exit(self, resource_id: str, *, timeout_s: float, finished: Callable[[], bool] | None = None) -> Pod:
@@ -580,3 +545,67 @@ class Provider(ABC):
     @abstractmethod
     def list(self, *, labels: dict[str, str]) -> list[Pod | Endpoint]:
         """Every resource (any state) whose labels include ``labels``."""
+
+
+def _dry(provider: Provider, dry_run: bool | None) -> bool:
+    return provider.dry_run_default if dry_run is None else dry_run
+
+
+def plan_stop(provider: Provider, resource_id: str, *, dry_run: bool | None = None) -> Plan:
+    """Plan stopping a pod of ``provider``: compute released, its volume kept (pure)."""
+    return Plan(provider.name, "stop", resource_id, None, 0.0, _dry(provider, dry_run))
+
+
+def plan_start(provider: Provider, resource_id: str, *, dry_run: bool | None = None,
+               price_usd_per_hour: float = 0.0) -> Plan:
+    """Plan restarting a stopped pod of ``provider`` (it bills ``price_usd_per_hour``, USD per
+    hour, again once running).
+
+    Raises:
+        ProviderError: the provider cannot restart a stopped resource (``capabilities().restart``).
+    """
+    restart = provider.capabilities().restart
+    if not restart.supported:
+        raise ProviderError(f"{provider.name} cannot start a stopped resource: {restart.detail}; launch a new pod "
+                            "instead", provider=provider.name)
+    return Plan(provider.name, "start", resource_id, None, price_usd_per_hour, _dry(provider, dry_run))
+
+
+def require_approval(plan: Plan, approval: Any, provider: str) -> None:
+    """Refuse a plan that is not approved or belongs to another provider than ``provider`` (the
+    registry name), before any call.
+
+    Raises:
+        ApprovalRequired: ``approval`` is missing or names another fingerprint.
+        ProviderError: the plan names another provider.
+    """
+    if approval is None or getattr(approval, "fingerprint", None) != plan.fingerprint:
+        raise ApprovalRequired(
+            f"plan {plan.action} {plan.target!r} (fingerprint {plan.fingerprint[:16]}...) is not approved")
+    if plan.provider != provider:
+        raise ProviderError(f"plan is for provider {plan.provider!r}, not {provider!r}", provider=provider)
+
+
+def teardown(provider: Provider, action: str, resource_id: str) -> Teardown:
+    """Run ``provider.lifecycle``'s ``stop`` or ``destroy`` on ``resource_id`` and time it, in
+    seconds; what :meth:`Provider.apply` does with an approved stop or destroy plan. A resource the
+    provider no longer knows is found ``"gone"`` and left alone: nothing bills.
+
+    Raises:
+        ProviderError: ``action`` is neither, or the resource still runs after the bounded
+            teardown (the message names what survived).
+    """
+    if action not in ("stop", "destroy"):
+        raise ProviderError(f"teardown action must be 'stop' or 'destroy', got {action!r}", provider=provider.name)
+    t0 = time.monotonic()
+    found: str
+    try:
+        found = provider.get(resource_id).state
+    except NotFound:
+        found = "gone"
+    if found == "gone":
+        detail: dict[str, Any] = {"note": "the provider no longer knows it: already destroyed"}
+    else:
+        life = provider.lifecycle
+        detail = (life.stop if action == "stop" else life.destroy)(resource_id) or {}
+    return Teardown(resource_id, action, found, detail, round(time.monotonic() - t0, 3))

@@ -31,7 +31,7 @@ from runbook_lib.approvals import Approval
 from runbook_lib.errors import NotFound, ProviderError
 from runbook_lib.providers import PROVIDERS, REMOTE
 from runbook_lib.providers.api import SIMULATOR_HEADER
-from runbook_lib.providers.base import PodSpec
+from runbook_lib.providers.base import PodSpec, plan_stop
 from runbook_lib.providers.fixtures import FixtureApi
 from runbook_lib.providers.local import LocalProvider
 from runbook_lib.providers.local.endpoint import LISTEN_BACKLOG
@@ -107,7 +107,7 @@ class Machines:
         """Stop ``rid``'s processes (compute released)."""
         local = self.ids.get(rid)
         if local is not None:
-            plan = self.local.plan_stop(local, dry_run=False)
+            plan = plan_stop(self.local, local, dry_run=False)
             self.local.apply(plan, _approval(plan))
 
     def destroy(self, rid: str) -> None:

@@ -15,7 +15,18 @@ import pytest
 
 from runbook_lib.approvals import Approval
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
-from runbook_lib.providers.base import Capabilities, Endpoint, EndpointSpec, Pod, PodSpec, Readiness, Teardown
+from runbook_lib.providers.base import (
+    Capabilities,
+    Endpoint,
+    EndpointSpec,
+    Lifecycle,
+    Pod,
+    PodSpec,
+    Readiness,
+    Teardown,
+    plan_start,
+    plan_stop,
+)
 
 
 @dataclass
@@ -47,6 +58,7 @@ class ProviderContract:
 
     def test_the_whole_interface_is_declared_and_answers(self, env: ProviderEnv) -> None:
         labels = (("run_id", "contract-iface"), ("role", "canary"))
+        assert isinstance(env.provider.lifecycle, Lifecycle) and env.provider.attempts == []  # set by the adapter
         plan = env.provider.plan_launch(env.spec("c-iface", labels), dry_run=False)
         pod = env.provider.apply(plan, approve(plan))
         assert isinstance(pod, Pod)
@@ -119,7 +131,7 @@ class ProviderContract:
         plan = env.provider.plan_launch(spec, dry_run=False)
         pod = env.provider.apply(plan, approve(plan))
         try:
-            ready = env.provider.readiness(env.provider.get(pod.id), spec)
+            ready = env.provider.lifecycle.readiness(env.provider.get(pod.id), spec)
             assert isinstance(ready, Readiness) and ready.ready and ready.state == "RUNNING", ready.problems
         finally:
             d = env.provider.plan_destroy(pod.id, dry_run=False)
@@ -130,22 +142,22 @@ class ProviderContract:
         plan = env.provider.plan_launch(spec, dry_run=False)
         pod = env.provider.apply(plan, approve(plan))
         try:
-            stop = env.provider.plan_stop(pod.id, dry_run=False)
+            stop = plan_stop(env.provider, pod.id, dry_run=False)
             assert stop.action == "stop" and stop.spec is None
             done = env.provider.apply(stop, approve(stop))
             assert isinstance(done, Teardown) and done.action == "stop"
             assert env.provider.get(pod.id).state in ("STOPPED", "EXITED")  # compute released ...
             assert not env.provider.is_gone(pod.id)  # ... the pod (and its volume) kept
             if env.provider.capabilities().restart.supported:
-                start = env.provider.plan_start(pod.id, dry_run=False, price_usd_per_hour=spec.price_usd_per_hour)
+                start = plan_start(env.provider, pod.id, dry_run=False, price_usd_per_hour=spec.price_usd_per_hour)
                 assert start.action == "start" and start.cost_usd_per_hour == spec.price_usd_per_hour
                 back = env.provider.apply(start, approve(start))
                 assert isinstance(back, Pod) and back.id == pod.id
-                assert env.provider.readiness(env.provider.get(pod.id), spec).ready
+                assert env.provider.lifecycle.readiness(env.provider.get(pod.id), spec).ready
             else:
                 before = env.writes()
                 with pytest.raises(ProviderError, match="cannot start a stopped resource"):
-                    env.provider.plan_start(pod.id, dry_run=False)
+                    plan_start(env.provider, pod.id, dry_run=False)
                 assert env.writes() == before
         finally:
             d = env.provider.plan_destroy(pod.id, dry_run=False)

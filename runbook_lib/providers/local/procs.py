@@ -162,6 +162,28 @@ def reap(pid: int) -> None:
         pass
 
 
+def leader_running(pid: int | None, created: float | None) -> bool:
+    """True while a resource's leader process (the one spawned at launch, ``pid`` created at
+    epoch second ``created``) runs. Identified by pid *and* creation time, so a pid reused by
+    another process after the leader was reaped reads as not running; a leader never started, or
+    exited before it could be identified (either None), does not run. An exited leader that is
+    our child is reaped here (no zombie is left)."""
+    import psutil
+
+    if not pid or created is None:
+        return False
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - created) > 0.01:
+            return False  # the pid now names another process
+    except psutil.NoSuchProcess:
+        return False
+    if running(p):
+        return True
+    reap(pid)  # our exited child (the kernel that launched it): collect it, leave no zombie
+    return False
+
+
 def stop(rid: str, volume_dir: str, *, term_grace_s: float = TERM_GRACE_S, kill_wait_s: float = KILL_WAIT_S,
          hook: StepHook | None = None) -> ProcessStop:
     """Stop every process of resource ``rid``: SIGTERM, wait ``term_grace_s`` seconds, SIGKILL

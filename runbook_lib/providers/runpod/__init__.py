@@ -45,7 +45,7 @@ from runbook_lib.providers.base import (
     payload_capabilities,
 )
 from runbook_lib.providers.offers import Offer, canonical_gpu
-from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
+from runbook_lib.providers.remote import RemoteLifecycle, RemoteProvider, decode_labels, encode_labels, launch_env
 from runbook_lib.providers.runpod.wire import CAPACITY_WORDS, JOB_URL, REST_URL, RunpodWire, classify
 
 PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
@@ -119,6 +119,38 @@ def _epoch(ts: str | None) -> float:
     return parse_iso(ts).timestamp() if ts else 0.0
 
 
+def pod_from_api(p: dict[str, Any], proxy_url: str) -> Pod:
+    """A pod as ``GET /v2/pods/{id}`` answers it; an HTTP port's address is its ``proxy_url``
+    address (``host:port``), a TCP port's the public IP and port."""
+    rt = p.get("runtime") or {}
+    ports: dict[str, str] = {}
+    for m in rt.get("ports") or []:
+        if m.get("type") == "http":
+            ports[f"{m['private']}/http"] = _netloc(proxy_url.format(pod_id=str(p["id"]), port=int(m["private"])))
+        elif m.get("public") and m.get("ip"):
+            ports[f"{m['private']}/tcp"] = f"{m['ip']}:{m['public']}"
+    gpu = p.get("gpu") or {}
+    host = {"gpu_name": gpu.get("id", ""), "gpu_count": gpu.get("count"), "cuda_max": p.get("cudaVersion") or "",
+            "disk_gb": p.get("disk"), "ports": ports, "data_center": p.get("dataCenterId"),
+            "image": p.get("image", ""), "env_names": sorted((p.get("env") or {}).keys())}
+    status = str(p.get("status", ""))
+    labels = decode_labels((p.get("env") or {}).get(LABELS_ENV))
+    return Pod(str(p["id"]), str(p.get("name", "")), STATE.get(status, "CREATED"), labels,  # type: ignore[arg-type]
+               float(p.get("cost") or 0.0), _epoch(p.get("createdAt")), None, None, "", "",
+               status_detail=status.lower(), host=host)
+
+
+def endpoint_from_api(e: dict[str, Any], job_url: str) -> Endpoint:
+    """A queue endpoint as ``GET /v2/serverless/{id}`` answers it; its URL is the job API's
+    ``/run`` address less ``/run``, else ``<job_url>/v2/{id}``."""
+    urls = e.get("requestUrls") or {}
+    url = urls.get("run", "").rsplit("/run", 1)[0] or f"{job_url}/v2/{e['id']}"
+    labels = decode_labels((e.get("env") or {}).get(LABELS_ENV))
+    workers = int((e.get("workers") or {}).get("max", 0))
+    return Endpoint(str(e["id"]), str(e.get("name", "")), "RUNNING", url, workers, labels, 0.0,
+                    _epoch(e.get("createdAt")))
+
+
 class RunpodProvider(RemoteProvider):
     """Runpod pods, queue endpoints, and load_balancing endpoints served by a pod through its
     HTTP proxy.
@@ -126,7 +158,8 @@ class RunpodProvider(RemoteProvider):
     Args:
         api: REST v2 client (base ``https://api.runpod.io``); its transport and key also serve
             the job API and GraphQL. Every Runpod request goes through :attr:`wire`
-            (:class:`~runbook_lib.providers.runpod.wire.RunpodWire`).
+            (:class:`~runbook_lib.providers.runpod.wire.RunpodWire`); what creates, stops and
+            destroys resources is its :attr:`lifecycle` (:class:`RunpodLifecycle`).
         **kwargs: see :class:`RemoteProvider`.
     """
 
@@ -207,100 +240,18 @@ class RunpodProvider(RemoteProvider):
                 extra={"pool": g.get("pool"), "max_count": g.get("maxCount", {}).get(cloud)}))
         return offers
 
-    # -- pods --------------------------------------------------------------------------------------
+    # -- reads -----------------------------------------------------------------------------------
 
-    def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
-        env = {**env, LABELS_ENV: encode_labels(dict(spec.labels))}
-        req = self.profile.offer if self.profile is not None else None
-        count = max(1, req.gpu_count_min) if req is not None else 1
-        if spec.interruptible_bid_usd_per_hour is not None:
-            return self._create_spot(spec, offer_id, env, count)
-        gpu: dict[str, Any] = {"id": offer_id, "count": count}
-        if req is not None and req.cuda_min:
-            gpu["minCudaVersion"] = req.cuda_min
-        body: dict[str, Any] = {"name": spec.name, "image": spec.image, "args": shlex.join(spec.command),
-                                "disk": int(round(spec.disk_gb)), "env": env, "ports": list(spec.ports),
-                                "cloud": req.cloud if req is not None else "SECURE", "gpu": gpu, "startSsh": False}
-        if spec.volume_gb > 0:  # the volume disk at /workspace survives a stop; Runpod's minimum is 10 GB
-            body["mounts"] = {"persistent": {"size": max(10, math.ceil(spec.volume_gb)), "path": "/workspace"}}
-        if req is not None and req.regions:
-            body["dataCenterIds"] = list(req.regions)
-        return str(self.wire.create_pod(body)["id"])
-
-    def _create_spot(self, spec: PodSpec, offer_id: str, env: dict[str, str], count: int) -> str:
-        """Spot pod over the deprecated GraphQL ``podRentInterruptable`` (REST v2 has none).
-        GraphQL reports client errors as HTTP 200 with ``errors``."""
-        if self.profile is None or not self.profile.runpod_graphql_spot:
-            raise ProviderError("Runpod spot pods need the deprecated GraphQL API; set runpod_graphql_spot: true",
-                                provider=self.name)
-        warnings.warn("Runpod GraphQL is deprecated and retires in early 2027; spot pods may then be unavailable "
-                      "through the API", DeprecationWarning, stacklevel=2)
-        bid = float(spec.interruptible_bid_usd_per_hour or 0) / count
-        query = ("mutation($input: PodRentInterruptableInput!) { podRentInterruptable(input: $input) "
-                 "{ id desiredStatus imageName machineId } }")
-        variables = {"input": {"name": spec.name, "imageName": spec.image, "gpuTypeId": offer_id, "bidPerGpu": bid,
-                               "cloudType": self.profile.offer.cloud, "gpuCount": count,
-                               "containerDiskInGb": int(round(spec.disk_gb)), "ports": ",".join(spec.ports),
-                               "dockerArgs": shlex.join(spec.command),
-                               "env": [{"key": k, "value": v} for k, v in env.items()]}}
-        out = self.wire.rent_spot(query, variables)
-        errors = out.get("errors") or []
-        if errors:
-            codes = {str((e.get("extensions") or {}).get("code", "")) for e in errors}
-            msg = "; ".join(str(e.get("message", "")) for e in errors)[:300]
-            if "SUPPLY_CONSTRAINT" in codes or any(w in msg.lower() for w in CAPACITY_WORDS):
-                raise NoCapacity(f"no spot capacity for {offer_id}: {msg}", provider=self.name)
-            raise ProviderError(f"GraphQL podRentInterruptable failed: {msg}", provider=self.name)
-        return str(out["data"]["podRentInterruptable"]["id"])
-
-    def _pod(self, p: dict[str, Any]) -> Pod:
-        rt = p.get("runtime") or {}
-        ports: dict[str, str] = {}
-        for m in rt.get("ports") or []:
-            if m.get("type") == "http":
-                ports[f"{m['private']}/http"] = _netloc(self.proxy(str(p["id"]), int(m["private"])))
-            elif m.get("public") and m.get("ip"):
-                ports[f"{m['private']}/tcp"] = f"{m['ip']}:{m['public']}"
-        gpu = p.get("gpu") or {}
-        host = {"gpu_name": gpu.get("id", ""), "gpu_count": gpu.get("count"), "cuda_max": p.get("cudaVersion") or "",
-                "disk_gb": p.get("disk"), "ports": ports, "data_center": p.get("dataCenterId"),
-                "image": p.get("image", ""), "env_names": sorted((p.get("env") or {}).keys())}
-        status = str(p.get("status", ""))
-        labels = decode_labels((p.get("env") or {}).get(LABELS_ENV))
-        return Pod(str(p["id"]), str(p.get("name", "")), STATE.get(status, "CREATED"), labels,  # type: ignore[arg-type]
-                   float(p.get("cost") or 0.0), _epoch(p.get("createdAt")), None, None, "", "",
-                   status_detail=status.lower(), host=host)
-
-    def _fetch(self, resource_id: str) -> Pod:
+    def fetch(self, resource_id: str) -> Pod:
         try:
-            return self._pod(self.wire.get_pod(resource_id))
+            return pod_from_api(self.wire.get_pod(resource_id), self.proxy_url)
         except NotFound:
             raise NotFound(f"runpod: no pod {resource_id} (terminated or never created)", provider=self.name,
                            resource_id=resource_id) from None
 
     def _list_raw(self) -> list[Pod | Endpoint]:
-        out: list[Pod | Endpoint] = [self._pod(p) for p in self.wire.list_pods()]
-        return out + [self._endpoint(e) for e in self.wire.list_endpoints()]
-
-    def _stop(self, resource_id: str) -> dict[str, Any]:
-        self.wire.pod_action(resource_id, "stop")
-        return {"request": f"POST /v2/pods/{resource_id}/action stop", "answer": "accepted"}
-
-    def _start(self, resource_id: str) -> None:
-        """``POST /v2/pods/{id}/action {"action": "start"}``; a stopped pod is tied to its machine and
-        may come back with zero GPUs (runpod/docs pods/troubleshooting/zero-gpus.mdx): readiness re-checks."""
-        self.wire.pod_action(resource_id, "start")
-
-    def _destroy(self, resource_id: str) -> dict[str, Any]:
-        """``DELETE /v2/pods/{id}``, else ``DELETE /v2/serverless/{id}``; 404 on both means gone."""
-        for path in (f"/v2/pods/{resource_id}", f"/v2/serverless/{resource_id}"):
-            try:
-                self.wire.delete(path)
-                return {"request": f"DELETE {path}", "answer": "deleted"}
-            except NotFound:
-                continue
-        return {"request": f"DELETE /v2/pods/{resource_id}, /v2/serverless/{resource_id}",
-                "answer": "404 on both: already gone"}
+        out: list[Pod | Endpoint] = [pod_from_api(p, self.proxy_url) for p in self.wire.list_pods()]
+        return out + [endpoint_from_api(e, self.job_url) for e in self.wire.list_endpoints()]
 
     def get(self, resource_id: str) -> Pod | Endpoint:
         """A pod, else a queue endpoint, with that id.
@@ -309,16 +260,16 @@ class RunpodProvider(RemoteProvider):
             NotFound: neither exists (terminated or never created).
         """
         try:
-            return self._fetch(resource_id)
+            return self.fetch(resource_id)
         except NotFound:
             pass
         try:
-            return self._endpoint(self.wire.get_endpoint(resource_id))
+            return endpoint_from_api(self.wire.get_endpoint(resource_id), self.job_url)
         except NotFound:
             raise NotFound(f"runpod: no pod or endpoint {resource_id} (terminated or never created)",
                            provider=self.name, resource_id=resource_id) from None
 
-    # -- serverless ----------------------------------------------------------------------------
+    # -- endpoints -------------------------------------------------------------------------------
 
     def proxy(self, pod_id: str, port: int) -> str:
         """The URL of ``pod_id``'s HTTP ``port`` through Runpod's proxy (``proxy_url`` in params,
@@ -326,8 +277,8 @@ class RunpodProvider(RemoteProvider):
         are filled in)."""
         return self.proxy_url.format(pod_id=pod_id, port=port)
 
-    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool) -> Plan:
-        """As :meth:`RemoteProvider.plan_endpoint`; a queue endpoint's GPU pools are resolved here
+    def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool | None = None) -> Plan:
+        """As :meth:`Provider.plan_endpoint`; a queue endpoint's GPU pools are resolved here
         (:func:`serverless_pools` from ``spec.gpu_types``, else the profile's ``offer.gpu_names``),
         so the plan shows, and its approval covers, the pools the endpoint is created with.
 
@@ -338,57 +289,6 @@ class RunpodProvider(RemoteProvider):
             names = tuple(self.profile.offer.gpu_names) if self.profile is not None else ()
             spec = replace(spec, gpu_types=serverless_pools(spec.gpu_types, names))
         return super().plan_endpoint(spec, dry_run=dry_run)
-
-    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
-        if spec.mode == "load_balancing":
-            return self._create_direct(spec)
-        env = {**self._env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
-        body = {"name": spec.name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types),
-                                                                                 "count": 1},
-                "workers": {"min": spec.active_workers or 0, "max": spec.workers,
-                            "idleTimeout": max(1, round(spec.idle_timeout_s))},
-                "timeout": int(spec.execution_timeout_s * 1000), "env": env}
-        try:
-            return self._endpoint(self.wire.create_endpoint(body))
-        except CreateOutcomeUnknown as exc:
-            found = self.adopt(spec.name, dict(spec.labels), exc)
-            if not isinstance(found, Endpoint):
-                raise ProviderError(f"{self.name}: after an unclear answer to creating endpoint {spec.name!r}, "
-                                    f"{found.id} carries its labels but is not an endpoint; run `runbook cleanup`",
-                                    provider=self.name) from exc
-            return found
-
-    def _create_direct(self, spec: EndpointSpec) -> Endpoint:
-        """A ``load_balancing`` endpoint: a pod, on the first ranked GPU type that becomes ready,
-        running the ``direct`` worker (:mod:`runbook_lib.providers.local.endpoint`) on HTTP port
-        ``spec.port``, reached through the pod's proxy URL. The proxy answers 502 until the worker
-        listens (it binds once its model is loaded), so the endpoint is ready when ``GET /ping``
-        answers 200, within ``offer.ready_timeout_s``; a pod that never answers is destroyed.
-
-        Raises:
-            NoCapacity: no ranked GPU type gave a pod. ProviderTimeout: the worker never answered.
-        """
-        pod = self.launch_direct_worker(spec, f"{spec.port}/http")
-        url = self.proxy(pod.id, spec.port)
-        wait_s = self.profile.offer.ready_timeout_s if self.profile is not None else 1200.0
-        deadline = self._clock() + wait_s
-        while not self._http_probe(f"{url}/ping"):
-            if self._clock() >= deadline:
-                self._destroy(pod.id)
-                raise ProviderTimeout(f"{self.name}: the worker on pod {pod.id} did not answer GET {url}/ping with 200 "
-                                      f"within {wait_s:.0f} s (its model may not load, or it does not listen on port "
-                                      f"{spec.port}); the pod was destroyed", provider=self.name, resource_id=pod.id)
-            self._sleep(self.poll_s)
-        return Endpoint(pod.id, pod.name, pod.state, url, 1, pod.labels, pod.price_usd_per_hour, pod.created_at,
-                        mode="load_balancing")
-
-    def _endpoint(self, e: dict[str, Any]) -> Endpoint:
-        urls = e.get("requestUrls") or {}
-        url = urls.get("run", "").rsplit("/run", 1)[0] or f"{self.job_url}/v2/{e['id']}"
-        labels = decode_labels((e.get("env") or {}).get(LABELS_ENV))
-        workers = int((e.get("workers") or {}).get("max", 0))
-        return Endpoint(str(e["id"]), str(e.get("name", "")), "RUNNING", url, workers, labels, 0.0,
-                        _epoch(e.get("createdAt")))
 
     def workers(self, endpoint_id: str) -> list[dict[str, Any]]:
         """``GET /v2/serverless/{id}/workers``: each worker's id and status (RUNNING, IDLE,
@@ -436,6 +336,138 @@ class RunpodProvider(RemoteProvider):
         return JobClient(base, http=http, **(clocks or {}))
 
 
+class RunpodLifecycle(RemoteLifecycle):
+    """What creates, stops, starts and destroys Runpod resources: pods (REST v2, or spot pods over
+    GraphQL), queue endpoints (serverless), and ``load_balancing`` endpoints served by a pod."""
+
+    provider: RunpodProvider
+
+    def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
+        """``POST /v2/pods`` for ``spec`` on GPU type ``offer_id`` (the profile's GPU count, cloud,
+        CUDA floor and data centers), its labels in ``RUNBOOK_LABELS``; with a bid, a spot pod
+        (:meth:`_create_spot`). Returns the pod id.
+
+        Raises:
+            NoCapacity: no instance of that GPU type is free. ProviderError: a spot bid without
+                ``runpod_graphql_spot``.
+        """
+        env = {**env, LABELS_ENV: encode_labels(dict(spec.labels))}
+        req = self.provider.profile.offer if self.provider.profile is not None else None
+        count = max(1, req.gpu_count_min) if req is not None else 1
+        if spec.interruptible_bid_usd_per_hour is not None:
+            return self._create_spot(spec, offer_id, env, count)
+        gpu: dict[str, Any] = {"id": offer_id, "count": count}
+        if req is not None and req.cuda_min:
+            gpu["minCudaVersion"] = req.cuda_min
+        body: dict[str, Any] = {"name": spec.name, "image": spec.image, "args": shlex.join(spec.command),
+                                "disk": int(round(spec.disk_gb)), "env": env, "ports": list(spec.ports),
+                                "cloud": req.cloud if req is not None else "SECURE", "gpu": gpu, "startSsh": False}
+        if spec.volume_gb > 0:  # the volume disk at /workspace survives a stop; Runpod's minimum is 10 GB
+            body["mounts"] = {"persistent": {"size": max(10, math.ceil(spec.volume_gb)), "path": "/workspace"}}
+        if req is not None and req.regions:
+            body["dataCenterIds"] = list(req.regions)
+        return str(self.provider.wire.create_pod(body)["id"])
+
+    def _create_spot(self, spec: PodSpec, offer_id: str, env: dict[str, str], count: int) -> str:
+        """Spot pod over the deprecated GraphQL ``podRentInterruptable`` (REST v2 has none).
+        GraphQL reports client errors as HTTP 200 with ``errors``."""
+        prov = self.provider
+        if prov.profile is None or not prov.profile.runpod_graphql_spot:
+            raise ProviderError("Runpod spot pods need the deprecated GraphQL API; set runpod_graphql_spot: true",
+                                provider=prov.name)
+        warnings.warn("Runpod GraphQL is deprecated and retires in early 2027; spot pods may then be unavailable "
+                      "through the API", DeprecationWarning, stacklevel=2)
+        bid = float(spec.interruptible_bid_usd_per_hour or 0) / count
+        query = ("mutation($input: PodRentInterruptableInput!) { podRentInterruptable(input: $input) "
+                 "{ id desiredStatus imageName machineId } }")
+        variables = {"input": {"name": spec.name, "imageName": spec.image, "gpuTypeId": offer_id, "bidPerGpu": bid,
+                               "cloudType": prov.profile.offer.cloud, "gpuCount": count,
+                               "containerDiskInGb": int(round(spec.disk_gb)), "ports": ",".join(spec.ports),
+                               "dockerArgs": shlex.join(spec.command),
+                               "env": [{"key": k, "value": v} for k, v in env.items()]}}
+        out = prov.wire.rent_spot(query, variables)
+        errors = out.get("errors") or []
+        if errors:
+            codes = {str((e.get("extensions") or {}).get("code", "")) for e in errors}
+            msg = "; ".join(str(e.get("message", "")) for e in errors)[:300]
+            if "SUPPLY_CONSTRAINT" in codes or any(w in msg.lower() for w in CAPACITY_WORDS):
+                raise NoCapacity(f"no spot capacity for {offer_id}: {msg}", provider=prov.name)
+            raise ProviderError(f"GraphQL podRentInterruptable failed: {msg}", provider=prov.name)
+        return str(out["data"]["podRentInterruptable"]["id"])
+
+    def stop(self, resource_id: str) -> dict[str, Any]:
+        """``POST /v2/pods/{id}/action {"action": "stop"}``."""
+        self.provider.wire.pod_action(resource_id, "stop")
+        return {"request": f"POST /v2/pods/{resource_id}/action stop", "answer": "accepted"}
+
+    def start(self, resource_id: str) -> None:
+        """``POST /v2/pods/{id}/action {"action": "start"}``; a stopped pod is tied to its machine and
+        may come back with zero GPUs (runpod/docs pods/troubleshooting/zero-gpus.mdx): readiness re-checks."""
+        self.provider.wire.pod_action(resource_id, "start")
+
+    def destroy(self, resource_id: str) -> dict[str, Any]:
+        """``DELETE /v2/pods/{id}``, else ``DELETE /v2/serverless/{id}``; 404 on both means gone."""
+        for path in (f"/v2/pods/{resource_id}", f"/v2/serverless/{resource_id}"):
+            try:
+                self.provider.wire.delete(path)
+                return {"request": f"DELETE {path}", "answer": "deleted"}
+            except NotFound:
+                continue
+        return {"request": f"DELETE /v2/pods/{resource_id}, /v2/serverless/{resource_id}",
+                "answer": "404 on both: already gone"}
+
+    def create_endpoint(self, spec: EndpointSpec) -> Endpoint:
+        """A queue endpoint (``POST /v2/serverless``, workers on ``spec.gpu_types`` pools), adopted
+        by its labels after an unclear answer; a ``load_balancing`` one is a pod (:meth:`_create_direct`).
+
+        Raises:
+            ProviderError: what an unclear answer left is not one endpoint (:meth:`adopt`).
+        """
+        prov = self.provider
+        if spec.mode == "load_balancing":
+            return self._create_direct(spec)
+        env = {**launch_env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
+        body = {"name": spec.name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types),
+                                                                                 "count": 1},
+                "workers": {"min": spec.active_workers or 0, "max": spec.workers,
+                            "idleTimeout": max(1, round(spec.idle_timeout_s))},
+                "timeout": int(spec.execution_timeout_s * 1000), "env": env}
+        try:
+            return endpoint_from_api(prov.wire.create_endpoint(body), prov.job_url)
+        except CreateOutcomeUnknown as exc:
+            found = self.adopt(spec.name, dict(spec.labels), exc)
+            if not isinstance(found, Endpoint):
+                raise ProviderError(f"{prov.name}: after an unclear answer to creating endpoint {spec.name!r}, "
+                                    f"{found.id} carries its labels but is not an endpoint; run `runbook cleanup`",
+                                    provider=prov.name) from exc
+            return found
+
+    def _create_direct(self, spec: EndpointSpec) -> Endpoint:
+        """A ``load_balancing`` endpoint: a pod, on the first ranked GPU type that becomes ready,
+        running the ``direct`` worker (:mod:`runbook_lib.providers.local.endpoint`) on HTTP port
+        ``spec.port``, reached through the pod's proxy URL. The proxy answers 502 until the worker
+        listens (it binds once its model is loaded), so the endpoint is ready when ``GET /ping``
+        answers 200, within ``offer.ready_timeout_s``; a pod that never answers is destroyed.
+
+        Raises:
+            NoCapacity: no ranked GPU type gave a pod. ProviderTimeout: the worker never answered.
+        """
+        prov = self.provider
+        pod = self.launch_direct_worker(spec, f"{spec.port}/http")
+        url = prov.proxy(pod.id, spec.port)
+        wait_s = prov.profile.offer.ready_timeout_s if prov.profile is not None else 1200.0
+        deadline = prov.clock() + wait_s
+        while not prov.http_probe(f"{url}/ping"):
+            if prov.clock() >= deadline:
+                self.destroy(pod.id)
+                raise ProviderTimeout(f"{prov.name}: the worker on pod {pod.id} did not answer GET {url}/ping with 200 "
+                                      f"within {wait_s:.0f} s (its model may not load, or it does not listen on port "
+                                      f"{spec.port}); the pod was destroyed", provider=prov.name, resource_id=pod.id)
+            prov.sleep(prov.poll_s)
+        return Endpoint(pod.id, pod.name, pod.state, url, 1, pod.labels, pod.price_usd_per_hour, pod.created_at,
+                        mode="load_balancing")
+
+
 def create(*, root: Any = None, profile: Any = None, transport: Any = None, key: KeySource | None = None,
            **kwargs: Any) -> RunpodProvider:
     """Registry factory: the key comes from ``profile.api_key_ref`` or Runpod's standard places."""
@@ -445,6 +477,7 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
                     sleep=kwargs.get("sleep", time.sleep))
     prov = RunpodProvider(api=api, profile=profile, **kwargs)
     prov.wire = RunpodWire(api)
+    prov.lifecycle = RunpodLifecycle(prov)
     prov.job_url = api_url(getattr(profile, "job_api_url", ""), JOB_URL_ENV, JOB_URL)
     prov.proxy_url = api_url(getattr(profile, "proxy_url", ""), PROXY_URL_ENV, PROXY_URL)
     return prov

@@ -34,7 +34,7 @@ from runbook_lib.providers.base import (
     payload_capabilities,
 )
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
-from runbook_lib.providers.remote import RemoteProvider, decode_labels, encode_labels
+from runbook_lib.providers.remote import RemoteLifecycle, RemoteProvider, decode_labels, encode_labels
 from runbook_lib.providers.vast.wire import BASE_URL, VastWire
 
 BASE_URL_ENV = "RUNBOOK_VAST_API_URL"  # overrides BASE_URL unless params set api_url
@@ -114,8 +114,34 @@ def _offer(o: dict[str, Any]) -> Offer:
                "driver_version": o.get("driver_version")})
 
 
+def pod_from_api(i: dict[str, Any], rid: str = "") -> Pod:
+    """An instance as ``GET /api/v0/instances/{id}/`` answers it (``rid``: its id when the answer
+    leaves it out); an outbid interruptible instance is ``interrupted``, its data kept."""
+    ports: dict[str, str] = {}
+    ip = (i.get("public_ipaddr") or "").strip()  # Vast pads it with whitespace (dstack strips it)
+    for key, maps in (i.get("ports") or {}).items():
+        if maps and ip:
+            ports[key] = f"{ip}:{int(maps[0]['HostPort'])}"  # HostPort is a string
+    status = i.get("actual_status")
+    detail = f"{status or 'provisioning'}: {i.get('status_msg') or ''}".strip()
+    outbid = status == "stopped" and i.get("intended_status") == "stopped" and "outbid" in (i.get("status_msg") or "")
+    if outbid:
+        detail = f"interrupted (outbid; data kept): {i.get('status_msg')}"
+    host = {"gpu_name": i.get("gpu_name", ""), "gpu_count": i.get("num_gpus"), "vram_mib": i.get("gpu_ram"),
+            "disk_gb": i.get("disk_space"),
+            "cuda_max": str(i["cuda_max_good"]) if i.get("cuda_max_good") is not None else "",
+            "public_ip": ip, "ports": ports, "image": i.get("image_uuid", ""),
+            "env_names": sorted(k for k, _ in (i.get("extra_env") or []))}
+    labels = decode_labels(i.get("label"))
+    name = labels.pop(NAME_LABEL, "") or str(i.get("label") or "")
+    return Pod(str(i.get("id", rid)), name, STATUS.get(status, "EXITED"),  # type: ignore[arg-type]
+               labels, float(i.get("dph_total") or 0.0), float(i.get("start_date") or 0.0),
+               i.get("end_date"), None, "", "", status_detail=detail, host=host, interrupted=outbid)
+
+
 class VastProvider(RemoteProvider):
-    """Vast.ai instances rented from offers."""
+    """Vast.ai instances rented from offers; what creates, stops and destroys them is its
+    :attr:`lifecycle` (:class:`VastLifecycle`)."""
 
     name = "vast"
     PROBE_PATH = "/api/v0/users/current/"
@@ -159,21 +185,46 @@ class VastProvider(RemoteProvider):
         names canonical). Callers still filter: the server can drop filters silently."""
         return [_offer(o) for o in self.wire.search(search_body(req, ports=ports))]
 
+    def fetch(self, resource_id: str) -> Pod:
+        inst = self.wire.instance(resource_id)
+        if inst is None:
+            raise NotFound(f"vast: no instance {resource_id} (destroyed or never created)", provider=self.name,
+                           resource_id=resource_id)
+        return pod_from_api(inst, resource_id)
+
+    def _list_raw(self) -> list[Pod | Endpoint]:
+        """Every instance, following ``next_token`` pages of ``/api/v1/instances/``."""
+        return [pod_from_api(i) for i in self.wire.instances()]
+
+
+class VastLifecycle(RemoteLifecycle):
+    """What creates, stops, starts and destroys Vast.ai instances (``load_balancing`` endpoints
+    are instances too)."""
+
+    provider: VastProvider
+
     def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
+        """``PUT /api/v0/asks/{offer_id}/`` for ``spec``: its labels and name in ``label``, each port
+        published ``-p N:N``, a bid making it interruptible. Returns the instance id.
+
+        Raises:
+            NoCapacity: the offer is gone, or the create failed (an instance it left is named, to
+                be destroyed).
+        """
         body: dict[str, Any] = {"client_id": "me", "image": spec.image, "disk": spec.disk_gb,
                                 "label": encode_labels({**dict(spec.labels), NAME_LABEL: spec.name}), "runtype": "args",
                                 "args": list(spec.command), "cancel_unavail": True,
                                 "env": {**env, **{f"-p {p.split('/')[0]}:{p.split('/')[0]}": "1" for p in spec.ports}}}
         if spec.interruptible_bid_usd_per_hour is not None:
             body["price"] = spec.interruptible_bid_usd_per_hour
-        out = self.wire.rent(offer_id, body)
+        out = self.provider.wire.rent(offer_id, body)
         if not out.get("success") or not out.get("new_contract"):
             contract = str(out.get("new_contract") or "")
-            raise NoCapacity(f"offer {offer_id}: create answered {out.get('error') or out}", provider=self.name,
-                             resource_id=contract)
+            raise NoCapacity(f"offer {offer_id}: create answered {out.get('error') or out}",
+                             provider=self.provider.name, resource_id=contract)
         return str(out["new_contract"])
 
-    def _create_endpoint(self, spec: EndpointSpec) -> Endpoint:
+    def create_endpoint(self, spec: EndpointSpec) -> Endpoint:
         """A ``load_balancing`` endpoint: an instance, on the first ranked offer that becomes ready,
         running the ``direct`` worker (:mod:`runbook_lib.providers.local.endpoint`) on container
         port ``spec.port``. Its URL is that port's mapping: a random external port on the host's
@@ -181,59 +232,28 @@ class VastProvider(RemoteProvider):
         Readiness probes the mapped port, which the worker binds once its model is loaded.
 
         Raises:
-            NoCapacity: no ranked offer became ready (the tries are in :attr:`attempts`).
+            NoCapacity: no ranked offer became ready (the tries are in the provider's ``attempts``).
         """
         port = f"{spec.port}/tcp"
         pod = self.launch_direct_worker(spec, port)
         return Endpoint(pod.id, pod.name, pod.state, f"http://{pod.host['ports'][port]}", 1, pod.labels,
                         pod.price_usd_per_hour, pod.created_at, mode="load_balancing")
 
-    def _pod(self, i: dict[str, Any], rid: str = "") -> Pod:
-        ports: dict[str, str] = {}
-        ip = (i.get("public_ipaddr") or "").strip()  # Vast pads it with whitespace (dstack strips it)
-        for key, maps in (i.get("ports") or {}).items():
-            if maps and ip:
-                ports[key] = f"{ip}:{int(maps[0]['HostPort'])}"  # HostPort is a string
-        status = i.get("actual_status")
-        detail = f"{status or 'provisioning'}: {i.get('status_msg') or ''}".strip()
-        outbid = status == "stopped" and i.get("intended_status") == "stopped" and "outbid" in (i.get("status_msg") or "")
-        if outbid:
-            detail = f"interrupted (outbid; data kept): {i.get('status_msg')}"
-        host = {"gpu_name": i.get("gpu_name", ""), "gpu_count": i.get("num_gpus"), "vram_mib": i.get("gpu_ram"),
-                "disk_gb": i.get("disk_space"),
-                "cuda_max": str(i["cuda_max_good"]) if i.get("cuda_max_good") is not None else "",
-                "public_ip": ip, "ports": ports, "image": i.get("image_uuid", ""),
-                "env_names": sorted(k for k, _ in (i.get("extra_env") or []))}
-        labels = decode_labels(i.get("label"))
-        name = labels.pop(NAME_LABEL, "") or str(i.get("label") or "")
-        return Pod(str(i.get("id", rid)), name, STATUS.get(status, "EXITED"),  # type: ignore[arg-type]
-                   labels, float(i.get("dph_total") or 0.0), float(i.get("start_date") or 0.0),
-                   i.get("end_date"), None, "", "", status_detail=detail, host=host, interrupted=outbid)
-
-    def _fetch(self, resource_id: str) -> Pod:
-        inst = self.wire.instance(resource_id)
-        if inst is None:
-            raise NotFound(f"vast: no instance {resource_id} (destroyed or never created)", provider=self.name,
-                           resource_id=resource_id)
-        return self._pod(inst, resource_id)
-
-    def _list_raw(self) -> list[Pod | Endpoint]:
-        """Every instance, following ``next_token`` pages of ``/api/v1/instances/``."""
-        return [self._pod(i) for i in self.wire.instances()]
-
-    def _stop(self, resource_id: str) -> dict[str, Any]:
-        self.wire.set_state(resource_id, "stopped")
+    def stop(self, resource_id: str) -> dict[str, Any]:
+        """``PUT /api/v0/instances/{id}/ {"state": "stopped"}``: its disk kept, and still billed."""
+        self.provider.wire.set_state(resource_id, "stopped")
         return {"request": f"PUT /api/v0/instances/{resource_id}/ state=stopped", "answer": "accepted"}
 
-    def _start(self, resource_id: str) -> None:
+    def start(self, resource_id: str) -> None:
         """``PUT /api/v0/instances/{id}/ {"state": "running"}``; it may wait if the GPU went to a
         higher-priority renter."""
-        self.wire.set_state(resource_id, "running")
+        self.provider.wire.set_state(resource_id, "running")
 
-    def _destroy(self, resource_id: str) -> dict[str, Any]:
+    def destroy(self, resource_id: str) -> dict[str, Any]:
+        """``DELETE /api/v0/instances/{id}/``; a 404 means it is already gone."""
         req = f"DELETE /api/v0/instances/{resource_id}/"
         try:
-            self.wire.destroy(resource_id)
+            self.provider.wire.destroy(resource_id)
         except NotFound:  # 404 no_such_instance: already gone (dstack treats it so too)
             return {"request": req, "answer": "404: already gone"}
         return {"request": req, "answer": "deleted"}
@@ -247,4 +267,5 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
                     transport=transport, classify=_classify, sleep=kwargs.get("sleep", time.sleep))
     prov = VastProvider(api=api, profile=profile, **kwargs)
     prov.wire = VastWire(api)
+    prov.lifecycle = VastLifecycle(prov)
     return prov
