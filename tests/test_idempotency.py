@@ -154,7 +154,7 @@ def test_results_above_the_response_limit_or_empty_are_failed_jobs_not_completed
     door = FrontDoor(worker_argv=[sys.executable, "-c", "import time; time.sleep(60)"], workers=1,
                      execution_timeout_s=30, ttl_s=60,
                      limits={"run_request_bytes": 100, "runsync_request_bytes": 100, "response_bytes": 50})
-    wid = next(iter(door.workers))  # a worker process that never polls: the test takes its jobs for it
+    wid = next(iter(door.pool.workers))  # a worker process that never polls: the test takes its jobs for it
     ids = [door.submit(i)["id"] for i in range(3)]
     taken = door.take(wid, 3)
     assert [t["id"] for t in taken] == ids
@@ -165,7 +165,7 @@ def test_results_above_the_response_limit_or_empty_are_failed_jobs_not_completed
     assert "62 bytes exceeds the endpoint's response limit of 50 bytes" in states[0]["error"]
     assert "no output" in states[1]["error"]
     assert door.take("w-gone", 1) == []  # a worker not on the books (stopped, replaced) takes nothing
-    for w in door.workers.values():
+    for w in door.pool.workers.values():
         w["proc"].kill()
         w["proc"].wait()
 
@@ -177,14 +177,14 @@ def test_a_job_is_delivered_at_most_max_deliveries_times() -> None:
                      execution_timeout_s=30, ttl_s=60)
     jid = door.submit(0.01)["id"]
     for n in range(1, MAX_DELIVERIES + 1):
-        wid = next(iter(door.workers))
+        wid = next(iter(door.pool.workers))
         assert [t["id"] for t in door.take(wid, 1)] == [jid]
-        door.workers[wid]["proc"].wait()  # the worker dies holding the job
+        door.pool.workers[wid]["proc"].wait()  # the worker dies holding the job
         door.sweep()
         assert door.public(jid)["deliveries"] == n
         assert door.public(jid)["status"] == ("IN_QUEUE" if n < MAX_DELIVERIES else "FAILED")
     assert "exited with code 3; delivered 3 times (the limit)" in door.public(jid)["error"]
-    for w in door.workers.values():
+    for w in door.pool.workers.values():
         w["proc"].wait()
 
 

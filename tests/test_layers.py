@@ -155,7 +155,6 @@ MAX_FUNCTION_LINES = 80
 MAX_METHODS = 15
 METHOD_DEBT = {
     "runbook_lib/workload/checkpoint_set.py:CheckpointWorkload": 18,
-    "runbook_lib/providers/local/endpoint.py:FrontDoor": 16,
 }
 """Classes over :data:`MAX_METHODS` today (issue 27's "no class has more than 15 methods" is not
 done for them): each may shrink, none may grow, and no other class may join them."""

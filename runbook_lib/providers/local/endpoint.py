@@ -74,68 +74,137 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = LISTEN_BACKLOG
 
 
-class FrontDoor:
-    """Job queue, job table and worker supervision for one endpoint.
+class WorkerPool:
+    """The worker processes of one queue endpoint, each ``initializing``, ``idle`` or ``running``,
+    scaled as Runpod's endpoint settings say (docs.runpod.io/serverless/endpoints, "Endpoint
+    settings"): ``active`` workers are kept running; up to ``maximum`` are started while jobs wait
+    with no idle or starting worker to take them; a worker beyond ``active`` that has been idle
+    ``idle_timeout_s`` seconds is stopped. ``active=0`` scales to zero, so the next job pays a cold
+    start (its ``init_s``). Holds no lock: the front door calls it holding its own.
 
-    Scaling follows Runpod's endpoint settings (docs.runpod.io/serverless/endpoints, "Endpoint
-    settings"): ``active`` workers are kept running; up to ``workers`` (the maximum) are started
-    while jobs wait with no idle or starting worker to take them; a worker beyond ``active`` that
-    has been idle ``idle_timeout_s`` seconds is stopped. ``active=0`` scales to zero, so the next
-    job pays a cold start (its ``init_s``)."""
+    Args:
+        argv: a worker's command (``--worker-id`` is added).
+        maximum: most workers at once. active: workers kept running (at most ``maximum``).
+        idle_timeout_s: seconds an idle worker beyond the active ones keeps running.
+    """
+
+    def __init__(self, argv: list[str], *, maximum: int, active: int, idle_timeout_s: float) -> None:
+        self.argv = argv
+        self.maximum = maximum
+        self.active = min(active, maximum)
+        self.idle_timeout_s = idle_timeout_s
+        self.workers: dict[str, dict[str, Any]] = {}
+        """Worker id -> ``proc`` (its Popen), ``state``, ``spawned_at``, ``ready_at``,
+        ``idle_since`` (epoch seconds) and ``jobs`` (the ids it holds)."""
+        self.cold_starts: list[dict[str, Any]] = []
+        for _ in range(self.active):
+            self.spawn()
+
+    def spawn(self) -> None:
+        """Start one worker process (``initializing`` until it reports ready)."""
+        wid = f"w-{secrets.token_hex(3)}"
+        proc = subprocess.Popen([*self.argv, "--worker-id", wid], stdin=subprocess.DEVNULL,
+                                env={**os.environ, SPAWNED_AT_ENV: repr(time.time())})
+        self.workers[wid] = {"proc": proc, "state": "initializing", "spawned_at": time.time(), "jobs": set()}
+
+    def ready(self, wid: str, init: dict[str, float]) -> bool:
+        """Worker ``wid`` has loaded its model: it is idle, and ``init`` (its initialisation split)
+        is kept as a cold start with the seconds from spawn to ready. False for a worker no longer
+        on the books."""
+        w = self.workers.get(wid)
+        if w is None:
+            return False
+        now = time.time()
+        w.update(state="idle", ready_at=now, idle_since=now)
+        self.cold_starts.append({"worker": wid, **init, "ready_after_spawn_s": now - w["spawned_at"]})
+        return True
+
+    def scale_up(self, queued: int) -> None:
+        """Start workers (up to the maximum) for the ``queued`` jobs that no idle or starting
+        worker will take."""
+        ready = sum(1 for w in self.workers.values() if w["state"] in ("idle", "initializing"))
+        for _ in range(min(queued - ready, self.maximum - len(self.workers))):
+            self.spawn()
+
+    def busy(self, wid: str, jids: set[str]) -> None:
+        """Worker ``wid`` now runs jobs ``jids``."""
+        w = self.workers.get(wid)
+        if w is not None:
+            w.update(state="running", jobs=jids)
+
+    def idle(self, wid: str, now: float) -> None:
+        """Worker ``wid`` finished its jobs at epoch second ``now``."""
+        w = self.workers.get(wid)
+        if w is not None:
+            w.update(state="idle", jobs=set(), idle_since=now)
+
+    def replace(self, wid: str) -> set[str] | None:
+        """Take worker ``wid`` off the books (killed if it still runs) and keep ``active`` workers
+        running; returns the job ids it held, or None when it was not on the books."""
+        w = self.workers.pop(wid, None)
+        if w is None:
+            return None
+        if w["proc"].poll() is None:
+            w["proc"].kill()
+        if len(self.workers) < self.active:
+            self.spawn()
+        return set(w["jobs"])
+
+    def exited(self) -> list[tuple[str, int]]:
+        """``(worker id, exit code)`` of every worker whose process has exited."""
+        return [(wid, code) for wid, w in list(self.workers.items()) if (code := w["proc"].poll()) is not None]
+
+    def scale_down(self, now: float) -> None:
+        """Stop the workers beyond ``active`` idle longer than ``idle_timeout_s`` at epoch second
+        ``now`` (the longest idle first)."""
+        idle = sorted((w["idle_since"], wid) for wid, w in self.workers.items() if w["state"] == "idle")
+        for since, wid in idle[:max(0, len(self.workers) - self.active)]:
+            if now - since > self.idle_timeout_s:
+                w = self.workers.pop(wid)
+                w["proc"].kill()
+                w["proc"].wait()
+
+    def states(self) -> dict[str, int]:
+        """How many workers are ``idle``, ``running`` and ``initializing``."""
+        counts = collections.Counter(w["state"] for w in self.workers.values())
+        return {k: counts[k] for k in ("idle", "running", "initializing")}
+
+
+class FrontDoor:
+    """Job queue and job table of one endpoint, served over its workers (:attr:`pool`, a
+    :class:`WorkerPool`, scaled as Runpod's endpoint settings say). One lock (:attr:`cond`)
+    guards both."""
 
     def __init__(self, *, worker_argv: list[str], workers: int, execution_timeout_s: float, ttl_s: float,
                  limits: dict[str, int] | None = None, active: int | None = None,
                  idle_timeout_s: float = 5.0) -> None:
         self.limits = dict(limits or PAYLOAD_LIMITS["queue"])
-        self.max_workers = workers
-        self.active = workers if active is None else min(active, workers)
-        self.idle_timeout_s = idle_timeout_s
         self.jobs: dict[str, dict[str, Any]] = {}
         self.queue: collections.deque[str] = collections.deque()
         self.cond = threading.Condition()
         self.execution_timeout_s = execution_timeout_s
         self.ttl_s = ttl_s
-        self.worker_argv = worker_argv
-        self.workers: dict[str, dict[str, Any]] = {}
         self.started_at = time.time()
-        self.cold_starts: list[dict[str, Any]] = []
-        for _ in range(self.active):
-            self._spawn_worker()
+        self.pool = WorkerPool(worker_argv, maximum=workers, active=workers if active is None else active,
+                               idle_timeout_s=idle_timeout_s)
 
     # -- workers -----------------------------------------------------------------------------
-
-    def _spawn_worker(self) -> None:
-        wid = f"w-{secrets.token_hex(3)}"
-        proc = subprocess.Popen([*self.worker_argv, "--worker-id", wid], stdin=subprocess.DEVNULL,
-                                env={**os.environ, SPAWNED_AT_ENV: repr(time.time())})
-        self.workers[wid] = {"proc": proc, "state": "initializing", "spawned_at": time.time(), "jobs": set()}
 
     def worker_ready(self, wid: str, init: dict[str, float]) -> None:
         """Worker ``wid`` has loaded its model: ``init`` is its initialisation split
         (:data:`INIT_PARTS` and ``init_s``, seconds) and ``gc_frozen_objects`` (the objects its
         load left, frozen out of later collections), kept as a cold start."""
         with self.cond:
-            w = self.workers.get(wid)
-            if w is None:
-                return
-            now = time.time()
-            w.update(state="idle", ready_at=now, idle_since=now)
-            self.cold_starts.append({"worker": wid, **init, "ready_after_spawn_s": now - w["spawned_at"]})
-            self.cond.notify_all()
-
-    def _scale_up(self) -> None:
-        """Start workers (up to the maximum) for jobs that no idle or starting worker will take."""
-        ready = sum(1 for w in self.workers.values() if w["state"] in ("idle", "initializing"))
-        for _ in range(min(len(self.queue) - ready, self.max_workers - len(self.workers))):
-            self._spawn_worker()
+            if self.pool.ready(wid, init):
+                self.cond.notify_all()
 
     def _replace_worker(self, wid: str, reason: str) -> None:
-        w = self.workers.pop(wid, None)
-        if w is None:
+        """Replace worker ``wid`` (:meth:`WorkerPool.replace`); each job it held IN_PROGRESS is
+        delivered again, first in the queue, or FAILED after :data:`MAX_DELIVERIES`."""
+        held = self.pool.replace(wid)
+        if held is None:
             return
-        if w["proc"].poll() is None:
-            w["proc"].kill()
-        for jid in w["jobs"]:
+        for jid in held:
             job = self.jobs.get(jid)
             if not job or job["status"] != "IN_PROGRESS":
                 continue
@@ -147,9 +216,7 @@ class FrontDoor:
                     job.pop(k, None)
                 job.update(status="IN_QUEUE", last_error=reason)
                 self.queue.appendleft(jid)
-        if len(self.workers) < self.active:
-            self._spawn_worker()
-        self._scale_up()
+        self.pool.scale_up(len(self.queue))
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -166,7 +233,7 @@ class FrontDoor:
                                                            self.execution_timeout_s * 1000) / 1000,
                               "ttl_s": float(policy.get("ttl") or self.ttl_s * 1000) / 1000}
             self.queue.append(jid)
-            self._scale_up()
+            self.pool.scale_up(len(self.queue))
             self.cond.notify_all()
             return self.public(jid)
 
@@ -219,7 +286,7 @@ class FrontDoor:
                     job.pop(k, None)
                 job.update(status="IN_QUEUE", retries=job.get("retries", 0) + 1, deliveries=0)
                 self.queue.append(jid)
-                self._scale_up()
+                self.pool.scale_up(len(self.queue))
                 self.cond.notify_all()
             return self.public(jid)
 
@@ -241,23 +308,21 @@ class FrontDoor:
         may outlive it, and a job handed to it would never be answered."""
         deadline = time.monotonic() + TAKE_WAIT_S
         with self.cond:
-            while not self.queue or wid not in self.workers:
+            while not self.queue or wid not in self.pool.workers:
                 left = deadline - time.monotonic()
-                if left <= 0 or wid not in self.workers:
+                if left <= 0 or wid not in self.pool.workers:
                     return []
                 self.cond.wait(left)
             taken: list[dict[str, Any]] = []
             now = time.time()
-            w = self.workers.get(wid)
+            w = self.pool.workers.get(wid)
             while self.queue and len(taken) < max_jobs:
                 jid = self.queue.popleft()
                 job = self.jobs[jid]
                 job.update(status="IN_PROGRESS", started_at=now, worker=wid, deliveries=job["deliveries"] + 1,
                            worker_ready_at=(w or {}).get("ready_at"))
                 taken.append({"id": jid, "input": job["input"]})
-            if w is not None:
-                w["state"] = "running"
-                w["jobs"] = {t["id"] for t in taken}
+            self.pool.busy(wid, {t["id"] for t in taken})
             return taken
 
     def done(self, wid: str, results: list[dict[str, Any]]) -> None:
@@ -279,40 +344,29 @@ class FrontDoor:
                     job.update(status="COMPLETED", output=r["output"])
                 job.update(completed_at=now, execution_s=r.get("execution_s"), batch_size=r.get("batch_size"),
                            replayed=bool(r.get("replayed")))
-            w = self.workers.get(wid)
-            if w is not None:
-                w.update(state="idle", jobs=set(), idle_since=now)
+            self.pool.idle(wid, now)
             self.cond.notify_all()
 
     def health(self) -> dict[str, Any]:
         with self.cond:
             counts = collections.Counter(j["status"] for j in self.jobs.values())
-            states = collections.Counter(w["state"] for w in self.workers.values())
             return {
                 "jobs": {"inQueue": counts["IN_QUEUE"], "inProgress": counts["IN_PROGRESS"],
                          "completed": counts["COMPLETED"], "failed": counts["FAILED"],
                          "cancelled": counts["CANCELLED"], "timedOut": counts["TIMED_OUT"]},
-                "workers": {"idle": states["idle"], "running": states["running"],
-                            "initializing": states["initializing"]},
-                "cold_starts": list(self.cold_starts),
+                "workers": self.pool.states(),
+                "cold_starts": list(self.pool.cold_starts),
             }
 
     def sweep(self) -> None:
-        """One pass of the reaper: replace workers that died (redelivering what they held),
-        time out jobs past their execution timeout (replacing their worker) and forget jobs
-        past their TTL."""
+        """One pass of the reaper: replace workers that died (redelivering what they held), stop
+        workers idle past the idle timeout beyond the active ones, time out jobs past their
+        execution timeout (replacing their worker) and forget jobs past their TTL."""
         with self.cond:
             now = time.time()
-            for wid, w in list(self.workers.items()):
-                code = w["proc"].poll()
-                if code is not None:
-                    self._replace_worker(wid, f"worker {wid} exited with code {code}")
-            idle = sorted((w["idle_since"], wid) for wid, w in self.workers.items() if w["state"] == "idle")
-            for since, wid in idle[:max(0, len(self.workers) - self.active)]:
-                if now - since > self.idle_timeout_s:  # scaled down: idle past the idle timeout
-                    w = self.workers.pop(wid)
-                    w["proc"].kill()
-                    w["proc"].wait()
+            for wid, code in self.pool.exited():
+                self._replace_worker(wid, f"worker {wid} exited with code {code}")
+            self.pool.scale_down(now)
             for jid, job in list(self.jobs.items()):
                 if job["status"] == "IN_PROGRESS" and now - job["started_at"] > job["execution_timeout_s"]:
                     job.update(status="TIMED_OUT", completed_at=now,
