@@ -153,9 +153,7 @@ def test_library_dependencies_are_stated_at_the_top_of_each_module() -> None:
 
 MAX_FUNCTION_LINES = 80
 MAX_METHODS = 15
-METHOD_DEBT = {
-    "runbook_lib/workload/checkpoint_set.py:CheckpointWorkload": 18,
-}
+METHOD_DEBT: dict[str, int] = {}
 """Classes over :data:`MAX_METHODS` today (issue 27's "no class has more than 15 methods" is not
 done for them): each may shrink, none may grow, and no other class may join them."""
 

@@ -74,12 +74,126 @@ def location(path: Path | str, *, env: dict[str, str] | None = None, cwd: Path |
     return {"path": str(path), "where": where, "volume_dir": vol or None}
 
 
+class FrozenCheckpoint:
+    """A frozen checkpoint: its files in one directory with :data:`CHECKPOINT_MANIFEST` (the
+    sha256 of each), verified against it on every restore.
+
+    Args:
+        root: the directory (a copy :meth:`freeze` made, or one exported from it).
+        tmp: the private directory holding ``root`` when :meth:`freeze` made it (removed by
+            :meth:`close`).
+
+    Raises:
+        CheckpointError: ``root`` has no manifest (it was never frozen).
+    """
+
+    def __init__(self, root: Path, tmp: tempfile.TemporaryDirectory[str] | None = None) -> None:
+        path = root / CHECKPOINT_MANIFEST
+        if not path.is_file():
+            raise CheckpointError(f"{root} has no {CHECKPOINT_MANIFEST}: it is not a frozen checkpoint; freeze it "
+                                  "in phase 01")
+        self.root = root
+        self.tmp = tmp
+        self.manifest: dict[str, str] = json.loads(path.read_text())
+
+    @classmethod
+    def freeze(cls, src: Path, *, host: str) -> FrozenCheckpoint:
+        """Copy the checkpoint file or directory at ``src`` into a private directory and write the
+        sha256 of every file next to them.
+
+        Raises:
+            CheckpointError: ``src`` does not exist on this host (``host``: the profile's name).
+        """
+        if not src.exists():
+            raise CheckpointError(f"workload.checkpoint {src} does not exist on this host ({host}); "
+                                  "name the checkpoint file or directory as this side sees it")
+        tmp = tempfile.TemporaryDirectory(prefix="checkpoint-")
+        dest = Path(tmp.name) / "checkpoint"
+        if src.is_file():
+            dest.mkdir()
+            shutil.copy2(src, dest / src.name)
+        else:
+            shutil.copytree(src, dest)
+        files = sorted((p for p in dest.rglob("*") if p.is_file()), key=lambda p: natural_key(str(p)))
+        manifest = {p.relative_to(dest).as_posix(): sha256_of(p) for p in files}
+        (dest / CHECKPOINT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+        return cls(dest, tmp)
+
+    def tensor_files(self) -> list[Path]:
+        """The tensor files (torch.save files, safetensors) a restore loads one by one."""
+        return list(iter_tensor_files(self.root))
+
+    def dcp_files(self) -> list[Path]:
+        """A torch distributed checkpoint's shards and metadata, when the root is one."""
+        if not (self.root / DCP_METADATA).is_file():
+            return []
+        return sorted(self.root.glob("*.distcp"), key=lambda p: natural_key(p.name)) + [self.root / DCP_METADATA]
+
+    def _verify(self, f: Path) -> str:
+        """The manifest's sha256 of ``f``, once the file's own matches it.
+
+        Raises:
+            CheckpointError: it does not (the file changed after it was frozen).
+        """
+        rel = f.relative_to(self.root).as_posix()
+        want = self.manifest.get(rel, "")
+        got = sha256_of(f)
+        if got != want:
+            raise CheckpointError(f"{rel}: sha256 {got[:16]}… does not match the frozen manifest's "
+                                  f"{want[:16] or 'missing'}…; the file changed after it was frozen. Freeze again")
+        return want
+
+    def restore(self, *, device: str, allow_globals: Any) -> dict[str, Any]:
+        """Read, verify and load every tensor file onto ``device`` (``allow_globals``: the
+        operator's, honoured for files matching the manifest); tensors keyed ``<file>/<name>``.
+
+        Raises:
+            CheckpointError: a file does not match the manifest, cannot be loaded safely, or there
+                is no tensor file.
+        """
+        state: dict[str, Any] = {}
+        for f in self.tensor_files():
+            want = self._verify(f)
+            loaded = load_state(f, device=device, allow_globals=allow_globals, frozen_sha256=want)
+            rel = f.relative_to(self.root).as_posix()
+            for name, value in _tensors(loaded.state).items():
+                state[f"{rel}/{name}"] = value
+        dcp = self.dcp_files()
+        if dcp:  # a torch distributed checkpoint: its shards and metadata, verified, then loaded
+            for f in dcp:
+                self._verify(f)
+            for name, value in load_dcp(self.root, device=device).items():
+                state[f"{DCP_METADATA}/{name}"] = value
+        if not state:
+            raise CheckpointError(f"{self.root} holds no tensor file (.pt, .pth, .bin, .ckpt, .safetensors, or a "
+                                  "torch distributed checkpoint)")
+        return state
+
+    def export(self, dest_dir: Path) -> list[Path]:
+        """Copy every file, manifest included, under ``dest_dir``; returns the copies."""
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        out = []
+        for f in sorted((p for p in self.root.rglob("*") if p.is_file()), key=lambda p: natural_key(str(p))):
+            target = dest_dir / f.relative_to(self.root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, target)
+            out.append(target)
+        return out
+
+    def close(self) -> None:
+        """Remove the private directory :meth:`freeze` made (nothing for a directory it did not)."""
+        if self.tmp is not None:
+            self.tmp.cleanup()
+            self.tmp = None
+
+
 DIGEST_COLUMNS = ("numel", "ndim", "first_dim", "last_dim", "itemsize", "mean", "std", "min", "max")
 """One row of :meth:`CheckpointWorkload.outputs` per tensor, in natural name order."""
 
 
 class CheckpointWorkload(AcceptanceWorkload):
-    """The built-in workload of ``kind: checkpoint`` (see the module docstring).
+    """The built-in workload of ``kind: checkpoint`` (see the module docstring); the checkpoint
+    it loads is a :class:`FrozenCheckpoint`.
 
     Raises (from :meth:`load`):
         CheckpointError: the checkpoint is missing, a file does not match its manifest, or a
@@ -90,40 +204,21 @@ class CheckpointWorkload(AcceptanceWorkload):
 
     def __init__(self, workload: Any, profile: Any) -> None:
         super().__init__(workload, profile)
-        self._root: Path | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self._manifest: dict[str, str] = {}
+        self._frozen: FrozenCheckpoint | None = None
         self._location: dict[str, Any] = {}
         self._state: dict[str, Any] = {}
         self._done = 0
 
     def identity(self) -> dict[str, Any]:
+        frozen = self._frozen
         return {"model_id": self.workload.model_id, "checkpoint": self.workload.checkpoint,
-                "files_sha256": dict(self._manifest), "tensor_files": len(self._tensor_files() + self._dcp_files()),
+                "files_sha256": dict(frozen.manifest) if frozen else {},
+                "tensor_files": len(frozen.tensor_files() + frozen.dcp_files()) if frozen else 0,
                 "allow_globals": list(self.workload.allow_globals), "location": dict(self._location)}
 
-    def _freeze(self, src: Path, origin: str = "") -> Path:
-        """Copy the checkpoint at ``src`` with the sha256 of every file into a private directory,
-        noting where it sat (:func:`location`; ``origin``: where it came from when ``src`` is a
-        copy, such as an ``s3://`` URL)."""
-        self._location = location(origin or src)
-        if not src.exists():
-            raise CheckpointError(f"workload.checkpoint {src} does not exist on this host ({self.profile.name}); "
-                                  "name the checkpoint file or directory as this side sees it")
-        self._tmp = tempfile.TemporaryDirectory(prefix="checkpoint-")
-        dest = Path(self._tmp.name) / "checkpoint"
-        if src.is_file():
-            dest.mkdir()
-            shutil.copy2(src, dest / src.name)
-        else:
-            shutil.copytree(src, dest)
-        files = sorted((p for p in dest.rglob("*") if p.is_file()), key=lambda p: natural_key(str(p)))
-        manifest = {p.relative_to(dest).as_posix(): sha256_of(p) for p in files}
-        (dest / CHECKPOINT_MANIFEST).write_text(json.dumps(manifest, indent=2))
-        return dest
-
     def load(self, artifact_dir: Path | None = None) -> None:
-        """Load a frozen copy (``artifact_dir``), or freeze ``workload.checkpoint`` and load that.
+        """Load a frozen copy (``artifact_dir``), or freeze ``workload.checkpoint`` and load that,
+        noting where it sat (:func:`location`).
 
         Raises:
             CheckpointError: see the class; also an ``s3://`` checkpoint with no ``artifact_dir``:
@@ -133,9 +228,12 @@ class CheckpointWorkload(AcceptanceWorkload):
         if artifact_dir is None and self.workload.checkpoint.startswith("s3://"):
             raise CheckpointError(f"workload.checkpoint {self.workload.checkpoint} is in a bucket: phase 01 copies it "
                                   "into the run's store, and the freeze pod loads that copy (load_input)")
-        self._root = Path(artifact_dir) if artifact_dir is not None else \
-            self._freeze(Path(self.workload.checkpoint.removeprefix("file://")))
-        self._load_root()
+        if artifact_dir is not None:
+            self._open(FrozenCheckpoint(Path(artifact_dir)))
+        else:
+            src = Path(self.workload.checkpoint.removeprefix("file://"))
+            self._location = location(src)
+            self._open(FrozenCheckpoint.freeze(src, host=self.profile.name))
 
     def load_input(self, copy_dir: Path) -> None:
         """Freeze and load ``copy_dir``, a verified copy of ``workload.checkpoint`` (an ``s3://``
@@ -144,61 +242,22 @@ class CheckpointWorkload(AcceptanceWorkload):
         Raises:
             CheckpointError: as :meth:`load`.
         """
-        self._root = self._freeze(Path(copy_dir), origin=self.workload.checkpoint)
-        self._load_root()
+        self._location = location(self.workload.checkpoint)
+        self._open(FrozenCheckpoint.freeze(Path(copy_dir), host=self.profile.name))
 
-    def _load_root(self) -> None:
-        assert self._root is not None
-        path = self._root / CHECKPOINT_MANIFEST
-        if not path.is_file():
-            raise CheckpointError(f"{self._root} has no {CHECKPOINT_MANIFEST}: it is not a frozen checkpoint; freeze it "
-                                  "in phase 01")
-        self._manifest = json.loads(path.read_text())
+    def _open(self, frozen: FrozenCheckpoint) -> None:
+        self._frozen = frozen
         self._state = self._restore()
         self._done = 0
 
-    def _tensor_files(self) -> list[Path]:
-        return list(iter_tensor_files(self._root)) if self._root is not None else []
-
-    def _dcp_files(self) -> list[Path]:
-        """A torch distributed checkpoint's shards and metadata, when the root is one."""
-        if self._root is None or not (self._root / DCP_METADATA).is_file():
-            return []
-        return sorted(self._root.glob("*.distcp"), key=lambda p: natural_key(p.name)) + [self._root / DCP_METADATA]
-
     def _restore(self) -> dict[str, Any]:
-        """Read, verify and load every tensor file; tensors keyed ``<file>/<name>``."""
-        assert self._root is not None
-        state: dict[str, Any] = {}
-        for f in self._tensor_files():
-            rel = f.relative_to(self._root).as_posix()
-            want = self._manifest.get(rel, "")
-            got = sha256_of(f)
-            if got != want:
-                raise CheckpointError(f"{rel}: sha256 {got[:16]}… does not match the frozen manifest's "
-                                      f"{want[:16] or 'missing'}…; the file changed after it was frozen. Freeze again")
-            loaded = load_state(f, device=self.profile.device, allow_globals=self.workload.allow_globals,
-                                frozen_sha256=want)
-            for name, value in _tensors(loaded.state).items():
-                state[f"{rel}/{name}"] = value
-        if self._dcp_files():  # a torch distributed checkpoint: its shards and metadata, verified, then loaded
-            for f in self._dcp_files():
-                rel = f.relative_to(self._root).as_posix()
-                if sha256_of(f) != self._manifest.get(rel, ""):
-                    raise CheckpointError(f"{rel}: sha256 does not match the frozen manifest's; the file changed "
-                                          "after it was frozen. Freeze again")
-            for name, value in load_dcp(self._root, device=self.profile.device).items():
-                state[f"{DCP_METADATA}/{name}"] = value
-        if not state:
-            raise CheckpointError(f"{self._root} holds no tensor file (.pt, .pth, .bin, .ckpt, .safetensors, or a "
-                                  "torch distributed checkpoint)")
-        return state
+        assert self._frozen is not None
+        return self._frozen.restore(device=self.profile.device, allow_globals=self.workload.allow_globals)
 
     def close(self) -> None:
         """Remove the private frozen copy :meth:`load` made (a process that exits removes it too)."""
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        if self._frozen is not None:
+            self._frozen.close()
 
     @property
     def state(self) -> dict[str, Any]:
@@ -223,15 +282,8 @@ class CheckpointWorkload(AcceptanceWorkload):
         return rows
 
     def export_artifact(self, dest_dir: Path) -> list[Path]:
-        assert self._root is not None
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        out = []
-        for f in sorted((p for p in self._root.rglob("*") if p.is_file()), key=lambda p: natural_key(str(p))):
-            target = dest_dir / f.relative_to(self._root)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, target)
-            out.append(target)
-        return out
+        assert self._frozen is not None
+        return self._frozen.export(dest_dir)
 
     def num_steps(self) -> int:
         return self.workload.restores
@@ -243,7 +295,8 @@ class CheckpointWorkload(AcceptanceWorkload):
         self._state = self._restore()
         took = time.perf_counter() - t0
         self._done = i + 1
-        files = self._tensor_files() + self._dcp_files()
+        assert self._frozen is not None
+        files = self._frozen.tensor_files() + self._frozen.dcp_files()
         return {"restore_s": took, "bytes": float(sum(f.stat().st_size for f in files)),
                 "tensors": float(len(self._state)), "verified": 1.0}
 
