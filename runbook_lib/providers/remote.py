@@ -222,7 +222,7 @@ class RemoteLifecycle(Lifecycle):
 
     Args:
         provider: the adapter it rents for (its reads, profile, clock, probes and
-            :attr:`~RemoteProvider.attempts`).
+            ``attempts``).
     """
 
     def __init__(self, provider: RemoteProvider) -> None:
