@@ -118,19 +118,29 @@ class SpendMeter:
         now = self.clock()
         return sum(rate * (now - t0) / 3600.0 for rate, t0 in self.rates.values()) + self.charged_usd
 
-    def check(self, step: str, est_s: float, *, launches_usd_per_hour: float = 0.0) -> dict[str, Any] | None:
+    def check(self, step: str, est_s: float, *, launches_usd_per_hour: float = 0.0) -> SpendStop | None:
         """None when ``step`` (expected to take ``est_s`` seconds, everything started still billing,
         plus what it launches at ``launches_usd_per_hour``) fits under the limit; otherwise the
-        stop record ``{"step", "accrued_usd", "projected_usd", "limit_usd", "est_s"}``: the caller
-        must not start the step."""
+        stop record: the caller must not start the step."""
         if self.limit_usd is None:
             return None
         accrued = self.accrued_usd()
         projected = accrued + (self.usd_per_hour() + launches_usd_per_hour) * est_s / 3600.0
         if projected <= self.limit_usd:
             return None
-        return {"step": step, "accrued_usd": accrued, "projected_usd": projected, "limit_usd": self.limit_usd,
-                "est_s": est_s}
+        return SpendStop(step, accrued, projected, self.limit_usd, est_s)
+
+
+@dataclass(frozen=True)
+class SpendStop:
+    """A step :meth:`SpendMeter.check` refused: what was spent (USD), what the step would have
+    brought it to (USD), the limit (USD) and how long the step was expected to take (seconds)."""
+
+    step: str
+    accrued_usd: float
+    projected_usd: float
+    limit_usd: float
+    est_s: float
 
 
 @dataclass(frozen=True)

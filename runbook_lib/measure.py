@@ -50,6 +50,12 @@ DISPATCH_LEAD_S = 0.002  # a request is handed to its worker this early; the wor
 SPIN_S = 0.0002  # ...and spins only the last 0.2 ms (short enough not to starve other threads)
 
 
+JobAnswer = dict[str, Any]
+"""A job's answer as the endpoint's API returns it: Runpod's ``/runsync`` and ``/status/{id}``
+body (``id``, ``status``, ``output``, ``delayTime``, ``executionTime``, ...; docs.runpod.io
+serverless endpoints "Operations"), or a load-balancing worker's answer in the same shape."""
+
+
 class JobClocks(TypedDict, total=False):
     """:class:`JobClient`'s clocks, seconds (its arguments of the same names)."""
 
@@ -151,7 +157,7 @@ class JobClient:
         """
         return self._submit("/run", payload)
 
-    def runsync(self, payload: Any, *, client_timeout_s: float | None = None) -> dict[str, Any]:
+    def runsync(self, payload: Any, *, client_timeout_s: float | None = None) -> JobAnswer:
         """Submit and wait for a terminal state (the endpoint answers a finished job within 90 s;
         one still queued or running is then polled, :meth:`wait`, until ``client_timeout_s``
         from submission; default: the client's).
@@ -260,7 +266,7 @@ class WorkerClient:
     def close(self) -> None:
         self._http.close()
 
-    def runsync(self, payload: Any) -> dict[str, Any]:
+    def runsync(self, payload: Any) -> JobAnswer:
         """One request, straight to the worker; a refusal is this request's ``FAILED`` (never retried).
 
         Raises:

@@ -41,7 +41,7 @@ from runbook_lib.layout import (
 from runbook_lib.params import load_params
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.raw import load_measurement
-from runbook_lib.records import ParityData, PhaseData, Receipt, load_receipt, read_unchecked
+from runbook_lib.records import CompareData, ParityData, PhaseData, Receipt, load_receipt, read_unchecked
 
 FROM_RAW = "raw samples"
 FROM_DRILLS = "recorded drill rows"
@@ -169,7 +169,9 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
 
 
 def _measurement_gates(mig: Any, run_dir: Path, data: PhaseData) -> list[g.GateResult]:
-    res = load_measurement(run_dir, data.model_dump(by_alias=True))
+    if not isinstance(data, CompareData):
+        raise EvidenceError(f"phase 04's record in {run_dir} is not a completed measurement; nothing to recompute")
+    res = load_measurement(run_dir, data)
     return judge(mig, res, window_costs(mig, res), costs_at_traffic(mig, res))
 
 

@@ -23,13 +23,15 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
 from runbook_lib.checkpoint import FileReport, Finding
+from runbook_lib.cost import SpendStop
 from runbook_lib.errors import EvidenceError
 from runbook_lib.gates import GateResult
 from runbook_lib.layout import MANIFEST, RECEIPT
 from runbook_lib.manifest import PHASES, RECORD_SCHEMA_VERSION, Record, phase_name, sha256_file
+from runbook_lib.measure import CollectorPauses
 
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
 """The version of the record models below; written into every record as ``schema_version``."""
@@ -121,6 +123,16 @@ class Golden(_Model):
     inference_shape: list[int] | None = None
 
 
+class TensorRow(_Model):
+    """One loaded tensor (:meth:`runbook_lib.workload.checkpoint_set.CheckpointWorkload.tensor_table`):
+    its name, dtype, shape and the sha256 of its bytes as loaded."""
+
+    name: str
+    dtype: str = ""
+    shape: list[int] = Field(default_factory=list)
+    sha256: str = ""
+
+
 class GoldenRun(_Model):
     """The source's acceptance run: per-step losses (training), the A/A run's losses, step times
     (seconds), the load time (seconds) and tensor digests (checkpoint workloads)."""
@@ -129,7 +141,7 @@ class GoldenRun(_Model):
     aa_losses: list[float] | None = None
     step_times_s: list[float] = Field(default_factory=list)
     load_s: float | None = None
-    tensors: Any = None
+    tensors: tuple[TensorRow, ...] | None = None
 
 
 class SourcePod(_Model):
@@ -448,24 +460,92 @@ class Fetch(_Model):
     bytes_per_s: float | None = None
 
 
-class CanaryResult(_Model):
-    """What the canary's acceptance job returned (its attempts left out)."""
+class Rejected(_Model):
+    """A checkpoint the resume refused, and why (:func:`runbook_lib.workload.job.newest_verified_checkpoint`)."""
 
+    file: str
+    reason: str
+
+
+class FailureDrill(_Model):
+    """The canary's failure drill: the step after which it was killed, the signal and exit code,
+    the checkpoint it resumed from and those it refused."""
+
+    killed_after_step: int | None = None
+    signal: str = ""
+    exit_code: int | None = None
+    resumed_from: str | None = None
+    rejected_checkpoints: tuple[Rejected, ...] = ()
+
+
+class Reload(_Model):
+    """Whether the reloaded artifact reproduced the outputs exactly, and the largest absolute difference."""
+
+    exact: bool
+    max_abs_diff: float
+
+
+class AgentAttempt(_Model):
+    """One run of the acceptance steps in a pod: per-step metrics (``loss``, ...), step times
+    (seconds), the load time (seconds) and, for a checkpoint, the tensors it loaded."""
+
+    metrics: list[dict[str, float]] = Field(default_factory=list)
+    step_times_s: list[float] = Field(default_factory=list)
+    load_s: float | None = None
+    tensors: tuple[TensorRow, ...] | None = None
+
+
+class CanaryResult(_Model):
+    """What the canary's acceptance job returned (``result.json``; its attempts are left out of
+    the record): its environment, the checksum rows it re-verified
+    (:func:`runbook_lib.gates.checksum_exact` rows), its download, the failure drill, the reload."""
+
+    environment: Inventory | None = None
     fetch: Fetch | None = None
     artifact_checksums: list[dict[str, Any]] = Field(default_factory=list)
+    failure_drill: FailureDrill | None = None
+    reload: Reload | None = None
+    attempts: tuple[AgentAttempt, ...] = Field(default=(), exclude=True)
+
+    @property
+    def last_attempt(self) -> AgentAttempt:
+        """The attempt that finished (an empty one when the job recorded none)."""
+        return self.attempts[-1] if self.attempts else AgentAttempt()
+
+
+class EnvironmentDiffRow(_Model):
+    """One difference between the source's and the canary's inventory
+    (:func:`runbook_lib.inventory.diff`), classified (``class``: :data:`runbook_lib.inventory.CLASSES`)."""
+
+    item: str
+    source: Any = None
+    target: Any = None
+    klass: str = Field(alias="class")
+    reason: str = ""
+
+
+class CapacityTry(_Model):
+    """One launch try on a ranked offer (:class:`runbook_lib.providers.base.Attempt`)."""
+
+    offer_id: str = ""
+    outcome: str = ""
+    detail: str = ""
+    resource_id: str = ""
+    at_s: float = 0.0
 
 
 class ParityData(PhaseData):
-    """Phase 03's record data."""
+    """Phase 03's record data; a dry-run has only ``plan``."""
 
     canary_pod: str | None = None
     canary_destroyed: bool | None = None
-    capacity_tries: list[dict[str, Any]] = Field(default_factory=list)
-    interruptions: list[dict[str, Any]] = Field(default_factory=list)
+    capacity_tries: tuple[CapacityTry, ...] = ()
+    interruptions: tuple[Interruption, ...] = ()
     acceptance_job_s: float | None = None
     acceptance_budget_s: float | None = None
-    environment_diff: list[dict[str, Any]] = Field(default_factory=list)
+    environment_diff: tuple[EnvironmentDiffRow, ...] = ()
     result: CanaryResult | None = None
+    plan: dict[str, Any] | None = None
 
 
 # -- phase 04 ------------------------------------------------------------------------------------
@@ -485,40 +565,180 @@ class SideSummary(_Model):
 
 
 class DrillRow(_Model):
-    """One fault drill's expectation, observation and verdict."""
+    """One fault drill's expectation, observation and verdict, whether it blocks the decision,
+    and how long it took (seconds)."""
 
     drill: str
     verdict: str
+    expectation: str = ""
     observation: str = ""
     blocking: bool = False
+    seconds: float | None = None
+
+
+class SpendRecord(_Model):
+    """The spend limit as phase 04 enforced it (:class:`runbook_lib.cost.SpendMeter`): the limit
+    (USD; None when unset), what was spent when measuring ended (USD), and each step refused."""
+
+    limit_usd: float | None = None
+    accrued_usd: float = 0.0
+    stops: tuple[SpendStop, ...] = ()
+
+
+class ClockRow(_Model):
+    """One of the three clocks that end a request (execution timeout, job TTL, client timeout):
+    its setting (seconds; None where the endpoint's own applies), who sets it, the status it ends
+    a request with, and how many requests it ended per side."""
+
+    clock: str
+    setting_s: float | None = None
+    set_by: str = ""
+    ends_as: str = ""
+    ended: dict[str, int] = Field(default_factory=dict)
+
+
+class StoreFetch(Fetch):
+    """One pod's verified download of the set it started from: its side, round (None outside
+    the rounds) and which pod it was, with :class:`Fetch`'s bytes and seconds."""
+
+    side: str
+    round: int | None = None
+    source: str = ""
+
+
+class StoreToPod(_Model):
+    """Store-to-pod bandwidth of one side: downloads timed, bytes in all, median and lowest MB/s
+    (MB: 10**6 bytes; None without a download) and where the figures come from."""
+
+    fetches: int = 0
+    bytes: int = 0
+    p50_MB_per_s: float | None = None
+    min_MB_per_s: float | None = None
+    source: str = ""
+
+
+Number = float | int | str | bool | None
+"""A cell of a summary table phase 04 records (its columns depend on what the endpoint reports)."""
 
 
 class CompareData(PhaseData):
     """Phase 04's record data (:func:`runbook_lib.phases.compare.judge.record_data`); the raw
-    samples stay in the CSV files the record hashes."""
+    samples stay in the files the record hashes. Costs are :meth:`runbook_lib.cost.CostBreakdown.to_dict`
+    and :meth:`runbook_lib.cost.TrafficCost.to_dict` per side (USD; None where not finite);
+    ``billed_s`` seconds and ``egress_bytes`` bytes per side."""
 
     endpoints: dict[str, str] = Field(default_factory=dict)
     endpoint_urls: dict[str, str] = Field(default_factory=dict)
     endpoint_modes: dict[str, str] = Field(default_factory=dict)
+    clocks: tuple[ClockRow, ...] = ()
+    spend: SpendRecord | None = None
     summary: dict[str, SideSummary] = Field(default_factory=dict)
     cold_start_median_s: dict[str, float | None] = Field(default_factory=dict)
+    cold_start_kind: str = ""
+    cold_starts_from_zero: tuple[dict[str, Number], ...] = ()
     usd_per_accepted_unit: dict[str, float | None] = Field(default_factory=dict)
+    usd_per_accepted_unit_basis: str = ""
+    cost_at_traffic: dict[str, dict[str, Number]] = Field(default_factory=dict)
+    cost: dict[str, dict[str, Number]] = Field(default_factory=dict)
+    billed_s: dict[str, float] | None = None
+    egress_bytes: dict[str, float] | None = None
+    store_to_pod: dict[str, StoreToPod] = Field(default_factory=dict)
+    target_workers_ready: int | None = None
+    extra_rounds: int = 0
+    measurement_attempts: int = 0
+    measurements_lost: tuple[dict[str, Number], ...] = ()
+    host_load_avg_1_5_15min: tuple[float, ...] = ()
+    load_generator_gc: CollectorPauses | None = None
     drills: tuple[DrillRow, ...] = ()
 
 
 # -- phase 05 ------------------------------------------------------------------------------------
 
-class SliceStep(_Model):
-    """One cutover step: the share moved (percent) and, for work that writes checkpoints, the
-    prefix of the checkpoint it left."""
+class RollbackPoint(_Model):
+    """What restoring the source needs (``05/rollback_point.json``): the route and release to go
+    back to, the frozen artifact (prefix and manifest sha256), the rollback window (seconds, and
+    when it closes as Unix epoch seconds), the source's provider and endpoint, who owns a rollback."""
 
+    recorded_at: str = ""
+    route: str = ""
+    source_release: str = ""
+    frozen_manifest_sha256: str = ""
+    frozen_prefix: str = ""
+    window_s: float = 0.0
+    window_closes_epoch: float = 0.0
+    source_provider: str = ""
+    rollback_owner: str = ""
+    source_endpoint: str | None = None
+
+
+class Drain(_Model):
+    """What each endpoint reported before a drained step moved the route: jobs queued or in
+    progress, the endpoints that could not be reached (why), seconds waited."""
+
+    in_flight: dict[str, int] = Field(default_factory=dict)
+    unreachable: dict[str, str] = Field(default_factory=dict)
+    waited_s: float = 0.0
+
+
+class SliceStep(_Model):
+    """One cutover step: its number, the share moved (percent), whether it passed and, for work
+    that writes checkpoints, the prefix of the checkpoint it left. The kind's own step
+    (:class:`InferenceStep`, :class:`TrainingStep`, :class:`CheckpointStep`) says more."""
+
+    step: int = 0
+    target_percent: int = 0
+    passed: bool = False
     checkpoint_prefix: str | None = None
 
 
+class InferenceStep(SliceStep):
+    """An inference slice: requests sent, how many reached and were served by the target (the
+    rest were shadows in a dual run), what the endpoints held before a drained step, the
+    target's failures and rejected answers, its p95 (seconds) against the bound from phase 04."""
+
+    mode: str = ""
+    requests: int = 0
+    to_target: int = 0
+    served_by_target: int = 0
+    shadow_to_target: int = 0
+    drained_before: Drain | None = None
+    target_failures: int = 0
+    target_not_accepted: int = 0
+    target_p95_s: float | None = None
+    p95_bound_s: float | None = None
+
+
+class TrainingStep(SliceStep):
+    """A training slice: the training steps it ran, the checkpoint set it wrote (manifest and
+    each object's sha256) and its losses' relative difference from the source's."""
+
+    steps: str = ""
+    checkpoint_manifest_sha256: str | None = None
+    checkpoint_sha256: dict[str, str | None] = Field(default_factory=dict)
+    loss_rel_diff: float | str | None = None
+
+
+class CheckpointStep(SliceStep):
+    """A checkpoint cutover's one step: the target's copy, its file count, whether its bytes are
+    the frozen ones, the restores the pod verified."""
+
+    authoritative_prefix: str = ""
+    files: int = 0
+    bytes_identical_to_frozen: bool = False
+    restores_verified: int = 0
+    checkpoint_manifest_sha256: str | None = None
+
+
 class Cutover(_Model):
-    rollback_point: dict[str, Any] | None = None
-    steps: tuple[SliceStep, ...] = ()
+    """Phase 05's cutover (``05/cutover.json``): its mode, each step, the route's state and
+    history (:class:`runbook_lib.route.Route`), the share on the target at the end (percent),
+    the checkpoint the work continues from, and the rollback point."""
+
+    mode: str = ""
+    rollback_point: RollbackPoint | None = None
+    steps: tuple[SerializeAsAny[SliceStep], ...] = ()  # each kind's own step, dumped whole
     checkpoint_moved: str | None = None
+    final_target_percent: int = 0
     route: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -540,22 +760,108 @@ class DecideData(PhaseData):
 # -- what a run ends with: the receipt (phase 06) and the manifest (the seal) ---------------------
 
 class Side(_Model):
-    """A side as the receipt names it: its release and provider."""
+    """A side as the receipt names it: its release, provider and profile (secrets left out)."""
 
     release: str = ""
     provider: str = ""
+    profile: dict[str, Any] = Field(default_factory=dict)
+
+
+class ResourceRow(_Model):
+    """A resource the run created, as phase 06 found it after its teardown: id, name, side,
+    kind (pod, endpoint), role and phase from its labels, when it was created and ended (Unix
+    epoch seconds), its state, whether it had to go, and what its teardown found and did
+    (:class:`runbook_lib.providers.base.Teardown`)."""
+
+    id: str
+    name: str = ""
+    side: str = ""
+    kind: str = ""
+    role: str | None = None
+    phase: str | None = None
+    created_at: float | None = None
+    ended_at: float | None = None
+    state: str = ""
+    should_be_gone: bool = False
+    teardown: dict[str, Any] | None = None
 
 
 class ReceiptResources(_Model):
-    """What the run created and what is still there after phase 06's teardown."""
+    """What the run created, the ids destroyed, and what is still there after phase 06's teardown."""
 
-    created: list[dict[str, Any]] = Field(default_factory=list)
-    remaining: list[dict[str, Any]] = Field(default_factory=list)
+    created: tuple[ResourceRow, ...] = ()
+    destroyed: tuple[str, ...] = ()
+    remaining: tuple[ResourceRow, ...] = ()
+
+
+class ReconciledWrite(_Model):
+    """A checkpoint set the target wrote during the cutover, as phase 06 listed it: verified
+    against its manifest or not (why), each object's sha256, bytes in all."""
+
+    prefix: str
+    verified: bool
+    objects: dict[str, str | None] = Field(default_factory=dict)
+    bytes: int | None = None
+    error: str | None = None
+
+
+class Reconciliation(_Model):
+    """Phase 06's account of what the target wrote (``06/reconciliation.json``,
+    :func:`runbook_lib.phases.decide.reconcile`): when, the rule (``cutover.on_rollback``), every
+    set found, what was done and where a copy went."""
+
+    at: str
+    rule: str
+    writes: tuple[ReconciledWrite, ...] = ()
+    action: str = ""
+    copied_to: str | None = None
+
+
+class TimelineEvent(_Model):
+    """One event of the cutover or rollback: when (UTC ISO 8601), what, the share on the target
+    after it (percent), who."""
+
+    at: str
+    event: str
+    target_percent: int = 0
+    actor: str = ""
+
+
+class Delta(_Model):
+    """One acceptance delta: a metric on each side (seconds, units per second or USD), the
+    target-to-source ratio and the verdict of the gate that judges it."""
+
+    metric: str
+    source: float | None = None
+    target: float | None = None
+    ratio: float | None = None
+    verdict: str | None = None
+
+
+class AcceptanceJob(_Model):
+    """The canary's acceptance job as phase 03 timed it: wall seconds, budget seconds, the gate."""
+
+    wall_s: float | None = None
+    budget_s: float | None = None
+    verdict: str | None = None
+    blocking: bool | None = None
+
+
+class CheckpointMoved(_Model):
+    frozen: Frozen | None = None
+    final_checkpoint_prefix: str | None = None
+
+
+class TeardownNote(_Model):
+    teardown_source: bool = False
+    note: str = ""
 
 
 class Receipt(_Model):
     """``receipt.json`` (:func:`runbook_lib.phases.decide.write_receipt`): the decision and why,
-    with every gate; a HOLD carries its deadline (UTC ISO 8601) and ``hold_deadline_s`` (seconds)."""
+    with every gate; a HOLD carries its deadline (UTC ISO 8601) and ``hold_deadline_s`` (seconds).
+    ``identities`` holds the params' and the workload's own digests; ``rehearsal`` the simulators
+    and rehearsal params (:func:`runbook_lib.seal.rehearsal_of`); ``route`` the route's final state."""
 
     run_id: str = ""
     migration: str = ""
@@ -568,10 +874,19 @@ class Receipt(_Model):
     reasons: list[str] = Field(default_factory=list)
     source: Side = Field(default_factory=Side)
     target: Side = Field(default_factory=Side)
-    gates: tuple[GateResult, ...] = ()
-    route: dict[str, Any] | None = None
-    resources: ReceiptResources = Field(default_factory=ReceiptResources)
+    identities: dict[str, Any] = Field(default_factory=dict)
+    data_checkpoint_moved: CheckpointMoved = Field(default_factory=CheckpointMoved)
+    acceptance_deltas: tuple[Delta, ...] = ()
+    acceptance_job: AcceptanceJob = Field(default_factory=AcceptanceJob)
+    drills: tuple[DrillRow, ...] = ()
     rehearsal: dict[str, Any] | None = None
+    rollback_point: RollbackPoint | None = None
+    route: dict[str, Any] | None = None
+    reconciliation: Reconciliation | None = None
+    timeline: tuple[TimelineEvent, ...] = ()
+    teardown: TeardownNote = Field(default_factory=TeardownNote)
+    resources: ReceiptResources = Field(default_factory=ReceiptResources)
+    gates: tuple[GateResult, ...] = ()
 
 
 class Manifest(_Model):

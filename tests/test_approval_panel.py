@@ -84,14 +84,15 @@ def test_the_static_forms_carry_the_text_and_no_script(tmp_path: Path) -> None:
 
 
 def test_a_hold_says_what_to_decide_and_the_commands() -> None:
-    from runbook_lib.phases.decide import DecisionResult
+    from runbook_lib.phases.decide import Actions, DecisionResult
+    from runbook_lib.records import Receipt
 
-    receipt = {"run_id": "20261201T000000Z-m-abc123", "hold_deadline": "2026-12-01T01:00:00Z"}
-    held = DecisionResult(phases=[], decision="HOLD", reasons=["too few samples"], gates=[], actions={},
+    receipt = Receipt(run_id="20261201T000000Z-m-abc123", hold_deadline="2026-12-01T01:00:00Z")
+    held = DecisionResult(phases=[], decision="HOLD", reasons=["too few samples"], gates=[], actions=Actions(None, []),
                           receipt=receipt, awaiting=(_plan().to_dict(),))
     text = held.hold_guidance()
     assert "by 2026-12-01T01:00:00Z" in text
     assert "runbook resolve reports/20261201T000000Z-m-abc123 --decision GO|NO-GO --by NAME" in text
     assert "runbook approve reports/20261201T000000Z-m-abc123 --by NAME" in text and "'i-123'" in text
-    gone = DecisionResult(phases=[], decision="GO", reasons=[], gates=[], actions={}, receipt=receipt)
+    gone = DecisionResult(phases=[], decision="GO", reasons=[], gates=[], actions=Actions(None, []), receipt=receipt)
     assert gone.hold_guidance() == ""

@@ -17,6 +17,7 @@ from runbook_lib.errors import ProviderError, WorkloadError
 from runbook_lib.measure import Attempted, frozen_heap, with_retries
 from runbook_lib.params import Measure, load_params, operator_set, parse_yaml, validate
 from runbook_lib.phases import compare
+from runbook_lib.records import SpendRecord
 
 from .conftest import ROOT
 
@@ -119,7 +120,7 @@ def test_a_lost_worker_report_leaves_error_rate_to_the_requests() -> None:
     assert set(lost) == {"capacity"}
 
 
-def _res(attempts: list[Attempted[Any]], slower: float = 1.5) -> dict[str, Any]:
+def _res(attempts: list[Attempted[Any]], slower: float = 1.5) -> compare.Measured:
     rng = np.random.default_rng(0)
     rows = []
     for r, side in enumerate(compare.round_sides(4)):
@@ -128,10 +129,11 @@ def _res(attempts: list[Attempted[Any]], slower: float = 1.5) -> dict[str, Any]:
                          "accepted": True})
     thr = [{"side": side, "round": r, "requests": 48.0, "completed": 48.0, "failed": 0.0, "elapsed_s": 1.0,
             "throughput_units_per_s": 48.0} for r, side in enumerate(compare.round_sides(4))]
-    return {"samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr), "target_workers_ready": 1,
-            "cold_starts": [{"side": "source", "cold_start_s": 2.0, "first_status": "COMPLETED"},
-                            {"side": "target", "cold_start_s": 2.1, "first_status": "COMPLETED"}],
-            "attempts": attempts}
+    return compare.Measured(samples=pd.DataFrame(rows), throughput=pd.DataFrame(thr), target_workers_ready=1,
+                            cold_starts=pd.DataFrame([{"side": "source", "cold_start_s": 2.0, "first_status": "COMPLETED"},
+                                                      {"side": "target", "cold_start_s": 2.1, "first_status": "COMPLETED"}]),
+                            attempts=attempts, billed_s={"source": 60.0, "target": 60.0},
+                            egress_bytes={"source": 0.0, "target": 0.0}, spend=SpendRecord())
 
 
 def _costs() -> dict[str, cost.CostBreakdown]:
@@ -270,14 +272,14 @@ def test_phase_04_records_each_clock_and_what_it_ended() -> None:
     from runbook_lib.params import Measure
 
     res = _res([])
-    res["samples"].loc[0, "status"] = "TIMED_OUT"
-    res["throughput"]["failed_by_status"] = ['{"CLIENT_TIMEOUT": 2}', "{}", "{}", "{}"]
-    res["cold_starts"][1]["first_status"] = "EXPIRED"
-    rows = {r["clock"]: r for r in compare.clocks_record(Measure(job_ttl_s=600), res)}
-    assert rows["execution timeout"]["setting_s"] == 30.0 and rows["execution timeout"]["ended"] == {
+    res.samples.loc[0, "status"] = "TIMED_OUT"
+    res.throughput["failed_by_status"] = ['{"CLIENT_TIMEOUT": 2}', "{}", "{}", "{}"]
+    res.cold_starts.loc[1, "first_status"] = "EXPIRED"
+    rows = {r.clock: r for r in compare.clocks_record(Measure(job_ttl_s=600), res)}
+    assert rows["execution timeout"].setting_s == 30.0 and rows["execution timeout"].ended == {
         "source": 1, "target": 0}
-    assert rows["job TTL"]["setting_s"] == 600 and rows["job TTL"]["ended"] == {"source": 0, "target": 1}
-    assert rows["client timeout"]["ended"] == {"source": 2, "target": 0}
+    assert rows["job TTL"].setting_s == 600 and rows["job TTL"].ended == {"source": 0, "target": 1}
+    assert rows["client timeout"].ended == {"source": 2, "target": 0}
 
 
 def test_the_load_generator_heap_is_frozen_while_it_measures_and_released_after() -> None:

@@ -69,7 +69,7 @@ def test_an_old_run_parses_into_the_typed_records() -> None:
     compare = chain.need_compare()
     assert compare.summary["source"].p95_s is not None and compare.summary["target"].throughput
     assert {d.drill for d in compare.drills} >= {"redeliver", "spend_limit"}
-    assert chain.cutover is not None and chain.cutover.cutover.steps[0].model_extra["passed"] is True
+    assert chain.cutover is not None and chain.cutover.cutover.steps[0].passed is True
     assert len(chain.gates()) == 29 and {x.phase for x in chain.gates()} == {"01", "02", "03", "04", "05", "06"}
 
 

@@ -396,16 +396,16 @@ def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent(tmp_path: Pat
         "freeze": {"environment": None, "source_pod": {"cuda_max": "12.8", "image": mig.source.image}}}))
     ctx.records = Chain({r.phase: r for r in read_chain(tmp_path)})
     offers = mapping.target_offers(ctx)
-    assert offers["ranked"] == ["NVIDIA GeForce RTX 4090"]
-    rows = {r["dependency"]: r for r in mapping.dependency_map(ctx, offers)}
-    assert rows["port 9000/udp"]["status"] == "no equivalent" and "UDP not supported" in rows["port 9000/udp"]["reason"]
-    assert rows["port 8000/http"]["status"] == "no equivalent" and "proxy" in rows["port 8000/http"]["reason"]
-    assert rows["memory"]["status"] == "adapter needed"  # the v2 catalog publishes no RAM: re-checked on the canary
+    assert offers is not None and offers.ranked == ("NVIDIA GeForce RTX 4090",)
+    rows = {r.dependency: r for r in mapping.dependency_map(ctx, offers)}
+    assert rows["port 9000/udp"].status == "no equivalent" and "UDP not supported" in rows["port 9000/udp"].reason
+    assert rows["port 8000/http"].status == "no equivalent" and "proxy" in rows["port 8000/http"].reason
+    assert rows["memory"].status == "adapter needed"  # the v2 catalog publishes no RAM: re-checked on the canary
     # what a stop keeps and how ports are reached differ between Vast and Runpod: mapped, not assumed
     life, net = rows["lifecycle (stop, restart, interruption)"], rows["network mode"]
-    assert life["status"] == net["status"] == "adapter needed"
-    assert "container disk" in life["source"] and "/workspace volume" in life["target"]
-    assert "random external port" in net["source"] and "proxy" in net["target"]
+    assert life.status == net.status == "adapter needed"
+    assert "container disk" in life.source and "/workspace volume" in life.target
+    assert "random external port" in net.source and "proxy" in net.target
     gate = mapping.dependency_gate(list(rows.values()))
     assert gate.verdict == "FAIL" and "port 9000/udp" in gate.detail and gate.blocking
 
@@ -471,7 +471,7 @@ def test_teardown_of_what_the_run_created_needs_no_second_approval(tmp_path: Pat
     theirs = prov.lifecycle.launch(spec("theirs", (("run_id", "another-run"), ("side", "source"))))
     ctx.resources.destroy("source", ours.id)
     assert prov.is_gone(ours.id)
-    assert ctx.evidence.plans[-1]["method"] == "teardown of a resource this run created under an approved launch"
+    assert ctx.evidence.plans[-1].method == "teardown of a resource this run created under an approved launch"
     assert (ctx.run_dir / "approvals").is_dir()
     with pytest.raises(ApprovalRequired, match="has no approval record"):
         ctx.resources.destroy("source", theirs.id)

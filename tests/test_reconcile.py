@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runbook_lib.manifest import read_chain, write_record
+from runbook_lib.manifest import jsonable, read_chain, write_record
 from runbook_lib.params import load_params
 from runbook_lib.phases.decide import reconcile
 from runbook_lib.records import Chain
@@ -31,7 +31,7 @@ class _Evidence:
     def write_json(self, rel: str, data: Any) -> Path:
         p = self.run_dir / rel
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(data))
+        p.write_text(json.dumps(data, default=jsonable))
         return p
 
 
@@ -63,7 +63,8 @@ def _context(tmp_path: Path, rule: str, *, phase05: str = "completed") -> Simple
 
 def test_discard_lists_every_set_then_deletes_it_and_keeps_the_rollback_point(tmp_path: Path) -> None:
     ctx = _context(tmp_path, "discard")
-    out = reconcile(ctx, "NO-GO")
+    res = reconcile(ctx, "NO-GO")
+    out = res.model_dump(mode="json") if res is not None else None
     assert out is not None and out["rule"] == "discard" and out["copied_to"] is None
     assert [w["prefix"].rsplit("/", 2)[-2] for w in out["writes"]] == ["0", "1", "2"]  # listed before deleting
     assert all(w["verified"] and len(next(iter(w["objects"].values()))) == 64 for w in out["writes"])
@@ -76,7 +77,8 @@ def test_discard_lists_every_set_then_deletes_it_and_keeps_the_rollback_point(tm
 
 def test_keep_lists_every_set_and_leaves_it_in_place(tmp_path: Path) -> None:
     ctx = _context(tmp_path, "keep")
-    out = reconcile(ctx, "HOLD")
+    res = reconcile(ctx, "HOLD")
+    out = res.model_dump(mode="json") if res is not None else None
     assert out is not None and out["copied_to"] is None and len(out["writes"]) == 3
     assert all(ctx.store.verify_set(w["prefix"], run_id=RUN_ID) for w in out["writes"])
     assert out["action"].startswith("kept the 3 set(s)")

@@ -20,7 +20,7 @@ def test_the_meter_accrues_each_rate_from_its_start_and_refuses_a_step_that_woul
     assert abs(meter.accrued_usd() - 0.0099167) < 1e-6
     assert meter.check("short", 0.05) is None  # + 0.77 * 0.05 / 3600 = 0.0000107: fits
     stop = meter.check("round 4 target", 10.0)  # + 0.77 * 10 / 3600 = 0.0021389: does not
-    assert stop is not None and stop["step"] == "round 4 target" and abs(stop["projected_usd"] - 0.0120556) < 1e-6
+    assert stop is not None and stop.step == "round 4 target" and abs(stop.projected_usd - 0.0120556) < 1e-6
     ran: list[int] = []
     assert guarded(meter, "round 4 target", 10.0, lambda: ran.append(1)) == stop
     assert ran == []  # refused before it started

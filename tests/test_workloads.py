@@ -183,6 +183,7 @@ def test_tensor_tables_compare_names_dtypes_shapes_and_bytes(make_params, tmp_pa
     import hashlib
 
     from runbook_lib.phases.parity import tensor_differences
+    from runbook_lib.records import TensorRow
     from runbook_lib.workload.checkpoint_set import CheckpointWorkload
 
     mig = load_params(make_params("demo-checkpoint.yaml", workload={
@@ -197,13 +198,14 @@ def test_tensor_tables_compare_names_dtypes_shapes_and_bytes(make_params, tmp_pa
     [row] = [r for r in rows if r["name"] == "model-00002-of-00002.safetensors/2.bias"]
     assert row == {"name": "model-00002-of-00002.safetensors/2.bias", "dtype": "float32", "shape": [10],
                    "sha256": hashlib.sha256(bias.numpy().tobytes()).hexdigest()}
-    assert tensor_differences(rows, rows) == []
+    typed = [TensorRow.model_validate(r) for r in rows]  # as phase 01's and phase 03's records keep them
+    assert tensor_differences(typed, typed) == []
     changed = [dict(r) for r in rows]
     changed[0]["sha256"] = "0" * 64
     changed[1]["dtype"] = "bfloat16"
     changed[2]["shape"] = [1]
     renamed = changed[:-1] + [{**rows[-1], "name": "renamed"}]
-    found = tensor_differences(rows, renamed)
+    found = tensor_differences(typed, [TensorRow.model_validate(r) for r in renamed])
     assert found == [f"{rows[-1]['name']}: loaded on the source, missing on the canary",
                      "renamed: loaded on the canary only",
                      f"{rows[0]['name']}: sha256 {'0' * 16} on the canary, {rows[0]['sha256'][:16]} on the source",

@@ -19,10 +19,10 @@ from runbook_lib.phases.context import PhaseContext, check_credentials, leak_mes
 from runbook_lib.phases.endpoints import Endpoints
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.phases.resources import Resources
-from runbook_lib.phases.results import Finished, PhaseResult, PlanShown, approval_widget, finish, md, table
+from runbook_lib.phases.results import Finished, PhaseResult, PlanShown, Shown, approval_widget, finish, md, table
 
 __all__ = [
     "POD_TIMEOUT_S", "AgentRun", "Agents", "Endpoints", "Evidence", "Finished", "PhaseContext", "PhaseResult",
-    "PlanShown", "Resources",
+    "PlanShown", "Resources", "Shown",
     "approval_widget", "check_credentials", "finish", "leak_message", "md", "open_phase", "scan_phase", "table",
 ]

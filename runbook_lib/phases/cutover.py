@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -31,9 +31,19 @@ from runbook_lib import gates as g
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError, ProviderError
 from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
-from runbook_lib.measure import Request, job_clocks, poisson_schedule, run_open_loop
+from runbook_lib.measure import Request, ServingClient, job_clocks, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
+from runbook_lib.records import (
+    CheckpointStep,
+    Cutover,
+    CutoverData,
+    Drain,
+    InferenceStep,
+    RollbackPoint,
+    SliceStep,
+    TrainingStep,
+)
 from runbook_lib.route import Route
 from runbook_lib.workload import make_workload
 
@@ -46,23 +56,18 @@ def actor(ctx: PhaseContext) -> str:
     return f"runbook phase 05 ({ctx.run_mode} run {ctx.run_id})"
 
 
-def rollback_point(ctx: PhaseContext) -> dict[str, Any]:
+def rollback_point(ctx: PhaseContext) -> RollbackPoint:
     """What restoring the source needs: the source endpoint or checkpoint, and when the window closes."""
     frozen = ctx.records.need_freeze().frozen()
-    point = {
-        "recorded_at": utc_now(),
-        "route": "100 % source",
-        "source_release": ctx.mig.source.release,
-        "frozen_manifest_sha256": frozen.manifest_sha256,
-        "frozen_prefix": frozen.prefix,
-        "window_s": ctx.mig.cutover.rollback_window_s,
-        "window_closes_epoch": time.time() + ctx.mig.cutover.rollback_window_s,
-        "source_provider": ctx.mig.source.provider,
-        "rollback_owner": ctx.mig.cutover.rollback_owner or "not named (set cutover.rollback_owner)",
-    }
-    if ctx.mig.workload.kind == "inference":
-        point["source_endpoint"] = ctx.records.need_compare().endpoints.get("source")
-    ctx.evidence.write_json(ROLLBACK_POINT, point)
+    point = RollbackPoint(
+        recorded_at=utc_now(), route="100 % source", source_release=ctx.mig.source.release,
+        frozen_manifest_sha256=frozen.manifest_sha256, frozen_prefix=frozen.prefix,
+        window_s=ctx.mig.cutover.rollback_window_s, window_closes_epoch=time.time() + ctx.mig.cutover.rollback_window_s,
+        source_provider=ctx.mig.source.provider,
+        rollback_owner=ctx.mig.cutover.rollback_owner or "not named (set cutover.rollback_owner)",
+        source_endpoint=ctx.records.need_compare().endpoints.get("source")
+        if ctx.mig.workload.kind == "inference" else None)
+    ctx.evidence.write_json(ROLLBACK_POINT, point.model_dump(exclude_none=True))
     return point
 
 
@@ -135,7 +140,8 @@ def plan(ctx: PhaseContext) -> PlanShown:
                      note=f"Phase 05 applies {what}; a failed step sets the route back to the source at once.")
 
 
-def drained(clients: dict[str, Any], timeout_s: float, *, sleep: Any = time.sleep) -> dict[str, Any]:
+def drained(clients: Mapping[str, ServingClient], timeout_s: float, *,
+            sleep: Callable[[float], None] = time.sleep) -> Drain:
     """Wait until every endpoint reports no job queued or in progress (``/health``), at most
     ``timeout_s`` seconds; returns what each reported last, the endpoints that could not be
     reached (their requests then fail the step's gate), and the seconds waited."""
@@ -150,11 +156,22 @@ def drained(clients: dict[str, Any], timeout_s: float, *, sleep: Any = time.slee
             except ProviderError as exc:
                 unreachable[side] = str(exc)
         if not any(busy.values()) or time.monotonic() - t0 > timeout_s:
-            return {"in_flight": busy, "unreachable": unreachable, "waited_s": round(time.monotonic() - t0, 3)}
+            return Drain(in_flight=busy, unreachable=unreachable, waited_s=round(time.monotonic() - t0, 3))
         sleep(0.05)
 
 
-def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Moved:
+    """What one workload kind's cutover did: the steps it ran, the route it left, the checkpoint
+    the work continues from, and the reverse-reload gate (the source loads the target's state)."""
+
+    steps: list[SliceStep]
+    route: Route
+    checkpoint_moved: str | None = None
+    reverse_reload: g.GateResult | None = None
+
+
+def cutover_inference(ctx: PhaseContext) -> Moved:
     """Route growing slices of requests to the target with a gate check per step, in the
     params' cutover mode (:attr:`runbook_lib.params.Migration.cutover_mode`): ``drain`` sends each
     request to the side the route picks and moves the route only once both endpoints are idle;
@@ -175,7 +192,8 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
                for s, u in urls.items()}
     route = Route(ctx.run_dir / ROUTE, actor=actor(ctx))
     route.set(0, "cutover start: all traffic on source")
-    steps, rows = [], []
+    steps: list[SliceStep] = []
+    rows = []
     rng = np.random.default_rng(ctx.mig.workload.seed)
     n = ctx.mig.cutover.requests_per_step
     dual = ctx.mig.cutover_mode == "dual_run"
@@ -218,22 +236,21 @@ def cutover_inference(ctx: PhaseContext) -> dict[str, Any]:
         p95 = float(np.percentile([r["total_s"] for r in tgt], 95)) if tgt else math.nan
         lat_ok = len(tgt) < MIN_STEP_LATENCY_SAMPLES or p95 <= bound
         ok = failures == 0 and rejected == 0 and lat_ok
-        steps.append({"step": k + 1, "target_percent": pct, "mode": ctx.mig.cutover_mode, "requests": n,
-                      "to_target": len(tgt), "served_by_target": sum(1 for r in tgt if r["served"]),
-                      "shadow_to_target": sum(1 for r in tgt if not r["served"]), "drained_before": drain,
-                      "target_failures": failures, "target_not_accepted": rejected,
-                      "target_p95_s": p95, "p95_bound_s": bound, "passed": ok})
+        steps.append(InferenceStep(step=k + 1, target_percent=pct, mode=ctx.mig.cutover_mode, requests=n,
+                                   to_target=len(tgt), served_by_target=sum(1 for r in tgt if r["served"]),
+                                   shadow_to_target=sum(1 for r in tgt if not r["served"]), drained_before=drain,
+                                   target_failures=failures, target_not_accepted=rejected,
+                                   target_p95_s=p95, p95_bound_s=bound, passed=ok))
         if not ok:
             route.set(0, f"rollback: step {k + 1} failed its gate check")
             break
     for c in clients.values():
         c.close()
     pd.DataFrame(rows).to_csv(ctx.evidence.path("05/cutover_samples.csv"), index=False)
-    return {"mode": ctx.mig.cutover_mode, "steps": steps, "route": route.state,
-            "final_target_percent": route.target_percent}
+    return Moved(steps, route)
 
 
-def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
+def cutover_training(ctx: PhaseContext) -> Moved:
     """Move the training job slice by slice from the newest verified checkpoint."""
     import torch  # noqa: F401 - imported here: the reverse-reload check runs in this kernel
 
@@ -242,7 +259,8 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
     golden_losses = golden_run.losses
     route = Route(ctx.run_dir / ROUTE, actor=actor(ctx))
     route.set(0, "cutover start: job runs on source")
-    ckpt_prefix, done_steps, steps, moved = rec01.frozen().prefix, 0, [], False
+    ckpt_prefix, done_steps, moved = rec01.frozen().prefix, 0, False
+    steps: list[SliceStep] = []
     for sl in slices(ctx):
         k, pct, until, pfx = sl.step - 1, sl.target_percent, sl.until_step, sl.prefix
         route.set(pct, f"slice {k + 1} (quiesced: the source stopped at verified checkpoint {ckpt_prefix}): target "
@@ -255,11 +273,11 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
         band = g.loss_band(golden_losses[done_steps:until], losses, rel=ctx.mig.gates.loss_band_rel,
                            last_k=len(losses), replicate=aa[done_steps:until] if aa else None, phase="05")
         ok = band.verdict == "PASS" and all(c["match"] for c in res["artifact_checksums"])
-        steps.append({"step": k + 1, "target_percent": pct, "steps": f"{done_steps}..{until - 1}",
-                      "checkpoint_prefix": f"{pfx}/checkpoint",
-                      "checkpoint_manifest_sha256": res.get("checkpoint_manifest_sha256"),
-                      "checkpoint_sha256": {key: o.sha256 for key, o in checkpoint.items()},
-                      "loss_rel_diff": band.observed, "passed": ok})
+        steps.append(TrainingStep(step=k + 1, target_percent=pct, steps=f"{done_steps}..{until - 1}",
+                                  checkpoint_prefix=f"{pfx}/checkpoint",
+                                  checkpoint_manifest_sha256=res.get("checkpoint_manifest_sha256"),
+                                  checkpoint_sha256={key: o.sha256 for key, o in checkpoint.items()},
+                                  loss_rel_diff=band.observed, passed=ok))
         if not ok:
             route.set(0, f"rollback: slice {k + 1} failed ({band.detail}); resume on source from the rollback point")
             break
@@ -274,11 +292,10 @@ def cutover_training(ctx: PhaseContext) -> dict[str, Any]:
             wl_s = make_workload(ctx.mig.workload, ctx.mig.source)
             wl_s.load(last_dir)
             reverse = g.output_parity(wl_t.outputs(), wl_s.outputs(), dtype=ctx.mig.source.dtype, phase="05")
-    return {"mode": ctx.mig.cutover_mode, "steps": steps, "route": route.state,
-            "final_target_percent": route.target_percent, "checkpoint_moved": ckpt_prefix, "reverse_reload": reverse}
+    return Moved(steps, route, ckpt_prefix, reverse)
 
 
-def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
+def cutover_checkpoint(ctx: PhaseContext) -> Moved:
     """Make the target's copy of the checkpoint authoritative, keeping the source's frozen copy
     as the rollback point: a target pod restores the frozen set (every file verified and loaded)
     and writes it back as the target's versioned prefix ``cutover/0/checkpoint`` (objects,
@@ -300,9 +317,9 @@ def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
     restored = [m for a in res.get("attempts", []) for m in a.get("metrics", [])]
     ok = got == want and bool(restored) and all(m.get("verified") for m in restored) \
         and all(c["match"] for c in res["artifact_checksums"])
-    step = {"step": 1, "target_percent": 100, "authoritative_prefix": copy_prefix, "files": len(got),
-            "bytes_identical_to_frozen": got == want, "restores_verified": len(restored),
-            "checkpoint_manifest_sha256": res.get("checkpoint_manifest_sha256"), "passed": ok}
+    step = CheckpointStep(step=1, target_percent=100, authoritative_prefix=copy_prefix, files=len(got),
+                          bytes_identical_to_frozen=got == want, restores_verified=len(restored),
+                          checkpoint_manifest_sha256=res.get("checkpoint_manifest_sha256"), passed=ok)
     if ok:
         route.set(100, f"authoritative checkpoint: the target's verified copy {copy_prefix} (version 1); the source's "
                        f"frozen copy {frozen.prefix} is the rollback point")
@@ -322,12 +339,10 @@ def cutover_checkpoint(ctx: PhaseContext) -> dict[str, Any]:
             wl_s = make_workload(ctx.mig.workload, ctx.mig.source)
             wl_s.load(Path(tmp))
             reverse = g.output_parity(golden, wl_s.outputs(), dtype=ctx.mig.source.dtype, phase="05")
-    return {"mode": ctx.mig.cutover_mode, "steps": [step], "route": route.state,
-            "final_target_percent": route.target_percent, "checkpoint_moved": copy_prefix if ok else frozen.prefix,
-            "reverse_reload": reverse}
+    return Moved([step], route, copy_prefix if ok else frozen.prefix, reverse)
 
 
-def cutover(ctx: PhaseContext) -> dict[str, Any]:
+def cutover(ctx: PhaseContext) -> Cutover:
     """Check that every slice step is approved (:func:`slices`), record the rollback point, then
     run the slices for this workload kind; add gates.
 
@@ -336,16 +351,18 @@ def cutover(ctx: PhaseContext) -> dict[str, Any]:
     """
     ctx.resources.require_all([("target", sl.plan) for sl in slices(ctx)])
     point = rollback_point(ctx)
-    res = {"inference": cutover_inference, "training": cutover_training}.get(ctx.mig.workload.kind,
-                                                                             cutover_checkpoint)(ctx)
-    res["rollback_point"] = point
-    ctx.evidence.write_json("05/route_history.json", res["route"])
-    all_ok = bool(res["steps"]) and all(s["passed"] for s in res["steps"])
+    moved = {"inference": cutover_inference, "training": cutover_training}.get(ctx.mig.workload.kind,
+                                                                               cutover_checkpoint)(ctx)
+    res = Cutover(mode=ctx.mig.cutover_mode, rollback_point=point, steps=tuple(moved.steps),
+                  checkpoint_moved=moved.checkpoint_moved, final_target_percent=moved.route.target_percent,
+                  route=moved.route.state)
+    ctx.evidence.write_json("05/route_history.json", res.route)
+    all_ok = bool(res.steps) and all(s.passed for s in res.steps)
     ctx.evidence.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",
-        detail=f"{sum(s['passed'] for s in res['steps'])} of {len(slices(ctx))} slice steps passed; "
-               f"route now {res['final_target_percent']} % target"))
-    rev = res.pop("reverse_reload", None)
+        detail=f"{sum(s.passed for s in res.steps)} of {len(slices(ctx))} slice steps passed; "
+               f"route now {res.final_target_percent} % target"))
+    rev = moved.reverse_reload
     if rev is not None:
         ctx.evidence.add_gates(g.from_dict({**rev.to_dict(), "name": "reverse_reload",
                                    "detail": "source reloads the target's checkpoint: " + rev.detail}))
@@ -358,15 +375,16 @@ class CutoverResult(PhaseResult):
     """Phase 05's evidence: the rollback point, each slice step and the route's history
     (:func:`cutover`)."""
 
-    cutover: dict[str, Any]
+    cutover: Cutover
 
-    def record(self) -> dict[str, Any]:
-        return {"cutover": self.cutover}
+    def record(self) -> CutoverData:
+        return CutoverData(cutover=self.cutover)
 
     def parts(self) -> list[Any]:
         c = self.cutover
-        return [md("**Rollback point**"), table({"rollback point": c["rollback_point"]}, dtype=object),
-                md("**Slice steps**"), table(c["steps"]), md("**Route history**"), table(c["route"]["history"])]
+        point = c.rollback_point.model_dump(exclude_none=True) if c.rollback_point else {}
+        return [md("**Rollback point**"), table({"rollback point": point}, dtype=object),
+                md("**Slice steps**"), table(list(c.steps)), md("**Route history**"), table(c.route["history"])]
 
 
 def run(ctx: PhaseContext) -> CutoverResult:

@@ -7,7 +7,6 @@ source too (``run.teardown_source``), so there every resource the run created is
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import time
@@ -23,6 +22,22 @@ from runbook_lib.layout import RECEIPT, ROLLBACK_POINT, ROUTE, params_sha256
 from runbook_lib.manifest import PHASES
 from runbook_lib.params import AnyProfile, RemoteProfile
 from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
+from runbook_lib.records import (
+    AcceptanceJob,
+    CheckpointMoved,
+    DecideData,
+    Delta,
+    Manifest,
+    Receipt,
+    ReceiptResources,
+    ReconciledWrite,
+    Reconciliation,
+    ResourceRow,
+    RollbackPoint,
+    Side,
+    TeardownNote,
+    TimelineEvent,
+)
 from runbook_lib.resolve import hold_deadline
 from runbook_lib.route import Route
 from runbook_lib.seal import rehearsal_of, seal_run, sealed_decision
@@ -33,13 +48,25 @@ def _planned_only(prof: AnyProfile) -> bool:
     return isinstance(prof, RemoteProfile) and prof.dry_run
 
 
-def phase_status(ctx: PhaseContext) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class PhaseStatus:
+    """A phase as its record says: its name (``01_freeze_source``), status (``completed``,
+    ``failed``, ``held``, ``interrupted`` or ``missing``), whether it stopped the migration, why
+    it did not complete."""
+
+    phase: str
+    status: str
+    stop_migration: bool
+    error: str | None
+
+
+def phase_status(ctx: PhaseContext) -> list[PhaseStatus]:
     """Status of phases 01..05 as their records say (``missing`` when a phase never ran)."""
     rows = []
     for pid, name in PHASES[:-1]:
         rec, data = ctx.records.get(pid), ctx.records.data(pid)
-        rows.append({"phase": f"{pid}_{name}", "status": rec.status if rec else "missing",
-                     "stop_migration": bool(data and data.stops), "error": data.error if data else None})
+        rows.append(PhaseStatus(f"{pid}_{name}", rec.status if rec else "missing", bool(data and data.stops),
+                                data.error if data else None))
     return rows
 
 
@@ -47,16 +74,16 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
     """Gates of earlier phases, plus completeness and the rollback window."""
     gates = ctx.earlier_gates()
     rows = phase_status(ctx)
-    failed = [r for r in rows if r["status"] in ("failed", "interrupted")]
-    held = [r for r in rows if r["status"] == "held"]
-    missing = [r["phase"] for r in rows if r["status"] == "missing"]
-    stopped = any(r["stop_migration"] for r in rows)
+    failed = [r for r in rows if r.status in ("failed", "interrupted")]
+    held = [r for r in rows if r.status == "held"]
+    missing = [r.phase for r in rows if r.status == "missing"]
+    stopped = any(r.stop_migration for r in rows)
     if failed:
         gates.append(g.GateResult("phases_complete", "ERROR", True, len(failed), 0, "failed phases", "records",
-                                  f"phase {failed[0]['phase']} failed: {failed[0]['error']}", phase="06"))
+                                  f"phase {failed[0].phase} failed: {failed[0].error}", phase="06"))
     elif held:
         gates.append(g.GateResult("phases_complete", "INCONCLUSIVE", True, len(held), 0, "held phases", "records",
-                                  f"phase {held[0]['phase']} is waiting for an approval: {held[0]['error']}",
+                                  f"phase {held[0].phase} is waiting for an approval: {held[0].error}",
                                   phase="06"))
     elif missing and not stopped:
         gates.append(g.GateResult("phases_complete", "INCONCLUSIVE", True, len(missing), 0, "missing phases",
@@ -81,8 +108,8 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
             phase="06"))
     cut = ctx.records.get("05")
     if cut is not None and cut.status == "completed":
-        point = json.loads((ctx.run_dir / ROLLBACK_POINT).read_text())
-        left = point["window_closes_epoch"] - time.time()
+        point = RollbackPoint.model_validate_json((ctx.run_dir / ROLLBACK_POINT).read_text())
+        left = point.window_closes_epoch - time.time()
         gates.append(g.GateResult("rollback_window", "PASS" if left > 0 else "FAIL", True, round(left, 1), 0,
                                   "s remaining", "window close time minus now",
                                   f"rollback window open for {left:.0f} more s" if left > 0 else
@@ -91,13 +118,29 @@ def evidence_gates(ctx: PhaseContext) -> list[g.GateResult]:
     return gates
 
 
-def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
-    """Carry out the decision: restore the source route on NO-GO/HOLD, destroy what must go,
-    and verify it is gone.
+@dataclass
+class Actions:
+    """What phase 06 did about the decision: the route's final state (None without a route),
+    every resource the run created as found after the teardown, and the reconciliation of what
+    the target wrote (:func:`reconcile`)."""
 
-    Returns:
-        ``{"route", "destroyed", "remaining", "created"}`` with resource rows.
-    """
+    route: dict[str, Any] | None
+    created: list[ResourceRow]
+    reconciliation: Reconciliation | None = None
+
+    @property
+    def remaining(self) -> list[ResourceRow]:
+        """Resources that had to go and are still there."""
+        return [c for c in self.created if c.should_be_gone and c.state != "DESTROYED"]
+
+    def resources(self) -> ReceiptResources:
+        return ReceiptResources(created=tuple(self.created), remaining=tuple(self.remaining),
+                                destroyed=tuple(c.id for c in self.created if c.state == "DESTROYED"))
+
+
+def act(ctx: PhaseContext, decision: str) -> Actions:
+    """Carry out the decision: restore the source route on NO-GO/HOLD, destroy what must go,
+    and verify it is gone (the gate ``teardown_verified``)."""
     route_file = ctx.run_dir / ROUTE
     route = None
     if route_file.exists():
@@ -106,7 +149,7 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
             r.set(0, f"{decision}: source route restored")
         route = r.state
         ctx.evidence.write_json("06/route_final.json", route)
-    created: list[dict[str, Any]] = []
+    created: list[ResourceRow] = []
     unlisted: list[str] = []
     for side in ("source", "target"):
         prov = ctx.resources.provider(side)
@@ -131,24 +174,24 @@ def act(ctx: PhaseContext, decision: str) -> dict[str, Any]:
             except NotFound:
                 after = None
             state = "DESTROYED" if after is None else after.state
-            created.append({"id": res.id, "name": res.name, "side": side, "kind": type(res).__name__.lower(),
-                            "role": res.labels.get("role"), "phase": res.labels.get("phase"),
-                            "created_at": res.created_at, "ended_at": after.ended_at if after else None,
-                            "state": state, "should_be_gone": must_go,
-                            "teardown": asdict(done) if done is not None else None})
-    remaining = [c for c in created if c["should_be_gone"] and c["state"] != "DESTROYED"]
+            created.append(ResourceRow(id=res.id, name=res.name, side=side, kind=type(res).__name__.lower(),
+                                       role=res.labels.get("role"), phase=res.labels.get("phase"),
+                                       created_at=res.created_at, ended_at=after.ended_at if after else None,
+                                       state=state, should_be_gone=must_go,
+                                       teardown=asdict(done) if done is not None else None))
+    actions = Actions(route, created)
+    remaining = actions.remaining
     blind = [u for u in unlisted if "nothing to tear down" not in u]
     ok = None if blind and not remaining else not remaining
-    detail = (f"still present: {[c['id'] for c in remaining]}" if remaining else
+    detail = (f"still present: {[c.id for c in remaining]}" if remaining else
               f"could not list: {blind}" if blind else
               f"{len(created) - len(remaining)} of {len(created)} resources created by the run are destroyed and "
               f"verified gone" + (f"; {'; '.join(unlisted)}" if unlisted else ""))
     ctx.evidence.add_gates(g.boolean_gate("teardown_verified", ok, phase="06", detail=detail))
-    return {"route": route, "created": created, "destroyed": [c["id"] for c in created if c["state"] == "DESTROYED"],
-            "remaining": remaining}
+    return actions
 
 
-def reconcile(ctx: PhaseContext, decision: str) -> dict[str, Any] | None:
+def reconcile(ctx: PhaseContext, decision: str) -> Reconciliation | None:
     """On NO-GO or HOLD after phase 05 ran, account for what the target wrote during the cutover:
     each slice's checkpoint set is listed from the store with every object's sha256 (verified
     against its manifest), then ``cutover.on_rollback`` keeps, copies back or discards it
@@ -156,8 +199,8 @@ def reconcile(ctx: PhaseContext, decision: str) -> dict[str, Any] | None:
     is kept in ``06/reconciliation.json`` whatever the rule.
 
     Returns:
-        ``{"at", "rule", "writes": [{"prefix", "verified", "objects": {key: sha256}, "bytes"}],
-        "action", "copied_to"}``, or None when the decision is GO or phase 05 did not complete.
+        When, the rule, every set found (prefix, verified, each object's sha256, bytes), what was
+        done and where a copy went; None when the decision is GO or phase 05 did not complete.
 
     Raises:
         StorageError: copying back failed verification (the target's set is left in place).
@@ -167,22 +210,33 @@ def reconcile(ctx: PhaseContext, decision: str) -> dict[str, Any] | None:
         return None
     rule = ctx.mig.cutover.on_rollback
     prefixes = [s.checkpoint_prefix for s in cut.cutover.steps if s.checkpoint_prefix]
-    out: dict[str, Any] = {"at": utc_now(), "rule": rule, "writes": [], "action": "", "copied_to": None}
+    at = utc_now()
     if not prefixes:
-        out["action"] = ("nothing durable to reconcile: the target's responses went back to their callers "
-                         "(listed in 05/cutover_samples.csv)")
+        out = Reconciliation(at=at, rule=rule, action="nothing durable to reconcile: the target's responses went back "
+                                                       "to their callers (listed in 05/cutover_samples.csv)")
         ctx.evidence.write_json("06/reconciliation.json", out)
         return out
     store = ctx.store
+    writes = []
     for prefix in prefixes:
         try:
             objs = store.verify_set(prefix, run_id=ctx.run_id)
-            out["writes"].append({"prefix": prefix, "verified": True, "objects": {k: o.sha256 for k, o in objs.items()},
-                                  "bytes": sum(o.size_bytes for o in objs.values())})
+            writes.append(ReconciledWrite(prefix=prefix, verified=True, objects={k: o.sha256 for k, o in objs.items()},
+                                          bytes=sum(o.size_bytes for o in objs.values())))
         except StorageError as exc:  # listed as found, never dropped from the account
-            out["writes"].append({"prefix": prefix, "verified": False, "objects": dict.fromkeys(store.list(prefix)),
-                                  "bytes": None, "error": str(exc)})
-    newest = next((w["prefix"] for w in reversed(out["writes"]) if w["verified"]), None)
+            writes.append(ReconciledWrite(prefix=prefix, verified=False, objects=dict.fromkeys(store.list(prefix)),
+                                          error=str(exc)))
+    action, copied_to = _reconcile_by_rule(ctx, rule, writes)
+    out = Reconciliation(at=at, rule=rule, writes=tuple(writes), action=action, copied_to=copied_to)
+    ctx.evidence.write_json("06/reconciliation.json", out)
+    return out
+
+
+def _reconcile_by_rule(ctx: PhaseContext, rule: str, writes: list[ReconciledWrite]) -> tuple[str, str | None]:
+    """Apply ``cutover.on_rollback`` to the target's listed sets; returns what was done and the
+    prefix a verified copy went to (None when nothing was copied)."""
+    store = ctx.store
+    newest = next((w.prefix for w in reversed(writes) if w.verified), None)
     frozen = ctx.records.need_freeze().frozen().prefix
     if rule == "copy_back" and newest is not None:
         dest = ctx.store_prefix("reconciled")
@@ -191,47 +245,44 @@ def reconcile(ctx: PhaseContext, decision: str) -> dict[str, Any] | None:
             infos = [store.put_file(path, f"{dest}/{rel}") for rel, path in sorted(files.items())]
         store.commit_set(dest, infos, run_id=ctx.run_id)
         store.verify_set(dest, run_id=ctx.run_id)
-        out.update(copied_to=dest, action=f"copied the target's newest verified checkpoint set {newest} to {dest} and "
-                                          "verified it: the source can resume from the target's progress; the "
-                                          "target's sets are kept where they are")
-    elif rule == "discard":
-        for w in out["writes"]:
-            store.delete_prefix(w["prefix"])
-        out["action"] = (f"deleted the {len(out['writes'])} set(s) the target wrote, after listing them here; the "
-                         f"source resumes from the rollback point {frozen}")
-    else:
-        out["action"] = (f"kept the {len(out['writes'])} set(s) the target wrote where they are, listed here; the "
-                         f"source resumes from the rollback point {frozen}"
-                         + ("" if newest or rule == "keep" else "; none verified, so nothing could be copied back"))
-    ctx.evidence.write_json("06/reconciliation.json", out)
-    return out
+        return (f"copied the target's newest verified checkpoint set {newest} to {dest} and verified it: the source "
+                "can resume from the target's progress; the target's sets are kept where they are"), dest
+    if rule == "discard":
+        for w in writes:
+            store.delete_prefix(w.prefix)
+        return (f"deleted the {len(writes)} set(s) the target wrote, after listing them here; the source resumes "
+                f"from the rollback point {frozen}"), None
+    return (f"kept the {len(writes)} set(s) the target wrote where they are, listed here; the source resumes from "
+            f"the rollback point {frozen}"
+            + ("" if newest or rule == "keep" else "; none verified, so nothing could be copied back")), None
 
 
 def timeline(ctx: PhaseContext, *, decided_at: str, decision: str, route: dict[str, Any] | None,
-             point: dict[str, Any] | None, reconciliation: dict[str, Any] | None) -> list[dict[str, Any]]:
+             point: RollbackPoint | None, reconciliation: Reconciliation | None) -> list[TimelineEvent]:
     """The cutover or rollback as it happened, oldest first: the rollback point, every route change
-    (time, share of traffic on the target, why, who), the reconciliation and the decision."""
-    events: list[dict[str, Any]] = []
+    (time, share of traffic on the target, why, who; ``route``: :attr:`runbook_lib.route.Route.state`),
+    the reconciliation and the decision."""
+    events: list[TimelineEvent] = []
     if point:
-        events.append({"at": point["recorded_at"], "event": f"rollback point recorded: {point['route']} on "
-                       f"{point['source_provider']}; rollback owner {point['rollback_owner']}",
-                       "target_percent": 0, "actor": f"runbook phase 05 ({ctx.run_id})"})
+        events.append(TimelineEvent(at=point.recorded_at, event=f"rollback point recorded: {point.route} on "
+                                    f"{point.source_provider}; rollback owner {point.rollback_owner}",
+                                    target_percent=0, actor=f"runbook phase 05 ({ctx.run_id})"))
     for h in (route or {}).get("history", []):
-        events.append({"at": h["at"], "event": h["reason"], "target_percent": h["target_percent"],
-                       "actor": h.get("actor", "runbook")})
+        events.append(TimelineEvent(at=h["at"], event=h["reason"], target_percent=h["target_percent"],
+                                    actor=h.get("actor", "runbook")))
     now_percent = (route or {}).get("target_percent", 0)
     if reconciliation:
-        events.append({"at": reconciliation["at"], "event": f"reconciled ({reconciliation['rule']}): "
-                       f"{reconciliation['action']}", "target_percent": now_percent,
-                       "actor": f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id})"})
-    events.append({"at": decided_at, "event": f"decision {decision}", "target_percent": now_percent,
-                   "actor": f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id}): the gates"})
-    return sorted(events, key=lambda e: e["at"])
+        events.append(TimelineEvent(at=reconciliation.at, event=f"reconciled ({reconciliation.rule}): "
+                                    f"{reconciliation.action}", target_percent=now_percent,
+                                    actor=f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id})"))
+    events.append(TimelineEvent(at=decided_at, event=f"decision {decision}", target_percent=now_percent,
+                                actor=f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id}): the gates"))
+    return sorted(events, key=lambda e: e.at)
 
 
-def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
+def _deltas(ctx: PhaseContext) -> list[Delta]:
     rec = ctx.records.compare
-    out: list[dict[str, Any]] = []
+    out: list[Delta] = []
     if rec is None:
         return out
     summ = rec.summary
@@ -239,36 +290,36 @@ def _deltas(ctx: PhaseContext) -> list[dict[str, Any]]:
     for metric, gate in (("total p50 (s)", None), ("total p95 (s)", "latency_p95_ratio"), ("total p99 (s)", None),
                          ("throughput mean (units/s)", "throughput_ratio")):
         s, t = summ["source"].metric(metric), summ["target"].metric(metric)
-        out.append({"metric": metric, "source": s, "target": t,
-                    "ratio": (t / s) if s and t is not None and not math.isnan(s) else None,
-                    "verdict": verdicts.get(gate) if gate else None})
+        out.append(Delta(metric=metric, source=s, target=t,
+                         ratio=(t / s) if s and t is not None and not math.isnan(s) else None,
+                         verdict=verdicts.get(gate) if gate else None))
     for side_key, gate in (("cold_start_median_s", "cold_start_ratio"), ("usd_per_accepted_unit", "cost_per_accepted_unit")):
         by_side = rec.cold_start_median_s if side_key == "cold_start_median_s" else rec.usd_per_accepted_unit
         s, t = by_side.get("source"), by_side.get("target")
-        out.append({"metric": side_key, "source": s, "target": t,
-                    "ratio": (t / s) if s and t is not None else None, "verdict": verdicts.get(gate)})
+        out.append(Delta(metric=side_key, source=s, target=t, ratio=(t / s) if s and t is not None else None,
+                         verdict=verdicts.get(gate)))
     return out
 
 
-def _rehearsal(ctx: PhaseContext) -> dict[str, Any] | None:
+def _rehearsal(ctx: PhaseContext) -> dict[str, Any] | None:  # seal.rehearsal_of's shape
     """:func:`runbook_lib.seal.rehearsal_of` over the records so far and this phase's providers."""
     out = rehearsal_of(ctx.records, ctx.mig) or {"simulators": {}, "params": None}
     out["simulators"].update({side: p.simulator() for side, p in ctx.resources.providers.items() if p.simulator()})
     return out if out["simulators"] or out["params"] else None
 
 
-def _acceptance_job(ctx: PhaseContext, gates: list[g.GateResult]) -> dict[str, Any]:
+def _acceptance_job(ctx: PhaseContext, gates: list[g.GateResult]) -> AcceptanceJob:
     """The canary's acceptance job as phase 03 timed it: wall seconds (launch to completion
     marker), the budget (``run.acceptance_budget_s``) and the gate's verdict; None values when
     phase 03 did not run it."""
     rec = ctx.records.parity
     gate = next((x for x in gates if x.name == "acceptance_budget"), None)
-    return {"wall_s": rec.acceptance_job_s if rec else None, "budget_s": ctx.mig.run.acceptance_budget_s,
-            "verdict": gate.verdict if gate else None, "blocking": gate.blocking if gate else None}
+    return AcceptanceJob(wall_s=rec.acceptance_job_s if rec else None, budget_s=ctx.mig.run.acceptance_budget_s,
+                         verdict=gate.verdict if gate else None, blocking=gate.blocking if gate else None)
 
 
 def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: list[g.GateResult],
-                  actions: dict[str, Any]) -> dict[str, Any]:
+                  actions: Actions) -> Receipt:
     """Write ``receipt.json``: releases, identities, data moved, deltas, phase 04's fault drills
     (expectation, observation, verdict), decision, rollback point, resources created and
     destroyed, and every gate; a HOLD also records ``hold_deadline`` (UTC
@@ -278,70 +329,64 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
     freeze = r01.freeze if r01 is not None else None
     cut = r05.cutover if r05 is not None else None
     decided_at = utc_now()
-    held = {}
-    if decision == "HOLD":  # a person decides by then (`runbook resolve`); after it, NO-GO
-        held = {"hold_deadline": hold_deadline(decided_at, ctx.mig.gates.hold_deadline_s),
-                "hold_deadline_s": ctx.mig.gates.hold_deadline_s}
-    receipt = {
-        "run_id": ctx.run_id,
-        "migration": ctx.mig.migration,
-        "decided_at": decided_at,
-        "decision": decision,
-        **held,
-        "run_status": "failed" if any(r["status"] == "failed" for r in phase_status(ctx)) else "completed",
-        "exit_code": EXIT_FAILED if any(r["status"] == "failed" for r in phase_status(ctx)) else EXIT_BY_DECISION[decision],
-        "reasons": reasons,
-        "source": {"release": ctx.mig.source.release, "provider": ctx.mig.source.provider,
-                   "profile": ctx.mig.source.model_dump(exclude={"secrets"})},
-        "target": {"release": ctx.mig.target.release, "provider": ctx.mig.target.provider,
-                   "profile": ctx.mig.target.model_dump(exclude={"secrets"})},
-        "identities": {
-            "params_sha256": params_sha256(ctx.params_path),
-            "runbook_lib_version": __version__,
-            **((freeze.identity if freeze else None) or {}),
-            "frozen_manifest_sha256": freeze.frozen.manifest_sha256 if freeze and freeze.frozen else None,
-            "golden_outputs_sha256": freeze.golden.outputs_sha256 if freeze and freeze.golden else None,
-        },
-        "data_checkpoint_moved": {
-            "frozen": freeze.frozen.model_dump() if freeze and freeze.frozen else None,
-            "final_checkpoint_prefix": cut.checkpoint_moved if cut else None,
-        },
-        "acceptance_deltas": _deltas(ctx),
-        "acceptance_job": _acceptance_job(ctx, gates),
-        "drills": [d.model_dump() for d in ctx.records.compare.drills] if ctx.records.compare else [],
-        "rehearsal": _rehearsal(ctx),
-        "rollback_point": cut.rollback_point if cut else None,
-        "route": actions["route"],
-        "reconciliation": actions.get("reconciliation"),
-        "timeline": timeline(ctx, decided_at=decided_at, decision=decision, route=actions["route"],
-                             point=cut.rollback_point if cut else None,
-                             reconciliation=actions.get("reconciliation")),
-        "teardown": {
-            "teardown_source": ctx.mig.run.teardown_source,
-            "note": ("the embedded run owns both sides: after the decision it destroys every resource it created, "
-                     "so the rollback point above was valid until teardown") if ctx.mig.run.teardown_source else
-                    ("source kept: the rollback point stays valid until the window closes"),
-        },
-        "resources": {"created": actions["created"], "destroyed": actions["destroyed"],
-                      "remaining": actions["remaining"]},
-        "gates": [x.to_dict() for x in gates],
-    }
+    held = decision == "HOLD"  # a person decides by the deadline (`runbook resolve`); after it, NO-GO
+    failed = any(r.status == "failed" for r in phase_status(ctx))
+    point = cut.rollback_point if cut else None
+    receipt = Receipt(
+        run_id=ctx.run_id, migration=ctx.mig.migration, decided_at=decided_at, decision=decision,
+        hold_deadline=hold_deadline(decided_at, ctx.mig.gates.hold_deadline_s) if held else None,
+        hold_deadline_s=ctx.mig.gates.hold_deadline_s if held else None,
+        run_status="failed" if failed else "completed", exit_code=EXIT_FAILED if failed else EXIT_BY_DECISION[decision],
+        reasons=reasons,
+        source=Side(release=ctx.mig.source.release, provider=ctx.mig.source.provider,
+                    profile=ctx.mig.source.model_dump(exclude={"secrets"})),
+        target=Side(release=ctx.mig.target.release, provider=ctx.mig.target.provider,
+                    profile=ctx.mig.target.model_dump(exclude={"secrets"})),
+        identities={"params_sha256": params_sha256(ctx.params_path), "runbook_lib_version": __version__,
+                    **((freeze.identity if freeze else None) or {}),
+                    "frozen_manifest_sha256": freeze.frozen.manifest_sha256 if freeze and freeze.frozen else None,
+                    "golden_outputs_sha256": freeze.golden.outputs_sha256 if freeze and freeze.golden else None},
+        data_checkpoint_moved=CheckpointMoved(frozen=freeze.frozen if freeze else None,
+                                              final_checkpoint_prefix=cut.checkpoint_moved if cut else None),
+        acceptance_deltas=tuple(_deltas(ctx)), acceptance_job=_acceptance_job(ctx, gates),
+        drills=ctx.records.compare.drills if ctx.records.compare else (), rehearsal=_rehearsal(ctx),
+        rollback_point=point, route=actions.route, reconciliation=actions.reconciliation,
+        timeline=tuple(timeline(ctx, decided_at=decided_at, decision=decision, route=actions.route, point=point,
+                                reconciliation=actions.reconciliation)),
+        teardown=TeardownNote(
+            teardown_source=ctx.mig.run.teardown_source,
+            note=("the embedded run owns both sides: after the decision it destroys every resource it created, so the "
+                  "rollback point above was valid until teardown") if ctx.mig.run.teardown_source else
+                 "source kept: the rollback point stays valid until the window closes"),
+        resources=actions.resources(), gates=tuple(gates))
     ctx.evidence.write_json(RECEIPT, receipt)
     return receipt
 
 
-def decide_and_act(ctx: PhaseContext) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Decided:
+    """What :func:`decide_and_act` found and did: the decision and why, every gate, the actions,
+    the receipt."""
+
+    decision: str
+    reasons: list[str]
+    gates: list[g.GateResult]
+    actions: Actions
+    receipt: Receipt
+
+
+def decide_and_act(ctx: PhaseContext) -> Decided:
     """Evaluate every gate, decide, act on the decision, decide again with the teardown gate,
     and write the receipt."""
     gates = evidence_gates(ctx)
     decision, _ = g.decide(gates)
     actions = act(ctx, decision)
-    actions["reconciliation"] = reconcile(ctx, decision)
+    actions.reconciliation = reconcile(ctx, decision)
     gates += ctx.evidence.gates[-1:]  # teardown_verified
     ctx.evidence.gates = [x for x in gates if x.phase == "06"]
     decision, reasons = g.decide(gates)
     receipt = write_receipt(ctx, decision, reasons, gates, actions)
-    return {"decision": decision, "reasons": reasons, "gates": gates, "actions": actions, "receipt": receipt}
+    return Decided(decision, reasons, gates, actions, receipt)
 
 
 @dataclass(frozen=True)
@@ -349,23 +394,23 @@ class DecisionResult(PhaseResult):
     """Phase 06's outcome (:func:`decide_and_act`): the status of phases 01-05, every gate, the
     decision and why, the actions taken, and the receipt written to ``receipt.json``."""
 
-    phases: list[dict[str, Any]]
+    phases: list[PhaseStatus]
     decision: str
     reasons: list[str]
     gates: list[g.GateResult]
-    actions: dict[str, Any]
-    receipt: dict[str, Any]
-    awaiting: tuple[dict[str, Any], ...] = ()  # plans shown but not approved (approvals.plans_awaiting)
+    actions: Actions
+    receipt: Receipt
+    awaiting: tuple[dict[str, Any], ...] = ()  # Plan.to_dict of each plan shown, not approved (approvals.plans_awaiting)
 
-    def record(self) -> dict[str, Any]:
-        return {"decision": self.decision, "reasons": self.reasons}
+    def record(self) -> DecideData:
+        return DecideData(decision=self.decision, reasons=self.reasons)
 
     def hold_guidance(self) -> str:
         """On HOLD, what a person must decide and the commands that do it (Markdown); else ""."""
         if self.decision != "HOLD":
             return ""
-        run = f"reports/{self.receipt['run_id']}"
-        lines = [f"### A person must decide by {self.receipt.get('hold_deadline', '?')} (UTC)",
+        run = f"reports/{self.receipt.run_id}"
+        lines = [f"### A person must decide by {self.receipt.hold_deadline or '?'} (UTC)",
                  "The evidence neither passes nor fails every blocking gate (the reasons above). Read them, then "
                  f"record the decision: `runbook resolve {run} --decision GO|NO-GO --by NAME --reason TEXT`. "
                  "After the deadline the run counts as NO-GO. The source route is already restored and the "
@@ -380,11 +425,11 @@ class DecisionResult(PhaseResult):
 
     def parts(self) -> list[Any]:
         guidance = self.hold_guidance()
-        return [table(self.phases), report.gates_table(self.gates),
+        return [table([asdict(p) for p in self.phases]), report.gates_table(self.gates),
                 md(f"## Decision: **{self.decision}**\n\n" + "\n".join(f"- {r}" for r in self.reasons)),
                 *([md(guidance)] if guidance else []),
-                md("**Acceptance deltas**"), table(self.receipt["acceptance_deltas"]),
-                md("**Resources this run created**"), table(self.actions["created"])]
+                md("**Acceptance deltas**"), table(self.receipt.acceptance_deltas),
+                md("**Resources this run created**"), table(self.actions.created)]
 
 
 @dataclass(frozen=True)
@@ -393,27 +438,27 @@ class Sealed:
     ``_SUCCESS`` unless a phase failed; the headless runner seals again with every phase's outcome)."""
 
     finished: Finished
-    manifest: dict[str, Any]
+    manifest: Manifest
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
         display(self.finished)
-        display(md(f"Sealed: `manifest.json` for run `{self.manifest['run_id']}`"))
+        display(md(f"Sealed: `manifest.json` for run `{self.manifest.run_id}`"))
 
 
 def run(ctx: PhaseContext) -> DecisionResult:
     """Phase 06: judge every gate, decide, act (route, teardown verified), write the receipt."""
     status = phase_status(ctx)
     out = decide_and_act(ctx)
-    return DecisionResult(phases=status, decision=out["decision"], reasons=out["reasons"], gates=out["gates"],
-                          actions=out["actions"], receipt=out["receipt"], awaiting=tuple(plans_awaiting(ctx.run_dir)))
+    return DecisionResult(phases=status, decision=out.decision, reasons=out.reasons, gates=out.gates,
+                          actions=out.actions, receipt=out.receipt, awaiting=tuple(plans_awaiting(ctx.run_dir)))
 
 
 def finish(ctx: PhaseContext, result: DecisionResult) -> Sealed:
     """Write phase 06's record (it hashes ``receipt.json``), then seal the run."""
     record = ctx.finish(result.record())
-    failed = result.receipt["run_status"] == "failed"
+    failed = result.receipt.run_status == "failed"
     manifest = seal_run(ctx.run_dir, ctx.mig, ctx.params_path, decision=sealed_decision(result.decision, failed=failed),
                         complete=not failed)
-    return Sealed(Finished(record, tuple(ctx.evidence.gates)), manifest)
+    return Sealed(Finished(record, tuple(ctx.evidence.gates)), Manifest.model_validate(manifest))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,6 +21,15 @@ from runbook_lib.layout import GOLDEN_FINAL_OUTPUTS, GOLDEN_INFERENCE_OUTPUTS, G
 from runbook_lib.params import operator_set
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.providers.base import Plan
+from runbook_lib.records import (
+    CanaryResult,
+    CapacityTry,
+    EnvironmentDiffRow,
+    Interruption,
+    Inventory,
+    ParityData,
+    TensorRow,
+)
 from runbook_lib.storage import credential_env
 
 
@@ -31,19 +40,39 @@ def plan_canary(ctx: PhaseContext) -> Plan:
     return ctx.agents.plan("target", "canary", "accept", prefix=ctx.store_prefix("canary"), frozen_prefix=frozen_prefix)
 
 
-def run_canary(ctx: PhaseContext) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Canary:
+    """The canary's verified result (:func:`run_canary`).
+
+    Attributes:
+        pod_id: the canary pod. destroyed: verified gone through the provider's listing.
+        result: what its acceptance job returned (``result.json``).
+        outputs, final_outputs, inference_outputs: float arrays ``(inputs, dims)`` it saved
+            (None when its workload saves none of that kind).
+        capacity_tries: every launch try on a ranked offer. acceptance_job_s: wall seconds from
+            the first launch to the result set's completion marker, replacements included.
+        interruptions: machines the provider took back before the job finished.
+    """
+
+    pod_id: str
+    destroyed: bool
+    result: CanaryResult
+    outputs: np.ndarray | None
+    final_outputs: np.ndarray | None
+    inference_outputs: np.ndarray | None
+    capacity_tries: tuple[CapacityTry, ...]
+    acceptance_job_s: float
+    interruptions: tuple[Interruption, ...]
+
+
+def run_canary(ctx: PhaseContext) -> Canary | Plan:
     """Launch, wait for and destroy the canary; return its verified result. In dry-run the plan is
-    recorded and nothing runs.
+    recorded, nothing runs, and the plan is returned.
 
     A remote canary is ready only when it runs, its ports are reachable and the machine is what
     was asked for (re-checked); a try that fails that is destroyed and the next ranked offer tried.
     A canary the provider interrupts (outbid) is destroyed and the acceptance job run again on
     the next untried offer (:meth:`~runbook_lib.phases.agents.Agents.run`).
-
-    Returns:
-        ``{"pod_id", "destroyed", "result", "outputs" (ndarray or None), "final_outputs", "inference_outputs",
-        "capacity_tries", "acceptance_job_s", "interruptions"}`` (wall seconds from the first
-        launch to the result set's completion marker, replacements included), or ``{"dry_run": True, "plan"}``.
 
     Raises:
         ApprovalRequired: the plan is not approved (HOLD). NoCapacity: no ranked offer became
@@ -52,9 +81,9 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     plan = plan_canary(ctx)
     if plan.dry_run:
         ctx.resources.apply_plan("target", plan)
-        return {"dry_run": True, "plan": plan.to_dict()}
+        return plan
     run = ctx.agents.run("target", plan, result_prefix=ctx.store_prefix("canary", "result"))
-    tries = [vars(a) for a in getattr(ctx.resources.provider("target"), "attempts", [])]
+    tries = tuple(CapacityTry.model_validate(vars(a)) for a in ctx.resources.provider("target").attempts)
     files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("canary", "result"), "03/canary")
     result = json.loads(files["result.json"].read_text())
     result["result_manifest"] = ctx.store.read_manifest(ctx.store_prefix("canary", "result"), run_id=ctx.run_id)
@@ -62,97 +91,102 @@ def run_canary(ctx: PhaseContext) -> dict[str, Any]:
     def load(name: str) -> np.ndarray | None:
         return np.load(files[name]) if name in files else None
 
-    return {"pod_id": run.pod.id, "destroyed": run.destroyed, "result": result, "outputs": load("outputs.npy"),
-            "final_outputs": load("final_outputs.npy"), "inference_outputs": load("inference_outputs.npy"),
-            "capacity_tries": tries, "acceptance_job_s": run.seconds,
-            "interruptions": run.interruptions}
+    return Canary(pod_id=run.pod.id, destroyed=run.destroyed, result=CanaryResult.model_validate(result),
+                  outputs=load("outputs.npy"), final_outputs=load("final_outputs.npy"),
+                  inference_outputs=load("inference_outputs.npy"), capacity_tries=tries,
+                  acceptance_job_s=run.seconds, interruptions=run.interruptions)
 
 
-def parity_gates(ctx: PhaseContext, canary: dict[str, Any]) -> list[g.GateResult]:
+def parity_gates(ctx: PhaseContext, canary: Canary, env_diff: Sequence[EnvironmentDiffRow]) -> list[g.GateResult]:
     """Judge the canary: checksums, environment, output parity, failure-and-resume, reload,
-    training loss band and top-1 agreement, and that the canary is gone."""
-    res, wl, gates_cfg = canary["result"], ctx.mig.workload, ctx.mig.gates
-    env = res.get("environment", {})
+    training loss band and top-1 agreement, the environment difference ``env_diff``
+    (:func:`environment_diff`), and that the canary is gone."""
+    res, wl, gates_cfg = canary.result, ctx.mig.workload, ctx.mig.gates
+    env = res.environment or Inventory()
     want_cuda = ctx.mig.target.device.startswith("cuda")
-    env_ok = env.get("device") == ctx.mig.target.device and (not want_cuda or env.get("cuda", {}).get("available"))
+    env_ok = env.device == ctx.mig.target.device and (not want_cuda or env.cuda.available)
     answers_path = ctx.run_dir / GOLDEN_INFERENCE_OUTPUTS
-    checks = g.artifact_parity(res.get("artifact_checksums", []), np.load(ctx.run_dir / GOLDEN_OUTPUTS),
-                               canary["outputs"], np.load(answers_path) if answers_path.exists() else None,
-                               canary.get("inference_outputs"), dtype=ctx.mig.source.dtype,
+    checks = g.artifact_parity(res.artifact_checksums, np.load(ctx.run_dir / GOLDEN_OUTPUTS),
+                               canary.outputs, np.load(answers_path) if answers_path.exists() else None,
+                               canary.inference_outputs, dtype=ctx.mig.source.dtype,
                                rtol=gates_cfg.parity_rtol, atol=gates_cfg.parity_atol, entry_point=wl.entry_point)
     out = [checks[0], g.boolean_gate("canary_environment", bool(env_ok), phase="03",
-                                     detail=f"canary saw device {env.get('device')}, torch {env.get('torch')}, CUDA "
-                                            f"available {env.get('cuda', {}).get('available')}"), *checks[1:]]
+                                     detail=f"canary saw device {env.device or None}, torch {env.torch or None}, CUDA "
+                                            f"available {env.cuda.available if res.environment else None}"),
+           *checks[1:]]
     if wl.kind == "checkpoint":
-        golden_tensors = ctx.records.need_freeze().golden_run().tensors
-        seen = ((res.get("attempts") or [{}])[-1]).get("tensors")
-        if golden_tensors is None or seen is None:
-            same, detail = None, "no tensor table from " + ("the source" if golden_tensors is None else "the canary")
-        else:
-            diffs = tensor_differences(golden_tensors, seen)
-            same = not diffs
-            detail = ("; ".join(diffs[:5]) + (f"; {len(diffs) - 5} more" if len(diffs) > 5 else "") if diffs else
-                      f"{len(seen)} tensors: same names, dtypes, shapes and sha256 of their bytes")
-        out.append(g.boolean_gate("tensor_identity", same, phase="03", source="runbook_lib/phases/parity.py",
-                                  detail=detail))
-    drill = res.get("failure_drill")
-    drill_ok = None if drill is None else bool(drill["exit_code"] == -9 and drill["resumed_from"])
+        out.append(_tensor_gate(ctx.records.need_freeze().golden_run().tensors, res.last_attempt.tensors))
+    drill = res.failure_drill
+    drill_ok = None if drill is None else bool(drill.exit_code == -9 and drill.resumed_from)
     out.append(g.boolean_gate(
         "failure_resume", drill_ok, phase="03",
         detail="not run (artifact did not verify)" if drill is None else
-        f"SIGKILL after step {drill['killed_after_step']}, resumed from {drill['resumed_from']}, "
-        f"rejected checkpoints: {drill['rejected_checkpoints'] or 'none'}"))
-    reload = res.get("reload")
-    out.append(g.boolean_gate("artifact_reload", None if reload is None else bool(reload["exact"]), phase="03",
+        f"SIGKILL after step {drill.killed_after_step}, resumed from {drill.resumed_from}, "
+        f"rejected checkpoints: {[r.model_dump() for r in drill.rejected_checkpoints] or 'none'}"))
+    reload = res.reload
+    out.append(g.boolean_gate("artifact_reload", None if reload is None else reload.exact, phase="03",
                               detail="not run" if reload is None else
-                              f"reloaded artifact reproduces outputs exactly: {reload['exact']} "
-                              f"(max abs diff {reload['max_abs_diff']:.3g})"))
+                              f"reloaded artifact reproduces outputs exactly: {reload.exact} "
+                              f"(max abs diff {reload.max_abs_diff:.3g})"))
     if wl.kind == "training":
         golden_final_path = ctx.run_dir / GOLDEN_FINAL_OUTPUTS
         golden_final = np.load(golden_final_path) if golden_final_path.exists() else None
-        out.append(g.top1_agreement(golden_final, canary["final_outputs"], minimum=gates_cfg.top1_agreement_min,
+        out.append(g.top1_agreement(golden_final, canary.final_outputs, minimum=gates_cfg.top1_agreement_min,
                                     phase="03"))
         golden_run = ctx.records.need_freeze().golden_run()
-        attempts = res.get("attempts") or [{"metrics": []}]
-        obs_losses = [m["loss"] for m in attempts[-1]["metrics"] if "loss" in m]
+        obs_losses = [m["loss"] for m in res.last_attempt.metrics if "loss" in m]
         out.append(g.loss_band(golden_run.losses, obs_losses, rel=gates_cfg.loss_band_rel,
                                replicate=golden_run.aa_losses, phase="03"))
-    rows = environment_diff(ctx, env)
-    canary["environment_diff"] = rows
-    blockers = [r for r in rows if r["class"] == "blocker"]
-    counts = {c: sum(r["class"] == c for r in rows) for c in inventory.CLASSES}
-    out.append(g.boolean_gate(
-        "environment_diff", not blockers, phase="03", source="runbook_lib/inventory.py",
-        detail=("; ".join(f"{r['item']}: {r['reason']}" for r in blockers) if blockers else
-                "source vs canary: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n) if rows else
-                "source vs canary: no difference")))
-    budget = g.acceptance_budget(canary.get("acceptance_job_s"), budget_s=ctx.mig.run.acceptance_budget_s, phase="03")
+    out.append(_environment_gate(env_diff))
+    budget = g.acceptance_budget(canary.acceptance_job_s, budget_s=ctx.mig.run.acceptance_budget_s, phase="03")
     out.append(g.scored_unless_set(budget, setting="run.acceptance_budget_s",
                                    operator_set=operator_set(ctx.mig, "run.acceptance_budget_s")))
-    out.append(g.boolean_gate("canary_destroyed", canary["destroyed"], phase="03",
-                              detail=f"canary {canary['pod_id']} destroyed and verified gone: {canary['destroyed']}"))
+    out.append(g.boolean_gate("canary_destroyed", canary.destroyed, phase="03",
+                              detail=f"canary {canary.pod_id} destroyed and verified gone: {canary.destroyed}"))
     return ctx.evidence.add_gates(*out)
 
 
+def _tensor_gate(golden: Sequence[TensorRow] | None, seen: Sequence[TensorRow] | None) -> g.GateResult:
+    """``tensor_identity``: the canary loaded the source's tensors bit for bit."""
+    if golden is None or seen is None:
+        same, detail = None, "no tensor table from " + ("the source" if golden is None else "the canary")
+    else:
+        diffs = tensor_differences(golden, seen)
+        same = not diffs
+        detail = ("; ".join(diffs[:5]) + (f"; {len(diffs) - 5} more" if len(diffs) > 5 else "") if diffs else
+                  f"{len(seen)} tensors: same names, dtypes, shapes and sha256 of their bytes")
+    return g.boolean_gate("tensor_identity", same, phase="03", source="runbook_lib/phases/parity.py", detail=detail)
 
-def tensor_differences(source: list[dict[str, Any]], canary: list[dict[str, Any]]) -> list[str]:
+
+def _environment_gate(rows: Sequence[EnvironmentDiffRow]) -> g.GateResult:
+    """``environment_diff``: FAIL on any blocker between the source's and the canary's inventory."""
+    blockers = [r for r in rows if r.klass == "blocker"]
+    counts = {c: sum(r.klass == c for r in rows) for c in inventory.CLASSES}
+    return g.boolean_gate(
+        "environment_diff", not blockers, phase="03", source="runbook_lib/inventory.py",
+        detail=("; ".join(f"{r.item}: {r.reason}" for r in blockers) if blockers else
+                "source vs canary: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n) if rows else
+                "source vs canary: no difference"))
+
+
+def tensor_differences(source: Sequence[TensorRow], canary: Sequence[TensorRow]) -> list[str]:
     """Every way the canary's loaded tensors differ from the source's, each as one sentence: a
     name only one side has, or a dtype, shape or byte digest that differs
     (:meth:`runbook_lib.workload.checkpoint_set.CheckpointWorkload.tensor_table` rows). Empty
     when both loaded the same tensors bit for bit."""
-    src, got = {r["name"]: r for r in source}, {r["name"]: r for r in canary}
+    src, got = {r.name: r for r in source}, {r.name: r for r in canary}
     out = [f"{n}: loaded on the source, missing on the canary" for n in src if n not in got]
     out += [f"{n}: loaded on the canary only" for n in got if n not in src]
     for n in (n for n in src if n in got):
         for field in ("dtype", "shape", "sha256"):
-            if src[n][field] != got[n][field]:
-                a, b = (str(src[n][field])[:16], str(got[n][field])[:16]) if field == "sha256" else \
-                    (src[n][field], got[n][field])
+            a, b = getattr(src[n], field), getattr(got[n], field)
+            if a != b:
+                a, b = (str(a)[:16], str(b)[:16]) if field == "sha256" else (a, b)
                 out.append(f"{n}: {field} {b} on the canary, {a} on the source")
     return out
 
 
-def environment_diff(ctx: PhaseContext, canary_env: dict[str, Any]) -> list[dict[str, Any]]:
+def environment_diff(ctx: PhaseContext, canary_env: Inventory | None) -> list[EnvironmentDiffRow]:
     """The source's inventory (phase 01, taken inside the freeze pod) against the canary's (taken
     inside the canary), every difference classified (:func:`runbook_lib.inventory.diff`) against
     the workload's declared needs and the bytes of the frozen set the target restores."""
@@ -162,10 +196,11 @@ def environment_diff(ctx: PhaseContext, canary_env: dict[str, Any]) -> list[dict
         o.size_bytes for o in (rec01.frozen.objects.values() if rec01.frozen else ()))
     declared = frozenset({s.name for s in ctx.mig.target.secrets} | {n for n, _ in credential_env(ctx.mig.storage)})
     source_env = rec01.environment.model_dump(exclude_unset=True) if rec01.environment else {}
-    return inventory.diff(source_env, canary_env, target_device=ctx.mig.target.device,
-                          memory_gb=req.memory_gb or 0.0, shm_gb=req.shm_gb or 0.0, disk_gb=req.disk_gb or 0.0,
-                          restore_bytes=int(restore), loader_workers=req.loader_workers,
+    rows = inventory.diff(source_env, canary_env.model_dump(exclude_unset=True) if canary_env else {},
+                          target_device=ctx.mig.target.device, memory_gb=req.memory_gb or 0.0, shm_gb=req.shm_gb or 0.0,
+                          disk_gb=req.disk_gb or 0.0, restore_bytes=int(restore), loader_workers=req.loader_workers,
                           declared_credentials=declared)
+    return [EnvironmentDiffRow.model_validate(r) for r in rows]
 
 
 def plan(ctx: PhaseContext) -> PlanShown:
@@ -181,38 +216,43 @@ class ParityResult(PhaseResult):
     """Phase 03's evidence: the canary's verified result (or its dry-run plan) and the gates
     judged on it (:func:`parity_gates`, kept in the phase's context)."""
 
-    canary: dict[str, Any]
-    dry_run: bool
+    canary: Canary | Plan
+    env_diff: tuple[EnvironmentDiffRow, ...]
     budget_s: float
 
-    def record(self) -> dict[str, Any]:
+    @property
+    def dry_run(self) -> bool:
+        """The canary was only planned."""
+        return isinstance(self.canary, Plan)
+
+    def record(self) -> ParityData:
         c = self.canary
-        if self.dry_run:
-            return {"dry_run": True, "plan": c["plan"]}
-        return {"canary_pod": c["pod_id"], "canary_destroyed": c["destroyed"], "capacity_tries": c["capacity_tries"],
-                "interruptions": c["interruptions"],
-                "acceptance_job_s": c["acceptance_job_s"], "acceptance_budget_s": self.budget_s,
-                "environment_diff": c.get("environment_diff", []),
-                "result": {k: v for k, v in c["result"].items() if k != "attempts"}}
+        if isinstance(c, Plan):
+            return ParityData(dry_run=True, plan=c.to_dict())
+        return ParityData(canary_pod=c.pod_id, canary_destroyed=c.destroyed, capacity_tries=c.capacity_tries,
+                          interruptions=c.interruptions, acceptance_job_s=c.acceptance_job_s,
+                          acceptance_budget_s=self.budget_s, environment_diff=self.env_diff, result=c.result)
 
     def parts(self) -> list[Any]:
-        if self.dry_run:
+        c = self.canary
+        if isinstance(c, Plan):
             return [md("**Dry-run**: the canary launch is planned above and recorded; nothing was launched.")]
-        res = self.canary["result"]
-        return [md(f"**Acceptance job**: {self.canary['acceptance_job_s']:.1f} s from launch to its completion marker "
+        drill = c.result.failure_drill.model_dump() if c.result.failure_drill else {}
+        return [md(f"**Acceptance job**: {c.acceptance_job_s:.1f} s from launch to its completion marker "
                    f"(budget {self.budget_s:g} s)"),
-                md("**Capacity tries**"), table(self.canary["capacity_tries"], columns=TRY_COLUMNS),
-                md("**Artifact checksums re-verified on the canary**"), table(res.get("artifact_checksums", [])),
+                md("**Capacity tries**"), table(c.capacity_tries, columns=TRY_COLUMNS),
+                md("**Artifact checksums re-verified on the canary**"), table(c.result.artifact_checksums),
                 md("**Source vs canary environment**, every difference classified (harmless, tolerance, risk, "
                    "blocker, not checked)"),
-                table(self.canary.get("environment_diff", []), columns=["item", "source", "target", "class", "reason"]),
-                md("**Failure drill**"), table({"failure drill": res.get("failure_drill") or {}}, dtype=object)]
+                table(self.env_diff, columns=["item", "source", "target", "class", "reason"]),
+                md("**Failure drill**"), table({"failure drill": drill}, dtype=object)]
 
 
 def run(ctx: PhaseContext) -> ParityResult:
     """Phase 03: launch, wait for and destroy the canary (:func:`run_canary`), then judge parity."""
     canary = run_canary(ctx)
-    dry = bool(canary.get("dry_run"))
-    if not dry:
-        parity_gates(ctx, canary)
-    return ParityResult(canary=canary, dry_run=dry, budget_s=ctx.mig.run.acceptance_budget_s)
+    rows: tuple[EnvironmentDiffRow, ...] = ()
+    if isinstance(canary, Canary):
+        rows = tuple(environment_diff(ctx, canary.result.environment))
+        parity_gates(ctx, canary, rows)
+    return ParityResult(canary=canary, env_diff=rows, budget_s=ctx.mig.run.acceptance_budget_s)

@@ -16,14 +16,9 @@ from runbook_lib.providers.base import Plan
 from runbook_lib.records import PhaseData
 
 
-class PhaseResult(ABC):
-    """What a phase's main step returns: a frozen dataclass whose fields are typed, which a
-    notebook displays as is (IPython calls ``_ipython_display_``) and whose :meth:`record` is the
-    phase's record model (:data:`runbook_lib.records.MODELS`), written into the phase record."""
-
-    @abstractmethod
-    def record(self) -> PhaseData:
-        """The phase's record data."""
+class Shown(ABC):
+    """A step's result a notebook displays as is (IPython calls ``_ipython_display_``): its
+    :meth:`parts`, in order."""
 
     @abstractmethod
     def parts(self) -> list[Any]:
@@ -34,6 +29,16 @@ class PhaseResult(ABC):
 
         for part in self.parts():
             display(part)
+
+
+class PhaseResult(Shown):
+    """What a phase's main step returns: a frozen dataclass whose fields are typed, shown as
+    :class:`Shown`, and whose :meth:`record` is the phase's record model
+    (:data:`runbook_lib.records.MODELS`), written into the phase record."""
+
+    @abstractmethod
+    def record(self) -> PhaseData:
+        """The phase's record data."""
 
 
 def md(text: str) -> Any:

@@ -23,14 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from runbook_lib import cost, report
 from runbook_lib.manifest import PHASE_PLOTS, PLOT_METADATA_KEY
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases.compare.drills import EXPECTATIONS, DrillsResult, guarded, run_drills
 from runbook_lib.phases.compare.judge import (
     OPERATOR_SETTINGS,
+    Measurement,
     cold_start_samples,
     cold_start_summary,
     compare_gates,
@@ -55,45 +54,17 @@ from runbook_lib.phases.compare.protocol import (
     schedule_rounds,
     wait_for_zero,
 )
-from runbook_lib.phases.compare.raw import THROUGHPUT_COLUMNS
+from runbook_lib.phases.compare.raw import THROUGHPUT_COLUMNS, Measured
+from runbook_lib.records import CompareData
 
 __all__ = [
     "EXPECTATIONS", "DrillsResult", "guarded", "run_drills", "cold_start_samples", "cold_start_summary",
     "measure_cold_starts", "wait_for_zero", "traffic_costs",
-    "AFFECTS", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
+    "AFFECTS", "Measured", "OPERATOR_SETTINGS", "ROUND_PATTERN", "THROUGHPUT_COLUMNS", "CompareResult", "Measurement",
     "clocks_record", "compare_gates", "costs", "evaluate", "lost_measurements", "measure", "measure_inference", "measure_sides",
     "measure_training", "measured_with_retries", "plan", "planned", "record_data", "round_sides", "schedule_rounds",
     "store_to_pod_summary", "summary",
 ]
-
-
-@dataclass(frozen=True)
-class Measurement(PhaseResult):
-    """Phase 04's raw measurement (:func:`measure`) and its p50/p95/p99 summary per side
-    (:func:`summary`); judged by :func:`evaluate`. Not a record on its own."""
-
-    raw: dict[str, Any]
-    summary: pd.DataFrame
-
-    def record(self) -> dict[str, Any]:
-        raise NotImplementedError("a measurement is recorded through evaluate(): pass it there")
-
-    def parts(self) -> list[Any]:
-        out = [md("**Cold starts** (create call to first served response, seconds)"), table(self.raw["cold_starts"])]
-        zero = cold_start_summary(self.raw)
-        if zero:
-            out += [md(f"**Cold starts from zero** ({self.raw['cold_starts_from_zero'].shape[0]} starts: submission to "
-                       "answer, split into queue, init and inference; the worker's init into process start, imports, "
-                       "device init and weight load; p50 and p95, seconds)"), table(zero)]
-        out += [md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary,
-                md("**Store-to-pod bandwidth** (each pod's verified download of the set it starts from; MB = 10^6 "
-                   "bytes)"), table(store_to_pod_summary(self.raw)).T]
-        if self.raw.get("clocks"):
-            out += [md("**Clocks** (each setting, and the requests it ended per side)"),
-                    table([{**{k: v for k, v in c.items() if k != "ended"}, **{f"ended {s}": n for s, n in
-                                                                            c["ended"].items()}}
-                           for c in self.raw["clocks"]])]
-        return out
 
 
 @dataclass(frozen=True)
@@ -108,9 +79,9 @@ class CompareResult(PhaseResult):
     drills: DrillsResult | None = None
     at_traffic: dict[str, cost.TrafficCost] | None = None
 
-    def record(self) -> dict[str, Any]:
-        return {**record_data(self.measurement.raw, self.costs, self.measurement.summary, self.at_traffic),
-                **(self.drills.record() if self.drills is not None else {"drills": []})}
+    def record(self) -> CompareData:
+        data = record_data(self.measurement.raw, self.costs, self.measurement.summary, self.at_traffic)
+        return data.model_copy(update={"drills": self.drills.rows if self.drills is not None else ()})
 
     def parts(self) -> list[Any]:
         from IPython.display import Image
@@ -150,8 +121,8 @@ def evaluate(ctx: PhaseContext, measured: Measurement, drills: DrillsResult | No
     costs_ = costs(ctx, res)
     at_traffic = traffic_costs(ctx, res)
     latency_png, throughput_png, cost_png = PHASE_PLOTS["04"]
-    figs = [report.latency_cdf(res["samples"], ctx.evidence.path(latency_png), unit_label=unit),
-            report.throughput_plot(res["throughput"], ctx.evidence.path(throughput_png),
+    figs = [report.latency_cdf(res.samples, ctx.evidence.path(latency_png), unit_label=unit),
+            report.throughput_plot(res.throughput, ctx.evidence.path(throughput_png),
                                    unit={"request": "requests/s", "restore": "restores/s"}.get(unit, "samples/s")),
             report.cost_plot(costs_, ctx.evidence.path(cost_png), unit=unit)]
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice

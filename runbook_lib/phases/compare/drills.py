@@ -40,11 +40,13 @@ from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ProviderError, RunbookError
 from runbook_lib.layout import GOLDEN_OUTPUTS
-from runbook_lib.measure import JobClient, JobClocks, ServingClient, served_status
+from runbook_lib.measure import JobAnswer, JobClient, JobClocks, ServingClient, served_status
 from runbook_lib.params import RemoteProfile
-from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.phases import PhaseContext, Shown, md, table
+from runbook_lib.phases.compare.judge import Measurement
+from runbook_lib.phases.compare.raw import Measured
 from runbook_lib.providers.offers import filter_offers
-from runbook_lib.records import Offers
+from runbook_lib.records import DrillRow, Offers
 from runbook_lib.workload import make_workload
 from runbook_lib.workload.records import DRILL_KEY, JobRecords
 
@@ -73,14 +75,11 @@ class Drilled:
 
 
 @dataclass(frozen=True)
-class DrillsResult(PhaseResult):
-    """Phase 04's drill table (one row per drill run: ``drill``, ``expectation``, ``observation``,
-    ``verdict``, ``blocking``, ``seconds``); its gates are in the phase's context."""
+class DrillsResult(Shown):
+    """Phase 04's drill table (one row per drill run); its gates are in the phase's context and
+    its rows go into phase 04's record through :func:`runbook_lib.phases.compare.evaluate`."""
 
-    rows: tuple[dict[str, Any], ...]
-
-    def record(self) -> dict[str, Any]:
-        return {"drills": list(self.rows)}
+    rows: tuple[DrillRow, ...]
 
     def parts(self) -> list[Any]:
         if not self.rows:
@@ -95,7 +94,7 @@ def _golden_request(ctx: PhaseContext) -> tuple[int, Any, np.ndarray]:
     return idx, payload, np.load(ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
 
 
-def _accepted(ctx: PhaseContext, golden: np.ndarray, idx: int, job: dict[str, Any], seconds: float) -> bool:
+def _accepted(ctx: PhaseContext, golden: np.ndarray, idx: int, job: JobAnswer, seconds: float) -> bool:
     return ctx.accepted(golden, {"status": served_status(job), "total_s": seconds, "output": job.get("output"),
                                  "input_index": idx})
 
@@ -103,11 +102,11 @@ def _accepted(ctx: PhaseContext, golden: np.ndarray, idx: int, job: dict[str, An
 class _Target:
     """The target endpoint's job API and its idempotency records, for the drills."""
 
-    def __init__(self, ctx: PhaseContext, raw: dict[str, Any]) -> None:
+    def __init__(self, ctx: PhaseContext, raw: Measured) -> None:
         m = ctx.mig.measure
         self.ctx = ctx
-        self.id, self.url = raw["endpoints"]["target"], raw["endpoint_urls"]["target"]
-        self.mode = raw["endpoint_modes"]["target"]
+        self.id, self.url = raw.endpoints["target"], raw.endpoint_urls["target"]
+        self.mode = raw.endpoint_modes["target"]
         self.provider = ctx.resources.provider("target")
         self.client_timeout_s = m.request_timeout_s * 4 + 120.0  # a replacement worker's cold start included
         self.records = JobRecords(ctx.store, ctx.store_prefix("jobs", "target"))
@@ -187,7 +186,7 @@ def _spend_limit(ctx: PhaseContext, t: _Target, meter: cost.SpendMeter) -> Drill
     _, payload, _ = _golden_request(ctx)
     tight = cost.SpendMeter(meter.accrued_usd(), clock=meter.clock, rates=dict(meter.rates),
                             charged_usd=meter.charged_usd)
-    sent: list[dict[str, Any]] = []
+    sent: list[JobAnswer] = []
     c = t.serving_client()
     try:
         before = c.health()["jobs"]
@@ -197,7 +196,7 @@ def _spend_limit(ctx: PhaseContext, t: _Target, meter: cost.SpendMeter) -> Drill
         c.close()
     moved = {k: after.get(k, 0) - before.get(k, 0) for k in ("inQueue", "inProgress", "completed", "failed")
              if after.get(k, 0) != before.get(k, 0)}
-    seen = (f"refused at {stop['accrued_usd']:.5f} USD spent, {stop['projected_usd']:.5f} USD projected" if stop
+    seen = (f"refused at {stop.accrued_usd:.5f} USD spent, {stop.projected_usd:.5f} USD projected" if stop
             else "not refused") + f"; requests sent {len(sent)}; target job counts changed: {moved or 'none'}"
     limit = ctx.mig.gates.spend_limit_usd
     seen += f" (the rounds used the same guard at {limit} USD)" if limit is not None else \
@@ -205,7 +204,7 @@ def _spend_limit(ctx: PhaseContext, t: _Target, meter: cost.SpendMeter) -> Drill
     return Drilled("PASS" if stop is not None and not sent and not moved else "FAIL", seen)
 
 
-def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], Any]) -> dict[str, Any] | None:
+def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], Any]) -> cost.SpendStop | None:
     """Run ``fn`` only when ``step`` (``est_s`` seconds) fits under the meter's limit; returns the
     stop record when it was refused (:meth:`runbook_lib.cost.SpendMeter.check`), else None."""
     stop = meter.check(step, est_s)
@@ -248,24 +247,24 @@ def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
     return Drilled("PASS", seen)
 
 
-def run_drills(ctx: PhaseContext, measured: Any) -> DrillsResult:
+def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
     """Run ``drills.run`` against the target after the measurement (the endpoint stays up for
     phase 05) and add one gate per drill (``drill_<name>``).
 
     Args:
-        measured: phase 04's :class:`runbook_lib.phases.compare.Measurement`.
+        measured: phase 04's measurement (:func:`runbook_lib.phases.compare.measure_sides`).
     """
     raw = measured.raw
     names = ctx.mig.drills.run
     blocking = set(ctx.mig.drills.blocking)
-    mode = (raw.get("endpoint_modes") or {}).get("target")
+    mode = raw.endpoint_modes.get("target")
     endpoint = _Target(ctx, raw) if mode else None
     target = endpoint if mode == "queue" else None
     no_jobs = (f"a {ctx.mig.workload.kind} workload runs on pods and has no endpoint to drill"
                if ctx.mig.workload.kind != "inference" else
                f"a {mode} endpoint has no job API: nothing is redelivered, timed out or recorded by the endpoint; "
                "the caller owns retries (docs.runpod.io/serverless/load-balancing/overview)")
-    rows: list[dict[str, Any]] = []
+    rows: list[DrillRow] = []
     results: list[g.GateResult] = []
     for name in names:
         t0 = time.perf_counter()
@@ -273,7 +272,8 @@ def run_drills(ctx: PhaseContext, measured: Any) -> DrillsResult:
             if name == "preferred_offer_removed":
                 out = _preferred_offer_removed(ctx)
             elif name == "spend_limit":
-                out = _spend_limit(ctx, endpoint, raw["meter"]) if endpoint is not None else Drilled("INCONCLUSIVE", no_jobs)
+                out = _spend_limit(ctx, endpoint, raw.meter) if endpoint is not None and raw.meter is not None \
+                    else Drilled("INCONCLUSIVE", no_jobs)
             elif target is None:
                 out = Drilled("INCONCLUSIVE", no_jobs)
             else:
@@ -281,9 +281,8 @@ def run_drills(ctx: PhaseContext, measured: Any) -> DrillsResult:
                        "output_durability": _output_durability}[name](ctx, target)
         except (ProviderError, RunbookError) as exc:  # the drill could not be carried out: not a verdict on the target
             out = Drilled("INCONCLUSIVE", f"the drill could not run: {type(exc).__name__}: {exc}"[:400])
-        row = {"drill": name, "expectation": EXPECTATIONS[name], "observation": out.observation,
-               "verdict": out.verdict, "blocking": name in blocking, "seconds": round(time.perf_counter() - t0, 3)}
-        rows.append(row)
+        rows.append(DrillRow(drill=name, expectation=EXPECTATIONS[name], observation=out.observation,
+                             verdict=out.verdict, blocking=name in blocking, seconds=round(time.perf_counter() - t0, 3)))
         results.append(g.GateResult(f"drill_{name}", out.verdict, name in blocking, out.observation,  # type: ignore[arg-type]
                                     EXPECTATIONS[name], "", "fault drill against the target",
                                     f"{out.observation}" if out.verdict == "PASS" else

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,10 @@ from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.measure import INIT_PARTS
 from runbook_lib.params import Migration, operator_set
-from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases.compare.protocol import lost_measurements
+from runbook_lib.phases.compare.raw import Measured
+from runbook_lib.records import CompareData, Number, SideSummary, StoreToPod
 
 OPERATOR_SETTINGS: dict[str, str] = {
     "latency_p95_ratio": "gates.latency_p95_ratio_max",
@@ -32,32 +35,32 @@ OPERATOR_SETTINGS: dict[str, str] = {
 ``gates.spend_limit_usd`` is set; parity and reliability gates are always blocking."""
 
 
-def window_costs(mig: Migration, res: dict[str, Any]) -> dict[str, cost.CostBreakdown]:
+def window_costs(mig: Migration, res: Measured) -> dict[str, cost.CostBreakdown]:
     """Cost per accepted unit per side over the measurement window (billed from launch), USD: the
     profiles' prices (params), the billed seconds and egress bytes the measurement recorded, and
     the accepted samples counted from the raw samples."""
     out = {}
     for side in ("source", "target"):
         prof = getattr(mig, side)
-        s = res["samples"]
+        s = res.samples
         accepted = int(((s["side"] == side) & s["accepted"].astype(bool)).sum()) if len(s) else 0
         instances = prof.workers if mig.workload.kind == "inference" else 1
-        out[side] = cost.breakdown(price_usd_per_hour=prof.price_usd_per_hour, billed_s=res["billed_s"][side],
+        out[side] = cost.breakdown(price_usd_per_hour=prof.price_usd_per_hour, billed_s=res.billed_s[side],
                                    instances=instances, accepted_units=accepted,
                                    storage_gb=mig.workload.requirements.disk_gb,
                                    storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
-                                   egress_bytes=res["egress_bytes"][side], egress_usd_per_gb=prof.egress_usd_per_gb)
+                                   egress_bytes=res.egress_bytes[side], egress_usd_per_gb=prof.egress_usd_per_gb)
     return out
 
 
-def costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.CostBreakdown]:
+def costs(ctx: PhaseContext, res: Measured) -> dict[str, cost.CostBreakdown]:
     """:func:`window_costs`, written to ``04/cost.json``."""
     out = window_costs(ctx.mig, res)
     ctx.evidence.write_json("04/cost.json", {k: v.to_dict() for k, v in out.items()})
     return out
 
 
-def costs_at_traffic(mig: Migration, res: dict[str, Any]) -> dict[str, cost.TrafficCost] | None:
+def costs_at_traffic(mig: Migration, res: Measured) -> dict[str, cost.TrafficCost] | None:
     """Inference: each side's cost per accepted unit at the declared traffic
     (``measure.traffic_per_s``, else ``arrival_rate_per_s``) with its warm workers billed busy or
     idle (:func:`runbook_lib.cost.at_traffic`), from the measured saturation throughput, the
@@ -65,7 +68,7 @@ def costs_at_traffic(mig: Migration, res: dict[str, Any]) -> dict[str, cost.Traf
     or when a side measured no throughput."""
     if mig.workload.kind != "inference":
         return None
-    m, s, t = mig.measure, res["samples"], res["throughput"]
+    m, s, t = mig.measure, res.samples, res.throughput
     out = {}
     for side in ("source", "target"):
         prof = getattr(mig, side)
@@ -79,12 +82,12 @@ def costs_at_traffic(mig: Migration, res: dict[str, Any]) -> dict[str, cost.Traf
                                     acceptance=float(mine.mean()),
                                     storage_gb=mig.workload.requirements.disk_gb,
                                     storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
-                                    egress_bytes_per_request=res["egress_bytes"][side] / mine.size,
+                                    egress_bytes_per_request=res.egress_bytes[side] / mine.size,
                                     egress_usd_per_gb=prof.egress_usd_per_gb)
     return out
 
 
-def traffic_costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.TrafficCost] | None:
+def traffic_costs(ctx: PhaseContext, res: Measured) -> dict[str, cost.TrafficCost] | None:
     """:func:`costs_at_traffic`, written to ``04/cost_at_traffic.json`` when there is one."""
     out = costs_at_traffic(ctx.mig, res)
     if out is not None:
@@ -92,31 +95,31 @@ def traffic_costs(ctx: PhaseContext, res: dict[str, Any]) -> dict[str, cost.Traf
     return out
 
 
-def summary(res: dict[str, Any]) -> pd.DataFrame:
+def summary(res: Measured) -> pd.DataFrame:
     """p50/p95/p99 of total, queue, init and execution time per side, seconds."""
-    s = res["samples"]
+    s = res.samples
     rows = []
     for side in ("source", "target"):
         d = s[s["side"] == side]
-        row: dict[str, Any] = {"side": side, "requests": len(d), "accepted": int(d["accepted"].sum()) if len(d) else 0,
+        row: dict[str, float | int | str] = {"side": side, "requests": len(d), "accepted": int(d["accepted"].sum()) if len(d) else 0,
                                "failed": int((d["status"] != "COMPLETED").sum()) if len(d) else 0}
         for col in ("total_s", "queue_s", "init_s", "execution_s"):
             vals = d[col].astype(float).dropna().to_numpy() if len(d) else np.array([])
             for q in (50, 95, 99):
                 row[f"{col[:-2]} p{q} (s)"] = float(np.percentile(vals, q)) if vals.size else math.nan
-        t = res["throughput"]
+        t = res.throughput
         row["throughput mean (units/s)"] = float(t[t["side"] == side]["throughput_units_per_s"].mean())
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def compare_gates(ctx: PhaseContext, res: dict[str, Any], costs_: dict[str, cost.CostBreakdown],
+def compare_gates(ctx: PhaseContext, res: Measured, costs_: dict[str, cost.CostBreakdown],
                   at_traffic: dict[str, cost.TrafficCost] | None = None) -> list[g.GateResult]:
     """:func:`judge`, its gates added to the phase's evidence."""
     return ctx.evidence.add_gates(*judge(ctx.mig, res, costs_, at_traffic))
 
 
-def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakdown],
+def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
           at_traffic: dict[str, cost.TrafficCost] | None = None) -> list[g.GateResult]:
     """Phase 04's comparison gates from a measurement alone (no provider, no kernel): latency p95
     ratio, throughput ratio, cold start ratio, target error rate, cost per unit (at the declared
@@ -129,7 +132,7 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
         res: the measurement as :func:`runbook_lib.phases.compare.raw.load_measurement` rebuilds it.
         costs_: :func:`window_costs`; at_traffic: :func:`costs_at_traffic`.
     """
-    s, t, gc = res["samples"], res["throughput"], mig.gates
+    s, t, gc = res.samples, res.throughput, mig.gates
     # Column first, then masks: a million samples are filtered as a few arrays, never copied as frames.
     total_s = s["total_s"].to_numpy(dtype=float)
     rounds = s["round"].to_numpy()
@@ -139,7 +142,8 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
     thr = {side: t[t["side"] == side]["throughput_units_per_s"].astype(float).tolist() for side in ("source", "target")}
     cold, cold_what = cold_start_samples(res)
     burst = t[t["side"] == "target"]
-    zero = res.get("cold_starts_from_zero", pd.DataFrame(columns=["side", "status"]))
+    zero = res.cold_starts_from_zero if res.cold_starts_from_zero is not None else \
+        pd.DataFrame(columns=["side", "status"])
     zero_t = zero[zero["side"] == "target"]
     n_tgt = int(on["target"].sum())
     failures = int((on["target"] & ~done).sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum()) \
@@ -149,7 +153,7 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
     src_rounds = lat_rounds["source"]
     extra: list[g.GateResult] = []
     if mig.workload.kind == "inference":
-        extra.append(g.capacity(res["target_workers_ready"], mig.target.workers, phase="04"))
+        extra.append(g.capacity(res.target_workers_ready or 0, mig.target.workers, phase="04"))
         extra.append(g.latency_slo(lat["target"], slo_s=mig.workload.requirements.max_request_s, phase="04"))
     if len(src_rounds) >= 2:
         aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max,
@@ -167,7 +171,7 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
         extra.append(g.baseline_health(_source_statuses(res, on["source"], zero), max_rate=gc.error_rate_max,
                                        phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04",
-                               stopped=[s_["step"] for s_ in res.get("spend", {}).get("stops", [])]))
+                               stopped=[stop.step for stop in res.spend.stops]))
     accepted = s["accepted"].to_numpy(dtype=float)
     acc_rounds = {side: per_round(accepted, rounds, on[side]) for side in on}
     results = [
@@ -185,20 +189,20 @@ def judge(mig: Migration, res: dict[str, Any], costs_: dict[str, cost.CostBreakd
     ]
     results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(mig,
                OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
-    lost = lost_measurements(res.get("attempts", []))
+    lost = lost_measurements(res.attempts)
     return [g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results]
 
 
-def _source_statuses(res: dict[str, Any], on_source: np.ndarray, zero: pd.DataFrame) -> dict[str, int]:
+def _source_statuses(res: Measured, on_source: np.ndarray, zero: pd.DataFrame) -> dict[str, int]:
     """How the source's requests ended, by status: the rounds' samples, its first (cold-start)
     job unless that was never measured, its starts from zero, and its saturation bursts (each
     burst failure as ``<STATUS> (burst)``). The baseline health gate judges these counts."""
-    s, t = res["samples"], res["throughput"]
+    s, t = res.samples, res.throughput
     src_burst = t[t["side"] == "source"]
     statuses = {str(k): int(v) for k, v in s.loc[on_source, "status"].value_counts().items() if v}
-    for c in res["cold_starts"]:
-        if c["side"] == "source" and c["first_status"] != "MEASUREMENT_ERROR":
-            statuses[c["first_status"]] = statuses.get(c["first_status"], 0) + 1
+    for first in res.cold_starts[res.cold_starts["side"] == "source"].get("first_status", pd.Series(dtype=str)):
+        if first != "MEASUREMENT_ERROR":
+            statuses[str(first)] = statuses.get(str(first), 0) + 1
     for status, n_ in zero[zero["side"] == "source"]["status"].value_counts().items():
         statuses[str(status)] = statuses.get(str(status), 0) + int(n_)
     statuses["COMPLETED"] = statuses.get("COMPLETED", 0) + int(src_burst["completed"].sum() if len(src_burst) else 0)
@@ -215,32 +219,33 @@ def per_round(values: np.ndarray, rounds: np.ndarray, mask: np.ndarray) -> list[
     return [picked[at == r] for r in np.unique(at)]
 
 
-def cold_start_samples(res: dict[str, Any]) -> tuple[dict[str, list[float]], str]:
+def cold_start_samples(res: Measured) -> tuple[dict[str, list[float]], str]:
     """The cold starts the ``cold_start_ratio`` gate compares, seconds per side, and what they
     span: the scale-from-zero starts (submission to answer) when both sides have completed ones,
     else each side's creation (create call to first served response), so both sides are always
     judged on the same kind of start."""
-    zero = res.get("cold_starts_from_zero")
+    zero = res.cold_starts_from_zero
     if zero is not None and len(zero):
         done = zero[zero["status"] == "COMPLETED"]
         by_side = {side: done[done["side"] == side]["total_s"].astype(float).tolist() for side in ("source", "target")}
         if all(by_side.values()):
             return by_side, "scale from zero: submission to answer (queue + init + inference)"
-    return ({side: [c["cold_start_s"] for c in res["cold_starts"] if c["side"] == side and math.isfinite(c["cold_start_s"])]
+    c = res.cold_starts
+    return ({side: [float(x) for x in c[c["side"] == side]["cold_start_s"].astype(float) if math.isfinite(x)]
              for side in ("source", "target")}, "launch to first served response")
 
 
-def cold_start_summary(res: dict[str, Any]) -> list[dict[str, Any]]:
+def cold_start_summary(res: Measured) -> list[dict[str, Number]]:
     """p50 and p95 per side of each scale-from-zero start's total, queue, init and inference
     seconds and of the worker's initialisation parts (completed starts only; NaN where the
     endpoint does not report a part)."""
-    zero = res.get("cold_starts_from_zero")
+    zero = res.cold_starts_from_zero
     if zero is None or not len(zero):
         return []
     rows = []
     for side in ("source", "target"):
         d = zero[(zero["side"] == side) & (zero["status"] == "COMPLETED")]
-        row: dict[str, Any] = {"side": side, "starts": int((zero["side"] == side).sum()), "completed": len(d)}
+        row: dict[str, Number] = {"side": side, "starts": int((zero["side"] == side).sum()), "completed": len(d)}
         for col in ("total_s", "queue_s", "init_s", "execution_s", *INIT_PARTS):
             vals = d[col].astype(float).dropna().to_numpy()
             for q in (50, 95):
@@ -261,54 +266,70 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def store_to_pod_summary(res: dict[str, Any]) -> dict[str, Any]:
+def store_to_pod_summary(res: Measured) -> dict[str, StoreToPod]:
     """Store-to-pod bandwidth per side, from each pod's verified download of the set it started
-    from (``store_to_pod`` rows: ``bytes``, ``seconds``): ``{side: {"fetches", "bytes",
-    "p50_MB_per_s", "min_MB_per_s", "source"}}`` (MB: 10**6 bytes); a side with no fetch says why."""
-    out: dict[str, Any] = {}
+    from (MB: 10**6 bytes); a side with no fetch says why."""
+    out: dict[str, StoreToPod] = {}
     for side in ("source", "target"):
-        rows = [r for r in res.get("store_to_pod", []) if r["side"] == side]
-        rates = [r["bytes"] / r["seconds"] / 1e6 for r in rows if r.get("bytes") and r.get("seconds")]
-        out[side] = {"fetches": len(rates), "bytes": sum(r["bytes"] for r in rows if r.get("bytes")),
-                     "p50_MB_per_s": float(np.median(rates)) if rates else None,
-                     "min_MB_per_s": float(min(rates)) if rates else None,
-                     "source": "; ".join(sorted({str(r["source"]).split(" pod-")[0] for r in rows}))}
+        rows = [r for r in res.store_to_pod if r.side == side]
+        rates = [r.bytes / r.seconds / 1e6 for r in rows if r.bytes and r.seconds]
+        out[side] = StoreToPod(fetches=len(rates), bytes=sum(r.bytes for r in rows if r.bytes),
+                               p50_MB_per_s=float(np.median(rates)) if rates else None,
+                               min_MB_per_s=float(min(rates)) if rates else None,
+                               source="; ".join(sorted({r.source.split(" pod-")[0] for r in rows})))
     return out
 
 
-def record_data(res: dict[str, Any], costs_: dict[str, cost.CostBreakdown], summ: pd.DataFrame,
-                at_traffic: dict[str, cost.TrafficCost] | None = None) -> dict[str, Any]:
-    """What phase 04's record keeps (raw samples stay in the CSV files the record hashes)."""
-    by_side = {r["side"]: {k: v for k, v in r.items() if k != "side"} for r in summ.to_dict("records")}
-    return {
-        "endpoints": res["endpoints"],
-        "endpoint_urls": res.get("endpoint_urls", {}),
-        "endpoint_modes": res.get("endpoint_modes", {}),
-        "clocks": res.get("clocks", []),
-        "spend": res.get("spend", {}),
-        "summary": by_side,
-        # the cold starts the gate judged (cold_start_samples): from zero when both sides have them
-        "cold_start_median_s": {s: float(np.median(v)) if v else None for s, v in cold_start_samples(res)[0].items()},
-        "cold_start_kind": cold_start_samples(res)[1],
-        "cold_starts_from_zero": _nan_free(cold_start_summary(res)),
-        "usd_per_accepted_unit": {s: _finite(c.usd_per_accepted_unit) for s, c in (at_traffic or costs_).items()},
-        "usd_per_accepted_unit_basis": "declared traffic" if at_traffic else "measurement window",
-        "cost_at_traffic": {s: c.to_dict() for s, c in (at_traffic or {}).items()},
-        "cost": {s: c.to_dict() for s, c in costs_.items()},
-        "billed_s": res["billed_s"],
-        "egress_bytes": res["egress_bytes"],
-        "store_to_pod": store_to_pod_summary(res),
-        "target_workers_ready": res.get("target_workers_ready"),
-        "extra_rounds": res.get("extra_rounds", 0),
-        "measurement_attempts": len([x for a in res.get("attempts", []) for x in a.attempts]),
-        "measurements_lost": [{"what": a.what, "kind": a.kind, "side": a.side, "attempts": len(a.attempts),
-                               "error": a.error} for a in res.get("attempts", []) if not a.ok],
-        "host_load_avg_1_5_15min": list(os.getloadavg()),  # a busy host explains a noisy A/A pair
+def record_data(res: Measured, costs_: dict[str, cost.CostBreakdown], summ: pd.DataFrame,
+                at_traffic: dict[str, cost.TrafficCost] | None = None) -> CompareData:
+    """What phase 04's record keeps (raw samples stay in the files the record hashes)."""
+    by_side = {str(r["side"]): SideSummary.model_validate({str(k): v for k, v in r.items() if k != "side"})
+               for r in summ.to_dict("records")}
+    cold, cold_kind = cold_start_samples(res)  # the cold starts the gate judged: from zero when both sides have them
+    return CompareData(
+        endpoints=res.endpoints, endpoint_urls=res.endpoint_urls, endpoint_modes=res.endpoint_modes,
+        clocks=tuple(res.clocks), spend=res.spend, summary=by_side,
+        cold_start_median_s={s: float(np.median(v)) if v else None for s, v in cold.items()},
+        cold_start_kind=cold_kind, cold_starts_from_zero=tuple(_nan_free(cold_start_summary(res))),
+        usd_per_accepted_unit={s: _finite(c.usd_per_accepted_unit) for s, c in (at_traffic or costs_).items()},
+        usd_per_accepted_unit_basis="declared traffic" if at_traffic else "measurement window",
+        cost_at_traffic={s: c.to_dict() for s, c in (at_traffic or {}).items()},
+        cost={s: c.to_dict() for s, c in costs_.items()},
+        billed_s=res.billed_s, egress_bytes=res.egress_bytes, store_to_pod=store_to_pod_summary(res),
+        target_workers_ready=res.target_workers_ready, extra_rounds=res.extra_rounds,
+        measurement_attempts=len([x for a in res.attempts for x in a.attempts]),
+        measurements_lost=tuple({"what": a.what, "kind": a.kind, "side": a.side, "attempts": len(a.attempts),
+                                 "error": a.error} for a in res.attempts if not a.ok),
+        host_load_avg_1_5_15min=tuple(os.getloadavg()),  # a busy host explains a noisy A/A pair
         # the measuring process's own collections while it measured (inference; frozen_heap)
-        "load_generator_gc": res.get("load_generator_gc"),
-    }
+        load_generator_gc=res.load_generator_gc)
 
 
-def _nan_free(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _nan_free(rows: list[dict[str, Number]]) -> list[dict[str, Number]]:
     """Rows with NaN replaced by None (JSON has no NaN)."""
     return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
+
+
+@dataclass(frozen=True)
+class Measurement(Shown):
+    """Phase 04's raw measurement (:func:`measure`) and its p50/p95/p99 summary per side
+    (:func:`summary`), shown before it is judged; :func:`evaluate` judges it into the record."""
+
+    raw: Measured
+    summary: pd.DataFrame
+
+    def parts(self) -> list[Any]:
+        out = [md("**Cold starts** (create call to first served response, seconds)"), self.raw.cold_starts]
+        zero = cold_start_summary(self.raw)
+        if zero and self.raw.cold_starts_from_zero is not None:
+            out += [md(f"**Cold starts from zero** ({self.raw.cold_starts_from_zero.shape[0]} starts: submission to "
+                       "answer, split into queue, init and inference; the worker's init into process start, imports, "
+                       "device init and weight load; p50 and p95, seconds)"), table(zero)]
+        out += [md("**Latency and throughput per side** (seconds from intended arrival)"), self.summary,
+                md("**Store-to-pod bandwidth** (each pod's verified download of the set it starts from; MB = 10^6 "
+                   "bytes)"), table({s: v.model_dump() for s, v in store_to_pod_summary(self.raw).items()}).T]
+        if self.raw.clocks:
+            out += [md("**Clocks** (each setting, and the requests it ended per side)"),
+                    table([{**c.model_dump(exclude={"ended"}), **{f"ended {s}": n for s, n in c.ended.items()}}
+                           for c in self.raw.clocks])]
+        return out

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -31,6 +32,7 @@ from runbook_lib.measure import (
     served_status,
     with_retries,
 )
+from runbook_lib.params import Measure
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.compare.raw import (
     ATTEMPTS_FILE,
@@ -40,12 +42,15 @@ from runbook_lib.phases.compare.raw import (
     THROUGHPUT_COLUMNS,
     THROUGHPUT_FILE,
     WARMUP_FILE,
+    Measured,
     SampleSink,
+    TableRow,
     load_tables,
     write_tables,
 )
-from runbook_lib.providers.base import Plan
-from runbook_lib.workload import make_workload
+from runbook_lib.providers.base import Endpoint, Plan, Pod
+from runbook_lib.records import ClockRow, SpendRecord, StoreFetch
+from runbook_lib.workload import AcceptanceWorkload, make_workload
 
 ROUND_PATTERN = ("source", "target", "target", "source")
 
@@ -66,27 +71,27 @@ does not."""
 SENDS_REQUESTS = ("cold_start", "open_loop", "saturation", "training_round")
 
 
-def clocks_record(m: Any, res: dict[str, Any]) -> list[dict[str, Any]]:
+def clocks_record(m: Measure, res: Measured) -> list[ClockRow]:
     """Phase 04's evidence rows of the three clocks: each one's setting and, per side, how many
     requests it ended (latency rounds, bursts and the cold-start job)."""
     counts: dict[str, dict[str, int]] = {"source": {}, "target": {}}
-    s = res["samples"]
+    s, t, c = res.samples, res.throughput, res.cold_starts
     for side in counts:
         for status, n in (s[s["side"] == side]["status"].value_counts().items() if len(s) else []):
             counts[side][str(status)] = counts[side].get(str(status), 0) + int(n)
-        for row in res["throughput"][res["throughput"]["side"] == side].get("failed_by_status", []):
-            for status, n in json.loads(row or "{}").items():
+        for row in t[t["side"] == side].get("failed_by_status", []):
+            for status, n in json.loads(row if isinstance(row, str) and row else "{}").items():
                 counts[side][status] = counts[side].get(status, 0) + int(n)
-        for c in res["cold_starts"]:
-            if c["side"] == side and c.get("first_status"):
-                counts[side][c["first_status"]] = counts[side].get(c["first_status"], 0) + 1
+        for first in (c[c["side"] == side].get("first_status", pd.Series(dtype=str)) if len(c) else []):
+            if isinstance(first, str) and first:
+                counts[side][first] = counts[side].get(first, 0) + 1
     rows = [("execution timeout", m.request_timeout_s, "the endpoint's, set when it was created", "TIMED_OUT"),
             ("job TTL", m.job_ttl_s, "each job's policy.ttl" if m.job_ttl_s is not None
              else "the endpoint's own (Runpod's default 24 h)", "EXPIRED"),
             ("client timeout", m.client_timeout_s, "the runbook's job client: it cancels and keeps the job id",
              "CLIENT_TIMEOUT")]
-    return [{"clock": name, "setting_s": setting, "set_by": by, "ends_as": status,
-             "ended": {side: counts[side].get(status, 0) for side in counts}} for name, setting, by, status in rows]
+    return [ClockRow(clock=name, setting_s=setting, set_by=by, ends_as=status,
+                     ended={side: counts[side].get(status, 0) for side in counts}) for name, setting, by, status in rows]
 
 
 COLD_IDLE_TIMEOUT_S = 1.0
@@ -118,8 +123,8 @@ def wait_for_zero(client: ServingClient, *, timeout_s: float = SCALE_TO_ZERO_WAI
 
 
 def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any]], meter: cost.SpendMeter,
-                        stops: list[dict[str, Any]], *, expected_s: dict[str, float] | None = None,
-                        sleep: Callable[[float], None] = time.sleep) -> list[dict[str, Any]]:
+                        stops: list[cost.SpendStop], *, expected_s: dict[str, float] | None = None,
+                        sleep: Callable[[float], None] = time.sleep) -> list[TableRow]:
     """``measure.cold_starts`` scale-from-zero starts per side when both sides are queue endpoints
     (a load-balancing worker does not scale to zero, so there would be nothing to compare with),
     alternating sides (S, T, T, S, ...), on a dedicated endpoint per side (one worker, none kept
@@ -139,8 +144,8 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
     sides = cold_start_sides(ctx)
     if not sides:
         return []
-    rows: list[dict[str, Any]] = []
-    endpoints: dict[str, Any] = {}
+    rows: list[TableRow] = []
+    endpoints: dict[str, Endpoint] = {}
     clients: dict[str, ServingClient] = {}
     m = ctx.mig.measure
     rates = {side: cost.usd_per_hour(price_usd_per_hour=ctx.resources.profile(side).price_usd_per_hour, instances=1)
@@ -165,7 +170,7 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
                     stops.append(stop)
                     continue
 
-                def start(_a: int, side: str = side, k: int = k) -> dict[str, Any]:
+                def start(_a: int, side: str = side, k: int = k) -> TableRow:
                     c = clients[side]
                     wait_for_zero(c, sleep=sleep)
                     t0 = time.perf_counter()
@@ -195,10 +200,10 @@ def spend_meter(ctx: PhaseContext) -> cost.SpendMeter:
     return cost.SpendMeter(ctx.mig.gates.spend_limit_usd, clock=time.perf_counter)
 
 
-def spend_record(meter: cost.SpendMeter, stops: list[dict[str, Any]]) -> dict[str, Any]:
+def spend_record(meter: cost.SpendMeter, stops: list[cost.SpendStop]) -> SpendRecord:
     """Evidence of the spend limit as enforced: the limit, what was spent when measuring ended
     and each step refused because it could have crossed the limit."""
-    return {"limit_usd": meter.limit_usd, "accrued_usd": meter.accrued_usd(), "stops": stops}
+    return SpendRecord(limit_usd=meter.limit_usd, accrued_usd=meter.accrued_usd(), stops=tuple(stops))
 
 
 def measured_with_retries(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
@@ -304,7 +309,7 @@ def schedule_rounds(ctx: PhaseContext, run_round: Any) -> int:
     return extra
 
 
-def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> Measured:
     """Create both endpoints, measure cold starts and interleaved rounds; keep the endpoints.
     This process is the load generator: its heap is frozen while it measures
     (:func:`runbook_lib.measure.frozen_heap`), so its own garbage collection does not land in
@@ -314,17 +319,16 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
         sleep: waits between retries of a failed measurement (injected in tests).
 
     Returns:
-        ``{"endpoints", "cold_starts", "throughput" (DataFrame),
-        "billed_s", "egress_bytes", "attempts" (one :class:`Attempted` per measurement),
-        "load_generator_gc" (:class:`runbook_lib.measure.CollectorPauses` as a dict)}``.
+        The measurement, with the endpoints and the load generator's garbage collections.
     """
     with frozen_heap() as pauses:
         out = _measure_endpoints(ctx, sleep=sleep)
-    return {**out, "load_generator_gc": dataclasses.asdict(pauses)}
+    return dataclasses.replace(out, load_generator_gc=pauses)
 
 
-def _start_endpoint(ctx: PhaseContext, side: str, wl: Any, meter: Any, log: list[Attempted[Any]], *,
-                    sleep: Callable[[float], None]) -> tuple[Any, ServingClient, dict[str, Any], float, float]:
+def _start_endpoint(ctx: PhaseContext, side: str, wl: AcceptanceWorkload, meter: cost.SpendMeter,
+                    log: list[Attempted[Any]], *,
+                    sleep: Callable[[float], None]) -> tuple[Endpoint, ServingClient, TableRow, float, float]:
     """Create ``side``'s endpoint, start its spend meter, and time its cold start: create call to
     the first served answer, split into the first job's queue, init and inference and the first
     worker's initialisation parts (seconds; NaN when the first job was not served).
@@ -362,11 +366,11 @@ def _start_endpoint(ctx: PhaseContext, side: str, wl: Any, meter: Any, log: list
     return ep, client, row, t0, ready
 
 
-def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, wl: Any, log: list[Attempted[Any]], *,
-             sleep: Callable[[float], None]) -> list[dict[str, Any]]:
+def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, wl: AcceptanceWorkload, log: list[Attempted[Any]],
+             *, sleep: Callable[[float], None]) -> list[TableRow]:
     """``measure.warmup_requests`` requests to ``side``, one at a time, each row its seconds and
     served status; recorded, and left out of every gate."""
-    def warm(_k: int) -> list[dict[str, Any]]:
+    def warm(_k: int) -> list[TableRow]:
         out = []
         for i, (_, payload) in enumerate(wl.request_inputs(ctx.mig.measure.warmup_requests, seed=1)):
             t0 = time.perf_counter()
@@ -378,13 +382,13 @@ def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, wl: Any, log: 
     return w.value or []
 
 
-def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> dict[str, Any]:
+def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> Measured:
     m = ctx.mig.measure
     golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
     wl = make_workload(ctx.mig.workload, ctx.mig.source)
-    endpoints: dict[str, Any] = {}
+    endpoints: dict[str, Endpoint] = {}
     clients: dict[str, ServingClient] = {}
-    cold: list[dict[str, Any]] = []
+    cold: list[TableRow] = []
     ready: dict[str, float] = {}
     created: dict[str, float] = {}
     log: list[Attempted[Any]] = []
@@ -395,12 +399,12 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         endpoints[side], clients[side] = ep, client
     sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
-    thr: list[dict[str, Any]] = []
+    thr: list[TableRow] = []
     warm_rows = [row for side in ("source", "target")  # warm-up, discarded from the gates and recorded
                  for row in _warm_up(ctx, side, clients[side], wl, log, sleep=sleep)]
 
     round_s: list[float] = []
-    stops: list[dict[str, Any]] = []
+    stops: list[cost.SpendStop] = []
 
     def one_round(r: int, side: str) -> int:
         picks = wl.request_inputs(m.requests_per_round, seed=1000 + r // 2)
@@ -449,30 +453,30 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     # creating one side first does not bill it for the other's start-up.
     window = end - max(ready.values())
     billed = {side: ready[side] - created[side] + window for side in ready}
-    out = {"endpoints": {s: e.id for s, e in endpoints.items()}, "endpoint_urls": {s: e.url for s, e in endpoints.items()},
-           "endpoint_modes": {s: e.mode for s, e in endpoints.items()},
-           "cold_starts": cold, "throughput": throughput, "warmup": warm_rows,
-           "billed_s": billed, "egress_bytes": egress, "extra_rounds": extra_rounds,
-           "target_workers_ready": workers_ready, "attempts": log,
-           "spend": spend_record(meter, stops), "meter": meter,
-           "cold_starts_from_zero": pd.DataFrame(from_zero, columns=COLD_COLUMNS),
-           "store_to_pod": store_to_pod_canary(ctx)}
-    return out
+    return Measured(
+        endpoints={s: e.id for s, e in endpoints.items()}, endpoint_urls={s: e.url for s, e in endpoints.items()},
+        endpoint_modes={s: e.mode for s, e in endpoints.items()}, samples=pd.DataFrame(),
+        cold_starts=pd.DataFrame(cold), throughput=throughput, warmup=pd.DataFrame(warm_rows), billed_s=billed,
+        egress_bytes=egress, extra_rounds=extra_rounds, target_workers_ready=workers_ready, attempts=log,
+        spend=spend_record(meter, stops), meter=meter,
+        cold_starts_from_zero=pd.DataFrame(from_zero, columns=COLD_COLUMNS), store_to_pod=store_to_pod_canary(ctx))
 
 
-def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> Measured:
     """Interleaved rounds of the training job on pods; step times are the latency samples. A
     round whose pod cannot be launched, waited on or read back is retried with a new pod (its
     own store prefix ``bench/<round>-retry<k>``); a pod whose job exits non-zero is not retried
     (that is the workload failing, not the measuring)."""
-    thr, cold, warm_rows = [], [], []
-    fetched: list[dict[str, Any]] = []
+    thr: list[TableRow] = []
+    cold: list[TableRow] = []
+    warm_rows: list[TableRow] = []
+    fetched: list[StoreFetch] = []
     sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
     log: list[Attempted[Any]] = []
     warmup = max(1, ctx.mig.measure.warmup_requests)
     billed = {"source": 0.0, "target": 0.0}
     meter = spend_meter(ctx)
-    stops: list[dict[str, Any]] = []
+    stops: list[cost.SpendStop] = []
     round_s: list[float] = []
 
     def one_round(r: int, side: str) -> int:
@@ -485,7 +489,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
             stops.append(stop)
             return 0
 
-        def attempt(k: int) -> tuple[Any, Any, dict[str, Any]]:
+        def attempt(k: int) -> tuple[Pod, Pod, dict[str, Path]]:
             tag = str(r) if k == 0 else f"{r}-retry{k}"
             run = ctx.agents.run(side, bench_plan(ctx, side, tag),
                                           result_prefix=ctx.store_prefix("bench", tag, "result"))
@@ -499,7 +503,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
         pod, done, files = got.value
         res = json.loads(files["result.json"].read_text())
         if res.get("fetch"):
-            fetched.append({"side": side, "round": r, "source": f"bench pod {pod.id}", **res["fetch"]})
+            fetched.append(StoreFetch(side=side, round=r, source=f"bench pod {pod.id}", **res["fetch"]))
         att = res["attempts"][0]
         pod_s = (done.ended_at or time.time()) - done.created_at
         billed[side] += pod_s
@@ -528,25 +532,25 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     extra_rounds = schedule_rounds(ctx, one_round)
     sink.close()
     throughput = pd.DataFrame(thr) if thr else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
-    return {"endpoints": {}, "cold_starts": cold, "throughput": throughput,
-            "billed_s": billed, "egress_bytes": {"source": 0.0, "target": 0.0}, "warmup": warm_rows,
-            "extra_rounds": extra_rounds, "attempts": log, "spend": spend_record(meter, stops), "meter": meter,
-            "store_to_pod": fetched}
+    return Measured(samples=pd.DataFrame(), cold_starts=pd.DataFrame(cold), throughput=throughput, billed_s=billed,
+                    egress_bytes={"source": 0.0, "target": 0.0}, warmup=pd.DataFrame(warm_rows),
+                    extra_rounds=extra_rounds, attempts=log, spend=spend_record(meter, stops), meter=meter,
+                    store_to_pod=fetched)
 
 
-def store_to_pod_canary(ctx: PhaseContext) -> list[dict[str, Any]]:
+def store_to_pod_canary(ctx: PhaseContext) -> list[StoreFetch]:
     """Store-to-pod transfer for an inference workload, whose endpoints fetch nothing from the
     store: the canary's verified download of the frozen artifact in phase 03 (target side); the
     source side is not measured (its workers load from their own image)."""
     rec = ctx.records.parity
     fetch = rec.result.fetch if rec is not None and rec.result is not None else None
-    rows = [{"side": "target", "round": None, "source": f"phase 03 canary {rec.canary_pod}", **fetch.model_dump()}] \
+    rows = [StoreFetch(side="target", source=f"phase 03 canary {rec.canary_pod}", **fetch.model_dump())] \
         if fetch is not None and rec is not None else []
-    return rows + [{"side": "source", "round": None, "source": "not measured: the source's endpoint workers fetch "
-                    "nothing from the store", "bytes": None, "seconds": None, "objects": None, "bytes_per_s": None}]
+    return rows + [StoreFetch(side="source", source="not measured: the source's endpoint workers fetch nothing from "
+                              "the store")]
 
 
-def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> Measured:
     """Run the measurement protocol for this workload kind and save the raw measurement
     (:mod:`runbook_lib.phases.compare.raw`: samples streamed to ``04/samples.parquet`` round by
     round, every measurement attempt to ``04/measurement_attempts.csv``). The tables returned are
@@ -561,12 +565,12 @@ def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -
     kind = measure_inference if ctx.mig.workload.kind == "inference" else measure_training
     res = kind(ctx, sleep=sleep)
     for rel in (ATTEMPTS_FILE, THROUGHPUT_FILE, COLD_STARTS_FILE, WARMUP_FILE,
-                *((FROM_ZERO_FILE,) if "cold_starts_from_zero" in res else ())):
+                *((FROM_ZERO_FILE,) if res.cold_starts_from_zero is not None else ())):
         ctx.evidence.path(rel)  # registered as evidence of the phase
     write_tables(ctx.run_dir, res)
-    live = res["attempts"]
-    res.update(load_tables(ctx.run_dir))
-    res["attempts"] = live  # the live measurements carry their values too
+    t = load_tables(ctx.run_dir)  # the live measurements keep their attempts: they carry their values too
+    res = dataclasses.replace(res, samples=t.samples, throughput=t.throughput, cold_starts=t.cold_starts,
+                              cold_starts_from_zero=t.cold_starts_from_zero)
     if ctx.mig.workload.kind == "inference":
-        res["clocks"] = clocks_record(ctx.mig.measure, res)
+        res = dataclasses.replace(res, clocks=clocks_record(ctx.mig.measure, res))
     return res

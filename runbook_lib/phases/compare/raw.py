@@ -35,13 +35,16 @@ Timestamps not measured for a kind (training has no intended send time) are null
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
+from runbook_lib.cost import SpendMeter
 from runbook_lib.errors import EvidenceError
-from runbook_lib.measure import Attempted
+from runbook_lib.measure import Attempted, CollectorPauses
+from runbook_lib.records import ClockRow, CompareData, SpendRecord, StoreFetch
 
 THROUGHPUT_COLUMNS = ["side", "round", "requests", "completed", "failed", "elapsed_s", "throughput_units_per_s",
                       "failed_by_status"]
@@ -70,6 +73,12 @@ def sample_schema() -> Any:
                       for name, kind in _COLUMNS])
 
 
+TableRow = dict[str, Any]
+"""One row of a table phase 04 writes (a cold start, a warm-up request, a saturation burst, a
+latency sample): column name to value, as pandas and pyarrow take rows; the files above name the
+tables and :data:`JUDGED_COLUMNS` the sample columns the gates read."""
+
+
 def _cell(v: Any) -> Any:
     """A value as Parquet keeps it: a missing number (None or NaN) is null, whatever the column's type."""
     return None if v is None or (isinstance(v, float) and v != v) else v
@@ -90,7 +99,7 @@ class SampleSink:
         self.rows = 0
         self._writer: Any = None
 
-    def write(self, rows: list[dict[str, Any]]) -> None:
+    def write(self, rows: Sequence[TableRow]) -> None:
         """Append ``rows`` (dicts with the schema's columns; missing ones are null, others ignored)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -181,16 +190,60 @@ def _csv(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
         return pd.DataFrame(columns=columns or [])
 
 
-def write_tables(run_dir: Path, res: dict[str, Any]) -> None:
+@dataclass
+class Measured:
+    """Phase 04's measurement: the tables its gates judge and what the record keeps beside them.
+
+    Attributes:
+        samples: one row per latency sample (:data:`JUDGED_COLUMNS`; seconds from intended arrival).
+        throughput: one row per saturation burst or training round (:data:`THROUGHPUT_COLUMNS`;
+            units per second).
+        cold_starts: one row per side's first start (inference: create call to first served
+            response; training: pod creation to first step), seconds.
+        attempts: every measurement taken through retries (:class:`runbook_lib.measure.Attempted`).
+        billed_s: seconds each side was billed. egress_bytes: bytes each side's answers sent.
+        spend: the spend limit as enforced.
+        warmup: warm-up requests or steps, recorded and left out of every gate.
+        cold_starts_from_zero: one row per scale-from-zero start (both sides queue endpoints), or None.
+        target_workers_ready: target workers serving after the rounds (inference), or None.
+        endpoints, endpoint_urls, endpoint_modes: each side's measured endpoint (inference; kept
+            for phase 05). extra_rounds: rounds run past ``measure.rounds``.
+        store_to_pod: each pod's verified download of the set it started from.
+        clocks: the three clocks and what each ended (inference).
+        load_generator_gc: the measuring process's garbage collections (inference).
+        meter: the live spend meter (None when rebuilt from a run's files).
+    """
+
+    samples: pd.DataFrame
+    throughput: pd.DataFrame
+    cold_starts: pd.DataFrame
+    attempts: list[Attempted[Any]]
+    billed_s: dict[str, float]
+    egress_bytes: dict[str, float]
+    spend: SpendRecord
+    warmup: pd.DataFrame = field(default_factory=pd.DataFrame)
+    cold_starts_from_zero: pd.DataFrame | None = None
+    target_workers_ready: int | None = None
+    endpoints: dict[str, str] = field(default_factory=dict)
+    endpoint_urls: dict[str, str] = field(default_factory=dict)
+    endpoint_modes: dict[str, str] = field(default_factory=dict)
+    extra_rounds: int = 0
+    store_to_pod: list[StoreFetch] = field(default_factory=list)
+    clocks: list[ClockRow] = field(default_factory=list)
+    load_generator_gc: CollectorPauses | None = None
+    meter: SpendMeter | None = None
+
+
+def write_tables(run_dir: Path, res: Measured) -> None:
     """Write the small tables of a measurement (samples are already in ``04/samples.parquet``)."""
-    pd.DataFrame([row for a in res["attempts"] for row in a.to_rows()],
+    pd.DataFrame([row for a in res.attempts for row in a.to_rows()],
                  columns=["what", "kind", "side", "attempt", "ok", "seconds", "error"]
                  ).to_csv(run_dir / ATTEMPTS_FILE, index=False)
-    res["throughput"].to_csv(run_dir / THROUGHPUT_FILE, index=False)
-    pd.DataFrame(res["cold_starts"]).to_csv(run_dir / COLD_STARTS_FILE, index=False)
-    if "cold_starts_from_zero" in res:
-        res["cold_starts_from_zero"].to_csv(run_dir / FROM_ZERO_FILE, index=False)
-    pd.DataFrame(res["warmup"]).to_csv(run_dir / WARMUP_FILE, index=False)
+    res.throughput.to_csv(run_dir / THROUGHPUT_FILE, index=False)
+    res.cold_starts.to_csv(run_dir / COLD_STARTS_FILE, index=False)
+    if res.cold_starts_from_zero is not None:
+        res.cold_starts_from_zero.to_csv(run_dir / FROM_ZERO_FILE, index=False)
+    res.warmup.to_csv(run_dir / WARMUP_FILE, index=False)
 
 
 def attempts_from_rows(df: pd.DataFrame) -> list[Attempted[Any]]:
@@ -211,22 +264,30 @@ def attempts_from_rows(df: pd.DataFrame) -> list[Attempted[Any]]:
     return out
 
 
-def load_tables(run_dir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Tables:
+    """The measurement's tables as phase 04's gates read them back from the run's files."""
+
+    samples: pd.DataFrame
+    throughput: pd.DataFrame
+    cold_starts: pd.DataFrame
+    attempts: list[Attempted[Any]]
+    cold_starts_from_zero: pd.DataFrame | None
+
+
+def load_tables(run_dir: Path) -> Tables:
     """The measurement's tables as phase 04's gates read them: ``samples`` (Parquet), ``throughput``,
-    ``cold_starts`` (list of dicts), ``cold_starts_from_zero`` (when measured) and ``attempts``.
+    ``cold_starts``, ``cold_starts_from_zero`` (when measured) and ``attempts``.
 
     Raises:
         EvidenceError: ``04/samples.parquet`` is missing or unreadable.
     """
-    out: dict[str, Any] = {
-        "samples": read_samples(run_dir / SAMPLES_FILE, JUDGED_COLUMNS),
-        "throughput": _csv(run_dir / THROUGHPUT_FILE, THROUGHPUT_COLUMNS),
-        "cold_starts": _csv(run_dir / COLD_STARTS_FILE).to_dict("records"),
-        "attempts": attempts_from_rows(_csv(run_dir / ATTEMPTS_FILE)),
-    }
-    if (run_dir / FROM_ZERO_FILE).exists():
-        out["cold_starts_from_zero"] = _csv(run_dir / FROM_ZERO_FILE)
-    return out
+    zero = run_dir / FROM_ZERO_FILE
+    return Tables(samples=read_samples(run_dir / SAMPLES_FILE, JUDGED_COLUMNS),
+                  throughput=_csv(run_dir / THROUGHPUT_FILE, THROUGHPUT_COLUMNS),
+                  cold_starts=_csv(run_dir / COLD_STARTS_FILE, ["side", "cold_start_s"]),
+                  attempts=attempts_from_rows(_csv(run_dir / ATTEMPTS_FILE)),
+                  cold_starts_from_zero=_csv(zero) if zero.exists() else None)
 
 
 RECORDED_SCALARS = ("billed_s", "egress_bytes", "target_workers_ready", "spend")
@@ -234,7 +295,7 @@ RECORDED_SCALARS = ("billed_s", "egress_bytes", "target_workers_ready", "spend")
 egress bytes per side, the target workers serving after the rounds, and the spend meter's stops."""
 
 
-def load_measurement(run_dir: Path, record_data: dict[str, Any]) -> dict[str, Any]:
+def load_measurement(run_dir: Path, record: CompareData) -> Measured:
     """A measurement rebuilt from a run directory: :func:`load_tables` plus
     :data:`RECORDED_SCALARS` from phase 04's record data.
 
@@ -242,8 +303,12 @@ def load_measurement(run_dir: Path, record_data: dict[str, Any]) -> dict[str, An
         EvidenceError: a raw file is missing or unreadable, or the record lacks a scalar (a run made
             before it was recorded).
     """
-    missing = [k for k in RECORDED_SCALARS if k not in record_data]
-    if missing:
-        raise EvidenceError(f"phase 04's record in {run_dir} lacks {missing}: this run cannot be recomputed "
-                            "(it was made by a runbook that did not record them)")
-    return {**load_tables(run_dir), **{k: record_data[k] for k in RECORDED_SCALARS}}
+    missing = [k for k in RECORDED_SCALARS if k not in record.model_fields_set]
+    if missing or record.billed_s is None or record.egress_bytes is None or record.spend is None:
+        raise EvidenceError(f"phase 04's record in {run_dir} lacks {missing or list(RECORDED_SCALARS)}: this run cannot "
+                            "be recomputed (it was made by a runbook that did not record them)")
+    t = load_tables(run_dir)
+    return Measured(samples=t.samples, throughput=t.throughput, cold_starts=t.cold_starts, attempts=t.attempts,
+                    cold_starts_from_zero=t.cold_starts_from_zero, billed_s=record.billed_s,
+                    egress_bytes=record.egress_bytes, spend=record.spend,
+                    target_workers_ready=record.target_workers_ready)
