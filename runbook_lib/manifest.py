@@ -74,9 +74,15 @@ def write_json_atomic(path: str | Path, data: Any) -> str:
 
 def jsonable(value: Any) -> Any:
     """What :func:`json.dumps` writes for a value it cannot: a pydantic model or a dataclass as
-    its JSON form (field aliases kept), anything else as ``str(value)``."""
+    its JSON form (field aliases kept), anything else as ``str(value)``. A model's fields are
+    written as they hold their values (an ``int`` in a ``float`` field stays ``5``), without
+    pydantic's serializer warnings: the record models are checked on write and on every read
+    (:mod:`runbook_lib.records`), which is where a wrong type is an error."""
+    from pydantic import BaseModel
     from pydantic_core import to_jsonable_python
 
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, warnings=False, fallback=str)
     return to_jsonable_python(value, by_alias=True, fallback=str)
 
 

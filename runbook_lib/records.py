@@ -993,7 +993,10 @@ def checked(phase: str, data: PhaseData | dict[str, Any]) -> dict[str, Any]:
     if isinstance(data, PhaseData):
         if not isinstance(data, model):
             raise EvidenceError(f"phase {phase}'s record must be {model.__name__}, not {type(data).__name__}")
-        data = data.model_dump(mode="json", by_alias=True)
+        # the phase builds its model without re-validating what it copies in (gates, plans), so an
+        # int in a float field is dumped as it is, without pydantic's warning, and the JSON is
+        # validated against the model just below
+        data = data.model_dump(mode="json", by_alias=True, warnings=False)
     _validate(model, data, f"phase {phase}'s record")
     return data
 

@@ -43,7 +43,7 @@ def remote(name: str, *, script: dict[str, list[str]] | None = None, profile: An
            probe: Any = lambda h, p: True) -> tuple[Any, FixtureApi, Clock]:
     fake = fixture_api(name, script=script)
     clock = Clock()
-    prof = profile or (PARAMS.source if name == "runpod" else PARAMS.target)
+    prof = profile or next(p for p in (PARAMS.source, PARAMS.target) if p.provider == name)  # the side it serves
     prov = create_provider(name, profile=prof, transport=fake.transport,
                            key=KeySource(name, ("env:TEST_KEY",), _value=FIXTURE_KEY),
                            clock=clock, sleep=clock.sleep, probe=probe, http_probe=lambda url: True)
@@ -64,7 +64,7 @@ def remote_spec(prov: Any, offers: tuple[str, ...]) -> Any:
     def spec(name: str, labels: tuple[tuple[str, str], ...]) -> PodSpec:
         return PodSpec(name=name, command=("python", "-m", "runbook_lib.workload.job", "agent", "accept"),
                        device="cuda", price_usd_per_hour=0.45, labels=labels, image="ghcr.io/example/agent:1",
-                       ports=("8000/tcp",) if prov.name == "vast" else ("8000/http",), offers=offers, disk_gb=40)
+                       ports=(f"8000/{prov.capabilities().http_port_protocol}",), offers=offers, disk_gb=40)
     return spec
 
 
@@ -80,13 +80,13 @@ def remote_endpoint_spec(offers: tuple[str, ...]) -> Any:
 class TestContract(ProviderContract):
     """Every provider in the table passes the contract suite."""
 
-    @pytest.fixture(params=[e.name for e in PROVIDER_TABLE])
+    @pytest.fixture(params=PROVIDER_TABLE, ids=[e.name for e in PROVIDER_TABLE])
     def env(self, request: pytest.FixtureRequest, tmp_path: Path, make_params: Any) -> ProviderEnv:
-        if request.param == "local":
+        if not request.param.remote:  # the machine the runbook runs on
             params = make_params(workload={"entry_point": "tests.fixture_workloads:SleepWorkload"},
                                  target={"batch_size": 1, "workers": 1})
             return local_env(tmp_path, params)
-        prov, fake, _ = remote(request.param)
+        prov, fake, _ = remote(request.param.name)
         offers = ranked(prov)
         fake.requests.clear()
         return ProviderEnv(prov, remote_spec(prov, offers), lambda: writes(fake), remote_endpoint_spec(offers))

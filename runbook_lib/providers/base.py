@@ -284,7 +284,10 @@ class Capabilities:
     """What a provider offers, as data (phase 02 reads it to build the dependency map).
 
     ``lifecycle`` says what a stop, a restart and an interruption do and what survives each;
-    ``network`` how ports are published and reached. Phase 02 maps both, side against side."""
+    ``network`` how ports are published and reached. Phase 02 maps both, side against side.
+    ``http_port_protocol`` is the suffix a pod's HTTP port is declared with in a spec's
+    ``ports``: ``http`` where the provider serves it through its HTTP proxy (Runpod's
+    ``<id>-<port>.proxy.runpod.net``), ``tcp`` where it is published directly (Vast.ai, local)."""
 
     provider: str
     udp: Capability
@@ -300,6 +303,7 @@ class Capabilities:
     lifecycle: str
     network: str
     extra: dict[str, Capability] = field(default_factory=dict)
+    http_port_protocol: str = "tcp"
 
 
 def payload_capabilities(*, queue: bool, load_balancing: bool, lb_detail: str = "", source: str = "") -> dict[str, Capability]:

@@ -58,6 +58,9 @@ DISK_USD_PER_GB_MONTH = 0.10
 """Container and volume disk on a running pod, USD per GB-month (runpod.io/pricing; the API does
 not publish it) [unverified]."""
 PROXY_LIMIT_S = 100.0  # HTTP proxy response limit (Cloudflare 524), runpod/docs pods/configuration/expose-ports.mdx
+HTTP_PORT_PROTOCOL = "http"
+"""How a pod's HTTP port is declared (``8000/http``): served through Runpod's HTTP proxy
+(runpod/docs pods/configuration/expose-ports.mdx)."""
 STATE = {"PROVISIONING": "CREATED", "STARTING": "CREATED", "RUNNING": "RUNNING", "EXITED": "EXITED",
          "ERROR": "EXITED", "TERMINATED": "DESTROYED"}
 """Runpod pod status -> runbook pod state."""
@@ -195,6 +198,7 @@ class RunpodProvider(RemoteProvider):
                       "possibly with zero GPUs; spot pods can be interrupted (runpod/docs pods/storage/types.mdx)",
             network="HTTP ports through the proxy (<pod>-<port>.proxy.runpod.net, cut at 100 s), TCP ports on a "
                     "public IP and port; SSH (runpod/docs pods/configuration/expose-ports.mdx)",
+            http_port_protocol=HTTP_PORT_PROTOCOL,
             extra={
                 "ports_after_create": Capability(False, "ports are fixed at creation; changing them recreates the pod "
                                                         "and loses data", "skypilot PR #3748"),
@@ -453,7 +457,7 @@ class RunpodLifecycle(RemoteLifecycle):
             NoCapacity: no ranked GPU type gave a pod. ProviderTimeout: the worker never answered.
         """
         prov = self.provider
-        pod = self.launch_direct_worker(spec, f"{spec.port}/http")
+        pod = self.launch_direct_worker(spec, f"{spec.port}/{HTTP_PORT_PROTOCOL}")
         url = prov.proxy(pod.id, spec.port)
         wait_s = prov.profile.offer.ready_timeout_s if prov.profile is not None else 1200.0
         deadline = prov.clock() + wait_s
