@@ -153,9 +153,10 @@ def test_library_dependencies_are_stated_at_the_top_of_each_module() -> None:
 
 MAX_FUNCTION_LINES = 80
 MAX_METHODS = 15
-METHOD_DEBT: dict[str, int] = {}
-"""Classes over :data:`MAX_METHODS` today (issue 27's "no class has more than 15 methods" is not
-done for them): each may shrink, none may grow, and no other class may join them."""
+MAX_UNTYPED_IN_PHASES = 20
+"""At most this many ``dict[str, Any]`` in runbook_lib/phases (issue 27): phase data is built as the
+record models of runbook_lib/records.py; what stays a dict is free-form by nature (a provider's
+JSON answer, a table row headed for pandas, the phase's read cache)."""
 
 
 def _definitions() -> list[tuple[str, ast.AST]]:
@@ -176,5 +177,11 @@ def test_no_function_is_over_80_lines() -> None:
 def test_no_class_grows_past_15_methods() -> None:
     big = {f"{rel}:{n.name}": sum(isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef)) for x in n.body)
            for rel, n in _definitions() if isinstance(n, ast.ClassDef)}
-    over = {k: v for k, v in big.items() if v > MAX_METHODS and v > METHOD_DEBT.get(k, 0)}
-    assert over == {}, "split the class (or, for a listed one, do not add to it)"
+    over = {k: v for k, v in big.items() if v > MAX_METHODS}
+    assert over == {}, "split the class into collaborators, each named for what it owns"
+
+
+def test_phase_data_is_typed_not_dicts() -> None:
+    found = [f"{f.relative_to(ROOT)}:{i}" for f in sorted((ROOT / "runbook_lib" / "phases").rglob("*.py"))
+             for i, line in enumerate(f.read_text().splitlines(), 1) for _ in range(line.count("dict[str, Any]"))]
+    assert len(found) <= MAX_UNTYPED_IN_PHASES, found
