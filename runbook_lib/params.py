@@ -762,8 +762,74 @@ class Migration(_Model):
         return self.cutover.mode or ("drain" if self.workload.kind == "inference" else "quiesce")
 
 
+MAX_YAML_DEPTH = 32
+"""Deepest nesting of mappings and lists a params file may have (the deepest real section is 4)."""
+
+
 class _Yaml12Loader(yaml.SafeLoader):
-    """SafeLoader that keeps dates and yes/no/on/off as strings (YAML 1.2 core schema)."""
+    """SafeLoader that keeps dates and yes/no/on/off as strings (YAML 1.2 core schema) and refuses
+    what would change a file's meaning silently or blow it up: a key given twice in one mapping
+    (PyYAML keeps the last, so a second ``gates:`` would drop the first's reviewed limits), anchors
+    and aliases (``&a`` / ``*a``: expanding them is how a few lines become gigabytes), nesting
+    deeper than :data:`MAX_YAML_DEPTH`, and ``.inf`` / ``.nan`` (no rate, window, count or price
+    is infinite)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
+            raise yaml.constructor.ConstructorError(
+                None, None, "an alias (*name) is not accepted in params: write the value out where it is used", mark)
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if getattr(event, "anchor", None):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an anchor (&{event.anchor}) is not accepted in params: write each value out",
+                event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"nesting deeper than {MAX_YAML_DEPTH} levels; params sections are at most a few "
+                    "levels deep", event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    f"in the mapping at line {node.start_mark.line + 1}", node.start_mark,
+                    f"key {key!r} is given twice (first at line {seen[key].line + 1}); a second one would replace "
+                    "the first silently: merge them into one", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_float(self, node: Any) -> float:
+        value = super().construct_yaml_float(node)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value!r} is not a finite number; give the value itself", node.start_mark)
+        return float(value)
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _Yaml12Loader.construct_yaml_float)
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes a value that appears twice twice, never as an anchor and alias (which the loader refuses)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    """``data`` as params YAML text that :func:`parse_yaml` reads back: keys in their order, no
+    anchors or aliases."""
+    return str(yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False))
 
 
 _Yaml12Loader.yaml_implicit_resolvers = {

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from runbook_lib.layout import STATE_DIR, project_root
-from runbook_lib.params import load_params, validate
+from runbook_lib.params import dump_yaml, load_params, validate
 from runbook_lib.providers.simulator import SimServer, free_port, sim_module, simulate, simulated
 from runbook_lib.runner import RunResult, run_migration
 
@@ -160,7 +160,7 @@ def write_copy(params_path: Path, reh: Rehearsal) -> Path:
     out = project / STATE_DIR / REHEARSAL_DIR / params_path.name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("# Written by `runbook rehearse`: a rehearsal copy; see its rehearsal section.\n"
-                   + yaml.safe_dump(copy_data, sort_keys=False))
+                   + dump_yaml(copy_data))
     return out
 
 

@@ -15,6 +15,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from runbook_lib.params import dump_yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 
 FAST_INFERENCE: dict[str, Any] = {
@@ -57,7 +59,7 @@ def write_params(project: Path, base: str = "demo.yaml", name: str = "m.yaml", *
     data = deep_merge(yaml.safe_load((ROOT / "params" / base).read_text()), over)
     (project / "params").mkdir(parents=True, exist_ok=True)
     p = project / "params" / name
-    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    p.write_text(dump_yaml(data))
     return p
 
 

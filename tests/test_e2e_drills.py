@@ -20,6 +20,7 @@ import yaml
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO
+from runbook_lib.params import dump_yaml
 
 from .conftest import ROOT
 from .runs import phase_statuses
@@ -36,7 +37,7 @@ def _drill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
     data["target"]["offer"].update(target_offer or {})
     data["drills"] = {"run": [], "blocking": []}
-    params.write_text(yaml.safe_dump(data, sort_keys=False))
+    params.write_text(dump_yaml(data))
     (tmp_path / "faults.json").write_text(json.dumps(faults))
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,22 @@ def test_a_local_target_s_machines_are_named_once_and_ask_for_no_gpu_by_default(
         load_params(make_params(target={"offers": []}))  # demo.yaml's target.offer, with nothing to apply it to
     with pytest.raises(ParamsError, match=r"source.offers: the source is the machine that runs today"):
         load_params(make_params(source={"offers": twice[:1]}))
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ("gates:\n  spend_limit_usd: 100\n", "key 'gates' is given twice"),  # would drop the reviewed section
+    ("notes: &n [1, 2]\nmore: *n\n", "an anchor (&n) is not accepted"),  # alias expansion (billion laughs)
+    ("notes: {limit: .inf}\n", "'.inf' is not a finite number"),
+    ("notes: " + "[" * 3000 + "]" * 3000 + "\n", "nesting deeper than 32 levels"),  # no RecursionError
+])
+def test_params_that_would_change_meaning_or_blow_up_are_refused_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, said: str) -> None:
+    from runbook_lib.cli import main as cli_main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text((ROOT / "params" / "demo.yaml").read_text() + extra)
+    with pytest.raises(ParamsError, match=re.escape(said)):
+        load_params(path)
+    assert cli_main(["run", str(path)]) == EXIT_USAGE
+    assert said in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # nothing was written
