@@ -8,8 +8,12 @@ STAMP := $(VENV)/.installed
 # cryptography==49.0.0, runpod 1.12.0 needs >=50), for the tests that drive the simulators with them.
 VASTAI_STAMP := .venv-vastai/.installed
 RUNPOD_STAMP := .venv-runpod/.installed
+# The chat server `make demo-service` migrates, in its own environment (the service's "image": no
+# runbook code in it): transformers' own OpenAI-compatible server, on the CPU build of torch.
+SERVE_STAMP := .venv-serve/.installed
+CHAT_MODELS := .runbook/models
 
-.PHONY: demo demo-train demo-checkpoint demo-s3 rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
+.PHONY: demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
 	browser bench soak clean lab strip-filter
 
 $(STAMP): pyproject.toml
@@ -43,6 +47,24 @@ demo-s3: $(STAMP)
 	$(VENV)/bin/moto_server -H 127.0.0.1 -p 5000 >/dev/null 2>&1 & pid=$$!; sleep 2; \
 	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(VENV)/bin/runbook run params/demo-s3.yaml; rc=$$?; \
 	kill $$pid; exit $$rc
+
+# A team's own service migrated unchanged and judged over its own API: `transformers serve` (an
+# OpenAI-compatible chat server) between two local profiles; the models are built here, never
+# downloaded. DEMO_SERVICE_PARAMS=params/demo-service-reseeded.yaml serves the target from a
+# re-seeded model, which must end NO-GO on parity.
+DEMO_SERVICE_PARAMS ?= params/demo-service.yaml
+demo-service: $(STAMP) demo-service-models
+	$(VENV)/bin/runbook run $(DEMO_SERVICE_PARAMS)
+
+demo-service-models: $(STAMP) $(SERVE_STAMP)
+	$(PY) examples/make_chat_model.py $(CHAT_MODELS)/chat-seed0 --seed 0
+	$(PY) examples/make_chat_model.py $(CHAT_MODELS)/chat-seed1 --seed 1
+
+$(SERVE_STAMP):
+	$(PYTHON) -m venv .venv-serve
+	.venv-serve/bin/python -m pip install --quiet --disable-pip-version-check 'torch==2.13.0' \
+		'transformers[serving]==5.24.0'
+	touch $(SERVE_STAMP)
 
 # A real Runpod-to-Vast.ai migration rehearsed offline: loopback simulators of both APIs and of S3,
 # all six phases through the real adapters, evidence marked as a rehearsal.

@@ -7,7 +7,7 @@ Per run it prints the decision, the exit code, the wall time and the phase that 
 - every local pod and endpoint labelled with a soak run's id is DESTROYED, its container disk
   and volume directories are gone, and only its records remain (``pod.json``, ``log.txt``,
   ``exit.json``, ``port``);
-- no process carries the pod marker of those resources (``RUNBOOK_POD_ID``), none listens on a
+- no process carries the pod marker of those resources (``LOCAL_POD_ID``), none listens on a
   port, and no notebook kernel started by a soak run is still alive;
 - ``.runbook/`` holds only what the README says it keeps (``local/pods/<id>/`` records,
   ``store/runs/<run_id>/`` sets, ``fixtures/``).
@@ -82,13 +82,13 @@ def leftovers(run_ids: set[str], runner_pids: set[int]) -> list[str]:
         env = p.info["environ"] or {}
         if p.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if env.get("RUNBOOK_POD_ID") in ours:
+        if env.get("LOCAL_POD_ID") in ours:
             ports = []
             try:
                 ports = [c.laddr.port for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
             except (psutil.Error, AttributeError):
                 pass
-            found.append(f"process {p.pid} of {env['RUNBOOK_POD_ID']} still runs ({' '.join(p.info['cmdline'] or [])[:80]})"
+            found.append(f"process {p.pid} of {env['LOCAL_POD_ID']} still runs ({' '.join(p.info['cmdline'] or [])[:80]})"
                          + (f", listening on {ports}" if ports else ""))
         elif env.get("JPY_PARENT_PID", "").isdigit() and int(env["JPY_PARENT_PID"]) in runner_pids:
             found.append(f"notebook kernel {p.pid} of a finished run still runs")

@@ -21,6 +21,7 @@ ROUTE = "route.json"  # the traffic route's share and history (phases 05 and 06)
 CLEANUP_RECORD = "cleanup.json"  # `runbook cleanup`: what it found and destroyed
 ROLLBACK_POINT = "05/rollback_point.json"  # what restoring the source needs, and when the window closes
 GOLDEN_OUTPUTS = "01/golden_outputs.npy"  # the source's outputs on the fixed inputs, float
+SERVICE_GOLDEN = "01/service_golden.json"  # kind service: the source's answer to each sample input
 GOLDEN_INFERENCE_OUTPUTS = "01/golden_inference_outputs.npy"  # a checkpoint entry point's answers
 GOLDEN_FINAL_OUTPUTS = "01/golden_final_outputs.npy"  # a training job's outputs after its last step
 CANARY_OUTPUTS = "03/canary/outputs.npy"  # the canary's outputs on the same inputs
@@ -31,8 +32,8 @@ POD_PARAMS_ENV = "RUNBOOK_PARAMS_YAML"  # the run's params (KEPT_PARAMS' text)
 POD_DEVICE_ENV = "RUNBOOK_DEVICE"  # the side's device (``cpu``, ``cuda``, ``cuda:1``)
 POD_SIDE_ENV = "RUNBOOK_SIDE"  # ``source`` or ``target``
 POD_FAULT_ENV = "RUNBOOK_FAULT"  # a drill's or a simulator's injected fault (``worker_crash``, ...)
-POD_ID_ENV = "RUNBOOK_POD_ID"  # the local provider's id of the process group (its marker)
-POD_VOLUME_ENV = "RUNBOOK_VOLUME_DIR"  # the pod's persistent volume directory
+POD_ID_ENV = "LOCAL_POD_ID"  # the local provider's id of the pod, in its processes (their marker; Runpod's RUNPOD_POD_ID)
+POD_VOLUME_ENV = "LOCAL_POD_VOLUME"  # the local pod's persistent volume directory (set by the provider)
 
 
 def project_root(params_path: str | Path) -> Path:

@@ -23,6 +23,7 @@ import numpy as np
 
 from runbook_lib._http import Backoff
 from runbook_lib.errors import ProviderError, ProviderTimeout, StorageError
+from runbook_lib.service.protocols import ServiceClient
 
 SAMPLE_COLUMNS = ("side", "round", "request", "intended_s", "sent_s", "done_s", "total_s", "queue_s",
                   "init_s", "execution_s", "status", "batch_size", "input_index")
@@ -299,9 +300,11 @@ class WorkerClient:
         return dict(r.json())
 
 
-ServingClient = Union[JobClient, WorkerClient]
-"""What a measurement sends requests through: a ``queue`` endpoint's job API or a
-``load_balancing`` worker (both answer :meth:`JobClient.runsync` and ``health``)."""
+ServingClient = Union[JobClient, WorkerClient, "ServiceClient"]
+"""What a measurement sends requests through: a ``queue`` endpoint's job API, a
+``load_balancing`` worker, or a team's service over its protocol
+(:class:`runbook_lib.service.protocols.ServiceClient`); each answers :meth:`JobClient.runsync`
+and ``health``."""
 
 
 @dataclass(frozen=True)
@@ -346,6 +349,19 @@ def poisson_schedule(n: int, rate_per_s: float, seed: int) -> np.ndarray:
     return np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
 
 
+TOKEN_METRICS = ("ttft_s", "tpot_s", "output_tokens")
+"""Per-request figures a token-streaming service reports (:class:`runbook_lib.service.protocols.OpenAIChat`):
+time to first token and time per output token (seconds), output tokens (count); NaN for other
+answers. Inter-token gaps travel beside them as ``itl_s`` (a list per request)."""
+
+
+def token_metrics(job: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`TOKEN_METRICS` of an answer (NaN where it has none) and its ``itl_s`` gaps
+    (seconds; empty when it has none)."""
+    m = job.get("metrics") or {}
+    return {**{k: float(m.get(k, np.nan)) for k in TOKEN_METRICS}, "itl_s": list(m.get("itl_s") or [])}
+
+
 def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, round_id: int,
                   max_in_flight: int = 128) -> list[dict[str, Any]]:
     """Send ``requests`` at their intended times regardless of completions (open loop).
@@ -373,7 +389,7 @@ def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, 
                "sent_s": sent, "done_s": done, "total_s": done - req.intended_s, **job_timings(job),
                "status": served_status(job),
                "batch_size": job.get("batch_size", np.nan), "input_index": req.input_index,
-               "output": job.get("output")}
+               "output": job.get("output"), **token_metrics(job)}
         with lock:
             results[req.index] = row
 

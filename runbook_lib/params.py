@@ -133,6 +133,18 @@ class OfferSpec(_Model):
         return self
 
 
+def _env_names(v: dict[str, str]) -> dict[str, str]:
+    """A service's environment, checked: NAME-shaped keys, none of the runbook's own ``RUNBOOK_*``."""
+    bad = [k for k in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+    if bad:
+        raise ValueError(f"environment names {bad} are not NAME-shaped (letters, digits, _)")
+    runbook = [k for k in v if k.upper().startswith("RUNBOOK_")]
+    if runbook:
+        raise ValueError(f"{runbook}: RUNBOOK_* variables are the runbook's own; a service runs unchanged and "
+                         "gets none of them")
+    return v
+
+
 class ProfileBase(_Model):
     """What every side of a migration declares, whatever runs it: where the workload runs is
     chosen by ``provider``, which selects one of :data:`PROVIDER_TABLE`'s profile models.
@@ -169,6 +181,8 @@ class ProfileBase(_Model):
         storage_usd_per_gb_month: volume price, USD per GB-month.
         egress_usd_per_gb: data-out price, USD per GB.
         secrets: secrets the workload needs, by name and reference (never by value).
+        service_env: ``kind: service``: environment values this side's service gets beside
+            ``workload.service.env`` (where this side keeps its model, say); not secrets.
     """
 
     provider: str
@@ -188,6 +202,12 @@ class ProfileBase(_Model):
     storage_usd_per_gb_month: float = Field(default=0.0, ge=0)
     egress_usd_per_gb: float = Field(default=0.0, ge=0)
     secrets: tuple[SecretRef, ...] = ()
+    service_env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("service_env")
+    @classmethod
+    def _service_env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        return _env_names(v)
 
     @model_validator(mode="after")
     def _active_within_max(self) -> "ProfileBase":
@@ -426,6 +446,127 @@ class Storage(StoreAccess):
     create_bucket: bool = False
 
 
+class ServiceReadiness(_Model):
+    """When a service counts as ready: ``GET path`` answers ``status`` within ``timeout_s``
+    seconds of its launch (polled every ``interval_s`` seconds; the last answer is shown when it
+    never comes)."""
+
+    path: str = Field(default="/health", pattern=r"^/[!-~]*$", max_length=512)
+    status: int = Field(default=200, ge=100, le=599)
+    timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    interval_s: float = Field(default=0.25, gt=0, le=60)
+
+
+class JsonCheck(_Model):
+    """One value an ``http-json`` answer is compared by: a dotted path into the JSON answer
+    (``data.0.embedding``; list items by index) and how: ``exact`` (equal JSON), ``absolute``
+    (``|a - b| <= tolerance`` for every number), ``relative`` (``|a - b| <= tolerance * |b|``)
+    or ``cosine`` (vectors: cosine similarity ``>= 1 - tolerance``)."""
+
+    path: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
+    compare: Literal["exact", "absolute", "relative", "cosine"] = "exact"
+    tolerance: float = Field(default=0.0, ge=0, le=1e6)
+
+
+class HttpJsonRequest(_Model):
+    """How an ``http-json`` service is called: ``method`` and ``path``, and a body template whose
+    string values ``"{input}"`` are replaced by the sample input (any JSON value) and
+    ``"{input.KEY}"`` by that key of it."""
+
+    method: Literal["POST", "PUT", "GET"] = "POST"
+    path: str = Field(default="/", pattern=r"^/[!-~]*$", max_length=512)
+    body: Any = "{input}"
+
+
+class StandIn(_Model):
+    """What runs an image where no container runtime does (the embedded local provider, and the
+    simulators in a rehearsal): a local command, run in the pod's own disk and environment and
+    recorded as a stand-in for ``image``. ``{port}`` is the API port the provider gives it,
+    ``{project}`` the project root, ``{NAME}`` the value of service environment variable NAME."""
+
+    command: tuple[str, ...] = Field(min_length=1, max_length=64)
+
+
+class ServiceParity(_Model):
+    """How phase 03 judges the canary's answers against phase 01's golden answers.
+
+    Attributes:
+        min_exact_match: share of sample inputs whose answer must equal the golden exactly
+            (``openai-chat`` at temperature 0 with a fixed seed; ``http-json`` by its checks).
+            The default, 0.9, allows one input in ten to differ: greedy decoding on a different
+            GPU model reorders floating-point reductions, so a token can flip where two logits
+            are nearly tied; a migration onto the same hardware can demand 1.0.
+    """
+
+    min_exact_match: float = Field(default=0.9, ge=0, le=1)
+
+
+class Service(_Model):
+    """``kind: service``: a team's own service, judged from outside over its own API. Phases run
+    the image unchanged with its own command; no runbook code runs inside it.
+
+    Attributes:
+        image: the image the team runs, as the provider pulls it; a tag that is not a digest is
+            a risk finding in phase 01 and the digest the provider reports is pinned.
+        command: its start command and arguments (empty: the image's own entrypoint).
+        env: environment values it is given (not secrets: those are the profile's ``secrets``,
+            by reference).
+        port: the container port of its API (HTTP).
+        readiness: when it is ready (:class:`ServiceReadiness`).
+        protocol: how it is called and judged: ``openai-chat`` (POST /v1/chat/completions,
+            streamed or not) or ``http-json`` (any JSON over HTTP: :class:`HttpJsonRequest`,
+            compared by ``checks``).
+        samples: the sample inputs, a JSON Lines file (relative to the project): ``openai-chat``
+            each line ``{"messages": [...]}`` or ``{"prompt": "..."}``; ``http-json`` any JSON value.
+        model: the ``model`` field of each chat request (empty: left out; a server pinned to one
+            model answers with it).
+        max_tokens: output tokens per chat answer.
+        stream: ``openai-chat`` requests are streamed (server-sent events), so TTFT and
+            inter-token latency are measured.
+        seed: the ``seed`` of each chat request; ``temperature`` is always 0.
+        request: ``http-json``'s call. checks: ``http-json``'s compared values (none: the whole
+            answer, exactly).
+        registry_credential: the name of the profile secret that logs in to a private registry
+            (Runpod's container registry auth, Vast.ai's image login); empty for a public image.
+        private_image: the image needs ``registry_credential`` (phase 02 stops without it).
+        stand_in: the local command standing in for ``image`` on the local provider.
+        parity: :class:`ServiceParity`.
+        ttft_slo_s, tpot_slo_s: goodput SLOs (seconds): a request counts toward goodput when its
+            time to first token and time per output token are within them (vLLM ``bench
+            serve``'s ``--goodput ttft:... tpot:...``, in seconds here).
+    """
+
+    image: str = Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")
+    command: tuple[str, ...] = Field(default=(), max_length=64)
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int = Field(default=8000, ge=1, le=65535)
+    readiness: ServiceReadiness = ServiceReadiness()
+    protocol: Literal["openai-chat", "http-json"]
+    samples: str = Field(min_length=1)
+    model: str = Field(default="", max_length=512)
+    max_tokens: int = Field(default=16, ge=1, le=4096)
+    stream: bool = True
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    request: HttpJsonRequest = HttpJsonRequest()
+    checks: tuple[JsonCheck, ...] = ()
+    registry_credential: str = Field(default="", pattern=r"^(|[A-Z][A-Z0-9_]*)$")
+    private_image: bool = False
+    stand_in: StandIn | None = None
+    parity: ServiceParity = ServiceParity()
+    ttft_slo_s: float | None = Field(default=None, gt=0, le=3600)
+    tpot_slo_s: float | None = Field(default=None, gt=0, le=3600)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return _env_names(v)
+
+    @property
+    def tag_is_digest(self) -> bool:
+        """The image is named by digest (``name@sha256:<64 hex>``), which cannot move."""
+        return bool(re.search(r"@sha256:[0-9a-f]{64}$", self.image))
+
+
 CHECKPOINT_ENTRY_POINT = "runbook_lib.workload.checkpoint_set:CheckpointWorkload"
 """The workload of ``kind: checkpoint``: an existing checkpoint migrated without user code."""
 
@@ -445,7 +586,7 @@ class Workload(_Model):
     frozen manifest (:func:`runbook_lib.checkpoint.load_state`).
     """
 
-    kind: Literal["inference", "training", "checkpoint"]
+    kind: Literal["inference", "training", "checkpoint", "service"]
     entry_point: str = Field(default="", pattern=r"^(|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
     model_id: str = Field(min_length=1)
     checkpoint: str = ""
@@ -459,12 +600,19 @@ class Workload(_Model):
     checkpoint_every: int = Field(default=10, ge=1)
     learning_rate: float = Field(default=0.05, gt=0, le=10)
     requirements: Requirements = Requirements()
+    service: Service | None = None
+
+    @property
+    def serves(self) -> bool:
+        """The workload answers requests (an inference endpoint or a service), so phases 04 and 05
+        measure and route requests rather than training steps or restores."""
+        return self.kind in ("inference", "service")
 
     @property
     def unit(self) -> str:
         """What one measured unit is: ``request`` (inference), ``training step`` (training) or
         ``restore`` (checkpoint: read, verify and load the whole checkpoint once)."""
-        return {"inference": "request", "training": "training step"}.get(self.kind, "restore")
+        return {"inference": "request", "service": "request", "training": "training step"}.get(self.kind, "restore")
 
     @model_validator(mode="before")
     @classmethod
@@ -492,6 +640,16 @@ class Workload(_Model):
             if self.checkpoint_every >= self.restores:
                 raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be below restores ({self.restores}) so "
                                  "the failure-and-resume drill has a checkpoint to resume; set checkpoint_every: 1")
+        elif self.kind == "service":
+            if self.service is None:
+                raise ValueError("workload.kind 'service' needs workload.service: the image, its command, port, "
+                                 "readiness check, protocol and sample inputs")
+            if self.entry_point or self.checkpoint or self.allow_globals:
+                raise ValueError("workload.entry_point, checkpoint and allow_globals do not apply to kind 'service': "
+                                 "the service runs its own image unchanged; remove them")
+        elif self.service is not None:
+            raise ValueError(f"workload.service belongs to kind 'service', not {self.kind!r}; remove it or set "
+                             "kind: service")
         elif not self.entry_point:
             raise ValueError(f"workload.entry_point is required for kind {self.kind!r} (module:Class)")
         elif self.checkpoint or self.allow_globals or self.checkpoint_store is not None:
@@ -551,6 +709,9 @@ class Measure(_Model):
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
     error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
     error_retry_interval_s: float = Field(default=10.0, ge=0, le=3600)  # seconds between attempts (Argo: 10 s)
+    # A request sent later than this after its intended time means the load generator fell
+    # behind (coordinated omission); its round's latencies are then not a result, seconds.
+    max_send_lateness_s: float = Field(default=0.1, gt=0, le=60)
 
 
     @model_validator(mode="after")
@@ -586,6 +747,9 @@ class Gates(_Model):
     # Seconds a HOLD waits for a person (`runbook resolve`) before it resolves to NO-GO:
     # docs/reference/gates.md 5.2, a Flagger progressDeadlineSeconds analogue, 60 min proposed there.
     hold_deadline_s: float = Field(default=3600.0, gt=0)
+    # kind: service: seconds from killing the canary to its answering again (phase 03); the
+    # migration design's "acceptance thresholds for ... recovery" (seed 001). None: scored.
+    recovery_s_max: float | None = Field(default=None, gt=0, le=86_400)
 
 
 DrillName = Literal["redeliver", "preferred_offer_removed", "hung_worker", "spend_limit", "output_durability"]
@@ -749,7 +913,7 @@ class Migration(_Model):
             raise ValueError(f"cutover.mode {mode!r} does not fit a training job: it has one writer, so it moves by "
                              "quiesce (stop at a verified checkpoint, resume on the target, switch); set quiesce or "
                              "leave it out")
-        if kind == "inference" and mode == "quiesce":
+        if kind in ("inference", "service") and mode == "quiesce":
             raise ValueError("cutover.mode 'quiesce' stops writes; an inference endpoint serves requests and moves by "
                              "drain (finish in-flight work, then switch) or dual_run (both sides serve the window); "
                              "set one of those or leave it out (drain)")
@@ -757,9 +921,9 @@ class Migration(_Model):
 
     @property
     def cutover_mode(self) -> str:
-        """``cutover.mode``, or the workload's default: ``drain`` for inference, ``quiesce`` for training
+        """``cutover.mode``, or the workload's default: ``drain`` for inference and services, ``quiesce`` for training
         and checkpoint (one writer: the checkpoint's authoritative copy moves while nothing writes it)."""
-        return self.cutover.mode or ("drain" if self.workload.kind == "inference" else "quiesce")
+        return self.cutover.mode or ("drain" if self.workload.serves else "quiesce")
 
 
 MAX_YAML_DEPTH = 32

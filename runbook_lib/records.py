@@ -289,6 +289,73 @@ class FreezePod(_Model):
     interruptions: tuple[Interruption, ...] = ()
 
 
+class ServiceLaunch(_Model):
+    """What the provider reports a service pod runs, against what params declare
+    (:func:`runbook_lib.phases.service_pods.launched`): its image (a stand-in's is the image it stands
+    in for), the digest where the provider reports one, the command, environment variable names
+    and published ports, the processes it runs (the local provider reports them) and what was
+    found of the runbook in them (``RUNBOOK_*`` variables, a ``runbook_lib`` command line)."""
+
+    pod: str = ""
+    image: str = ""
+    digest: str | None = None
+    stand_in: bool = False
+    command: tuple[str, ...] = ()
+    env_names: tuple[str, ...] = ()
+    ports: dict[str, str] = Field(default_factory=dict)
+    processes: tuple[dict[str, Any], ...] = ()
+    processes_reported: bool = False
+    as_declared: bool = False
+    mismatches: tuple[str, ...] = ()
+    runbook_inside: tuple[str, ...] = ()
+    ready_s: float | None = None
+
+
+class ServiceAnswerRow(_Model):
+    """One sample input's answers compared (phase 01: the source against itself; phase 03: the
+    canary against the golden): whether they match, and where they first differ."""
+
+    sample: int
+    status: str = ""
+    match: bool = False
+    first_diff_token: int | None = None
+    first_diff_char: int | None = None
+    detail: str = ""
+
+
+class ServiceFreeze(_Model):
+    """Phase 01 of a service: the protocol, the image and its risk findings, the source pod as
+    launched, the sample inputs (count, sha256 of the file), the golden answers (sha256 of
+    ``01/service_golden.json``) and the source answering each sample twice (its divergences:
+    a service that is not deterministic at temperature 0)."""
+
+    protocol: str = ""
+    image: str = ""
+    image_findings: tuple[str, ...] = ()
+    pinned_digest: str | None = None
+    launch: ServiceLaunch = Field(default_factory=ServiceLaunch)
+    samples: int = 0
+    samples_sha256: str = ""
+    golden_sha256: str = ""
+    failed_samples: tuple[int, ...] = ()
+    self_divergent: tuple[ServiceAnswerRow, ...] = ()
+
+
+class ServiceCanary(_Model):
+    """Phase 03 of a service: the canary as launched, each sample's answer against the golden,
+    the exact-match rate and its minimum, and the kill-and-recover drill (seconds from the kill to
+    answering again, whether the recovered canary answers as the golden)."""
+
+    launch: ServiceLaunch = Field(default_factory=ServiceLaunch)
+    answers: tuple[ServiceAnswerRow, ...] = ()
+    exact_match_rate: float | None = None
+    min_exact_match: float | None = None
+    recovery_s: float | None = None
+    recovered_launch: ServiceLaunch | None = None
+    recovered_exact_match_rate: float | None = None
+    recovery_how: str = ""
+
+
 class FreezeSource(_Model):
     """What the freeze pod saw and saved (:func:`runbook_lib.phases.freeze.freeze_source`); a
     dry-run freeze has only ``source_pod`` and ``plan``, a blocked one ``preflight``. ``identity``
@@ -310,6 +377,7 @@ class FreezeSource(_Model):
     payloads: dict[str, int] | None = None
     blocked: bool = False
     dry_run: bool = False
+    service: ServiceFreeze | None = None
 
     def require_frozen(self) -> tuple[Frozen, Golden]:
         """The frozen artifact and the golden outputs of a freeze that ran.
@@ -546,6 +614,7 @@ class ParityData(PhaseData):
     environment_diff: tuple[EnvironmentDiffRow, ...] = ()
     result: CanaryResult | None = None
     plan: dict[str, Any] | None = None
+    service: ServiceCanary | None = None
 
 
 # -- phase 04 ------------------------------------------------------------------------------------
@@ -621,6 +690,24 @@ Number = float | int | str | bool | None
 """A cell of a summary table phase 04 records (its columns depend on what the endpoint reports)."""
 
 
+class LoadGeneratorRound(_Model):
+    """How phase 04's load generator kept one open-loop round's schedule: requests, offered and
+    achieved arrival rate (per second), send lateness (actual minus intended send: p50, p99 and
+    max, seconds), how many requests left later than ``measure.max_send_lateness_s``, and whether
+    none did (a late round is not a latency result)."""
+
+    side: str
+    round: int
+    requests: int
+    offered_per_s: float | None = None
+    achieved_per_s: float | None = None
+    lateness_p50_s: float = 0.0
+    lateness_p99_s: float = 0.0
+    lateness_max_s: float = 0.0
+    late: int = 0
+    on_time: bool = True
+
+
 class CompareData(PhaseData):
     """Phase 04's record data (:func:`runbook_lib.phases.compare.judge.record_data`); the raw
     samples stay in the files the record hashes. Costs are :meth:`runbook_lib.cost.CostBreakdown.to_dict`
@@ -649,6 +736,8 @@ class CompareData(PhaseData):
     measurements_lost: tuple[dict[str, Number], ...] = ()
     host_load_avg_1_5_15min: tuple[float, ...] = ()
     load_generator_gc: CollectorPauses | None = None
+    load_generator: tuple[LoadGeneratorRound, ...] = ()
+    token_metrics: dict[str, dict[str, Number]] = Field(default_factory=dict)
     drills: tuple[DrillRow, ...] = ()
 
 
@@ -857,6 +946,22 @@ class TeardownNote(_Model):
     note: str = ""
 
 
+class ServiceReceipt(_Model):
+    """What a service migration moved (``kind: service``): the image (or the stand-in that ran
+    for it), the digest where the provider reported one, the protocol, whether every launch ran as
+    declared, and whether any runbook code was found inside the service (never, on a PASS)."""
+
+    image: str = ""
+    digest: str | None = None
+    stand_in: bool = False
+    stand_in_command: tuple[str, ...] = ()
+    protocol: str = ""
+    launches_as_declared: bool = False
+    runbook_code_inside: tuple[str, ...] = ()
+    recovery_s: float | None = None
+    exact_match_rate: float | None = None
+
+
 class Receipt(_Model):
     """``receipt.json`` (:func:`runbook_lib.phases.decide.write_receipt`): the decision and why,
     with every gate; a HOLD carries its deadline (UTC ISO 8601) and ``hold_deadline_s`` (seconds).
@@ -884,6 +989,7 @@ class Receipt(_Model):
     route: dict[str, Any] | None = None
     reconciliation: Reconciliation | None = None
     timeline: tuple[TimelineEvent, ...] = ()
+    service: ServiceReceipt | None = None
     teardown: TeardownNote = Field(default_factory=TeardownNote)
     resources: ReceiptResources = Field(default_factory=ReceiptResources)
     gates: tuple[GateResult, ...] = ()

@@ -29,6 +29,7 @@ from runbook_lib.errors import (
     EvidenceError,
     ParamsError,
     PhaseFailed,
+    ProviderError,
     WorkloadError,
 )
 from runbook_lib.interrupt import Interrupts, exit_code
@@ -36,9 +37,10 @@ from runbook_lib.layout import REPORTS_DIR, project_root
 from runbook_lib.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
 from runbook_lib.params import Migration, load_params
 from runbook_lib.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
-from runbook_lib.phases import leak_message, scan_phase
+from runbook_lib.phases import leak_message, scan_phase, service_pods
 from runbook_lib.rundir import RunDir
 from runbook_lib.seal import seal_run, sealed_decision
+from runbook_lib.service import samples
 from runbook_lib.workload import workload_class
 
 KERNEL_NAME = "python3"
@@ -344,6 +346,23 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
         return out
 
 
+def service_preflight(mig: Migration, project: Path) -> None:
+    """A service's inputs, checked before anything runs: the sample inputs load, and each local
+    side's stand-in command names only placeholders it can fill.
+
+    Raises:
+        ParamsError: the samples file is missing or malformed, or a stand-in cannot be formed.
+    """
+    assert mig.workload.service is not None
+    params_path = project / "params" / "_.yaml"  # samples and {project} resolve against the project root
+    samples.load_samples(mig.workload.service, params_path)
+    for side in ("source", "target"):
+        try:
+            service_pods.command_for(mig, side, params_path)
+        except ProviderError as exc:
+            raise ParamsError(f"{exc}; nothing was run", field="workload.service.stand_in") from None
+
+
 def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) -> list[NotebookSource]:
     """Checks that need no resources, before a run directory exists.
 
@@ -354,6 +373,9 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
         UsageError: ``notebooks_dir`` lacks a phase notebook, or one is not a readable notebook.
         ParamsError: ``workload.entry_point`` cannot be imported, or is not a class for its kind.
     """
+    if mig.workload.kind == "service":
+        service_preflight(mig, project)
+        return phase_notebooks(project=project, given=notebooks_dir)
     try:
         workload_class(mig.workload)
     except WorkloadError as exc:

@@ -184,7 +184,7 @@ def test_where_the_source_keeps_its_checkpoint_is_judged_from_the_pod_s_disks(tm
     from runbook_lib.workload.checkpoint_set import location
 
     pod, vol = tmp_path / "pod", tmp_path / "vol"
-    env = {"RUNBOOK_VOLUME_DIR": str(vol)}
+    env = {"LOCAL_POD_VOLUME": str(vol)}
     assert location(vol / "ck", env=env, cwd=pod)["where"] == "volume"
     assert location(pod / "work" / "ck", env=env, cwd=pod)["where"] == "container disk"
     assert location(tmp_path / "data" / "ck", env=env, cwd=pod)["where"] == "outside the pod's disks"

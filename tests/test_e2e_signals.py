@@ -85,8 +85,8 @@ def _survivors(project: Path, run_id: str, runner_pid: int) -> list[str]:
         env = p.info["environ"] or {}
         if p.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if env.get("RUNBOOK_POD_ID") in ids or env.get("JPY_PARENT_PID") == str(runner_pid):
-            out.append(f"{p.pid} {env.get('RUNBOOK_POD_ID', 'kernel')}")
+        if env.get("LOCAL_POD_ID") in ids or env.get("JPY_PARENT_PID") == str(runner_pid):
+            out.append(f"{p.pid} {env.get('LOCAL_POD_ID', 'kernel')}")
     return out
 
 

@@ -14,6 +14,7 @@ LAYERS: list[set[str]] = [
     {"__init__"},  # the package itself: __version__
     {"manifest", "secret_refs", "offer_query"},
     {"params"},
+    {"service"},
     {"rundir", "phase_notebooks"},
     {"gates", "cost", "measure", "inventory", "storage", "route", "checkpoint"},
     {"records"},

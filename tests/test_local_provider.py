@@ -53,7 +53,7 @@ def test_apply_needs_matching_approval(tmp_path: Path) -> None:
 def test_pod_runs_exits_and_destroy_wipes_disks(tmp_path: Path) -> None:
     prov = LocalProvider(root=tmp_path / "state")
     code = ("import os, pathlib; pathlib.Path('c.txt').write_text('x');"
-            "pathlib.Path(os.environ['RUNBOOK_VOLUME_DIR'], 'v.txt').write_text('y');"
+            "pathlib.Path(os.environ['LOCAL_POD_VOLUME'], 'v.txt').write_text('y');"
             "print('SECRET_SEEN', os.environ.get('TEST_SECRET', '')[::-1] == 'eulav-2retnuh'); raise SystemExit(3)")
     (tmp_path / "secret").write_text("hunter2-value\n")
     pod = _pod(prov, tmp_path, code, secret_refs=(("TEST_SECRET", f"file:{tmp_path / 'secret'}"),))
@@ -74,7 +74,7 @@ def test_pod_runs_exits_and_destroy_wipes_disks(tmp_path: Path) -> None:
 
 def test_stop_keeps_volume_and_kills_process(tmp_path: Path) -> None:
     prov = LocalProvider(root=tmp_path / "state")
-    code = ("import os, pathlib, time; pathlib.Path(os.environ['RUNBOOK_VOLUME_DIR'], 'v').write_text('y');"
+    code = ("import os, pathlib, time; pathlib.Path(os.environ['LOCAL_POD_VOLUME'], 'v').write_text('y');"
             "pathlib.Path('c').write_text('x'); time.sleep(600)")
     pod = _pod(prov, tmp_path, code)
     deadline = time.time() + 30

@@ -4,7 +4,7 @@ stopped or destroyed, and every case ends in a verified teardown.
 The moments come from the provider's ``on_teardown_step`` hook (``listed``: after the process
 listing, before any signal; ``signalled``: after SIGTERM, before the wait) and from killing a
 pod before its destroy begins. Processes are found afterwards by the marker every pod process
-carries in its environment (``RUNBOOK_POD_ID``), independently of the provider's own listing.
+carries in its environment (``LOCAL_POD_ID``), independently of the provider's own listing.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ LABELS = (("run_id", "race"),)
 # their pids to its volume, then waits.
 TREE = ("import os, pathlib, subprocess, sys, time\n"
         "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']) for _ in range(2)]\n"
-        "pathlib.Path(os.environ['RUNBOOK_VOLUME_DIR'], 'kids').write_text(' '.join(str(k.pid) for k in kids))\n"
+        "pathlib.Path(os.environ['LOCAL_POD_VOLUME'], 'kids').write_text(' '.join(str(k.pid) for k in kids))\n"
         "time.sleep(600)\n")
 
 
@@ -46,7 +46,7 @@ def _marked(rid: str) -> list[int]:
     out = []
     for p in psutil.process_iter(["environ", "status"], ad_value=None):
         env = p.info["environ"] or {}
-        if env.get("RUNBOOK_POD_ID") == rid and p.info["status"] not in (psutil.STATUS_ZOMBIE, None):
+        if env.get("LOCAL_POD_ID") == rid and p.info["status"] not in (psutil.STATUS_ZOMBIE, None):
             out.append(p.pid)
     return out
 
@@ -141,7 +141,7 @@ def test_processes_exit_between_signal_and_wait(tmp_path: Path) -> None:
 
 def test_a_process_that_ignores_sigterm_is_killed_within_the_bound(tmp_path: Path) -> None:
     stubborn = ("import os, pathlib, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                "pathlib.Path(os.environ['RUNBOOK_VOLUME_DIR'], 'kids').write_text('')\ntime.sleep(600)\n")
+                "pathlib.Path(os.environ['LOCAL_POD_VOLUME'], 'kids').write_text('')\ntime.sleep(600)\n")
     prov = LocalProvider(root=tmp_path / "state", term_grace_s=0.5)
     pod = _launch_tree(prov, tmp_path, stubborn, min_procs=2)
     t0 = time.monotonic()
@@ -159,7 +159,7 @@ def test_a_child_spawned_during_the_stop_is_found_and_stopped(tmp_path: Path) ->
                "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
                "    os._exit(0)\n"
                "signal.signal(signal.SIGTERM, on_term)\n"
-               "pathlib.Path(os.environ['RUNBOOK_VOLUME_DIR'], 'kids').write_text('')\ntime.sleep(600)\n")
+               "pathlib.Path(os.environ['LOCAL_POD_VOLUME'], 'kids').write_text('')\ntime.sleep(600)\n")
     prov = LocalProvider(root=tmp_path / "state", term_grace_s=1.0)
     pod = _launch_tree(prov, tmp_path, respawn, min_procs=2)
     done = _destroy(prov, pod.id, tmp_path)

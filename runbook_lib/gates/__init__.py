@@ -23,7 +23,7 @@ The package is cut by responsibility: :mod:`.result` (the verdict record), :mod:
 :mod:`.decision` (GO / NO-GO / HOLD). Everything is re-exported here.
 """
 
-from runbook_lib.gates.decision import decide, measurement_lost, scored_unless_set
+from runbook_lib.gates.decision import decide, generator_behind, measurement_lost, scored_unless_set
 from runbook_lib.gates.parity import (
     TOLERANCES,
     artifact_parity,
@@ -76,7 +76,7 @@ __all__ = [
     "Binned", "bin_rounds", "binned_bootstrap", "counts_mean", "counts_quantile", "ratio_error_bound", "SHIFT_FLOOR_S",
     "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "acceptance_budget", "artifact_parity", "as_rounds",
     "baseline_health", "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
-    "error_rate", "from_dict", "hodges_lehmann_shift", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost",
+    "error_rate", "from_dict", "hodges_lehmann_shift", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost", "generator_behind",
     "min_slo_samples", "noise_floor", "output_parity", "inference_parity", "round_bootstrap", "scored_unless_set", "spend_limit",
     "threshold_source", "throughput_ratio", "tolerance_for", "top1_agreement",
 ]

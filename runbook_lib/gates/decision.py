@@ -65,3 +65,21 @@ def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:
     scored = [r for r in results if not r.blocking and r.verdict != "PASS"]
     return "GO", [f"all {sum(r.blocking for r in results)} blocking gates PASS"] + \
         [f"scored (not blocking): {r.name} {r.verdict}: {r.detail}" for r in scored]
+
+
+def generator_behind(result: GateResult, rounds: Sequence[str]) -> GateResult:
+    """The latency gate ``result`` when the load generator fell behind its schedule in some
+    rounds: INCONCLUSIVE, never PASS or FAIL. A request sent late was not offered at its
+    intended time, so the latency it measured hides the wait the schedule asked for
+    (coordinated omission: docs/reference/gates.md 3.5, MLPerf's intended-start latency). What
+    the data said is kept in the detail.
+
+    Args:
+        result: the gate as judged on every round.
+        rounds: one line per late round (side, round, worst lateness against the bound).
+    """
+    return replace(result, verdict="INCONCLUSIVE",
+                   method=f"{result.method}; rounds whose load generator fell behind are not a latency result",
+                   detail=f"the load generator fell behind its schedule, so these rounds are not a latency result: "
+                          f"{'; '.join(rounds)}. On all rounds it read {result.verdict} ({result.detail}). Measure "
+                          "again on a quieter host, or lower measure.arrival_rate_per_s.")

@@ -31,8 +31,9 @@ from runbook_lib import gates as g
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError, ProviderError
 from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
-from runbook_lib.measure import Request, ServingClient, job_clocks, poisson_schedule, run_open_loop
+from runbook_lib.measure import Request, ServingClient, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.phases.serving import Served, serving_for
 from runbook_lib.providers.base import Plan
 from runbook_lib.records import (
     CheckpointStep,
@@ -58,15 +59,22 @@ def actor(ctx: PhaseContext) -> str:
 
 def rollback_point(ctx: PhaseContext) -> RollbackPoint:
     """What restoring the source needs: the source endpoint or checkpoint, and when the window closes."""
-    frozen = ctx.records.need_freeze().frozen()
+    rec01 = ctx.records.need_freeze()
+    if ctx.mig.workload.kind == "service":  # the service's state is its image: nothing was frozen in the store
+        svc = rec01.freeze.service
+        manifest_sha, prefix = (svc.golden_sha256 if svc else ""), "image " + (ctx.mig.workload.service.image
+                                                                            if ctx.mig.workload.service else "")
+    else:
+        frozen = rec01.frozen()
+        manifest_sha, prefix = frozen.manifest_sha256, frozen.prefix
     point = RollbackPoint(
         recorded_at=utc_now(), route="100 % source", source_release=ctx.mig.source.release,
-        frozen_manifest_sha256=frozen.manifest_sha256, frozen_prefix=frozen.prefix,
+        frozen_manifest_sha256=manifest_sha, frozen_prefix=prefix,
         window_s=ctx.mig.cutover.rollback_window_s, window_closes_epoch=time.time() + ctx.mig.cutover.rollback_window_s,
         source_provider=ctx.mig.source.provider,
         rollback_owner=ctx.mig.cutover.rollback_owner or "not named (set cutover.rollback_owner)",
         source_endpoint=ctx.records.need_compare().endpoints.get("source")
-        if ctx.mig.workload.kind == "inference" else None)
+        if ctx.mig.workload.serves else None)
     ctx.evidence.write_json(ROLLBACK_POINT, point.model_dump(exclude_none=True))
     return point
 
@@ -102,7 +110,7 @@ def slices(ctx: PhaseContext) -> list[Slice]:
     the source."""
     prov = ctx.mig.target.provider
     out: list[Slice] = []
-    if ctx.mig.workload.kind == "inference":
+    if ctx.mig.workload.serves:
         for k, pct in enumerate(ctx.mig.cutover.steps_percent):
             plan = Plan(provider=prov, action="route", spec=None, cost_usd_per_hour=0.0, dry_run=False,
                         target=f"{ctx.mig.migration}: {pct} % of requests to the target ({ctx.mig.cutover_mode}, "
@@ -131,6 +139,7 @@ def slices(ctx: PhaseContext) -> list[Slice]:
 def plan(ctx: PhaseContext) -> PlanShown:
     """Phase 05's slice steps (:func:`slices`), for display before its approval cell."""
     what = {"inference": "route changes through the run's router on phase 04's endpoints (nothing rented)",
+            "service": "route changes through the run's router on phase 04's service pods (nothing rented)",
             "training": "one target pod per training slice"}.get(
         ctx.mig.workload.kind, "one target pod that restores the frozen checkpoint and writes the target's verified "
                                "copy, which then becomes authoritative")
@@ -184,11 +193,10 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
         raise EvidenceError("phase 04's record has no source p95 latency to bound the cutover's slices by; "
                             "re-run phase 04")
     bound = src_p95 * ctx.mig.gates.latency_p95_ratio_max
-    golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
-    wl = make_workload(ctx.mig.workload, ctx.mig.source)
+    serving = serving_for(ctx)
     modes = rec04.endpoint_modes
-    clients = {s: ctx.resources.provider(s).job_client(rec04.endpoints[s], u, mode=modes.get(s, "queue"),
-                                                       clocks=job_clocks(ctx.mig.measure))
+    clients = {s: serving.client(s, Served(rec04.endpoints[s], u, modes.get(s, "queue")),
+                                 timeout_s=ctx.mig.measure.request_timeout_s * 4)
                for s, u in urls.items()}
     route = Route(ctx.run_dir / ROUTE, actor=actor(ctx))
     route.set(0, "cutover start: all traffic on source")
@@ -203,7 +211,7 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
         ctx.resources.approve_change("target", sl.plan)
         route.set(pct, f"slice step {k + 1}" + (" (dual run: both sides serve, the target's answer served for this "
                                                   "share)" if dual else " (drained: nothing in flight)"))
-        picks = wl.request_inputs(n, seed=5000 + k)
+        picks = serving.request_inputs(n, seed=5000 + k)
         sched = poisson_schedule(n, ctx.mig.measure.arrival_rate_per_s, seed=6000 + k)
         to_target = rng.random(n) < pct / 100
         step_rows = []
@@ -225,8 +233,9 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
                     step_rows += [{**r, "served": True} for r in run_open_loop(clients[side], reqs, side=side,
                                                                                 round_id=k)]
         for r in step_rows:
-            r["accepted"] = ctx.accepted(golden, r)
+            r["accepted"] = serving.accepted(r)
             r.pop("output", None)
+            r.pop("itl_s", None)
             r["step"] = k
             r["target_percent"] = pct
         rows += step_rows
@@ -351,8 +360,8 @@ def cutover(ctx: PhaseContext) -> Cutover:
     """
     ctx.resources.require_all([("target", sl.plan) for sl in slices(ctx)])
     point = rollback_point(ctx)
-    moved = {"inference": cutover_inference, "training": cutover_training}.get(ctx.mig.workload.kind,
-                                                                               cutover_checkpoint)(ctx)
+    moved = {"inference": cutover_inference, "service": cutover_inference,
+             "training": cutover_training}.get(ctx.mig.workload.kind, cutover_checkpoint)(ctx)
     res = Cutover(mode=ctx.mig.cutover_mode, rollback_point=point, steps=tuple(moved.steps),
                   checkpoint_moved=moved.checkpoint_moved, final_target_percent=moved.route.target_percent,
                   route=moved.route.state)

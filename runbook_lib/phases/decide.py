@@ -34,6 +34,7 @@ from runbook_lib.records import (
     Reconciliation,
     ResourceRow,
     RollbackPoint,
+    ServiceReceipt,
     Side,
     TeardownNote,
     TimelineEvent,
@@ -353,6 +354,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         rollback_point=point, route=actions.route, reconciliation=actions.reconciliation,
         timeline=tuple(timeline(ctx, decided_at=decided_at, decision=decision, route=actions.route, point=point,
                                 reconciliation=actions.reconciliation)),
+        service=service_receipt(ctx),
         teardown=TeardownNote(
             teardown_source=ctx.mig.run.teardown_source,
             note=("the embedded run owns both sides: after the decision it destroys every resource it created, so the "
@@ -361,6 +363,27 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         resources=actions.resources(), gates=tuple(gates))
     ctx.evidence.write_json(RECEIPT, receipt)
     return receipt
+
+
+def service_receipt(ctx: PhaseContext) -> ServiceReceipt | None:
+    """For ``kind: service``: the image (or the stand-in that ran for it), the digest phase 01
+    pinned, the protocol, whether every service pod the run launched ran as declared, and any
+    runbook code found inside one (phases 01 and 03's launches, as the provider reported them)."""
+    svc = ctx.mig.workload.service
+    if ctx.mig.workload.kind != "service" or svc is None:
+        return None
+    r01, r03 = ctx.records.freeze, ctx.records.parity
+    frozen = r01.freeze.service if r01 is not None else None
+    canary = r03.service if r03 is not None else None
+    launches = [x for x in (frozen.launch if frozen else None, canary.launch if canary else None,
+                            canary.recovered_launch if canary else None) if x is not None]
+    stand_in = any(x.stand_in for x in launches)
+    return ServiceReceipt(image=svc.image, digest=frozen.pinned_digest if frozen else None, stand_in=stand_in,
+                          stand_in_command=svc.stand_in.command if stand_in and svc.stand_in else (),
+                          protocol=svc.protocol, launches_as_declared=bool(launches) and all(x.as_declared for x in launches),
+                          runbook_code_inside=tuple(i for x in launches for i in x.runbook_inside),
+                          recovery_s=canary.recovery_s if canary else None,
+                          exact_match_rate=canary.exact_match_rate if canary else None)
 
 
 @dataclass(frozen=True)

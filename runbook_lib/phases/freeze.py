@@ -24,7 +24,7 @@ from runbook_lib.errors import StorageError
 from runbook_lib.inventory import probe
 from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.params import Migration, RemoteProfile, Storage
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
 from runbook_lib.providers.base import Plan
 from runbook_lib.records import (
     CheckpointInput,
@@ -398,7 +398,12 @@ def inventory_rows(host: Inventory, source_env: Inventory) -> list[dict[str, obj
 
 
 def plan(ctx: PhaseContext) -> PlanShown:
-    """The freeze pod's launch plan, for display before its approval cell."""
+    """The freeze pod's launch plan (a service: the source service pod's), for display before its
+    approval cell."""
+    if ctx.mig.workload.kind == "service":
+        return PlanShown((service.plan_freeze(ctx),), ("source",),
+                         note="Phase 01 launches the source image as it runs today, asks it every sample input twice "
+                              "and destroys it.")
     return PlanShown((plan_freeze(ctx),), ("source",))
 
 
@@ -430,6 +435,8 @@ class FreezeResult(PhaseResult):
             out += [md("**Blocked before any pod was rented**: the checkpoint cannot be loaded safely or completely; "
                        "nothing was launched. Fix each blocker below on the source and run again."),
                     *input_parts(src.input), *inspection_parts(src.preflight)]
+        elif src.service is not None:
+            out += [table(inventory_rows(self.host, self.host)), *service.service_freeze_parts(src.service)]
         elif self.dry_run:
             pod = src.source_pod.model_dump() if src.source_pod else {}
             out += [md("**Dry-run**: the freeze pod is planned above and recorded; nothing was launched."),
@@ -513,6 +520,11 @@ def run(ctx: PhaseContext) -> FreezeResult:
     pod works; both are done, or have raised, before this returns."""
     from concurrent.futures import ThreadPoolExecutor
 
+    if ctx.mig.workload.kind == "service":  # judged from outside: nothing of the runbook runs in the source
+        src = service.freeze_service(ctx)
+        host = host_inventory(ctx)
+        return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=tuple(secrets_table(ctx)),
+                            credential_findings=tuple(credential_findings(ctx, None)), dry_run=src.dry_run)
     # The checkpoint preflight runs first, alone: it imports torch, and torch's first import must
     # not race the probe thread's (a concurrent first import can abort the interpreter).
     pre = preflight_checkpoint(ctx)

@@ -120,7 +120,8 @@ def dependency_map(ctx: PhaseContext, offers: Offers | None = None) -> list[Depe
     rec = ctx.records.need_freeze()
     caps = ctx.resources.provider("target").capabilities()
     best = offers.best if offers is not None and ctx.mig.target.provider in REMOTE else None
-    return [*_offer_rows(ctx, offers), *_compute_rows(ctx, rec, caps, best), *_semantics_rows(ctx, rec, caps),
+    compute = _service_rows(ctx, caps) if ctx.mig.workload.kind == "service" else _compute_rows(ctx, rec, caps, best)
+    return [*_offer_rows(ctx, offers), *compute, *_semantics_rows(ctx, rec, caps),
             *_port_rows(ctx, rec.requirements, caps), *_capacity_rows(ctx, rec, best), *_access_rows(ctx, caps, best)]
 
 
@@ -194,6 +195,47 @@ def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
                          f"{host.cuda.runtime} / {host.cuda.driver_version}",
                          EQUIVALENT if sf.cuda == host.cuda.runtime else ADAPTER,
                          "recorded; must satisfy the image's CUDA build"))
+    return rows
+
+
+def _service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
+    """A service's image, protocol and registry login on the target: the same image and command
+    run on both sides; a streamed or long answer must fit the target's HTTP proxy limit (Runpod's
+    proxy ends a request after 100 s, docs/reference/providers.md); a private image needs its
+    registry credential on the target (seed 001: "separate storage/registry credentials"), else
+    nothing can pull it and the map blocks, naming the credential."""
+    svc = ctx.mig.workload.service
+    assert svc is not None
+    src, tgt = ctx.mig.source, ctx.mig.target
+    rows = [_row("device", src.device, tgt.device, EQUIVALENT if src.device.split(":")[0] == tgt.device.split(":")[0]
+                 else ADAPTER, "the service's own device selection runs on both; parity decides in phase 03"),
+            _row("image and command", svc.image, svc.image, EQUIVALENT,
+                 "the same image and command on both sides, unchanged (no runbook code inside)")]
+    limit, need = caps.max_request_s, ctx.mig.workload.requirements.max_request_s
+    how = "streamed (server-sent events)" if svc.protocol == "openai-chat" and svc.stream else "one answer per request"
+    if limit is not None and need > limit:
+        rows.append(_row(f"protocol {svc.protocol}", f"{how}, answers within {need:g} s", f"proxy ends requests "
+                         f"after {limit:g} s", NONE, "answers can outlive the target's HTTP proxy: lower "
+                         "workload.requirements.max_request_s or serve through a direct port"))
+    else:
+        rows.append(_row(f"protocol {svc.protocol}", how, "the same protocol over HTTP", EQUIVALENT,
+                         f"requests reach the service directly{'' if limit is None else f' through a {limit:g} s proxy'}; "
+                         "the canary's answers are compared with the golden in phase 03"))
+    names = {x.name for x in tgt.secrets}
+    if svc.private_image and not svc.registry_credential:
+        rows.append(_row("registry credential", "private image", "none declared", NONE,
+                         f"image {svc.image!r} is private (workload.service.private_image) but "
+                         "workload.service.registry_credential names no secret: the target cannot pull it. Name the "
+                         "registry login secret there and declare it in target.secrets"))
+    elif svc.registry_credential and svc.registry_credential not in names:
+        rows.append(_row("registry credential", svc.registry_credential, "not in target.secrets", NONE,
+                         f"workload.service.registry_credential {svc.registry_credential!r} is not declared in "
+                         "target.secrets: declare it there by reference (env: or file:)"))
+    elif svc.registry_credential:
+        rows.append(_row("registry credential", svc.registry_credential, f"{svc.registry_credential} (target.secrets)",
+                         EQUIVALENT, "the registry login is the target's own secret, separate from storage keys"))
+    else:
+        rows.append(_row("registry credential", "public image", "public image", EQUIVALENT, "no registry login needed"))
     return rows
 
 

@@ -19,7 +19,7 @@ from runbook_lib import gates as g
 from runbook_lib import inventory
 from runbook_lib.layout import GOLDEN_FINAL_OUTPUTS, GOLDEN_INFERENCE_OUTPUTS, GOLDEN_OUTPUTS
 from runbook_lib.params import operator_set
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
 from runbook_lib.providers.base import Plan
 from runbook_lib.records import (
     CanaryResult,
@@ -204,7 +204,10 @@ def environment_diff(ctx: PhaseContext, canary_env: Inventory | None) -> list[En
 
 
 def plan(ctx: PhaseContext) -> PlanShown:
-    """The canary's launch plan, for display before its approval cell."""
+    """The canary's launch plan, for display before its approval cell (a service: the canary and
+    its replacement after the kill)."""
+    if ctx.mig.workload.kind == "service":
+        return service.plans_03(ctx)
     return PlanShown((plan_canary(ctx),), ("target",))
 
 
@@ -248,8 +251,11 @@ class ParityResult(PhaseResult):
                 md("**Failure drill**"), table({"failure drill": drill}, dtype=object)]
 
 
-def run(ctx: PhaseContext) -> ParityResult:
-    """Phase 03: launch, wait for and destroy the canary (:func:`run_canary`), then judge parity."""
+def run(ctx: PhaseContext) -> ParityResult | service.ServiceParityResult:
+    """Phase 03: launch, wait for and destroy the canary (:func:`run_canary`), then judge parity
+    (a service: :func:`runbook_lib.phases.service.run_canary`)."""
+    if ctx.mig.workload.kind == "service":
+        return service.ServiceParityResult(service.run_canary(ctx))
     canary = run_canary(ctx)
     rows: tuple[EnvironmentDiffRow, ...] = ()
     if isinstance(canary, Canary):

@@ -51,6 +51,11 @@ class PodSpec:
         store_grant: what the pod may reach in the run's S3 store; the runbook turns it into a
             short-lived grant at launch, passed in ``RUNBOOK_STORE_GRANT``
             (:mod:`runbook_lib.storage.grants`). None: no grant (a ``file://`` store, or none used).
+        service: the pod runs a team's own service unchanged (``workload.kind: service``): the
+            provider injects none of the runbook's variables (``RUNBOOK_*``) and reports what it
+            launched (image, command, environment names, ports). On the local provider
+            ``command`` is the service's stand-in, and ``{port}`` in it becomes the host port
+            that publishes ``ports[0]``.
     """
 
     name: str
@@ -67,6 +72,7 @@ class PodSpec:
     disk_gb: float = 20.0
     interruptible_bid_usd_per_hour: float | None = None
     store_grant: GrantScope | None = None
+    service: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 
 from runbook_lib import cost, report
 from runbook_lib.manifest import PHASE_PLOTS, PLOT_METADATA_KEY
+from runbook_lib.params import Migration
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases.compare.drills import EXPECTATIONS, DrillsResult, guarded, run_drills
 from runbook_lib.phases.compare.judge import (
@@ -78,9 +79,10 @@ class CompareResult(PhaseResult):
     plots: tuple[Path, ...]
     drills: DrillsResult | None = None
     at_traffic: dict[str, cost.TrafficCost] | None = None
+    mig: Migration | None = None
 
     def record(self) -> CompareData:
-        data = record_data(self.measurement.raw, self.costs, self.measurement.summary, self.at_traffic)
+        data = record_data(self.measurement.raw, self.costs, self.measurement.summary, self.at_traffic, self.mig)
         return data.model_copy(update={"drills": self.drills.rows if self.drills is not None else ()})
 
     def parts(self) -> list[Any]:
@@ -98,7 +100,8 @@ class CompareResult(PhaseResult):
 def plan(ctx: PhaseContext) -> PlanShown:
     """Phase 04's plans (:func:`planned`), for display before its approval cell: the endpoints or
     round pods the measurement rents, with when each is applied."""
-    kind = ("the cold-start and measured endpoints of both sides" if ctx.mig.workload.kind == "inference"
+    kind = ("the measured service pods of both sides" if ctx.mig.workload.kind == "service" else
+            "the cold-start and measured endpoints of both sides" if ctx.mig.workload.kind == "inference"
             else f"one pod per measured round, both sides ({ctx.mig.workload.unit}s timed in each)")
     return PlanShown.of(planned(ctx), note=f"Phase 04 rents {kind}; each is torn down when measured (the measured "
                                            "endpoints are kept for phase 05 and torn down in phase 06).")
@@ -128,5 +131,5 @@ def evaluate(ctx: PhaseContext, measured: Measurement, drills: DrillsResult | No
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
         plt.close(fig)
     compare_gates(ctx, res, costs_, at_traffic)
-    return CompareResult(measurement=measured, costs=costs_, drills=drills, at_traffic=at_traffic,
+    return CompareResult(measurement=measured, costs=costs_, drills=drills, at_traffic=at_traffic, mig=ctx.mig,
                          plots=tuple(ctx.run_dir / rel for rel in PHASE_PLOTS["04"]))

@@ -45,6 +45,7 @@ from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases.compare.judge import Measurement
 from runbook_lib.phases.compare.raw import Measured
+from runbook_lib.phases.serving import Served, serving_for
 from runbook_lib.providers.offers import filter_offers
 from runbook_lib.records import DrillRow, Offers
 from runbook_lib.workload import make_workload
@@ -61,6 +62,18 @@ EXPECTATIONS: dict[str, str] = {
                                "under the same requirements, or delays",
 }
 """What each drill expects (the row's ``expectation``)."""
+SERVICE_NOT_APPLICABLE: dict[str, str] = {
+    "redeliver": "not applicable to this service: its protocol has no job API to deliver a request twice, and "
+                 "the service declares no request id it honours for idempotency; nothing is resent, ever",
+    "hung_worker": "not applicable to this service: the runbook cannot make a black-box service hang; a request "
+                   "that outlives measure.request_timeout_s counts as a failed request in phases 03-05",
+    "output_durability": "not applicable to this service: it writes nothing to the run's store; its answers go "
+                         "back to the caller and are judged there",
+}
+"""Why each drill that needs the runbook's worker does not apply to a team's own service
+(``kind: service``): recorded INCONCLUSIVE with this reason, never a PASS. Kill-and-recover is
+phase 03's ``recovery`` gate; ``spend_limit`` and ``preferred_offer_removed`` run as for any
+workload."""
 HUNG_GRACE_S = 10.0
 """Seconds past ``drills.hang_timeout_s`` the hung job may take to be reported TIMED_OUT (the
 endpoint's reaper interval and one status poll)."""
@@ -122,7 +135,11 @@ class _Target:
         return c
 
     def serving_client(self) -> ServingClient:
-        """The endpoint's client in its own mode (a job API or a load-balancing worker)."""
+        """The endpoint's client in its own mode (a job API, a load-balancing worker, or a service
+        over its protocol)."""
+        if self.mode == "service":
+            return serving_for(self.ctx).client("target", Served(self.id, self.url, self.mode),
+                                                timeout_s=self.ctx.mig.measure.request_timeout_s * 4)
         return self.provider.job_client(self.id, self.url, timeout_s=self.ctx.mig.measure.request_timeout_s * 4,
                                         mode=self.mode, clocks={"client_timeout_s": self.client_timeout_s})
 
@@ -183,7 +200,7 @@ def _output_durability(ctx: PhaseContext, t: _Target) -> Drilled:
 
 
 def _spend_limit(ctx: PhaseContext, t: _Target, meter: cost.SpendMeter) -> Drilled:
-    _, payload, _ = _golden_request(ctx)
+    _, payload = serving_for(ctx).request_inputs(1, seed=4000)[0]
     tight = cost.SpendMeter(meter.accrued_usd(), clock=meter.clock, rates=dict(meter.rates),
                             charged_usd=meter.charged_usd)
     sent: list[JobAnswer] = []
@@ -261,7 +278,7 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
     endpoint = _Target(ctx, raw) if mode else None
     target = endpoint if mode == "queue" else None
     no_jobs = (f"a {ctx.mig.workload.kind} workload runs on pods and has no endpoint to drill"
-               if ctx.mig.workload.kind != "inference" else
+               if not ctx.mig.workload.serves else
                f"a {mode} endpoint has no job API: nothing is redelivered, timed out or recorded by the endpoint; "
                "the caller owns retries (docs.runpod.io/serverless/load-balancing/overview)")
     rows: list[DrillRow] = []
@@ -274,6 +291,8 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
             elif name == "spend_limit":
                 out = _spend_limit(ctx, endpoint, raw.meter) if endpoint is not None and raw.meter is not None \
                     else Drilled("INCONCLUSIVE", no_jobs)
+            elif mode == "service":
+                out = Drilled("INCONCLUSIVE", SERVICE_NOT_APPLICABLE[name])
             elif target is None:
                 out = Drilled("INCONCLUSIVE", no_jobs)
             else:

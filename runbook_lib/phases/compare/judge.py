@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from runbook_lib.params import Migration, operator_set
 from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases.compare.protocol import lost_measurements
 from runbook_lib.phases.compare.raw import Measured
-from runbook_lib.records import CompareData, Number, SideSummary, StoreToPod
+from runbook_lib.records import CompareData, LoadGeneratorRound, Number, SideSummary, StoreToPod
 
 OPERATOR_SETTINGS: dict[str, str] = {
     "latency_p95_ratio": "gates.latency_p95_ratio_max",
@@ -44,7 +44,7 @@ def window_costs(mig: Migration, res: Measured) -> dict[str, cost.CostBreakdown]
         prof = getattr(mig, side)
         s = res.samples
         accepted = int(((s["side"] == side) & s["accepted"].astype(bool)).sum()) if len(s) else 0
-        instances = prof.workers if mig.workload.kind == "inference" else 1
+        instances = prof.workers if mig.workload.kind == "inference" else 1  # a service pod is one instance
         out[side] = cost.breakdown(price_usd_per_hour=prof.price_usd_per_hour, billed_s=res.billed_s[side],
                                    instances=instances, accepted_units=accepted,
                                    storage_gb=mig.workload.requirements.disk_gb,
@@ -66,7 +66,7 @@ def costs_at_traffic(mig: Migration, res: Measured) -> dict[str, cost.TrafficCos
     idle (:func:`runbook_lib.cost.at_traffic`), from the measured saturation throughput, the
     accepted share of the open-loop requests and the bytes each answer sent. None for training,
     or when a side measured no throughput."""
-    if mig.workload.kind != "inference":
+    if not mig.workload.serves:
         return None
     m, s, t = mig.measure, res.samples, res.throughput
     out = {}
@@ -148,17 +148,18 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     n_tgt = int(on["target"].sum())
     failures = int((on["target"] & ~done).sum()) + int(burst.get("failed", pd.Series(dtype=float)).sum()) \
         + int((zero_t["status"] != "COMPLETED").sum())
-    total = n_tgt + int(burst["requests"].sum()) + len(zero_t) if mig.workload.kind == "inference" else n_tgt
+    total = n_tgt + int(burst["requests"].sum()) + len(zero_t) if mig.workload.serves else n_tgt
     lat_rounds = {side: per_round(total_s, rounds, on[side] & done) for side in on}  # the block bootstrap resamples rounds
     src_rounds = lat_rounds["source"]
     extra: list[g.GateResult] = []
-    if mig.workload.kind == "inference":
-        extra.append(g.capacity(res.target_workers_ready or 0, mig.target.workers, phase="04"))
+    if mig.workload.serves:
+        extra.append(g.capacity(res.target_workers_ready or 0, 1 if mig.workload.kind == "service" else
+                                mig.target.workers, phase="04"))
         extra.append(g.latency_slo(lat["target"], slo_s=mig.workload.requirements.max_request_s, phase="04"))
     if len(src_rounds) >= 2:
         aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max,
-                           q=95 if mig.workload.kind == "inference" else 50, phase="04")
-        if mig.workload.kind != "inference":
+                           q=95 if mig.workload.serves else 50, phase="04")
+        if not mig.workload.serves:
             # For training (and restores) the A/A result is scored, not blocking: sub-millisecond steps of the demo
             # MLP drift with any host activity between pods. Training steps of hundreds of ms would
             # support a blocking check; no params setting asks for one yet.
@@ -167,7 +168,7 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     else:
         extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
-    if mig.workload.kind == "inference":
+    if mig.workload.serves:
         extra.append(g.baseline_health(_source_statuses(res, on["source"], zero), max_rate=gc.error_rate_max,
                                        phase="04"))
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04",
@@ -187,10 +188,122 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
                         phase="04", basis=_traffic_basis(at_traffic)),
         *extra,
     ]
+    if mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
+        results += token_gates(mig, s, rounds, on, done)
+    return qualified(mig, res, results)
+
+
+def qualified(mig: Migration, res: Measured, results: list[g.GateResult]) -> list[g.GateResult]:
+    """The gates as the evidence allows: scored unless the operator set their threshold, a gate
+    whose measurement was lost INCONCLUSIVE, and the latency gates INCONCLUSIVE when a round's
+    load generator fell behind (with the ``load_generator`` gate that says so)."""
+    s = res.samples
+    pace = load_generator_rounds(s, mig.measure.max_send_lateness_s) if mig.workload.serves else []
+    if pace:
+        results.append(load_generator_gate(pace, mig.measure.max_send_lateness_s))
     results = [g.scored_unless_set(r, setting=OPERATOR_SETTINGS[r.name], operator_set=operator_set(mig,
                OPERATOR_SETTINGS[r.name])) if r.name in OPERATOR_SETTINGS else r for r in results]
     lost = lost_measurements(res.attempts)
-    return [g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results]
+    results = [g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results]
+    late = [f"{p.side} round {p.round}: {p.late} of {p.requests} requests sent more than "
+            f"{mig.measure.max_send_lateness_s:g} s late (worst {p.lateness_max_s:.3f} s)" for p in pace if not p.on_time]
+    return [g.generator_behind(r, late) if late and r.name in LATENCY_GATES else r for r in results]
+
+
+LATENCY_GATES = ("latency_p95_ratio", "latency_slo", "noise_floor", "latency_shift", "ttft_p95_ratio",
+                 "tpot_p95_ratio")
+"""Gates judged on request latencies: INCONCLUSIVE when any round's load generator fell behind."""
+
+
+def load_generator_rounds(s: pd.DataFrame, bound_s: float) -> list[LoadGeneratorRound]:
+    """Per open-loop round, how the load generator kept its schedule: requests, the offered
+    arrival rate (requests over the last intended send time, per second), the achieved one
+    (over the last actual send), and send lateness (actual minus intended send, seconds: p50, p99,
+    max; how many exceeded ``bound_s``). A round is on time when none did."""
+    out: list[LoadGeneratorRound] = []
+    if not len(s) or "intended_s" not in s:
+        return out
+    for (side, rnd), d in s.groupby(["side", "round"], observed=True, sort=True):
+        intended = d["intended_s"].to_numpy(dtype=float)
+        sent = d["sent_s"].to_numpy(dtype=float)
+        ok = np.isfinite(intended) & np.isfinite(sent)
+        if not ok.any():
+            continue
+        late = sent[ok] - intended[ok]
+        n = int(ok.sum())
+        out.append(LoadGeneratorRound(
+            side=str(side), round=int(rnd), requests=n,
+            offered_per_s=n / float(intended[ok].max()) if intended[ok].max() > 0 else None,
+            achieved_per_s=n / float(sent[ok].max()) if sent[ok].max() > 0 else None,
+            lateness_p50_s=float(np.percentile(late, 50)), lateness_p99_s=float(np.percentile(late, 99)),
+            lateness_max_s=float(late.max()), late=int((late > bound_s).sum()), on_time=bool((late <= bound_s).all())))
+    return out
+
+
+def load_generator_gate(rounds: list[LoadGeneratorRound], bound_s: float) -> g.GateResult:
+    """Scored: PASS when every round's requests left within ``bound_s`` of their intended time,
+    else INCONCLUSIVE naming the late rounds (their latency gates are INCONCLUSIVE too)."""
+    late = [r for r in rounds if not r.on_time]
+    worst = max(r.lateness_max_s for r in rounds)
+    return g.GateResult("load_generator", "INCONCLUSIVE" if late else "PASS", False, round(worst, 4), bound_s, "s",
+                        "max send lateness (actual minus intended send) per round", (
+                            f"{len(late)} of {len(rounds)} rounds fell behind: " + ", ".join(
+                                f"{r.side} {r.round} ({r.late} late, worst {r.lateness_max_s:.3f} s)" for r in late)
+                            if late else f"every request of {len(rounds)} rounds left within {bound_s:g} s of its "
+                            f"intended time (worst {worst * 1000:.1f} ms); offered vs achieved rate per round in the "
+                            "record"), source="params measure.max_send_lateness_s", phase="04")
+
+
+def token_gates(mig: Migration, s: pd.DataFrame, rounds: np.ndarray, on: dict[str, np.ndarray],
+                done: np.ndarray) -> list[g.GateResult]:
+    """Token-streaming services: the p95 ratio of time to first token and of time per output
+    token, target over source, with the same block bootstrap over rounds as the latency gate
+    (:func:`runbook_lib.gates.latency_p95_ratio`) and its margin (``gates.latency_p95_ratio_max``)."""
+    out = []
+    for col, name in (("ttft_s", "ttft_p95_ratio"), ("tpot_s", "tpot_p95_ratio")):
+        vals = s[col].to_numpy(dtype=float)
+        ok = done & np.isfinite(vals)
+        r = g.latency_p95_ratio(per_round(vals, rounds, on["source"] & ok), per_round(vals, rounds, on["target"] & ok),
+                                max_ratio=mig.gates.latency_p95_ratio_max, min_samples=mig.gates.min_latency_samples,
+                                phase="04")
+        out.append(replace(r, name=name, method=r.method.replace("queue+init+inference latency", col[:-2].upper())))
+    return out
+
+
+def token_summary(res: Measured, mig: Migration) -> dict[str, dict[str, Number]]:
+    """Per side, vLLM ``bench serve``'s figures (docs/reference/gates.md 3.6) over the completed
+    open-loop requests: TTFT, TPOT and pooled ITL p50/p95/p99 (seconds), E2E latency from send
+    (seconds), output tokens per second (output tokens over the rounds' wall time) and goodput
+    (requests per second meeting ``workload.service.ttft_slo_s`` and ``tpot_slo_s`` and accepted);
+    {} unless the workload is a token-streaming service."""
+    svc = mig.workload.service
+    if mig.workload.kind != "service" or svc is None or not svc.stream:
+        return {}
+    s, itl = res.samples, res.inter_token
+    out: dict[str, dict[str, Number]] = {}
+    for side in ("source", "target"):
+        d = s[(s["side"] == side) & (s["status"] == "COMPLETED")]
+        row: dict[str, Number] = {"requests": len(d)}
+        cols = {"ttft": d["ttft_s"], "tpot": d["tpot_s"], "e2e": d["execution_s"]}
+        if itl is not None and len(itl):
+            cols["itl"] = itl[itl["side"] == side]["itl_s"]
+        for k, col in cols.items():
+            vals = col.astype(float).dropna().to_numpy()
+            for q in (50, 95, 99):
+                row[f"{k} p{q} (s)"] = float(np.percentile(vals, q)) if vals.size else None
+        wall = float(sum((g_["done_s"].max() if "done_s" in g_ else g_["sent_s"].max())
+                         for _, g_ in s[s["side"] == side].groupby("round", observed=True))) if len(d) else 0.0
+        tokens = float(d["output_tokens"].astype(float).sum()) if len(d) else 0.0
+        row["output tokens/s"] = tokens / wall if wall > 0 else None
+        good = d["accepted"].astype(bool)
+        if svc.ttft_slo_s is not None:
+            good &= d["ttft_s"].astype(float) <= svc.ttft_slo_s
+        if svc.tpot_slo_s is not None:
+            good &= d["tpot_s"].astype(float).fillna(0.0) <= svc.tpot_slo_s
+        row["goodput (req/s)"] = float(good.sum()) / wall if wall > 0 else None
+        row["good share"] = float(good.mean()) if len(d) else None
+        out[side] = row
+    return out
 
 
 def _source_statuses(res: Measured, on_source: np.ndarray, zero: pd.DataFrame) -> dict[str, int]:
@@ -281,7 +394,7 @@ def store_to_pod_summary(res: Measured) -> dict[str, StoreToPod]:
 
 
 def record_data(res: Measured, costs_: dict[str, cost.CostBreakdown], summ: pd.DataFrame,
-                at_traffic: dict[str, cost.TrafficCost] | None = None) -> CompareData:
+                at_traffic: dict[str, cost.TrafficCost] | None = None, mig: Migration | None = None) -> CompareData:
     """What phase 04's record keeps (raw samples stay in the files the record hashes)."""
     by_side = {str(r["side"]): SideSummary.model_validate({str(k): v for k, v in r.items() if k != "side"})
                for r in summ.to_dict("records")}
@@ -302,7 +415,10 @@ def record_data(res: Measured, costs_: dict[str, cost.CostBreakdown], summ: pd.D
                                  "error": a.error} for a in res.attempts if not a.ok),
         host_load_avg_1_5_15min=tuple(os.getloadavg()),  # a busy host explains a noisy A/A pair
         # the measuring process's own collections while it measured (inference; frozen_heap)
-        load_generator_gc=res.load_generator_gc)
+        load_generator_gc=res.load_generator_gc,
+        load_generator=tuple(load_generator_rounds(res.samples, mig.measure.max_send_lateness_s))
+        if mig is not None and mig.workload.serves else (),
+        token_metrics=token_summary(res, mig) if mig is not None else {})
 
 
 def _nan_free(rows: list[dict[str, Number]]) -> list[dict[str, Number]]:

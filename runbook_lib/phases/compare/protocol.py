@@ -11,13 +11,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pandas as pd
 
 from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ProviderTimeout
-from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.measure import (
     INIT_PARTS,
     Attempted,
@@ -38,6 +36,7 @@ from runbook_lib.phases.compare.raw import (
     ATTEMPTS_FILE,
     COLD_STARTS_FILE,
     FROM_ZERO_FILE,
+    INTER_TOKEN_FILE,
     SAMPLES_FILE,
     THROUGHPUT_COLUMNS,
     THROUGHPUT_FILE,
@@ -48,9 +47,9 @@ from runbook_lib.phases.compare.raw import (
     load_tables,
     write_tables,
 )
+from runbook_lib.phases.serving import Served, Serving, serving_for
 from runbook_lib.providers.base import Endpoint, Plan, Pod
 from runbook_lib.records import ClockRow, SpendRecord, StoreFetch
-from runbook_lib.workload import AcceptanceWorkload, make_workload
 
 ROUND_PATTERN = ("source", "target", "target", "source")
 
@@ -100,6 +99,8 @@ the next job starts from zero."""
 SCALE_TO_ZERO_WAIT_S = 60.0
 """How long a cold-start endpoint may take to reach zero workers before that start is a lost
 measurement, seconds."""
+ITL_COLUMNS = ["side", "round", "request", "itl_s"]
+"""Columns of ``04/inter_token_latency.csv`` (token-streaming services): one inter-token gap per row."""
 COLD_COLUMNS = ["side", "start", "status", "total_s", "queue_s", "init_s", "execution_s", *INIT_PARTS]
 """Columns of ``04/cold_starts_from_zero.csv``: one scale-from-zero start per row, seconds."""
 
@@ -237,6 +238,8 @@ def cold_start_sides(ctx: PhaseContext) -> list[str]:
     """The sides whose cold starts from zero are measured: both, when ``measure.cold_starts`` is
     above 0 and both sides are queue endpoints (a load-balancing worker does not scale to zero,
     so there would be nothing to compare with); else none."""
+    if ctx.mig.workload.kind != "inference":  # a service pod does not scale to zero on the local provider
+        return []
     sides = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
     return sides if ctx.mig.measure.cold_starts > 0 and len(sides) == 2 else []
 
@@ -266,10 +269,11 @@ def planned(ctx: PhaseContext) -> list[tuple[str, Plan, str]]:
     of a round after a machinery failure is a new rental and is approved on its own. Tearing
     down what these plans create is covered by their approval."""
     m = ctx.mig.measure
-    if ctx.mig.workload.kind == "inference":
+    if ctx.mig.workload.serves:
+        serving = serving_for(ctx)
         return ([(side, cold_start_plan(ctx, side), f"cold starts from zero ({m.cold_starts} per side)")
                  for side in cold_start_sides(ctx)]
-                + [(side, ctx.endpoints.plan(side, f"endpoint-{side}"), "always")
+                + [(side, serving.plan(side, f"endpoint-{side}"), "always")
                    for side in ("source", "target")])
     sides = round_sides(m.rounds)
     out = [(side, bench_plan(ctx, side, str(r)), "always") for r, side in enumerate(sides)]
@@ -286,7 +290,7 @@ def round_sides(rounds: int) -> list[str]:
 
 def _short(ctx: PhaseContext, counts: dict[str, int]) -> bool:
     need = ctx.mig.gates.min_latency_samples
-    if ctx.mig.workload.kind == "inference":  # the absolute SLO bound needs its own minimum on the target
+    if ctx.mig.workload.serves:  # the absolute SLO bound needs its own minimum on the target
         need_t = max(need, g.min_slo_samples())
         return counts.get("source", 0) < need or counts.get("target", 0) < need_t
     return min(counts.get("source", 0), counts.get("target", 0)) < need
@@ -326,27 +330,27 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     return dataclasses.replace(out, load_generator_gc=pauses)
 
 
-def _start_endpoint(ctx: PhaseContext, side: str, wl: AcceptanceWorkload, meter: cost.SpendMeter,
+def _start_endpoint(ctx: PhaseContext, side: str, serving: Serving, meter: cost.SpendMeter,
                     log: list[Attempted[Any]], *,
-                    sleep: Callable[[float], None]) -> tuple[Endpoint, ServingClient, TableRow, float, float]:
-    """Create ``side``'s endpoint, start its spend meter, and time its cold start: create call to
-    the first served answer, split into the first job's queue, init and inference and the first
-    worker's initialisation parts (seconds; NaN when the first job was not served).
+                    sleep: Callable[[float], None]) -> tuple[Served, ServingClient, TableRow, float, float]:
+    """Create ``side``'s endpoint (or service pod), start its spend meter, and time its cold
+    start: create call to the first served answer, split into the first job's queue, init and
+    inference and the first worker's initialisation parts (seconds; NaN when the first job was
+    not served, or a part the side does not report).
 
     Returns:
-        ``(endpoint, client, cold-start row, created_at, first_answer_at)``, times from
+        ``(served, client, cold-start row, created_at, first_answer_at)``, times from
         :func:`time.perf_counter`.
     """
     m = ctx.mig.measure
     t0 = time.perf_counter()
-    ep = ctx.endpoints.create(side, f"endpoint-{side}")
+    ep = serving.create(side, f"endpoint-{side}")
     prof = ctx.resources.profile(side)
     meter.start(side, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
                                         storage_gb=ctx.mig.workload.requirements.disk_gb,
                                         storage_usd_per_gb_month=prof.storage_usd_per_gb_month), at=t0)
-    client = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
-                                                     clocks=job_clocks(m), mode=ep.mode)
-    payload0 = wl.request_inputs(1, seed=0)[0][1]
+    client = serving.client(side, ep, timeout_s=m.request_timeout_s * 4)
+    payload0 = serving.request_inputs(1, seed=0)[0][1]
     first = measured_with_retries(ctx, lambda _k: client.runsync(payload0), log, what=f"cold start {side}",
                                   kind="cold_start", side=side, sleep=sleep)
     ready = time.perf_counter()
@@ -359,20 +363,20 @@ def _start_endpoint(ctx: PhaseContext, side: str, wl: AcceptanceWorkload, meter:
     starts = health.value.get("cold_starts", []) if health.value is not None else []
     split = job_timings(first.value) if first.value is not None else {}
     row = {"side": side, "endpoint": ep.id, "cold_start_s": cold_s, "first_status": status,
-           "attempts": len(first.attempts),
+           "attempts": len(first.attempts), "ready_s": ep.ready_s if ep.ready_s is not None else math.nan,
            **{f"first_job_{k}": split.get(k, math.nan) for k in ("queue_s", "init_s", "execution_s")},
            **{f"worker_{k}": float(starts[0].get(k, math.nan)) if starts else math.nan for k in INIT_PARTS},
            "worker_init_s": [c["init_s"] for c in starts]}
     return ep, client, row, t0, ready
 
 
-def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, wl: AcceptanceWorkload, log: list[Attempted[Any]],
+def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, serving: Serving, log: list[Attempted[Any]],
              *, sleep: Callable[[float], None]) -> list[TableRow]:
     """``measure.warmup_requests`` requests to ``side``, one at a time, each row its seconds and
     served status; recorded, and left out of every gate."""
     def warm(_k: int) -> list[TableRow]:
         out = []
-        for i, (_, payload) in enumerate(wl.request_inputs(ctx.mig.measure.warmup_requests, seed=1)):
+        for i, (_, payload) in enumerate(serving.request_inputs(ctx.mig.measure.warmup_requests, seed=1)):
             t0 = time.perf_counter()
             job = client.runsync(payload)
             out.append({"side": side, "request": i, "seconds": time.perf_counter() - t0, "status": served_status(job)})
@@ -384,9 +388,8 @@ def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, wl: Acceptance
 
 def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> Measured:
     m = ctx.mig.measure
-    golden = np.load(ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
-    wl = make_workload(ctx.mig.workload, ctx.mig.source)
-    endpoints: dict[str, Endpoint] = {}
+    serving = serving_for(ctx)
+    endpoints: dict[str, Served] = {}
     clients: dict[str, ServingClient] = {}
     cold: list[TableRow] = []
     ready: dict[str, float] = {}
@@ -394,20 +397,21 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     log: list[Attempted[Any]] = []
     meter = spend_meter(ctx)
     for side in ("source", "target"):
-        ep, client, row, created[side], ready[side] = _start_endpoint(ctx, side, wl, meter, log, sleep=sleep)
+        ep, client, row, created[side], ready[side] = _start_endpoint(ctx, side, serving, meter, log, sleep=sleep)
         cold.append(row)
         endpoints[side], clients[side] = ep, client
     sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
     thr: list[TableRow] = []
+    gaps: list[TableRow] = []
     warm_rows = [row for side in ("source", "target")  # warm-up, discarded from the gates and recorded
-                 for row in _warm_up(ctx, side, clients[side], wl, log, sleep=sleep)]
+                 for row in _warm_up(ctx, side, clients[side], serving, log, sleep=sleep)]
 
     round_s: list[float] = []
     stops: list[cost.SpendStop] = []
 
     def one_round(r: int, side: str) -> int:
-        picks = wl.request_inputs(m.requests_per_round, seed=1000 + r // 2)
+        picks = serving.request_inputs(m.requests_per_round, seed=1000 + r // 2)
         sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + r // 2)
         # Stop before a round that could cross gates.spend_limit_usd: expected to last as long as
         # the longest so far, or, before any, its schedule plus one request timeout.
@@ -422,12 +426,13 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         rows = got.value or []
         sent = 0
         for row in rows:  # judged and written as the round ends; the answers are not kept
-            row["accepted"] = ctx.accepted(golden, row)
+            row["accepted"] = serving.accepted(row)
             sent += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
             row.pop("output", None)
+            gaps.extend({"side": side, "round": r, "request": row["request"], "itl_s": x} for x in row.pop("itl_s", ()))
         egress[side] += sent
         sink.write(rows)
-        burst = wl.request_inputs(m.throughput_requests, seed=3000 + r // 2)
+        burst = serving.request_inputs(m.throughput_requests, seed=3000 + r // 2)
         sat = measured_with_retries(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
                      what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
         if sat.value is not None:
@@ -442,7 +447,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
                         kind="health", side="target", sleep=sleep)
     workers_ready = (int(health_end.value["idle"] + health_end.value["running"]) if health_end.value is not None
                      else 0)
-    from_zero = measure_cold_starts(ctx, wl.request_inputs(1, seed=5000)[0][1], log, meter, stops, sleep=sleep,
+    from_zero = measure_cold_starts(ctx, serving.request_inputs(1, seed=5000)[0][1], log, meter, stops, sleep=sleep,
                                     expected_s={c["side"]: c["cold_start_s"] for c in cold})
     sink.close()
     throughput = pd.DataFrame(thr, columns=THROUGHPUT_COLUMNS) if not thr else pd.DataFrame(thr)
@@ -459,7 +464,8 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         cold_starts=pd.DataFrame(cold), throughput=throughput, warmup=pd.DataFrame(warm_rows), billed_s=billed,
         egress_bytes=egress, extra_rounds=extra_rounds, target_workers_ready=workers_ready, attempts=log,
         spend=spend_record(meter, stops), meter=meter,
-        cold_starts_from_zero=pd.DataFrame(from_zero, columns=COLD_COLUMNS), store_to_pod=store_to_pod_canary(ctx))
+        cold_starts_from_zero=pd.DataFrame(from_zero, columns=COLD_COLUMNS), store_to_pod=store_to_pod_canary(ctx),
+        inter_token=pd.DataFrame(gaps, columns=ITL_COLUMNS) if ctx.mig.workload.kind == "service" else None)
 
 
 def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> Measured:
@@ -562,15 +568,16 @@ def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -
             created).
     """
     ctx.resources.require_all([(side, plan) for side, plan, _ in planned(ctx)])
-    kind = measure_inference if ctx.mig.workload.kind == "inference" else measure_training
+    kind = measure_inference if ctx.mig.workload.serves else measure_training
     res = kind(ctx, sleep=sleep)
     for rel in (ATTEMPTS_FILE, THROUGHPUT_FILE, COLD_STARTS_FILE, WARMUP_FILE,
-                *((FROM_ZERO_FILE,) if res.cold_starts_from_zero is not None else ())):
+                *((FROM_ZERO_FILE,) if res.cold_starts_from_zero is not None else ()),
+                *((INTER_TOKEN_FILE,) if res.inter_token is not None else ())):
         ctx.evidence.path(rel)  # registered as evidence of the phase
     write_tables(ctx.run_dir, res)
     t = load_tables(ctx.run_dir)  # the live measurements keep their attempts: they carry their values too
     res = dataclasses.replace(res, samples=t.samples, throughput=t.throughput, cold_starts=t.cold_starts,
-                              cold_starts_from_zero=t.cold_starts_from_zero)
-    if ctx.mig.workload.kind == "inference":
+                              cold_starts_from_zero=t.cold_starts_from_zero, inter_token=t.inter_token)
+    if ctx.mig.workload.serves:
         res = dataclasses.replace(res, clocks=clocks_record(ctx.mig.measure, res))
     return res

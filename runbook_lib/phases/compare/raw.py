@@ -28,6 +28,9 @@ batch_size     int64    items in the request
 input_index    int64    index of the golden input it carried
 accepted       bool     completed within the SLO and matched its golden output
 loss           float64  training loss of the step (null for inference)
+ttft_s         float64  time to first token, seconds from the send (token-streaming services)
+tpot_s         float64  time per output token after the first, seconds (token-streaming services)
+output_tokens  float64  output tokens of the answer (token-streaming services)
 =============  =======  ==================================================================
 
 Timestamps not measured for a kind (training has no intended send time) are null.
@@ -56,13 +59,19 @@ COLD_STARTS_FILE = "04/cold_starts.csv"
 FROM_ZERO_FILE = "04/cold_starts_from_zero.csv"
 ATTEMPTS_FILE = "04/measurement_attempts.csv"
 WARMUP_FILE = "04/warmup_discarded.csv"
+INTER_TOKEN_FILE = "04/inter_token_latency.csv"
+"""Token-streaming services: every gap between successive streamed chunks (``side``, ``round``,
+``request``, ``itl_s`` seconds), pooled as vLLM ``bench serve`` pools ITL."""
 
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("side", "string"), ("round", "int64"), ("request", "int64"), ("intended_s", "float64"), ("sent_s", "float64"),
     ("done_s", "float64"), ("total_s", "float64"), ("queue_s", "float64"), ("init_s", "float64"),
     ("execution_s", "float64"), ("status", "string"), ("batch_size", "int64"), ("input_index", "int64"),
-    ("accepted", "bool"), ("loss", "float64"),
+    ("accepted", "bool"), ("loss", "float64"), ("ttft_s", "float64"), ("tpot_s", "float64"),
+    ("output_tokens", "float64"),
 )
+OPTIONAL_COLUMNS = ("ttft_s", "tpot_s", "output_tokens")
+"""Columns added with ``kind: service``: a run recorded before them reads back with them null."""
 
 
 def sample_schema() -> Any:
@@ -146,7 +155,8 @@ class SampleSink:
         self.close()
 
 
-JUDGED_COLUMNS = ("side", "round", "status", "total_s", "queue_s", "init_s", "execution_s", "accepted")
+JUDGED_COLUMNS = ("side", "round", "status", "intended_s", "sent_s", "total_s", "queue_s", "init_s", "execution_s",
+                  "accepted", *OPTIONAL_COLUMNS)
 """The columns phase 04's gates, summary and plots read (the others stay in the file for the audit)."""
 
 
@@ -169,12 +179,17 @@ def read_samples(path: Path, columns: Sequence[str] | None = None) -> pd.DataFra
     pa.set_memory_pool(pa.system_memory_pool())
     try:
         present = pq.read_schema(path).names
-        missing = [n for n in wanted if n not in present]
+        missing = [n for n in wanted if n not in present and n not in OPTIONAL_COLUMNS]
         if missing:
             raise EvidenceError(f"{path} lacks columns {missing} of the documented schema "
                                 "(runbook_lib.phases.compare.raw)")
-        table = pq.read_table(path, columns=wanted, read_dictionary=[c for c in ("side", "status") if c in wanted])
-        return table.to_pandas(self_destruct=True, split_blocks=True)
+        table = pq.read_table(path, columns=[n for n in wanted if n in present],
+                              read_dictionary=[c for c in ("side", "status") if c in wanted])
+        frame = table.to_pandas(self_destruct=True, split_blocks=True)
+        for n in wanted:
+            if n not in frame.columns:
+                frame[n] = float("nan")
+        return frame
     except (OSError, pa.ArrowException) as e:
         raise EvidenceError(f"{path} is not a readable Parquet file ({e}); re-run phase 04") from e
     finally:
@@ -211,6 +226,7 @@ class Measured:
         store_to_pod: each pod's verified download of the set it started from.
         clocks: the three clocks and what each ended (inference).
         load_generator_gc: the measuring process's garbage collections (inference).
+        inter_token: token-streaming services: every inter-token gap (:data:`INTER_TOKEN_FILE`), or None.
         meter: the live spend meter (None when rebuilt from a run's files).
     """
 
@@ -232,6 +248,7 @@ class Measured:
     clocks: list[ClockRow] = field(default_factory=list)
     load_generator_gc: CollectorPauses | None = None
     meter: SpendMeter | None = None
+    inter_token: pd.DataFrame | None = None
 
 
 def write_tables(run_dir: Path, res: Measured) -> None:
@@ -244,6 +261,8 @@ def write_tables(run_dir: Path, res: Measured) -> None:
     if res.cold_starts_from_zero is not None:
         res.cold_starts_from_zero.to_csv(run_dir / FROM_ZERO_FILE, index=False)
     res.warmup.to_csv(run_dir / WARMUP_FILE, index=False)
+    if res.inter_token is not None:
+        res.inter_token.to_csv(run_dir / INTER_TOKEN_FILE, index=False)
 
 
 def attempts_from_rows(df: pd.DataFrame) -> list[Attempted[Any]]:
@@ -273,6 +292,7 @@ class Tables:
     cold_starts: pd.DataFrame
     attempts: list[Attempted[Any]]
     cold_starts_from_zero: pd.DataFrame | None
+    inter_token: pd.DataFrame | None = None
 
 
 def load_tables(run_dir: Path) -> Tables:
@@ -282,12 +302,13 @@ def load_tables(run_dir: Path) -> Tables:
     Raises:
         EvidenceError: ``04/samples.parquet`` is missing or unreadable.
     """
-    zero = run_dir / FROM_ZERO_FILE
+    zero, itl = run_dir / FROM_ZERO_FILE, run_dir / INTER_TOKEN_FILE
     return Tables(samples=read_samples(run_dir / SAMPLES_FILE, JUDGED_COLUMNS),
                   throughput=_csv(run_dir / THROUGHPUT_FILE, THROUGHPUT_COLUMNS),
                   cold_starts=_csv(run_dir / COLD_STARTS_FILE, ["side", "cold_start_s"]),
                   attempts=attempts_from_rows(_csv(run_dir / ATTEMPTS_FILE)),
-                  cold_starts_from_zero=_csv(zero) if zero.exists() else None)
+                  cold_starts_from_zero=_csv(zero) if zero.exists() else None,
+                  inter_token=_csv(itl, ["side", "round", "request", "itl_s"]) if itl.exists() else None)
 
 
 RECORDED_SCALARS = ("billed_s", "egress_bytes", "target_workers_ready", "spend")
@@ -309,6 +330,6 @@ def load_measurement(run_dir: Path, record: CompareData) -> Measured:
                             "be recomputed (it was made by a runbook that did not record them)")
     t = load_tables(run_dir)
     return Measured(samples=t.samples, throughput=t.throughput, cold_starts=t.cold_starts, attempts=t.attempts,
-                    cold_starts_from_zero=t.cold_starts_from_zero, billed_s=record.billed_s,
+                    cold_starts_from_zero=t.cold_starts_from_zero, inter_token=t.inter_token, billed_s=record.billed_s,
                     egress_bytes=record.egress_bytes, spend=record.spend,
                     target_workers_ready=record.target_workers_ready)

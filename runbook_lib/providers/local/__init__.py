@@ -146,6 +146,31 @@ class LocalProvider(Provider):
         """Last ``n_bytes`` of a pod's combined stdout/stderr."""
         return self.state.log_tail(resource_id, n_bytes)
 
+    def describe(self, resource_id: str) -> dict[str, Any]:
+        """:meth:`Provider.describe`, plus what runs in the pod now: each process but the
+        provider's own leader (``runbook_lib.providers.local.pod``, the container runtime's part),
+        with its command line and the names of the ``RUNBOOK_*`` variables in its environment
+        (their values are never read out). A process that ends while it is read is left out.
+
+        Raises:
+            NotFound: no record of ``resource_id``.
+        """
+        import psutil
+
+        out = super().describe(resource_id)
+        meta = self.state.read(resource_id)
+        rows = []
+        for p in procs.find(resource_id, str(self.state.dir(resource_id) / "volume")):
+            try:
+                if p.pid == meta.get("pid"):
+                    continue
+                rows.append({"pid": p.pid, "cmdline": p.cmdline(),
+                             "runbook_env": sorted(k for k in p.environ() if k.startswith("RUNBOOK_"))})
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        out["processes"] = rows
+        return out
+
     def wait_exit(self, resource_id: str, *, timeout_s: float, finished: Callable[[], bool] | None = None,
                   poll_s: float = 0.1, sleep: Callable[[float], None] = time.sleep) -> Pod:
         """Wait until a pod has exited, or ``finished()`` says its work is done.

@@ -36,6 +36,19 @@ def _is_ambient_secret(name: str) -> bool:
     return bool(_secret_refs.CREDENTIAL_WORDS & set(name.upper().split("_")))
 
 
+RUNBOOK_ENV_PREFIX = "RUNBOOK_"
+"""The runbook's own variables; a service pod inherits and is given none of them."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick for port 0)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def endpoint_argv(spec: EndpointSpec, port_file: str) -> list[str]:
     """The endpoint module's arguments for ``spec``: a front door with ``spec.workers`` workers
     (``queue``), or one worker serving its own port on loopback (``load_balancing``); either
@@ -72,13 +85,15 @@ class LocalLifecycle(Lifecycle):
         self.on_step = on_step
 
     def _spawn(self, rid: str, argv: list[str], env_pairs: tuple[tuple[str, str], ...],
-               secret_refs: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+               secret_refs: tuple[tuple[str, str], ...], *, service: bool = False) -> dict[str, Any]:
         """Start the resource's leader process in its own session; returns ``pid`` and
-        ``pid_create_time`` (None when it already exited: it cannot be mistaken for another)."""
+        ``pid_create_time`` (None when it already exited: it cannot be mistaken for another).
+        A ``service`` pod inherits none of the runbook's own ``RUNBOOK_*`` variables."""
         import psutil
 
         d = self.state.dir(rid)
-        env = {k: v for k, v in os.environ.items() if not _is_ambient_secret(k)}
+        env = {k: v for k, v in os.environ.items()
+               if not _is_ambient_secret(k) and not (service and k.startswith(RUNBOOK_ENV_PREFIX))}
         env.update(dict(env_pairs))
         env.update(_secret_refs.resolve_refs(secret_refs))  # resolved now, injected, never written to disk
         env[procs.MARKER_ID] = rid  # with the volume path, the marker that finds its processes
@@ -100,12 +115,22 @@ class LocalLifecycle(Lifecycle):
 
     def launch(self, spec: PodSpec) -> Pod:
         """Record the pod, then run ``spec.command`` as its leader with ``spec.env``, the resolved
-        ``spec.secret_refs`` and ``RUNBOOK_DEVICE``."""
-        meta = self.state.new("pod", spec, device=spec.device, command=list(spec.command),
-                              env_names=[k for k, _ in spec.env])
+        ``spec.secret_refs`` and ``RUNBOOK_DEVICE``. A ``spec.service`` pod gets no ``RUNBOOK_*``
+        variable; ``{port}`` in its command becomes a free loopback port, published as
+        ``spec.ports[0]`` (the pod's ``host["ports"]``), as a container runtime maps a port."""
+        command = list(spec.command)
+        host: dict[str, Any] = {}
+        if spec.service:
+            port = free_port()
+            command = [a.replace("{port}", str(port)) for a in command]
+            host = {"image": spec.image, "stand_in": True, "command": command,
+                    "env_names": sorted({k for k, _ in spec.env} | {k for k, _ in spec.secret_refs}),
+                    "ports": {p: f"127.0.0.1:{port}" for p in spec.ports[:1]}}
+        meta = self.state.new("pod", spec, device=spec.device, command=command,
+                              env_names=[k for k, _ in spec.env], host=host)
         rid = meta["id"]
-        meta.update(self._spawn(rid, list(spec.command), spec.env + ((POD_DEVICE_ENV, spec.device),),
-                                spec.secret_refs))
+        env = spec.env if spec.service else spec.env + ((POD_DEVICE_ENV, spec.device),)
+        meta.update(self._spawn(rid, command, env, spec.secret_refs, service=spec.service))
         meta["state"] = "RUNNING"
         self.state.save(rid, meta)
         return self.state.pod(meta)

@@ -3,7 +3,7 @@
 Every step here reads state that can change under it: a process listed a moment ago may have
 exited before its status is read, before it is signalled, or before it is waited on. Each of
 those is a successful stop, never an error. Processes are found by a marker in their
-environment (``RUNBOOK_POD_ID`` and ``RUNBOOK_VOLUME_DIR``, set by the provider at spawn and
+environment (``LOCAL_POD_ID`` and ``LOCAL_POD_VOLUME``, set by the provider at spawn and
 inherited by every child), not by a pid kept on disk, because a pid is reused once its process
 is reaped. A zombie (exited, not yet reaped by its parent) counts as stopped.
 

@@ -87,7 +87,8 @@ class StateDir:
         d = self.dir(meta["id"])
         return Pod(meta["id"], meta["name"], meta["state"], meta["labels"], meta["price_usd_per_hour"],
                    meta["created_at"], meta.get("ended_at"), meta.get("exit_code"),
-                   str(d / "volume"), str(d / "container"), status_detail=meta.get("status_detail", ""))
+                   str(d / "volume"), str(d / "container"), status_detail=meta.get("status_detail", ""),
+                   host=dict(meta.get("host") or {}))
 
     def endpoint(self, meta: dict[str, Any]) -> Endpoint:
         """The endpoint a record describes."""

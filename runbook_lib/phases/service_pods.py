@@ -1,0 +1,220 @@
+"""Service pods: the team's image with its own command, planned, launched, waited for and read
+back from the provider's own report.
+
+On the embedded local provider a pod has no container runtime, so the image is stood in for by
+``workload.service.stand_in.command``, run in the pod's own disk and environment and recorded as
+a stand-in (its ``{project}`` and ``{NAME}`` placeholders are filled here, ``{port}`` by the
+provider at launch).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from runbook_lib.errors import ProviderError, ProviderTimeout
+from runbook_lib.layout import project_root
+from runbook_lib.params import Migration, RemoteProfile, Service
+from runbook_lib.phases.access import pod_secret_refs
+from runbook_lib.phases.resources import Resources
+from runbook_lib.providers.base import Plan, Pod, PodSpec
+from runbook_lib.records import ServiceLaunch
+from runbook_lib.service.protocols import ServiceClient, client_for
+
+SERVICE_ROLE_PREFIX = "service-"
+"""Role label prefix of the pods phases 01 and 03 launch (phase 04's are ``endpoint-<side>``)."""
+
+
+def service_of(mig: Migration) -> Service:
+    """``workload.service``.
+
+    Raises:
+        ProviderError: the workload is not ``kind: service`` (a caller's mistake).
+    """
+    if mig.workload.service is None:
+        raise ProviderError(f"workload.kind is {mig.workload.kind!r}; service pods are for kind 'service'")
+    return mig.workload.service
+
+
+def service_env(mig: Migration, side: str) -> dict[str, str]:
+    """The environment values ``side``'s service gets: ``workload.service.env``, then the
+    profile's ``service_env``."""
+    prof = mig.source if side == "source" else mig.target
+    return {**service_of(mig).env, **prof.service_env}
+
+
+def command_for(mig: Migration, side: str, params_path: Any) -> tuple[tuple[str, ...], bool]:
+    """The argv ``side``'s pod runs and whether it is a stand-in: the image's own command on a
+    remote provider; on the local provider the stand-in with ``{project}`` and ``{NAME}`` filled
+    (``{port}`` is left for the provider).
+
+    Raises:
+        ProviderError: a local side with no ``stand_in`` (nothing can run the image there), or a
+            placeholder naming no service variable.
+    """
+    svc = service_of(mig)
+    prof = mig.source if side == "source" else mig.target
+    if isinstance(prof, RemoteProfile):
+        return svc.command, False
+    if svc.stand_in is None:
+        raise ProviderError(f"{side} runs on the local provider, which has no container runtime to run image "
+                            f"{svc.image!r}: declare workload.service.stand_in.command, a local command that serves "
+                            "the same API (it is recorded as a stand-in)")
+    values = {"project": str(project_root(params_path)), **service_env(mig, side)}
+    out = []
+    for arg in svc.stand_in.command:
+        try:
+            out.append(arg.format_map(_Keep(values)))
+        except (KeyError, ValueError, IndexError) as exc:
+            raise ProviderError(f"workload.service.stand_in.command argument {arg!r}: {exc}; placeholders are "
+                                f"{{port}}, {{project}} and service environment names {sorted(values)[1:]}") from exc
+    return tuple(out), True
+
+
+class _Keep(dict[str, str]):
+    """Format values that leave ``{port}`` for the provider and refuse any other unknown name."""
+
+    def __missing__(self, key: str) -> str:
+        if key == "port":
+            return "{port}"
+        raise KeyError(f"no service variable {key!r}")
+
+
+def plan_service(res: Resources, side: str, role: str) -> Plan:
+    """The launch plan of ``side``'s service pod in role ``role`` (pure: shown and approved by
+    fingerprint): the image, its command (or stand-in), its environment values and secrets by
+    reference, its API port, the profile's price."""
+    mig = res.mig
+    svc = service_of(mig)
+    prof = res.profile(side)
+    command, _ = command_for(mig, side, res.params_path)
+    spec = PodSpec(name=f"{mig.migration}-{role}", command=command, device=prof.device,
+                   price_usd_per_hour=prof.price_usd_per_hour, labels=res.labels(side, role),
+                   env=tuple(sorted(service_env(mig, side).items())), secret_refs=pod_secret_refs(mig, side),
+                   volume_gb=mig.workload.requirements.disk_gb, image=svc.image, ports=(f"{svc.port}/http",),
+                   service=True)
+    return res.provider(side).plan_launch(spec, dry_run=res.dry_run(side))
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A service pod that answered its readiness check: the pod, its base URL, the seconds from
+    the launch call to the first ready answer, the checks made."""
+
+    pod: Pod
+    url: str
+    ready_s: float
+    checks: int
+
+
+class NotReady(ProviderTimeout):
+    """A service pod never answered its readiness check in time (its last answer is named)."""
+
+
+def url_of(pod: Pod, service: Service) -> str:
+    """The base URL that reaches the pod's API port, as the provider published it.
+
+    Raises:
+        ProviderError: the provider published no address for that port.
+    """
+    addr = (pod.host.get("ports") or {}).get(f"{service.port}/http")
+    if not addr:
+        raise ProviderError(f"pod {pod.id} has no published address for port {service.port}/http (ports: "
+                            f"{pod.host.get('ports')})", resource_id=pod.id)
+    return addr if "://" in addr else f"http://{addr}"
+
+
+def wait_ready(res: Resources, side: str, pod: Pod, *, started: float,
+               clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> Ready:
+    """Poll ``GET readiness.path`` until it answers ``readiness.status``, at most
+    ``readiness.timeout_s`` seconds from ``started`` (``clock`` seconds).
+
+    Raises:
+        NotReady: no ready answer in time, or the pod's process exited; the message has the last
+            answer (status and body, or the connection error) and the pod's log tail.
+    """
+    svc = service_of(res.mig)
+    r = svc.readiness
+    prov = res.provider(side)
+    url = url_of(pod, svc)
+    last = "no answer yet"
+    checks = 0
+    with client_for(svc, url, timeout_s=max(1.0, r.interval_s * 4)) as c:
+        while True:
+            checks += 1
+            try:
+                got = c.health()
+                if got["status"] == r.status:
+                    return Ready(pod, url, clock() - started, checks)
+                last = f"HTTP {got['status']}: {got['body'][:120]!r}"
+            except ProviderError as exc:
+                last = str(exc)
+            now = prov.get(pod.id)
+            if now.state != "RUNNING" or clock() - started > r.timeout_s:
+                why = (f"its process exited ({now.state})" if now.state != "RUNNING" else
+                       f"no {r.status} within readiness.timeout_s = {r.timeout_s:g} s")
+                raise NotReady(f"service pod {pod.id} ({side}) is not ready: {why}; GET {r.path} was checked {checks} "
+                               f"times, the last answer: {last}. Log tail:\n{prov.log_tail(pod.id, 1200)}",
+                               provider=prov.name, resource_id=pod.id)
+            sleep(r.interval_s)
+
+
+def launch_ready(res: Resources, side: str, role: str) -> Ready:
+    """Apply ``side``'s service pod plan (approved) and wait until it is ready; a pod that never
+    gets ready is destroyed before the error is raised (nothing is left running).
+
+    Raises:
+        ApprovalRequired: the plan is not approved.
+        NotReady: as :func:`wait_ready` (the pod destroyed).
+    """
+    t0 = time.perf_counter()
+    pod: Pod = res.apply_plan(side, plan_service(res, side, role))
+    try:
+        return wait_ready(res, side, pod, started=t0)
+    except NotReady:
+        res.destroy(side, pod.id, labels=pod.labels)
+        raise
+
+
+def client(res: Resources, ready: Ready) -> ServiceClient:
+    """The protocol's client of a ready service pod (per request: ``measure.request_timeout_s``)."""
+    return client_for(service_of(res.mig), ready.url, timeout_s=res.mig.measure.request_timeout_s)
+
+
+def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:
+    """What the provider reports the pod runs (:meth:`runbook_lib.providers.base.Provider.describe`)
+    against what params declare: the image, the command (the stand-in's on the local provider),
+    the environment names (``workload.service.env``, the side's ``service_env`` and its secrets)
+    and the API port; and any runbook code found in its processes (a ``RUNBOOK_*`` variable or a
+    ``runbook_lib`` command line), where the provider reports processes.
+
+    Raises:
+        ProviderError: the provider cannot describe the pod.
+    """
+    mig = res.mig
+    svc = service_of(mig)
+    seen = res.provider(side).describe(ready.pod.id)
+    want_cmd, stand_in = command_for(mig, side, res.params_path)
+    want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)})
+    cmd = tuple(seen.get("command") or ())
+    port = next(iter((seen.get("ports") or {}).values()), "")
+    mismatches = []
+    if seen.get("image") != svc.image:
+        mismatches.append(f"image {seen.get('image')!r} != params {svc.image!r}")
+    expected_cmd = tuple(a.replace("{port}", port.rsplit(":", 1)[-1]) for a in want_cmd)
+    if cmd != expected_cmd:
+        mismatches.append(f"command {list(cmd)} != params {list(expected_cmd)}")
+    if sorted(seen.get("env_names") or ()) != want_env:
+        mismatches.append(f"environment names {sorted(seen.get('env_names') or ())} != params {want_env}")
+    if f"{svc.port}/http" not in (seen.get("ports") or {}):
+        mismatches.append(f"port {svc.port}/http not published ({seen.get('ports')})")
+    procs_seen = tuple(seen.get("processes") or ())
+    inside = [f"pid {p['pid']}: {', '.join(p['runbook_env'])}" for p in procs_seen if p.get("runbook_env")]
+    inside += [f"pid {p['pid']}: runs {' '.join(p['cmdline'])[:120]}" for p in procs_seen
+               if any("runbook_lib" in a for a in p.get("cmdline") or ())]
+    return ServiceLaunch(pod=ready.pod.id, image=str(seen.get("image") or ""), digest=seen.get("digest"),
+                         stand_in=stand_in, command=cmd, env_names=tuple(sorted(seen.get("env_names") or ())),
+                         ports=dict(seen.get("ports") or {}), processes=procs_seen,
+                         processes_reported="processes" in seen, as_declared=not mismatches,
+                         mismatches=tuple(mismatches), runbook_inside=tuple(inside), ready_s=round(ready.ready_s, 3))

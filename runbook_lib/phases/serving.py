@@ -1,0 +1,137 @@
+"""What phases 04 and 05 serve requests through, for a workload that answers requests: an
+inference endpoint the runbook's worker serves (``kind: inference``), or a team's own service
+pod judged over its protocol (``kind: service``).
+
+Both are :class:`Serving`: create the side's serving resource, open a client on it (one that
+answers ``runsync`` and ``health`` as :data:`runbook_lib.measure.ServingClient` does), draw
+request payloads, and judge an answer against the golden. Phase 04's open-loop rounds,
+saturation bursts and warm-up, and phase 05's slices, are written once against this.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from runbook_lib.layout import GOLDEN_OUTPUTS, SERVICE_GOLDEN
+from runbook_lib.measure import ServingClient, job_clocks
+from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import service_pods as pods
+from runbook_lib.providers.base import Plan
+from runbook_lib.service import compare, samples
+from runbook_lib.service.protocols import client_for
+from runbook_lib.workload import make_workload
+
+
+@dataclass(frozen=True)
+class Served:
+    """A side's serving resource as phase 04 created it: id, base URL, mode (``queue``,
+    ``load_balancing`` or ``service``), and the seconds from the create call to ready
+    (a service pod's readiness; None for endpoints, which report ready when created)."""
+
+    id: str
+    url: str
+    mode: str
+    ready_s: float | None = None
+
+
+class Serving(ABC):
+    """How phases 04 and 05 reach and judge one workload's serving side."""
+
+    def __init__(self, ctx: PhaseContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def plan(self, side: str, role: str) -> Plan:
+        """The creation plan of ``side``'s serving resource in role ``role`` (pure)."""
+
+    @abstractmethod
+    def create(self, side: str, role: str) -> Served:
+        """Apply :meth:`plan` (approved) and return the resource once it serves."""
+
+    @abstractmethod
+    def client(self, side: str, served: Served, *, timeout_s: float) -> ServingClient:
+        """A client of ``served`` (per request ``timeout_s`` seconds)."""
+
+    @abstractmethod
+    def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:
+        """``n`` payloads drawn with ``seed``, as ``(golden index, payload)``."""
+
+    @abstractmethod
+    def accepted(self, row: dict[str, Any]) -> bool:
+        """An accepted unit: ``row`` (``status``, ``total_s``, ``output``, ``input_index``)
+        completed within the SLO and its output matches golden row ``input_index``."""
+
+
+class EndpointServing(Serving):
+    """``kind: inference``: the runbook's worker behind a queue or load-balancing endpoint,
+    judged against ``01/golden_outputs.npy`` within the dtype's tolerance."""
+
+    def __init__(self, ctx: PhaseContext) -> None:
+        super().__init__(ctx)
+        self.workload = make_workload(ctx.mig.workload, ctx.mig.source)
+        self._golden: np.ndarray | None = None
+
+    def plan(self, side: str, role: str) -> Plan:
+        return self.ctx.endpoints.plan(side, role)
+
+    def create(self, side: str, role: str) -> Served:
+        ep = self.ctx.endpoints.create(side, role)
+        return Served(ep.id, ep.url, ep.mode)
+
+    def client(self, side: str, served: Served, *, timeout_s: float) -> ServingClient:
+        return self.ctx.resources.provider(side).job_client(served.id, served.url, timeout_s=timeout_s,
+                                                            clocks=job_clocks(self.ctx.mig.measure), mode=served.mode)
+
+    def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:
+        return self.workload.request_inputs(n, seed=seed)
+
+    def accepted(self, row: dict[str, Any]) -> bool:
+        if self._golden is None:
+            self._golden = np.load(self.ctx.run_dir / GOLDEN_OUTPUTS).astype(np.float64)
+        return self.ctx.accepted(self._golden, row)
+
+
+class ServiceServing(Serving):
+    """``kind: service``: the team's image (or its stand-in) in a pod, reached over its protocol
+    and judged against phase 01's golden answers (``01/service_golden.json``) by the protocol's
+    comparator (:func:`runbook_lib.service.compare.compare`)."""
+
+    def __init__(self, ctx: PhaseContext) -> None:
+        super().__init__(ctx)
+        self.service = pods.service_of(ctx.mig)
+        self.samples = samples.load_samples(self.service, ctx.params_path)
+        self._golden: list[Any] | None = None
+
+    def plan(self, side: str, role: str) -> Plan:
+        return pods.plan_service(self.ctx.resources, side, role)
+
+    def create(self, side: str, role: str) -> Served:
+        ready = pods.launch_ready(self.ctx.resources, side, role)
+        return Served(ready.pod.id, ready.url, "service", ready.ready_s)
+
+    def client(self, side: str, served: Served, *, timeout_s: float) -> ServingClient:
+        return client_for(self.service, served.url, timeout_s=timeout_s)
+
+    def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:
+        return samples.draw(self.samples, n, seed)
+
+    def golden(self) -> list[Any]:
+        """Phase 01's golden answers, one per sample input (None where the source failed)."""
+        if self._golden is None:
+            self._golden = list(json.loads((self.ctx.run_dir / SERVICE_GOLDEN).read_text())["answers"])
+        return self._golden
+
+    def accepted(self, row: dict[str, Any]) -> bool:
+        if row["status"] != "COMPLETED" or row["total_s"] > self.ctx.mig.workload.requirements.max_request_s:
+            return False
+        return compare.compare(self.service, self.golden()[int(row["input_index"])], row.get("output")).match
+
+
+def serving_for(ctx: PhaseContext) -> Serving:
+    """The :class:`Serving` of this run's workload (``service`` or ``inference``)."""
+    return ServiceServing(ctx) if ctx.mig.workload.kind == "service" else EndpointServing(ctx)
