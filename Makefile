@@ -92,7 +92,7 @@ $(RUNPOD_STAMP):
 # two at a time (pytest-xdist); the cases whose verdict rests on phase 04's measurement run one at a
 # time, alone on the machine (a measurement beside another whole run on 2 cores is what made GO runs
 # HOLD). Each prints its 20 slowest cases, so a new case's cost shows in the CI log.
-e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) browser
+e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) demo-service-models browser
 
 test-e2e-parallel: e2e-setup
 	$(PY) -m pytest -q -m "e2e and not smoke and not measure" -n 2 --durations=20

@@ -11,7 +11,9 @@ How each gate is derived again (the README's table says the same):
 * phase 04's fault drills from the rows of ``04/drills.json`` (expectation, observation and
   verdict as recorded), their blocking from params ``drills.blocking``;
 * phase 03's artifact checksum from the canary's recorded checksum rows, and its output parity
-  from ``01/golden_outputs.npy`` and ``03/canary/outputs.npy`` with the params' tolerances;
+  from ``01/golden_outputs.npy`` and ``03/canary/outputs.npy`` with the params' tolerances; a
+  service's ``service_parity`` from ``01/service_golden.json`` and ``03/canary_answers.json`` under
+  its protocol's comparator;
 * yes/no checks (teardown listing, canary destroyed, reload, ...) from their recorded
   observation (``True`` is PASS, ``False`` FAIL, none INCONCLUSIVE);
 * every other gate is compared with the record of the phase that judged it (the hash-chained
@@ -39,6 +41,7 @@ from runbook_lib.layout import (
     KEPT_PARAMS,
 )
 from runbook_lib.params import load_params
+from runbook_lib.phases import service as service_phase
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.raw import load_measurement
 from runbook_lib.records import CompareData, ParityData, PhaseData, Receipt, load_receipt, read_unchecked
@@ -144,7 +147,15 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
             derived[("04", f"drill_{drill.drill}")] = (FROM_DRILLS, {
                 "verdict": drill.verdict, "blocking": drill.drill in blocking, "observed": drill.observation,
                 "interval": None}, "")
-    if "03" in records:
+    if "03" in records and mig.workload.kind == "service":
+        freeze = records.freeze
+        divergent = freeze.freeze.service.self_divergent if freeze and freeze.freeze.service else ()
+        try:
+            x = service_phase.parity_from_files(mig, run_dir, divergent)
+            derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
+        except EvidenceError as exc:
+            derived[("03", "service_parity")] = (FROM_OBSERVATION, None, str(exc))
+    elif "03" in records:
         for x in _parity_gates(mig, run_dir, records.parity):
             derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
     for key, d in recorded.items():

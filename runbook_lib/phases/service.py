@@ -15,11 +15,13 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 from runbook_lib import gates as g
-from runbook_lib.errors import ProviderError
+from runbook_lib.errors import EvidenceError, ProviderError
 from runbook_lib.layout import SERVICE_GOLDEN
+from runbook_lib.params import Migration, Service
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases import service_pods as pods
 from runbook_lib.providers.base import Plan
@@ -35,6 +37,8 @@ from runbook_lib.records import (
 from runbook_lib.service import compare, samples
 from runbook_lib.service.protocols import ServiceClient
 
+CANARY_ANSWERS = "03/canary_answers.json"
+"""The canary's answer to each sample input, as its client returned them (status, output, metrics)."""
 FREEZE_ROLE = "service-freeze"
 CANARY_ROLE = "service-canary"
 RECOVERED_ROLE = "service-canary-recovered"
@@ -179,12 +183,11 @@ def runbook_free_gate(launch: ServiceLaunch, phase: str) -> g.GateResult:
     return g.boolean_gate("no_runbook_inside", ok, phase=phase, detail=detail)
 
 
-def parity_gate(ctx: PhaseContext, rows: list[ServiceAnswerRow], divergent: tuple[ServiceAnswerRow, ...]) -> g.GateResult:
+def parity_gate(svc: Service, rows: list[ServiceAnswerRow], divergent: Sequence[ServiceAnswerRow]) -> g.GateResult:
     """``service_parity``: the exact-match rate over the sample inputs against
     ``workload.service.parity.min_exact_match``. When the source itself gave two different
     answers to one input in phase 01, a shortfall is INCONCLUSIVE, not FAIL: the service is not
     deterministic at temperature 0, so a difference does not show the target differs."""
-    svc = pods.service_of(ctx.mig)
     need = svc.parity.min_exact_match
     n = len(rows)
     rate = sum(r.match for r in rows) / n if n else 0.0
@@ -201,6 +204,23 @@ def parity_gate(ctx: PhaseContext, rows: list[ServiceAnswerRow], divergent: tupl
     return g.GateResult("service_parity", verdict, True, round(rate, 4), need, "exact-match rate",  # type: ignore[arg-type]
                         "canary answers vs phase 01 golden, protocol comparator", detail,
                         source="params workload.service.parity.min_exact_match", phase="03")
+
+
+def parity_from_files(mig: Migration, run_dir: Path, divergent: Sequence[ServiceAnswerRow]) -> g.GateResult:
+    """:func:`parity_gate` derived again from the run's files: phase 01's golden answers
+    (``01/service_golden.json``) and the canary's (``03/canary_answers.json``), compared again
+    under the protocol's comparator (``runbook verify --recompute``).
+
+    Raises:
+        EvidenceError: either file is missing.
+    """
+    svc = pods.service_of(mig)
+    try:
+        golden = json.loads((run_dir / SERVICE_GOLDEN).read_text())["answers"]
+        answers = json.loads((run_dir / CANARY_ANSWERS).read_text())["answers"]
+    except (OSError, KeyError, ValueError) as exc:
+        raise EvidenceError(f"{run_dir}: the golden or canary answers cannot be read ({exc}); re-run phases 01 and 03") from exc
+    return parity_gate(svc, _rows(svc, golden, answers), divergent)
 
 
 def recovery_gate(ctx: PhaseContext, recovery_s: float | None, rate: float | None) -> g.GateResult:
@@ -272,7 +292,8 @@ def run_canary(ctx: PhaseContext) -> ServiceCanary | Plan:
                         recovered_launch=again.launch if again else None,
                         recovered_exact_match_rate=again_rate, recovery_how=how)
     ctx.evidence.write_json("03/service_answers.json", out)
-    ctx.evidence.add_gates(parity_gate(ctx, rows, sf.self_divergent), launch_gate(asked.launch, "03"),
+    ctx.evidence.write_json(CANARY_ANSWERS, {"answers": asked.answers})
+    ctx.evidence.add_gates(parity_gate(svc, rows, sf.self_divergent), launch_gate(asked.launch, "03"),
                            runbook_free_gate(asked.launch, "03"), recovery_gate(ctx, out.recovery_s, again_rate))
     return out
 

@@ -1,0 +1,103 @@
+"""A team's own service migrated unchanged (``workload.kind: service``): ``transformers serve``,
+an OpenAI-compatible chat server no one here wrote, run from its own environment
+(``.venv-serve``) on a tiny Llama built locally (``make demo-service-models``), judged over its
+own API through all six phases. The re-seeded variant must end NO-GO on parity.
+
+``make e2e-setup`` builds the server's environment and the models; without them these cases fail
+and say how to build them (CI must never skip them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pandas as pd
+import pytest
+
+from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
+from runbook_lib.recompute import recompute_run
+from runbook_lib.runner import RunResult, run_migration
+from runbook_lib.verify import verify_run
+
+from .conftest import ROOT
+from .runs import phase_statuses, receipt, write_params
+
+pytestmark = pytest.mark.e2e
+
+SERVER = ROOT / ".venv-serve" / "bin" / "transformers"
+MODELS = ROOT / ".runbook" / "models"
+
+
+def _service_params(tmp_path: Path, base: str) -> Path:
+    """``params/<base>`` in a temporary project, with the server, the models and the samples named
+    by absolute path (the temporary project has none of its own)."""
+    for need in (SERVER, MODELS / "chat-seed0" / "model.safetensors", MODELS / "chat-seed1" / "model.safetensors"):
+        assert need.exists(), f"{need} is missing: run `make demo-service-models` (make e2e-setup does)"
+    over: dict[str, Any] = {"workload": {"service": {
+        "samples": str(ROOT / "examples" / "chat-samples.jsonl"),
+        "env": {"CHAT_MODEL_DIR": str(MODELS / "chat-seed0")},
+        "stand_in": {"command": [str(SERVER), "serve", "{CHAT_MODEL_DIR}", "--host", "127.0.0.1", "--port", "{port}",
+                                 "--device", "cpu", "--log-level", "warning"]}}}}
+    if "reseeded" in base:
+        over["target"] = {"service_env": {"CHAT_MODEL_DIR": str(MODELS / "chat-seed1")}}
+    return write_params(tmp_path, base, "m.yaml", **over)
+
+
+def _run(params: Path) -> RunResult:
+    return run_migration(params, reports_dir=params.parent.parent / "reports", echo=print)
+
+
+def _stderr(nb: Path) -> list[str]:
+    return [o.get("text", "")[:200] for c in nbformat.read(nb, as_version=4).cells for o in c.get("outputs", [])
+            if o.output_type == "error" or (o.output_type == "stream" and o.name == "stderr")]
+
+
+@pytest.mark.measure
+def test_a_chat_service_moves_unchanged_judged_over_its_own_api(tmp_path: Path) -> None:
+    res = _run(_service_params(tmp_path, "demo-service.yaml"))
+    d = res.run_dir
+    r = receipt(d)
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), r["reasons"]
+    for nb in sorted(d.glob("0*.ipynb")):
+        assert _stderr(nb) == [], nb.name
+    svc = r["service"]  # the receipt names the image, the stand-in, the protocol, and that nothing of ours ran inside
+    assert svc["image"] == "ghcr.io/example/chat-server:1.4" and svc["stand_in"] is True
+    assert svc["protocol"] == "openai-chat" and svc["launches_as_declared"] is True
+    assert svc["runbook_code_inside"] == [] and svc["exact_match_rate"] == 1.0
+    gates = {g["name"]: g for g in r["gates"]}
+    for name in ("source_answers", "launched_as_declared", "no_runbook_inside", "service_parity", "recovery",
+                 "latency_p95_ratio", "ttft_p95_ratio", "tpot_p95_ratio", "throughput_ratio", "load_generator",
+                 "cutover_slices", "teardown_verified"):
+        assert gates[name]["verdict"] == "PASS", gates.get(name)
+    assert gates["recovery"]["blocking"] and 0 < gates["recovery"]["observed"] <= 60  # gates.recovery_s_max
+    r01 = json.loads((d / "01_freeze_source.json").read_text())["data"]["freeze"]["service"]
+    assert r01["launch"]["processes"] and all(p["runbook_env"] == [] for p in r01["launch"]["processes"])
+    assert any("transformers" in " ".join(p["cmdline"]) for p in r01["launch"]["processes"])
+    assert r01["self_divergent"] == [] and any("tag, not a digest" in f for f in r01["image_findings"])
+    r04 = json.loads((d / "04_compare_production.json").read_text())["data"]
+    for side in ("source", "target"):  # vLLM bench serve's figures for both sides
+        m = r04["token_metrics"][side]
+        assert 0 < m["ttft p50 (s)"] <= m["ttft p95 (s)"] and 0 < m["itl p50 (s)"] and 0 < m["tpot p95 (s)"]
+        assert m["output tokens/s"] > 0 and m["good share"] == 1.0
+    assert all(x["on_time"] and x["offered_per_s"] > 0 and x["achieved_per_s"] > 0 for x in r04["load_generator"])
+    itl = pd.read_csv(d / "04" / "inter_token_latency.csv")
+    assert set(itl["side"]) == {"source", "target"} and (itl["itl_s"] > 0).all()
+    drills = {x["drill"]: x["verdict"] for x in r["drills"]}
+    assert drills == {"preferred_offer_removed": "PASS", "spend_limit": "PASS"}
+    assert r["resources"]["remaining"] == [] and r["resources"]["created"]
+    assert {r["status"] for r in verify_run(d)} == {"intact"}
+    assert [x for x in recompute_run(d) if not x.same] == []  # every gate derives again from the raw samples
+
+
+def test_a_target_serving_another_model_is_no_go_on_parity_naming_the_first_difference(tmp_path: Path) -> None:
+    res = _run(_service_params(tmp_path, "demo-service-reseeded.yaml"))
+    d = res.run_dir
+    r = receipt(d)
+    assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
+    [parity] = [g for g in r["gates"] if g["name"] == "service_parity"]
+    assert parity["verdict"] == "FAIL" and parity["observed"] < 1.0
+    assert "first differing input 0 at chunk" in parity["detail"]
+    assert phase_statuses(d)["04"] == "skipped"
+    assert r["resources"]["remaining"] == []
