@@ -14,7 +14,7 @@ SERVE_STAMP := .venv-serve/.installed
 CHAT_MODELS := .runbook/models
 
 .PHONY: demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
-	browser bench soak clean lab strip-filter
+	browser bench bench-streaming soak clean lab strip-filter
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -122,6 +122,10 @@ lab: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_phases.py params/demo.yaml
+
+# The streaming measurement path against a bare httpx streaming loop on the same server (target: within 5 %).
+bench-streaming: $(STAMP) demo-service-models
+	$(PY) benchmarks/streaming.py
 
 soak: $(STAMP)
 	$(PY) benchmarks/soak.py --runs 20

@@ -907,6 +907,20 @@ class Migration(_Model):
         return self
 
     @model_validator(mode="after")
+    def _service_sides(self) -> "Migration":
+        if self.workload.kind != "service":
+            return self
+        remote = [f"{side}.provider {p.provider!r}" for side, p in (("source", self.source), ("target", self.target))
+                  if p.remote]
+        if remote:
+            raise ValueError(f"workload.kind 'service' runs on the local provider in this version; {', '.join(remote)} "
+                             "would need service pods (the image's command, its published port, the provider's "
+                             "report of what runs) on that provider's API, which are not built yet. Rehearse the "
+                             "service on local profiles, or migrate it as kind: inference with an image that "
+                             "contains this package")
+        return self
+
+    @model_validator(mode="after")
     def _mode_fits_the_data(self) -> "Migration":
         mode, kind = self.cutover.mode, self.workload.kind
         if kind in ("training", "checkpoint") and mode not in (None, "quiesce"):

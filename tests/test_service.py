@@ -242,3 +242,10 @@ def test_a_readiness_that_never_comes_names_the_last_answer(tmp_path: Path, monk
     msg = str(e.value)
     assert "readiness.timeout_s = 3 s" in msg and "the last answer" in msg
     assert "HTTP 404" in msg or "cannot be reached" in msg
+
+
+def test_a_service_on_a_provider_without_service_pods_is_refused_when_params_load() -> None:
+    bad = _mig()
+    bad["target"] = {"name": "b", "provider": "vast", "release": "r", "price_usd_per_hour": 1, "image": "i:1"}
+    with pytest.raises(ValueError, match=r"target.provider 'vast' would need service pods"):
+        Migration.model_validate(bad)
