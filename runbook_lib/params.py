@@ -514,18 +514,21 @@ class Service(_Model):
         port: the container port of its API (HTTP).
         readiness: when it is ready (:class:`ServiceReadiness`).
         protocol: how it is called and judged: ``openai-chat`` (POST /v1/chat/completions,
-            streamed or not) or ``http-json`` (any JSON over HTTP: :class:`HttpJsonRequest`,
-            compared by ``checks``).
+            streamed or not), ``runpod-handler`` (a Runpod Serverless worker under the official
+            ``runpod`` SDK: its job API, ``/runsync`` then ``/status/{id}``; each sample is the
+            job's ``input``, its output compared by ``checks``) or ``http-json`` (any JSON over
+            HTTP: :class:`HttpJsonRequest`, compared by ``checks``).
         samples: the sample inputs, a JSON Lines file (relative to the project): ``openai-chat``
-            each line ``{"messages": [...]}`` or ``{"prompt": "..."}``; ``http-json`` any JSON value.
+            each line ``{"messages": [...]}`` or ``{"prompt": "..."}``; ``runpod-handler`` and
+            ``http-json`` any JSON value.
         model: the ``model`` field of each chat request (empty: left out; a server pinned to one
             model answers with it).
         max_tokens: output tokens per chat answer.
         stream: ``openai-chat`` requests are streamed (server-sent events), so TTFT and
             inter-token latency are measured.
         seed: the ``seed`` of each chat request; ``temperature`` is always 0.
-        request: ``http-json``'s call. checks: ``http-json``'s compared values (none: the whole
-            answer, exactly).
+        request: ``http-json``'s call. checks: the compared values of an ``http-json`` answer or a
+            ``runpod-handler`` job's output (none: the whole of it, exactly).
         registry_credential: the name of the profile secret that logs in to a private registry
             (Runpod's container registry auth, Vast.ai's image login); empty for a public image.
         private_image: the image needs ``registry_credential`` (phase 02 stops without it).
@@ -541,7 +544,7 @@ class Service(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     port: int = Field(default=8000, ge=1, le=65535)
     readiness: ServiceReadiness = ServiceReadiness()
-    protocol: Literal["openai-chat", "http-json"]
+    protocol: Literal["openai-chat", "runpod-handler", "http-json"]
     samples: str = Field(min_length=1)
     model: str = Field(default="", max_length=512)
     max_tokens: int = Field(default=16, ge=1, le=4096)

@@ -9,20 +9,26 @@ and say how to build them (CI must never skip them)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nbformat
 import pandas as pd
 import pytest
 
 from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
+from runbook_lib.params import Service
+from runbook_lib.providers.local.lifecycle import free_port
 from runbook_lib.recompute import recompute_run
 from runbook_lib.runner import RunResult, run_migration
+from runbook_lib.service import compare, protocols
 from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
-from .runs import phase_statuses, receipt, write_params
+from .runs import phase_statuses, receipt, run_phases, write_params
 
 pytestmark = pytest.mark.e2e
 
@@ -101,3 +107,50 @@ def test_a_target_serving_another_model_is_no_go_on_parity_naming_the_first_diff
     assert "first differing input 0 at chunk" in parity["detail"]
     assert phase_statuses(d)["04"] == "skipped"
     assert r["resources"]["remaining"] == []
+
+
+def test_a_private_image_without_a_registry_credential_stops_in_phase_02_naming_it(tmp_path: Path) -> None:
+    params = _service_params(tmp_path, "demo-service.yaml")
+    text = params.read_text().replace("    image: ghcr.io/example/chat-server:1.4",
+                                      "    image: ghcr.io/example/chat-server:1.4\n    private_image: true")
+    params.write_text(text)
+    d = run_phases(params, ["01", "02"])
+    data = json.loads((d / "02_map_target.json").read_text())["data"]
+    [row] = [r for r in data["dependency_map"] if r["dependency"] == "registry credential"]
+    assert row["status"] == "no equivalent" and "workload.service.registry_credential" in row["reason"]
+    [gate] = [g for g in data["gates"] if g["name"] == "dependency_map"]
+    assert gate["verdict"] == "FAIL" and "registry credential" in gate["detail"] and data["stop_migration"]
+
+
+RUNPOD_PY = ROOT / ".venv-runpod" / "bin" / "python"
+
+
+def test_a_runpod_handler_served_by_the_official_sdk_is_called_over_its_job_api(tmp_path: Path) -> None:
+    assert RUNPOD_PY.exists(), f"{RUNPOD_PY} is missing: run `make e2e-setup` (it builds .venv-runpod)"
+    port = free_port()
+    proc = subprocess.Popen([str(RUNPOD_PY), str(ROOT / "examples" / "runpod_handler.py"), "--rp_serve_api",
+                             "--rp_api_host", "127.0.0.1", "--rp_api_port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        svc = Service(image="acme/handler:1", protocol="runpod-handler", samples="-", readiness={"path": "/"},
+                      checks=({"path": "words"}, {"path": "reversed"}))
+        with protocols.client_for(svc, url) as c:
+            assert c.health()["workers"]["idle"] == 1
+            got = c.check_protocol({"text": "move the pod safely"})
+            other = c.runsync({"text": "move the pod"})
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # the handler's answer, worked by hand: 4 words, 19 characters, the words reversed
+    assert got["status"] == "COMPLETED" and got["job_id"].startswith("test-")
+    assert got["output"] == {"words": 4, "chars": 19, "reversed": ["safely", "pod", "the", "move"]}
+    assert compare.compare(svc, got["output"], dict(got["output"])).match
+    assert not compare.compare(svc, got["output"], other["output"]).match

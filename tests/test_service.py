@@ -249,3 +249,18 @@ def test_a_service_on_a_provider_without_service_pods_is_refused_when_params_loa
     bad["target"] = {"name": "b", "provider": "vast", "release": "r", "price_usd_per_hour": 1, "image": "i:1"}
     with pytest.raises(ValueError, match=r"target.provider 'vast' would need service pods"):
         Migration.model_validate(bad)
+
+
+def test_parity_short_of_its_minimum_fails_unless_the_source_disagreed_with_itself() -> None:
+    from runbook_lib.phases.service import parity_gate
+    from runbook_lib.records import ServiceAnswerRow
+
+    svc = _svc(parity={"min_exact_match": 0.75})
+    rows = [ServiceAnswerRow(sample=i, status="COMPLETED", match=i != 2, first_diff_token=None if i != 2 else 3,
+                             first_diff_char=None if i != 2 else 9, detail="" if i != 2 else "differs") for i in range(4)]
+    assert parity_gate(svc, rows, ()).verdict == "PASS"  # 3 of 4 = 0.75 meets 0.75
+    rows[0] = rows[2].model_copy(update={"sample": 0})
+    got = parity_gate(svc, rows, ())
+    assert (got.verdict, got.observed) == ("FAIL", 0.5) and "first differing input 0 at chunk 3 (character 9)" in got.detail
+    noisy = parity_gate(svc, rows, (ServiceAnswerRow(sample=1, match=False, detail="source differs from itself"),))
+    assert noisy.verdict == "INCONCLUSIVE" and "not deterministic at temperature 0" in noisy.detail

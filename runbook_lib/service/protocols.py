@@ -29,7 +29,7 @@ import httpx
 from runbook_lib.errors import ProviderError
 from runbook_lib.params import Service
 
-PROTOCOL_PATHS = {"openai-chat": "/v1/chat/completions"}
+PROTOCOL_PATHS = {"openai-chat": "/v1/chat/completions", "runpod-handler": "/runsync"}
 """The path each protocol calls (``http-json``: its declared ``request.path``)."""
 
 STREAM_CUT = "STREAM_CUT"
@@ -131,7 +131,8 @@ class ServiceClient:
             raise ProtocolMismatch(
                 f"the service at {self.url} answers 404 on {self.path}, the path of protocol {self.protocol!r}: it "
                 f"speaks another protocol or serves another path. Protocols: openai-chat (POST "
-                f"{PROTOCOL_PATHS['openai-chat']}), http-json (workload.service.request.method and path); set "
+                f"{PROTOCOL_PATHS['openai-chat']}), runpod-handler (POST /runsync, the runpod SDK's job API), "
+                f"http-json (workload.service.request.method and path); set "
                 f"workload.service.protocol to the one it speaks. Its answer: {got.get('error')}")
         return got
 
@@ -249,7 +250,42 @@ class HttpJson(ServiceClient):
                     "error": f"answer from {self.path} is not JSON: {resp.text[:200]!r}"}
 
 
+class RunpodHandler(ServiceClient):
+    """``runpod-handler``: a Runpod Serverless worker as the official ``runpod`` SDK runs it, over
+    its job API: ``POST /runsync`` with ``{"input": <sample>}``; a job still ``IN_QUEUE`` or
+    ``IN_PROGRESS`` when ``/runsync`` returns is polled at ``/status/{id}`` until it ends (never
+    submitted again). ``output`` is the job's output; queue and execution seconds come from the
+    job's own ``delayTime`` and ``executionTime`` (milliseconds, docs/reference/providers.md 2.4)
+    where the API reports them (Runpod's does; the SDK's local ``--rp_serve_api`` does not: NaN).
+    A job ``FAILED``, ``CANCELLED`` or ``TIMED_OUT`` is a failed request with the job's error."""
+
+    protocol = "runpod-handler"
+    POLL_S = 0.05
+
+    def _call(self, payload: Any, t0: float) -> dict[str, Any]:
+        resp = self.http.post("/runsync", json={"input": payload})
+        if resp.status_code >= 300:
+            return self._failed(resp)
+        job = resp.json()
+        while job.get("status") in ("IN_QUEUE", "IN_PROGRESS") and job.get("id"):
+            time.sleep(self.POLL_S)
+            st = self.http.get(f"/status/{job['id']}")
+            if st.status_code == 405:  # the SDK's local API answers status to POST only
+                st = self.http.post(f"/status/{job['id']}")
+            if st.status_code >= 300:
+                return self._failed(st)
+            job = st.json()
+        timing = {k: float(job[src]) / 1000.0 for k, src in (("queue_s", "delayTime"), ("execution_s", "executionTime"))
+                  if job.get(src) is not None}
+        if job.get("status") != "COMPLETED":
+            return {"status": str(job.get("status") or "FAILED"), "output": None, **timing,
+                    "error": f"job {job.get('id')}: {str(job.get('error'))[:300]}"}
+        return {"status": "COMPLETED", "output": job.get("output"), "job_id": job.get("id"),
+                "queue_s": timing.get("queue_s", math.nan), "execution_s": timing.get("execution_s", time.perf_counter() - t0)}
+
+
 def client_for(service: Service, url: str, *, timeout_s: float = 60.0) -> ServiceClient:
     """The client of ``service.protocol`` on ``url``."""
-    cls: type[ServiceClient] = OpenAIChat if service.protocol == "openai-chat" else HttpJson
+    cls: type[ServiceClient] = {"openai-chat": OpenAIChat, "runpod-handler": RunpodHandler}.get(service.protocol,
+                                                                                                HttpJson)
     return cls(service, url, timeout_s=timeout_s)
