@@ -35,6 +35,8 @@ class _Chat(BaseHTTPRequestHandler):
     ``finish_reason`` chunk with ``usage`` and ``[DONE]``; the prompt ``cut`` ends the stream
     after two chunks with neither."""
 
+    disable_nagle_algorithm = True  # each chunk leaves when it is written (TCP_NODELAY), as a streaming server's do
+
     def log_message(self, *a: Any) -> None:
         pass
 
@@ -102,8 +104,10 @@ def test_a_streamed_answer_is_timed_as_vllm_bench_serve_defines_ttft_itl_and_tpo
     assert got["status"] == "COMPLETED"
     assert got["output"]["text"] == "Hello world!" and got["output"]["chunks"] == CHUNKS
     assert m["output_tokens"] == len(CHUNKS)  # the server's usage.completion_tokens
-    assert FIRST_S <= m["ttft_s"] < FIRST_S + 0.05  # the server waited FIRST_S before the first chunk
-    assert len(m["itl_s"]) == len(CHUNKS) - 1 and all(GAP_S * 0.9 <= x < GAP_S + 0.05 for x in m["itl_s"])
+    # the server waited FIRST_S before the first chunk and GAP_S between chunks: nothing can arrive
+    # sooner; the upper bounds only allow for a loaded 2-core machine's scheduling
+    assert FIRST_S <= m["ttft_s"] < FIRST_S + 0.25
+    assert len(m["itl_s"]) == len(CHUNKS) - 1 and all(GAP_S * 0.9 <= x < GAP_S + 0.25 for x in m["itl_s"])
     assert m["tpot_s"] == pytest.approx((got["execution_s"] - m["ttft_s"]) / (len(CHUNKS) - 1))
 
 
