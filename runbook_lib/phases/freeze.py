@@ -436,7 +436,9 @@ class FreezeResult(PhaseResult):
                        "nothing was launched. Fix each blocker below on the source and run again."),
                     *input_parts(src.input), *inspection_parts(src.preflight)]
         elif src.service is not None:
-            out += [table(inventory_rows(self.host, self.host)), *service.service_freeze_parts(src.service)]
+            host = [{"item": r["item"], "this host (the runbook's, not the service's)": r["this host"]}
+                    for r in inventory_rows(self.host, self.host)]
+            out += [table(host), *service.service_freeze_parts(src.service)]
         elif self.dry_run:
             pod = src.source_pod.model_dump() if src.source_pod else {}
             out += [md("**Dry-run**: the freeze pod is planned above and recorded; nothing was launched."),
