@@ -104,7 +104,9 @@ def _cmd_phase(args: argparse.Namespace) -> int:
 
 def _cmd_approve(args: argparse.Namespace) -> int:
     from runbook_lib.approvals import write_approval_file
+    from runbook_lib.resolve import MAX_BY, checked_text
 
+    checked_text(args.by, what="--by", max_len=MAX_BY)
     run_dir = Path(args.run_dir)
     out = args.output
     if not out:
@@ -227,7 +229,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from runbook_lib.records import load_manifest, load_receipt
-    from runbook_lib.resolve import standing
+    from runbook_lib.resolve import printable, standing
 
     rows = []
     for d in sorted(Path(args.reports).glob("*/")):
@@ -236,10 +238,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
         src, tgt = (receipt.source.release, receipt.target.release) if receipt else ("", "")
         complete = (d / COMPLETION_MARKER).exists()
         manifest = load_manifest(d)
-        note = f"  [{st.note}]" if st.note else ""
+        note = f"  [{printable(st.note)}]" if st.note else ""  # an older run's free text is shown, never obeyed
         kind = "REHEARSAL: " if manifest and manifest.rehearsal else ""  # never mistaken for a real migration
-        rows.append(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} "
-                    f"{kind}{src} -> {tgt}{note}")
+        rows.append(printable(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} "
+                              f"{kind}{src} -> {tgt}") + note)
     if rows:
         print(f"{'run id':<55} {'decision':<8} {'state':<10} source -> target")
     print("\n".join(rows) if rows else f"no runs under {args.reports}/")
@@ -248,7 +250,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
     from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD
-    from runbook_lib.resolve import resolve_run, standing
+    from runbook_lib.resolve import printable, resolve_run, standing
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -256,12 +258,13 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     if args.decision is None:
         st = standing(run_dir)
         if st.decision == "HOLD" and st.resolution is None:
-            print(f"{run_dir.name}: HOLD; {st.note}. Decide with --decision GO|NO-GO --by NAME [--reason TEXT].")
+            print(f"{run_dir.name}: HOLD; {printable(st.note)}. Decide with --decision GO|NO-GO --by NAME "
+                  "[--reason TEXT].")
             return EXIT_HOLD
     elif not args.by:
         raise UsageError("--by NAME is required with --decision: a resolution names the person who decided")
     res = resolve_run(run_dir, decision=args.decision, by=args.by, reason=args.reason or "")
-    print(f"{run_dir.name}: HOLD resolved to {res['decision']} by {res['by']} at {res['resolved_at']} "
+    print(f"{run_dir.name}: HOLD resolved to {res['decision']} by {printable(res['by'])} at {res['resolved_at']} "
           f"(deadline {res['hold_deadline']}); {res['rollback']}")
     print(f"recorded in {run_dir / 'resolution.json'} (sha256 of the manifest it resolves: {res['resolves']['sha256']})")
     return EXIT_BY_DECISION[res["decision"]]

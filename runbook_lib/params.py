@@ -445,6 +445,13 @@ class Storage(StoreAccess):
     url: str = Field(default="file://.runbook/store", pattern=r"^(file|s3)://.+")
     create_bucket: bool = False
 
+    @field_validator("url")
+    @classmethod
+    def _s3_names_a_bucket(cls, v: str) -> str:
+        if v.startswith("s3://") and not v[5:].split("/", 1)[0]:
+            raise ValueError(f"{v!r} names no bucket; use s3://<bucket>[/<prefix>]")
+        return v
+
 
 class ServiceReadiness(_Model):
     """When a service counts as ready: ``GET path`` answers ``status`` within ``timeout_s``
@@ -669,6 +676,11 @@ class Workload(_Model):
         return self
 
 
+MAX_WINDOW_S = 30 * 86_400.0
+"""Longest rollback window or hold deadline, seconds (30 days): a window is a promise someone
+keeps the source for, and a value beyond any calendar would overflow the clock it is added to."""
+
+
 class Measure(_Model):
     """Phase 04 protocol. ``arrival_rate_per_s`` is the open-loop (Poisson) request rate;
     rounds alternate source, target, target, source (RMIT interleaving). When a side has fewer
@@ -700,15 +712,15 @@ class Measure(_Model):
     """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
-    warmup_requests: int = Field(default=5, ge=0)
+    warmup_requests: int = Field(default=5, ge=0, le=10_000)
     rounds: int = Field(default=4, ge=4, le=100)  # S, T, T, S: at least two per side, an A/A source pair
-    arrival_rate_per_s: float = Field(default=20.0, gt=0)
-    throughput_requests: int = Field(default=64, ge=1)
-    request_timeout_s: float = Field(default=30.0, gt=0)
+    arrival_rate_per_s: float = Field(default=20.0, gt=0, le=100_000)
+    throughput_requests: int = Field(default=64, ge=1, le=1_000_000)
+    request_timeout_s: float = Field(default=30.0, gt=0, le=86_400)
     job_ttl_s: float | None = Field(default=None, ge=10, le=7 * 86_400)
-    client_timeout_s: float = Field(default=300.0, gt=0)
+    client_timeout_s: float = Field(default=300.0, gt=0, le=7 * 86_400)
     cold_starts: int = Field(default=5, ge=0, le=100)  # scale-from-zero starts per queue side; 0: none
-    traffic_per_s: float | None = Field(default=None, gt=0)  # declared traffic; None: arrival_rate_per_s
+    traffic_per_s: float | None = Field(default=None, gt=0, le=10_000_000)  # declared traffic; None: arrival_rate_per_s
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
     error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
     error_retry_interval_s: float = Field(default=10.0, ge=0, le=3600)  # seconds between attempts (Argo: 10 s)
@@ -745,11 +757,11 @@ class Gates(_Model):
     error_rate_max: float = Field(default=0.0, ge=0, le=1)
     required_saving: float = Field(default=0.0, ge=-1, lt=1)
     loss_band_rel: float = Field(default=0.01, gt=0)
-    min_latency_samples: int = Field(default=20, ge=1)
-    spend_limit_usd: float | None = Field(default=None, gt=0)
+    min_latency_samples: int = Field(default=20, ge=1, le=10_000_000)
+    spend_limit_usd: float | None = Field(default=None, gt=0, le=1_000_000)
     # Seconds a HOLD waits for a person (`runbook resolve`) before it resolves to NO-GO:
     # docs/reference/gates.md 5.2, a Flagger progressDeadlineSeconds analogue, 60 min proposed there.
-    hold_deadline_s: float = Field(default=3600.0, gt=0)
+    hold_deadline_s: float = Field(default=3600.0, gt=0, le=MAX_WINDOW_S)
     # kind: service: seconds from killing the canary to its answering again (phase 03); the
     # migration design's "acceptance thresholds for ... recovery" (seed 001). None: scored.
     recovery_s_max: float | None = Field(default=None, gt=0, le=86_400)
@@ -812,8 +824,8 @@ class Cutover(_Model):
     """
 
     steps_percent: tuple[int, ...] = (10, 50, 100)
-    requests_per_step: int = Field(default=20, ge=1)
-    rollback_window_s: float = Field(default=3600.0, gt=0)
+    requests_per_step: int = Field(default=20, ge=1, le=1_000_000)
+    rollback_window_s: float = Field(default=3600.0, gt=0, le=MAX_WINDOW_S)
     rollback_owner: str = Field(default="", max_length=200)
     on_rollback: Literal["keep", "copy_back", "discard"] = "keep"
     mode: Literal["quiesce", "drain", "dual_run"] | None = None
@@ -851,9 +863,9 @@ class Run(_Model):
             "ten-minute acceptance job" (docs/reference/portability.md). Scored unless set.
     """
 
-    cell_timeout_s: int = Field(default=600, ge=1)
+    cell_timeout_s: int = Field(default=600, ge=1, le=7 * 86_400)
     teardown_source: bool = True
-    acceptance_budget_s: float = Field(default=600.0, gt=0)
+    acceptance_budget_s: float = Field(default=600.0, gt=0, le=7 * 86_400)
 
 
 class Rehearsal(_Model):

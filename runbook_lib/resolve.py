@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -28,6 +29,37 @@ RESOLUTION_FILE = RESOLUTION
 DECISIONS = ("GO", "NO-GO")
 DEADLINE_BY = "hold deadline (no person decided in time)"
 _M = TypeVar("_M", Receipt, Manifest)
+
+
+MAX_BY = 200
+"""Most characters a ``--by`` name may have."""
+MAX_REASON = 2000
+"""Most characters a ``--reason`` may have."""
+
+
+def checked_text(value: str, *, what: str, max_len: int) -> str:
+    """``value`` as a name or reason may be recorded and printed: no control or format character
+    (a newline forges a line in ``runbook list``, an ANSI escape rewrites the terminal, a bidi
+    override reorders what is shown) and at most ``max_len`` characters.
+
+    Raises:
+        UsageError: the first offending character (escaped) and its position, or the length
+            and the limit; nothing is written.
+    """
+    for i, ch in enumerate(value):
+        if unicodedata.category(ch) in ("Cc", "Cf"):
+            raise UsageError(f"{what} holds a control character {ch!r} at position {i}: it would be printed raw to "
+                             "terminals (runbook list, resolve); give plain text")
+    if len(value) > max_len:
+        raise UsageError(f"{what} is {len(value)} characters, more than {max_len}; shorten it")
+    return value
+
+
+def printable(text: str) -> str:
+    """``text`` with every control or format character escaped (``\\x1b``), for a terminal:
+    what an older run recorded is shown, never obeyed."""
+    return "".join(ch.encode("unicode_escape").decode() if unicodedata.category(ch) in ("Cc", "Cf") else ch
+                   for ch in text)
 
 
 def hold_deadline(decided_at: str, deadline_s: float) -> str:
@@ -128,11 +160,13 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
 
     Raises:
         UsageError: the run is not a sealed HOLD run, is already resolved, the decision or its
-            author is missing or invalid, GO comes after the deadline, or no decision was given
+            author is missing or invalid (a control character in ``by`` or ``reason``, or either
+            too long: :func:`checked_text`), GO comes after the deadline, or no decision was given
             before the deadline.
         EvidenceError: the run's evidence does not verify.
     """
     run_dir = Path(run_dir)
+    checked_text(reason, what="--reason", max_len=MAX_REASON)
     now = now or _dt.datetime.now(_dt.timezone.utc)
     receipt = _held_receipt(run_dir)
     deadline = _deadline(run_dir, receipt)
@@ -203,6 +237,7 @@ def _who_decides(run_dir: Path, receipt: Receipt, decision: str | None, by: str 
         raise UsageError(f"decision must be one of {list(DECISIONS)}, got {decision!r}")
     if not by or not by.strip():
         raise UsageError("--by NAME is required with --decision: a resolution names the person who decided")
+    checked_text(by, what="--by", max_len=MAX_BY)
     if decision == "GO" and expired:
         raise UsageError(f"GO is refused: the hold deadline passed at {iso(deadline)} (now {iso(now)}), so "
                          f"{run_dir.name} resolves to NO-GO; run `runbook resolve {run_dir}` to record that, and "

@@ -193,3 +193,23 @@ def test_params_that_would_change_meaning_or_blow_up_are_refused_before_anything
     assert cli_main(["run", str(path)]) == EXIT_USAGE
     assert said in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # nothing was written
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    ({"gates": {"hold_deadline_s": 1.0e308}}, "gates.hold_deadline_s"),  # phase 06 overflowed the clock
+    ({"cutover": {"rollback_window_s": 1.0e308}}, "cutover.rollback_window_s"),
+    ({"measure": {"warmup_requests": 10**9}}, "measure.warmup_requests"),
+    ({"measure": {"arrival_rate_per_s": 1.0e300}}, "measure.arrival_rate_per_s"),
+    ({"storage": {"url": "s3:///prefix"}}, "storage.url"),  # passed validation, failed in phase 01
+])
+def test_huge_values_and_a_bucketless_store_are_refused_naming_the_field_and_its_limit(
+        make_params, capsys: pytest.CaptureFixture[str], over: dict, field: str) -> None:
+    from runbook_lib.cli import main as cli_main
+
+    path = make_params(**over)
+    with pytest.raises(ParamsError) as e:
+        load_params(path)
+    assert field in str(e.value) and ("less than or equal to" in str(e.value) or "names no bucket" in str(e.value))
+    assert cli_main(["run", str(path)]) == EXIT_USAGE
+    assert field in capsys.readouterr().err
+    assert not (path.parent.parent / "reports").exists()  # nothing was run

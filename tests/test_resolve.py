@@ -13,7 +13,7 @@ from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, EvidenceError, UsageError
 from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.params import Gates, load_params
-from runbook_lib.resolve import hold_deadline, iso, resolve_run, standing
+from runbook_lib.resolve import hold_deadline, iso, printable, resolve_run, standing
 from runbook_lib.seal import seal_run
 from runbook_lib.verify import verify_run
 
@@ -145,3 +145,26 @@ def test_cli_resolve_and_list(tmp_path: Path, capsys) -> None:
     assert cli_main(["list", "--reports", str(held.parent)]) == 0
     out = capsys.readouterr().out
     assert "HOLD resolved by alice" in out
+
+
+def test_free_text_that_would_rewrite_a_terminal_is_refused_and_old_text_is_shown_escaped(tmp_path: Path,
+                                                                                          capsys) -> None:
+    future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    held = _sealed(tmp_path, deadline=future)
+    forged = "alice\n20260301T000000Z-other   GO"
+    for args in (["--by", forged], ["--by", "bob\x1b[2J"], ["--by", "x" * 201], ["--by", "bob", "--reason", "\x1b[31m"]):
+        assert cli_main(["resolve", str(held), "--decision", "GO", *args]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert ("control character" in err or "more than 200" in err), err
+        assert not (held / "resolution.json").exists()  # nothing was written
+    assert cli_main(["approve", str(held), "--by", "eve\x1b[2J", "-o", str(tmp_path / "a.json")]) == EXIT_USAGE
+    assert "control character '\\x1b' at position 3" in capsys.readouterr().err
+    # text a run recorded (a release name is free text in params) is printed escaped by `list`
+    shown = _sealed(tmp_path / "shown")
+    receipt = json.loads((shown / "receipt.json").read_text())
+    receipt["source"]["release"] = "v1\x1b[2J"
+    write_json_atomic(shown / "receipt.json", receipt)
+    assert cli_main(["list", "--reports", str(shown.parent)]) == 0
+    out = capsys.readouterr().out
+    assert "v1\\x1b[2J -> v1 B" in out and "\x1b" not in out
+    assert printable("a\x1b[2Jb\nc\u202e") == "a\\x1b[2Jb\\nc\\u202e"
