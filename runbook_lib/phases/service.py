@@ -229,10 +229,12 @@ def recovery_gate(ctx: PhaseContext, recovery_s: float | None, rate: float | Non
     when set, else scored. FAIL when the replacement never answered as the golden."""
     limit = ctx.mig.gates.recovery_s_max
     need = pods.service_of(ctx.mig).parity.min_exact_match
-    if recovery_s is None or rate is None or rate < need:
+    if recovery_s is None or rate is None:
+        verdict, detail = "FAIL", "the replacement did not come back answering"
+    elif rate < need:
         verdict = "FAIL"
-        detail = "the replacement did not come back answering as the golden" + (
-            f" (exact-match rate {rate:.3f} < {need:g})" if rate is not None else "")
+        detail = (f"the replacement answered again {recovery_s:.2f} s after the kill, but not as the golden "
+                  f"(exact-match rate {rate:.3f} < {need:g})")
     else:
         verdict = "PASS" if limit is None or recovery_s <= limit else "FAIL"
         detail = f"killed to answering again in {recovery_s:.2f} s" + (f" (limit {limit:g} s)" if limit else

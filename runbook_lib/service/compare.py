@@ -45,8 +45,7 @@ def compare_chat(golden: dict[str, Any], seen: dict[str, Any]) -> Comparison:
         return Comparison(True)
     char = first_difference(list(gt), list(st))
     tok = first_difference(list(golden.get("chunks") or [gt]), list(seen.get("chunks") or [st]))
-    return Comparison(False, f"differs from chunk {tok} (character {char}): golden {gt[:40]!r}, seen {st[:40]!r}",
-                      tok, char)
+    return Comparison(False, f"golden {gt[:40]!r}, seen {st[:40]!r}", tok, char)
 
 
 def at_path(value: Any, path: str) -> Any:
