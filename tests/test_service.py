@@ -18,10 +18,10 @@ from typing import Any, Iterator
 import pytest
 
 from runbook_lib.errors import ParamsError
-from runbook_lib.params import JsonCheck, Migration, Service, load_params
+from runbook_lib.params import JsonCheck, Migration, SecretRef, Service, load_params
 from runbook_lib.phases import service_pods
 from runbook_lib.providers.base import PodSpec
-from runbook_lib.providers.local import LocalProvider
+from runbook_lib.providers.local import LocalProvider, procs
 from runbook_lib.service import compare, protocols, samples
 
 FIRST_S = 0.08  # the test server's delay before the first chunk, seconds
@@ -227,7 +227,13 @@ def test_a_local_service_pod_publishes_its_port_and_carries_no_runbook_variable(
         assert [p["runbook_env"] for p in seen["processes"]] == [[]]  # not RUNBOOK_LEAK_CHECK, not RUNBOOK_DEVICE
         assert any("http.server" in a for a in seen["processes"][0]["cmdline"])
     finally:
-        prov.lifecycle.destroy(pod.id)
+        _gone(prov, pod.id)
+
+
+def _gone(prov: LocalProvider, pod_id: str) -> None:
+    """Destroy the pod and reap its leader here, so no ``Popen`` of it outlives the test."""
+    prov.lifecycle.destroy(pod_id)
+    procs.reap(prov.state.read(pod_id)["pid"])
 
 
 def test_a_readiness_that_never_comes_names_the_last_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -242,7 +248,7 @@ def test_a_readiness_that_never_comes_names_the_last_answer(tmp_path: Path, monk
         with pytest.raises(service_pods.NotReady) as e:
             service_pods.wait_ready(res, "target", pod, started=time.perf_counter())  # type: ignore[arg-type]
     finally:
-        prov.lifecycle.destroy(pod.id)
+        _gone(prov, pod.id)
     msg = str(e.value)
     assert "readiness.timeout_s = 3 s" in msg and "the last answer" in msg
     assert "HTTP 404" in msg or "cannot be reached" in msg
@@ -268,3 +274,37 @@ def test_parity_short_of_its_minimum_fails_unless_the_source_disagreed_with_itse
     assert (got.verdict, got.observed) == ("FAIL", 0.5) and "first differing input 0 at chunk 3 (character 9)" in got.detail
     noisy = parity_gate(svc, rows, (ServiceAnswerRow(sample=1, match=False, detail="source differs from itself"),))
     assert noisy.verdict == "INCONCLUSIVE" and "not deterministic at temperature 0" in noisy.detail
+
+
+def test_phase_02_maps_a_service_s_registry_login_and_its_answers_against_the_target_s_proxy() -> None:
+    import dataclasses
+
+    from runbook_lib.phases.mapping import service_rows
+
+    base = load_params(Path(__file__).resolve().parent.parent / "params" / "demo-service.yaml")
+    caps = LocalProvider(root="/nonexistent-never-written").capabilities()
+
+    def rows(service: dict[str, Any] | None = None, secrets: tuple[dict[str, Any], ...] = (), max_request_s: float = 5,
+             proxy_s: float | None = None) -> dict[str, Any]:
+        svc = base.workload.service
+        assert svc is not None
+        wl = base.workload.model_copy(update={
+            "service": svc.model_copy(update=service or {}),
+            "requirements": base.workload.requirements.model_copy(update={"max_request_s": max_request_s})})
+        tgt = base.target.model_copy(update={"secrets": tuple(SecretRef.model_validate(x) for x in secrets)})
+        ctx = SimpleNamespace(mig=base.model_copy(update={"workload": wl, "target": tgt}))
+        got = service_rows(ctx, dataclasses.replace(caps, max_request_s=proxy_s))  # type: ignore[arg-type]
+        return {r.dependency.split(" ")[0]: r for r in got}
+
+    assert rows()["registry"].status == "equivalent" and rows()["protocol"].status == "equivalent"
+    blocked = rows({"private_image": True})["registry"]
+    assert blocked.status == "no equivalent" and "workload.service.registry_credential" in blocked.reason
+    undeclared = rows({"private_image": True, "registry_credential": "REGISTRY_LOGIN"})["registry"]
+    assert undeclared.status == "no equivalent" and "not declared in target.secrets" in undeclared.reason
+    declared = rows({"private_image": True, "registry_credential": "REGISTRY_LOGIN"},
+                    secrets=({"name": "REGISTRY_LOGIN", "ref": "env:REGISTRY_LOGIN"},))["registry"]
+    assert declared.status == "equivalent"
+    # Runpod's proxy ends a request after 100 s: answers allowed 300 s cannot all get through it
+    proxy = rows(max_request_s=300, proxy_s=100)["protocol"]
+    assert proxy.status == "no equivalent" and "after 100 s" in str(proxy.target)
+    assert rows(max_request_s=60, proxy_s=100)["protocol"].status == "equivalent"

@@ -120,7 +120,7 @@ def dependency_map(ctx: PhaseContext, offers: Offers | None = None) -> list[Depe
     rec = ctx.records.need_freeze()
     caps = ctx.resources.provider("target").capabilities()
     best = offers.best if offers is not None and ctx.mig.target.provider in REMOTE else None
-    compute = _service_rows(ctx, caps) if ctx.mig.workload.kind == "service" else _compute_rows(ctx, rec, caps, best)
+    compute = service_rows(ctx, caps) if ctx.mig.workload.kind == "service" else _compute_rows(ctx, rec, caps, best)
     return [*_offer_rows(ctx, offers), *compute, *_semantics_rows(ctx, rec, caps),
             *_port_rows(ctx, rec.requirements, caps), *_capacity_rows(ctx, rec, best), *_access_rows(ctx, caps, best)]
 
@@ -198,7 +198,7 @@ def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
     return rows
 
 
-def _service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
+def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
     """A service's image, protocol and registry login on the target: the same image and command
     run on both sides; a streamed or long answer must fit the target's HTTP proxy limit (Runpod's
     proxy ends a request after 100 s, docs/reference/providers.md); a private image needs its
