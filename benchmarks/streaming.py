@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,17 +28,12 @@ import numpy as np
 
 from runbook_lib.measure import Request, poisson_schedule, run_open_loop
 from runbook_lib.params import Service
+from runbook_lib.providers.local.lifecycle import free_port
 from runbook_lib.service.protocols import OpenAIChat
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / ".venv-serve" / "bin" / "transformers"
 MODEL = ROOT / ".runbook" / "models" / "chat-seed0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bare(c: httpx.Client, body: dict) -> tuple[float, float]:

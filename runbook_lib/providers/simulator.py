@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import shlex
-import socket
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -35,15 +34,10 @@ from runbook_lib.providers.base import PodSpec, plan_stop
 from runbook_lib.providers.fixtures import FixtureApi
 from runbook_lib.providers.local import LocalProvider
 from runbook_lib.providers.local.endpoint import LISTEN_BACKLOG
+from runbook_lib.providers.local.lifecycle import free_port  # the simulators' ports, as the local provider's
 
 HOST = "127.0.0.1"  # every simulated machine's address
 
-
-def free_port() -> int:
-    """A TCP port free on :data:`HOST` now (the OS's pick; a later bind may race, as anywhere)."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 __all__ = ["HOST", "SIMULATOR_HEADER", "MachineBacked", "Machines", "SimServer", "free_port", "simulate"]
 
