@@ -293,7 +293,9 @@ class RemoteProfile(ProfileBase):
     """A provider that rents real machines running a container image.
 
     Attributes:
-        image: container image remote pods run (it must contain this package).
+        image: container image remote pods run (it must contain this package); for ``kind:
+            service`` leave it out (or give ``workload.service.image`` again): the service's own
+            image runs.
         api_key_ref: reference of the provider API key (``env:VAR`` / ``file:/path``); empty
             uses the provider's standard places (Runpod: ``env:RUNPOD_API_KEY``,
             ``~/.runpod/config.toml``; Vast.ai: ``env:VAST_API_KEY``,
@@ -311,7 +313,8 @@ class RemoteProfile(ProfileBase):
             rehearsal's simulators answer at once and are polled every second).
     """
 
-    image: str = Field(min_length=1, description="a tag or digest of an image that contains this package")
+    image: str = Field(default="", max_length=512, pattern=r"^[^\s]*$",
+                       description="a tag or digest of an image that contains this package")
     api_key_ref: str = Field(default="", pattern=r"^(|env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
     dry_run: bool = True
     pod_id: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,64}$")
@@ -879,12 +882,16 @@ class Rehearsal(_Model):
         overrides: each change as ``dotted.field = value``.
         faults: the scripted faults the simulators served (a fault drill's ``--faults`` file,
             per provider); empty for a plain rehearsal.
+        stand_ins: ``kind: service``: per image, the local command the simulators' machines
+            ran for it (``workload.service.stand_in``, ``{project}`` filled), so the evidence
+            says no registry image ran.
     """
 
     of: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     overrides: tuple[str, ...] = ()
     faults: dict[str, Any] = Field(default_factory=dict)
+    stand_ins: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
 
 DIGEST_FIELDS = frozenset({"rehearsal.sha256"})
@@ -922,17 +929,18 @@ class Migration(_Model):
         return self
 
     @model_validator(mode="after")
-    def _service_sides(self) -> "Migration":
-        if self.workload.kind != "service":
-            return self
-        remote = [f"{side}.provider {p.provider!r}" for side, p in (("source", self.source), ("target", self.target))
-                  if p.remote]
-        if remote:
-            raise ValueError(f"workload.kind 'service' runs on the local provider in this version; {', '.join(remote)} "
-                             "would need service pods (the image's command, its published port, the provider's "
-                             "report of what runs) on that provider's API, which are not built yet. Rehearse the "
-                             "service on local profiles, or migrate it as kind: inference with an image that "
-                             "contains this package")
+    def _images(self) -> "Migration":
+        svc = self.workload.service
+        for side, prof in (("source", self.source), ("target", self.target)):
+            if not isinstance(prof, RemoteProfile):
+                continue
+            if svc is None and not prof.image:
+                raise ValueError(f"{side}.image is missing: a {prof.provider} pod runs a container image, and for "
+                                 f"kind {self.workload.kind!r} it must contain this package; name its tag or digest")
+            if svc is not None and prof.image and prof.image != svc.image:
+                raise ValueError(f"{side}.image {prof.image!r} differs from workload.service.image {svc.image!r}: a "
+                                 "service runs its own image unchanged on both sides; remove "
+                                 f"{side}.image or make it the same")
         return self
 
     @model_validator(mode="after")

@@ -25,8 +25,9 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
+from runbook_lib.errors import ParamsError
 from runbook_lib.layout import STATE_DIR, project_root
-from runbook_lib.params import dump_yaml, load_params, validate
+from runbook_lib.params import Migration, dump_yaml, load_params, validate
 from runbook_lib.providers.simulator import SimServer, free_port, sim_module, simulate, simulated
 from runbook_lib.runner import RunResult, run_migration
 
@@ -40,13 +41,18 @@ SHORTER: dict[str, dict[str, Any]] = {
                   "gates.throughput_ratio_min": 0.3, "gates.cold_start_ratio_max": 4.0, "gates.required_saving": 0.0,
                   "gates.min_latency_samples": 40, "cutover.steps_percent": [10, 50, 100],
                   "cutover.requests_per_step": 20, "cutover.rollback_window_s": 3600},
+    "service": {"measure.requests_per_round": 48, "measure.warmup_requests": 24, "measure.throughput_requests": 16,
+                "measure.rounds": 4, "measure.arrival_rate_per_s": 5, "gates.latency_p95_ratio_max": 3.0,
+                "gates.throughput_ratio_min": 0.5, "gates.required_saving": 0.0, "gates.min_latency_samples": 40,
+                "workload.service.parity.min_exact_match": 1.0, "cutover.steps_percent": [10, 50, 100],
+                "cutover.requests_per_step": 20, "cutover.rollback_window_s": 3600},
     "training": {"workload.train_steps": 60, "measure.rounds": 4, "gates.latency_p95_ratio_max": 4.0,
                  "gates.throughput_ratio_min": 0.3, "gates.cold_start_ratio_max": 4.0, "gates.required_saving": 0.0,
                  "gates.min_latency_samples": 40, "cutover.rollback_window_s": 3600},
 }
 """Per workload kind: the measurement and margin overrides a rehearsal on a shared 2-core machine
-uses (the embedded demos' values, params/demo.yaml and params/demo-train.yaml, with the latency and
-cold-start margins of a machine running both sides' workers and the simulators at once), listed in
+uses (the embedded demos' values, params/demo.yaml, params/demo-train.yaml and
+params/demo-service.yaml, with the latency and cold-start margins of a machine running both sides' workers and the simulators at once), listed in
 the evidence like any other."""
 
 
@@ -129,6 +135,47 @@ def overrides_for(data: dict[str, Any], reh: Rehearsal) -> dict[str, Any]:
     return out
 
 
+def service_stand_ins(mig: Migration, project: Path, reh: Rehearsal) -> dict[str, list[str]]:
+    """A service's stand-in given to every simulator for its image (``{project}`` filled; the
+    simulated machine fills ``{port}`` and its environment's ``{NAME}``), as the copy's
+    ``rehearsal.stand_ins`` records it; empty for other workloads and for a service whose sides
+    are all local (the local provider runs the stand-in itself).
+
+    Raises:
+        ParamsError: a side runs on a simulated provider and the service declares no stand-in
+            (nothing here can run the image).
+    """
+    svc = mig.workload.service
+    simulated_sides = [side for side, prof in (("source", mig.source), ("target", mig.target))
+                       if prof.provider in reh.sims]
+    if svc is None or not simulated_sides:
+        return {}
+    if svc.stand_in is None:
+        raise ParamsError(f"{', '.join(simulated_sides)} run image {svc.image!r} on a simulated provider, which has no "
+                          "container runtime: declare workload.service.stand_in.command, a local command serving the "
+                          "same API, to rehearse it")
+    argv = [a.replace("{project}", str(project)) for a in svc.stand_in.command]
+    for sim in reh.sims.values():
+        sim.api.stand_ins[svc.image] = tuple(argv)  # type: ignore[attr-defined]
+    return {svc.image: argv}
+
+
+def registry_placeholders(mig: Migration, reh: Rehearsal) -> list[str]:
+    """A private image's registry login, where its reference is an unset ``env:`` variable, gets a
+    placeholder for the rehearsal (the simulators pull nothing; the adapters still send it in the
+    create request); each is listed, like an override, and restored by :meth:`Rehearsal.close`."""
+    svc = mig.workload.service
+    out = []
+    for side, prof in (("source", mig.source), ("target", mig.target)):
+        ref = next((s.ref for s in prof.secrets if svc is not None and s.name == svc.registry_credential), "")
+        var = ref[len("env:"):] if ref.startswith("env:") else ""
+        if var and prof.provider in reh.sims and not os.environ.get(var):
+            reh._saved.setdefault(var, os.environ.get(var))
+            os.environ[var] = f"sim-registry-{secrets.token_hex(8)}"
+            out.append(f"{side} registry login {var} = a simulator placeholder (nothing is pulled)")
+    return out
+
+
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, name = dotted.split(".")
     node = data
@@ -154,6 +201,10 @@ def write_copy(params_path: Path, reh: Rehearsal) -> Path:
     rel = params_path.resolve().relative_to(project) if params_path.resolve().is_relative_to(project) else params_path
     copy_data["rehearsal"] = {"of": str(rel), "sha256": hashlib.sha256(params_path.read_bytes()).hexdigest(),
                               "overrides": [f"{k} = {v}" for k, v in over.items()]}
+    stand_ins = service_stand_ins(load_params(params_path), project, reh)
+    if stand_ins:
+        copy_data["rehearsal"]["stand_ins"] = stand_ins
+        copy_data["rehearsal"]["overrides"] += registry_placeholders(load_params(params_path), reh)
     if reh.faults:
         copy_data["rehearsal"]["faults"] = reh.faults
     validate(copy_data, origin=f"rehearsal copy of {params_path}")

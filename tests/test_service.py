@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
+import yaml
 
 from runbook_lib.errors import ParamsError
 from runbook_lib.params import JsonCheck, Migration, SecretRef, Service, load_params
@@ -23,6 +24,8 @@ from runbook_lib.phases import service_pods
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.local import LocalProvider, procs
 from runbook_lib.service import compare, protocols, samples
+
+from .conftest import ROOT
 
 FIRST_S = 0.08  # the test server's delay before the first chunk, seconds
 GAP_S = 0.03  # its delay between chunks
@@ -254,11 +257,19 @@ def test_a_readiness_that_never_comes_names_the_last_answer(tmp_path: Path, monk
     assert "HTTP 404" in msg or "cannot be reached" in msg
 
 
-def test_a_service_on_a_provider_without_service_pods_is_refused_when_params_load() -> None:
+def test_a_remote_service_side_runs_the_services_own_image_and_nothing_else() -> None:
+    ok = _mig()
+    ok["target"] = {"name": "b", "provider": "vast", "release": "r", "price_usd_per_hour": 1}  # no image: the service's
+    assert Migration.model_validate(ok).target.provider == "vast"
     bad = _mig()
-    bad["target"] = {"name": "b", "provider": "vast", "release": "r", "price_usd_per_hour": 1, "image": "i:1"}
-    with pytest.raises(ValueError, match=r"target.provider 'vast' would need service pods"):
+    bad["target"] = {**ok["target"], "image": "ghcr.io/example/runbook-agent:1"}
+    with pytest.raises(ValueError, match=r"target.image 'ghcr.io/example/runbook-agent:1' differs from "
+                                         r"workload.service.image"):
         Migration.model_validate(bad)
+    other = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    del other["target"]["image"]
+    with pytest.raises(ValueError, match=r"target.image is missing"):
+        Migration.model_validate(other)
 
 
 def test_parity_short_of_its_minimum_fails_unless_the_source_disagreed_with_itself() -> None:

@@ -523,7 +523,7 @@ def run(ctx: PhaseContext) -> FreezeResult:
     from concurrent.futures import ThreadPoolExecutor
 
     if ctx.mig.workload.kind == "service":  # judged from outside: nothing of the runbook runs in the source
-        src = service.freeze_service(ctx)
+        src = service.freeze_service(ctx).model_copy(update={"source_pod": describe_source(ctx)})
         host = host_inventory(ctx)
         return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=tuple(secrets_table(ctx)),
                             credential_findings=tuple(credential_findings(ctx, None)), dry_run=src.dry_run)

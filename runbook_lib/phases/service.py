@@ -173,13 +173,28 @@ def launch_gate(launch: ServiceLaunch, phase: str) -> g.GateResult:
 
 
 def runbook_free_gate(launch: ServiceLaunch, phase: str) -> g.GateResult:
-    """PASS when no runbook code ran inside the service (no ``RUNBOOK_*`` variable, no
-    ``runbook_lib`` process); INCONCLUSIVE where the provider reports no processes."""
-    ok = None if not launch.processes_reported else not launch.runbook_inside
-    detail = ("the provider reports no processes: only the launched image, command and environment names are "
-              "checked" if ok is None else
-              f"{len(launch.processes)} process(es) in pod {launch.pod}: no RUNBOOK_* variable, no runbook_lib "
-              "command line" if ok else "runbook code inside the service: " + "; ".join(launch.runbook_inside))
+    """PASS when no runbook code ran inside the service: no ``RUNBOOK_*`` variable and no
+    ``runbook_lib`` process where the provider reports processes (the local provider); where it
+    reports none (Runpod, Vast.ai), PASS rests on its report of the launch: the declared image and
+    command with the declared environment names, none of them ``RUNBOOK_*`` (the runbook never
+    runs anything else in a service pod), and the detail says so. FAIL on any runbook variable or
+    process seen; INCONCLUSIVE when neither processes nor a launch as declared can be shown."""
+    if launch.runbook_inside:
+        return g.boolean_gate("no_runbook_inside", False, phase=phase,
+                              detail="runbook code inside the service: " + "; ".join(launch.runbook_inside))
+    if launch.processes_reported:
+        ok: bool | None = True
+        detail = (f"{len(launch.processes)} process(es) in pod {launch.pod}: no RUNBOOK_* variable, no runbook_lib "
+                  "command line")
+    elif launch.as_declared:
+        ok = True
+        detail = (f"pod {launch.pod}: the provider reports the declared image and command and environment names "
+                  f"{list(launch.env_names)}, none RUNBOOK_*; it reports no processes, and the runbook starts "
+                  "nothing else in a service pod")
+    else:
+        ok = None
+        detail = ("the provider reports no processes and the launch differs from the params, so nothing shows "
+                  "what runs inside")
     return g.boolean_gate("no_runbook_inside", ok, phase=phase, detail=detail)
 
 

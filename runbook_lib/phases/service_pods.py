@@ -4,13 +4,15 @@ back from the provider's own report.
 On the embedded local provider a pod has no container runtime, so the image is stood in for by
 ``workload.service.stand_in.command``, run in the pod's own disk and environment and recorded as
 a stand-in (its ``{project}`` and ``{NAME}`` placeholders are filled here, ``{port}`` by the
-provider at launch).
+provider at launch). On Runpod and Vast.ai the image runs with its own command on a rented pod or
+instance, reached on its published HTTP port (Runpod's proxy, a Vast.ai port mapping); in a
+rehearsal the simulators run the same stand-in for the image (``rehearsal.stand_ins``).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from runbook_lib.errors import ProviderError, ProviderTimeout
@@ -18,7 +20,7 @@ from runbook_lib.layout import project_root
 from runbook_lib.params import Migration, RemoteProfile, Service
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
-from runbook_lib.providers.base import Plan, Pod, PodSpec
+from runbook_lib.providers.base import Plan, Pod, PodSpec, http_port, http_url
 from runbook_lib.records import ServiceLaunch
 from runbook_lib.service.protocols import ServiceClient, client_for
 
@@ -46,7 +48,8 @@ def service_env(mig: Migration, side: str) -> dict[str, str]:
 
 def command_for(mig: Migration, side: str, params_path: Any) -> tuple[tuple[str, ...], bool]:
     """The argv ``side``'s pod runs and whether it is a stand-in: the image's own command on a
-    remote provider; on the local provider the stand-in with ``{project}`` and ``{NAME}`` filled
+    remote provider (a stand-in runs for it when a rehearsal's simulators declare one); on the
+    local provider the stand-in with ``{project}`` and ``{NAME}`` filled
     (``{port}`` is left for the provider).
 
     Raises:
@@ -56,7 +59,7 @@ def command_for(mig: Migration, side: str, params_path: Any) -> tuple[tuple[str,
     svc = service_of(mig)
     prof = mig.source if side == "source" else mig.target
     if isinstance(prof, RemoteProfile):
-        return svc.command, False
+        return svc.command, mig.rehearsal is not None and svc.image in mig.rehearsal.stand_ins
     if svc.stand_in is None:
         raise ProviderError(f"{side} runs on the local provider, which has no container runtime to run image "
                             f"{svc.image!r}: declare workload.service.stand_in.command, a local command that serves "
@@ -81,20 +84,51 @@ class _Keep(dict[str, str]):
         raise KeyError(f"no service variable {key!r}")
 
 
-def plan_service(res: Resources, side: str, role: str) -> Plan:
+def plan_service(res: Resources, side: str, role: str, *, offers: tuple[str, ...] | None = None) -> Plan:
     """The launch plan of ``side``'s service pod in role ``role`` (pure: shown and approved by
     fingerprint): the image, its command (or stand-in), its environment values and secrets by
-    reference, its API port, the profile's price."""
+    reference, its API port as the provider publishes HTTP ports, the profile's price. On a
+    remote provider also the ranked offers it may try (``offers``, else
+    :meth:`~runbook_lib.phases.offerbook.OfferBook.ids`), their price and bid, the container disk,
+    and the registry login of a private image (``workload.service.registry_credential``, sent in
+    the create request, not in the environment)."""
     mig = res.mig
     svc = service_of(mig)
     prof = res.profile(side)
+    prov = res.provider(side)
     command, _ = command_for(mig, side, res.params_path)
+    refs = pod_secret_refs(mig, side)
     spec = PodSpec(name=f"{mig.migration}-{role}", command=command, device=prof.device,
                    price_usd_per_hour=prof.price_usd_per_hour, labels=res.labels(side, role),
-                   env=tuple(sorted(service_env(mig, side).items())), secret_refs=pod_secret_refs(mig, side),
-                   volume_gb=mig.workload.requirements.disk_gb, image=svc.image, ports=(f"{svc.port}/http",),
-                   service=True)
-    return res.provider(side).plan_launch(spec, dry_run=res.dry_run(side))
+                   env=tuple(sorted(service_env(mig, side).items())),
+                   secret_refs=tuple(r for r in refs if r[0] != svc.registry_credential),
+                   volume_gb=mig.workload.requirements.disk_gb, image=svc.image, ports=(http_port(prov, svc.port),),
+                   service=True, registry_ref=next((r for r in refs if r[0] == svc.registry_credential), None))
+    if isinstance(prof, RemoteProfile):
+        ids = res.offers.ids(side) if offers is None else offers
+        if side == "source" and not ids:
+            ids = source_offer_ids(res, prof)
+        bid = res.offers.bid(side, ids)
+        price = res.offers.price(side) or prof.price_usd_per_hour
+        spec = replace(spec, offers=ids, disk_gb=prof.offer.disk_gb, interruptible_bid_usd_per_hour=bid,
+                       price_usd_per_hour=res.offers.bid_price(bid, price))
+    return prov.plan_launch(spec, dry_run=res.dry_run(side))
+
+
+def source_offer_ids(res: Resources, prof: RemoteProfile) -> tuple[str, ...]:
+    """The offers a remote source's service pod may rent (read-only): the GPU type of the pod
+    that runs today (``source.pod_id``, as the provider describes it), else the first
+    ``source.offer.max_tries`` offers matching ``source.offer``, in the provider's order.
+
+    Raises:
+        NotFound: ``source.pod_id`` does not exist. ProviderError: the search failed.
+    """
+    prov = res.provider("source")
+    if prof.pod_id:
+        gpu = str(prov.describe(prof.pod_id).get("gpu_name") or "")
+        if gpu:
+            return (gpu,)
+    return tuple(o.offer_id for o in prov.search_offers(prof.offer, ports=1))[: prof.offer.max_tries]
 
 
 @dataclass(frozen=True)
@@ -112,19 +146,6 @@ class NotReady(ProviderTimeout):
     """A service pod never answered its readiness check in time (its last answer is named)."""
 
 
-def url_of(pod: Pod, service: Service) -> str:
-    """The base URL that reaches the pod's API port, as the provider published it.
-
-    Raises:
-        ProviderError: the provider published no address for that port.
-    """
-    addr = (pod.host.get("ports") or {}).get(f"{service.port}/http")
-    if not addr:
-        raise ProviderError(f"pod {pod.id} has no published address for port {service.port}/http (ports: "
-                            f"{pod.host.get('ports')})", resource_id=pod.id)
-    return addr if "://" in addr else f"http://{addr}"
-
-
 def wait_ready(res: Resources, side: str, pod: Pod, *, started: float,
                clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> Ready:
     """Poll ``GET readiness.path`` until it answers ``readiness.status``, at most
@@ -137,7 +158,7 @@ def wait_ready(res: Resources, side: str, pod: Pod, *, started: float,
     svc = service_of(res.mig)
     r = svc.readiness
     prov = res.provider(side)
-    url = url_of(pod, svc)
+    url = http_url(prov, pod, svc.port)
     last = "no answer yet"
     checks = 0
     with client_for(svc, url, timeout_s=max(1.0, r.interval_s * 4)) as c:
@@ -196,21 +217,26 @@ def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:
     svc = service_of(mig)
     seen = res.provider(side).describe(ready.pod.id)
     want_cmd, stand_in = command_for(mig, side, res.params_path)
-    want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)})
+    want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)} -
+                      {svc.registry_credential})
     cmd = tuple(seen.get("command") or ())
-    port = next(iter((seen.get("ports") or {}).values()), "")
+    key = http_port(res.provider(side), svc.port)
+    port = (seen.get("ports") or {}).get(key, "")
     mismatches = []
     if seen.get("image") != svc.image:
         mismatches.append(f"image {seen.get('image')!r} != params {svc.image!r}")
-    expected_cmd = tuple(a.replace("{port}", port.rsplit(":", 1)[-1]) for a in want_cmd)
+    expected_cmd = tuple(a.replace("{port}", port.rsplit(":", 1)[-1]) for a in want_cmd) if not \
+        isinstance(res.profile(side), RemoteProfile) else want_cmd
     if cmd != expected_cmd:
         mismatches.append(f"command {list(cmd)} != params {list(expected_cmd)}")
     if sorted(seen.get("env_names") or ()) != want_env:
         mismatches.append(f"environment names {sorted(seen.get('env_names') or ())} != params {want_env}")
-    if f"{svc.port}/http" not in (seen.get("ports") or {}):
-        mismatches.append(f"port {svc.port}/http not published ({seen.get('ports')})")
+    if key not in (seen.get("ports") or {}):
+        mismatches.append(f"port {key} not published ({seen.get('ports')})")
+    env_inside = [n for n in seen.get("env_names") or () if n.startswith("RUNBOOK_")]
     procs_seen = tuple(seen.get("processes") or ())
-    inside = [f"pid {p['pid']}: {', '.join(p['runbook_env'])}" for p in procs_seen if p.get("runbook_env")]
+    inside = [f"environment: {', '.join(env_inside)}"] if env_inside else []
+    inside += [f"pid {p['pid']}: {', '.join(p['runbook_env'])}" for p in procs_seen if p.get("runbook_env")]
     inside += [f"pid {p['pid']}: runs {' '.join(p['cmdline'])[:120]}" for p in procs_seen
                if any("runbook_lib" in a for a in p.get("cmdline") or ())]
     return ServiceLaunch(pod=ready.pod.id, image=str(seen.get("image") or ""), digest=seen.get("digest"),

@@ -56,6 +56,11 @@ class PodSpec:
             launched (image, command, environment names, ports). On the local provider
             ``command`` is the service's stand-in, and ``{port}`` in it becomes the host port
             that publishes ``ports[0]``.
+        registry_ref: ``(NAME, ref)`` of the registry login a private ``image`` is pulled with,
+            resolved at launch and sent in the create request's own registry field (Runpod
+            ``registry``, a container registry credential id; Vast.ai ``image_login``,
+            ``-u user -p password registry``: docs/reference/providers.md), never in the pod's
+            environment. None: a public image.
     """
 
     name: str
@@ -73,6 +78,7 @@ class PodSpec:
     interruptible_bid_usd_per_hour: float | None = None
     store_grant: GrantScope | None = None
     service: bool = False
+    registry_ref: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -412,6 +418,9 @@ class Provider(ABC):
     name: str = ""
     dry_run_default: bool = True
     """What a plan is when its caller does not say: a dry run (the local provider never dry-runs)."""
+    http_port_protocol: str = "http"
+    """How a container's HTTP port is named in :attr:`PodSpec.ports` and :attr:`Pod.host` ``ports``
+    (``8000/http``; Vast.ai maps TCP ports, ``8000/tcp``): :func:`http_port`."""
     lifecycle: Lifecycle
     """The primitives that create, change and destroy this provider's resources."""
     attempts: list[Attempt]
@@ -555,6 +564,30 @@ class Provider(ABC):
     @abstractmethod
     def list(self, *, labels: dict[str, str]) -> list[Pod | Endpoint]:
         """Every resource (any state) whose labels include ``labels``."""
+
+
+def http_port(provider: Provider, port: int) -> str:
+    """How ``provider`` publishes a container's HTTP ``port`` (``"8000/http"``, ``"8000/tcp"``)."""
+    return f"{port}/{provider.http_port_protocol}"
+
+
+def http_url(provider: Provider, pod: Pod, port: int) -> str:
+    """The base URL that reaches ``pod``'s HTTP ``port`` as the provider published it, no trailing
+    slash: the URL its report gives (``host["urls"]``: Runpod's proxy, which may carry a path),
+    else ``http://`` and the published address.
+
+    Raises:
+        ProviderError: the provider published no address for that port (yet).
+    """
+    key = http_port(provider, port)
+    url = (pod.host.get("urls") or {}).get(key)
+    if url:
+        return str(url).rstrip("/")
+    addr = (pod.host.get("ports") or {}).get(key)
+    if not addr:
+        raise ProviderError(f"{provider.name} pod {pod.id} has no published address for port {key} (ports: "
+                            f"{pod.host.get('ports')})", provider=provider.name, resource_id=pod.id)
+    return f"http://{addr}".rstrip("/")
 
 
 def _dry(provider: Provider, dry_run: bool | None) -> bool:

@@ -88,6 +88,18 @@ def launch_env(spec: PodSpec | EndpointSpec) -> dict[str, str]:
     return {**dict(spec.env), **_secret_refs.resolve_refs(spec.secret_refs)}
 
 
+def registry_login(spec: PodSpec) -> str | None:
+    """The registry login of ``spec.registry_ref`` resolved now (sent once in the create request,
+    never stored), or None for a public image.
+
+    Raises:
+        SecretError: the reference cannot be read (the message names it, never a value).
+    """
+    if spec.registry_ref is None:
+        return None
+    return _secret_refs.resolve_refs((spec.registry_ref,))[spec.registry_ref[0]]
+
+
 def hardware_problems(req: Any, host: dict[str, Any], spec: PodSpec) -> list[str]:
     """What differs between the machine we got (``host``, as :attr:`Pod.host` reports it) and
     what the profile's offer requirements ``req`` (an ``OfferSpec``; None: nothing asked) and

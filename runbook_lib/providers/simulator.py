@@ -39,7 +39,8 @@ from runbook_lib.providers.local.lifecycle import free_port  # the simulators' p
 HOST = "127.0.0.1"  # every simulated machine's address
 
 
-__all__ = ["HOST", "SIMULATOR_HEADER", "MachineBacked", "Machines", "SimServer", "free_port", "simulate"]
+__all__ = ["HOST", "SIMULATOR_HEADER", "MachineBacked", "Machines", "SimServer", "free_port", "simulate",
+           "stand_in_problems"]
 
 
 
@@ -135,6 +136,24 @@ class MachineBacked:
         self.machines = machines
         self.lies: dict[str, dict[str, Any]] = {}  # offer id -> facts the machine really has
         self.limits: dict[str, float] = dict(sim_module(provider).LIMITS)
+        self.stand_ins: dict[str, tuple[str, ...]] = {}  # image -> the local command that serves for it
+
+    def machine_command(self, image: str, command: str | list[str], env: dict[str, str],
+                        port: int | None) -> tuple[list[str] | str, bool]:
+        """What a machine created for ``image`` runs, and whether it is a stand-in: the command it
+        was given, or, when a stand-in is declared for ``image`` (:func:`stand_in_problems`), the
+        stand-in with ``{port}`` set to the local port that serves the published API port and
+        ``{NAME}`` to the machine's environment value of NAME. A stand-in naming a variable the
+        machine does not have runs as a command that exits with that error (the launch's
+        readiness then reports it), as an image that cannot start would."""
+        argv = self.stand_ins.get(image)
+        if argv is None:
+            return command, False
+        try:
+            return [a.format_map({**env, "port": str(port or "")}) for a in argv], True
+        except (KeyError, ValueError, IndexError) as exc:
+            why = f"stand-in for {image}: placeholder {exc} is not in the machine's environment ({sorted(env)})"
+            return [sys.executable, "-c", f"import sys; sys.exit({why!r})"], True
 
 
 class SimServer:
@@ -151,6 +170,7 @@ class SimServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # a streamed chunk leaves at once, not after the peer's delayed ACK
 
             def log_message(self, *args: Any) -> None:  # the API keeps its own request log
                 pass
@@ -169,12 +189,23 @@ class SimServer:
                             response = api.handle(request)
                 except Exception as exc:  # noqa: BLE001 - a simulator bug answers 500, like a real server
                     response = httpx.Response(500, json={"error": "simulator", "msg": f"{type(exc).__name__}: {exc}"})
-                payload = response.content
+                streamed = response.headers.get("content-type", "").startswith("text/event-stream")
                 self.send_response(response.status_code)
                 for k, v in response.headers.items():
                     if k.lower() not in ("content-length", "transfer-encoding", "connection"):
                         self.send_header(k, v)
                 self.send_header(SIMULATOR_HEADER, name)
+                if streamed:  # server-sent events pass through chunk by chunk, as a real proxy streams them
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for chunk in response.iter_raw():
+                        if not chunk:  # an empty chunk would end the body
+                            continue
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                payload = response.content
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -194,6 +225,9 @@ class SimServer:
         """Stop serving and destroy every machine the simulator started."""
         self.server.shutdown()
         self.server.server_close()
+        pool = getattr(self.api, "_proxy_http", None)
+        if pool is not None:
+            pool.close()
         machines = getattr(self.api, "machines", None)
         if isinstance(machines, Machines):
             machines.close()
@@ -243,6 +277,19 @@ def sim_module(provider: str) -> SimModule:
     return cast(SimModule, importlib.import_module(f"{PROVIDERS[provider]}.sim"))
 
 
+def stand_in_problems(stand_ins: Any) -> list[str]:
+    """What is wrong with a simulator's stand-ins (``{image: [argv...]}``), each as a sentence;
+    empty when they are valid. A stand-in is the local command a simulated machine runs when it is
+    created for that image (there is no container runtime here), as the local provider runs
+    ``workload.service.stand_in``; ``{port}`` and ``{NAME}`` are filled per machine."""
+    if not isinstance(stand_ins, dict):
+        return [f"stand-ins must be an object of image: [command, args...], got {stand_ins!r}"]
+    return [f"stand-in for {image!r} must be a non-empty list of strings, got {argv!r}"
+            for image, argv in stand_ins.items()
+            if not isinstance(image, str) or not isinstance(argv, (list, tuple)) or not argv
+            or not all(isinstance(a, str) for a in argv)]
+
+
 def fault_problems(provider: str, faults: Any) -> list[str]:
     """What is wrong with one simulator's faults (``{"script", "lies", "limits"}``), each as a
     sentence; empty when they are valid. A misspelled operation or answer would run the drill
@@ -283,7 +330,8 @@ def fault_problems(provider: str, faults: Any) -> list[str]:
 
 def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127.0.0.1", port: int = 0,
              script: dict[str, list[str]] | None = None, lies: dict[str, dict[str, Any]] | None = None,
-             limits: dict[str, float] | None = None) -> SimServer:
+             limits: dict[str, float] | None = None,
+             stand_ins: dict[str, list[str] | tuple[str, ...]] | None = None) -> SimServer:
     """Start the simulator of remote provider ``provider`` and return its server.
 
     Args:
@@ -295,15 +343,23 @@ def simulate(provider: str, *, state_dir: str | Path, key: str, host: str = "127
             fields such as ``{"cuda_max_good": 11.8}``): the machine is not what was advertised, and
             readiness must catch it.
         limits: overrides of the simulator's ``LIMITS``.
+        stand_ins: per image, the local command its machines run instead of the command they
+            were given (:meth:`MachineBacked.machine_command`); more can be added to
+            ``server.api.stand_ins`` while it serves.
 
     Raises:
-        ValueError: ``provider`` has no simulator, or ``limits`` names a limit it does not have.
+        ValueError: ``provider`` has no simulator, ``limits`` names a limit it does not have, or
+            a stand-in is not a list of strings.
     """
     module: Any = sim_module(provider)
     api = module.SimApi(provider, machines=Machines(Path(state_dir) / provider), key=key, script=script)
     problems = fault_problems(provider, {"script": script or {}, "lies": lies or {}, "limits": limits or {}})
     if problems:
         raise ValueError(f"bad faults for the {provider} simulator: {'; '.join(problems)}")
+    problems = stand_in_problems(stand_ins or {})
+    if problems:
+        raise ValueError(f"bad stand-ins for the {provider} simulator: {'; '.join(problems)}")
+    api.stand_ins = {image: tuple(argv) for image, argv in (stand_ins or {}).items()}
     api.lies = dict(lies or {})
     api.limits = {**module.LIMITS, **{k: float(v) for k, v in (limits or {}).items()}}
     return SimServer(api, host=host, port=port)

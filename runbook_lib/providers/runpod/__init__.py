@@ -45,7 +45,14 @@ from runbook_lib.providers.base import (
     payload_capabilities,
 )
 from runbook_lib.providers.offers import Offer, canonical_gpu
-from runbook_lib.providers.remote import RemoteLifecycle, RemoteProvider, decode_labels, encode_labels, launch_env
+from runbook_lib.providers.remote import (
+    RemoteLifecycle,
+    RemoteProvider,
+    decode_labels,
+    encode_labels,
+    launch_env,
+    registry_login,
+)
 from runbook_lib.providers.runpod.wire import CAPACITY_WORDS, JOB_URL, REST_URL, RunpodWire, classify
 
 PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
@@ -54,6 +61,10 @@ REST_URL_ENV = "RUNBOOK_RUNPOD_API_URL"  # overrides REST_URL unless params set 
 JOB_URL_ENV = "RUNBOOK_RUNPOD_JOB_API_URL"  # overrides JOB_URL unless params set job_api_url
 PROXY_URL_ENV = "RUNBOOK_RUNPOD_PROXY_URL"  # overrides PROXY_URL unless params set proxy_url
 LABELS_ENV = "RUNBOOK_LABELS"
+NAME_LABELS_SEP = " | "
+"""A service pod (:attr:`PodSpec.service`) carries its labels in its name after this separator
+instead of in ``RUNBOOK_LABELS``: Runpod pods have no label field, and a team's service runs with
+none of the runbook's variables."""
 DISK_USD_PER_GB_MONTH = 0.10
 """Container and volume disk on a running pod, USD per GB-month (runpod.io/pricing; the API does
 not publish it) [unverified]."""
@@ -124,21 +135,25 @@ def _epoch(ts: str | None) -> float:
 
 def pod_from_api(p: dict[str, Any], proxy_url: str) -> Pod:
     """A pod as ``GET /v2/pods/{id}`` answers it; an HTTP port's address is its ``proxy_url``
-    address (``host:port``), a TCP port's the public IP and port."""
+    address (``host:port``; its whole URL in ``urls``), a TCP port's the public IP and port."""
     rt = p.get("runtime") or {}
     ports: dict[str, str] = {}
+    urls: dict[str, str] = {}
     for m in rt.get("ports") or []:
         if m.get("type") == "http":
-            ports[f"{m['private']}/http"] = _netloc(proxy_url.format(pod_id=str(p["id"]), port=int(m["private"])))
+            urls[f"{m['private']}/http"] = proxy_url.format(pod_id=str(p["id"]), port=int(m["private"]))
+            ports[f"{m['private']}/http"] = _netloc(urls[f"{m['private']}/http"])
         elif m.get("public") and m.get("ip"):
             ports[f"{m['private']}/tcp"] = f"{m['ip']}:{m['public']}"
     gpu = p.get("gpu") or {}
     host = {"gpu_name": gpu.get("id", ""), "gpu_count": gpu.get("count"), "cuda_max": p.get("cudaVersion") or "",
-            "disk_gb": p.get("disk"), "ports": ports, "data_center": p.get("dataCenterId"),
-            "image": p.get("image", ""), "env_names": sorted((p.get("env") or {}).keys())}
+            "disk_gb": p.get("disk"), "ports": ports, "urls": urls, "data_center": p.get("dataCenterId"),
+            "image": p.get("image", ""), "command": shlex.split(p.get("args") or ""),
+            "env_names": sorted((p.get("env") or {}).keys()), "registry": p.get("registry")}
     status = str(p.get("status", ""))
-    labels = decode_labels((p.get("env") or {}).get(LABELS_ENV))
-    return Pod(str(p["id"]), str(p.get("name", "")), STATE.get(status, "CREATED"), labels,  # type: ignore[arg-type]
+    name, _, in_name = str(p.get("name", "")).partition(NAME_LABELS_SEP)
+    labels = decode_labels((p.get("env") or {}).get(LABELS_ENV)) or decode_labels(in_name)
+    return Pod(str(p["id"]), name, STATE.get(status, "CREATED"), labels,  # type: ignore[arg-type]
                float(p.get("cost") or 0.0), _epoch(p.get("createdAt")), None, None, "", "",
                status_detail=status.lower(), host=host)
 
@@ -348,24 +363,32 @@ class RunpodLifecycle(RemoteLifecycle):
 
     def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
         """``POST /v2/pods`` for ``spec`` on GPU type ``offer_id`` (the profile's GPU count, cloud,
-        CUDA floor and data centers), its labels in ``RUNBOOK_LABELS``; with a bid, a spot pod
+        CUDA floor and data centers), its labels in ``RUNBOOK_LABELS`` (a service pod's in its name,
+:data:`NAME_LABELS_SEP`); with a bid, a spot pod
         (:meth:`_create_spot`). Returns the pod id.
 
         Raises:
             NoCapacity: no instance of that GPU type is free. ProviderError: a spot bid without
                 ``runpod_graphql_spot``.
         """
-        env = {**env, LABELS_ENV: encode_labels(dict(spec.labels))}
+        name = spec.name
+        if spec.service:
+            name = f"{spec.name}{NAME_LABELS_SEP}{encode_labels(dict(spec.labels))}"
+        else:
+            env = {**env, LABELS_ENV: encode_labels(dict(spec.labels))}
         req = self.provider.profile.offer if self.provider.profile is not None else None
         count = max(1, req.gpu_count_min) if req is not None else 1
         if spec.interruptible_bid_usd_per_hour is not None:
-            return self._create_spot(spec, offer_id, env, count)
+            return self._create_spot(replace(spec, name=name), offer_id, env, count)
         gpu: dict[str, Any] = {"id": offer_id, "count": count}
         if req is not None and req.cuda_min:
             gpu["minCudaVersion"] = req.cuda_min
-        body: dict[str, Any] = {"name": spec.name, "image": spec.image, "args": shlex.join(spec.command),
+        body: dict[str, Any] = {"name": name, "image": spec.image, "args": shlex.join(spec.command),
                                 "disk": int(round(spec.disk_gb)), "env": env, "ports": list(spec.ports),
                                 "cloud": req.cloud if req is not None else "SECURE", "gpu": gpu, "startSsh": False}
+        login = registry_login(spec)
+        if login is not None:  # a private image: the container registry credential id it is pulled with
+            body["registry"] = login
         if spec.volume_gb > 0:  # the volume disk at /workspace survives a stop; Runpod's minimum is 10 GB
             body["mounts"] = {"persistent": {"size": max(10, math.ceil(spec.volume_gb)), "path": "/workspace"}}
         if req is not None and req.regions:

@@ -59,7 +59,7 @@ class FakeApi(FixtureApi):
             pod = load("runpod", "pod_create_201.json", id=pid, name=body["name"], image=body["image"],
                        args=body.get("args", ""), gpu=body["gpu"]["id"])
             pod.update(env=body.get("env", {}), ports=body.get("ports", []), disk=body.get("disk", 20),
-                       gpu=body["gpu"])
+                       gpu=body["gpu"], registry=body.get("registry"))
             pod["cost"] = 0.69 * body["gpu"].get("count", 1)
             self.state[pid] = pod
             if answer == "created_then_502":  # the gateway failed after the pod was created

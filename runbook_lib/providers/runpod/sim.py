@@ -7,7 +7,10 @@ A stop ends the process and wipes the container disk (the volume survives, as on
 start runs the command again; a delete destroys it (``TERMINATED``). A pod's HTTP ports are
 served through the simulator's proxy, ``/proxy/{pod_id}-{port}/...`` (the adapter's
 ``proxy_url``): 502 until the process listens, 524 for an answer slower than the
-``proxy_timeout_s`` limit (Runpod's proxy: 100 s).
+``proxy_timeout_s`` limit (Runpod's proxy: 100 s); server-sent events pass through as they
+arrive. A pod created for an image with a stand-in
+(:meth:`~runbook_lib.providers.simulator.MachineBacked.machine_command`) runs the stand-in,
+told the local port its first HTTP port is served on.
 
 A created serverless (queue) endpoint runs the image's handler as the runbook's worker image
 does: the local front door with up to ``workers.max`` worker processes, ``workers.min`` kept
@@ -90,6 +93,19 @@ def runpod_job(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _relay(answer: Any) -> Any:
+    """A streamed answer's bytes as they arrive; a pause longer than the proxy's limit ends the
+    stream there (its status is already sent), as a proxy cuts a stalled stream."""
+    import httpx
+
+    try:
+        yield from answer.iter_raw()
+    except httpx.TimeoutException:
+        return
+    finally:
+        answer.close()
+
+
 class SimApi(MachineBacked, FakeApi):
     """Runpod's answers with real processes behind its pods and endpoints (arguments:
     :class:`MachineBacked`)."""
@@ -124,9 +140,12 @@ class SimApi(MachineBacked, FakeApi):
             # Each HTTP port is served behind the proxy (/proxy/{pod_id}-{port}/...); without a
             # container network the process binds the local port the proxy forwards to.
             pod["_portmap"] = {p.split("/")[0]: free_port() for p in pod.get("ports") or [] if p.endswith("/http")}
-            for port, local in pod["_portmap"].items():
-                env[BIND_ENV.format(port=port)] = f"{HOST}:{local}"
-            self.machines.start(pid, pod.get("args") or "", env)
+            first = next(iter(pod["_portmap"].values()), None)
+            command, stand_in = self.machine_command(str(pod.get("image", "")), pod.get("args") or "", env, first)
+            if not stand_in:  # the runbook's own worker binds where the proxy forwards; a stand-in is told {port}
+                for port, local in pod["_portmap"].items():
+                    env[BIND_ENV.format(port=port)] = f"{HOST}:{local}"
+            self.machines.start(pid, command, env)
         elif m == "POST" and parts == ["v2", "serverless"] and created:
             self._start_endpoint(created.pop(), crash=crash)
         return response
@@ -192,16 +211,37 @@ class SimApi(MachineBacked, FakeApi):
         local = (pod.get("_portmap") or {}).get(port)
         if not local or pod.get("status") == "TERMINATED" or self.machines.state(pid)[0] != "RUNNING":
             return page(502)
+        client = self._proxy_client()
+        query = f"?{request.url.query.decode()}" if request.url.query else ""
         try:
-            answer = httpx.request(request.method, f"http://{HOST}:{local}/{rest}", content=request.content,
-                                   headers={"content-type": request.headers.get("content-type", "application/json")},
-                                   timeout=self.limits["proxy_timeout_s"])
+            answer = client.send(client.build_request(
+                request.method, f"http://{HOST}:{local}/{rest}{query}", content=request.content,
+                headers={"content-type": request.headers.get("content-type", "application/json"),
+                         "accept": request.headers.get("accept", "*/*")}), stream=True)
         except httpx.TimeoutException:
             return page(524)
         except httpx.TransportError:
             return page(502)
-        return httpx.Response(answer.status_code, content=answer.content,
-                              headers={"content-type": answer.headers.get("content-type", "application/json")})
+        kind = answer.headers.get("content-type", "application/json")
+        if kind.startswith("text/event-stream"):
+            return httpx.Response(answer.status_code, content=_relay(answer), headers={"content-type": kind})
+        try:
+            body = answer.read()
+        except httpx.TimeoutException:
+            return page(524)
+        finally:
+            answer.close()
+        return httpx.Response(answer.status_code, content=body, headers={"content-type": kind})
+
+    def _proxy_client(self) -> Any:
+        """The proxy's one connection pool to the pods' ports (thread-safe; a client per request
+        would pay for a new TLS context each time, tens of ms that are not Runpod's)."""
+        import httpx
+
+        if getattr(self, "_proxy_http", None) is None:
+            self._proxy_http = httpx.Client(timeout=self.limits["proxy_timeout_s"],
+                                            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        return self._proxy_http
 
     def passthrough(self, request: Any) -> Any:
         """Job API requests (``/v2/{endpoint_id}/{op}[/{job_id}]``) go to the endpoint's front door,

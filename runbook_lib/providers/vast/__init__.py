@@ -34,7 +34,7 @@ from runbook_lib.providers.base import (
     payload_capabilities,
 )
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
-from runbook_lib.providers.remote import RemoteLifecycle, RemoteProvider, decode_labels, encode_labels
+from runbook_lib.providers.remote import RemoteLifecycle, RemoteProvider, decode_labels, encode_labels, registry_login
 from runbook_lib.providers.vast.wire import BASE_URL, VastWire
 
 BASE_URL_ENV = "RUNBOOK_VAST_API_URL"  # overrides BASE_URL unless params set api_url
@@ -131,6 +131,7 @@ def pod_from_api(i: dict[str, Any], rid: str = "") -> Pod:
             "disk_gb": i.get("disk_space"),
             "cuda_max": str(i["cuda_max_good"]) if i.get("cuda_max_good") is not None else "",
             "public_ip": ip, "ports": ports, "image": i.get("image_uuid", ""),
+            "command": [str(a) for a in i.get("image_args") or []],
             "env_names": sorted(k for k, _ in (i.get("extra_env") or []))}
     labels = decode_labels(i.get("label"))
     name = labels.pop(NAME_LABEL, "") or str(i.get("label") or "")
@@ -144,6 +145,7 @@ class VastProvider(RemoteProvider):
     :attr:`lifecycle` (:class:`VastLifecycle`)."""
 
     name = "vast"
+    http_port_protocol = "tcp"  # container ports are published as TCP mappings (-p N:N, read back as N/tcp)
     PROBE_PATH = "/api/v0/users/current/"
     TERMINAL_BAD = ("oci runtime", "error response from daemon", "unsatisfied condition")
     wire: VastWire  # every Vast.ai request (providers/vast/wire.py); create() builds it over the adapter's api
@@ -217,6 +219,9 @@ class VastLifecycle(RemoteLifecycle):
                                 "env": {**env, **{f"-p {p.split('/')[0]}:{p.split('/')[0]}": "1" for p in spec.ports}}}
         if spec.interruptible_bid_usd_per_hour is not None:
             body["price"] = spec.interruptible_bid_usd_per_hour
+        login = registry_login(spec)
+        if login is not None:  # a private image: "-u user -p password registry"
+            body["image_login"] = login
         out = self.provider.wire.rent(offer_id, body)
         if not out.get("success") or not out.get("new_contract"):
             contract = str(out.get("new_contract") or "")

@@ -44,7 +44,9 @@ class FakeApi(FixtureApi):
                                                 "dph_total", "storage_cost", "machine_id", "host_id")})
             inst.update(id=int(iid), label=body.get("label"), disk_space=body.get("disk"),
                         _serves=any(k.startswith("-p ") for k in (body.get("env") or {})),
-                        extra_env=[[k, v] for k, v in (body.get("env") or {}).items() if not k.startswith("-p ")])
+                        extra_env=[[k, v] for k, v in (body.get("env") or {}).items() if not k.startswith("-p ")],
+                        image_args=[str(a) for a in body.get("args") or []],
+                        _image_login=bool(body.get("image_login")))
             self.state[iid] = inst
             if answer == "created_then_502":  # the gateway failed after the instance was created
                 return httpx.Response(502, text="<html><body>502 Bad Gateway</body></html>")

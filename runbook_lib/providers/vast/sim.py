@@ -12,7 +12,9 @@ A stop ends the process and keeps the instance (and its disk, which still bills)
 the command again; a delete destroys it. Under the ``create: outbid`` fault the instance is
 outbid ``outbid_after_s`` (a simulator limit) after it starts running: its process is stopped
 and it reads ``stopped`` with Vast's outbid ``status_msg``. Machine facts come from the offer it
-was created on (``recorded/bundles_search_ondemand.json``). See :mod:`runbook_lib.providers.simulator`.
+was created on (``recorded/bundles_search_ondemand.json``). An instance created for an image
+with a stand-in (:meth:`~runbook_lib.providers.simulator.MachineBacked.machine_command`) runs the
+stand-in, told its first mapped port. See :mod:`runbook_lib.providers.simulator`.
 """
 
 from __future__ import annotations
@@ -86,12 +88,16 @@ class SimApi(MachineBacked, FakeApi):
                 self.state[iid]["_outbid_after_s"] = self.limits["outbid_after_s"]
             if crash:
                 env[POD_FAULT_ENV] = "worker_crash"
+            command, stand_in = self.machine_command(str((body or {}).get("image", "")),
+                                                     list((body or {}).get("args") or []), env,
+                                                     next(iter(portmap.values()), None))
             for key, external in portmap.items():
                 port = key.split("/")[0]
                 env[f"VAST_TCP_PORT_{port}"] = str(external)
-                env[BIND_ENV.format(port=port)] = f"{HOST}:{external}"
+                if not stand_in:  # the runbook's own worker binds it; a stand-in is told {port}
+                    env[BIND_ENV.format(port=port)] = f"{HOST}:{external}"
             if self.state[iid].get("actual_status") != "stopped":  # a failed bid leaves a stopped instance
-                self.machines.start(iid, list((body or {}).get("args") or []), env)
+                self.machines.start(iid, command, env)
         return response
 
     def poll_instance(self, iid: str, *, advance: bool = True) -> dict[str, Any]:
