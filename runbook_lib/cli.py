@@ -26,6 +26,10 @@ from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS
 from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
 
+REHEARSED = ("params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml", "params/runpod-to-vast-service.yaml")
+"""What ``runbook rehearse`` (and ``make rehearse``) runs by default: the inference endpoint, the
+training job and the team's own chat service, each from Runpod to Vast.ai."""
+
 
 def _use_fixtures(args: argparse.Namespace, params: str | Path | None = None) -> None:
     """``--provider-fixtures``: remote providers answer from recorded-shape fixtures (a test
@@ -395,8 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl.set_defaults(func=_cmd_cleanup)
     rh = sub.add_parser("rehearse", help="run migrations end to end against loopback Runpod and Vast.ai simulators "
                                          "and a loopback S3 (declared overrides, evidence marked as a rehearsal)")
-    rh.add_argument("params", nargs="*", default=["params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml"],
-                    help="migration YAMLs (default: params/runpod-to-vast.yaml and params/runpod-to-vast-train.yaml)")
+    rh.add_argument("params", nargs="*", default=list(REHEARSED),
+                    help=f"migration YAMLs (default: {', '.join(REHEARSED)})")
     rh.add_argument("--faults", help="JSON file of scripted faults per simulator: {\"runpod\": {\"script\": ..., "
                                      "\"lies\": ..., \"limits\": ...}, \"vast\": {...}} (the simulate --faults shape, per provider)")
     rh.set_defaults(func=_cmd_rehearse)

@@ -1,8 +1,9 @@
 """`runbook rehearse` end to end, as `make rehearse` runs it: params/runpod-to-vast.yaml (a Runpod
-serverless queue endpoint to a Vast.ai load_balancing worker) and params/runpod-to-vast-train.yaml
-run all six phases through the real Runpod and Vast.ai adapters against the loopback simulators
-and moto's S3, end GO, and their evidence says they were rehearsals. Slow (about three minutes on
-2 cores): `make test-e2e`."""
+serverless queue endpoint to a Vast.ai load_balancing worker), params/runpod-to-vast-train.yaml and
+params/runpod-to-vast-service.yaml (a team's own chat image on a Runpod pod to a Vast.ai instance,
+the simulators running its stand-in, `transformers serve`) run all six phases through the real
+Runpod and Vast.ai adapters against the loopback simulators and moto's S3, end GO, and their
+evidence says they were rehearsals. Slow (about five minutes on 2 cores): `make test-e2e`."""
 
 from __future__ import annotations
 
@@ -19,27 +20,32 @@ from .conftest import ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.measure]  # both migrations must GO on their measurements
 
 
-def test_both_migrations_rehearse_go_and_are_marked_rehearsals(tmp_path: Path, capsys,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_three_migrations_rehearse_go_and_are_marked_rehearsals(tmp_path: Path, capsys,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
     (tmp_path / "params").mkdir()
-    names = ("runpod-to-vast.yaml", "runpod-to-vast-train.yaml")
+    for shared in (".venv-serve", "examples"):  # the chat server's stand-in and its sample prompts
+        (tmp_path / shared).symlink_to(ROOT / shared)
+    (tmp_path / ".runbook").mkdir()
+    (tmp_path / ".runbook" / "models").symlink_to(ROOT / ".runbook" / "models")
+    names = ("runpod-to-vast.yaml", "runpod-to-vast-train.yaml", "runpod-to-vast-service.yaml")
     for name in names:
         (tmp_path / "params" / name).write_text((ROOT / "params" / name).read_text())
     before = {n: (tmp_path / "params" / n).read_bytes() for n in names}
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
-    code = cli_main(["rehearse"])  # the default: both migrations, as `make rehearse`
+    code = cli_main(["rehearse"])  # the default: all three migrations, as `make rehearse`
     out = capsys.readouterr().out
     assert code == EXIT_GO, out
-    assert out.count(": GO (exit 0)") == 2 and "rehearse_s=" in out
+    assert out.count(": GO (exit 0)") == 3 and "rehearse_s=" in out
+    assert "POST /proxy/{id}/v1/chat/completions x" in out  # the source service answered through Runpod's proxy
     assert "POST /v2/serverless x1" in out and "POST /v2/{id}/runsync x" in out  # the job API reached real workers
     assert {n: (tmp_path / "params" / n).read_bytes() for n in names} == before  # committed params untouched
-    by_kind = {("train" if "digits" in d.name else "inference"): d for d in (tmp_path / "reports").iterdir()
-               if d.is_dir()}
-    assert set(by_kind) == {"inference", "train"}
+    by_kind = {("train" if "digits" in d.name else "service" if "chat" in d.name else "inference"): d
+               for d in (tmp_path / "reports").iterdir() if d.is_dir()}
+    assert set(by_kind) == {"inference", "train", "service"}
     for kind, run_dir in by_kind.items():
         receipt = json.loads((run_dir / "receipt.json").read_text())
         assert receipt["decision"] == "GO", kind
@@ -68,5 +74,32 @@ def test_both_migrations_rehearse_go_and_are_marked_rehearsals(tmp_path: Path, c
     assert all(drills[n]["verdict"] == "INCONCLUSIVE" and "load_balancing endpoint has no job API"
                in drills[n]["observation"] for n in ("redeliver", "hung_worker", "output_durability"))
     assert not any(d["blocking"] for d in drills.values())  # scored: params/runpod-to-vast.yaml blocks none
+    _the_service_ran_unchanged_on_both_adapters(by_kind["service"])
     assert cli_main(["list", "--reports", str(tmp_path / "reports")]) == 0
-    assert capsys.readouterr().out.count("REHEARSAL: ") == 2
+    assert capsys.readouterr().out.count("REHEARSAL: ") == 3
+
+
+def _the_service_ran_unchanged_on_both_adapters(run_dir: Path) -> None:
+    """The chat service's rehearsal: launched as declared on a Runpod pod and a Vast.ai instance
+    (the providers' own reports), no runbook variable inside, the registry login sent in the create
+    request and never in the pod's environment, streamed tokens measured through Runpod's proxy."""
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    svc = receipt["service"]
+    assert (svc["image"], svc["protocol"], svc["stand_in"]) == ("ghcr.io/example/chat-server:1.4", "openai-chat", True)
+    assert svc["launches_as_declared"] and svc["runbook_code_inside"] == [] and svc["exact_match_rate"] == 1.0
+    stand_ins = receipt["rehearsal"]["params"]["stand_ins"]["ghcr.io/example/chat-server:1.4"]
+    assert stand_ins[0].endswith("/.venv-serve/bin/transformers") and "{port}" in stand_ins
+    assert any("registry login" in o for o in receipt["rehearsal"]["params"]["overrides"])
+    gates = {(gr["phase"], gr["name"]): gr for gr in receipt["gates"]}
+    for phase in ("01", "03"):
+        assert gates[(phase, "launched_as_declared")]["verdict"] == "PASS"
+        assert "none RUNBOOK_*" in gates[(phase, "no_runbook_inside")]["detail"]
+    freeze = json.loads((run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]["service"]["launch"]
+    canary = json.loads((run_dir / "03_prove_parity.json").read_text())["data"]["service"]["launch"]
+    assert freeze["ports"]["8000/http"].startswith("127.0.0.1:")  # Runpod: the proxy
+    assert canary["ports"]["8000/tcp"].startswith("127.0.0.1:")  # Vast.ai: a mapped port
+    assert freeze["command"] == canary["command"] == ["transformers", "serve", "/models/chat", "--host", "0.0.0.0",
+                                                      "--port", "8000", "--device", "cuda"]
+    assert "REGISTRY_LOGIN" not in freeze["env_names"] + canary["env_names"]
+    tokens = json.loads((run_dir / "04_compare_production.json").read_text())["data"]["token_metrics"]
+    assert all(tokens[side]["ttft p50 (s)"] < tokens[side]["e2e p50 (s)"] for side in ("source", "target"))

@@ -247,3 +247,78 @@ def test_a_replacement_is_approved_only_as_the_approved_launch_on_its_untried_of
         with pytest.raises(ApprovalRequired, match="is not a replacement of approved plan"):
             replacement(bad, of=plan, approval=first, run_dir=tmp_path)
     prov.close()
+
+
+SSE_SERVER = """
+import sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for i in range(3):
+            data = f"data: {sys.argv[2]} {i}\\n\\n".encode()
+            self.wfile.write(b"%x\\r\\n%s\\r\\n" % (len(data), data)); self.wfile.flush()
+            time.sleep(0.4)
+        self.wfile.write(b"0\\r\\n\\r\\n")
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_a_service_image_runs_its_stand_in_and_streams_through_the_published_port(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import httpx
+
+    from runbook_lib.providers.base import http_port, http_url
+
+    image = "ghcr.io/example/chat-server:1.4"
+    (tmp_path / "sse.py").write_text(SSE_SERVER)  # every stand-in argument is a template: the code lives in a file
+    srv = simulate(name, state_dir=tmp_path / "sim", key=KEY,
+                   stand_ins={image: ["python", str(tmp_path / "sse.py"), "{port}", "{GREETING}"]})
+    prof = (PARAMS.source if name == "runpod" else PARAMS.target).model_copy(update={"api_url": srv.url})
+    if name == "runpod":
+        prof = prof.model_copy(update={"proxy_url": srv.url + "/proxy/{pod_id}-{port}"})
+    prov = create_provider(name, profile=prof, key=KeySource(name, ("env:NONE",), _value=KEY), poll_s=0.1)
+    monkeypatch.setenv("SIM_TEST_REGISTRY_LOGIN", "-u team -p not-shown ghcr.io")
+    spec = PodSpec(name="chat", command=("transformers", "serve", "/models/chat"), device="cpu",
+                   price_usd_per_hour=0.4, labels=(("run_id", "svc-run"), ("role", "service-canary")),
+                   env=(("GREETING", "hello"),), image=image, ports=(http_port(prov, 8000),), offers=OFFERS[name],
+                   disk_gb=40, service=True, registry_ref=("REGISTRY_LOGIN", "env:SIM_TEST_REGISTRY_LOGIN"))
+    try:
+        plan = prov.plan_launch(spec, dry_run=False)
+        pod = prov.apply(plan, _ok(plan))
+        url = http_url(prov, pod, 8000)
+        assert (url.startswith(f"{srv.url}/proxy/{pod.id}-8000") if name == "runpod"
+                else url.startswith("http://127.0.0.1:") and not url.endswith(":8000"))
+        deadline = time.monotonic() + 30
+        while True:  # the stand-in binds its port a moment after the machine starts
+            try:
+                t0 = time.monotonic()
+                with httpx.stream("GET", f"{url}/events", timeout=10) as r:
+                    arrivals = [(time.monotonic() - t0, chunk) for chunk in r.iter_text() if chunk.strip()]
+                if r.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the stand-in never answered"
+            time.sleep(0.2)
+        text = "".join(c for _, c in arrivals)
+        assert [ln for ln in text.splitlines() if ln] == ["data: hello 0", "data: hello 1", "data: hello 2"]
+        assert arrivals[0][0] < 0.3 and arrivals[-1][0] > 0.7  # each event arrived as sent, not buffered to the end
+        seen = prov.describe(pod.id)
+        assert seen["image"] == image and seen["command"] == ["transformers", "serve", "/models/chat"]
+        assert seen["env_names"] == ["GREETING"]  # no RUNBOOK_* variable reached the service, nor the login
+        assert prov.get(pod.id).labels == {"run_id": "svc-run", "role": "service-canary"}
+        assert prov.get(pod.id).name == "chat"
+        raw = srv.api.state[pod.id]  # type: ignore[attr-defined]
+        assert (raw["registry"] if name == "runpod" else raw["_image_login"]) in ("-u team -p not-shown ghcr.io", True)
+    finally:
+        prov.close()
+        srv.close()
