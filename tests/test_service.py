@@ -28,7 +28,7 @@ from runbook_lib.service import compare, protocols, samples
 from .conftest import ROOT
 
 FIRST_S = 0.08  # the test server's delay before the first chunk, seconds
-GAP_S = 0.03  # its delay between chunks
+GAP_S = 0.1  # its delay between chunks
 CHUNKS = ["Hel", "lo", " wor", "ld", "!"]
 
 
@@ -108,9 +108,12 @@ def test_a_streamed_answer_is_timed_as_vllm_bench_serve_defines_ttft_itl_and_tpo
     assert got["output"]["text"] == "Hello world!" and got["output"]["chunks"] == CHUNKS
     assert m["output_tokens"] == len(CHUNKS)  # the server's usage.completion_tokens
     # the server waited FIRST_S before the first chunk and GAP_S between chunks: nothing can arrive
-    # sooner; the upper bounds only allow for a loaded 2-core machine's scheduling
-    assert FIRST_S <= m["ttft_s"] < FIRST_S + 0.25
-    assert len(m["itl_s"]) == len(CHUNKS) - 1 and all(GAP_S * 0.9 <= x < GAP_S + 0.25 for x in m["itl_s"])
+    # sooner than it was sent, and the first token was seen before the last was sent (streamed, not
+    # buffered). A loaded machine may delay one chunk and bunch the next, so single gaps are not bounded.
+    last_sent = FIRST_S + (len(CHUNKS) - 1) * GAP_S
+    assert len(m["itl_s"]) == len(CHUNKS) - 1 and all(x >= 0 for x in m["itl_s"])
+    assert FIRST_S <= m["ttft_s"] < last_sent
+    assert m["ttft_s"] + sum(m["itl_s"]) >= last_sent * 0.999
     assert m["tpot_s"] == pytest.approx((got["execution_s"] - m["ttft_s"]) / (len(CHUNKS) - 1))
 
 
