@@ -52,8 +52,8 @@ SHORTER: dict[str, dict[str, Any]] = {
 }
 """Per workload kind: the measurement and margin overrides a rehearsal on a shared 2-core machine
 uses (the embedded demos' values, params/demo.yaml, params/demo-train.yaml and
-params/demo-service.yaml, with the latency and cold-start margins of a machine running both sides' workers and the simulators at once), listed in
-the evidence like any other."""
+params/demo-service.yaml, with the latency and cold-start margins of a machine running both
+sides' workers and the simulators at once), listed in the evidence like any other."""
 
 
 @dataclass
@@ -191,7 +191,7 @@ def write_copy(params_path: Path, reh: Rehearsal) -> Path:
     Raises:
         ParamsError: the params (or the copy) are invalid.
     """
-    load_params(params_path)  # the real file must be valid as it is
+    mig = load_params(params_path)  # the real file must be valid as it is
     project = project_root(params_path)
     data = yaml.safe_load(params_path.read_text())
     over = overrides_for(data, reh)
@@ -201,10 +201,10 @@ def write_copy(params_path: Path, reh: Rehearsal) -> Path:
     rel = params_path.resolve().relative_to(project) if params_path.resolve().is_relative_to(project) else params_path
     copy_data["rehearsal"] = {"of": str(rel), "sha256": hashlib.sha256(params_path.read_bytes()).hexdigest(),
                               "overrides": [f"{k} = {v}" for k, v in over.items()]}
-    stand_ins = service_stand_ins(load_params(params_path), project, reh)
+    stand_ins = service_stand_ins(mig, project, reh)
     if stand_ins:
         copy_data["rehearsal"]["stand_ins"] = stand_ins
-        copy_data["rehearsal"]["overrides"] += registry_placeholders(load_params(params_path), reh)
+        copy_data["rehearsal"]["overrides"] += registry_placeholders(mig, reh)
     if reh.faults:
         copy_data["rehearsal"]["faults"] = reh.faults
     validate(copy_data, origin=f"rehearsal copy of {params_path}")

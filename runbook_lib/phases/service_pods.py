@@ -84,12 +84,12 @@ class _Keep(dict[str, str]):
         raise KeyError(f"no service variable {key!r}")
 
 
-def plan_service(res: Resources, side: str, role: str, *, offers: tuple[str, ...] | None = None) -> Plan:
+def plan_service(res: Resources, side: str, role: str) -> Plan:
     """The launch plan of ``side``'s service pod in role ``role`` (pure: shown and approved by
     fingerprint): the image, its command (or stand-in), its environment values and secrets by
     reference, its API port as the provider publishes HTTP ports, the profile's price. On a
-    remote provider also the ranked offers it may try (``offers``, else
-    :meth:`~runbook_lib.phases.offerbook.OfferBook.ids`), their price and bid, the container disk,
+    remote provider also the ranked offers it may try (:meth:`~runbook_lib.phases.offerbook.OfferBook.ids`,
+    a remote source's from :func:`source_offer_ids`), their price and bid, the container disk,
     and the registry login of a private image (``workload.service.registry_credential``, sent in
     the create request, not in the environment)."""
     mig = res.mig
@@ -105,7 +105,7 @@ def plan_service(res: Resources, side: str, role: str, *, offers: tuple[str, ...
                    volume_gb=mig.workload.requirements.disk_gb, image=svc.image, ports=(http_port(prov, svc.port),),
                    service=True, registry_ref=next((r for r in refs if r[0] == svc.registry_credential), None))
     if isinstance(prof, RemoteProfile):
-        ids = res.offers.ids(side) if offers is None else offers
+        ids = res.offers.ids(side)
         if side == "source" and not ids:
             ids = source_offer_ids(res, prof)
         bid = res.offers.bid(side, ids)

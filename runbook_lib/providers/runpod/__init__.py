@@ -363,9 +363,9 @@ class RunpodLifecycle(RemoteLifecycle):
 
     def create_on_offer(self, spec: PodSpec, offer_id: str, env: dict[str, str]) -> str:
         """``POST /v2/pods`` for ``spec`` on GPU type ``offer_id`` (the profile's GPU count, cloud,
-        CUDA floor and data centers), its labels in ``RUNBOOK_LABELS`` (a service pod's in its name,
-:data:`NAME_LABELS_SEP`); with a bid, a spot pod
-        (:meth:`_create_spot`). Returns the pod id.
+        CUDA floor and data centers), its labels in ``RUNBOOK_LABELS`` (a service pod's in its
+        name, after :data:`NAME_LABELS_SEP`); with a bid, a spot pod (:meth:`_create_spot`).
+        Returns the pod id.
 
         Raises:
             NoCapacity: no instance of that GPU type is free. ProviderError: a spot bid without
