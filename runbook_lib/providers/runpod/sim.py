@@ -217,7 +217,8 @@ class SimApi(MachineBacked, FakeApi):
             answer = client.send(client.build_request(
                 request.method, f"http://{HOST}:{local}/{rest}{query}", content=request.content,
                 headers={"content-type": request.headers.get("content-type", "application/json"),
-                         "accept": request.headers.get("accept", "*/*")}), stream=True)
+                         "accept": request.headers.get("accept", "*/*")},
+                timeout=self.limits["proxy_timeout_s"]), stream=True)  # the limit now, as a run may have set it
         except httpx.TimeoutException:
             return page(524)
         except httpx.TransportError:
@@ -239,8 +240,7 @@ class SimApi(MachineBacked, FakeApi):
         import httpx
 
         if getattr(self, "_proxy_http", None) is None:
-            self._proxy_http = httpx.Client(timeout=self.limits["proxy_timeout_s"],
-                                            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+            self._proxy_http = httpx.Client(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
         return self._proxy_http
 
     def passthrough(self, request: Any) -> Any:
