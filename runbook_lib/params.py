@@ -254,7 +254,7 @@ class LocalProfile(ProfileBase):
         fault: deliberate fault for drills and tests (``none`` in real migrations):
             ``corrupt_checkpoint`` flips a byte of each artifact the canary downloads,
             ``worker_crash`` kills an endpoint worker every 7 requests, ``slow_worker`` adds
-            0.25 s to every batch an endpoint worker serves, ``duplicate_side_effects`` is a broken
+            0.5 s to every batch an endpoint worker serves, ``duplicate_side_effects`` is a broken
             handler that never looks up its idempotency record (a redelivered job runs twice).
         offers: machines a local target may be placed on (:class:`LocalOffer`). Phase 02 ranks
             those that meet ``offer`` as it ranks a remote target's offers (cheapest first,

@@ -476,8 +476,8 @@ def test_too_few_samples_holds_before_cutover(held_run: RunResult) -> None:
 @pytest.mark.measure
 def test_slower_target_is_no_go_naming_the_latency_gate(make_params) -> None:
     res = _run(make_params("demo.yaml", target={"fault": "slow_worker"}, **merged(FAST_INFERENCE, QUIET)))
-    assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
-    assert any(r.startswith("latency_p95_ratio FAIL (phase 04)") for r in res.reasons)
+    assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO), res.reasons
+    assert any(r.startswith("latency_p95_ratio FAIL (phase 04)") for r in res.reasons), res.reasons
     assert [o.status for o in res.outcomes][4] == "skipped"  # no cutover onto a slower target
     _gone(res)
 

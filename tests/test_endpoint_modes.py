@@ -166,7 +166,7 @@ def test_runpod_serves_load_balancing_from_a_pod_through_its_proxy_which_cuts_sl
         assert ep.url == f"{srv.url}/proxy/{ep.id}-8000"  # the pod's proxy URL, not an address of the machine
         _same(jobs, golden)
         assert health["workers"]["idle"] == 1
-        srv.api.limits["proxy_timeout_s"] = 0.1  # the slow worker (0.25 s a batch) now outlasts the proxy
+        srv.api.limits["proxy_timeout_s"] = 0.1  # the slow worker (0.5 s a batch) now outlasts the proxy
         client = prov.job_client(ep.id, ep.url, timeout_s=30, mode=ep.mode)
         cut = client.runsync(payloads[0])
         client.close()
