@@ -151,7 +151,9 @@ def no_process_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     """An end-to-end case leaves no process of its own running: every pod, endpoint, kernel and
     server it started (directly or through the library in this process) has exited by the time it
     ends (exited children not yet reaped do not count). A leftover would otherwise go on running
-    into the next case, or past the session, naming no case."""
+    into the next case, or past the session, naming no case. A process started by one that was
+    already running when the case began (a module's browser spawning its GPU and network
+    processes at the first page it opens) belongs to that one's fixture, which stops it."""
     if request.node.get_closest_marker("e2e") is None:
         yield
         return
@@ -167,7 +169,8 @@ def no_process_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
         left = []
         for p in me.children(recursive=True):
             try:
-                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
+                owned_before = p.pid in before or any(q.pid in before for q in p.parents())
+                if not owned_before and p.status() != psutil.STATUS_ZOMBIE:
                     left.append(f"{p.pid} {' '.join(p.cmdline())[:200]}")
             except psutil.NoSuchProcess:
                 continue
