@@ -90,19 +90,24 @@ $(RUNPOD_STAMP):
 	.venv-runpod/bin/python -m pip install --quiet --disable-pip-version-check 'runpod==1.12.0'
 	touch $(RUNPOD_STAMP)
 
-# The end-to-end tier in two stages (tests/README.md): the cases that never judge a measurement run
-# two at a time (pytest-xdist); the cases whose verdict rests on phase 04's measurement run one at a
-# time, alone on the machine (a measurement beside another whole run on 2 cores is what made GO runs
-# HOLD). Each prints its 20 slowest cases, so a new case's cost shows in the CI log.
+# The end-to-end tier (tests/README.md): every case, two at a time (pytest-xdist). A case whose
+# verdict rests on phase 04's measurement (marked `measure`) is safe beside another whole run
+# because every runbook run on a machine holds the host lock (runbook_lib/hostlock.py): phases 04
+# and 05 exclusively, so nothing else of the runbook's runs while they time the sides. The readers
+# of a shared run go to one worker (tests/conftest.py). It prints the 25 slowest cases, so a new
+# case's cost shows in the CI log. test-e2e-parallel and test-e2e-measure run one marker's cases.
 e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) demo-service-models browser
 
+E2E_PYTEST := $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
+
+test-e2e: e2e-setup
+	$(E2E_PYTEST) -m "e2e and not smoke"
+
 test-e2e-parallel: e2e-setup
-	$(PY) -m pytest -q -m "e2e and not smoke and not measure" -n 2 --durations=20
+	$(E2E_PYTEST) -m "e2e and not smoke and not measure"
 
 test-e2e-measure: e2e-setup
-	$(PY) -m pytest -q -m "e2e and measure and not smoke" --durations=20
-
-test-e2e: test-e2e-parallel test-e2e-measure
+	$(E2E_PYTEST) -m "e2e and measure and not smoke"
 
 # The browser tests drive Debian's chromium package with Playwright (the Python package, from the
 # test extras; no browser is ever downloaded). Installing it needs root, as in CI; elsewhere the

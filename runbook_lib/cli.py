@@ -90,7 +90,7 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     scans: list[dict[str, Any]] = []
     with Interrupts() as intr:
         out = run_phase(run, args.phase, notebooks_dir=nb_dir, approval_ref=args.approval_file or "",
-                        cell_timeout_s=args.cell_timeout_s or None, interrupts=intr, scans=scans)
+                        cell_timeout_s=args.cell_timeout_s or None, interrupts=intr, scans=scans, echo=_echo)
         if intr.signum:
             res = stop_interrupted(intr, run, [out], scans, _echo, phases_from_records=True)
             _echo(f"decision: {res.decision} (exit {res.exit_code})")

@@ -712,6 +712,9 @@ class Measure(_Model):
     ``traffic_per_s`` is the production traffic the cost per accepted unit is judged at
     (requests per second; None: ``arrival_rate_per_s``), with each side's warm workers
     (``active_workers``) billed whether busy or idle.
+
+    ``exclusive`` (default true): phases 04 and 05 run alone among the runbook runs on this
+    machine, each other run's phases waiting at their start (:mod:`runbook_lib.hostlock`).
     """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
@@ -725,6 +728,10 @@ class Measure(_Model):
     cold_starts: int = Field(default=5, ge=0, le=100)  # scale-from-zero starts per queue side; 0: none
     traffic_per_s: float | None = Field(default=None, gt=0, le=10_000_000)  # declared traffic; None: arrival_rate_per_s
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
+    # Phases 04 and 05 hold the host lock exclusively: no other runbook run on this machine runs a
+    # phase while they time the sides (runbook_lib.hostlock). False: they hold it shared, like the
+    # other phases, for a run whose timings nobody judges.
+    exclusive: bool = True
     error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
     error_retry_interval_s: float = Field(default=10.0, ge=0, le=3600)  # seconds between attempts (Argo: 10 s)
     # A request sent later than this after its intended time means the load generator fell

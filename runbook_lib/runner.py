@@ -16,6 +16,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -32,6 +34,7 @@ from runbook_lib.errors import (
     ProviderError,
     WorkloadError,
 )
+from runbook_lib.hostlock import Held, LockWaitStopped, exclusive_for, host_lock
 from runbook_lib.interrupt import Interrupts, exit_code
 from runbook_lib.layout import REPORTS_DIR, project_root
 from runbook_lib.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
@@ -69,6 +72,7 @@ class PhaseOutcome:
     stop: bool = False
     dry_run: bool = False
     notebook_source: dict[str, Any] | None = None  # NotebookSource.to_dict(): which notebook ran it
+    lock_wait_s: float = 0.0  # seconds waited for the host lock before the phase began (runbook_lib.hostlock)
 
 
 @dataclass
@@ -274,9 +278,26 @@ def _phase_failure(phase: str, out: Path, exc: Exception, interrupts: Interrupts
                        phase=phase, notebook=str(out), cell_index=idx, ename=ename)
 
 
+def _prefixed(say: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    return lambda message: say(prefix + message)
+
+
+@contextmanager
+def _host_lock(phase: str, exclusive: bool, interrupts: Interrupts | None,
+               echo: Callable[[str], None] | None) -> Iterator[Held]:
+    """The host lock for one phase; a signal received while waiting for it interrupts the phase
+    before its notebook starts (``PhaseFailed`` with ename ``Interrupted``)."""
+    try:
+        with host_lock(exclusive, on_wait=echo, stopped=lambda: bool(interrupts and interrupts.signum)) as held:
+            yield held
+    except LockWaitStopped as exc:
+        raise PhaseFailed(f"phase {phase} {exc}: it did not start", phase=phase, notebook="",
+                          ename=INTERRUPTED) from None
+
+
 def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, approval_ref: str = "",
               cell_timeout_s: int | None = None, interrupts: Interrupts | None = None,
-              scans: list[dict[str, Any]] | None = None) -> PhaseOutcome:
+              scans: list[dict[str, Any]] | None = None, echo: Callable[[str], None] | None = None) -> PhaseOutcome:
     """The one way a phase runs headlessly (``runbook run`` and ``runbook phase`` alike): execute its
     notebook into the run, make the paths in it relative, scan the run for credentials (redacting
     what is found), check the phase wrote its record, and record a failure when it did not finish.
@@ -287,6 +308,8 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
             one, else the packaged one. Which ran is recorded in the outcome and the notebook.
         cell_timeout_s: per-cell limit, seconds (default ``run.cell_timeout_s`` from params).
         scans: the run's list of scan summaries; this phase's is appended.
+        echo: told when the phase waits for the host lock (:mod:`runbook_lib.hostlock`): every phase
+            holds it, phases 04 and 05 exclusively unless ``measure.exclusive`` is false.
 
     Returns:
         The outcome; ``failed`` / ``held`` / ``interrupted`` outcomes have a record with the
@@ -296,17 +319,22 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
     started = utc_now()
     source = phase_notebook(phase, project=run.project, given=notebooks_dir)
     shown = source.to_dict(run.project)
+    exclusive = exclusive_for(phase, exclusive=run.mig.measure.exclusive)
+    waited = 0.0
     try:
-        try:
-            execute_phase(phase, run.params_path, run.path, cell_timeout_s=cell_timeout_s or run.mig.run.cell_timeout_s,
-                          approval_ref=approval_ref, interrupts=interrupts, cwd=run.project, source=source)
-        finally:
-            if interrupts is not None:
-                interrupts.phase_ended()
-            scrub_paths(run.path / f"{phase_name(phase)}.ipynb", run.project, source)
-            scan = scan_phase(run, phase)
-            if scans is not None:
-                scans.append(scan)
+        with _host_lock(phase, exclusive, interrupts, echo) as held:
+            waited = held.waited_s
+            try:
+                execute_phase(phase, run.params_path, run.path,
+                              cell_timeout_s=cell_timeout_s or run.mig.run.cell_timeout_s, approval_ref=approval_ref,
+                              interrupts=interrupts, cwd=run.project, source=source)
+            finally:
+                if interrupts is not None:
+                    interrupts.phase_ended()
+                scrub_paths(run.path / f"{phase_name(phase)}.ipynb", run.project, source)
+                scan = scan_phase(run, phase)
+                if scans is not None:
+                    scans.append(scan)
         if scan["findings"]:
             raise PhaseFailed(leak_message(scan), phase=phase, notebook=str(run.path / f"{phase_name(phase)}.ipynb"),
                               ename="SecretLeak")
@@ -326,13 +354,13 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
                 phase=phase, notebook=str(nb_out), ename="MissingPlot")
         typed = records.parse(rec)
         return PhaseOutcome(phase, "completed", time.perf_counter() - t0, verdicts=[x.verdict for x in typed.gates],
-                            stop=typed.stops, dry_run=typed.dry_run, notebook_source=shown)
+                            stop=typed.stops, dry_run=typed.dry_run, notebook_source=shown, lock_wait_s=waited)
     except (PhaseFailed, EvidenceError) as exc:
         ename = getattr(exc, "ename", "")
         status = "interrupted" if ename == INTERRUPTED else "held" if ename == "ApprovalRequired" else "failed"
         nb = getattr(exc, "notebook", "")
         out = PhaseOutcome(phase, status, time.perf_counter() - t0, str(exc), stop=status == "held",
-                           notebook_source=shown)
+                           notebook_source=shown, lock_wait_s=waited)
         files = [Path(nb).name] if nb and Path(nb).exists() else []
         data: dict[str, Any] = {"error": str(exc), "notebook": Path(nb).name if nb else None,
                                 "cell_index": getattr(exc, "cell_index", -1), "ename": ename,
@@ -431,14 +459,17 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
                 say(f"  {pid} {name:<20} skipped ({reason})")
                 bar.update(1)
                 continue
-            out = run_phase(run, pid, notebooks_dir=nb_dir, approval_ref=approval_ref, interrupts=intr, scans=scans)
+            out = run_phase(run, pid, notebooks_dir=nb_dir, approval_ref=approval_ref, interrupts=intr, scans=scans,
+                            echo=_prefixed(say, f"  {pid} "))
             outcomes.append(out)
             failed = failed or out.status == "failed"
             stopped = stopped or out.stop
             dry = dry or out.dry_run
             if out.status == "completed":
                 say(f"  {pid} {name:<20} completed in {out.seconds:5.1f} s  gates: "
-                    + (", ".join(f"{v} x{out.verdicts.count(v)}" for v in sorted(set(out.verdicts))) or "none"))
+                    + (", ".join(f"{v} x{out.verdicts.count(v)}" for v in sorted(set(out.verdicts))) or "none")
+                    + (f"  (waited {out.lock_wait_s:.1f} s for another run on this host)" if out.lock_wait_s >= 0.5
+                       else ""))
             else:
                 say(f"  {pid} {name:<20} {out.status.upper()} after {out.seconds:.1f} s: {out.reason}")
             bar.update(1)

@@ -146,6 +146,23 @@ def approved_training_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return approval_walk(params, project, {"04": {"launch_pod"}, "05": {"launch_pod"}})
 
 
+# Whole runs that several cases read. With `--dist loadgroup` (`make test-e2e`) every reader of one
+# goes to the same xdist worker, so each run is made once, not once per worker.
+SHARED_RUNS = ("inference_go_run", "approved_training_run", "held_run")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the readers of each shared run (:data:`SHARED_RUNS`), and put the cases that take
+    longest first (the ``measure`` cases and the shared runs' readers: a whole judged migration
+    each), so the two workers of `make test-e2e` do not end with one long case running alone."""
+    for item in items:
+        shared = next((f for f in SHARED_RUNS if f in getattr(item, "fixturenames", ())), None)
+        if shared is not None:
+            item.add_marker(pytest.mark.xdist_group(name=shared))
+    items.sort(key=lambda i: 0 if i.get_closest_marker("measure") or i.get_closest_marker("xdist_group") else 1)
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     """An end-to-end case leaves no process of its own running: every pod, endpoint, kernel and

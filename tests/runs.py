@@ -29,11 +29,11 @@ FAST_TRAINING: dict[str, Any] = {"workload": {"train_steps": 60}, "measure": {"r
 QUIET: dict[str, Any] = {"drills": {"run": [], "blocking": []}, "measure": {"cold_starts": 0}}
 # A case that runs phase 04 but judges none of its verdicts (it fails on something else, or is
 # stopped by a signal): QUIET, and the smallest measurement the params allow, with no extra rounds
-# when a side is short of samples.
+# when a side is short of samples; its timed phases do not keep other runs waiting (hostlock.py).
 UNJUDGED: dict[str, Any] = {
     "drills": {"run": [], "blocking": []},
     "measure": {"cold_starts": 0, "requests_per_round": 10, "throughput_requests": 8, "warmup_requests": 2,
-                "max_extra_rounds": 0}}
+                "max_extra_rounds": 0, "exclusive": False}}
 
 CANARY_ENV = "runbook-canary-env-7f3a9c2e5b1d"
 CANARY_FILE = "runbook-canary-file-0e8d4b6a2c9f"

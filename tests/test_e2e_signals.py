@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from runbook_lib.cli import main as cli_main
+from runbook_lib.hostlock import LOCK_ENV, host_lock
 from runbook_lib.providers.local import LocalProvider
 
 from .conftest import ROOT
@@ -46,10 +47,11 @@ def start() -> Iterator[Callable[[Path], subprocess.Popen]]:
     the run ended) is killed with its process group, reaped, and its pipe closed."""
     procs: list[subprocess.Popen] = []
 
-    def _start(params: Path) -> subprocess.Popen:
+    def _start(params: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.cli", "run", str(params), "--notebooks",
                                  str(ROOT / "notebooks")], cwd=params.parent.parent, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env=None if env is None else os.environ | env)
         procs.append(proc)
         return proc
 
@@ -194,3 +196,31 @@ def test_runbook_phase_handles_a_signal_as_runbook_run_does(make_params) -> None
         ("01", "completed"), ("02", "completed"), ("03", "interrupted")]
     assert not (run_dir / "_SUCCESS").exists()
     assert "decision: INTERRUPTED (exit 143)" in out and "teardown: destroyed" in out
+
+
+def test_a_run_waits_for_another_runs_timed_phase_and_a_signal_meanwhile_starts_nothing(make_params, start,
+                                                                                        tmp_path: Path) -> None:
+    """Another run's phase 04 holds the host lock (runbook_lib.hostlock): this run's phase 01 says
+    it is waiting and runs nothing; Ctrl-C then ends the run (exit 130) with phase 01 interrupted
+    before its notebook started and nothing created."""
+    lock = tmp_path / "host.lock"
+    params = make_params(**SIGNALLED_BEFORE_05)
+    with host_lock(True, path=lock):
+        proc = start(params, env={LOCK_ENV: str(lock), "PYTHONUNBUFFERED": "1"})
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "waiting for another runbook run's timed phase" in line:
+                break
+        assert seen and "01 waiting for another runbook run's timed phase" in seen[-1], seen
+        assert str(lock) in seen[-1]
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    run_dir = next((params.parent.parent / "reports").iterdir())
+    rec = json.loads((run_dir / "01_freeze_source.json").read_text())
+    assert rec["status"] == "interrupted" and "did not start" in rec["data"]["error"], rec
+    assert not (run_dir / "01_freeze_source.ipynb").exists()
+    assert LocalProvider(root=params.parent.parent / ".runbook" / "local").list(labels={"run_id": run_dir.name}) == []
+    assert "decision: INTERRUPTED (exit 130)" in out

@@ -11,6 +11,7 @@ from .conftest import ROOT
 
 LAYERS: list[set[str]] = [
     {"errors", "_fs", "_http", "_time", "layout"},
+    {"hostlock"},
     {"__init__"},  # the package itself: __version__
     {"manifest", "secret_refs", "offer_query"},
     {"params"},
