@@ -5,10 +5,11 @@ Exit codes (also in README.md):
     0  GO: every blocking gate passed (``resolve``: a person decided GO)
     1  NO-GO: a blocking gate failed (source route restored, target resources destroyed);
        ``resolve``: a person decided NO-GO, or the hold deadline passed
-    2  usage or params error: nothing ran
+    2  usage or params error: nothing ran (a path named that cannot be used included)
     3  HOLD: evidence inconclusive, or an approval is missing; a person must decide
        (``resolve`` without a decision: still waiting, before the deadline)
-    4  failed run: a phase crashed, timed out or lost its kernel (executed notebook kept)
+    4  failed run: a phase crashed, timed out or lost its kernel (executed notebook kept);
+       a full disk, named as such
     130  interrupted by SIGINT (Ctrl-C): the phase stopped, the run's resources torn down
     143  interrupted by SIGTERM: as for SIGINT (129: SIGHUP, the terminal closed)
 """
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError
+from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError, os_error_exit, os_error_line
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS
 from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
 
@@ -308,7 +309,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from runbook_lib.errors import EvidenceError
     from runbook_lib.report import write_html
     from runbook_lib.verify import verify_run
 
@@ -316,11 +316,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a run directory")
     problems = [f"{r['path']}: {r['status']} ({r['by']})" for r in verify_run(run_dir) if r["status"] != "intact"]
-    if problems and not args.allow_unverified:
-        raise EvidenceError(f"{run_dir.name} does not verify ({len(problems)} problem(s): "
-                            f"{'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}); no report written. "
-                            f"Run `runbook verify {run_dir}` for the list, or pass --allow-unverified to write one "
-                            "stamped with what failed on every section")
+    if problems and not args.allow_unverified:  # exit 1, as `runbook verify` exits on the same run
+        print(f"error: {run_dir.name} does not verify ({len(problems)} problem(s): "
+              f"{'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}); no report written. "
+              f"Run `runbook verify {run_dir}` for the list, or pass --allow-unverified to write one "
+              "stamped with what failed on every section", file=sys.stderr)
+        return 1
     out = write_html(run_dir, Path(args.output) if args.output else None, unverified=problems)
     print(f"report: {out}" + (f" (UNVERIFIED: {len(problems)} problem(s) stamped on every section)" if problems else ""))
     return 0
@@ -428,7 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     except RunbookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except (OSError, ValueError) as exc:  # anything else unexpected: a failed run, not "NO-GO"
+    except OSError as exc:
+        print(f"error: {os_error_line(exc)}", file=sys.stderr)
+        return os_error_exit(exc)
+    except ValueError as exc:  # anything else unexpected: a failed run, not "NO-GO"
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:  # `runbook run` handles its own signals; this is any other command

@@ -18,10 +18,14 @@
 
 Messages say what failed, the value seen, the limit, and what to do next. Credentials are
 never put into a message: callers pass names of secrets, not values.
+
+An ``OSError`` that reaches the CLI is one line (:func:`os_error_line`): a path the user named that
+cannot be read, written or created exits 2, as a usage error; a full disk exits 4, named as such.
 """
 
 from __future__ import annotations
 
+import errno
 from typing import Any, ClassVar
 
 # CLI exit codes (documented in README.md and `runbook --help`).
@@ -142,3 +146,31 @@ class PhaseFailed(RunbookError):
         self.notebook = notebook
         self.cell_index = cell_index
         self.ename = ename
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+"""errno values of a device with no space (or quota) left: the run failed for want of disk."""
+PATH_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST,
+               errno.ELOOP, errno.ENAMETOOLONG)
+"""errno values of a path the user chose that cannot be used (permissions, a read-only file system,
+a missing or non-directory parent, a symlink refused): a usage error, exit 2."""
+
+
+def os_error_exit(exc: OSError) -> int:
+    """The CLI's exit code for ``exc``: 2 for :data:`PATH_ERRNOS`, else 4 (a full disk included)."""
+    return EXIT_USAGE if exc.errno in PATH_ERRNOS else EXIT_FAILED
+
+
+def os_error_line(exc: OSError) -> str:
+    """``exc`` as one line saying what failed on which path and what to do next (errno names from
+    ``errno(3)``)."""
+    where = f" {exc.filename}" if exc.filename else ""
+    what = exc.strerror or str(exc)
+    if exc.errno in FULL_DISK:
+        return (f"no space left on the device holding{where} ({what}): what was being written there is incomplete; "
+                "free space (or pass --reports on another disk) and run again")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot use{where}: {what}; choose a path this user can write (--reports DIR, a directory you own)"
+    if exc.errno in PATH_ERRNOS:
+        return f"cannot use{where}: {what}; check the path (each parent must exist and be a directory)"
+    return f"{type(exc).__name__}{where}: {what}"

@@ -175,12 +175,16 @@ class JobClient:
         """Poll ``job`` (a record with its ``id``) at :data:`POLL_START_S` doubling to
         :data:`POLL_MAX_S` until it is terminal. After ``client_timeout_s`` seconds the client
         gives up: it cancels the job and returns its record with ``status`` ``CLIENT_TIMEOUT``
-        (or the terminal state it reached meanwhile, collected), ``cancelled`` and the id kept.
+        (or the terminal state it reached meanwhile, collected), ``cancelled`` and the id kept. The
+        last wait is cut to the deadline and the job polled once more there: the client never gives
+        up before ``client_timeout_s`` has passed, and its error says how long it waited.
         """
-        deadline = None if client_timeout_s is None else self._clock() + client_timeout_s
+        start = self._clock()
+        deadline = None if client_timeout_s is None else start + client_timeout_s
         interval = POLL_START_S
         while job.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
-            if deadline is not None and self._clock() + interval > deadline:
+            now = self._clock()
+            if deadline is not None and now >= deadline:
                 try:
                     after = self.cancel(job["id"])
                 except ProviderError:  # the endpoint no longer knows it: read what it says
@@ -188,9 +192,11 @@ class JobClient:
                 if after.get("status") not in ("CANCELLED", "IN_QUEUE", "IN_PROGRESS"):
                     return after  # it finished before the cancel: collected, not lost
                 return {**job, "status": "CLIENT_TIMEOUT", "cancelled": after.get("status") == "CANCELLED",
-                        "error": f"the client gave up after {client_timeout_s:g} s; job {job['id']} was "
+                        "error": f"the client gave up after {now - start:.1f} s (client timeout {client_timeout_s:g} s); "
+                                 f"job {job['id']} was "
                                  f"{'cancelled' if after.get('status') == 'CANCELLED' else 'left ' + str(after.get('status'))}"}
-            self._sleep(interval)
+            # the last wait is cut to the deadline, so the job gets its whole client timeout
+            self._sleep(interval if deadline is None else min(interval, deadline - now))
             interval = min(POLL_MAX_S, interval * 2)
             job = self.status(job["id"])
         return job

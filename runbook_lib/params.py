@@ -972,6 +972,11 @@ class Migration(_Model):
 
 MAX_YAML_DEPTH = 32
 """Deepest nesting of mappings and lists a params file may have (the deepest real section is 4)."""
+MAX_PARAMS_BYTES = 1024 * 1024
+"""Largest params file read, bytes (the shipped ones are under 8 KiB)."""
+MAX_INT_DIGITS = 30
+"""Most digits an integer in params may have: every count, size and limit fits in far fewer, and
+Python refuses to convert past 4,300 digits with a ValueError that is no params error."""
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -1016,6 +1021,14 @@ class _Yaml12Loader(yaml.SafeLoader):
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: Any) -> int:
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {digits} digits (at most {MAX_INT_DIGITS}); no count, size or limit is "
+                "that large", node.start_mark)
+        return int(super().construct_yaml_int(node))
+
     def construct_yaml_float(self, node: Any) -> float:
         value = super().construct_yaml_float(node)
         if value != value or value in (float("inf"), float("-inf")):
@@ -1025,6 +1038,7 @@ class _Yaml12Loader(yaml.SafeLoader):
 
 
 _Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _Yaml12Loader.construct_yaml_float)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _Yaml12Loader.construct_yaml_int)
 
 
 class _NoAliasDumper(yaml.SafeDumper):
@@ -1136,13 +1150,23 @@ def load_params(path: str | Path) -> Migration:
         The frozen :class:`Migration`.
 
     Raises:
-        ParamsError: the file is missing, is not YAML, or a field is invalid.
+        ParamsError: the file is missing, unreadable, over :data:`MAX_PARAMS_BYTES`, not UTF-8, not
+            YAML, or a field is invalid.
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as f:
+            raw = f.read(MAX_PARAMS_BYTES + 1)
     except OSError as exc:
         raise ParamsError(f"cannot read params file {p}: {exc.strerror}. Pass an existing YAML file.") from exc
+    if len(raw) > MAX_PARAMS_BYTES:
+        raise ParamsError(f"{p}: larger than {MAX_PARAMS_BYTES // 1024} KiB; a params file is a few kilobytes of "
+                          "sections: pass the migration's YAML file, not data")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParamsError(f"{p}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); params are YAML "
+                          "in UTF-8: save the file as UTF-8 text") from None
     mig = validate(parse_yaml(text, origin=str(p)), origin=str(p))
     ck = mig.workload.checkpoint
     if ck and not ck.startswith("s3://"):  # a relative checkpoint path is the project's (remote pods get it relative to their working directory)

@@ -22,17 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from jupyter_client.manager import AsyncKernelManager
+
 from runbook_lib import records
 from runbook_lib._time import utc_now
 from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
 from runbook_lib.errors import (
     EXIT_BY_DECISION,
     EXIT_FAILED,
+    FULL_DISK,
     EvidenceError,
     ParamsError,
     PhaseFailed,
     ProviderError,
     WorkloadError,
+    os_error_line,
 )
 from runbook_lib.hostlock import Held, LockWaitStopped, exclusive_for, host_lock
 from runbook_lib.interrupt import Interrupts, exit_code
@@ -128,7 +132,10 @@ def scrub_paths(nb_path: Path, root: Path, source: NotebookSource | None = None)
 
     if not nb_path.exists():
         return
-    nb = nbformat.read(nb_path, as_version=4)
+    try:
+        nb = nbformat.read(nb_path, as_version=4)
+    except nbformat.reader.NotJSONError:  # cut off by a full disk: the phase's failure already says so
+        return
     meta = nb.metadata.get("papermill", {})
     if source is not None:
         shown = source.to_dict(root)
@@ -184,6 +191,25 @@ def cleared(path: Path) -> Any:
     return nb
 
 
+class QuietShutdownKernelManager(AsyncKernelManager):
+    """nbclient's kernel manager, except that shutting the kernel down does not interrupt it first.
+
+    jupyter_client sends SIGINT to a kernel before every shutdown request, running or idle
+    (``KernelManager._async_shutdown_kernel``; its ``shutdown_wait_time`` help: "the kernel will be
+    immediately sent an interrupt (SIGINT), followed by a shutdown_request message"). After a
+    phase's last cell there is nothing to interrupt, and a kernel still inside a message handler
+    logged ``KeyboardInterrupt caught in kernel.`` to the run's terminal during a GO run. A cell
+    timeout (nbclient's ``interrupt_on_timeout``) and the runner's own signal forwarding
+    (:mod:`runbook_lib.interrupt`) still interrupt the kernel as before."""
+
+    async def _async_interrupt_kernel(self) -> None:
+        if self.shutting_down:
+            return
+        await super()._async_interrupt_kernel()
+
+    interrupt_kernel = _async_interrupt_kernel  # the async manager's public name for it
+
+
 def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: int,
                   notebooks_dir: Path | None = None, approval_ref: str = "", interrupts: Interrupts | None = None,
                   cwd: Path | None = None, source: NotebookSource | None = None) -> Path:
@@ -230,7 +256,7 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
             # The kernel listens on 127.0.0.1 only (jupyter_client's default); its start-up warning
             # about unencrypted TCP would otherwise be printed once per phase. Errors still show.
             extra_arguments=["--IPKernelApp.log_level=ERROR"],
-            on_cell_execute=stop_if_interrupted,
+            on_cell_execute=stop_if_interrupted, kernel_manager_class=QuietShutdownKernelManager,
             error_on_timeout={"ename": "CellTimeoutError",
                               "evalue": f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s",
                               "traceback": [f"CellTimeoutError: cell exceeded {cell_timeout_s} s"]},
@@ -255,6 +281,9 @@ def _phase_failure(phase: str, out: Path, exc: Exception, interrupts: Interrupts
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     interrupted = interrupts is not None and bool(interrupts.signum)
+    if isinstance(exc, OSError) and exc.errno in FULL_DISK:  # papermill saving the notebook after a cell
+        return PhaseFailed(f"phase {phase} failed: {os_error_line(exc)}; {out.name} was cut off mid-write and is "
+                           "not stamped", phase=phase, notebook=str(out), ename="NoSpaceLeft")
     if isinstance(exc, pm.PapermillExecutionError):
         idx, ename, evalue = exc.cell_index, exc.ename, exc.evalue
         if interrupted and interrupts is not None:
@@ -371,6 +400,8 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
             run.write_record(phase, status=status, started=started, files=files, data=data)
         except EvidenceError as inner:
             out.reason += f" (could not write the {status} record: {inner})"
+        except OSError as inner:  # the disk that cut the notebook off holds the record too
+            out.reason += f" (could not write the {status} record: {os_error_line(inner)})"
         return out
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+from runbook_lib.hostlock import host_lock
 
 from .runs import (
     CANARY_ENV,
@@ -146,21 +151,76 @@ def approved_training_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return approval_walk(params, project, {"04": {"launch_pod"}, "05": {"launch_pod"}})
 
 
-# Whole runs that several cases read. With `--dist loadgroup` (`make test-e2e`) every reader of one
-# goes to the same xdist worker, so each run is made once, not once per worker.
+# Whole runs that several cases read. `make test-e2e` sends every reader of one to the same xdist
+# worker, so each run is made once, not once per worker. xdist's own `xdist_group` marks do not
+# group under pytest 9.2 (xdist 3.8 renames `item._nodeid`, which no longer sets the node id), so
+# the grouping is ours: each worker writes the readers' node ids to the file GROUPS_ENV names as it
+# collects, and the controller's scheduler (SharedRunScheduling) keeps a group on one worker.
 SHARED_RUNS = ("inference_go_run", "approved_training_run", "held_run")
+GROUPS_ENV = "RUNBOOK_TEST_SHARED_RUN_GROUPS"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "loadgroup":  # the controller
+        fd, path = tempfile.mkstemp(prefix="runbook-test-groups-", suffix=".json")
+        os.close(fd)
+        os.environ[GROUPS_ENV] = path  # the workers it starts inherit it
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and os.environ.get(GROUPS_ENV):
+        Path(os.environ.pop(GROUPS_ENV)).unlink(missing_ok=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the readers of each shared run (:data:`SHARED_RUNS`), and put the cases that take
-    longest first (the ``measure`` cases and the shared runs' readers: a whole judged migration
+    """Name each shared run's readers (:data:`SHARED_RUNS`) for the scheduler, and put the cases
+    that take longest first (the ``measure`` cases and those readers: a whole judged migration
     each), so the two workers of `make test-e2e` do not end with one long case running alone."""
+    groups = {}
     for item in items:
         shared = next((f for f in SHARED_RUNS if f in getattr(item, "fixturenames", ())), None)
         if shared is not None:
-            item.add_marker(pytest.mark.xdist_group(name=shared))
-    items.sort(key=lambda i: 0 if i.get_closest_marker("measure") or i.get_closest_marker("xdist_group") else 1)
+            groups[item.nodeid] = shared
+    items.sort(key=lambda i: 0 if i.get_closest_marker("measure") or i.nodeid in groups else 1)
+    path = os.environ.get(GROUPS_ENV)
+    if path and hasattr(config, "workerinput"):
+        tmp = Path(f"{path}.{config.workerinput['workerid']}")
+        tmp.write_text(json.dumps(groups))
+        tmp.replace(path)  # both workers collect the same items: either file is the map
+
+
+class SharedRunScheduling(LoadScopeScheduling):
+    """xdist's load-by-scope scheduling where a scope is a shared run's readers, or one case."""
+
+    _groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self._groups is None:
+            self._groups = json.loads(Path(os.environ[GROUPS_ENV]).read_text() or "{}")
+        return self._groups.get(nodeid, nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    return SharedRunScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+@pytest.fixture
+def alone_on_this_host() -> Iterator[None]:
+    """The host lock (runbook_lib.hostlock) held exclusively for the whole case: no runbook run's
+    phase starts meanwhile. For a case that runs the library without the runner (JupyterLab's
+    kernel) and is slowed past a person's waits by another worker's run, and that would otherwise
+    take CPU from a timed phase, which only the runner's lock keeps alone."""
+    with host_lock(True):
+        yield
+
+
+@pytest.fixture
+def beside_untimed_phases() -> Iterator[None]:
+    """The host lock held shared for the whole case: it waits for a timed phase to end and keeps
+    the next one waiting, as an untimed phase does (a real browser rendering a report)."""
+    with host_lock(False):
+        yield
 
 
 @pytest.fixture(autouse=True)

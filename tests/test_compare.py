@@ -257,6 +257,27 @@ def test_the_job_client_polls_at_a_rate_limit_safe_cadence_and_honours_retry_aft
     assert seen[0][2] == {"input": "x", "policy": {"ttl": 60_000}}  # the TTL travels with the job, in ms
 
 
+def test_the_client_timeout_is_waited_out_whole_before_the_job_is_cancelled() -> None:
+    """A job still queued after 0.5 + 1 + 2 s of polls has 0.5 s of its 4 s client timeout left:
+    the client waits exactly that, polls once more, and only then cancels (it used to give up at
+    3.5 s, when the next doubled wait would have overshot, and report 4 s)."""
+    from runbook_lib.measure import JobClient
+
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    seen: list[Any] = []
+    queued = (200, {"id": "j1", "status": "IN_QUEUE"}, {})
+    answers = {"status": [queued] * 4, "cancel": [(200, {"id": "j1", "status": "CANCELLED"}, {})]}
+    client = JobClient("http://endpoint.test", http=_job_api(answers, seen), sleep=sleep, clock=lambda: now[0])
+    gave_up = client.wait({"id": "j1", "status": "IN_QUEUE"}, client_timeout_s=4.0)
+    assert gave_up["status"] == "CLIENT_TIMEOUT" and gave_up["cancelled"] and now[0] == 4.0
+    assert [path for _, path, _ in seen] == ["/status/j1"] * 4 + ["/cancel/j1"]
+    assert "gave up after 4.0 s (client timeout 4 s)" in gave_up["error"]
+
+
 def test_a_refused_submission_is_a_machinery_failure_and_is_never_resent() -> None:
     from runbook_lib.measure import JobClient
 

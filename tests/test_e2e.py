@@ -380,6 +380,45 @@ def test_dead_kernel_is_reported_with_its_cell(tmp_path: Path) -> None:
     assert out.cells[-1].metadata.papermill["status"] == "not-run"
 
 
+def test_a_full_disk_while_the_notebook_is_saved_is_named_not_hidden(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """papermill saves the executed notebook after each cell; the third save meets a full disk
+    (ENOSPC injected: half the bytes written, then the error). The phase fails naming the full disk
+    and the notebook (it ended in NotJSONError, from reading the cut-off file back), and reading
+    the cut-off notebook afterwards (the runner's path scrub) does not raise."""
+    import errno
+
+    import papermill.engines
+
+    from runbook_lib.runner import scrub_paths
+
+    real, saves = papermill.engines.write_ipynb, []
+
+    def filling_up(nb: object, path: str) -> None:
+        saves.append(path)
+        if len(saves) < 3:
+            return real(nb, path)
+        Path(path).write_text(nbformat.writes(nb)[:200])
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(papermill.engines, "write_ipynb", filling_up)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("params_path = run_dir = run_mode = approval_ref = ''",
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("y = 2")]
+    (tmp_path / "nb").mkdir()
+    nbformat.write(nb, tmp_path / "nb" / "01_freeze_source.ipynb")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(PhaseFailed) as ei:
+        execute_phase("01", ROOT / "params" / "demo.yaml", tmp_path / "run", cell_timeout_s=60,
+                      notebooks_dir=tmp_path / "nb")
+    out = tmp_path / "run" / "01_freeze_source.ipynb"
+    assert ei.value.ename == "NoSpaceLeft" and ei.value.notebook == str(out)
+    assert f"no space left on the device holding {out}" in str(ei.value) and "cut off mid-write" in str(ei.value)
+    scrub_paths(out, tmp_path)  # the cut-off file is left as it is
+
+
 def test_a_signal_between_cells_keeps_the_next_cell_from_running(tmp_path: Path) -> None:
     # The kernel acts on SIGINT only inside a cell; this one ignores it (as a starting or idle
     # kernel does), so only the runner can keep the following cell from changing anything.

@@ -61,9 +61,11 @@ def _records(run: RunDir) -> dict[str, dict[str, Any]]:
             if not p.name.startswith("pending-")}
 
 
-# Alone, in the measure stage: beside another case on 2 cores its first cell was seen not to
-# finish within 240 s (42 s for the whole case alone); its per-cell waits are a person's, not a load's.
+# Alone on the host (the host lock held exclusively): beside another case on 2 cores its first cell
+# was seen not to finish within 240 s (42 s for the whole case alone); its per-cell waits are a
+# person's, not a load's. Its kernel runs the phases without the runner, so it takes no lock itself.
 @pytest.mark.measure
+@pytest.mark.usefixtures("alone_on_this_host")
 def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_path: Path, browser: Any) -> None:
     run = _project(make_params, tmp_path)
     before = _records(run)

@@ -87,3 +87,37 @@ def test_every_test_is_in_the_behaviour_table() -> None:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")}
     assert sorted(defined - listed) == [], "cases with no row in tests/README.md"
     assert sorted(listed - defined) == [], "rows in tests/README.md for cases that no longer exist"
+
+
+def test_the_readers_of_a_shared_run_go_to_one_worker(tmp_path: Path) -> None:
+    """`make test-e2e`'s scheduling (conftest.SharedRunScheduling, selected by `--dist loadgroup`):
+    three files each with a case reading a session fixture named like a shared run and a case
+    that does not, on two workers: the three readers run on one worker and the run is made once."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "log"
+    (tmp_path / "conftest.py").write_text(
+        "import os, pytest\n"
+        "from tests.conftest import (pytest_collection_modifyitems, pytest_configure, pytest_unconfigure,\n"
+        "                            pytest_xdist_make_scheduler)\n"
+        "@pytest.fixture(scope='session')\n"
+        "def held_run():\n"
+        f"    open({str(log)!r}, 'a').write('made ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+        "    return os.environ['PYTEST_XDIST_WORKER']\n")
+    for name in "abc":
+        (tmp_path / f"test_{name}.py").write_text(
+            "import os, time\n"
+            f"def test_{name}_reads(held_run):\n"
+            f"    open({str(log)!r}, 'a').write('read ' + held_run + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+            f"def test_{name}_alone():\n    time.sleep(0.3)\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
+                           "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = log.read_text().splitlines()
+    made = [x for x in lines if x.startswith("made")]
+    reads = {tuple(x.split()[1:]) for x in lines if x.startswith("read")}
+    assert len(made) == 1 and len(reads) == 1 and len(next(iter(reads))) == 2, lines
+    assert len([x for x in lines if x.startswith("read")]) == 3

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runbook_lib.errors import EXIT_USAGE, ParamsError
 from runbook_lib.params import load_params, parse_yaml, validate
@@ -181,6 +185,7 @@ def test_a_local_target_s_machines_are_named_once_and_ask_for_no_gpu_by_default(
     ("notes: &n [1, 2]\nmore: *n\n", "an anchor (&n) is not accepted"),  # alias expansion (billion laughs)
     ("notes: {limit: .inf}\n", "'.inf' is not a finite number"),
     ("notes: " + "[" * 3000 + "]" * 3000 + "\n", "nesting deeper than 32 levels"),  # no RecursionError
+    ("notes: " + "9" * 5000 + "\n", "an integer of 5000 digits (at most 30)"),  # was Python's ValueError, exit 4
 ])
 def test_params_that_would_change_meaning_or_blow_up_are_refused_before_anything_runs(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, said: str) -> None:
@@ -213,3 +218,124 @@ def test_huge_values_and_a_bucketless_store_are_refused_naming_the_field_and_its
     assert cli_main(["run", str(path)]) == EXIT_USAGE
     assert field in capsys.readouterr().err
     assert not (path.parent.parent / "reports").exists()  # nothing was run
+
+
+@pytest.mark.parametrize(("raw", "said"), [
+    (b"\xff\xfe\x00migration: x\n", "not UTF-8 text (byte 0xff at offset 0)"),  # was UnicodeDecodeError, exit 4
+    (b"migration: caf\xe9\n", "not UTF-8 text (byte 0xe9 at offset 14)"),  # Latin-1
+    (b"# " + b"x" * (1024 * 1024) + b"\n", "larger than 1024 KiB"),
+])
+def test_a_params_file_that_is_not_utf8_text_or_is_huge_is_a_params_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: bytes, said: str) -> None:
+    from runbook_lib.cli import main as cli_main
+
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(ParamsError, match=re.escape(said)):
+        load_params(path)
+    assert cli_main(["run", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_a_path_that_cannot_be_written_is_a_usage_error_in_one_line(
+        make_params, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`runbook init` onto a path whose parent is a file, and `runbook run --reports` there: exit 2
+    with the path and what to do (both were exit 4, a failed run). A file as parent is used because
+    the tests run as root in CI, where a read-only directory is still writable."""
+    from runbook_lib.cli import main as cli_main
+    from runbook_lib.errors import EXIT_FAILED, os_error_exit, os_error_line
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert cli_main(["init", str(blocker / "project")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"cannot use {blocker}/project" in err and "each parent must exist" in err and len(err.splitlines()) == 1
+    assert cli_main(["run", str(make_params()), "--reports", str(blocker / "reports")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert str(blocker / "reports") in err and "Not a directory" in err and len(err.splitlines()) == 1
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "04.ipynb"))
+    assert os_error_exit(full) == EXIT_FAILED  # the run failed for want of disk: named, not a usage error
+    assert os_error_line(full).startswith(f"no space left on the device holding {tmp_path}/run/04.ipynb")
+    assert os_error_exit(PermissionError(errno.EACCES, "Permission denied", "/x")) == EXIT_USAGE
+
+
+# -- property: whatever a mutated params file holds, the loader answers in one line, at once -------
+
+_DEMO = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path in a parsed params file (list items by index)."""
+    out = [prefix] if prefix else []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    for k, v in items:
+        out += _paths(v, prefix + (k,))
+    return out
+
+
+_PATHS = _paths(_DEMO)
+_JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10**40), max_value=10**40),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=40),
+    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=8), st.integers(), max_size=2),
+    st.sampled_from(["../../etc/passwd", "s3:///x", "env:", "file:", "os:system", "1e308", "-1", "NaN", "\u202e"]))
+_MUTATION = st.tuples(st.sampled_from(_PATHS), st.sampled_from(["replace", "delete", "add"]), _JUNK)
+
+
+def _mutated(path: tuple[Any, ...], how: str, junk: Any) -> dict[str, Any]:
+    import copy
+
+    data = copy.deepcopy(_DEMO)
+    parent = data
+    for k in path[:-1]:
+        parent = parent[k]
+    last = path[-1]
+    if how == "replace":
+        parent[last] = junk
+    elif how == "delete" and isinstance(parent, dict):
+        del parent[last]
+    elif isinstance(parent, dict):
+        parent[f"{last}_extra"] = junk  # a field the schema does not know
+    else:
+        parent.append(junk)
+    return data
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_MUTATION)
+def test_a_mutated_params_file_is_loaded_or_refused_in_one_line_with_exit_2_at_once(
+        tmp_path: Path, mutation: tuple[tuple[Any, ...], str, Any]) -> None:
+    """Issue 30 item 1: one key of demo.yaml replaced by junk, deleted, or joined by an unknown
+    sibling. The loader either accepts it or raises ParamsError naming a field on the mutated
+    path; `runbook run` on a refused file exits 2 with one line, no traceback, within a second,
+    and writes nothing. An accepted file is never run here (it could be a valid migration)."""
+    import io
+    import time
+    from contextlib import redirect_stderr
+
+    from runbook_lib.cli import main as cli_main
+    from runbook_lib.params import dump_yaml
+
+    path, how, junk = mutation
+    case = tmp_path / f"case-{time.monotonic_ns()}"
+    (case / "params").mkdir(parents=True)
+    params = case / "params" / "m.yaml"
+    params.write_text(dump_yaml(_mutated(path, how, junk)))
+    t0 = time.monotonic()
+    try:
+        load_params(params)
+    except ParamsError as exc:
+        named = {str(k) for k in path} | {f"{path[-1]}_extra", "(top level)"}
+        assert any(n in str(exc) for n in named), (mutation, str(exc))
+    else:
+        return
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = cli_main(["run", str(params)])
+    took = time.monotonic() - t0
+    assert code == EXIT_USAGE, (mutation, err.getvalue())
+    assert err.getvalue().startswith("error: ") and "Traceback" not in err.getvalue()
+    assert took < 1.0, f"{took:.2f} s for {mutation}"
+    assert sorted(p.name for p in case.iterdir()) == ["params"]  # nothing was written

@@ -113,6 +113,8 @@ def test_canonical_gpu_names_agree_across_providers() -> None:
 
 
 def test_vast_offers_are_post_filtered_and_normalized() -> None:
+    from runbook_lib.offer_query import parse_query
+
     prov, fake, _ = remote("vast")
     offers = prov.search_offers(PARAMS.target.offer)
     body = fake.requests[0][2]
@@ -126,7 +128,13 @@ def test_vast_offers_are_post_filtered_and_normalized() -> None:
     assert "A100 SXM" in why["8812399"]  # the server returned a GPU we did not ask for
     assert "host CUDA 12.2 below 12.4" in why["8812400"]
     first = ok[0]
-    assert first.ram_gib == pytest.approx(257000 * 16 / 64 / 1024)  # host RAM pro-rated to our cores
+    assert first.ram_gib == pytest.approx(257000 * 16 / 64 / 1000)  # host RAM pro-rated to our cores, Vast's GB
+    # One unit with the query language users paste: ram_gib_min N accepts the share cpu_ram>=N accepts
+    # (the adapter divided by 1024 and the parser multiplied by 1000: 64.25 was refused as 62.7 GiB).
+    share_mb = 257000 * 16 / 64
+    assert parse_query(f"cpu_ram>={share_mb / 1000}")["cpu_ram"]["gte"] <= share_mb
+    req = PARAMS.target.offer.model_copy(update={"ram_gib_min": share_mb / 1000})
+    assert "8812345" in [o.offer_id for o in filter_offers(offers, req)[0]]
     assert first.hourly_usd(40) == pytest.approx(0.40 + 40 * 0.20 / 30 / 24)
 
 

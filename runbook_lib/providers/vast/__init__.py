@@ -97,10 +97,16 @@ def _classify(status: int, body: Any, text: str) -> ProviderError | None:
     return None
 
 
+VAST_MB_PER_GB = 1000  # vast-cli: cpu_ram is shown as x / 1000 GB and queried as GB x 1000 (vastai/api/query.py)
+
+
 def _offer(o: dict[str, Any]) -> Offer:
     cores, eff = o.get("cpu_cores"), o.get("cpu_cores_effective")
     ram = o.get("cpu_ram")
-    ram_gib = (ram * (eff / cores) / 1024) if ram and eff and cores else None  # host RAM pro-rated (gpuhunt)
+    # Host RAM pro-rated to the offer's cores (gpuhunt), in GB as Vast.ai counts them: its MB / 1000,
+    # the unit vast-cli shows and its query language takes (offer_query._GB_TO_MB), so ram_gib_min: 32
+    # and query cpu_ram>=32 accept the same whole-host offers.
+    ram_gib = (ram * (eff / cores) / VAST_MB_PER_GB) if ram and eff and cores else None
     return Offer(
         provider="vast", offer_id=str(o["id"]), gpu_name=canonical_gpu(o.get("gpu_name", "")),
         gpu_name_raw=o.get("gpu_name", ""), gpu_count=int(o.get("num_gpus", 0)), vram_mib=int(o.get("gpu_ram", 0)),
