@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from runbook_lib.checkpoint import strip_wrapper_prefix
 from runbook_lib.workload.checkpoint_set import CheckpointWorkload
 
 
@@ -41,6 +42,8 @@ class DemoMLPCheckpoint(CheckpointWorkload):
         weights: dict[str, Any] = {name.split("/", 1)[1]: t for name, t in self.state.items()
                                    if name.split("/", 1)[0].endswith(".safetensors")}
         model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+        # saved from a DataParallel or torch.compile wrapper: its prefix goes before the strict load
+        weights, _ = strip_wrapper_prefix(weights, model.state_dict(), name="the safetensors shards")
         model.load_state_dict(weights, strict=True)
         dtype = getattr(torch, self.profile.dtype)
         model = model.to(device=self.profile.device, dtype=dtype).eval()

@@ -308,6 +308,22 @@ def _refused_global(message: str) -> str:
     return m.group(1) if m else ""
 
 
+def _refusal(message: str) -> str:
+    """What torch's weights_only unpickler refused, for a person: the global it names, or (a reduce
+    of an unlisted function, a class it cannot build) its own reason, one line of at most 300
+    characters (the text after ``WeightsUnpickler error:`` in torch/_weights_only_unpickler.py's
+    message)."""
+    name = _refused_global(message)
+    if name:
+        return name
+    built = re.search(r"but got <class '([\w.]+)'>", message)
+    if built:  # e.g. numpy.dtypes.Int64DType: made by an allowlisted global, never named in the pickle
+        return (f"torch must also build {built.group(1)}, which the file's pickle does not name (an allowlisted "
+                f"global makes it); list {built.group(1)} in workload.allow_globals too")
+    reason = re.search(r"WeightsUnpickler error:\s*([^\n]+)", message)
+    return "torch: " + (reason.group(1) if reason else message).strip()[:300]
+
+
 def _unsafe(rel: str, names: Sequence[str], detail: str = "", *, allowed: bool = False) -> Finding:
     if allowed:
         return Finding(
@@ -331,7 +347,9 @@ def _key_findings(rel: str, keys: list[str], findings: list[Finding]) -> None:
                 "wrapper_prefix", "info", rel, f"every key starts with {prefix!r}",
                 "a checkpoint saved from a DataParallel/DistributedDataParallel or torch.compile wrapper carries its "
                 "prefix; an unwrapped model does not expect it",
-                "load_state strips it when every stripped key and shape matches the model's"))
+                "the runbook compares the keys as saved; an entry point that loads an unwrapped model strictly strips "
+                "it first with runbook_lib.checkpoint.strip_wrapper_prefix(weights, model.state_dict()) (the example "
+                "entry point does), which strips it only when every stripped key and shape matches the model's"))
         elif having:
             findings.append(Finding(
                 "partial_prefix", "blocker", rel, f"{len(having)} of {len(keys)} keys start with {prefix!r}, e.g. "
@@ -657,7 +675,7 @@ def load_state(path: str | Path, *, device: str = "cpu", allow_globals: Sequence
                 state = torch.load(p, weights_only=True, map_location=remap)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"{p.name} names a global outside torch's weights_only allowlist "
-                              f"({_refused_global(str(exc)) or 'see torch message'}); it was not run. Re-save it with "
+                              f"({_refusal(str(exc))}); it was not run. Re-save it with "
                               "tensors only, or list exactly that name in workload.allow_globals") from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         raise CheckpointError(f"{p.name} cannot be loaded: {type(exc).__name__}: {str(exc)[:300]}. Copy it again "
@@ -674,6 +692,21 @@ def load_state(path: str | Path, *, device: str = "cpu", allow_globals: Sequence
         raise CheckpointError(f"{p.name}: tied tensors came apart in conversion (before {sorted(renamed)}, after "
                               f"{sorted(after)}); load it without converting")
     return LoadedState(state, device, {t: device for t in dict.fromkeys(tags)}, stripped, allowed, after)
+
+
+def strip_wrapper_prefix(state: dict[str, Any], reference: dict[str, Any], *,
+                         name: str = "the checkpoint") -> tuple[dict[str, Any], str]:
+    """``state`` with a wrapper's prefix (:data:`WRAPPER_PREFIXES`: DataParallel's ``module.``,
+    torch.compile's ``_orig_mod.``) removed from every key, for a model that expects ``reference``'s
+    keys (``model.state_dict()``, or ``{name: shape}``); returns the state and the prefix stripped
+    ("" when the keys already match or carry no wrapper prefix). For an entry point to call before
+    ``load_state_dict(..., strict=True)`` (the ``wrapper_prefix`` finding).
+
+    Raises:
+        CheckpointError: only some keys carry the prefix, or the stripped keys and shapes are not
+            the model's (``name`` says whose state it is in the message).
+    """
+    return _strip_prefix(name, state, reference)
 
 
 def _strip_prefix(name: str, state: dict[str, Any], reference: dict[str, Any]) -> tuple[dict[str, Any], str]:

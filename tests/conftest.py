@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -206,19 +207,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeSch
 
 
 @pytest.fixture
-def alone_on_this_host() -> Iterator[None]:
-    """The host lock (runbook_lib.hostlock) held exclusively for the whole case: no runbook run's
-    phase starts meanwhile. For a case that runs the library without the runner (JupyterLab's
-    kernel) and is slowed past a person's waits by another worker's run, and that would otherwise
-    take CPU from a timed phase, which only the runner's lock keeps alone."""
-    with host_lock(True):
-        yield
+def alone_on_this_host() -> Iterator[Callable[[], None]]:
+    """Call it to hold the host lock (runbook_lib.hostlock) exclusively until the case ends: no
+    runbook run's phase starts meanwhile. For a case that runs the library without the runner
+    (JupyterLab's kernel), which another worker's run slows past a person's waits and which would
+    take CPU from a timed phase. Called, not held from the start: the case's own headless phases
+    go through the runner, which takes the lock itself (held here already, it would wait forever)."""
+    with contextlib.ExitStack() as stack:
+
+        def take() -> None:
+            stack.enter_context(host_lock(True))
+
+        yield take
 
 
 @pytest.fixture
 def beside_untimed_phases() -> Iterator[None]:
     """The host lock held shared for the whole case: it waits for a timed phase to end and keeps
-    the next one waiting, as an untimed phase does (a real browser rendering a report)."""
+    the next one waiting, as an untimed phase does (a real browser rendering a report). Only for a
+    case that runs no phase itself (the runner would wait for a timed phase queued behind it)."""
     with host_lock(False):
         yield
 

@@ -76,6 +76,21 @@ def test_a_non_tensor_global_is_allowed_only_by_name_and_only_for_the_frozen_byt
     assert got.allowed_globals == ("argparse.Namespace",) and got.state["args"].lr == 0.1
 
 
+def test_allowlisting_the_globals_inspection_named_names_what_torch_still_needs(tmp_path: Path) -> None:
+    """A numpy array saved beside the weights: the pickle names _reconstruct, ndarray and dtype;
+    with exactly those allowlisted, torch still refuses to build numpy.dtypes.Int64DType, a class
+    no GLOBAL names. The error names it and says to list it too (it said only "see torch message")."""
+    import numpy as np
+
+    path = tmp_path / "ck.pt"
+    torch.save({"w": torch.ones(2), "ids": np.arange(3)}, path)
+    named = list(inspect(path).files[0].globals)
+    assert "numpy.dtypes.Int64DType" not in named
+    with pytest.raises(CheckpointError, match=r"torch must also build numpy\.dtypes\.Int64DType.*list "
+                                              r"numpy\.dtypes\.Int64DType in workload\.allow_globals too"):
+        load_state(path, allow_globals=named, frozen_sha256=sha256_of(path))
+
+
 def test_foreign_device_tags_are_found_and_remapped_explicitly(tmp_path: Path) -> None:
     torch.save(_state(), tmp_path / "cpu.pt")
     retag_devices(tmp_path / "cpu.pt", tmp_path / "gpu.pt", b"cuda:1")

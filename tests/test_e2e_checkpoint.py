@@ -141,6 +141,8 @@ def test_what_a_laptop_hides_but_loads_safely_is_a_finding_and_passes_parity(mak
                      ("", "host_path", "info")}  # a local pod reads the project's directory: it outlives the pod
     [head] = [f for f in rec01["inspection"]["files"] if f["file"] == "head_on_gpu.pt"]
     assert head["devices"] == ["cuda:1"] and head["tied"] == [["module.embed.weight", "module.lm_head.weight"]]
+    # the remap the device_tags finding promises is kept: the freeze pod loaded cuda:1 onto its cpu
+    assert rec01["identity"]["conversions"] == {"head_on_gpu.pt": {"remap": {"cuda:1": "cpu"}, "stripped_prefix": ""}}
     assert verdicts["checkpoint_safety"] == verdicts["output_parity"] == "PASS"
 
 

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import pytest
@@ -65,9 +65,10 @@ def _records(run: RunDir) -> dict[str, dict[str, Any]]:
 # was seen not to finish within 240 s (42 s for the whole case alone); its per-cell waits are a
 # person's, not a load's. Its kernel runs the phases without the runner, so it takes no lock itself.
 @pytest.mark.measure
-@pytest.mark.usefixtures("alone_on_this_host")
-def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_path: Path, browser: Any) -> None:
-    run = _project(make_params, tmp_path)
+def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_path: Path, browser: Any,
+                                                               alone_on_this_host: Callable[[], None]) -> None:
+    run = _project(make_params, tmp_path)  # headless phases, through the runner: they hold the lock themselves
+    alone_on_this_host()
     before = _records(run)
     port, token = _free_port(), secrets.token_hex(16)
     jupyter_home = tmp_path / "jupyter-home"  # no user settings, workspaces or news prompts leak in

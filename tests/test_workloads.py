@@ -3,6 +3,7 @@ match sentence-transformers called directly."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,40 @@ def test_a_checkpoint_entry_point_answers_as_the_model_built_by_hand_and_must_su
     with pytest.raises(WorkloadError, match=r"does not subclass runbook_lib.workload.checkpoint_set.CheckpointWorkload"):
         make_workload(load_params(make_params("demo-checkpoint.yaml", workload={
             "entry_point": "tests.fixture_workloads:SleepWorkload"})).workload, mig.source)
+
+
+def test_a_wrapper_prefix_the_inspection_reports_is_stripped_by_the_example_entry_point(make_params,
+                                                                                        tmp_path: Path) -> None:
+    """The demo shards re-saved from a DataParallel wrapper (every key ``module.``): phase 01's
+    inspection reports the prefix and says how an entry point strips it, and the example entry
+    point, loading strictly, answers exactly as it does on the unwrapped shards (it failed with
+    missing and unexpected keys: nothing gave load_state the model's keys)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from runbook_lib.checkpoint import inspect
+
+    wrapped = tmp_path / "wrapped"
+    shutil.copytree(ROOT / "examples" / "checkpoint-demo", wrapped)
+    for shard in wrapped.glob("*.safetensors"):
+        save_file({f"module.{k}": v for k, v in load_file(str(shard)).items()}, str(shard))
+    index = wrapped / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"] = {f"module.{k}": v for k, v in data["weight_map"].items()}
+    index.write_text(json.dumps(data))
+    [finding] = [f for f in inspect(wrapped / "model-00001-of-00002.safetensors").findings if f.check == "wrapper_prefix"]
+    assert "strip_wrapper_prefix(weights, model.state_dict())" in finding.fix
+    answers = {}
+    for name, ck in (("plain", ROOT / "examples" / "checkpoint-demo"), ("wrapped", wrapped)):
+        mig = load_params(make_params("demo-checkpoint.yaml", name=f"{name}.yaml", workload={
+            "entry_point": "runbook_lib.examples.checkpoint_model:DemoMLPCheckpoint", "sample_size": 4,
+            "checkpoint": str(ck)}))
+        wl = make_workload(mig.workload, mig.source)
+        wl.load(None)
+        answers[name] = wl.inference_outputs()
+        wl.close()
+    np.testing.assert_array_equal(answers["wrapped"], answers["plain"])
 
 
 def test_tensor_tables_compare_names_dtypes_shapes_and_bytes(make_params, tmp_path: Path) -> None:

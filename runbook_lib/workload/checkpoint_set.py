@@ -95,6 +95,10 @@ class FrozenCheckpoint:
         self.root = root
         self.tmp = tmp
         self.manifest: dict[str, str] = json.loads(path.read_text())
+        # What the last restore converted, per tensor file (the path in the checkpoint): the device
+        # tags it was saved with that load_state mapped elsewhere ({"cuda:1": "cpu"}), and a wrapper
+        # prefix stripped from every key; a file loaded as saved is not listed.
+        self.conversions: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def freeze(cls, src: Path, *, host: str) -> FrozenCheckpoint:
@@ -152,10 +156,14 @@ class FrozenCheckpoint:
                 is no tensor file.
         """
         state: dict[str, Any] = {}
+        self.conversions = {}
         for f in self.tensor_files():
             want = self._verify(f)
             loaded = load_state(f, device=device, allow_globals=allow_globals, frozen_sha256=want)
             rel = f.relative_to(self.root).as_posix()
+            moved = {tag: to for tag, to in loaded.remap.items() if tag != to}
+            if moved or loaded.stripped_prefix:
+                self.conversions[rel] = {"remap": moved, "stripped_prefix": loaded.stripped_prefix}
             for name, value in _tensors(loaded.state).items():
                 state[f"{rel}/{name}"] = value
         dcp = self.dcp_files()
@@ -210,11 +218,16 @@ class CheckpointWorkload(AcceptanceWorkload):
         self._done = 0
 
     def identity(self) -> dict[str, Any]:
+        """What phase 01 records of the checkpoint: model id, path, each file's sha256, the number
+        of tensor files, the allowlist, where it sat (:func:`location`), and ``conversions``: per
+        tensor file, the saved device tags the last restore mapped to this side's device and a
+        stripped wrapper prefix (:attr:`FrozenCheckpoint.conversions`)."""
         frozen = self._frozen
         return {"model_id": self.workload.model_id, "checkpoint": self.workload.checkpoint,
                 "files_sha256": dict(frozen.manifest) if frozen else {},
                 "tensor_files": len(frozen.tensor_files() + frozen.dcp_files()) if frozen else 0,
-                "allow_globals": list(self.workload.allow_globals), "location": dict(self._location)}
+                "allow_globals": list(self.workload.allow_globals), "location": dict(self._location),
+                "conversions": dict(frozen.conversions) if frozen else {}}
 
     def load(self, artifact_dir: Path | None = None) -> None:
         """Load a frozen copy (``artifact_dir``), or freeze ``workload.checkpoint`` and load that,
