@@ -360,17 +360,21 @@ def test_cell_timeout_is_a_failed_phase_with_honest_notebook(make_params) -> Non
     _gone(res)  # phase 06 still ran and tore down the source pod the timed-out cell launched
 
 
-def test_dead_kernel_is_reported_with_its_cell(tmp_path: Path) -> None:
+def _synthetic_phase(tmp_path: Path, name: str, *cells: str) -> None:
+    """``tmp_path/nb/<name>.ipynb``: the parameters cell, then ``cells``; and an empty run directory
+    ``tmp_path/run``, for :func:`execute_phase` with ``notebooks_dir=tmp_path / "nb"``."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell("params_path = run_dir = run_mode = approval_ref = ''",
-                                          metadata={"tags": ["parameters"]}),
-                nbformat.v4.new_code_cell("x = 1"),
-                nbformat.v4.new_code_cell("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"),
-                nbformat.v4.new_code_cell("y = 2")]
+                                          metadata={"tags": ["parameters"]}), *map(nbformat.v4.new_code_cell, cells)]
     (tmp_path / "nb").mkdir()
-    nbformat.write(nb, tmp_path / "nb" / "01_freeze_source.ipynb")
+    nbformat.write(nb, tmp_path / "nb" / f"{name}.ipynb")
     (tmp_path / "run").mkdir()
+
+
+def test_dead_kernel_is_reported_with_its_cell(tmp_path: Path) -> None:
+    _synthetic_phase(tmp_path, "01_freeze_source", "x = 1", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+                     "y = 2")
     with pytest.raises(PhaseFailed) as ei:
         execute_phase("01", ROOT / "params" / "demo.yaml", tmp_path / "run", cell_timeout_s=60,
                       notebooks_dir=tmp_path / "nb")
@@ -402,14 +406,7 @@ def test_a_full_disk_while_the_notebook_is_saved_is_named_not_hidden(tmp_path: P
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
     monkeypatch.setattr(papermill.engines, "write_ipynb", filling_up)
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("params_path = run_dir = run_mode = approval_ref = ''",
-                                          metadata={"tags": ["parameters"]}),
-                nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("y = 2")]
-    (tmp_path / "nb").mkdir()
-    nbformat.write(nb, tmp_path / "nb" / "01_freeze_source.ipynb")
-    (tmp_path / "run").mkdir()
+    _synthetic_phase(tmp_path, "01_freeze_source", "x = 1", "y = 2")
     with pytest.raises(PhaseFailed) as ei:
         execute_phase("01", ROOT / "params" / "demo.yaml", tmp_path / "run", cell_timeout_s=60,
                       notebooks_dir=tmp_path / "nb")
