@@ -23,6 +23,9 @@ def test_entry_point_errors_are_clear() -> None:
         load_workload_class("no_such_module:Thing")
     with pytest.raises(WorkloadError, match="not an AcceptanceWorkload"):
         load_workload_class("pathlib:Path")
+    # an entry point with abstract methods left is refused before anything is rented (it failed in the pod)
+    with pytest.raises(WorkloadError, match=r"leaves 8 method\(s\) abstract: export_artifact, identity, load, "):
+        load_workload_class("runbook_lib.workload:AcceptanceWorkload")
 
 
 def test_newest_verified_checkpoint_skips_bad_ones(tmp_path: Path) -> None:

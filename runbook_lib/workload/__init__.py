@@ -115,7 +115,8 @@ def load_workload_class(entry_point: str) -> type[AcceptanceWorkload]:
     """Import ``module:Class`` and check it is an :class:`AcceptanceWorkload`.
 
     Raises:
-        WorkloadError: the module or class cannot be imported, or is not a workload.
+        WorkloadError: the module or class cannot be imported, is not a workload, or leaves an
+            abstract method unimplemented (named).
     """
     module_name, _, attr = entry_point.partition(":")
     try:
@@ -127,6 +128,11 @@ def load_workload_class(entry_point: str) -> type[AcceptanceWorkload]:
         ) from exc
     if not (isinstance(cls, type) and issubclass(cls, AcceptanceWorkload)):
         raise WorkloadError(f"workload.entry_point {entry_point!r} is not an AcceptanceWorkload subclass")
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:  # found here, before anything is rented, not as a TypeError in a pod's log
+        raise WorkloadError(f"workload.entry_point {entry_point!r} leaves {len(missing)} method(s) abstract: "
+                            f"{', '.join(missing)}; implement each (runbook_lib.workload.AcceptanceWorkload "
+                            "documents its contract), or the class cannot be created in any pod")
     return cls
 
 
