@@ -53,7 +53,33 @@ SHORTER: dict[str, dict[str, Any]] = {
 """Per workload kind: the measurement and margin overrides a rehearsal on a shared 2-core machine
 uses (the embedded demos' values, params/demo.yaml, params/demo-train.yaml and
 params/demo-service.yaml, with the latency and cold-start margins of a machine running both
-sides' workers and the simulators at once), listed in the evidence like any other."""
+sides' workers and the simulators at once), listed in the evidence like any other. A size in
+:data:`SIZES` only shortens: params that ask for less keep their own value."""
+
+SIZES = frozenset({"measure.requests_per_round", "measure.warmup_requests", "measure.throughput_requests",
+                   "measure.rounds", "workload.train_steps"})
+"""The counts of :data:`SHORTER` a rehearsal never raises: a rehearsal measures at most what the
+params ask (a fault drill that needs ten requests a round is not made to send sixty)."""
+
+
+def _dotted(data: dict[str, Any], path: str) -> Any:
+    """``data["a"]["b"]`` for ``path`` ``"a.b"``; None where a level is missing or not a mapping."""
+    node: Any = data
+    for key in path.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def shorter(data: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`SHORTER` overrides for the workload kind of params ``data`` (the YAML as a
+    mapping). A size of :data:`SIZES` only lowers: where the params already ask for a smaller
+    integer there is no override, and the params' own value stands."""
+    out = dict(SHORTER.get((data.get("workload") or {}).get("kind", ""), {}))
+    for path in sorted(SIZES & out.keys()):
+        own = _dotted(data, path)
+        if isinstance(own, int) and not isinstance(own, bool) and own <= out[path]:
+            del out[path]
+    return out
 
 
 @dataclass
@@ -131,7 +157,7 @@ def overrides_for(data: dict[str, Any], reh: Rehearsal) -> dict[str, Any]:
         out["storage.endpoint_url"] = reh.s3_url
         out["storage.create_bucket"] = True
     out["approvals.preapproved_simulator"] = True
-    out.update(SHORTER.get((data.get("workload") or {}).get("kind", ""), {}))
+    out.update(shorter(data))
     return out
 
 

@@ -254,7 +254,7 @@ def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_param
     # 04's verdicts are not judged (they may be INCONCLUSIVE on a loaded host; the FAIL of the
     # rollback window decides NO-GO either way).
     rule = "copy_back"
-    params = make_params("demo-train.yaml", **merged(FAST_TRAINING, {"measure": {"max_extra_rounds": 0}},
+    params = make_params("demo-train.yaml", **merged(FAST_TRAINING, {"measure": {"max_extra_rounds": 0, "exclusive": False}},
                                                      {"cutover": {"rollback_window_s": 1, "on_rollback": rule}}))
     run_dir = run_phases(params, ("01", "02", "03", "04", "05", "06"))
     r = receipt(run_dir)
@@ -584,15 +584,17 @@ def test_runbook_phase_scans_and_redacts_like_a_full_run(make_params, tmp_path: 
     _no_canary_anywhere(run_dir)
 
 
-@pytest.mark.measure
 def test_a_broken_handler_that_runs_side_effects_twice_is_no_go_naming_the_idempotency_drill(make_params) -> None:
+    # The NO-GO rests on the drill, not on timings: phase 04 measures the least the params allow
+    # (its latency gates may read INCONCLUSIVE on too few samples; none may FAIL).
     only_redeliver = {"drills": {"run": ["redeliver"], "blocking": ["redeliver"]}}  # the drill this case is about
     res = _run(make_params("demo.yaml", target={"fault": "duplicate_side_effects"},
-                           **merged(FAST_INFERENCE, QUIET, only_redeliver)))
+                           **merged(FAST_INFERENCE, UNJUDGED, only_redeliver)))
     assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO)
     [reason] = [r for r in res.reasons if r.startswith("drill_redeliver FAIL (phase 04)")]
     assert "the workload ran 2 time(s)" in reason and "broken idempotency" in reason
-    assert not any(r.startswith(("latency", "error_rate", "output_parity")) for r in res.reasons)  # it serves well
+    failed = [r for r in res.reasons if " FAIL (" in r]
+    assert failed == [reason], failed  # it serves well: nothing but the drill fails
     _gone(res)
 
 

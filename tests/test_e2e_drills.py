@@ -28,15 +28,25 @@ from .runs import phase_statuses
 pytestmark = pytest.mark.e2e
 
 
+# A drill whose decision rests on something other than phase 04's timings (a crash, an expired
+# job): the least measurement the params allow (a rehearsal never raises a size, rehearse.SIZES),
+# no extra rounds, and its timed phases keep no other run waiting (measure.exclusive: false).
+UNTIMED = {"requests_per_round": 10, "warmup_requests": 2, "throughput_requests": 8, "max_extra_rounds": 0,
+           "exclusive": False}
+
+
 def _drill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-           faults: dict[str, Any], *, target_offer: dict[str, Any] | None = None) -> tuple[int, Path, str]:
+           faults: dict[str, Any], *, target_offer: dict[str, Any] | None = None,
+           measure: dict[str, Any] | None = None, keep_drills: bool = False) -> tuple[int, Path, str]:
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
     (tmp_path / "params").mkdir()
     params = tmp_path / "params" / "runpod-to-vast.yaml"
     data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
     data["target"]["offer"].update(target_offer or {})
-    data["drills"] = {"run": [], "blocking": []}
+    if not keep_drills:
+        data["drills"] = {"run": [], "blocking": []}
+    data["measure"].update(measure or {})
     params.write_text(dump_yaml(data))
     (tmp_path / "faults.json").write_text(json.dumps(faults))
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -61,10 +71,17 @@ def test_money_safety_429_outbid_and_502_after_create_end_go_with_one_machine_ea
     # 2 s after it starts running, before its acceptance job finishes; its replacement's create on
     # the next offer answers 502 after creating the instance. (An offer taken between search and
     # create, 410, is test_simulator.py's and test_providers.py's: it creates nothing.)
+    # It is also the inference rehearsal of `make rehearse` (params/runpod-to-vast.yaml, its own
+    # drills on): the queue-to-load-balancing mapping and the drills a load-balancing target can
+    # run are checked here (_the_inference_rehearsal_mapped_and_drilled); test_e2e_rehearse.py
+    # rehearses the training and service migrations.
     faults = {"runpod": {"script": {"create": ["rate"], "endpoint": ["created_then_502"]}},
               "vast": {"script": {"create": ["outbid", "created_then_502"]}, "limits": {"outbid_after_s": 2}}}
-    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, faults, target_offer={"interruptible": True})
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, faults, target_offer={"interruptible": True},
+                                keep_drills=True)
     assert code == EXIT_GO, out
+    assert "POST /v2/{id}/runsync x" in out  # the job API reached real workers
+    _the_inference_rehearsal_mapped_and_drilled(run_dir)
     assert "POST /v2/pods x2" in out  # the 429 was retried after Retry-After: one pod
     assert "POST /v2/serverless x1" in out  # the unclear create was looked up by label, not repeated
     # three creates on Vast.ai: the outbid canary, its replacement's unclear one, the endpoint's
@@ -91,11 +108,33 @@ def test_money_safety_429_outbid_and_502_after_create_end_go_with_one_machine_ea
     assert receipt["rehearsal"]["params"]["faults"] == faults  # a drill's GO says which faults it survived
 
 
+def _the_inference_rehearsal_mapped_and_drilled(run_dir: Path) -> None:
+    """A Runpod serverless queue endpoint to a Vast.ai load-balancing worker: phase 02 names the
+    adapter, phase 04 reaches the target on Vast's mapped port, and of the drills only the two a
+    load-balancing target can take run (scored: the params block none)."""
+    rec02 = _record(run_dir, "02_map_target")
+    row = next(r for r in rec02["dependency_map"] if r["dependency"] == "endpoint mode")
+    assert (row["source"], row["target"], row["status"]) == ("queue", "load_balancing", "adapter needed")
+    rec04 = _record(run_dir, "04_compare_production")
+    assert rec04["endpoint_modes"] == {"source": "queue", "target": "load_balancing"}
+    target_url = rec04["endpoint_urls"]["target"]
+    assert target_url.startswith("http://127.0.0.1:") and not target_url.endswith(":8000")  # Vast's mapped port
+    drills = {d["drill"]: d for d in rec04["drills"]}
+    assert drills["preferred_offer_removed"]["verdict"] == "PASS", drills
+    assert "withdrew offer 8812345" in drills["preferred_offer_removed"]["observation"]
+    assert drills["spend_limit"]["verdict"] == "PASS", drills
+    assert all(drills[n]["verdict"] == "INCONCLUSIVE" and "load_balancing endpoint has no job API"
+               in drills[n]["observation"] for n in ("redeliver", "hung_worker", "output_durability"))
+    assert not any(d["blocking"] for d in drills.values())
+    assert cli_main(["verify", str(run_dir)]) == 0
+
+
 def test_a_target_worker_that_crashes_mid_measurement_is_no_go_and_the_target_is_destroyed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # The canary (phase 03) is sound; the instance serving phase 04's target endpoint runs a
     # worker that dies after 7 requests, as a crash-looping image would.
-    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, {"vast": {"script": {"create": ["ok", "worker_crash"]}}})
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, {"vast": {"script": {"create": ["ok", "worker_crash"]}}},
+                                measure=UNTIMED)
     assert code == EXIT_NO_GO, out
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["decision"] == "NO-GO"
@@ -131,7 +170,9 @@ def test_a_source_job_that_outlives_its_ttl_holds_the_migration_as_a_failing_bas
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # The Runpod endpoint forgets a job 2 s after it was submitted, run or not: phase 04's first
     # source job waits out the worker's cold start (several seconds) in the queue and expires.
-    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, {"runpod": {"limits": {"job_ttl_s": 2}}})
+    # Its HOLD must not turn into a NO-GO on a throughput measured beside another run: exclusive.
+    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, {"runpod": {"limits": {"job_ttl_s": 2}}},
+                                measure={**UNTIMED, "exclusive": True})
     assert code == EXIT_HOLD, out
     receipt = json.loads((run_dir / "receipt.json").read_text())
     assert receipt["decision"] == "HOLD"

@@ -19,7 +19,7 @@ from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import KeySource
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.simulator import SimServer, simulate
-from runbook_lib.rehearse import write_copy
+from runbook_lib.rehearse import SHORTER, shorter, write_copy
 
 from .conftest import ROOT
 
@@ -322,3 +322,30 @@ def test_a_service_image_runs_its_stand_in_and_streams_through_the_published_por
     finally:
         prov.close()
         srv.close()
+
+
+def test_a_rehearsal_shortens_a_measurement_and_never_lengthens_one() -> None:
+    # params/runpod-to-vast.yaml asks for 500 requests a round: the rehearsal sends SHORTER's 60.
+    # A fault drill's params asking for 10 keep their 10 (no override is listed for them), and
+    # a margin is SHORTER's either way.
+    data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    assert data["measure"]["requests_per_round"] == 500
+    assert shorter(data)["measure.requests_per_round"] == SHORTER["inference"]["measure.requests_per_round"] == 60
+    data["measure"].update(requests_per_round=10, warmup_requests=2, rounds=True)
+    got = shorter(data)
+    assert "measure.requests_per_round" not in got and "measure.warmup_requests" not in got
+    assert got["measure.rounds"] == 4  # `true` is not a count: SHORTER's applies
+    assert got["gates.latency_p95_ratio_max"] == 3.0
+    assert shorter({"workload": {"kind": "checkpoint"}}) == {}
+
+
+def test_rehearse_by_default_runs_the_three_migrations_make_rehearse_names() -> None:
+    # The e2e cases rehearse them in two runs (test_e2e_rehearse.py: training and service;
+    # test_e2e_drills.py's money drill: inference); the default names all three, as the Makefile.
+    from runbook_lib.cli import REHEARSED, build_parser
+
+    args = build_parser().parse_args(["rehearse"])
+    assert args.params == list(REHEARSED) == ["params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml",
+                                              "params/runpod-to-vast-service.yaml"]
+    rule = (ROOT / "Makefile").read_text().split("\nrehearse:", 1)[1].split("\n\n", 1)[0]
+    assert all(p in rule for p in REHEARSED) and all((ROOT / p).is_file() for p in REHEARSED)
