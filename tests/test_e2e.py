@@ -96,6 +96,10 @@ def test_inference_demo_goes_with_full_evidence(inference_go_run: RunResult, tmp
                  and "skip-execution" not in c.metadata.get("tags", []) and "injected-parameters"
                  not in c.metadata.get("tags", [])]
         assert all(c.outputs for c in shown), f"{name}: a cell displayed nothing"
+    samples = pd.read_parquet(d / "04" / "samples.parquet")  # one S, T, T, S block: like with like
+    sent = [samples[samples["round"] == r].sort_values("request")[["input_index", "intended_s"]].to_numpy()
+            for r in range(4)]
+    assert len(sent[0]) == 45 and all((x == sent[0]).all() for x in sent[1:])  # same inputs, same schedule
     images = [o for c in nbformat.read(d / "04_compare_production.ipynb", as_version=4).cells
               for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) == 3  # the three plots, once each, whatever the plotting backend
