@@ -288,6 +288,15 @@ def round_sides(rounds: int) -> list[str]:
     return [ROUND_PATTERN[i % 4] for i in range(rounds)]
 
 
+def round_block(r: int) -> int:
+    """The S, T, T, S block round ``r`` belongs to; its inputs, arrival schedule and saturation
+    burst are drawn with seeds of the block. Every round of a block sends the same inputs on the
+    same schedule, so the block's source/target comparison and its A/A pair (its two source
+    rounds, the noise floor) each compare like with like: what differs between them is the host
+    and the server, not which inputs were drawn or how their arrivals clustered."""
+    return r // len(ROUND_PATTERN)
+
+
 def _short(ctx: PhaseContext, counts: dict[str, int]) -> bool:
     need = ctx.mig.gates.min_latency_samples
     if ctx.mig.workload.serves:  # the absolute SLO bound needs its own minimum on the target
@@ -411,14 +420,8 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     stops: list[cost.SpendStop] = []
 
     def one_round(r: int, side: str) -> int:
-        # Every round of one S, T, T, S block sends the same inputs on the same arrival schedule,
-        # so the block's source/target comparison and its A/A pair (its two source rounds, the
-        # noise floor) each compare like with like: what differs between them is the host and the
-        # server, not which prompts were drawn or how their arrivals clustered. The next block
-        # draws new ones.
-        block = r // len(ROUND_PATTERN)
-        picks = serving.request_inputs(m.requests_per_round, seed=1000 + block)
-        sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + block)
+        picks = serving.request_inputs(m.requests_per_round, seed=1000 + round_block(r))
+        sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + round_block(r))
         # Stop before a round that could cross gates.spend_limit_usd: expected to last as long as
         # the longest so far, or, before any, its schedule plus one request timeout.
         stop = meter.check(f"round {r} {side}", max(round_s, default=float(sched[-1]) + m.request_timeout_s))
@@ -438,7 +441,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
             gaps.extend({"side": side, "round": r, "request": row["request"], "itl_s": x} for x in row.pop("itl_s", ()))
         egress[side] += sent
         sink.write(rows)
-        burst = serving.request_inputs(m.throughput_requests, seed=3000 + block)
+        burst = serving.request_inputs(m.throughput_requests, seed=3000 + round_block(r))
         sat = measured_with_retries(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
                      what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
         if sat.value is not None:
