@@ -17,9 +17,10 @@ from typing import Any, Callable
 
 from runbook_lib import approvals
 from runbook_lib._time import utc_now
+from runbook_lib.closedworld import append_link
 from runbook_lib.errors import NotFound, RunbookError
 from runbook_lib.layout import CLEANUP_RECORD, KEPT_PARAMS, STATE_DIR
-from runbook_lib.manifest import write_json_atomic
+from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.params import Migration, load_params
 from runbook_lib.providers import create_provider
 
@@ -74,7 +75,9 @@ def project_of_run(run_dir: Path) -> Path:
 def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: str | Path | None = None,
                 dry_run: bool = False, echo: Callable[[str], None] = print) -> CleanupResult:
     """Find every resource labelled with the run's id on the providers its params name, and
-    destroy each one (``dry_run``: show the plans only). Writes ``cleanup.json`` in the run.
+    destroy each one (``dry_run``: show the plans only). Writes ``cleanup.json`` in the run; after
+    the run's seal, ``cleanup.json`` and the teardown approval records are sealed as a link
+    (:func:`runbook_lib.closedworld.append_link`).
 
     Args:
         run_dir: ``reports/<run_id>`` (its ``params.yaml`` names the providers).
@@ -95,6 +98,7 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
     root = Path(project).resolve() if project else project_of_run(run_dir)
     run_id = run_dir.name
     res = CleanupResult(run_id, dry_run=dry_run)
+    before = _approval_records(run_dir)
     seen: set[tuple[str, str]] = set()
     for side in ("source", "target"):
         prof = getattr(mig, side)
@@ -142,7 +146,14 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
                                       "why": "still listed after the destroy"})
 
     write_json_atomic(run_dir / CLEANUP_RECORD, {"at": utc_now(), **res.to_dict()})
+    written = [rel for rel, digest in _approval_records(run_dir).items() if before.get(rel) != digest]
+    append_link(run_dir, "cleanup", [CLEANUP_RECORD, *written])
     return res
+
+
+def _approval_records(run_dir: Path) -> dict[str, str]:
+    """``{approvals/<name>.json: sha256}`` of the run's approval records now."""
+    return {f"approvals/{p.name}": sha256_file(p) for p in sorted((run_dir / "approvals").glob("*.json"))}
 
 
 def summary(res: CleanupResult) -> str:

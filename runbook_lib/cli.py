@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError, os_error_exit, os_error_line
-from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS
+from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST
 from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
 
 REHEARSED = ("params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml", "params/runpod-to-vast-service.yaml")
@@ -275,15 +275,62 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     return EXIT_BY_DECISION[res["decision"]]
 
 
+def _run_dir_arg(value: str) -> Path:
+    """``value`` as a run directory (``reports/<run_id>``).
+
+    Raises:
+        UsageError: it is not a directory a run wrote (no params.yaml, manifest.json or phase
+            record in it), e.g. ``/etc``.
+    """
+    from runbook_lib.closedworld import looks_like_run_dir
+
+    run_dir = Path(value)
+    if not looks_like_run_dir(run_dir):
+        raise UsageError(f"{run_dir} is not a run directory (no params.yaml, manifest.json or NN_<phase>.json in "
+                         "it); pass reports/<run_id>")
+    return run_dir
+
+
+SEAL_LINES = {
+    "closed": "seal: closed world (every file of the run is in the seal or a link after it)",
+    "legacy": "seal: LEGACY, open world (written before closed-world seals: the files it lists are checked, a "
+              "file added to the directory is not)",
+}
+
+
+def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> list[dict[str, str]]:
+    """Prints whether the run is signed; with ``key_path`` (``--key PUBKEY``), rows for
+    ``attestation.dsse.json``: ``intact`` when the seal is signed by that key over the files as they
+    are, else ``altered`` naming why (an unsigned run, or another key, fails: no downgrade)."""
+    from runbook_lib.closedworld import ATTESTATION
+    from runbook_lib.signing import load_public_key, signature_problems, signed_by
+
+    keys = signed_by(run_dir)
+    if key_path is None:
+        print(f"signature: signed by key {', '.join(keys)} (not checked: pass --key PUBKEY to check it)" if keys
+              else "signature: NOT SIGNED (integrity only: anyone who can write the directory could reseal it)")
+        return []
+    key = load_public_key(Path(key_path))
+    problems = (["a legacy seal is never signed"] if legacy else signature_problems(run_dir, key))
+    print(f"signature: {'signed by key ' + key.keyid + ', verified' if not problems else 'DOES NOT VERIFY with key ' + key.keyid}")
+    if not problems:
+        return [{"path": ATTESTATION, "status": "intact", "by": f"ed25519 key {key.keyid} (--key)"}]
+    return [{"path": ATTESTATION, "status": "altered", "by": p} for p in problems]
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from runbook_lib.closedworld import seal_kind
     from runbook_lib.verify import verify_run
 
-    run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        from runbook_lib.errors import UsageError
-
-        raise UsageError(f"{run_dir} is not a run directory")
+    run_dir = _run_dir_arg(args.run_dir)
+    kind = seal_kind(run_dir)
+    if kind == "none":
+        print(f"not a sealed run: {run_dir} has no {MANIFEST} (the seal is written when the run ends, or when "
+              "it is interrupted): nothing vouches for its files. Finish the run, or start a new one")
+        return 1
+    print(SEAL_LINES[kind])
     rows = verify_run(run_dir)
+    rows += _signature_rows(run_dir, args.key, legacy=kind == "legacy")
     bad = [r for r in rows if r["status"] != "intact"]
     for r in sorted(rows, key=lambda r: (r["status"] == "intact", r["path"])):
         print(f"{r['status']:<12} {r['path']:<45} ({r['by']})")
@@ -308,14 +355,24 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 1 if bad or differ else 0
 
 
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from runbook_lib.signing import generate_key
+
+    private, public = generate_key(Path(args.path))
+    print(f"wrote {private} (private, mode 0600: name it in params as evidence.signing_key: \"file:{private}\") "
+          f"and {public} (public: give it to whoever checks a run, `runbook verify --key {public} reports/<run_id>`)")
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
+    from runbook_lib.closedworld import seal_kind
     from runbook_lib.report import write_html
     from runbook_lib.verify import verify_run
 
-    run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
-        raise UsageError(f"{run_dir} is not a run directory")
+    run_dir = _run_dir_arg(args.run_dir)
     problems = [f"{r['path']}: {r['status']} ({r['by']})" for r in verify_run(run_dir) if r["status"] != "intact"]
+    if seal_kind(run_dir) == "none":
+        problems.insert(0, f"not a sealed run (no {MANIFEST})")
     if problems and not args.allow_unverified:  # exit 1, as `runbook verify` exits on the same run
         print(f"error: {run_dir.name} does not verify ({len(problems)} problem(s): "
               f"{'; '.join(problems[:5])}{' ...' if len(problems) > 5 else ''}); no report written. "
@@ -338,6 +395,23 @@ def _cmd_init(args: argparse.Namespace) -> int:
           f"next: runbook run {target / 'params' / 'demo.yaml'}   or   "
           f"jupyter lab --ServerApp.root_dir={target} (open notebooks/)")
     return 0
+
+
+def _add_evidence_commands(sub: Any) -> None:
+    """``runbook verify`` and ``runbook keygen``: checking a run's evidence, and the key that signs it."""
+    v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")
+    v.add_argument("run_dir")
+    v.add_argument("--recompute", action="store_true",
+                   help="also derive every gate verdict again from the raw samples, params and records, and compare "
+                        "each with the receipt")
+    v.add_argument("--key", metavar="PUBKEY",
+                   help="an ed25519 public key (PEM, `runbook keygen` writes it): the seal must be signed by it over "
+                        "the files as they are; an unsigned run fails")
+    v.set_defaults(func=_cmd_verify)
+    kg = sub.add_parser("keygen", help="write a new ed25519 key pair for signing seals: PATH (private, mode 0600) "
+                                       "and PATH.pub")
+    kg.add_argument("path")
+    kg.set_defaults(func=_cmd_keygen)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -366,12 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks", help="as for run")
     p.add_argument("--provider-fixtures", action="store_true", help="as for run")
     p.set_defaults(func=_cmd_phase)
-    v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")
-    v.add_argument("run_dir")
-    v.add_argument("--recompute", action="store_true",
-                   help="also derive every gate verdict again from the raw samples, params and records, and compare "
-                        "each with the receipt")
-    v.set_defaults(func=_cmd_verify)
+    _add_evidence_commands(sub)
     rp = sub.add_parser("report", help="one offline HTML report of a run (code hidden, plots inline, no script); "
                                        "refuses a run that does not verify")
     rp.add_argument("run_dir")

@@ -861,6 +861,19 @@ class Approvals(_Model):
     approval_file: str = ""
 
 
+class Evidence(_Model):
+    """How the run's seal is signed.
+
+    Attributes:
+        signing_key: a reference (``env:VAR`` holding the PEM text, or ``file:/path``) to an
+            ed25519 private key in PKCS#8 PEM (``runbook keygen`` writes one); empty: the seal is
+            not signed. When set, every seal of the run is signed (:mod:`runbook_lib.signing`); a
+            key that cannot be read fails the run before phase 01 rather than seal it unsigned.
+    """
+
+    signing_key: str = Field(default="", pattern=_REF)
+
+
 class Run(_Model):
     """Execution limits.
 
@@ -919,6 +932,7 @@ class Migration(_Model):
     drills: Drills = Drills()
     cutover: Cutover = Cutover()
     approvals: Approvals = Approvals()
+    evidence: Evidence = Evidence()
     run: Run = Run()
     rehearsal: Rehearsal | None = None
 

@@ -137,8 +137,9 @@ def init_project(target: Path) -> list[Path]:
         The files written, in order.
 
     Raises:
-        UsageError: ``target`` is a file, a file it would write already exists (nothing is
-            written), or the package lacks its notebooks or params.
+        UsageError: ``target`` is a file, a file it would write already exists or is a symlink
+            (dangling or not), a directory it would write into is a symlink (nothing is written),
+            or the package lacks its notebooks or params.
     """
     target = Path(target)
     if target.exists() and not target.is_dir():
@@ -153,7 +154,13 @@ def init_project(target: Path) -> list[Path]:
     if missing or not any(src.parent == PACKAGED_PARAMS for src, _ in pairs):
         raise UsageError(f"the package lacks its notebooks or example params ({missing or PACKAGED_PARAMS}); "
                          "reinstall it")
-    existing = [str(dst) for _, dst in pairs if dst.exists()]
+    existing = [str(dst) for _, dst in pairs if dst.exists() or dst.is_symlink()]
+    linked = sorted({str(d) for _, dst in pairs for d in (dst, *dst.parents) if d.is_symlink()
+                     and (d == target or target in d.parents)})
+    if linked:
+        raise UsageError(f"runbook init {target}: {', '.join(linked[:3])} is a symlink; init writes only into real "
+                         "directories and never through a link (it could point anywhere); nothing was written. "
+                         "Remove the link or choose another directory.")
     if existing:
         raise UsageError(f"runbook init {target}: {len(existing)} file(s) already exist ({', '.join(existing[:3])}"
                          f"{', ...' if len(existing) > 3 else ''}); nothing was written. Choose an empty "
@@ -161,6 +168,7 @@ def init_project(target: Path) -> list[Path]:
     written = []
     for src, dst in pairs:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
+        with open(src, "rb") as fin, open(dst, "xb") as fout:  # "x": O_EXCL, which never follows a symlink
+            shutil.copyfileobj(fin, fout)
         written.append(dst)
     return written

@@ -14,7 +14,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from runbook_lib.errors import EvidenceError
+from runbook_lib._fs import atomic_write
+from runbook_lib.closedworld import is_sealed, sealed_notebooks
+from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.records import Receipt, load_receipt
 
 COLORS = {"source": "#4c72b0", "target": "#dd8452"}
@@ -113,68 +115,147 @@ def gates_frame(gates: Sequence[Any]) -> pd.DataFrame:
 
 
 def gates_table(gates: Sequence[Any]) -> Any:
-    """:func:`gates_frame` with verdicts coloured (a pandas Styler for notebook display)."""
+    """:func:`gates_frame` with verdicts coloured (a pandas Styler for notebook display). Each
+    verdict cell also carries the class ``verdict-<VERDICT>``: the HTML report drops an output's
+    own CSS and colours these classes from its own stylesheet."""
     df = gates_frame(gates)
     if df.empty:
         return df
-    return df.style.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, '')}", subset=["verdict"]).hide(axis="index")
+    classes = pd.DataFrame("", index=df.index, columns=df.columns)
+    classes["verdict"] = [f"verdict-{v}" for v in df["verdict"]]
+    return (df.style.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, '')}", subset=["verdict"])
+            .set_td_classes(classes).hide(axis="index"))
 
 
-_REMOTE = re.compile(r"""(?:src|href)\s*=\s*["']\s*(?:https?:)?//|@import\s+url\(\s*["']?https?:|from\s+["']https?://""",
-                     re.IGNORECASE)
+_REMOTE = re.compile(r"""(?:\bsrc|\bsrcset|\bposter|\bxlink:href|<link\b[^>]*?\bhref|<use\b[^>]*?\bhref)\s*=\s*["']?\s*"""
+                     r"""(?:https?:|ftp:)?//|@import\s*(?:url\s*\()?\s*["']|url\s*\(\s*["']?\s*(?:https?:|ftp:)?//"""
+                     r"""|from\s+["']https?://""", re.IGNORECASE)
+"""What would make a browser fetch: a ``src``-like attribute, a ``<link>`` or SVG ``<use>``
+reference, CSS ``@import`` or ``url()`` to a host, an ES module import. A plain ``<a href>`` to a
+host is a link a reader may follow, not a fetch, and is kept."""
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px}
-img{max-width:100%}section{border-top:2px solid #444;margin-top:2em}.decision{font-size:1.4em}
-pre{white-space:pre-wrap}.unverified{border:3px solid #b00020;background:#ffebee;padding:.5em 1em;margin:1em 0}"""
+img{max-width:100%}section.phase{border-top:2px solid #444;margin-top:2em}#runbook-head .decision{font-size:1.4em}
+pre{white-space:pre-wrap}.runbook-unverified{border:3px solid #b00020;background:#ffebee;padding:.5em 1em;margin:1em 0}
+.phase-output{overflow:hidden;contain:paint}""" + "".join(
+    f"\n.phase-output td.verdict-{v}{{background-color:{c}}}" for v, c in VERDICT_COLORS.items())
+"""The report's own stylesheet: its head and banners are styled by id and by classes no output can
+reach (an output's ``class`` is kept, its CSS is not), verdict cells by ``verdict-<VERDICT>``
+(:func:`gates_table`), and every output box clips what it draws (``contain: paint``)."""
 
 
 def remote_references(html: str) -> list[str]:
     """Fragments of ``html`` that would load something over the network (scripts, styles, images,
-    ES module imports)."""
+    SVG references, CSS ``@import`` and ``url()``, ES module imports)."""
     return [m.group(0) for m in _REMOTE.finditer(html)]
 
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 """Content-Security-Policy of every report: no script of any kind (no ``script-src``, so inline
 scripts and event-handler attributes are refused), nothing fetched but inline images and styles
-(https://www.w3.org/TR/CSP3/, ``default-src``)."""
+(https://www.w3.org/TR/CSP3/, ``default-src``). The sanitiser below is the first line; this is
+the last."""
 
 SAFE_TAGS = frozenset({
     "a", "abbr", "b", "blockquote", "br", "caption", "code", "col", "colgroup", "dd", "del", "details", "div", "dl",
     "dt", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "ol", "p", "pre", "q", "s",
-    "samp", "small", "span", "strong", "style", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th",
+    "samp", "small", "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th",
     "thead", "tr", "tt", "u", "ul", "var",
 })
-"""Tags an output's HTML may keep (bleach's defaults plus tables, headings and the ``<style>`` a
-pandas Styler emits); everything else is escaped by nbconvert's SanitizeHTML (bleach)."""
+"""Tags an output's HTML may keep (bleach's defaults plus tables and headings); everything else is
+stripped. No ``<style>``: CSS in an output could restyle the report around it."""
 
-SAFE_ATTRIBUTES = {"*": ["class", "id", "title", "style", "colspan", "rowspan", "align"], "a": ["href"],
-                   "img": ["src", "alt", "width", "height"]}
-"""Attributes kept: no event handler (``on*``) is ever among them. bleach also refuses a
-``javascript:`` URL in ``href`` and ``src``."""
+SAFE_SCHEMES = ("http", "https", "mailto")
+"""Schemes a link (``<a href>``) may use; a ``#fragment`` is also kept. An image may only be an
+inline ``data:image/png`` or ``data:image/jpeg`` (no SVG: it can reference remote content)."""
+
+_DATA_IMAGE = re.compile(r"^data:image/(?:png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
 
 
-def _sanitized(nb: Any) -> Any:
-    """``nb`` with every HTML and Markdown output and cell passed through nbconvert's SanitizeHTML
-    (bleach), keeping :data:`SAFE_TAGS` and :data:`SAFE_ATTRIBUTES`; script outputs are dropped."""
+def _safe_attribute(tag: str, name: str, value: str) -> bool:
+    """bleach's attribute filter: an output keeps ``class``, ``title``, table spans and
+    alignment; links with :data:`SAFE_SCHEMES` or a fragment; inline raster images. No ``id``
+    (it could take over the report's anchors), no ``style``, no event handler."""
+    if name in ("class", "title", "colspan", "rowspan", "align"):
+        return True
+    if tag == "a" and name == "href":
+        v = value.strip().lower()
+        return v.startswith("#") or v.split(":", 1)[0] in SAFE_SCHEMES and ":" in v
+    if tag == "img" and name in ("alt", "width", "height"):
+        return True
+    if tag == "img" and name == "src":
+        return bool(_DATA_IMAGE.match(value.strip()))
+    return False
+
+
+def sanitize_fragment(fragment: str) -> str:
+    """``fragment`` (HTML nbconvert rendered from a notebook: Markdown cells and outputs) as the
+    report may show it: ``<script>`` and ``<style>`` elements removed with their content, every
+    other tag not in :data:`SAFE_TAGS` stripped (its text kept, escaped), attributes filtered by
+    :func:`_safe_attribute` (bleach 6, https://bleach.readthedocs.io/en/latest/clean.html)."""
+    import bleach
+
+    fragment = re.sub(r"<(script|style)\b.*?</\1\s*>", "", fragment, flags=re.DOTALL | re.IGNORECASE)
+    return str(bleach.clean(fragment, tags=SAFE_TAGS, attributes=_safe_attribute, protocols=[*SAFE_SCHEMES, "data"],
+                        strip=True, strip_comments=True))
+
+
+def _exported(nb_path: Path) -> str:
+    """The notebook at ``nb_path`` rendered (nbconvert's ``basic`` template, code hidden, script
+    outputs dropped by nbconvert's SanitizeHTML) and then sanitised whole
+    (:func:`sanitize_fragment`): Markdown becomes HTML only in the exporter, so a ``javascript:``
+    link written in Markdown is caught here.
+
+    Raises:
+        EvidenceError: the rendered notebook references remote content (an image, style or
+            module on a host): refused, not silently dropped, as an auditor would not see it.
+    """
+    import nbformat
+    from nbconvert import HTMLExporter
     from nbconvert.preprocessors.sanitize import SanitizeHTML
 
-    pre = SanitizeHTML(tags=sorted(SAFE_TAGS), attributes=SAFE_ATTRIBUTES, strip=True)
-    nb, _ = pre.preprocess(nb, {})
-    return nb
+    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    first = {"*": ["class", "title", "colspan", "rowspan", "align"], "a": ["href"], "img": ["src", "alt", "width", "height"]}
+    nb, _ = SanitizeHTML(tags=sorted(SAFE_TAGS), attributes=first, strip=True).preprocess(
+        nbformat.read(nb_path, as_version=4), {})
+    body, _ = exporter.from_notebook_node(nb)
+    remote = remote_references(re.sub(r"<script\b.*?</script\s*>", "", body, flags=re.DOTALL | re.IGNORECASE))
+    if remote:
+        raise EvidenceError(f"{nb_path.name} would load remote content ({remote[:3]}): a report is read offline and "
+                            "must not fetch anything; remove the output that references it and run the phase again")
+    return sanitize_fragment(body)
+
+
+def _output_path(run_dir: Path, out: Path | None) -> Path:
+    """Where the report goes: ``out``, or ``reports/<run_id>.html`` beside the run.
+
+    Raises:
+        UsageError: ``out`` is inside the run directory (a sealed run is not written to).
+    """
+    out = out or run_dir.parent / f"{run_dir.name}.html"
+    resolved, run = out.parent.resolve() / out.name, run_dir.resolve()
+    if resolved == run or run in resolved.parents:
+        raise UsageError(f"report output {out} is inside the run directory {run_dir}: a sealed run is not written "
+                         f"to (a file added there is an alteration). Write it beside the run, e.g. "
+                         f"{run_dir.parent / (run_dir.name + '.html')}")
+    return out
 
 
 def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[str] = ()) -> Path:
     """One offline HTML report of a run: a summary from ``receipt.json``, then each executed phase
-    notebook with code hidden and plots inline (nbconvert's ``basic`` template). Executed
-    notebooks are shared with auditors, so every output is treated as untrusted: HTML is sanitized
-    (:func:`_sanitized`), and the page carries a Content-Security-Policy (:data:`CSP`) that forbids
-    all script, so even markup the sanitizer missed cannot run.
+    notebook the seal covers (:func:`runbook_lib.closedworld.sealed_notebooks`; every phase
+    notebook in the directory for an unsealed run written with ``--allow-unverified``), code
+    hidden and plots inline. Executed notebooks are shared with auditors, so every output is
+    untrusted: it is sanitised whole (:func:`_exported`: no script, no CSS, no ``id``, safe link
+    schemes, inline raster images only), boxed so it cannot draw outside itself, and the page
+    carries a Content-Security-Policy (:data:`CSP`) that forbids all script and every fetch. Every
+    name and string from the run is escaped.
 
     Args:
         run_dir: ``reports/<run_id>``.
-        out: output file; default ``reports/<run_id>.html`` beside the run (a sealed run directory
-            is not written to).
+        out: output file; default ``reports/<run_id>.html`` beside the run. Written atomically
+            (a symlink at ``out`` is replaced, never followed).
         unverified: what ``runbook verify`` found wrong with the run, one line each; when given,
             a banner naming them is stamped at the top and on every notebook section.
 
@@ -183,37 +264,33 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
 
     Raises:
         EvidenceError: the run has no executed notebooks, or the HTML would load something remotely.
+        UsageError: ``out`` is inside the run directory.
     """
     import html as _html
 
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    notebooks = sorted(run_dir.glob("0[1-6]_*.ipynb"))
+    out = _output_path(run_dir, out)
+    notebooks = sealed_notebooks(run_dir) if is_sealed(run_dir) else sorted(run_dir.glob("0[1-6]_*.ipynb"))
     if not notebooks:
-        raise EvidenceError(f"{run_dir} holds no executed phase notebooks to report")
+        raise EvidenceError(f"{run_dir} holds no executed phase notebooks that its seal covers, to report")
     receipt = load_receipt(run_dir) or Receipt(migration=run_dir.name, decision="none")
-    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
-                            exclude_output_prompt=True)
     stamp = ""
     if unverified:
         items = "".join(f"<li>{_html.escape(u)}</li>" for u in unverified)
-        stamp = (f"<div class='unverified'><b>UNVERIFIED EVIDENCE</b>: <code>runbook verify</code> found "
+        stamp = (f"<div class='runbook-unverified'><b>UNVERIFIED EVIDENCE</b>: <code>runbook verify</code> found "
                  f"{len(unverified)} problem(s); this page may not show what the run recorded.<ul>{items}</ul></div>")
     parts = []
     for nb_path in notebooks:
-        body, _ = exporter.from_notebook_node(_sanitized(nbformat.read(nb_path, as_version=4)))
-        body = re.sub(r"<script\b.*?</script>", "", body, flags=re.DOTALL | re.IGNORECASE)
-        parts.append(f'<section id="{nb_path.stem}">{stamp}<p><code>{_html.escape(nb_path.name)}</code></p>'
-                     f'{body}</section>')
+        name = _html.escape(nb_path.name, quote=True)
+        parts.append(f'<section class="phase" id="phase-{_html.escape(nb_path.stem, quote=True)}">{stamp}'
+                     f'<p><code>{name}</code></p><div class="phase-output">{_exported(nb_path)}</div></section>')
     reasons = "".join(f"<li>{_html.escape(r)}</li>" for r in receipt.reasons)
-    head = (f"{stamp}<h1>Migration report: {_html.escape(receipt.migration or run_dir.name)}</h1>"
-            f"<p>Run <code>{_html.escape(run_dir.name)}</code></p>"
+    head = (f"<header id='runbook-head'>{stamp}<h1>Migration report: {_html.escape(receipt.migration or run_dir.name)}"
+            f"</h1><p>Run <code>{_html.escape(run_dir.name)}</code></p>"
             f"<p class='decision'>Decision: <b>{_html.escape(receipt.decision)}</b></p><ul>{reasons}</ul>"
             f"<p>Source: {_html.escape(receipt.source.release)}<br>"
             f"Target: {_html.escape(receipt.target.release)}</p>"
             + ("<p>Every hash of this run's evidence verified (<code>runbook verify</code>) when this report was "
-               "written.</p>" if not unverified else ""))
+               "written.</p>" if not unverified else "") + "</header>")
     doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
            f"<title>{_html.escape(run_dir.name)}</title>"
@@ -221,6 +298,5 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
     remote = remote_references(doc)
     if remote:
         raise EvidenceError(f"report for {run_dir.name} would load remote content: {remote[:3]}")
-    out = out or run_dir.parent / f"{run_dir.name}.html"
-    out.write_text(doc, encoding="utf-8")
+    atomic_write(out, [doc.encode("utf-8")])
     return out

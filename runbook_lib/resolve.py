@@ -4,8 +4,9 @@ passed with no one deciding, it resolves to NO-GO (docs/reference/gates.md 5.2: 
 A HOLD run is already sealed (``manifest.json``, then ``_SUCCESS``) and phase 06 has already
 restored the source route and torn the target down. Its evidence is never rewritten: the
 resolution is a separate file, ``resolution.json``, that names the sha256 of the
-``manifest.json`` it resolves and carries the sha256 of its own content (``content_sha256``);
-``runbook verify`` recomputes both.
+``manifest.json`` it resolves and carries the sha256 of its own content (``content_sha256``),
+sealed by a link of its own (:func:`runbook_lib.closedworld.append_link`); ``runbook verify``
+recomputes all three and checks that it may resolve the run at all (:func:`resolution_problem`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from runbook_lib._time import iso, parse_iso
-from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, UsageError
+from runbook_lib.closedworld import append_link, closed_world_rows, read_links, seal_kind
+from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, RunbookError, UsageError
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RECEIPT, RESOLUTION
 from runbook_lib.manifest import sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.params import load_params
@@ -128,16 +130,61 @@ def standing(run_dir: str | Path, *, now: _dt.datetime | None = None) -> Standin
     manifest = _tolerant(load_manifest, run_dir)
     decision = manifest.decision if manifest else "?"
     res = _read(run_dir / RESOLUTION_FILE)
-    if res is not None:
-        return Standing(str(res.get("decision", "?")), f"HOLD resolved by {res.get('by')} at {res.get('resolved_at')}",
-                        resolution=res)
+    ignored = ""
+    if res is not None or (run_dir / RESOLUTION_FILE).exists():
+        why = resolution_problem(run_dir, res)
+        if why is None and res is not None:
+            return Standing(str(res.get("decision", "?")),
+                            f"HOLD resolved by {res.get('by')} at {res.get('resolved_at')}", resolution=res)
+        ignored = f"; {RESOLUTION_FILE} ignored: {why}"
     receipt = _tolerant(load_receipt, run_dir)
     if decision != "HOLD" or receipt is None:
-        return Standing(decision)
+        return Standing(decision, ignored.lstrip("; "))
     deadline = _deadline(run_dir, receipt)
     if now >= deadline:
-        return Standing("NO-GO", f"hold expired at {iso(deadline)}", deadline)
-    return Standing("HOLD", f"a person decides until {iso(deadline)}", deadline)
+        return Standing("NO-GO", f"hold expired at {iso(deadline)}{ignored}", deadline)
+    return Standing("HOLD", f"a person decides until {iso(deadline)}{ignored}", deadline)
+
+
+def resolution_problem(run_dir: Path, body: dict[str, Any] | None) -> str | None:
+    """Why ``resolution.json`` (its ``body``) cannot resolve this run, whatever it says; None when
+    it may. A resolution applies only to a sealed HOLD (manifest decision HOLD, completion marker
+    present), names that manifest's sha256, carries its own ``content_sha256``, decides GO or
+    NO-GO, decides GO only before the receipt's hold deadline and only as a person, NO-GO by the
+    deadline only once it has passed; and, under a closed-world seal, is sealed by exactly one
+    ``resolution`` link. Its times are its own word until it is signed (the seal's signature
+    covers the evidence it resolves, not when it was written)."""
+    if body is None:
+        return "not readable JSON"
+    if body.get("content_sha256") != content_sha256(body):
+        return "its content no longer matches its content_sha256"
+    manifest = _tolerant(load_manifest, run_dir)
+    if manifest is None or manifest.decision != "HOLD" or not (run_dir / COMPLETION_MARKER).exists():
+        return (f"the run is not a sealed HOLD (sealed decision {manifest.decision if manifest else None!r}"
+                f"{'' if (run_dir / COMPLETION_MARKER).exists() else ', no ' + COMPLETION_MARKER}): only a HOLD waits "
+                "for a person")
+    if (body.get("resolves") or {}).get("sha256") != sha256_file(run_dir / MANIFEST):
+        return "it names another manifest.json sha256"
+    decision, kind = body.get("decision"), body.get("kind")
+    if decision not in DECISIONS:
+        return f"decision {decision!r} is not one of {list(DECISIONS)}"
+    receipt = _tolerant(load_receipt, run_dir)
+    if receipt is None:
+        return "the run has no readable receipt.json"
+    try:
+        deadline, at = _deadline(run_dir, receipt), parse_iso(str(body.get("resolved_at")))
+    except (ValueError, RunbookError) as exc:
+        return f"its resolved_at or the receipt's deadline does not read as a time ({exc})"
+    if decision == "GO" and (kind != "person" or at >= deadline):
+        return f"GO at {iso(at)} by {kind!r}; GO is a person's, before the hold deadline {iso(deadline)}"
+    if kind == "deadline" and (decision != "NO-GO" or at < deadline):
+        return f"the deadline's resolution must be NO-GO after {iso(deadline)}; it says {decision} at {iso(at)}"
+    if seal_kind(run_dir) == "closed":
+        sealing = [link for link in read_links(run_dir) if RESOLUTION_FILE in (link.body.get("files") or {})]
+        if len(sealing) != 1:
+            return (f"{len(sealing)} links seal a {RESOLUTION_FILE}; a resolution is sealed by exactly one "
+                    "(a resolution is final)")
+    return None
 
 
 def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, reason: str = "",
@@ -187,6 +234,7 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
     }
     body["content_sha256"] = content_sha256(body)
     write_json_atomic(run_dir / RESOLUTION_FILE, body)
+    append_link(run_dir, "resolution", [RESOLUTION_FILE], by=by)
     return body
 
 
@@ -209,7 +257,7 @@ def _held_receipt(run_dir: Path) -> Receipt:
         got = f"{existing.get('decision')} by {existing.get('by')} at {existing.get('resolved_at')}" if existing \
             else "unreadable"
         raise UsageError(f"{run_dir.name} is already resolved ({RESOLUTION_FILE}: {got}); a resolution is final")
-    bad = [r for r in verify_evidence(run_dir) if r["status"] != "intact"]
+    bad = [r for r in verify_evidence(run_dir) + closed_world_rows(run_dir) if r["status"] != "intact"]
     if bad:
         raise EvidenceError(f"{run_dir.name}: evidence does not verify ({[(r['path'], r['status']) for r in bad]}); "
                             "a decision cannot rest on it. Run `runbook verify` and investigate, or start a new run.")
@@ -265,8 +313,9 @@ def _rollback_note(receipt: Receipt, decision: str) -> str:
 def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:
     """Rows (``path``, ``status``, ``by``) for ``resolution.json``, as :func:`verify.verify_run`
     reports them: ``altered`` when its content no longer matches its ``content_sha256`` (or it is
-    not JSON), ``broken-link`` when the ``manifest.json`` it resolves has a different sha256 now;
-    no rows when there is no resolution."""
+    not JSON) or when it cannot resolve this run (:func:`resolution_problem`: not a sealed HOLD,
+    GO after the deadline, sealed more than once), ``broken-link`` when the ``manifest.json`` it
+    resolves has a different sha256 now; no rows when there is no resolution."""
     run_dir = Path(run_dir)
     path = run_dir / RESOLUTION_FILE
     if not path.exists():
@@ -280,6 +329,10 @@ def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:
     if not manifest.exists() or sha256_file(manifest) != want:
         rows.append({"path": RESOLUTION_FILE, "status": "broken-link",
                      "by": "names a manifest.json sha256 that differs from the run's manifest.json"})
+        return rows
+    why = resolution_problem(run_dir, body)
+    if why is not None:
+        rows.append({"path": RESOLUTION_FILE, "status": "altered", "by": f"cannot resolve this run: {why}"})
     return rows
 
 

@@ -12,6 +12,7 @@ so every run ends decided and torn down. Then ``manifest.json`` and, last, ``_SU
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -40,7 +41,7 @@ from runbook_lib.errors import (
 )
 from runbook_lib.hostlock import Held, LockWaitStopped, exclusive_for, host_lock
 from runbook_lib.interrupt import Interrupts, exit_code
-from runbook_lib.layout import REPORTS_DIR, project_root
+from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, REPORTS_DIR, project_root
 from runbook_lib.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
 from runbook_lib.params import Migration, load_params
 from runbook_lib.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
@@ -48,6 +49,7 @@ from runbook_lib.phases import leak_message, scan_phase, service_pods
 from runbook_lib.rundir import RunDir
 from runbook_lib.seal import seal_run, sealed_decision
 from runbook_lib.service import samples
+from runbook_lib.signing import load_signer
 from runbook_lib.workload import workload_class
 
 KERNEL_NAME = "python3"
@@ -382,6 +384,7 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
                 f"check that the notebook ({shown['path']}) still displays the phase's result.",
                 phase=phase, notebook=str(nb_out), ename="MissingPlot")
         typed = records.parse(rec)
+        reseal_after_phase_06(run, phase)
         return PhaseOutcome(phase, "completed", time.perf_counter() - t0, verdicts=[x.verdict for x in typed.gates],
                             stop=typed.stops, dry_run=typed.dry_run, notebook_source=shown, lock_wait_s=waited)
     except (PhaseFailed, EvidenceError) as exc:
@@ -403,6 +406,25 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
         except OSError as inner:  # the disk that cut the notebook off holds the record too
             out.reason += f" (could not write the {status} record: {os_error_line(inner)})"
         return out
+
+
+def reseal_after_phase_06(run: RunDir, phase: str) -> None:
+    """Seal the run again once phase 06's executed notebook is saved, scrubbed and scanned (for
+    any other ``phase``, nothing).
+
+    Phase 06 seals the run from its own kernel (:func:`runbook_lib.phases.decide.finish`), while
+    papermill is still to save the cell that sealed it; its notebook as saved last is what the seal
+    must list (a closed-world seal lists every file, :mod:`runbook_lib.closedworld`). The decision
+    and completeness are the kernel's seal's. Nothing is done when phase 06 did not seal."""
+    if phase != "06":
+        return
+    try:
+        sealed = json.loads((run.path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return
+    seal_run(run.path, run.mig, run.params_path, decision=str(sealed.get("decision")),
+             complete=(run.path / COMPLETION_MARKER).exists(),
+             extra={k: sealed[k] for k in ("secret_scans", "interrupted") if k in sealed})
 
 
 def service_preflight(mig: Migration, project: Path) -> None:
@@ -431,7 +453,11 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
     Raises:
         UsageError: ``notebooks_dir`` lacks a phase notebook, or one is not a readable notebook.
         ParamsError: ``workload.entry_point`` cannot be imported, or is not a class for its kind.
+        AuthError: ``evidence.signing_key`` is set and names no readable ed25519 private key (the
+            run would otherwise end sealed but unsigned).
     """
+    if mig.evidence.signing_key:
+        load_signer(mig.evidence.signing_key)
     if mig.workload.kind == "service":
         service_preflight(mig, project)
         return phase_notebooks(project=project, given=notebooks_dir)

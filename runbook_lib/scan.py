@@ -38,7 +38,8 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
     for name, ref in (("storage.access_key_id", mig.storage.access_key_id_ref),
                       ("storage.secret_access_key", mig.storage.secret_access_key_ref),
                       ("workload.checkpoint_store.access_key_id", bucket.access_key_id_ref if bucket else ""),
-                      ("workload.checkpoint_store.secret_access_key", bucket.secret_access_key_ref if bucket else "")):
+                      ("workload.checkpoint_store.secret_access_key", bucket.secret_access_key_ref if bucket else ""),
+                      ("evidence.signing_key", mig.evidence.signing_key)):
         if ref:
             refs.append((name, ref))
     values: dict[str, str] = {}
@@ -55,6 +56,9 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
             short.append(name)
         else:
             values[name] = value
+        body = "".join(line for line in value.splitlines() if line and not line.startswith("-----"))
+        if value.lstrip().startswith("-----BEGIN") and len(body) >= MIN_SCANNABLE_CHARS:
+            values[f"{name} (PEM body)"] = body  # a PEM key leaked without its armour lines is still found
     return values, sorted(set(short))
 
 

@@ -16,10 +16,12 @@ from typing import Any
 
 from runbook_lib import __version__
 from runbook_lib._time import utc_now
+from runbook_lib.closedworld import ATTESTATION, seal_listing
 from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, RECEIPT, params_sha256, project_root
 from runbook_lib.manifest import read_chain, sha256_file, write_completion_marker, write_json_atomic
 from runbook_lib.params import Migration
 from runbook_lib.records import Chain, FreezeSource
+from runbook_lib.signing import load_signer, sign_run
 
 VERSIONED_PACKAGES = ("torch", "papermill", "nbclient", "sentence-transformers", "scikit-learn", "numpy", "pandas",
                       "scipy", "boto3")
@@ -104,8 +106,12 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
         **(extra or {}),
     }
     (run_dir / COMPLETION_MARKER).unlink(missing_ok=True)
+    (run_dir / ATTESTATION).unlink(missing_ok=True)
+    manifest["seal"] = seal_listing(run_dir)
     write_json_atomic(run_dir / MANIFEST, manifest)
     if complete:
         files = {p: sha256_file(run_dir / p) for p in (MANIFEST, RECEIPT) if (run_dir / p).exists()}
         write_completion_marker(run_dir, files)
+    if mig.evidence.signing_key:  # an in-toto statement of the seal in a DSSE envelope (runbook_lib.signing)
+        sign_run(run_dir, load_signer(mig.evidence.signing_key))
     return manifest

@@ -46,7 +46,7 @@ def make_params(tmp_path: Path) -> Callable[..., Path]:
 def reseal(run_dir: Path) -> None:
     """Recompute every hash that vouches for a sealed run's receipt and notebooks (phase 06's
     record, the manifest, the completion marker), as someone with write access could after
-    editing them: ``runbook verify`` then finds nothing wrong."""
+    editing them: ``runbook verify`` then finds nothing wrong (without a key it cannot)."""
     import json
 
     from runbook_lib.manifest import sha256_file
@@ -58,6 +58,10 @@ def reseal(run_dir: Path) -> None:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["outputs"]["records"][rec_path.name] = sha256_file(rec_path)
     manifest["outputs"]["notebooks"] = {n: sha256_file(run_dir / n) for n in manifest["outputs"]["notebooks"]}
+    if "seal" in manifest:  # a closed-world seal lists every file: the editor lists them again
+        from runbook_lib.closedworld import seal_listing
+
+        manifest["seal"] = seal_listing(run_dir)
     (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
     marker = json.loads((run_dir / "_SUCCESS").read_text())
     marker["files"] = {k: sha256_file(run_dir / k) for k in marker["files"]}

@@ -138,4 +138,8 @@ def approval_walk(params: Path, work: Path, kinds: dict[str, set[str]]) -> Path:
             assert all(p["method"] == f"file:{approval}" for p in applied)
     end = run_phase(run, "06")  # tears down phase 04's endpoints under their launch approvals
     assert end.status == "completed", end.reason
+    from runbook_lib.verify import verify_run
+
+    bad = [r for r in verify_run(run.path) if r["status"] != "intact"]  # phase 06's notebook is in the seal
+    assert bad == [], bad
     return run.path

@@ -14,9 +14,13 @@ import pytest
 from runbook_lib.approvals import require
 from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
 from runbook_lib.cli import main as cli_main
+from runbook_lib.closedworld import read_links
 from runbook_lib.interrupt import Interrupts, exit_code
+from runbook_lib.params import load_params
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.local import LocalProvider
+from runbook_lib.seal import seal_run
+from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
 
@@ -63,6 +67,21 @@ def test_cleanup_destroys_only_what_the_run_labelled(tmp_path: Path, capsys) -> 
 
     plan = prov.plan_destroy(other.id)
     prov.apply(plan, require(plan, run_dir=tmp_path / "approvals", preapproved_local=True))
+
+
+def test_a_cleanup_after_the_seal_is_sealed_as_a_link_of_its_own(tmp_path: Path, capsys) -> None:
+    run_dir, prov = _project(tmp_path)
+    seal_run(run_dir, load_params(run_dir / "params.yaml"), run_dir / "params.yaml", decision="GO")
+    pod = _sleeper(prov, tmp_path, RUN_ID, "canary")
+    assert cli_main(["cleanup", str(run_dir)]) == 0 and prov.get(pod.id).state == "DESTROYED"
+    links = read_links(run_dir)
+    assert [link.kind for link in links] == ["cleanup"]
+    assert sorted(links[0].body["files"])[-1] == "cleanup.json"
+    assert [k for k in links[0].body["files"] if k.startswith("approvals/")]  # the teardown's approval record
+    assert {r["status"] for r in verify_run(run_dir)} == {"intact"}
+    assert cli_main(["cleanup", str(run_dir)]) == 0  # again: nothing found, a second link, still intact
+    assert [link.kind for link in read_links(run_dir)] == ["cleanup", "cleanup"]
+    assert {r["status"] for r in verify_run(run_dir)} == {"intact"}
 
 
 def test_an_aborted_cleanup_leaves_the_rest_for_the_next_one(tmp_path: Path) -> None:

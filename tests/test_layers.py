@@ -14,6 +14,8 @@ LAYERS: list[set[str]] = [
     {"hostlock"},
     {"__init__"},  # the package itself: __version__
     {"manifest", "secret_refs", "offer_query"},
+    {"closedworld"},
+    {"signing"},
     {"params"},
     {"service"},
     {"rundir", "phase_notebooks"},

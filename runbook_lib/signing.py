@@ -1,0 +1,216 @@
+"""A run's seal, signed: an in-toto Statement in a DSSE envelope, signed with an ed25519 key.
+
+The attestation (``attestation.dsse.json`` in the run directory) is the format the supply-chain
+world already verifies:
+
+- the payload is an in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md):
+  one subject per file of the closed-world seal (:mod:`runbook_lib.closedworld`) and one for
+  ``manifest.json`` itself, each named by its path in the run directory with its sha256; the
+  predicate (:data:`PREDICATE_TYPE`) carries the decision, each gate's verdict and each phase's
+  status, as the in-toto Test Result and SLSA verification-summary predicates carry a result;
+- the envelope is DSSE v1 (https://github.com/secure-systems-lab/dsse/blob/master/envelope.md),
+  payload type ``application/vnd.in-toto+json``, built, signed and verified by securesystemslib's
+  ``dsse.Envelope`` and ``CryptoSigner`` (pyca/cryptography's Ed25519 underneath): no signing code
+  of ours.
+
+``runbook keygen`` writes a key pair; params name the private key by reference
+(``evidence.signing_key``); ``runbook verify --key PUBKEY`` checks the signature offline, and
+with ``--key`` an unsigned run, or one signed by another key, fails (no downgrade).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from runbook_lib.closedworld import ATTESTATION, seal_of
+from runbook_lib.errors import AuthError, EvidenceError, UsageError
+from runbook_lib.layout import MANIFEST, RECEIPT
+from runbook_lib.manifest import sha256_file, write_json_atomic
+from runbook_lib.secret_refs import resolve
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+"""DSSE payload type of an in-toto Statement (in-toto attestation spec, envelope.md)."""
+PREDICATE_TYPE = "https://github.com/gpu-migration-runbook/predicates/migration-decision/v1"
+"""What the predicate is: the migration's decision, its gates' verdicts and its phases' statuses."""
+
+
+def _signer_module() -> Any:
+    from securesystemslib import signer
+
+    return signer
+
+
+def generate_key(path: Path) -> tuple[Path, Path]:
+    """Write a new ed25519 key pair: the private key at ``path`` (PKCS#8 PEM, mode 0600, never
+    over an existing file or through a symlink) and the public key at ``<path>.pub`` (PEM).
+
+    Returns:
+        ``(private, public)`` paths.
+
+    Raises:
+        UsageError: either file exists already (nothing is written).
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    pub = path.with_name(path.name + ".pub")
+    taken = [str(p) for p in (path, pub) if p.exists() or p.is_symlink()]
+    if taken:
+        raise UsageError(f"runbook keygen: {', '.join(taken)} already exists; nothing was written. Choose another "
+                         "path (a key is never overwritten)")
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private)
+    fd = os.open(pub, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(public)
+    return path, pub
+
+
+def load_signer(ref: str) -> Any:
+    """The securesystemslib ``CryptoSigner`` for the ed25519 private key that ``ref`` names
+    (``env:VAR`` holding the PEM text, or ``file:/path``).
+
+    Raises:
+        AuthError: the reference is not set here, or is not an ed25519 PKCS#8 PEM private key
+            (the message names the reference, never the value).
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    pem = resolve("evidence.signing_key", ref)
+    assert pem is not None  # required: resolve raises instead
+    try:
+        key = serialization.load_pem_private_key(pem.encode(), password=None)
+    except (ValueError, TypeError):
+        key = None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise AuthError(f"evidence.signing_key {ref} is not an unencrypted ed25519 private key in PKCS#8 PEM; "
+                        "`runbook keygen PATH` writes one")
+    return _signer_module().CryptoSigner(key)
+
+
+def load_public_key(path: Path) -> Any:
+    """The securesystemslib ``SSlibKey`` of the ed25519 public key in PEM at ``path``.
+
+    Raises:
+        UsageError: the file cannot be read or is not an ed25519 public key in PEM.
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = serialization.load_pem_public_key(Path(path).read_bytes())
+    except (OSError, ValueError, TypeError) as exc:
+        raise UsageError(f"--key {path}: not a readable PEM public key ({type(exc).__name__}); pass the .pub file "
+                         "`runbook keygen` wrote") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise UsageError(f"--key {path}: not an ed25519 public key; pass the .pub file `runbook keygen` wrote")
+    return _signer_module().SSlibKey.from_crypto(key)
+
+
+def statement(run_dir: Path) -> dict[str, Any]:
+    """The in-toto Statement v1 of a closed-world sealed run: one subject per file the seal lists
+    and one for ``manifest.json`` as it is now (``{"name", "digest": {"sha256"}}``, sorted by
+    name). The links written after the seal (a resolution, a cleanup) are not subjects: each names
+    the sha256 of the manifest or of the link before it, so they hang from what is signed, and the
+    files' bytes now are the closed world's check (:func:`runbook_lib.closedworld.closed_world_rows`).
+    The predicate: run id, migration, decision, each gate's phase, name, verdict
+    and blocking flag (from ``receipt.json`` where there is one), and each phase's status.
+
+    Raises:
+        EvidenceError: the run has no closed-world seal (nothing to attest).
+    """
+    seal = seal_of(run_dir)
+    if seal is None:
+        raise EvidenceError(f"{run_dir} has no closed-world seal (manifest.json with a seal section): nothing to sign")
+    manifest = json.loads((run_dir / MANIFEST).read_text())
+    subjects = {**{str(k): str(v) for k, v in seal["files"].items()}, MANIFEST: sha256_file(run_dir / MANIFEST)}
+    gates: list[dict[str, Any]] = []
+    receipt_path = run_dir / RECEIPT
+    if receipt_path.is_file():
+        receipt = json.loads(receipt_path.read_text())
+        gates = [{"phase": g.get("phase", ""), "name": g.get("name"), "verdict": g.get("verdict"),
+                  "blocking": bool(g.get("blocking"))} for g in receipt.get("gates", [])]
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in sorted(subjects.items())],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {"runId": manifest.get("run_id"), "migration": manifest.get("migration"),
+                      "decision": manifest.get("decision"), "gates": gates,
+                      "phases": [{"phase": p.get("phase"), "status": p.get("status")}
+                                 for p in manifest.get("phases") or []]},
+    }
+
+
+def sign_run(run_dir: Path, signer: Any) -> Path:
+    """Write ``attestation.dsse.json``: the run's :func:`statement` in a DSSE envelope signed by
+    ``signer`` (a securesystemslib ``Signer``). Returns its path."""
+    from securesystemslib.dsse import Envelope
+
+    payload = json.dumps(statement(run_dir), sort_keys=True, separators=(",", ":")).encode()
+    envelope = Envelope.from_dict({"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
+                                   "signatures": []})
+    envelope.sign(signer)
+    write_json_atomic(run_dir / ATTESTATION, envelope.to_dict())
+    return run_dir / ATTESTATION
+
+
+def signed_by(run_dir: Path) -> list[str]:
+    """The key ids the run's attestation names (unchecked); empty when it has none or it is not
+    readable."""
+    try:
+        body = json.loads((run_dir / ATTESTATION).read_text())
+        return sorted({str(s.get("keyid")) for s in body.get("signatures", [])})
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def signature_problems(run_dir: Path, key: Any) -> list[str]:
+    """Why the run's seal is not signed by ``key`` (a securesystemslib ``Key``) over its files as
+    they are now; empty when it is. Checked offline: the envelope's signature over DSSE's
+    pre-authentication encoding (securesystemslib ``Envelope.verify``), its payload type, the
+    statement's type, and that its subjects are exactly the seal's files and ``manifest.json``
+    with its sha256 now (the manifest lists every sealed file's sha256)."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+
+    path = run_dir / ATTESTATION
+    if not path.is_file():
+        return [f"not signed: {ATTESTATION} is missing, and --key asks for a signed run (an unsigned run never "
+                "passes a key check)"]
+    try:
+        envelope = Envelope.from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return [f"{ATTESTATION} is not a DSSE envelope ({type(exc).__name__})"]
+    try:
+        envelope.verify([key], 1)
+    except VerificationError:
+        named = ", ".join(signed_by(run_dir)) or "none"
+        return [f"{ATTESTATION}: no signature verifies with key {key.keyid} (signed by: {named}); the seal was made "
+                "or remade without that key"]
+    if envelope.payload_type != PAYLOAD_TYPE:
+        return [f"{ATTESTATION}: payload type {envelope.payload_type!r}, not {PAYLOAD_TYPE!r}"]
+    try:
+        signed = json.loads(envelope.payload)
+        now = statement(run_dir)
+    except (ValueError, EvidenceError) as exc:
+        return [f"{ATTESTATION}: its statement cannot be read or rebuilt ({exc})"]
+    if signed.get("_type") != STATEMENT_TYPE:
+        return [f"{ATTESTATION}: statement type {signed.get('_type')!r}, not {STATEMENT_TYPE}"]
+    have = {s["name"]: s["digest"]["sha256"] for s in signed.get("subject", [])}
+    want = {s["name"]: s["digest"]["sha256"] for s in now["subject"]}
+    problems = [f"{name}: not what the signed statement names" for name in sorted(have.keys() & want.keys())
+                if have[name] != want[name]]
+    problems += [f"{name}: in the run, not in the signed statement" for name in sorted(want.keys() - have.keys())]
+    problems += [f"{name}: in the signed statement, not in the run's seal" for name in sorted(have.keys() - want.keys())]
+    return problems

@@ -1,0 +1,328 @@
+"""A closed-world seal: every file of a run is in the seal or in a link after it, so an added
+notebook, a hand-written resolution or a directory that was never sealed is named by
+``runbook verify``; a resolution counts only where it may; the report shows only what the seal
+covers, and nothing inside a notebook can restyle, script or re-anchor it; no write follows a
+symlink. Run directories here are sealed by the library's own sealer, as phase 06 and the
+runner seal them, without running a migration."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from runbook_lib.cli import main as cli_main
+from runbook_lib.closedworld import read_links
+from runbook_lib.errors import EXIT_USAGE
+from runbook_lib.manifest import sha256_file, write_json_atomic
+from runbook_lib.params import dump_yaml, load_params
+from runbook_lib.report import sanitize_fragment, write_html
+from runbook_lib.resolve import content_sha256, iso, resolve_run, standing
+from runbook_lib.seal import seal_run
+from runbook_lib.verify import verify_run
+
+from .conftest import ROOT
+
+DECIDED = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+DEADLINE = DECIDED + dt.timedelta(hours=1)
+
+
+def _notebook(path: Path, markdown: str, html: str = "") -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell(markdown))
+    if html:
+        code = nbformat.v4.new_code_cell("display(x)")
+        code.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": html, "text/plain": "x"}))
+        nb.cells.append(code)
+    nbformat.write(nb, path)
+
+
+def _sealed(tmp_path: Path, decision: str = "HOLD", *, html: str = "", signing_key: str = "") -> Path:
+    """A sealed run directory as phase 06 and the runner leave it: params, one executed phase
+    notebook, a phase 04 file, a receipt, then the manifest and ``_SUCCESS`` (and, with
+    ``signing_key`` in params, ``attestation.dsse.json``)."""
+    run = tmp_path / "reports" / f"20260301T110000Z-demo-embed-endpoint-{decision.lower().replace('-', '')}"
+    (run / "04").mkdir(parents=True)
+    params = yaml.safe_load((ROOT / "params" / "demo.yaml").read_text())
+    if signing_key:
+        params["evidence"] = {"signing_key": signing_key}
+    (run / "params.yaml").write_text(dump_yaml(params))
+    _notebook(run / "01_freeze_source.ipynb", "# Phase 01\nsource frozen", html)
+    (run / "04" / "throughput.csv").write_text("round,side,throughput\n1,source,10\n")
+    write_json_atomic(run / "receipt.json", {
+        "run_id": run.name, "decision": decision, "decided_at": iso(DECIDED), "hold_deadline": iso(DEADLINE),
+        "source": {"release": "v1 A"}, "target": {"release": "v1 B"}, "route": {"target_percent": 0},
+        "resources": {"remaining": []}})
+    seal_run(run, load_params(run / "params.yaml"), run / "params.yaml", decision=decision,
+             complete=decision != "INTERRUPTED")
+    return run
+
+
+def _bad(run: Path) -> dict[str, str]:
+    return {r["path"]: f"{r['status']}: {r['by']}" for r in verify_run(run) if r["status"] != "intact"}
+
+
+def test_a_sealed_run_verifies_and_lists_every_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _sealed(tmp_path, "GO")
+    seal = json.loads((run / "manifest.json").read_text())["seal"]
+    assert sorted(seal["files"]) == ["01_freeze_source.ipynb", "04/throughput.csv", "params.yaml", "receipt.json"]
+    assert seal["files"]["04/throughput.csv"] == sha256_file(run / "04" / "throughput.csv")
+    assert _bad(run) == {}
+    assert cli_main(["verify", str(run)]) == 0
+    assert "seal: closed world" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("added", ["02_map_target.ipynb", "04/extra.csv", "notes.txt"])
+def test_a_file_added_after_the_seal_is_an_alteration(tmp_path: Path, added: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run = _sealed(tmp_path, "GO")
+    _notebook(run / added, "All slices passed ... **GO**")
+    assert _bad(run) == {added: "altered: not in the seal or any link: added after the seal (an addition is an "
+                                "alteration)"}
+    assert cli_main(["verify", str(run)]) == 1
+    assert added in capsys.readouterr().out
+    # the report shows only what the seal covers: the forged notebook is not rendered
+    out = write_html(run, tmp_path / "r.html", unverified=[f"{added}: altered"])
+    html = out.read_text()
+    assert html.count("<section ") == 1 and "All slices passed" not in html
+
+
+def test_a_removed_sealed_file_is_missing(tmp_path: Path) -> None:
+    run = _sealed(tmp_path, "GO")
+    (run / "04" / "throughput.csv").unlink()
+    assert _bad(run)["04/throughput.csv"].startswith("missing")
+
+
+def test_no_seal_is_not_a_sealed_run_and_no_run_dir_is_a_usage_error(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    unsealed = tmp_path / "reports" / "20260301T110000Z-demo-x"
+    unsealed.mkdir(parents=True)
+    shutil.copyfile(ROOT / "params" / "demo.yaml", unsealed / "params.yaml")
+    assert cli_main(["verify", str(unsealed)]) == 1
+    assert capsys.readouterr().out.startswith("not a sealed run")
+    for path in ("/etc", str(tmp_path / "nothing-here"), str(ROOT / "README.md")):
+        assert cli_main(["verify", path]) == EXIT_USAGE
+        assert "is not a run directory" in capsys.readouterr().err
+    assert cli_main(["report", "/etc", "-o", str(tmp_path / "etc.html")]) == EXIT_USAGE
+    assert not (tmp_path / "etc.html").exists()
+
+
+def _forged_resolution(run: Path, decision: str = "GO", at: dt.datetime = DECIDED) -> None:
+    """``resolution.json`` written by hand, consistent with the run (the manifest's sha256, a
+    matching ``content_sha256``): what anyone who can write the directory can make."""
+    body = {"run_id": run.name, "resolves": {"file": "manifest.json", "sha256": sha256_file(run / "manifest.json")},
+            "held_decision": "HOLD", "decision": decision, "exit_code": 0, "kind": "person", "by": "mallory",
+            "reason": "", "resolved_at": iso(at), "hold_deadline": iso(DEADLINE), "rollback": ""}
+    body["content_sha256"] = content_sha256(body)
+    write_json_atomic(run / "resolution.json", body)
+
+
+@pytest.mark.parametrize("decision", ["GO", "NO-GO", "INTERRUPTED"])
+def test_a_hand_written_resolution_of_a_run_that_did_not_hold_changes_nothing(
+        tmp_path: Path, decision: str, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _sealed(tmp_path, decision)
+    _forged_resolution(run, "NO-GO" if decision == "GO" else "GO")
+    assert standing(run).decision == decision
+    assert "resolution.json ignored: the run is not a sealed HOLD" in standing(run).note
+    assert "not a sealed HOLD" in _bad(run)["resolution.json"]
+    assert cli_main(["list", "--reports", str(run.parent)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(run.name))
+    assert row.split()[1] == decision
+
+
+def test_a_hand_written_resolution_of_a_hold_is_not_sealed_and_is_ignored(tmp_path: Path) -> None:
+    run = _sealed(tmp_path, "HOLD")
+    _forged_resolution(run)
+    assert "added after the seal" in _bad(run)["resolution.json"]
+    st = standing(run, now=DECIDED)
+    assert st.decision == "HOLD" and "0 links seal a resolution.json" in st.note
+
+
+def test_a_resolution_counts_once_and_go_only_before_the_deadline(tmp_path: Path) -> None:
+    run = _sealed(tmp_path, "HOLD")
+    resolve_run(run, decision="GO", by="alice", now=DECIDED)
+    assert [link.kind for link in read_links(run)] == ["resolution"]
+    assert _bad(run) == {} and standing(run).decision == "GO"
+    # a second resolution, written and linked by hand over the first
+    body = json.loads((run / "resolution.json").read_text())
+    write_json_atomic(run / "resolution.json", {**body, "decision": "NO-GO", "content_sha256": None})
+    late = _sealed(tmp_path / "late", "HOLD")
+    _forged_resolution(late, "GO", at=DEADLINE + dt.timedelta(seconds=1))
+    link = json.loads(json.dumps({"kind": "resolution", "prev_sha256": sha256_file(late / "manifest.json"),
+                                  "files": {"resolution.json": sha256_file(late / "resolution.json")},
+                                  "removed": [], "at": iso(DEADLINE), "by": "mallory"}))
+    write_json_atomic(late / "links" / "0001-resolution.json", link)
+    assert "GO is a person's, before the hold deadline" in _bad(late)["resolution.json"]
+    assert standing(late, now=DEADLINE + dt.timedelta(seconds=2)).decision == "NO-GO"  # the deadline's, not GO
+    assert "altered" in _bad(run)["resolution.json"]
+
+
+def test_a_link_that_names_another_sha256_is_a_broken_link(tmp_path: Path) -> None:
+    run = _sealed(tmp_path, "HOLD")
+    resolve_run(run, decision="NO-GO", by="alice", now=DECIDED)
+    link = run / "links" / "0001-resolution.json"
+    body = json.loads(link.read_text())
+    write_json_atomic(link, {**body, "prev_sha256": "0" * 64})
+    assert _bad(run)["links/0001-resolution.json"].startswith("broken-link")
+
+
+def test_a_legacy_seal_is_checked_open_world_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _sealed(tmp_path, "GO")
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["seal"]
+    write_json_atomic(run / "manifest.json", manifest)
+    marker = json.loads((run / "_SUCCESS").read_text())
+    marker["files"]["manifest.json"] = sha256_file(run / "manifest.json")
+    write_json_atomic(run / "_SUCCESS", marker)
+    (run / "extra.txt").write_text("unlisted")
+    assert cli_main(["verify", str(run)]) == 0
+    assert "seal: LEGACY, open world" in capsys.readouterr().out
+
+
+HOSTILE_CSS = ("<style>h1{color:red!important} #runbook-head{display:none} body{background:black}</style>"
+               "<div style='position:fixed;top:0;left:0;width:100%;height:100%;background:white'>cover</div>"
+               "<p class='decision' id='runbook-head'>Decision: <b>GO</b></p>"
+               "<a href='javascript:alert(1)'>js</a><a href='data:text/html,x'>data</a>"
+               "<a href='https://example.org/doc'>doc</a><a href='#phase-01_freeze_source'>up</a>"
+               "<img src='data:image/svg+xml;base64,PHN2Zz48L3N2Zz4='><img src='data:image/png;base64,AAAA'>")
+
+
+def test_an_output_cannot_style_script_or_re_anchor_the_report() -> None:
+    clean = sanitize_fragment(HOSTILE_CSS)
+    assert "<style" not in clean and "style=" not in clean and "id=" not in clean
+    assert "javascript:" not in clean and "data:text" not in clean and "svg" not in clean
+    assert 'href="https://example.org/doc"' in clean and 'href="#phase-01_freeze_source"' in clean
+    assert 'src="data:image/png;base64,AAAA"' in clean and 'class="decision"' in clean
+    assert "h1{color" not in clean  # a style element goes with its content
+
+
+def test_the_report_escapes_names_and_drops_markdown_script_links(tmp_path: Path) -> None:
+    run = _sealed(tmp_path, "GO", html=HOSTILE_CSS)
+    nb = nbformat.read(run / "01_freeze_source.ipynb", as_version=4)
+    nb.cells[0].source = "[click](javascript:alert(1)) and ![x](https://evil.example/p.png)"
+    nbformat.write(nb, run / "01_freeze_source.ipynb")
+    with pytest.raises(Exception, match="remote content"):  # a remote image in Markdown: refused
+        write_html(run, tmp_path / "r.html", unverified=["01_freeze_source.ipynb: altered"])
+    nb.cells[0].source = "[click](javascript:alert(1))"
+    nbformat.write(nb, run / "01_freeze_source.ipynb")
+    html = write_html(run, tmp_path / "r.html", unverified=["<b>x</b>"]).read_text()
+    assert "javascript:" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+    assert html.count("id='runbook-head'") == 1 and "position:fixed" not in html
+
+
+def test_report_and_init_never_write_through_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _sealed(tmp_path, "GO")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    link = tmp_path / "out.html"
+    link.symlink_to(victim)
+    assert cli_main(["report", str(run), "-o", str(link)]) == 0
+    assert victim.read_text() == "keep me" and not link.is_symlink() and "<html>" in link.read_text()
+    assert cli_main(["report", str(run), "-o", str(run / "r.html")]) == EXIT_USAGE
+    assert "inside the run directory" in capsys.readouterr().err and not (run / "r.html").exists()
+    target = tmp_path / "proj"
+    (target / "notebooks").mkdir(parents=True)
+    (target / "notebooks" / "01_freeze_source.ipynb").symlink_to(tmp_path / "planted.ipynb")  # dangling
+    assert cli_main(["init", str(target)]) == EXIT_USAGE
+    assert not (tmp_path / "planted.ipynb").exists() and not (target / "params").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "proj2").mkdir()
+    (tmp_path / "proj2" / "params").symlink_to(elsewhere)
+    assert cli_main(["init", str(tmp_path / "proj2")]) == EXIT_USAGE
+    assert "is a symlink" in capsys.readouterr().err and list(elsewhere.iterdir()) == []
+
+
+# Signing: an in-toto statement of the seal in a DSSE envelope, ed25519 (runbook_lib.signing).
+
+
+def _keys(tmp_path: Path, name: str = "seal.key") -> tuple[Path, Path]:
+    keys = tmp_path / "keys"
+    keys.mkdir(exist_ok=True)
+    assert cli_main(["keygen", str(keys / name)]) == 0
+    return keys / name, keys / f"{name}.pub"
+
+
+def test_keygen_writes_a_private_key_only_its_owner_reads_and_never_overwrites(tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = _keys(tmp_path)
+    assert private.stat().st_mode & 0o777 == 0o600 and public.read_text().startswith("-----BEGIN PUBLIC KEY-----")
+    assert "evidence.signing_key" in capsys.readouterr().out
+    before = private.read_bytes()
+    assert cli_main(["keygen", str(private)]) == EXIT_USAGE
+    assert private.read_bytes() == before and "already exists" in capsys.readouterr().err
+
+
+def test_a_signed_run_verifies_with_its_public_key_from_a_copy_elsewhere(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import base64
+
+    private, public = _keys(tmp_path)
+    run = _sealed(tmp_path, "HOLD", signing_key=f"file:{private}")
+    envelope = json.loads((run / "attestation.dsse.json").read_text())
+    assert envelope["payloadType"] == "application/vnd.in-toto+json" and len(envelope["signatures"]) == 1
+    stmt = json.loads(base64.b64decode(envelope["payload"]))
+    assert stmt["_type"] == "https://in-toto.io/Statement/v1"
+    subjects = {x["name"]: x["digest"]["sha256"] for x in stmt["subject"]}
+    assert subjects["manifest.json"] == sha256_file(run / "manifest.json")
+    assert subjects["04/throughput.csv"] == sha256_file(run / "04" / "throughput.csv")
+    assert stmt["predicate"]["decision"] == "HOLD"
+    elsewhere = tmp_path / "auditor" / run.name
+    shutil.copytree(run, elsewhere)
+    assert cli_main(["verify", "--key", str(public), str(elsewhere)]) == 0
+    assert "signed by key" in capsys.readouterr().out
+    assert cli_main(["verify", str(elsewhere)]) == 0
+    assert "(not checked: pass --key PUBKEY" in capsys.readouterr().out
+    resolve_run(elsewhere, decision="NO-GO", by="alice", now=DECIDED)  # a link after the seal: still signed
+    assert cli_main(["verify", "--key", str(public), str(elsewhere)]) == 0
+
+
+def test_a_run_resealed_without_the_key_unsigned_or_signed_by_another_key_fails_verify_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from runbook_lib.closedworld import seal_listing
+
+    private, public = _keys(tmp_path)
+    monkeypatch.setenv("RUNBOOK_TEST_SEAL_KEY", private.read_text())  # env: holds the PEM itself
+    run = _sealed(tmp_path, "GO", signing_key="env:RUNBOOK_TEST_SEAL_KEY")
+    assert cli_main(["verify", "--key", str(public), str(run)]) == 0
+    receipt = json.loads((run / "receipt.json").read_text())
+    write_json_atomic(run / "receipt.json", {**receipt, "decision": "NO-GO"})
+    manifest = json.loads((run / "manifest.json").read_text())  # every hash made consistent again,
+    write_json_atomic(run / "manifest.json", {**manifest, "seal": seal_listing(run)})  # as anyone who can
+    marker = json.loads((run / "_SUCCESS").read_text())  # write the directory can
+    write_json_atomic(run / "_SUCCESS", {**marker, "files": {k: sha256_file(run / k) for k in marker["files"]}})
+    assert {r["status"] for r in verify_run(run)} == {"intact"}  # integrity alone cannot tell
+    capsys.readouterr()
+    assert cli_main(["verify", "--key", str(public), str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "DOES NOT VERIFY" in out and "manifest.json: not what the signed statement names" in out
+    unsigned = _sealed(tmp_path / "u", "GO")
+    assert cli_main(["verify", "--key", str(public), str(unsigned)]) == 1
+    assert "not signed: attestation.dsse.json is missing" in capsys.readouterr().out
+    _, other = _keys(tmp_path, "other.key")
+    assert cli_main(["verify", "--key", str(other), str(_sealed(tmp_path / "o", "GO", signing_key=f"file:{private}"))]) == 1
+    assert "no signature verifies with key" in capsys.readouterr().out
+
+
+def test_a_signing_key_that_cannot_be_read_is_named_and_its_value_never_shown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runbook_lib.errors import AuthError
+    from runbook_lib.scan import resolved_secrets
+    from runbook_lib.signing import load_signer
+
+    with pytest.raises(AuthError, match="RUNBOOK_TEST_MISSING"):
+        load_signer("env:RUNBOOK_TEST_MISSING")
+    monkeypatch.setenv("RUNBOOK_TEST_NOT_A_KEY", "not a key but long enough to be secret-ish 12345")
+    with pytest.raises(AuthError) as err:
+        load_signer("env:RUNBOOK_TEST_NOT_A_KEY")
+    assert "not a key but" not in str(err.value) and "ed25519" in str(err.value)
+    private, _ = _keys(tmp_path)
+    mig = load_params(_sealed(tmp_path, "GO", signing_key=f"file:{private}") / "params.yaml")
+    values, _ = resolved_secrets(mig)  # the secret scan looks for the key, armoured or not
+    body = "".join(x for x in private.read_text().splitlines() if not x.startswith("-----"))
+    assert values["evidence.signing_key"] == private.read_text().strip() and body in values.values()
