@@ -80,7 +80,8 @@ def seal_listing(run_dir: Path) -> dict[str, Any]:
     return {"version": SEAL_VERSION, "files": files}
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is missing, unreadable, not JSON or not an object."""
     try:
         body = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -90,7 +91,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def seal_of(run_dir: Path) -> dict[str, Any] | None:
     """The manifest's ``seal`` section; None for a legacy seal or no (readable) manifest."""
-    m = _read_json(run_dir / MANIFEST)
+    m = read_json_object(run_dir / MANIFEST)
     seal = (m or {}).get("seal")
     return seal if isinstance(seal, dict) and isinstance(seal.get("files"), dict) else None
 
@@ -130,7 +131,7 @@ def read_links(run_dir: Path) -> list[Link]:
         return []
     out = []
     for p in _chained_links(run_dir, seal):
-        body = _read_json(p) or {}
+        body = read_json_object(p) or {}
         out.append(Link(f"{LINKS_DIR}/{p.name}", str(body.get("kind", "?")), body, sha256_file(p)))
     return out
 
@@ -170,8 +171,13 @@ def expected_files(run_dir: Path) -> dict[str, str] | None:
     seal = seal_of(run_dir)
     if seal is None:
         return None
+    return _applied(seal, read_links(run_dir))
+
+
+def _applied(seal: dict[str, Any], links: list[Link]) -> dict[str, str]:
+    """The seal's files, each link's ``removed`` dropped and ``files`` added, in order."""
     files = {str(k): str(v) for k, v in seal["files"].items()}
-    for link in read_links(run_dir):
+    for link in links:
         for rel in link.body.get("removed") or []:
             files.pop(str(rel), None)
         files.update({str(k): str(v) for k, v in (link.body.get("files") or {}).items()})
@@ -188,20 +194,21 @@ def closed_world_rows(run_dir: Path) -> list[dict[str, str]]:
     if seal is None:
         return []
     rows: list[dict[str, str]] = []
+    links = read_links(run_dir)
     prev = sha256_file(run_dir / MANIFEST)
-    for link in read_links(run_dir):
+    for link in links:
         ok = link.body.get("prev_sha256") == prev
         rows.append({"path": link.path, "status": "intact" if ok else "broken-link",
                      "by": f"{link.kind} link after the seal" if ok else
                      "names a sha256 that is not the manifest's (first link) or the link before it"})
         prev = link.sha256
-    expected = expected_files(run_dir) or {}
+    expected = _applied(seal, links)
     for rel, want in sorted(expected.items()):
         p = run_dir / rel
         status = ("missing" if not (p.is_file() or p.is_symlink()) else
                   "altered" if p.is_symlink() or sha256_file(p) != want else "intact")
         rows.append({"path": rel, "status": status, "by": "the seal (closed world)"})
-    linked = {link.path for link in read_links(run_dir)}
+    linked = {link.path for link in links}
     for rel in run_files(run_dir):
         if rel in expected or rel in UNSEALED or rel in linked or rel == ATTESTATION:
             continue
@@ -213,7 +220,7 @@ def closed_world_rows(run_dir: Path) -> list[dict[str, str]]:
 def sealed_notebooks(run_dir: Path) -> list[Path]:
     """The executed phase notebooks the seal covers, in phase order: those its closed world lists
     (or, for a legacy seal, its manifest's ``outputs.notebooks``); none for an unsealed run."""
-    m = _read_json(run_dir / MANIFEST)
+    m = read_json_object(run_dir / MANIFEST)
     if m is None:
         return []
     expected = expected_files(run_dir)

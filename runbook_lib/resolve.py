@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from runbook_lib._time import iso, parse_iso
-from runbook_lib.closedworld import append_link, closed_world_rows, read_links, seal_kind
+from runbook_lib.closedworld import append_link, closed_world_rows, read_json_object, read_links, seal_kind
 from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, RunbookError, UsageError
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RECEIPT, RESOLUTION
 from runbook_lib.manifest import sha256_file, verify_evidence, write_json_atomic
@@ -93,14 +93,6 @@ class Standing:
     resolution: dict[str, Any] | None = None
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        body = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return body if isinstance(body, dict) else None
-
-
 def _deadline(run_dir: Path, receipt: Receipt) -> _dt.datetime:
     """The receipt's ``hold_deadline``; for receipts written before it was recorded, the decision
     time plus the run's ``gates.hold_deadline_s``."""
@@ -129,7 +121,7 @@ def standing(run_dir: str | Path, *, now: _dt.datetime | None = None) -> Standin
     now = now or _dt.datetime.now(_dt.timezone.utc)
     manifest = _tolerant(load_manifest, run_dir)
     decision = manifest.decision if manifest else "?"
-    res = _read(run_dir / RESOLUTION_FILE)
+    res = read_json_object(run_dir / RESOLUTION_FILE)
     ignored = ""
     if res is not None or (run_dir / RESOLUTION_FILE).exists():
         why = resolution_problem(run_dir, res)
@@ -252,7 +244,7 @@ def _held_receipt(run_dir: Path) -> Receipt:
     if manifest is None or manifest.decision != "HOLD":
         raise UsageError(f"{run_dir.name} was decided {manifest.decision if manifest else None!r}, not HOLD: only a "
                          "HOLD run waits for a person, so there is nothing to resolve")
-    existing = _read(run_dir / RESOLUTION_FILE)
+    existing = read_json_object(run_dir / RESOLUTION_FILE)
     if (run_dir / RESOLUTION_FILE).exists():
         got = f"{existing.get('decision')} by {existing.get('by')} at {existing.get('resolved_at')}" if existing \
             else "unreadable"
@@ -320,7 +312,7 @@ def verify_resolution(run_dir: str | Path) -> list[dict[str, str]]:
     path = run_dir / RESOLUTION_FILE
     if not path.exists():
         return []
-    body = _read(path)
+    body = read_json_object(path)
     if body is None or body.get("content_sha256") != content_sha256(body):
         return [{"path": RESOLUTION_FILE, "status": "altered", "by": "its content_sha256"}]
     rows = [{"path": RESOLUTION_FILE, "status": "intact", "by": "its content_sha256"}]

@@ -40,6 +40,9 @@ PREDICATE_TYPE = "https://github.com/gpu-migration-runbook/predicates/migration-
 
 
 def _signer_module() -> Any:
+    """``securesystemslib.signer``, typed as Any: it re-exports ``CryptoSigner`` and ``SSlibKey``
+    without declaring them, which mypy's no-implicit-reexport refuses, and the defining modules
+    are private."""
     from securesystemslib import signer
 
     return signer
