@@ -167,7 +167,7 @@ stripped. No ``<style>``: CSS in an output could restyle the report around it.""
 
 SAFE_SCHEMES = ("http", "https", "mailto")
 """Schemes a link (``<a href>``) may use; a ``#fragment`` is also kept. An image may only be an
-inline ``data:image/png`` or ``data:image/jpeg`` (no SVG: it can reference remote content)."""
+inline ``data:image/png``, ``data:image/jpeg`` or ``data:image/gif`` (no SVG: it can reference remote content)."""
 
 _DATA_IMAGE = re.compile(r"^data:image/(?:png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*$")
 

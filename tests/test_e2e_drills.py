@@ -1,7 +1,8 @@
 """Fault drills: `runbook rehearse --faults FILE` runs the inference migration against simulators
 that misbehave on cue, and each drill ends in its documented decision with a receipt that says
-what happened. Slow (a minute or two each on 2 cores): `make test-e2e`. None of these is about
-phase 04's own drills, which are off here (tests/test_e2e_rehearse.py runs them on simulators).
+what happened. Slow (a minute or two each on 2 cores): `make test-e2e`. Phase 04's own drills are
+off here, except in the money-safety drill, which is also `make rehearse`'s inference migration
+and checks the drills a load-balancing target can take.
 
 A container that exits at start with an OCI runtime error is destroyed and the next offer tried:
 the provider-level case tests/test_simulator.py::test_scripted_faults_on_the_wire_end_in_the_documented_outcome
