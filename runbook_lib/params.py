@@ -789,8 +789,9 @@ class Drills(_Model):
 
     Attributes:
         run: the drills to run (all five by default; ``[]`` runs none).
-        blocking: the drills whose FAIL (or INCONCLUSIVE: a drill the provider cannot run) blocks
-            the decision; the others are scored. Each must also be in ``run``.
+        blocking: the drills whose FAIL blocks the decision (NO-GO); INCONCLUSIVE (the drill
+            could not be carried out) or NOT_APPLICABLE (the target has no such property: no job
+            API, no offers) holds it; the others are scored. Each must also be in ``run``.
         hang_timeout_s: the execution timeout the ``hung_worker`` drill's job carries, seconds.
     """
 

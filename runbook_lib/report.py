@@ -20,7 +20,8 @@ from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.records import Receipt, load_receipt
 
 COLORS = {"source": "#4c72b0", "target": "#dd8452"}
-VERDICT_COLORS = {"PASS": "#c8e6c9", "FAIL": "#ffcdd2", "INCONCLUSIVE": "#fff9c4", "ERROR": "#e1bee7"}
+VERDICT_COLORS = {"PASS": "#c8e6c9", "FAIL": "#ffcdd2", "INCONCLUSIVE": "#fff9c4", "ERROR": "#e1bee7",
+                  "NOT_APPLICABLE": "#eceff1"}
 FIGSIZE = (7.0, 4.0)
 DPI = 100
 CDF_POINTS = 4000  # a 7-inch figure at 100 DPI is 700 pixels wide: more steps than this draw nothing more

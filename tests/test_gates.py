@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -193,6 +194,42 @@ def test_scored_gates_do_not_decide() -> None:
     scored = g.GateResult("s", "FAIL", False, 1.0, 0.5, "s", "m", "slower")
     decision, reasons = g.decide([ok, scored])
     assert decision == "GO" and any("scored" in r for r in reasons)
+
+
+def test_top1_agreement_on_one_output_column_is_not_applicable_never_a_pass() -> None:
+    # A regression's single column: argmax is 0 on every row, so "agreement" would read 1.0 for
+    # any two models whatever they answer (the two columns below disagree everywhere).
+    src, tgt = np.array([[0.1], [2.0], [-3.0]]), np.array([[9.0], [-9.0], [0.0]])
+    for ref, obs in ((src, tgt), (src[:, 0], tgt[:, 0])):
+        res = g.top1_agreement(ref, obs, minimum=1.0, phase="03")
+        assert res.verdict == "NOT_APPLICABLE" and res.observed is None and res.blocking
+        assert res.covered_by == ("loss_band",) and "single output has no argmax" in res.detail
+    two = g.top1_agreement(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.0, 1.0], [0.0, 1.0]]), minimum=1.0)
+    assert two.verdict == "FAIL" and two.observed == 0.5  # two classes still decide
+
+
+def test_a_blocking_not_applicable_gate_needs_an_applicable_blocking_gate_on_its_property() -> None:
+    na = g.top1_agreement(np.zeros((3, 1)), np.ones((3, 1)), minimum=1.0, phase="03")
+    band = g.loss_band([1.0] * 10, [1.0] * 10, rel=0.01, replicate=[1.0] * 10, phase="03")
+    ok = g.boolean_gate("canary_destroyed", True, detail="", phase="03")
+    decision, reasons = g.decide([ok, na, band])
+    assert decision == "GO" and reasons[0] == "all 2 blocking gates PASS"  # the N/A one is not counted
+    assert any(r.startswith("not applicable (blocking, covered): top1_agreement") for r in reasons)
+    decision, reasons = g.decide([ok, na])  # nothing judges the training outcome
+    assert decision == "HOLD" and len(reasons) == 1 and "evidence is missing" in reasons[0]
+    assert g.missing_evidence([ok, na]) == [na] and g.holds([ok, na]) and not g.holds([ok, na, band])
+    scored_band = g.GateResult(**{**band.__dict__, "blocking": False})
+    assert g.decide([ok, na, scored_band])[0] == "HOLD"  # a scored gate covers nothing
+    unsure = g.GateResult(**{**band.__dict__, "verdict": "INCONCLUSIVE"})
+    assert g.decide([ok, na, unsure]) == ("HOLD", [f"loss_band INCONCLUSIVE (phase 03): {band.detail}"])
+    drill = g.not_applicable("drill_redeliver", True, "a load_balancing endpoint has no job API", threshold="x",
+                             unit="", method="fault drill", phase="04")
+    assert drill.covered_by == () and "no other gate judges this property" in drill.detail
+    assert g.decide([ok, drill])[0] == "HOLD"
+    scored_drill = g.GateResult(**{**drill.__dict__, "blocking": False})
+    decision, reasons = g.decide([ok, scored_drill])
+    assert decision == "GO" and reasons[1].startswith("scored (not blocking): drill_redeliver NOT_APPLICABLE")
+    assert g.from_dict(json.loads(json.dumps(na.to_dict()))) == na  # the record keeps what covers it
 
 
 def test_loss_band_needs_a_replicate_and_widens_with_its_spread() -> None:

@@ -1,9 +1,10 @@
 """Gates: pure functions from measurements and thresholds to verdicts, and the decision.
 
-Every gate returns PASS, FAIL, INCONCLUSIVE or ERROR with its evidence (observed value,
-threshold, unit, method, sample counts, source of the default). Missing data is never a PASS.
-GO needs every blocking gate PASS; any blocking FAIL is NO-GO; otherwise anything INCONCLUSIVE
-or ERROR is HOLD.
+Every gate returns PASS, FAIL, INCONCLUSIVE, ERROR or NOT_APPLICABLE with its evidence
+(observed value, threshold, unit, method, sample counts, source of the default). Missing data is
+never a PASS, and neither is a gate that does not apply. GO needs every blocking gate PASS, or
+NOT_APPLICABLE and covered by an applicable blocking gate on the same property; any blocking FAIL
+is NO-GO; otherwise anything INCONCLUSIVE or ERROR, or an uncovered NOT_APPLICABLE, is HOLD.
 
 Default thresholds and their sources:
 
@@ -23,7 +24,14 @@ The package is cut by responsibility: :mod:`.result` (the verdict record), :mod:
 :mod:`.decision` (GO / NO-GO / HOLD). Everything is re-exported here.
 """
 
-from runbook_lib.gates.decision import decide, generator_behind, measurement_lost, scored_unless_set
+from runbook_lib.gates.decision import (
+    decide,
+    generator_behind,
+    holds,
+    measurement_lost,
+    missing_evidence,
+    scored_unless_set,
+)
 from runbook_lib.gates.parity import (
     TOLERANCES,
     artifact_parity,
@@ -52,7 +60,15 @@ from runbook_lib.gates.performance import (
     spend_limit,
     throughput_ratio,
 )
-from runbook_lib.gates.result import Decision, GateResult, Verdict, boolean_gate, from_dict, threshold_source
+from runbook_lib.gates.result import (
+    Decision,
+    GateResult,
+    Verdict,
+    boolean_gate,
+    from_dict,
+    not_applicable,
+    threshold_source,
+)
 from runbook_lib.gates.stats import (
     BOOTSTRAP_CONFIDENCE,
     BOOTSTRAP_RESAMPLES,
@@ -78,5 +94,6 @@ __all__ = [
     "baseline_health", "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
     "error_rate", "from_dict", "hodges_lehmann_shift", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost", "generator_behind",
     "min_slo_samples", "noise_floor", "output_parity", "inference_parity", "round_bootstrap", "scored_unless_set", "spend_limit",
-    "threshold_source", "throughput_ratio", "tolerance_for", "top1_agreement",
+    "threshold_source", "throughput_ratio", "tolerance_for", "top1_agreement", "holds", "missing_evidence",
+    "not_applicable",
 ]

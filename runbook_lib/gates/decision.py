@@ -1,5 +1,5 @@
 """The decision: GO / NO-GO / HOLD from every gate, and the rules that turn a gate scored or
-INCONCLUSIVE."""
+INCONCLUSIVE, or find a NOT_APPLICABLE one uncovered."""
 
 from __future__ import annotations
 
@@ -47,23 +47,48 @@ def measurement_lost(result: GateResult, failures: Sequence[str]) -> GateResult:
                           "endpoint connection and measure again.")
 
 
+def missing_evidence(results: Sequence[GateResult]) -> list[GateResult]:
+    """The blocking NOT_APPLICABLE gates in ``results`` that no applicable blocking gate covers
+    (none of their ``covered_by`` is among the blocking gates judged PASS, FAIL, INCONCLUSIVE or
+    ERROR): the property they were to judge has no evidence, so the decision cannot be GO."""
+    judged = {r.name for r in results if r.blocking and r.verdict != "NOT_APPLICABLE"}
+    return [r for r in results if r.blocking and r.verdict == "NOT_APPLICABLE" and not judged & set(r.covered_by)]
+
+
+def holds(results: Sequence[GateResult]) -> bool:
+    """True when ``results`` hold the migration: a blocking INCONCLUSIVE or ERROR gate, or a
+    blocking NOT_APPLICABLE one that nothing covers (:func:`missing_evidence`)."""
+    return any(r.blocking and r.verdict in ("INCONCLUSIVE", "ERROR") for r in results) or \
+        bool(missing_evidence(results))
+
+
 def decide(results: Sequence[GateResult]) -> tuple[Decision, list[str]]:
     """GO / NO-GO / HOLD and the reasons, from every gate result.
 
-    Any blocking FAIL is NO-GO; else any blocking INCONCLUSIVE or ERROR (or no gates at all) is
-    HOLD; else GO. Scored (non-blocking) gates are reported but do not decide. The reasons name
-    each gate that drove the decision.
+    Any blocking FAIL is NO-GO; else any blocking INCONCLUSIVE or ERROR, a blocking
+    NOT_APPLICABLE gate no applicable blocking gate covers (:func:`missing_evidence`), or no gates
+    at all, is HOLD; else GO. A NOT_APPLICABLE gate never counts as a PASS: a covered one is named
+    in the reasons with the gates that judged its property. Scored (non-blocking) gates are
+    reported but do not decide. The reasons name each gate that drove the decision.
     """
     if not results:
         return "HOLD", ["no gate was evaluated"]
     fails = [r for r in results if r.blocking and r.verdict == "FAIL"]
     if fails:
         return "NO-GO", [f"{r.name} FAIL (phase {r.phase}): {r.detail}" for r in fails]
-    unsure = [r for r in results if r.blocking and r.verdict in ("INCONCLUSIVE", "ERROR")]
-    if unsure:
-        return "HOLD", [f"{r.name} {r.verdict} (phase {r.phase}): {r.detail}" for r in unsure]
+    unsure = [f"{r.name} {r.verdict} (phase {r.phase}): {r.detail}"
+              for r in results if r.blocking and r.verdict in ("INCONCLUSIVE", "ERROR")]
+    missing = [f"{r.name} NOT_APPLICABLE (phase {r.phase}) and blocking, and no applicable blocking gate judges its "
+               f"property, so that evidence is missing: {r.detail}. Make a gate that applies blocking, or take "
+               f"{r.name} out of the blocking set if the property does not matter here"
+               for r in missing_evidence(results)]
+    if unsure or missing:
+        return "HOLD", unsure + missing
+    passed = sum(r.blocking and r.verdict == "PASS" for r in results)
+    covered = [f"not applicable (blocking, covered): {r.name}: {r.detail}"
+               for r in results if r.blocking and r.verdict == "NOT_APPLICABLE"]
     scored = [r for r in results if not r.blocking and r.verdict != "PASS"]
-    return "GO", [f"all {sum(r.blocking for r in results)} blocking gates PASS"] + \
+    return "GO", [f"all {passed} blocking gates PASS"] + covered + \
         [f"scored (not blocking): {r.name} {r.verdict}: {r.detail}" for r in scored]
 
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from runbook_lib.gates.result import GateResult, threshold_source
+from runbook_lib.gates.result import GateResult, not_applicable, threshold_source
 
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1.3e-6, 1e-5),
@@ -104,14 +104,26 @@ def inference_parity(reference: np.ndarray | None, observed: np.ndarray | None, 
 
 def top1_agreement(reference: np.ndarray | None, observed: np.ndarray | None, *, minimum: float,
                    phase: str = "") -> GateResult:
-    """Share of rows whose argmax class agrees (classifiers); must be >= ``minimum``."""
+    """Share of rows whose argmax class agrees (classifiers): ``reference`` and ``observed``
+    float ``(rows, classes)``; must be >= ``minimum``.
+
+    With one output column (or 1-D outputs) there is no class to choose, so every row would
+    "agree": the gate is NOT_APPLICABLE, covered by ``loss_band`` (the training outcome the final
+    loss judges), never a PASS."""
+    if reference is not None and observed is not None and (reference.ndim < 2 or reference.shape[1] < 2):
+        return not_applicable("top1_agreement", True, f"the trained model's outputs have "
+                              f"{1 if reference.ndim < 2 else reference.shape[1]} column: a single output has no argmax to "
+                              "agree on (a regression, not a classifier)", threshold=minimum, unit="fraction",
+                              method="argmax agreement", covered_by=("loss_band",), phase=phase,
+                              source=threshold_source("top1_agreement_min", minimum, "every class decision unchanged"))
     if reference is None or observed is None or reference.shape != observed.shape:
         return GateResult("top1_agreement", "INCONCLUSIVE", True, None, minimum, "fraction", "argmax agreement",
                           "no comparable classifier outputs", phase=phase)
     agree = float((reference.argmax(axis=1) == observed.argmax(axis=1)).mean())
     return GateResult("top1_agreement", "PASS" if agree >= minimum else "FAIL", True, agree, minimum, "fraction",
                       "share of rows with equal argmax", f"top-1 agreement {agree:.4f} (minimum {minimum})",
-                      samples={"rows": int(reference.shape[0])}, source=threshold_source("top1_agreement_min", minimum, "every class decision unchanged"),
+                      samples={"rows": int(reference.shape[0])},
+                      source=threshold_source("top1_agreement_min", minimum, "every class decision unchanged"),
                       phase=phase)
 
 

@@ -8,7 +8,11 @@ from typing import Any, Literal
 
 from runbook_lib.params import Gates
 
-Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "ERROR"]
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "ERROR", "NOT_APPLICABLE"]
+"""``NOT_APPLICABLE``: the property a gate judges does not exist for this workload or target (top-1
+agreement on a single output column, a job drill against an endpoint with no job API). Never a
+PASS: a blocking one must be covered by an applicable blocking gate on the same property
+(``covered_by``), or the decision holds on the missing evidence (:func:`runbook_lib.gates.decide`)."""
 
 Decision = Literal["GO", "NO-GO", "HOLD"]
 
@@ -19,7 +23,7 @@ class GateResult:
 
     Attributes:
         name: gate id (``output_parity``, ``latency_p95_ratio``, ...).
-        verdict: PASS, FAIL, INCONCLUSIVE or ERROR.
+        verdict: PASS, FAIL, INCONCLUSIVE, ERROR or NOT_APPLICABLE (:data:`Verdict`).
         blocking: a blocking FAIL makes the decision NO-GO.
         observed: the measured value (None when there was none).
         threshold: the limit it was judged against.
@@ -30,6 +34,8 @@ class GateResult:
         detail: one sentence a reader can act on.
         source: where the threshold's default comes from.
         phase: phase that evaluated the gate.
+        covered_by: for a NOT_APPLICABLE gate, the gates that judge the same property in its
+            place (names); empty when none does.
     """
 
     name: str
@@ -44,6 +50,7 @@ class GateResult:
     interval: tuple[float, float] | None = None
     source: str = ""
     phase: str = ""
+    covered_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -58,6 +65,7 @@ def from_dict(d: dict[str, Any]) -> GateResult:
     d = dict(d)
     if d.get("interval") is not None:
         d["interval"] = tuple(d["interval"])
+    d["covered_by"] = tuple(d.get("covered_by") or ())
     return GateResult(**d)
 
 
@@ -76,3 +84,12 @@ def boolean_gate(name: str, ok: bool | None, *, detail: str, blocking: bool = Tr
     verdict: Verdict = "INCONCLUSIVE" if ok is None else ("PASS" if ok else "FAIL")
     return GateResult(name, verdict, blocking, None if ok is None else str(ok), "True", "bool", "check", detail,
                       phase=phase, source=source)
+
+
+def not_applicable(name: str, blocking: bool, why: str, *, threshold: float | str | None, unit: str, method: str,
+                   covered_by: tuple[str, ...] = (), phase: str = "", source: str = "") -> GateResult:
+    """Gate ``name`` recorded NOT_APPLICABLE with ``why`` (what makes the property absent here),
+    naming the gates ``covered_by`` that judge the same property in its place."""
+    cover = f"; judged instead by {', '.join(covered_by)}" if covered_by else "; no other gate judges this property"
+    return GateResult(name, "NOT_APPLICABLE", blocking, None, threshold, unit, method, f"not applicable: {why}{cover}",
+                      phase=phase, source=source, covered_by=covered_by)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.gates import GateResult
+from runbook_lib.gates import GateResult, holds
 from runbook_lib.records import PhaseData, PlanRow
 from runbook_lib.rundir import RunDir
 from runbook_lib.storage import Store
@@ -56,11 +56,12 @@ class Evidence:
 
     def body(self, data: PhaseData, **fields: Any) -> PhaseData:
         """The record data: ``data`` (the phase's model) with the gates, the plans, whether a
-        blocking gate stops (FAIL) or holds (INCONCLUSIVE or ERROR) the migration, and ``fields``.
-        Never cut over on inconclusive evidence: an INCONCLUSIVE or ERROR blocking gate holds the
-        migration before the next phase (docs/reference/gates.md section 5.2)."""
+        blocking gate stops (FAIL) or holds (INCONCLUSIVE or ERROR, or NOT_APPLICABLE with nothing
+        covering it: :func:`runbook_lib.gates.holds`) the migration, and ``fields``. Never cut
+        over on inconclusive evidence: such a gate holds the migration before the next phase
+        (docs/reference/gates.md section 5.2)."""
         return data.model_copy(update={
             "gates": tuple(self.gates), "plans": tuple(self.plans),
             "stop_migration": any(g.blocking and g.verdict == "FAIL" for g in self.gates),
-            "hold_migration": any(g.blocking and g.verdict in ("INCONCLUSIVE", "ERROR") for g in self.gates),
+            "hold_migration": holds(self.gates),
             **fields})

@@ -20,9 +20,12 @@ limits, and output durability"):
   offer search; the plan takes the next qualifying offer under the unchanged requirements, or
   delays when none qualifies (planned, not rented: phase 03's capacity tries rent fallbacks).
 
-A drill the target cannot run (a ``load_balancing`` endpoint has no job API to redeliver, time
-out or record jobs; a local target declares no offers; a training job has no endpoint to send a
-request to) is INCONCLUSIVE with the reason, never PASS. A local target runs
+A drill whose property the target does not have (a ``load_balancing`` endpoint has no job API
+to redeliver, time out or record jobs; a local target that declares no offers is this one
+machine; a training job has no endpoint to send a request to; a team's service has no worker of
+ours) is NOT_APPLICABLE with the reason, never PASS; no other gate judges those properties, so a
+blocking one holds the decision (:func:`runbook_lib.gates.decide`). A drill that could not be
+carried out (phase 02 ranked no offer, a provider error) is INCONCLUSIVE. A local target runs
 ``preferred_offer_removed`` when it declares the machines it may be placed on (``target.offers``):
 the local provider withdraws the first-ranked one.
 """
@@ -71,7 +74,7 @@ SERVICE_NOT_APPLICABLE: dict[str, str] = {
                          "back to the caller and are judged there",
 }
 """Why each drill that needs the runbook's worker does not apply to a team's own service
-(``kind: service``): recorded INCONCLUSIVE with this reason, never a PASS. Kill-and-recover is
+(``kind: service``): recorded NOT_APPLICABLE with this reason, never a PASS. Kill-and-recover is
 phase 03's ``recovery`` gate; ``spend_limit`` and ``preferred_offer_removed`` run as for any
 workload."""
 HUNG_GRACE_S = 10.0
@@ -81,7 +84,7 @@ endpoint's reaper interval and one status poll)."""
 
 @dataclass(frozen=True)
 class Drilled:
-    """One drill's outcome: ``verdict`` PASS, FAIL or INCONCLUSIVE and the observation."""
+    """One drill's outcome: ``verdict`` PASS, FAIL, INCONCLUSIVE or NOT_APPLICABLE and the observation."""
 
     verdict: str
     observation: str
@@ -237,9 +240,10 @@ def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
     remote = isinstance(prof, RemoteProfile)
     if not offers.ranked:
         declared = remote or bool(getattr(prof, "offers", ()))
-        return Drilled("INCONCLUSIVE", "phase 02 ranked no target offer to withdraw" if declared else
-                       "a local target without target.offers is this one machine: there is no ranked offer to "
-                       "withdraw (declare target.offers to run this drill)")
+        if declared:
+            return Drilled("INCONCLUSIVE", "phase 02 ranked no target offer to withdraw")
+        return Drilled("NOT_APPLICABLE", "a local target without target.offers is this one machine: there is no "
+                                         "ranked offer to withdraw (declare target.offers to run this drill)")
     preferred = offers.ranked[0]
     seen_req = offers.requirements
     prov = ctx.resources.provider("target")
@@ -290,11 +294,11 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
                 out = _preferred_offer_removed(ctx)
             elif name == "spend_limit":
                 out = _spend_limit(ctx, endpoint, raw.meter) if endpoint is not None and raw.meter is not None \
-                    else Drilled("INCONCLUSIVE", no_jobs)
+                    else Drilled("NOT_APPLICABLE", no_jobs)
             elif mode == "service":
-                out = Drilled("INCONCLUSIVE", SERVICE_NOT_APPLICABLE[name])
+                out = Drilled("NOT_APPLICABLE", SERVICE_NOT_APPLICABLE[name])
             elif target is None:
-                out = Drilled("INCONCLUSIVE", no_jobs)
+                out = Drilled("NOT_APPLICABLE", no_jobs)
             else:
                 out = {"redeliver": _redeliver, "hung_worker": _hung_worker,
                        "output_durability": _output_durability}[name](ctx, target)
@@ -302,12 +306,17 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
             out = Drilled("INCONCLUSIVE", f"the drill could not run: {type(exc).__name__}: {exc}"[:400])
         rows.append(DrillRow(drill=name, expectation=EXPECTATIONS[name], observation=out.observation,
                              verdict=out.verdict, blocking=name in blocking, seconds=round(time.perf_counter() - t0, 3)))
+        source = "params drills.blocking" if name in blocking else "scored: not in params drills.blocking"
+        if out.verdict == "NOT_APPLICABLE":
+            results.append(g.not_applicable(f"drill_{name}", name in blocking, out.observation,
+                                            threshold=EXPECTATIONS[name], unit="", method="fault drill against the target",
+                                            phase="04", source=source))
+            continue
         results.append(g.GateResult(f"drill_{name}", out.verdict, name in blocking, out.observation,  # type: ignore[arg-type]
                                     EXPECTATIONS[name], "", "fault drill against the target",
                                     f"{out.observation}" if out.verdict == "PASS" else
                                     f"expected: {EXPECTATIONS[name]}; observed: {out.observation}",
-                                    source="params drills.blocking" if name in blocking else
-                                    "scored: not in params drills.blocking", phase="04"))
+                                    source=source, phase="04"))
     ctx.evidence.write_json("04/drills.json", rows)
     ctx.evidence.add_gates(*results)
     return DrillsResult(rows=tuple(rows))
