@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from runbook_lib.approvals import Approval
-from runbook_lib.measure import job_timings
+from runbook_lib.errors import ProviderError
+from runbook_lib.measure import job_timings, served_status
 from runbook_lib.params import load_params
 from runbook_lib.phases.mapping import endpoint_mode_row
 from runbook_lib.providers import create_provider
@@ -137,6 +138,38 @@ def test_runpod_serverless_jobs_run_on_real_workers_in_runpods_shapes(sim_provid
     assert [w["status"] for w in sim_provider.workers(ep.id)] == ["IDLE"]  # type: ignore[attr-defined]
     sim_provider.apply(plan := sim_provider.plan_destroy(ep.id, dry_run=False), _ok(plan))
     assert sim_provider.list(labels={"run_id": "modes"}) == []
+
+
+@pytest.mark.e2e  # a model load in a simulated serverless worker
+def test_scripted_job_answers_are_served_on_the_wire_and_the_job_client_handles_each(
+        tmp_path: Path, requests_and_golden) -> None:
+    """A Runpod ``job``/``runsync`` fault script reaches the job requests (they pass through to the
+    endpoint's front door outside the fake API): a /runsync that answers before the job ends, a 429
+    on /status, a COMPLETED job with no output, a refused /runsync."""
+    payloads, golden = requests_and_golden
+    script = {"runsync": ["in_progress", "completed_empty", "rate"], "job": ["rate", "in_queue"]}
+    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY, script=script)
+    prof = load_params(ROOT / "params" / "runpod-to-vast.yaml").source.model_copy(
+        update={"api_url": srv.url, "job_api_url": srv.url})
+    prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        ep = prov.apply(plan := prov.plan_endpoint(_spec("queue", remote=True), dry_run=False), _ok(plan))
+        client = prov.job_client(ep.id, ep.url, timeout_s=60, mode=ep.mode)
+        first = client.runsync(payloads[0])  # IN_PROGRESS; /status 429 (retried), IN_QUEUE, then the front door's
+        _same([first], golden[:1])
+        statuses = [path for method, path, _ in srv.api.requests if method == "GET" and "/status/" in path]
+        assert len(statuses) >= 3 and all(path.endswith(first["id"]) for path in statuses)  # polled until terminal
+        empty = client.runsync(payloads[1])  # COMPLETED, its output dropped: served nothing
+        assert empty["status"] == "COMPLETED" and "output" not in empty and served_status(empty) == "NO_OUTPUT"
+        with pytest.raises(ProviderError, match="rate limited"):  # a submission is never retried
+            client.runsync(payloads[2])
+        assert srv.api.script == {"runsync": [], "job": []}  # every scripted answer was served
+        assert client.health()["jobs"]["completed"] == 2  # the refused one never reached a worker
+        client.close()
+        prov.apply(plan := prov.plan_destroy(ep.id, dry_run=False), _ok(plan))
+    finally:
+        prov.close()
+        srv.close()
 
 
 def test_phase_02_names_the_adapter_between_modes_and_refuses_a_mode_the_target_lacks(tmp_path: Path) -> None:

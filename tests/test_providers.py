@@ -4,12 +4,14 @@ polling and backoff use an injected clock and sleep)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runbook_lib.errors import AuthError, BadRequest, NoCapacity, NotFound, ProviderError, RateLimited, WorkloadError
+from runbook_lib.measure import served_status
 from runbook_lib.params import PROVIDER_TABLE, load_params
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.api import KeySource, retry_after_s
@@ -297,6 +299,22 @@ def test_runpod_job_api_expired_ttl_is_expired_not_a_crash() -> None:
     assert jobs.retry(job["id"]) == {"id": job["id"], "status": "IN_QUEUE"}  # same id, requeued
     assert jobs.purge_queue()["removed"] == 17
     assert all(p.startswith("api.runpod.ai/v2/fx0001ep/") for _, p, _ in fake.requests)
+
+
+def test_runpod_job_client_polls_a_runsync_that_answers_early_and_counts_an_empty_completed() -> None:
+    # runsync answers IN_PROGRESS (its 90 s wait ran out); /status answers 429 (retried after
+    # Retry-After; real waits here, 1.5 s), then COMPLETED with no output: served nothing. A 429 on
+    # runsync is not retried.
+    prov, fake, _ = remote("runpod", script={"runsync": ["in_progress", "rate"], "job": ["rate", "completed_empty"]})
+    jobs = prov.job_client("fx0001ep", "")
+    t0 = time.monotonic()
+    job = jobs.runsync({"text": "hello"})
+    assert job["status"] == "COMPLETED" and "output" not in job and served_status(job) == "NO_OUTPUT"
+    assert time.monotonic() - t0 >= 0.5 + 1.0  # the first poll's wait, then the 429's Retry-After
+    with pytest.raises(ProviderError, match="rate limited"):
+        jobs.runsync({"text": "again"})
+    assert [p.rsplit("/", 2)[-2] if "/status/" in p else p.rsplit("/", 1)[-1] for _, p, _ in fake.requests] == \
+        ["runsync", "status", "status", "runsync"]
 
 
 def test_runpod_queue_diagnosis_reads_worker_states() -> None:

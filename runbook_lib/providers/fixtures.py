@@ -70,8 +70,10 @@ class FixtureApi:
             (``ok``, ``capacity``, ``rate``, ``unauthorized``, ``invalid``, ``created_then_502``),
             ``endpoint`` (``ok``, ``created_then_502``; simulator: ``worker_crash``, its
             workers die every 7 jobs), ``poll`` (pod
-            statuses), ``spot`` (``ok``, ``supply``), ``job`` (``in_queue``, ``in_progress``,
-            ``completed``, ``failed``, ``timed_out``, ``ttl``), ``workers`` (``unhealthy``,
+            statuses), ``spot`` (``ok``, ``supply``), ``job`` (answers to ``/status``: ``in_queue``,
+            ``in_progress``, ``completed``, ``completed_empty``, ``failed``, ``timed_out``,
+            ``ttl``, ``rate``), ``runsync`` (answers to ``/runsync``: ``in_queue``,
+            ``in_progress``, ``completed_empty``, ``rate``), ``workers`` (``unhealthy``,
             ``throttled``). Vast operations: ``create`` (``ok``, ``gone``, ``bid_fail``,
             ``rate``, ``created_then_502``; simulator: ``worker_crash``, the instance's serving
             worker dies after 7 requests; ``outbid``, the instance is outbid mid-run), ``poll`` (``null_status``, ``loading``, ``running``,

@@ -135,15 +135,20 @@ class FakeApi(FixtureApi):
     def job_api(self, m: str, parts: list[str]) -> Any:
         op = parts[2] if len(parts) > 2 else ""
         if m == "POST" and op in ("run", "runsync"):
+            answer = self._next("runsync", "in_queue") if op == "runsync" else "in_queue"
+            if answer == "rate":
+                return rate_limited(self)
             jid = f"job-{next(self._ids):04d}"
             self._jobs[jid] = []
-            return self._json(200, load("runpod", "job_run.json", id=jid))
+            return self._json(200, job_answer(answer, jid) if answer != "in_queue" else load("runpod", "job_run.json", id=jid))
         if m == "GET" and op == "status":
             jid = parts[3]
             state = self._next("job", "completed")
+            if state == "rate":
+                return rate_limited(self)
             if state == "ttl" or jid not in self._jobs:
                 return self._json(404, load("runpod", "job_status_404_ttl.json"))
-            return self._json(200, load("runpod", f"job_status_{state}.json", id=jid))
+            return self._json(200, job_answer(state, jid))
         if m == "POST" and op == "cancel":
             return self._json(200, load("runpod", "job_cancel.json", id=parts[3]))
         if m == "POST" and op == "retry":
@@ -153,3 +158,21 @@ class FakeApi(FixtureApi):
         if m == "GET" and op == "health":
             return self._json(200, load("runpod", "health.json"))
         return self._json(404, {"error": "no route"})
+
+
+JOB_RETRY_AFTER_S = "1"
+"""The ``Retry-After`` (seconds) of a scripted 429 on the job API."""
+
+
+def job_answer(state: str, jid: str) -> dict[str, Any]:
+    """Job ``jid``'s record in state ``state`` (a ``job_status_*.json`` shape); ``completed_empty``
+    is a COMPLETED job whose handler returned nothing (no ``output``)."""
+    if state == "completed_empty":
+        return {k: v for k, v in load("runpod", "job_status_completed.json", id=jid).items() if k != "output"}
+    return dict(load("runpod", f"job_status_{state}.json", id=jid))
+
+
+def rate_limited(api: Any) -> Any:
+    """The job API's 429: refused unprocessed (runpod/docs: each job operation has a per-endpoint
+    rate limit, and "excess -> 429"; docs/reference/providers.md 2.2), with ``Retry-After``."""
+    return api._json(429, load("runpod", "problem_429.json"), **{"Retry-After": JOB_RETRY_AFTER_S})

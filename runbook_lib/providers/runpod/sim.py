@@ -20,7 +20,13 @@ running and the others stopped after ``workers.idleTimeout`` seconds idle
 ``runsync``, ``status``, ``cancel``, ``retry``, ``purge-queue``, ``health``) is passed through to
 that front door outside the simulator's lock (``runsync`` waits up to 90 s), and its answers are
 put in Runpod's shapes: ``delayTime`` and ``executionTime`` in milliseconds, a forgotten job a
-404 (jobs are forgotten ``job_ttl_s`` after submission, a simulator limit). See :mod:`runbook_lib.providers.simulator`.
+404 (jobs are forgotten ``job_ttl_s`` after submission, a simulator limit). Scripted job answers
+are served on the wire, each on the next request it names: ``job`` answers ``/status`` in place
+of the front door (a state's recorded shape for that job id; ``completed_empty``: COMPLETED with
+no ``output``; ``ttl``: 404; ``rate``: 429 with ``Retry-After``); ``runsync`` answers
+``/runsync``: ``in_queue``/``in_progress`` submit the job for real and answer that non-terminal
+state (the caller must poll ``/status``), ``completed_empty`` drops a COMPLETED answer's
+``output``, ``rate`` refuses it (429, nothing submitted). See :mod:`runbook_lib.providers.simulator`.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from runbook_lib._time import utc_now
 from runbook_lib.layout import POD_FAULT_ENV, POD_PARAMS_ENV, POD_SIDE_ENV
 from runbook_lib.providers.fixtures import load
 from runbook_lib.providers.local.endpoint import BIND_ENV
-from runbook_lib.providers.runpod.fake import FakeApi
+from runbook_lib.providers.runpod.fake import FakeApi, job_answer, rate_limited
 from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
 
 LIMITS: dict[str, float] = {"job_ttl_s": 86_400.0, "proxy_timeout_s": 100.0}
@@ -48,7 +54,8 @@ SCRIPTS: dict[str, frozenset[str]] = {
     "endpoint": frozenset({"ok", "created_then_502", "worker_crash"}),
     "poll": frozenset({"PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR"}),
     "spot": frozenset({"ok", "supply"}),
-    "job": frozenset({"in_queue", "in_progress", "completed", "failed", "timed_out", "ttl"}),
+    "job": frozenset({"in_queue", "in_progress", "completed", "completed_empty", "failed", "timed_out", "ttl", "rate"}),
+    "runsync": frozenset({"in_queue", "in_progress", "completed_empty", "rate"}),
     "workers": frozenset({"unhealthy", "throttled"}),
 }
 """The operations a ``script`` may name and the answers each may serve
@@ -268,8 +275,20 @@ class SimApi(MachineBacked, FakeApi):
                                                 "unhealthy": 0}})
         if not url:
             return self._json(503, {"error": f"endpoint {eid}: no worker could start (its front door is not up)"})
-        answer = httpx.request(request.method, f"{url}/{'/'.join(parts[2:])}", content=request.content,
+        scripted = self._next({"runsync": "runsync", "status": "job"}.get(op, ""), "")
+        if scripted == "rate":  # refused unprocessed: nothing reaches the front door
+            return rate_limited(self)
+        if op == "status" and scripted:  # the scripted answer for this job, in place of the front door's
+            if scripted == "ttl":
+                return self._json(404, load("runpod", "job_status_404_ttl.json"))
+            return self._json(200, job_answer(scripted, parts[3]))
+        path = "run" if scripted in ("in_queue", "in_progress") else "/".join(parts[2:])  # submitted for real
+        answer = httpx.request(request.method, f"{url}/{path}", content=request.content,
                                headers={"content-type": "application/json"}, timeout=FRONT_DOOR_WAIT_S)
+        if scripted in ("in_queue", "in_progress") and answer.status_code == 200:  # runsync answers before the end
+            return self._json(200, {"id": answer.json()["id"], "status": scripted.upper()})
+        if scripted == "completed_empty" and answer.status_code == 200 and answer.json().get("status") == "COMPLETED":
+            return self._json(200, {k: v for k, v in runpod_job(answer.json()).items() if k != "output"})
         if answer.status_code == 404 and op == "status":
             return self._json(404, load("runpod", "job_status_404_ttl.json"))
         if answer.status_code >= 400:
