@@ -50,7 +50,7 @@ from runbook_lib.rundir import RunDir
 from runbook_lib.seal import seal_run, sealed_decision
 from runbook_lib.service import samples
 from runbook_lib.signing import load_signer
-from runbook_lib.workload import workload_class
+from runbook_lib.workload import put_project_on_path, request_payload_problems, workload_class
 
 KERNEL_NAME = "python3"
 INTERRUPTED = "Interrupted"  # ename of a phase stopped by SIGINT/SIGTERM
@@ -452,7 +452,9 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
 
     Raises:
         UsageError: ``notebooks_dir`` lacks a phase notebook, or one is not a readable notebook.
-        ParamsError: ``workload.entry_point`` cannot be imported, or is not a class for its kind.
+        ParamsError: ``workload.entry_point`` cannot be imported (the project directory is put on
+            the import path first, :func:`runbook_lib.workload.put_project_on_path`), is not a
+            class for its kind, or a serving workload's golden request is not a JSON value.
         AuthError: ``evidence.signing_key`` is set and names no readable ed25519 private key (the
             run would otherwise end sealed but unsigned).
     """
@@ -461,11 +463,16 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
     if mig.workload.kind == "service":
         service_preflight(mig, project)
         return phase_notebooks(project=project, given=notebooks_dir)
+    put_project_on_path(project)
     try:
         workload_class(mig.workload)
+        problems = request_payload_problems(mig.workload, mig.source)
     except WorkloadError as exc:
         raise ParamsError(f"workload.entry_point: {exc}; nothing was run", field="workload.entry_point",
                           value=mig.workload.entry_point) from None
+    if problems:
+        raise ParamsError(f"workload.entry_point {mig.workload.entry_point!r}: {'; '.join(problems)}; nothing was run",
+                          field="workload.entry_point", value=mig.workload.entry_point)
     return phase_notebooks(project=project, given=notebooks_dir)
 
 

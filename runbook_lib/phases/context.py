@@ -18,6 +18,7 @@ from runbook_lib.records import Chain, PhaseData, checked
 from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.scan import scan_run
 from runbook_lib.storage import Store, store_from_params
+from runbook_lib.workload import put_project_on_path
 
 
 @dataclass
@@ -183,5 +184,6 @@ def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str
     else:
         run = RunDir.latest(params_path)
     records = Chain(run.require(phase))
+    put_project_on_path(run.project)  # the user's workload module, as the runner's preflight found it
     return PhaseContext(phase=phase, run=run, run_mode=run_mode, approval_ref=approval_ref, records=records,
                         started=utc_now(), store_factory=lambda: store_from_params(run.mig.storage, base=str(run.project)))

@@ -11,6 +11,9 @@ and resumes it from the newest checkpoint that verifies. Endpoint workers call
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import sys
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,7 +98,10 @@ class AcceptanceWorkload(ABC):
 
     def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:  # pragma: no cover - inference only
         """``n`` request payloads for load tests, drawn with ``seed`` from the golden inputs, as
-        ``(golden_row_index, payload)`` so every response can be checked against its golden row."""
+        ``(golden_row_index, payload)`` so every response can be checked against its golden row.
+        Each payload is what JSON carries (dicts, lists, strings, finite numbers, booleans,
+        None): it is the job's ``input``. Drawn from the inputs, not the model: the runner calls
+        it (through :meth:`golden_requests`) before :meth:`load` and before anything is rented."""
         raise WorkloadError(f"{type(self).__name__} is a {self.kind} workload and serves no requests")
 
     def golden_requests(self) -> list[Any]:
@@ -123,8 +129,9 @@ def load_workload_class(entry_point: str) -> type[AcceptanceWorkload]:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise WorkloadError(
-            f"workload.entry_point {entry_point!r} cannot be imported: {exc}. Name an installed "
-            "module and a class in it, e.g. runbook_lib.workload.embed:EmbeddingWorkload."
+            f"workload.entry_point {entry_point!r} cannot be imported: {exc}. Name a class in a module of "
+            "the project directory (the one holding params/) or of an installed package, e.g. "
+            "runbook_lib.workload.embed:EmbeddingWorkload"
         ) from exc
     if not (isinstance(cls, type) and issubclass(cls, AcceptanceWorkload)):
         raise WorkloadError(f"workload.entry_point {entry_point!r} is not an AcceptanceWorkload subclass")
@@ -166,3 +173,49 @@ def workload_class(workload: "Workload") -> type[AcceptanceWorkload]:
                                 "subclass runbook_lib.workload.checkpoint_set.CheckpointWorkload: subclass it and "
                                 "override inference_outputs() (the checkpoint is still loaded by it, safely)")
     return cls
+
+
+def put_project_on_path(project: str | os.PathLike[str]) -> None:
+    """Make a user's workload module importable wherever this run imports it: ``project`` (the
+    directory holding ``params/``, :func:`runbook_lib.layout.project_root`) on ``sys.path`` for
+    this process, and on ``PYTHONPATH`` for the processes it starts (the phase kernels, local pods
+    and endpoint workers, and a rehearsal's simulated machines, which inherit this environment).
+    Added after the entries already there. A real remote pod imports from its image: install
+    the module there."""
+    where = str(Path(project).resolve())
+    if where not in sys.path:
+        sys.path.append(where)
+    current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if where not in current:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*current, where])
+
+
+def request_payload_problems(workload: "Workload", profile: "Profile", *, limit: int = 5) -> list[str]:
+    """What keeps a serving workload's golden requests from travelling as JSON job inputs, each
+    a sentence naming the request, its type and the reason (at most ``limit``); empty when every
+    one can, or when the workload serves no requests. JSON here is RFC 8259: no NaN or Infinity.
+
+    Raises:
+        WorkloadError: the class cannot be created, or its :meth:`AcceptanceWorkload.golden_requests`
+            fails before :meth:`AcceptanceWorkload.load` (it must read inputs, not the model).
+    """
+    if not workload.serves or workload.kind == "service":
+        return []
+    try:
+        requests = workload_class(workload)(workload, profile).golden_requests()
+    except WorkloadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's code: named, never a traceback
+        raise WorkloadError(f"workload.entry_point {workload.entry_point!r}: golden_requests() failed before load() "
+                            f"({type(exc).__name__}: {exc}); the runner draws the requests before anything is "
+                            "rented, so they must come from the inputs, not the model") from None
+    out = []
+    for i, payload in enumerate(requests):
+        try:
+            json.dumps({"input": payload}, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            out.append(f"golden request {i} is a {type(payload).__name__} that JSON cannot carry ({exc}); return "
+                       "lists, dicts, strings and finite numbers (e.g. array.tolist())")
+        if len(out) >= limit:
+            break
+    return out
