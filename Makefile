@@ -110,11 +110,12 @@ test-e2e-measure: e2e-setup
 	$(E2E_PYTEST) -m "e2e and measure and not smoke"
 
 # The browser tests drive Debian's chromium package with Playwright (the Python package, from the
-# test extras; no browser is ever downloaded). Installing it needs root, as in CI; elsewhere the
-# browser tests skip and say why, unless CI is set.
+# test extras; no browser is ever downloaded), and read the report's PDF with pdftotext
+# (poppler-utils). Installing them needs root, as in CI; elsewhere the browser tests skip and say
+# why, unless CI is set.
 browser:
-	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@(command -v chromium && command -v pdftotext) >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium poppler-utils >/dev/null)
 
 # JupyterLab on this project with its kernel (.venv), bound to loopback; it prints the URL with its
 # login token (random unless JUPYTER_TOKEN is set). LAB_DIR, LAB_PORT and LAB_ARGS adjust it; as

@@ -366,7 +366,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from runbook_lib.closedworld import seal_kind
-    from runbook_lib.report import write_html
+    from runbook_lib.report import chromium_path, write_html, write_pdf
     from runbook_lib.verify import verify_run
 
     run_dir = _run_dir_arg(args.run_dir)
@@ -379,8 +379,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
               f"Run `runbook verify {run_dir}` for the list, or pass --allow-unverified to write one "
               "stamped with what failed on every section", file=sys.stderr)
         return 1
+    if args.pdf and not chromium_path(args.chromium):  # checked before anything is written
+        raise UsageError("--pdf needs Chromium and found none: install Debian's chromium package, or name the "
+                         "binary with --chromium or $RUNBOOK_CHROMIUM")
     out = write_html(run_dir, Path(args.output) if args.output else None, unverified=problems)
     print(f"report: {out}" + (f" (UNVERIFIED: {len(problems)} problem(s) stamped on every section)" if problems else ""))
+    if args.pdf:
+        pdf = out.with_suffix(".pdf") if out.suffix != ".pdf" else out.with_name(out.name + ".pdf")
+        print(f"pdf: {write_pdf(out, pdf, chromium=chromium_path(args.chromium))}")
     return 0
 
 
@@ -447,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("-o", "--output", help="output file (default: reports/<run_id>.html)")
     rp.add_argument("--allow-unverified", action="store_true",
                     help="write the report of a run that does not verify, stamped with what failed")
+    rp.add_argument("--pdf", action="store_true", help="also print it to a PDF beside the HTML (Chromium, through "
+                                                       "Playwright)")
+    rp.add_argument("--chromium", help="the Chromium binary for --pdf (default: $RUNBOOK_CHROMIUM, else chromium "
+                                       "on the PATH)")
     rp.set_defaults(func=_cmd_report)
     rs = sub.add_parser("resolve", help="record a person's GO/NO-GO on a HOLD run (or NO-GO once its deadline passed)")
     rs.add_argument("run_dir")

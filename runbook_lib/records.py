@@ -918,13 +918,15 @@ class TimelineEvent(_Model):
 
 class Delta(_Model):
     """One acceptance delta: a metric on each side (seconds, units per second or USD), the
-    target-to-source ratio and the verdict of the gate that judges it."""
+    target-to-source ratio, and the gate that judges it (name; None: reported, not judged) with
+    its verdict."""
 
     metric: str
     source: float | None = None
     target: float | None = None
     ratio: float | None = None
     verdict: str | None = None
+    gate: str | None = None
 
 
 class AcceptanceJob(_Model):

@@ -15,9 +15,11 @@ import numpy as np
 import pandas as pd
 
 from runbook_lib._fs import atomic_write
-from runbook_lib.closedworld import is_sealed, sealed_notebooks
+from runbook_lib.auditpage import SealStatus, first_page
+from runbook_lib.closedworld import expected_files, is_sealed, seal_kind, sealed_notebooks
 from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.records import Receipt, load_receipt
+from runbook_lib.signing import signed_by
 
 COLORS = {"source": "#4c72b0", "target": "#dd8452"}
 VERDICT_COLORS = {"PASS": "#c8e6c9", "FAIL": "#ffcdd2", "INCONCLUSIVE": "#fff9c4", "ERROR": "#e1bee7",
@@ -136,10 +138,12 @@ reference, CSS ``@import`` or ``url()`` to a host, an ES module import. A plain 
 host is a link a reader may follow, not a fetch, and is kept."""
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px}
-img{max-width:100%}section.phase{border-top:2px solid #444;margin-top:2em}#runbook-head .decision{font-size:1.4em}
+img{max-width:100%}section.phase{border-top:2px solid #444;margin-top:2em}#runbook-first-page .decision{font-size:1.4em}
+#runbook-first-page h3{margin:1.2em 0 .3em}#runbook-first-page table{font-size:.9em}
 pre{white-space:pre-wrap}.runbook-unverified{border:3px solid #b00020;background:#ffebee;padding:.5em 1em;margin:1em 0}
 .phase-output{overflow:hidden;contain:paint}""" + "".join(
-    f"\n.phase-output td.verdict-{v}{{background-color:{c}}}" for v, c in VERDICT_COLORS.items())
+    f"\n.phase-output td.verdict-{v},#runbook-first-page .verdict-{v}{{background-color:{c}}}"
+    for v, c in VERDICT_COLORS.items())
 """The report's own stylesheet: its head and banners are styled by id and by classes no output can
 reach (an output's ``class`` is kept, its CSS is not), verdict cells by ``verdict-<VERDICT>``
 (:func:`gates_table`), and every output box clips what it draws (``contain: paint``)."""
@@ -244,8 +248,10 @@ def _output_path(run_dir: Path, out: Path | None) -> Path:
 
 
 def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[str] = ()) -> Path:
-    """One offline HTML report of a run: a summary from ``receipt.json``, then each executed phase
-    notebook the seal covers (:func:`runbook_lib.closedworld.sealed_notebooks`; every phase
+    """One offline HTML report of a run: a first page for auditors from ``receipt.json`` and the
+    seal (:func:`runbook_lib.auditpage.first_page`: decision, evidence and signature status,
+    acceptance deltas with their intervals, cost, drills, rollback point, resources, each linking
+    to its phase), then each executed phase notebook the seal covers (:func:`runbook_lib.closedworld.sealed_notebooks`; every phase
     notebook in the directory for an unsealed run written with ``--allow-unverified``), code
     hidden and plots inline. Executed notebooks are shared with auditors, so every output is
     untrusted: it is sanitised whole (:func:`_exported`: no script, no CSS, no ``id``, safe link
@@ -279,19 +285,17 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
         items = "".join(f"<li>{_html.escape(u)}</li>" for u in unverified)
         stamp = (f"<div class='runbook-unverified'><b>UNVERIFIED EVIDENCE</b>: <code>runbook verify</code> found "
                  f"{len(unverified)} problem(s); this page may not show what the run recorded.<ul>{items}</ul></div>")
-    parts = []
+    parts, sections = [], {}
     for nb_path in notebooks:
         name = _html.escape(nb_path.name, quote=True)
+        sections[nb_path.name[:2]] = f"phase-{nb_path.stem}"
         parts.append(f'<section class="phase" id="phase-{_html.escape(nb_path.stem, quote=True)}">{stamp}'
-                     f'<p><code>{name}</code></p><div class="phase-output">{_exported(nb_path)}</div></section>')
-    reasons = "".join(f"<li>{_html.escape(r)}</li>" for r in receipt.reasons)
+                     f'<h2>Phase {_html.escape(nb_path.name[:2])}: <code>{name}</code></h2>'
+                     f'<div class="phase-output">{_exported(nb_path)}</div></section>')
+    seal = SealStatus(kind=seal_kind(run_dir), files=len(expected_files(run_dir) or {}), problems=tuple(unverified),
+                      signed_by=tuple(signed_by(run_dir)))
     head = (f"<header id='runbook-head'>{stamp}<h1>Migration report: {_html.escape(receipt.migration or run_dir.name)}"
-            f"</h1><p>Run <code>{_html.escape(run_dir.name)}</code></p>"
-            f"<p class='decision'>Decision: <b>{_html.escape(receipt.decision)}</b></p><ul>{reasons}</ul>"
-            f"<p>Source: {_html.escape(receipt.source.release)}<br>"
-            f"Target: {_html.escape(receipt.target.release)}</p>"
-            + ("<p>Every hash of this run's evidence verified (<code>runbook verify</code>) when this report was "
-               "written.</p>" if not unverified else "") + "</header>")
+            f"</h1><p>Run <code>{_html.escape(run_dir.name)}</code></p>{first_page(receipt, seal, sections)}</header>")
     doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
            f"<title>{_html.escape(run_dir.name)}</title>"
@@ -300,4 +304,53 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
     if remote:
         raise EvidenceError(f"report for {run_dir.name} would load remote content: {remote[:3]}")
     atomic_write(out, [doc.encode("utf-8")])
+    return out
+
+
+CHROMIUM_ENV = "RUNBOOK_CHROMIUM"
+"""The variable naming the Chromium binary that prints PDFs (default: ``chromium`` on the PATH,
+Debian's package)."""
+
+
+def chromium_path(given: str | None = None) -> str:
+    """The Chromium that prints a PDF: ``given``, else ``$RUNBOOK_CHROMIUM``, else ``chromium`` on
+    the PATH ('' when none is found)."""
+    import os
+    import shutil
+
+    return given or os.environ.get(CHROMIUM_ENV) or shutil.which("chromium") or ""
+
+
+def write_pdf(html_path: Path, out: Path, *, chromium: str) -> Path:
+    """Print the report at ``html_path`` to a PDF at ``out`` (A4, backgrounds printed, so verdict
+    colours show), with the Chromium at ``chromium`` driven by Playwright: no browser is
+    downloaded. The page's Content-Security-Policy holds while it prints. Written atomically (a
+    symlink at ``out`` is replaced, never followed).
+
+    Raises:
+        UsageError: Playwright is not installed (the ``pdf`` extra), or there is no Chromium at
+            ``chromium`` (Debian: ``apt-get install chromium``; or name one with ``--chromium``).
+    """
+    import os
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise UsageError("--pdf needs Playwright: pip install 'gpu-migration-runbook[pdf]' (it drives the Chromium "
+                         "you have; it downloads none)") from None
+    if not chromium or not Path(chromium).exists():
+        raise UsageError(f"--pdf needs Chromium and found none at {chromium or 'chromium on the PATH'}: install "
+                         f"Debian's chromium package, or name the binary with --chromium or ${CHROMIUM_ENV}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    args=["--no-sandbox"] if os.geteuid() == 0 else [])
+        try:
+            page = browser.new_page()
+            page.goto(html_path.resolve().as_uri())
+            page.wait_for_load_state("load")
+            data = page.pdf(format="A4", print_background=True,
+                            margin={"top": "12mm", "bottom": "12mm", "left": "10mm", "right": "10mm"})
+        finally:
+            browser.close()
+    atomic_write(out, [data])
     return out

@@ -5,7 +5,10 @@ as root it needs ``--no-sandbox``)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from runbook_lib.cli import main as cli_main
 from runbook_lib.runner import RunResult
 from runbook_lib.verify import verify_run
 
+from .conftest import CHROMIUM
 from .conftest import reseal as reseal_run
 
 pytestmark = pytest.mark.e2e
@@ -26,6 +30,13 @@ HOSTILE = ("<img src='x' onerror=\"document.title='pwned';window.__pwned=1\">"
            "<script>window.__pwned=3</script>"
            "<a href=\"javascript:window.__pwned=4\">link</a><p>hostile output</p>")
 """An HTML output a workload could display: three ways to run script without a click, one with."""
+HOSTILE_CSS = ("<style>h1,h2,h3{color:red!important;font-size:40px!important} #runbook-head{display:none}"
+               "#runbook-first-page{visibility:hidden} body{background:black}</style>"
+               "<div style='position:fixed;top:0;left:0;width:100%;height:100%;background:white;z-index:9'>cover</div>"
+               "<h1 id='runbook-head' class='decision' style='color:green'>Decision: GO</h1>")
+"""An output that tries to restyle, hide or cover the report's own page."""
+STYLED = ("#runbook-head h1", "#runbook-first-page .decision", "#runbook-first-page h3", "section.phase h2", "body")
+PROPERTIES = ("color", "background-color", "font-size", "display", "visibility", "position")
 
 
 @pytest.fixture
@@ -35,14 +46,14 @@ def sealed_run(inference_go_run: RunResult) -> Path:
     return inference_go_run.run_dir
 
 
-def _with_hostile_output(run: Path, dest: Path, *, reseal: bool) -> Path:
-    """A copy of ``run`` whose phase 04 notebook shows :data:`HOSTILE`; with ``reseal`` the
-    manifest vouches for the changed notebook (as if the output had been there when it was sealed)."""
+def _with_hostile_output(run: Path, dest: Path, *, reseal: bool, markup: str = HOSTILE) -> Path:
+    """A copy of ``run`` whose phase 04 notebook shows ``markup``; with ``reseal`` the manifest
+    vouches for the changed notebook (as if the output had been there when it was sealed)."""
     shutil.copytree(run, dest)
     nb_path = dest / "04_compare_production.ipynb"
     nb = nbformat.read(nb_path, as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and c.get("outputs"))
-    cell.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": HOSTILE, "text/plain": "x"}))
+    cell.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": markup, "text/plain": "x"}))
     nbformat.write(nb, nb_path)
     if reseal:
         reseal_run(dest)
@@ -113,3 +124,59 @@ def test_a_run_that_does_not_verify_gets_no_report_unless_stamped(sealed_run: Pa
     assert "04_compare_production.ipynb: altered" in html
     seen = _open(browser, out, tmp_path / "stamped.png")
     assert seen["pwned"] is None
+
+
+def _styles(browser: Any, page_path: Path) -> dict[str, Any]:
+    """The computed style of the report's own heading, first page and section titles
+    (:data:`STYLED`, :data:`PROPERTIES`), and where its header box lies, as Chromium renders them."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.goto(page_path.as_uri())
+    page.wait_for_load_state("load")
+    out = page.evaluate("""([selectors, props]) => Object.fromEntries(selectors.map(sel => {
+        const el = document.querySelector(sel);
+        if (!el) return [sel, null];
+        const cs = getComputedStyle(el);
+        return [sel, Object.fromEntries(props.map(p => [p, cs.getPropertyValue(p)]))];
+    }))""", [list(STYLED), list(PROPERTIES)])
+    box = page.locator("#runbook-head").bounding_box()
+    top = page.evaluate("() => { const e = document.elementFromPoint(100, 40); return e && e.closest('#runbook-head') !== null; }")
+    page.close()
+    return {"styles": out, "head_box": box, "head_on_top": top}
+
+
+@pytest.mark.measure  # reads the shared GO run, a judged migration
+@pytest.mark.usefixtures("beside_untimed_phases")
+def test_hostile_css_in_an_output_leaves_the_reports_own_page_styled_as_a_clean_runs(
+        sealed_run: Path, browser: Any, tmp_path: Path) -> None:
+    clean, hostile = tmp_path / "clean.html", tmp_path / "hostile.html"
+    assert cli_main(["report", str(sealed_run), "-o", str(clean)]) == 0
+    run = _with_hostile_output(sealed_run, tmp_path / "run", reseal=True, markup=HOSTILE_CSS)
+    assert cli_main(["report", str(run), "-o", str(hostile)]) == 0
+    assert "cover" in hostile.read_text()  # the output is there, as text
+    seen, want = _styles(browser, hostile), _styles(browser, clean)
+    assert all(want["styles"][sel] for sel in STYLED), want  # every styled part exists on the clean page
+    assert seen == want
+    assert want["head_on_top"] and want["styles"]["#runbook-first-page .decision"]["visibility"] == "visible"
+
+
+@pytest.mark.measure  # reads the shared GO run, a judged migration
+@pytest.mark.usefixtures("beside_untimed_phases")
+def test_the_report_prints_to_a_pdf_that_opens_with_its_decision_on_the_first_page(
+        sealed_run: Path, tmp_path: Path) -> None:
+    pdftotext = shutil.which("pdftotext")
+    for need, what in ((pdftotext, "pdftotext (Debian poppler-utils)"), (Path(CHROMIUM).exists(), CHROMIUM)):
+        if not need:
+            (pytest.fail if os.environ.get("CI") else pytest.skip)(f"{what} is missing; `make browser` installs it "
+                                                                  "as root")
+    out = tmp_path / "report.html"
+    env = {k: v for k, v in os.environ.items() if k != "RUNBOOK_CHROMIUM"}
+    done = subprocess.run([str(Path(sys.executable).parent / "runbook"), "report", str(sealed_run), "-o", str(out),
+                           "--pdf", "--chromium", CHROMIUM], capture_output=True, text=True, env=env, timeout=300)
+    pdf = tmp_path / "report.pdf"
+    assert done.returncode == 0 and f"pdf: {pdf}" in done.stdout, done.stderr[-2000:]
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    first = subprocess.run([str(pdftotext), "-f", "1", "-l", "1", "-layout", str(pdf), "-"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "Decision: GO" in first and "Acceptance deltas" in first and "latency_p95_ratio" in first
+    everything = subprocess.run([str(pdftotext), str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    assert "Phase 06" in everything  # the phases follow the first page

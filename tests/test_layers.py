@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"rundir", "phase_notebooks"},
     {"gates", "cost", "measure", "inventory", "storage", "route", "checkpoint"},
     {"records"},
+    {"auditpage"},
     {"approvals", "resolve", "report", "seal"},
     {"workload"},
     {"providers"},

@@ -293,12 +293,12 @@ def _deltas(ctx: PhaseContext) -> list[Delta]:
         s, t = summ["source"].metric(metric), summ["target"].metric(metric)
         out.append(Delta(metric=metric, source=s, target=t,
                          ratio=(t / s) if s and t is not None and not math.isnan(s) else None,
-                         verdict=verdicts.get(gate) if gate else None))
+                         verdict=verdicts.get(gate) if gate else None, gate=gate))
     for side_key, gate in (("cold_start_median_s", "cold_start_ratio"), ("usd_per_accepted_unit", "cost_per_accepted_unit")):
         by_side = rec.cold_start_median_s if side_key == "cold_start_median_s" else rec.usd_per_accepted_unit
         s, t = by_side.get("source"), by_side.get("target")
         out.append(Delta(metric=side_key, source=s, target=t, ratio=(t / s) if s and t is not None else None,
-                         verdict=verdicts.get(gate)))
+                         verdict=verdicts.get(gate), gate=gate))
     return out
 
 

@@ -28,7 +28,18 @@ class Shown(ABC):
         from IPython.display import display
 
         for part in self.parts():
-            display(part)
+            bundle = table_bundle(part)
+            display(part if bundle is None else bundle, raw=bundle is not None)
+
+
+def table_bundle(part: Any) -> dict[str, str] | None:
+    """A DataFrame as the notebook shows it: HTML and text without the index column (row numbers
+    are not evidence); None for anything else, displayed as it is."""
+    import pandas as pd
+
+    if not isinstance(part, pd.DataFrame):
+        return None
+    return {"text/html": part.to_html(index=False), "text/plain": part.to_string(index=False)}
 
 
 class PhaseResult(Shown):

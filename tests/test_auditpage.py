@@ -1,0 +1,82 @@
+"""The report's first page from a receipt written by hand (values chosen here, not produced by a
+run): formatted with units, every string escaped, links to the phase sections, no index column."""
+
+from __future__ import annotations
+
+from runbook_lib.auditpage import SealStatus, first_page, fmt
+from runbook_lib.gates import GateResult
+from runbook_lib.records import Delta, DrillRow, Receipt, ReceiptResources, ResourceRow, RollbackPoint
+
+SECTIONS = {p: f"phase-{p}_x" for p in ("01", "02", "03", "04", "05", "06")}
+
+
+def _receipt(**over) -> Receipt:
+    latency = GateResult("latency_p95_ratio", "PASS", True, 1.05, 1.10, "ratio", "p95 ratio", "within",
+                         interval=(0.98, 1.12), phase="04")
+    slow = GateResult("cold_start_ratio", "FAIL", False, 1.6, 1.25, "ratio", "median ratio", "<b>slower</b>",
+                      phase="04")
+    fields = dict(
+        migration="<script>alert(1)</script>", decision="GO", decided_at="2026-12-04T20:00:00Z",
+        reasons=["all 2 blocking gates PASS", "scored: cold <i>start</i>"],
+        acceptance_deltas=(Delta(metric="total p95 (s)", source=0.1234, target=0.1296, ratio=1.05, verdict="PASS",
+                                 gate="latency_p95_ratio"),
+                           Delta(metric="usd_per_accepted_unit", source=0.0012, target=0.00096, ratio=0.8,
+                                 verdict="PASS"),
+                           Delta(metric="throughput mean (units/s)", source=41.5, target=40.25, ratio=0.97)),
+        drills=(DrillRow(drill="redeliver", expectation="once", observation="ran 1 time(s)", verdict="PASS",
+                         blocking=True, seconds=1.0),),
+        rollback_point=RollbackPoint(route="route-a", source_release="embed-api:2.3.1", frozen_prefix="frozen/x",
+                                     frozen_manifest_sha256="ab" * 32, window_s=3600.0,
+                                     window_closes_epoch=1796414400.0, source_provider="local",
+                                     rollback_owner="oncall"),
+        resources=ReceiptResources(created=(ResourceRow(id="pod-1", kind="pod", side="target", role="canary",
+                                                        phase="03", state="DESTROYED"),),
+                                   destroyed=("pod-1",)),
+        gates=(latency, slow))
+    return Receipt(**(fields | over))
+
+
+def test_numbers_carry_their_units() -> None:
+    assert fmt(0.1234, "s") == "123.4 ms" and fmt(2.5, "s") == "2.50 s" and fmt(None, "s") == "-"
+    assert fmt(0.0012, "USD") == "$0.0012" and fmt(1.05, "ratio") == "1.050x" and fmt(40.25, "/s") == "40.25 /s"
+    assert fmt(float("nan"), "USD") == "-" and fmt(0.5, "fraction") == "50.0 %"
+
+
+def test_the_first_page_says_what_an_auditor_needs_escaped_and_linked() -> None:
+    page = first_page(_receipt(), SealStatus(kind="closed", files=41, signed_by=("ab12cd",)), SECTIONS)
+    assert "Decision: <b>GO</b> at 2026-12-04T20:00:00Z" in page
+    assert "<script" not in page and "&lt;i&gt;start&lt;/i&gt;" in page and "&lt;b&gt;slower&lt;/b&gt;" in page
+    assert "closed-world seal over 41 files" in page and "<code>ab12cd</code>" in page and "verify --key" in page
+    assert "Every hash of this run's evidence verified" in page
+    # p95: 123.4 ms -> 129.6 ms, ratio 1.050x, the gate's interval [0.980x, 1.120x], linked to phase 04
+    assert ("<td>total p95 (s)</td><td>123.4 ms</td><td>129.6 ms</td><td>1.050x</td><td>[0.980x, 1.120x]</td>"
+            "<td><a href='#phase-04_x'>latency_p95_ratio</a></td>") in page
+    assert "<td>41.50 /s</td><td>40.25 /s</td><td>0.970x</td><td>-</td>" in page  # throughput: its gate not in the receipt
+    assert "per accepted unit: source $0.0012, target $0.00096 (0.800x)" in page
+    assert "2 gates: 1 FAIL, 1 PASS" in page and "cold_start_ratio</a></td><td><span class='verdict verdict-FAIL'>" in page
+    assert "<a href='#phase-04_x'>redeliver</a>" in page and "<a href='#phase-05_x'>Rollback point</a>" in page
+    assert "1 hour" not in page and "1.00 s" not in page and "3600.00 s, closes 2026-12-04T20:00:00Z" in page
+    assert "1 created, 1 destroyed" in page and "nothing left billing after phase 06" in page
+    assert "<th></th><th>id</th>" not in page  # no index column before the first
+
+
+def test_an_unsigned_legacy_run_and_what_it_left_billing_are_said_plainly() -> None:
+    left = ResourceRow(id="i-9", kind="pod", side="target", state="RUNNING", should_be_gone=True)
+    receipt = _receipt(resources=ReceiptResources(created=(left,), remaining=(left,)), rollback_point=None,
+                       acceptance_deltas=(), drills=())
+    page = first_page(receipt, SealStatus(kind="legacy", files=0, problems=("x: altered",)), {})
+    assert "legacy seal" in page and "<b>not signed</b>" in page and "<b>1 verify problem(s)</b>" in page
+    assert "<b>1 still there after phase 06</b>: <code>i-9</code>" in page
+    assert "none recorded: the run did not cut over" in page and "did not reach the comparison" in page
+    assert "<a " not in page  # no section to link to
+
+
+def test_a_phase_table_is_shown_without_its_index_column() -> None:
+    import pandas as pd
+
+    from runbook_lib.phases.results import table_bundle
+
+    bundle = table_bundle(pd.DataFrame([{"gate": "a", "verdict": "PASS"}, {"gate": "b", "verdict": "FAIL"}]))
+    assert bundle is not None and "<th>gate</th>" in bundle["text/html"] and "<th></th>" not in bundle["text/html"]
+    assert bundle["text/plain"].splitlines()[0].split() == ["gate", "verdict"]  # no row numbers
+    assert table_bundle("**markdown**") is None
