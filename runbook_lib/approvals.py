@@ -17,8 +17,9 @@ from typing import Any, Sequence, TypedDict
 
 from runbook_lib._time import utc_now
 from runbook_lib.errors import ApprovalRequired, UsageError
-from runbook_lib.manifest import write_json_atomic
+from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.records import read_unchecked
+from runbook_lib.signing import record_envelope, sign_record
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,21 @@ def _record_dir(run_dir: str | Path) -> Path:
 
 
 def record(run_dir: str | Path, approval: Approval, plan: Any) -> Path:
-    """Write the approval next to the plan it approves: ``approvals/<fingerprint[:16]>.json``."""
+    """Write the approval next to the plan it approves: ``approvals/<fingerprint[:16]>.json``.
+    An approval from a file its author signed (``runbook approve --key``: the envelope beside it,
+    :func:`runbook_lib.signing.record_envelope`) keeps a copy of both in the run
+    (``approvals/signed-<sha256[:16]>.json`` and ``.dsse.json``), named in the record as
+    ``signed_file``, so the signature travels with the evidence."""
     path = _record_dir(run_dir) / f"{approval.fingerprint[:16]}.json"
-    write_json_atomic(path, {"approval": asdict(approval), "plan": plan.to_dict()})
+    body: dict[str, Any] = {"approval": asdict(approval), "plan": plan.to_dict()}
+    source = Path(approval.method[len("file:"):]) if approval.method.startswith("file:") else None
+    if source is not None and source.is_file() and record_envelope(source).is_file():
+        kept = _record_dir(run_dir) / f"signed-{sha256_file(source)[:16]}.json"
+        if not kept.exists():
+            write_json_atomic(kept, json.loads(source.read_text()))
+            write_json_atomic(record_envelope(kept), json.loads(record_envelope(source).read_text()))
+        body["signed_file"] = kept.name
+    write_json_atomic(path, body)
     return path
 
 
@@ -188,9 +201,11 @@ def plans_awaiting(run_dir: str | Path) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: str) -> dict[str, Any]:
+def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: str, signer: Any = None) -> dict[str, Any]:
     """Approve every plan :func:`plans_awaiting` finds in ``run_dir``: write the approval file
-    (``fingerprints``, ``approved_by``, ``approved_at``, and a summary of each plan) to ``out``.
+    (``fingerprints``, ``approved_by``, ``approved_at``, and a summary of each plan) to ``out``;
+    with ``signer`` (the approver's key, :func:`runbook_lib.signing.load_signer`), also its
+    signature beside it (:func:`runbook_lib.signing.sign_record`).
 
     Raises:
         UsageError: no plan is waiting, or no approver is named.
@@ -206,6 +221,10 @@ def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: st
                       | {"offers": list((p.get("spec") or {}).get("offers") or []),
                          "image": (p.get("spec") or {}).get("image", "")} for p in plans]}
     write_json_atomic(Path(out), body)
+    if signer is not None:
+        sign_record(Path(out), signer, kind="approval")
+    else:
+        record_envelope(Path(out)).unlink(missing_ok=True)  # a signature of an earlier file would not be this one's
     return body
 
 

@@ -107,6 +107,23 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     return 0
 
 
+def _person_signer(ref: str | None) -> Any:
+    """The signer of ``--key REF`` (a person's ed25519 private key), or None without one.
+
+    Raises:
+        UsageError: the reference cannot be read or is not such a key (named, its value never shown).
+    """
+    from runbook_lib.errors import AuthError
+    from runbook_lib.signing import load_signer
+
+    if not ref:
+        return None
+    try:
+        return load_signer(ref, what="--key")
+    except AuthError as exc:
+        raise UsageError(f"{exc}; nothing was written") from None
+
+
 def _cmd_approve(args: argparse.Namespace) -> int:
     from runbook_lib.approvals import write_approval_file
     from runbook_lib.resolve import MAX_BY, checked_text
@@ -123,12 +140,13 @@ def _cmd_approve(args: argparse.Namespace) -> int:
         if mig is None or not mig.approvals.approval_file:
             raise UsageError("no approvals.approval_file in the run's params: pass -o FILE")
         out = str(project_root(kept) / mig.approvals.approval_file)
-    body = write_approval_file(run_dir, out, approved_by=args.by)
+    signer = _person_signer(args.key)  # before anything is written
+    body = write_approval_file(run_dir, out, approved_by=args.by, signer=signer)
     for p in body["plans"]:
         print(f"  approved {p['action']} {p['target']} on {p['provider']} ({p['cost_usd_per_hour']:.3f} USD/h, "
               f"offers {p['offers'] or '-'}): {p['fingerprint']}")
     print(f"approval file: {out} (name it in approvals.approval_file or pass --approval-file; set dry_run: false "
-          "to apply)")
+          "to apply)" + (f"; signed in {Path(out).with_name(Path(out).stem + '.dsse.json')}" if signer else ""))
     return 0
 
 
@@ -268,7 +286,8 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
             return EXIT_HOLD
     elif not args.by:
         raise UsageError("--by NAME is required with --decision: a resolution names the person who decided")
-    res = resolve_run(run_dir, decision=args.decision, by=args.by, reason=args.reason or "")
+    signer = _person_signer(args.key)  # before anything is written
+    res = resolve_run(run_dir, decision=args.decision, by=args.by, reason=args.reason or "", signer=signer)
     print(f"{run_dir.name}: HOLD resolved to {res['decision']} by {printable(res['by'])} at {res['resolved_at']} "
           f"(deadline {res['hold_deadline']}); {res['rollback']}")
     print(f"recorded in {run_dir / 'resolution.json'} (sha256 of the manifest it resolves: {res['resolves']['sha256']})")
@@ -318,6 +337,23 @@ def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> lis
     return [{"path": ATTESTATION, "status": "altered", "by": p} for p in problems]
 
 
+def _person_rows(run_dir: Path, key_paths: list[str]) -> list[dict[str, str]]:
+    """Prints who signed the people's records (resolution, approvals by file); with
+    ``key_paths`` (``--person-key``), rows checking each against those keys."""
+    import json
+
+    from runbook_lib.signing import envelope_keyids, load_public_key
+    from runbook_lib.verify import person_records, person_signature_rows
+
+    for what, _, env in person_records(run_dir):
+        ids = envelope_keyids(json.loads(env.read_text())) if env is not None else []
+        print(f"{what}: " + (f"signed by key {', '.join(ids)}" + ("" if key_paths else " (not checked: pass "
+                                                                  "--person-key PUBKEY)") if ids else "NOT SIGNED"))
+    if not key_paths:
+        return []
+    return person_signature_rows(run_dir, [load_public_key(Path(k)) for k in key_paths])
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from runbook_lib.closedworld import seal_kind
     from runbook_lib.verify import verify_run
@@ -331,6 +367,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     print(SEAL_LINES[kind])
     rows = verify_run(run_dir)
     rows += _signature_rows(run_dir, args.key, legacy=kind == "legacy")
+    rows += _person_rows(run_dir, args.person_key)
     bad = [r for r in rows if r["status"] != "intact"]
     for r in sorted(rows, key=lambda r: (r["status"] == "intact", r["path"])):
         print(f"{r['status']:<12} {r['path']:<45} ({r['by']})")
@@ -403,6 +440,26 @@ def _cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_person_commands(sub: Any) -> None:
+    """``runbook resolve`` and ``runbook approve``: what a person decides, signed with their key when given."""
+    rs = sub.add_parser("resolve", help="record a person's GO/NO-GO on a HOLD run (or NO-GO once its deadline passed)")
+    rs.add_argument("run_dir")
+    rs.add_argument("--decision", choices=["GO", "NO-GO"],
+                    help="the person's decision; without it: show the hold, or record NO-GO after its deadline")
+    rs.add_argument("--by", help="who decided (required with --decision)")
+    rs.add_argument("--reason", help="why, free text")
+    rs.add_argument("--key", metavar="REF", help="sign the resolution with your ed25519 private key: env:VAR or "
+                                                 "file:PATH (`runbook keygen` writes one)")
+    rs.set_defaults(func=_cmd_resolve)
+    ap_ = sub.add_parser("approve", help="approve every plan a run showed (dry-run or held): write an approval file")
+    ap_.add_argument("run_dir")
+    ap_.add_argument("--by", required=True, help="who approves (recorded)")
+    ap_.add_argument("-o", "--output", help="approval file (default: the run's approvals.approval_file)")
+    ap_.add_argument("--key", metavar="REF", help="sign the approval file with your ed25519 private key: env:VAR "
+                                                  "or file:PATH; the signature is written beside it (.dsse.json)")
+    ap_.set_defaults(func=_cmd_approve)
+
+
 def _add_evidence_commands(sub: Any) -> None:
     """``runbook verify`` and ``runbook keygen``: checking a run's evidence, and the key that signs it."""
     v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")
@@ -413,6 +470,10 @@ def _add_evidence_commands(sub: Any) -> None:
     v.add_argument("--key", metavar="PUBKEY",
                    help="an ed25519 public key (PEM, `runbook keygen` writes it): the seal must be signed by it over "
                         "the files as they are; an unsigned run fails")
+    v.add_argument("--person-key", metavar="PUBKEY", action="append", default=[],
+                   help="a public key of a person who may resolve or approve (repeat for several): the run's "
+                        "resolution and every approval given by file must be signed by one of them; an unsigned "
+                        "one fails")
     v.set_defaults(func=_cmd_verify)
     kg = sub.add_parser("keygen", help="write a new ed25519 key pair for signing seals: PATH (private, mode 0600) "
                                        "and PATH.pub")
@@ -458,18 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--chromium", help="the Chromium binary for --pdf (default: $RUNBOOK_CHROMIUM, else chromium "
                                        "on the PATH)")
     rp.set_defaults(func=_cmd_report)
-    rs = sub.add_parser("resolve", help="record a person's GO/NO-GO on a HOLD run (or NO-GO once its deadline passed)")
-    rs.add_argument("run_dir")
-    rs.add_argument("--decision", choices=["GO", "NO-GO"],
-                    help="the person's decision; without it: show the hold, or record NO-GO after its deadline")
-    rs.add_argument("--by", help="who decided (required with --decision)")
-    rs.add_argument("--reason", help="why, free text")
-    rs.set_defaults(func=_cmd_resolve)
-    ap_ = sub.add_parser("approve", help="approve every plan a run showed (dry-run or held): write an approval file")
-    ap_.add_argument("run_dir")
-    ap_.add_argument("--by", required=True, help="who approves (recorded)")
-    ap_.add_argument("-o", "--output", help="approval file (default: the run's approvals.approval_file)")
-    ap_.set_defaults(func=_cmd_approve)
+    _add_person_commands(sub)
     cl = sub.add_parser("cleanup", help="destroy every resource labelled with a run's id, on the providers its "
                                         "params name (after Ctrl-C, a dead kernel, or to check nothing is left)")
     cl.add_argument("run_dir")

@@ -26,6 +26,7 @@ from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RECEIPT
 from runbook_lib.manifest import sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.params import load_params
 from runbook_lib.records import Manifest, Receipt, load_manifest, load_receipt
+from runbook_lib.signing import sign_record
 
 RESOLUTION_FILE = RESOLUTION
 DECISIONS = ("GO", "NO-GO")
@@ -180,7 +181,7 @@ def resolution_problem(run_dir: Path, body: dict[str, Any] | None) -> str | None
 
 
 def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, reason: str = "",
-                now: _dt.datetime | None = None) -> dict[str, Any]:
+                now: _dt.datetime | None = None, signer: Any = None) -> dict[str, Any]:
     """Record how a sealed HOLD run was resolved, in ``resolution.json``.
 
     A person may decide ``GO`` before the hold deadline and ``NO-GO`` at any time. With no
@@ -193,6 +194,9 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
         by: who decided (required with a decision).
         reason: why, free text.
         now: the current time (injected in tests); default the system clock, UTC.
+        signer: the deciding person's key (:func:`runbook_lib.signing.load_signer`), or None:
+            the resolution is then signed into ``resolution.dsse.json``
+            (:func:`runbook_lib.signing.sign_record`), sealed with it by the same link.
 
     Returns:
         The ``resolution.json`` body as written.
@@ -226,7 +230,10 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
     }
     body["content_sha256"] = content_sha256(body)
     write_json_atomic(run_dir / RESOLUTION_FILE, body)
-    append_link(run_dir, "resolution", [RESOLUTION_FILE], by=by)
+    files = [RESOLUTION_FILE]
+    if signer is not None:
+        files.append(sign_record(run_dir / RESOLUTION_FILE, signer, kind="resolution").name)
+    append_link(run_dir, "resolution", files, by=by)
     return body
 
 

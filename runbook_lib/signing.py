@@ -79,9 +79,10 @@ def generate_key(path: Path) -> tuple[Path, Path]:
     return path, pub
 
 
-def load_signer(ref: str) -> Any:
+def load_signer(ref: str, *, what: str = "evidence.signing_key") -> Any:
     """The securesystemslib ``CryptoSigner`` for the ed25519 private key that ``ref`` names
-    (``env:VAR`` holding the PEM text, or ``file:/path``).
+    (``env:VAR`` holding the PEM text, or ``file:/path``); ``what`` names where the reference was
+    given (a params field, or ``--key``), for messages.
 
     Raises:
         AuthError: the reference is not set here, or is not an ed25519 PKCS#8 PEM private key
@@ -90,14 +91,14 @@ def load_signer(ref: str) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    pem = resolve("evidence.signing_key", ref)
+    pem = resolve(what, ref)
     assert pem is not None  # required: resolve raises instead
     try:
         key = serialization.load_pem_private_key(pem.encode(), password=None)
     except (ValueError, TypeError):
         key = None
     if not isinstance(key, Ed25519PrivateKey):
-        raise AuthError(f"evidence.signing_key {ref} is not an unencrypted ed25519 private key in PKCS#8 PEM; "
+        raise AuthError(f"{what} {ref} is not an unencrypted ed25519 private key in PKCS#8 PEM; "
                         "`runbook keygen PATH` writes one")
     return _signer_module().CryptoSigner(key)
 
@@ -217,3 +218,80 @@ def signature_problems(run_dir: Path, key: Any) -> list[str]:
     problems += [f"{name}: in the run, not in the signed statement" for name in sorted(want.keys() - have.keys())]
     problems += [f"{name}: in the signed statement, not in the run's seal" for name in sorted(have.keys() - want.keys())]
     return problems
+
+
+RECORD_PREDICATES = {
+    "resolution": "https://github.com/gpu-migration-runbook/predicates/hold-resolution/v1",
+    "approval": "https://github.com/gpu-migration-runbook/predicates/plan-approval/v1",
+}
+"""What a person's signed record says: a HOLD resolved (``resolution.json``), or plans approved
+(an approval file). The predicate is the record's own JSON body."""
+
+
+def record_envelope(record: Path) -> Path:
+    """Where a person's signature of ``record`` lies: beside it, ``<stem>.dsse.json``."""
+    return record.with_name(f"{record.stem}.dsse.json")
+
+
+def sign_record(record: Path, signer: Any, *, kind: str) -> Path:
+    """Sign a person's record (``kind``: a key of :data:`RECORD_PREDICATES`) with their key: an
+    in-toto Statement v1 whose one subject is the record (its file name and sha256) and whose
+    predicate is its body, in a DSSE envelope written to :func:`record_envelope`. Returns that path."""
+    from securesystemslib.dsse import Envelope
+
+    body = {"_type": STATEMENT_TYPE,
+            "subject": [{"name": record.name, "digest": {"sha256": sha256_file(record)}}],
+            "predicateType": RECORD_PREDICATES[kind], "predicate": json.loads(record.read_text())}
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    envelope = Envelope.from_dict({"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
+                                   "signatures": []})
+    envelope.sign(signer)
+    out = record_envelope(record)
+    write_json_atomic(out, envelope.to_dict())
+    return out
+
+
+def envelope_keyids(envelope: dict[str, Any]) -> list[str]:
+    """The key ids a DSSE envelope (as a dict) names (unchecked)."""
+    return sorted({str(s.get("keyid")) for s in envelope.get("signatures") or [] if isinstance(s, dict)})
+
+
+def record_signature_problems(record_name: str, record_sha256: str, envelope: dict[str, Any] | None,
+                              keys: list[Any]) -> list[str]:
+    """Why a person's record (``record_name`` with ``record_sha256`` now) is not signed by one of
+    ``keys`` (securesystemslib ``Key`` objects) through ``envelope`` (the DSSE envelope as a dict;
+    None: unsigned); empty when it is. Checked offline: the signature over DSSE's
+    pre-authentication encoding, the payload type, the statement type, and that its one subject
+    has the record's sha256 now (a copy kept in the run may carry another name). An unsigned
+    record never passes (no downgrade)."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+
+    if envelope is None:
+        return [f"{record_name}: not signed, and a person's key was given to check it (an unsigned record never "
+                "passes a key check)"]
+    try:
+        env = Envelope.from_dict(envelope)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return [f"{record_name}: its signature is not a DSSE envelope ({type(exc).__name__})"]
+    ok = False
+    for key in keys:
+        try:
+            env.verify([key], 1)
+            ok = True
+            break
+        except VerificationError:
+            continue
+    if not ok:
+        return [f"{record_name}: signed by {', '.join(envelope_keyids(envelope)) or 'nobody'}, and no signature verifies "
+                f"with the key(s) given ({', '.join(k.keyid for k in keys)})"]
+    try:
+        stmt = json.loads(env.payload)
+        subjects = [(s["name"], s["digest"]["sha256"]) for s in stmt.get("subject", [])]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return [f"{record_name}: its signed statement cannot be read ({type(exc).__name__})"]
+    if env.payload_type != PAYLOAD_TYPE or stmt.get("_type") != STATEMENT_TYPE:
+        return [f"{record_name}: its signature is not over an in-toto Statement v1"]
+    if [digest for _, digest in subjects] != [record_sha256]:
+        return [f"{record_name}: the signature is over {subjects}, not over the record as it is now"]
+    return []

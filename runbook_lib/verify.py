@@ -3,17 +3,21 @@
 The sealed evidence is checked by :func:`runbook_lib.manifest.verify_evidence` (the phase
 records' chain and what each names), the closed world by
 :func:`runbook_lib.closedworld.closed_world_rows` (every file of the run is in the seal or a link
-after it), and a HOLD run's ``resolution.json`` by :func:`runbook_lib.resolve.verify_resolution`.
+after it), a HOLD run's ``resolution.json`` by :func:`runbook_lib.resolve.verify_resolution`, and
+with the people's public keys the signatures of what people decided (:func:`person_signature_rows`).
 This module sits above them, so none imports another.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from runbook_lib.closedworld import closed_world_rows
-from runbook_lib.manifest import verify_evidence
+from runbook_lib.closedworld import closed_world_rows, read_json_object
+from runbook_lib.layout import RESOLUTION
+from runbook_lib.manifest import sha256_file, verify_evidence
 from runbook_lib.resolve import verify_resolution
+from runbook_lib.signing import envelope_keyids, record_envelope, record_signature_problems
 
 
 def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
@@ -41,3 +45,48 @@ def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
         else:
             seen[key] = dict(r)
     return list(seen.values())
+
+
+def person_records(run_dir: str | Path) -> list[tuple[str, Path, Path | None]]:
+    """The records in a run that a person made and may have signed, each as ``(what, record,
+    envelope or None)``: ``resolution.json`` (``runbook resolve``) and each approval a person
+    gave through an approval file (``runbook approve``; the file's copy in ``approvals/`` when it
+    was signed, else the approval record itself). Approvals by params or by the run's own
+    teardown are no person's and are not listed."""
+    run_dir = Path(run_dir)
+    out: list[tuple[str, Path, Path | None]] = []
+    res = run_dir / RESOLUTION
+    if res.is_file():
+        env = record_envelope(res)
+        out.append(("resolution", res, env if env.is_file() else None))
+    for rec in sorted((run_dir / "approvals").glob("*.json")):
+        if rec.name.startswith(("pending-", "signed-")) or rec.name.endswith(".dsse.json"):
+            continue
+        body = read_json_object(rec) or {}
+        if not str((body.get("approval") or {}).get("method", "")).startswith("file:"):
+            continue
+        kept = body.get("signed_file")
+        if kept and (run_dir / "approvals" / str(kept)).is_file():
+            copy = run_dir / "approvals" / str(kept)
+            env = record_envelope(copy)
+            out.append((f"approval {rec.name}", copy, env if env.is_file() else None))
+        else:
+            out.append((f"approval {rec.name}", rec, None))
+    return out
+
+
+def person_signature_rows(run_dir: str | Path, keys: list[Any]) -> list[dict[str, str]]:
+    """Rows for each person's record (:func:`person_records`) checked against ``keys`` (the
+    public keys of the people who may sign): ``intact`` when one of them signed it as it is now,
+    else ``altered`` naming why; an unsigned record fails (no downgrade)."""
+    import json
+
+    rows = []
+    for what, record, env in person_records(run_dir):
+        envelope = json.loads(env.read_text()) if env is not None else None
+        problems = record_signature_problems(record.name, sha256_file(record), envelope, keys)
+        rel = str(record.relative_to(Path(run_dir)))
+        rows += ([{"path": rel, "status": "intact", "by": f"{what}: signed by {', '.join(envelope_keyids(envelope or {}))} "
+                                                           "(--person-key)"}] if not problems else
+                 [{"path": rel, "status": "altered", "by": f"{what}: {p}"} for p in problems])
+    return rows

@@ -16,15 +16,19 @@ import nbformat
 import pytest
 import yaml
 
+from runbook_lib.approvals import require
 from runbook_lib.cli import main as cli_main
 from runbook_lib.closedworld import read_links
-from runbook_lib.errors import EXIT_USAGE
+from runbook_lib.errors import EXIT_USAGE, ApprovalRequired
 from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.params import dump_yaml, load_params
+from runbook_lib.providers.base import PodSpec
+from runbook_lib.providers.local import LocalProvider
 from runbook_lib.report import sanitize_fragment, write_html
 from runbook_lib.resolve import content_sha256, iso, resolve_run, standing
 from runbook_lib.seal import seal_run
-from runbook_lib.verify import verify_run
+from runbook_lib.signing import load_public_key, load_signer
+from runbook_lib.verify import person_signature_rows, verify_run
 
 from .conftest import ROOT
 
@@ -326,3 +330,56 @@ def test_a_signing_key_that_cannot_be_read_is_named_and_its_value_never_shown(
     values, _ = resolved_secrets(mig)  # the secret scan looks for the key, armoured or not
     body = "".join(x for x in private.read_text().splitlines() if not x.startswith("-----"))
     assert values["evidence.signing_key"] == private.read_text().strip() and body in values.values()
+
+
+def test_a_resolution_signed_with_the_persons_key_verifies_with_it_and_no_other(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    alice, alice_pub = _keys(tmp_path, "alice.key")
+    _, mallory_pub = _keys(tmp_path, "mallory.key")
+    run = _sealed(tmp_path, "HOLD")
+    resolve_run(run, decision="GO", by="alice", now=DECIDED, signer=load_signer(f"file:{alice}", what="--key"))
+    [link] = read_links(run)
+    assert sorted(link.body["files"]) == ["resolution.dsse.json", "resolution.json"]  # sealed together, by one link
+    assert cli_main(["verify", str(run)]) == 0
+    assert "resolution: signed by key" in capsys.readouterr().out
+    assert cli_main(["verify", "--person-key", str(alice_pub), str(run)]) == 0
+    assert cli_main(["verify", "--person-key", str(mallory_pub), str(run)]) == 1
+    assert "no signature verifies with the key(s) given" in capsys.readouterr().out
+    unsigned = _sealed(tmp_path / "u", "HOLD")
+    assert cli_main(["resolve", str(unsigned), "--decision", "NO-GO", "--by", "bob"]) == 1  # past the deadline: NO-GO
+    capsys.readouterr()
+    assert cli_main(["verify", "--person-key", str(alice_pub), str(unsigned)]) == 1  # no downgrade
+    assert "resolution: NOT SIGNED" in capsys.readouterr().out
+    keyless = _sealed(tmp_path / "k", "HOLD")
+    assert cli_main(["resolve", str(keyless), "--decision", "NO-GO", "--by", "bob", "--key",
+                     "env:RUNBOOK_TEST_NO_SUCH_KEY"]) == 2  # an unreadable key: refused before anything is written
+    assert not (keyless / "resolution.json").exists()
+
+
+def test_an_approval_file_signed_by_its_approver_travels_into_the_run_and_verifies(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bob, bob_pub = _keys(tmp_path, "bob.key")
+    _, eve_pub = _keys(tmp_path, "eve.key")
+    prov = LocalProvider(root=tmp_path / "local")
+    plan = prov.plan_launch(PodSpec(name="p", command=("python", "-c", "pass"), device="cpu", price_usd_per_hour=0.1,
+                                    labels=(("run_id", "x"),)))
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(ApprovalRequired):
+        require(plan, run_dir=run, preapproved_local=False)
+    out = tmp_path / "approval.json"
+    assert cli_main(["approve", str(run), "--by", "bob", "-o", str(out), "--key", f"file:{bob}"]) == 0
+    assert "signed in" in capsys.readouterr().out and (tmp_path / "approval.dsse.json").is_file()
+    require(plan, run_dir=run, preapproved_local=False, approval_file=str(out))
+    rec = json.loads((run / "approvals" / f"{plan.fingerprint[:16]}.json").read_text())
+    kept = run / "approvals" / rec["signed_file"]
+    assert json.loads(kept.read_text()) == json.loads(out.read_text()) and kept.with_name(
+        kept.stem + ".dsse.json").is_file()
+    assert [r["status"] for r in person_signature_rows(run, [load_public_key(bob_pub)])] == ["intact"]
+    [row] = person_signature_rows(run, [load_public_key(eve_pub)])
+    assert row["status"] == "altered" and "no signature verifies" in row["by"]
+    body = json.loads(kept.read_text())  # the copy edited after it was signed: not what bob signed
+    write_json_atomic(kept, {**body, "approved_by": "eve"})
+    [row] = person_signature_rows(run, [load_public_key(bob_pub)])
+    assert row["status"] == "altered" and "not over the record as it is now" in row["by"]
+    assert cli_main(["approve", str(run), "--by", "bob", "-o", str(tmp_path / "plain.json")]) == 2  # nothing waits now
