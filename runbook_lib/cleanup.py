@@ -104,51 +104,63 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
         prof = getattr(mig, side)
         prov = create_provider(prof.provider, root=root / STATE_DIR / prof.provider, profile=prof)
         try:
-            listed = prov.list(labels={"run_id": run_id})
-        except CleanupAborted:
-            raise
-        except RunbookError as exc:
-            res.unlisted.append(f"{side} ({prof.provider}): {exc}")
-            echo(f"  {side} ({prof.provider}): could not list: {exc}")
-            continue
-        for r in listed:
-            if (prov.name, r.id) in seen:  # both sides on one provider list the same resources
-                continue
-            seen.add((prov.name, r.id))
-            row = {"side": r.labels.get("side", side), "provider": prov.name, "id": r.id, "name": r.name,
-                   "state": r.state, "role": r.labels.get("role"), "phase": r.labels.get("phase")}
-            res.found.append(row)
-            if r.state == "DESTROYED":
-                res.already_gone.append(r.id)
-                continue
-            plan = prov.plan_destroy(r.id, dry_run=dry_run)
-            echo(f"  destroy {r.id} ({r.name}, {row['role']}, {r.state}) on {prov.name}: plan {plan.fingerprint[:16]}")
-            if dry_run:
-                res.remaining.append({"id": r.id, "provider": prov.name, "state": r.state, "why": "dry run"})
-                continue
-            a = approvals.run_teardown(plan, run_dir)
-            try:
-                done = prov.apply(plan, a)
-            except CleanupAborted:
-                raise
-            except RunbookError as exc:
-                res.remaining.append({"id": r.id, "provider": prov.name, "state": r.state, "why": str(exc)})
-                continue
-            res.teardowns.append(asdict(done) if done is not None else {})
-            try:
-                after = prov.get(r.id).state
-            except NotFound:
-                after = "DESTROYED"
-            if after == "DESTROYED":
-                res.destroyed.append(r.id)
-            else:
-                res.remaining.append({"id": r.id, "provider": prov.name, "state": after,
-                                      "why": "still listed after the destroy"})
+            _clean_side(prov, side, prof.provider, run_dir, res, seen, dry_run=dry_run, echo=echo)
+        finally:
+            close = getattr(prov, "close", None)  # a remote provider's HTTP client; the local one holds none
+            if close is not None:
+                close()
 
     write_json_atomic(run_dir / CLEANUP_RECORD, {"at": utc_now(), **res.to_dict()})
     written = [rel for rel, digest in _approval_records(run_dir).items() if before.get(rel) != digest]
     append_link(run_dir, "cleanup", [CLEANUP_RECORD, *written])
     return res
+
+
+def _clean_side(prov: Any, side: str, provider: str, run_dir: Path, res: CleanupResult, seen: set[tuple[str, str]],
+                *, dry_run: bool, echo: Callable[[str], None]) -> None:
+    """List what ``prov`` holds labelled with the run, and destroy each (or, with ``dry_run``,
+    plan it), adding to ``res``; ``seen`` skips what the other side's provider listed already."""
+    try:
+        listed = prov.list(labels={"run_id": res.run_id})
+    except CleanupAborted:
+        raise
+    except RunbookError as exc:
+        res.unlisted.append(f"{side} ({provider}): {exc}")
+        echo(f"  {side} ({provider}): could not list: {exc}")
+        return
+    for r in listed:
+        if (prov.name, r.id) in seen:  # both sides on one provider list the same resources
+            continue
+        seen.add((prov.name, r.id))
+        row = {"side": r.labels.get("side", side), "provider": prov.name, "id": r.id, "name": r.name,
+               "state": r.state, "role": r.labels.get("role"), "phase": r.labels.get("phase")}
+        res.found.append(row)
+        if r.state == "DESTROYED":
+            res.already_gone.append(r.id)
+            continue
+        plan = prov.plan_destroy(r.id, dry_run=dry_run)
+        echo(f"  destroy {r.id} ({r.name}, {row['role']}, {r.state}) on {prov.name}: plan {plan.fingerprint[:16]}")
+        if dry_run:
+            res.remaining.append({"id": r.id, "provider": prov.name, "state": r.state, "why": "dry run"})
+            continue
+        a = approvals.run_teardown(plan, run_dir)
+        try:
+            done = prov.apply(plan, a)
+        except CleanupAborted:
+            raise
+        except RunbookError as exc:
+            res.remaining.append({"id": r.id, "provider": prov.name, "state": r.state, "why": str(exc)})
+            continue
+        res.teardowns.append(asdict(done) if done is not None else {})
+        try:
+            after = prov.get(r.id).state
+        except NotFound:
+            after = "DESTROYED"
+        if after == "DESTROYED":
+            res.destroyed.append(r.id)
+        else:
+            res.remaining.append({"id": r.id, "provider": prov.name, "state": after,
+                                  "why": "still listed after the destroy"})
 
 
 def _approval_records(run_dir: Path) -> dict[str, str]:

@@ -175,6 +175,14 @@ def test_inference_demo_goes_with_full_evidence(inference_go_run: RunResult, tmp
     r01_env = json.loads((d / "01_freeze_source.json").read_text())["data"]["freeze"]["environment"]
     assert r01_env["credential_env_names"] == r03["result"]["environment"]["credential_env_names"] == \
         ["HF_TOKEN", "REGISTRY_TOKEN"]
+    about = r03["result"]["result_manifest"]["about"]  # what moves with the canary's result set in the store
+    assert (about["run_id"], about["mode"], about["side"]) == (d.name, "accept", "target")
+    assert about["model"]["model_id"] == "sentence-transformers/all-MiniLM-L6-v2" and about["model"]["artifact"]
+    assert about["runtime"]["torch"] == r03["result"]["environment"]["torch"] and about["runtime"]["runbook_lib"]
+    assert about["configuration"]["params_sha256"] == sha256_file(d / "params.yaml")
+    assert about["configuration"]["profile"]["device"] == "cpu" and about["configuration"]["workload"]["kind"]
+    assert about["validation"]["artifact_checksums"]["all_match"] is True
+    assert about["validation"]["failure_drill"]["resumed_from"] and about["validation"]["reload"]["exact"] is True
     _no_canary_anywhere(d)
     assert cli_main(["report", str(d), "-o", str(tmp_path / "report.html")]) == 0
     html = (tmp_path / "report.html").read_text()

@@ -6,6 +6,7 @@ writing; the quoted phrase is what to search for)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import queue
@@ -15,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -142,6 +142,7 @@ def test_cleanup_exits_1_when_a_resource_is_left(tmp_path: Path, sims: dict[str,
     assert cli_main(["cleanup", str(run_dir)]) == 0
     record = json.loads((run_dir / "cleanup.json").read_text())
     assert record["clean"] is True and record["destroyed"] == [iid]
+    gc.collect()  # cleanup closes each provider it opens: no unclosed connection is left to warn about
 
 
 # -- README ~176: the Vast.ai key: VAST_API_KEY, ~/.config/vastai/vast_api_key, ~/.vast_api_key --
@@ -377,6 +378,8 @@ def test_runbook_simulate_serves_until_ctrl_c_and_prints_the_exports(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 # -- README ~860: "`runbook init` copies it with the example params" --
@@ -444,6 +447,8 @@ def test_rolling_the_route_back_to_the_source_needs_no_approval(make_params: Cal
 # -- README ~818: quantized tensors are a blocker of the checkpoint inspection --
 
 
+# torch 2.x deprecates creating quantized tensors, and rebuilding one on load uses TypedStorage:
+# warnings, not errors, outside this suite (which turns every warning into an error).
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning",
                             "ignore:TypedStorage is deprecated:UserWarning")
 def test_a_quantized_tensor_is_a_blocker_naming_it(tmp_path: Path) -> None:
@@ -457,9 +462,7 @@ def test_a_quantized_tensor_is_a_blocker_naming_it(tmp_path: Path) -> None:
 
     ck = tmp_path / "ck"
     ck.mkdir()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # torch deprecates quantized tensor creation
-        q = torch.quantize_per_tensor(torch.tensor([0.5, 1.0, -1.0]), 0.1, 0, torch.qint8)
+    q = torch.quantize_per_tensor(torch.tensor([0.5, 1.0, -1.0]), 0.1, 0, torch.qint8)
     torch.save({"head.qweight": q, "head.bias": torch.zeros(3)}, ck / "quantized.pt")
     torch.save({"ok": torch.ones(2)}, ck / "dense.pt")
     ins = inspect(ck)

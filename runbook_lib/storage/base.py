@@ -187,8 +187,15 @@ class Store(ABC):
 
     # -- sets: objects, then manifest, then marker ------------------------------------------
 
-    def commit_set(self, prefix: str, objects: builtins.list[ObjectInfo], *, run_id: str) -> ObjectInfo:
+    def commit_set(self, prefix: str, objects: builtins.list[ObjectInfo], *, run_id: str,
+                   about: dict[str, Any] | None = None) -> ObjectInfo:
         """Write ``MANIFEST.json`` for ``objects`` under ``prefix``, then the completion marker.
+
+        Args:
+            about: what moves with the output (JSON): the model and dataset identifiers, the
+                runtime versions, the configuration, the run and the validation results
+                (:func:`runbook_lib.workload.job.provenance`), kept in the manifest as ``about``
+                beside ``producer_run_id``, so a set read elsewhere says what it is.
 
         Returns:
             The manifest object (its sha256 goes into evidence).
@@ -197,7 +204,9 @@ class Store(ABC):
                 "size_bytes": o.size_bytes, "sha256": o.sha256} for o in objects]
         if any(r["sha256"] is None for r in rel):
             raise StorageError(f"commit_set {prefix}: every object needs a sha256 before the manifest is written")
-        manifest = {"producer_run_id": run_id, "objects": rel}
+        manifest: dict[str, Any] = {"producer_run_id": run_id, "objects": rel}
+        if about:
+            manifest["about"] = about
         info = self.put_bytes(json.dumps(manifest, indent=2, sort_keys=True).encode(), f"{prefix}/{MANIFEST_KEY}")
         self.put_bytes(json.dumps({"manifest_sha256": info.sha256, "producer_run_id": run_id}).encode(),
                        f"{prefix}/{MARKER_KEY}")

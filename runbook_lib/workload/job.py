@@ -345,6 +345,61 @@ def params_file(arg: str) -> str:
     return str(path)
 
 
+def provenance(args: argparse.Namespace, mig: Any, identity: dict[str, Any] | None, environment: dict[str, Any],
+               validation: dict[str, Any]) -> dict[str, Any]:
+    """What moves with a result set (``about`` in its manifest, :meth:`runbook_lib.storage.Store.commit_set`):
+    "the model and dataset identifiers, runtime version, configuration, run identifier and
+    validation results" (../shared/seeds/000: the acceptance job's output contract).
+
+    Args:
+        args: the agent's arguments (``--params``, ``--side``, ``--mode``, ``--run-id``).
+        mig: the run's params.
+        identity: the workload's :meth:`~runbook_lib.workload.AcceptanceWorkload.identity` (model id,
+            weights and dataset sha256), when this set defines it (a freeze); else None.
+        environment: :func:`runbook_lib.inventory.probe` of this pod.
+        validation: what this job checked and found (JSON).
+
+    Returns:
+        ``{"run_id", "mode", "side", "model", "runtime", "configuration", "validation"}``.
+    """
+    import runbook_lib
+
+    side = getattr(mig, args.side)
+    cuda = environment.get("cuda") or {}
+    return {
+        "run_id": args.run_id, "mode": args.mode, "side": args.side,
+        "model": {"workload": mig.workload.entry_point, "model_id": mig.workload.model_id,
+                  **({"identity": identity} if identity is not None else {}),
+                  **({"artifact": args.frozen_prefix} if getattr(args, "frozen_prefix", "") else {})},
+        "runtime": {"python": environment.get("python"), "torch": environment.get("torch"),
+                    "cuda": cuda.get("runtime"), "runbook_lib": runbook_lib.__version__,
+                    "device": os.environ.get(POD_DEVICE_ENV, "cpu"), "image": getattr(side, "image", "") or None},
+        "configuration": {"params_sha256": sha256_file(Path(params_file(args.params))),
+                          "profile": {k: getattr(side, k, None) for k in ("device", "dtype", "batch_size", "threads")},
+                          "workload": mig.workload.model_dump(mode="json", exclude_none=True)},
+        "validation": validation,
+    }
+
+
+def _validation(result: dict[str, Any]) -> dict[str, Any]:
+    """The checks an agent's ``result`` holds, summarised for its set's manifest."""
+    out: dict[str, Any] = {}
+    checks = result.get("artifact_checksums")
+    if checks is not None:
+        out["artifact_checksums"] = {"objects": len(checks), "all_match": all(c["match"] for c in checks)}
+    if "skipped" in result:
+        out["skipped"] = result["skipped"]
+    drill = result.get("failure_drill")
+    if drill:
+        out["failure_drill"] = {k: drill.get(k) for k in ("exit_code", "killed_after_step", "resumed_from")}
+    reload = result.get("reload")
+    if reload:
+        out["reload"] = {k: reload.get(k) for k in ("exact", "max_abs_diff")}
+    if "frozen_manifest_sha256" in result:
+        out["frozen_manifest_sha256"] = result["frozen_manifest_sha256"]
+    return out
+
+
 PROGRESS_MIN_BYTES = 64 << 20  # transfers at least this large show a tqdm bar in the pod log
 
 
@@ -392,7 +447,10 @@ def agent_main(args: argparse.Namespace) -> int:
         result["freeze_s"] = time.perf_counter() - t0
         result["identity"] = wl.identity()
         frozen = _upload_dir(store, work / "frozen", f"{args.prefix}/frozen")
-        result["frozen_manifest_sha256"] = store.commit_set(f"{args.prefix}/frozen", frozen, run_id=args.run_id).sha256
+        about = provenance(args, mig, result["identity"], environment.result(),
+                           {"objects": len(frozen), "sha256": "each object's, in this manifest, as written"})
+        result["frozen_manifest_sha256"] = store.commit_set(f"{args.prefix}/frozen", frozen, run_id=args.run_id,
+                                                            about=about).sha256
         result["attempts"] = [attempt(args.params, args.side, artifact_dir=work / "frozen", work_dir=work,
                                       ckpt_dir=args.ckpt_dir, resume=False, pause=False, reload_check=False)]
         if wl.kind == "training":  # A/A replicate on the source: the loss band's noise floor
@@ -416,15 +474,17 @@ def agent_main(args: argparse.Namespace) -> int:
             result["attempts"] = [res]
             if args.mode == "slice":
                 ck = _upload_dir(store, work / "final_artifact", f"{args.prefix}/checkpoint")
+                about = provenance(args, mig, None, environment.result(), {**_validation(result), "objects": len(ck)})
                 result["checkpoint_manifest_sha256"] = store.commit_set(f"{args.prefix}/checkpoint", ck,
-                                                                        run_id=args.run_id).sha256
+                                                                        run_id=args.run_id, about=about).sha256
     result["environment"] = environment.result()
     for name in ("outputs.npy", "final_outputs.npy", "inference_outputs.npy"):
         if (work / name).exists():
             (out / name).write_bytes((work / name).read_bytes())
     (out / "result.json").write_text(json.dumps(result, indent=2, default=float))
     objs = _upload_dir(store, out, args.prefix + "/result")
-    store.commit_set(args.prefix + "/result", objs, run_id=args.run_id)
+    store.commit_set(args.prefix + "/result", objs, run_id=args.run_id,
+                     about=provenance(args, mig, result.get("identity"), result["environment"], _validation(result)))
     return 0
 
 

@@ -61,6 +61,16 @@ class StoreContract:
         manifest = json.loads(store.get_bytes("ck/MANIFEST.json"))
         assert manifest["producer_run_id"] == "r1" and len(manifest["objects"]) == len(objs)
 
+    def test_a_set_carries_what_moves_with_it_in_its_manifest(self, store: Store) -> None:
+        objs = [store.put_bytes(b"w" * 10, "out/weights.bin")]
+        about = {"run_id": "r1", "model": {"model_id": "m", "identity": {"weights_sha256": objs[0].sha256}},
+                 "runtime": {"torch": "2.13.0"}, "configuration": {"params_sha256": "ab" * 32},
+                 "validation": {"artifact_checksums": {"objects": 1, "all_match": True}}}
+        store.commit_set("out", objs, run_id="r1", about=about)
+        assert store.read_manifest("out", run_id="r1")["about"] == about
+        store.commit_set("plain", [store.put_bytes(b"x", "plain/x")], run_id="r1")
+        assert "about" not in store.read_manifest("plain", run_id="r1")
+
     def test_missing_marker_means_incomplete(self, store: Store) -> None:
         store.put_bytes(b"a", "up/shard0")
         with pytest.raises(StorageError, match="no completion marker"):
