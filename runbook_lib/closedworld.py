@@ -61,6 +61,17 @@ def run_files(run_dir: Path) -> list[str]:
     return sorted(out)
 
 
+def symlinks_in(run_dir: Path) -> list[str]:
+    """The symlinks at ``run_dir`` itself (``"."``) and anywhere under it (relative POSIX paths,
+    sorted). A run directory holds only what the run wrote: a symlink in it would make the next
+    write land wherever it points."""
+    if run_dir.is_symlink():
+        return ["."]
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_symlink())
+
+
 def seal_listing(run_dir: Path) -> dict[str, Any]:
     """The ``seal`` section of a manifest being written now: every file of the run but the seal's
     own (:data:`UNSEALED`, :data:`ATTESTATION`), each by sha256.

@@ -19,7 +19,7 @@ import yaml
 from runbook_lib.approvals import require
 from runbook_lib.cli import main as cli_main
 from runbook_lib.closedworld import read_links
-from runbook_lib.errors import EXIT_USAGE, ApprovalRequired
+from runbook_lib.errors import EXIT_USAGE, ApprovalRequired, UsageError
 from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.params import dump_yaml, load_params
 from runbook_lib.providers.base import PodSpec
@@ -383,3 +383,28 @@ def test_an_approval_file_signed_by_its_approver_travels_into_the_run_and_verifi
     [row] = person_signature_rows(run, [load_public_key(bob_pub)])
     assert row["status"] == "altered" and "not over the record as it is now" in row["by"]
     assert cli_main(["approve", str(run), "--by", "bob", "-o", str(tmp_path / "plain.json")]) == 2  # nothing waits now
+
+
+def test_a_run_directory_that_is_or_holds_a_symlink_is_never_written_into(tmp_path: Path) -> None:
+    from runbook_lib.rundir import RunDir
+
+    params = tmp_path / "params" / "demo.yaml"
+    params.parent.mkdir()
+    params.write_text((ROOT / "params" / "demo.yaml").read_text())
+    run = RunDir.create(params, reports_dir=tmp_path / "reports")
+    victim = tmp_path / "victim.json"
+    victim.write_text("keep me")
+    (run.path / "04").mkdir()
+    (run.path / "04" / "cost.json").symlink_to(victim)  # planted where phase 04 writes
+    with pytest.raises(UsageError, match=r"holds symlinks: 04/cost.json"):
+        RunDir.open(run.path, params)
+    (run.path / "04" / "cost.json").unlink()
+    assert RunDir.open(run.path, params).path == run.path
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "reports" / "linked").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UsageError, match="is a symlink"):
+        RunDir.open(tmp_path / "reports" / "linked", params)
+    with pytest.raises(UsageError, match="is a symlink"):
+        RunDir.create(params, path=tmp_path / "reports" / "linked")
+    assert victim.read_text() == "keep me" and not any(elsewhere.iterdir())

@@ -103,6 +103,7 @@ def test_a_checkpoint_directory_with_no_code_runs_all_six_phases_and_goes(make_p
     assert "Checkpoint inspection" in shown and "trainer_state.pt" in shown  # the table is in the notebook
     verdicts = {g["name"]: g["verdict"] for g in _receipt(res)["gates"]}
     assert verdicts["checkpoint_safety"] == verdicts["output_parity"] == verdicts["reverse_reload"] == "PASS"
+    assert verdicts["failure_resume"] == "PASS"  # the restore loop killed and resumed on the canary
     assert verdicts["tensor_identity"] == "PASS" and "inference_parity" not in verdicts  # no entry point: no answers
     auth = json.loads((d / "05" / "authoritative.json").read_text())
     assert rec01["identity"]["location"]["where"] == "outside the pod's disks"  # the project's directory

@@ -117,6 +117,8 @@ def test_a_signal_stops_the_phase_tears_down_and_exits_128_plus_signal(make_para
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["decision"] == "INTERRUPTED" and manifest["interrupted"]["signal"] == name
     assert manifest["interrupted"]["teardown"]["clean"] is True
+    cleanup = json.loads((run_dir / "cleanup.json").read_text())  # the teardown's own record, beside the seal
+    assert cleanup["clean"] is True and cleanup["run_id"] == run_dir.name
     later = [p for p in manifest["phases"] if p["phase"] > phase]
     assert later and all(p["status"] == "skipped" and name in p["reason"] for p in later)
     assert not (run_dir / "_SUCCESS").exists() and not (run_dir / "receipt.json").exists()

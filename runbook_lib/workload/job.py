@@ -349,7 +349,7 @@ def provenance(args: argparse.Namespace, mig: Any, identity: dict[str, Any] | No
                validation: dict[str, Any]) -> dict[str, Any]:
     """What moves with a result set (``about`` in its manifest, :meth:`runbook_lib.storage.Store.commit_set`):
     "the model and dataset identifiers, runtime version, configuration, run identifier and
-    validation results" (../shared/seeds/000: the acceptance job's output contract).
+    validation results" (the acceptance-job contract, seed 000: :mod:`runbook_lib.workload`).
 
     Args:
         args: the agent's arguments (``--params``, ``--side``, ``--mode``, ``--run-id``).
