@@ -109,9 +109,9 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
     (run_dir / ATTESTATION).unlink(missing_ok=True)
     manifest["seal"] = seal_listing(run_dir)
     write_json_atomic(run_dir / MANIFEST, manifest)
-    if complete:
-        files = {p: sha256_file(run_dir / p) for p in (MANIFEST, RECEIPT) if (run_dir / p).exists()}
-        write_completion_marker(run_dir, files)
     if mig.evidence.signing_key:  # an in-toto statement of the seal in a DSSE envelope (runbook_lib.signing)
         sign_run(run_dir, load_signer(mig.evidence.signing_key))
+    if complete:  # the completion marker is the last file written, after the signature too
+        files = {p: sha256_file(run_dir / p) for p in (MANIFEST, RECEIPT) if (run_dir / p).exists()}
+        write_completion_marker(run_dir, files)
     return manifest

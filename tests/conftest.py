@@ -125,17 +125,20 @@ INFERENCE_GO_OVERRIDES = merged(
 @pytest.fixture(scope="session")
 def inference_go_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """The demo's inference migration with every drill, a scale-from-zero start per side, two
-    declared secrets (one from the environment, one from a file, each set to a canary value) and
-    a dual_run cutover, run by ``runbook run``'s path and sealed: the full-evidence, dual-run and
-    report cases read it."""
+    declared secrets (one from the environment, one from a file, each set to a canary value), a
+    dual_run cutover and a signed seal (``keys/seal.key`` in its project, `runbook keygen`'s),
+    run by ``runbook run``'s path and sealed: the full-evidence, dual-run and report cases read it."""
     from runbook_lib.runner import run_migration
+    from runbook_lib.signing import generate_key
 
     project = tmp_path_factory.mktemp("inference-go")
     (project / "registry-token").write_text(CANARY_FILE + "\n")
+    (project / "keys").mkdir()
+    private, _ = generate_key(project / "keys" / "seal.key")
     secrets = [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"},
                {"name": "REGISTRY_TOKEN", "ref": f"file:{project / 'registry-token'}"}]
     params = write_params(project, "demo.yaml", source={"secrets": secrets}, target={"secrets": secrets},
-                          **INFERENCE_GO_OVERRIDES)
+                          evidence={"signing_key": f"file:{private}"}, **INFERENCE_GO_OVERRIDES)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_TOKEN", CANARY_ENV)  # the demo names env:HF_TOKEN; pods get it injected
         mp.setenv("MPLBACKEND", "template")  # a plotting backend that shows nothing: the plots still show

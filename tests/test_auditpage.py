@@ -80,3 +80,15 @@ def test_a_phase_table_is_shown_without_its_index_column() -> None:
     assert bundle is not None and "<th>gate</th>" in bundle["text/html"] and "<th></th>" not in bundle["text/html"]
     assert bundle["text/plain"].splitlines()[0].split() == ["gate", "verdict"]  # no row numbers
     assert table_bundle("**markdown**") is None
+
+
+def test_a_gate_table_marks_each_verdict_in_colour_and_in_text() -> None:
+    # README: "gate tables mark verdicts in colour and text" (a reader without colour still reads them)
+    from runbook_lib.gates import GateResult
+    from runbook_lib.report import VERDICT_COLORS, gates_table
+
+    gates = [GateResult(f"g{i}", v, True, None, None, "", "", "") for i, v in enumerate(VERDICT_COLORS)]
+    html = gates_table(gates).to_html()
+    for v, colour in VERDICT_COLORS.items():
+        assert f">{v}</td>" in html and f"background-color: {colour}" in html and f"verdict-{v}" in html
+    assert len(set(VERDICT_COLORS.values())) == len(VERDICT_COLORS)  # no two verdicts share a colour

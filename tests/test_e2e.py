@@ -169,6 +169,9 @@ def test_inference_demo_goes_with_full_evidence(inference_go_run: RunResult, tmp
     [row] = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(d.name)]
     assert row[1:3] == ["GO", "complete"], row  # the run, its decision and its seal, as `runbook list` shows them
     assert cli_main(["verify", str(d)]) == 0
+    elsewhere = tmp_path / "elsewhere" / d.name  # the signed demo run, checked from a copy with its public key
+    shutil.copytree(d, elsewhere)
+    assert cli_main(["verify", "--key", str(d.parent.parent / "keys" / "seal.key.pub"), str(elsewhere)]) == 0
     # The declared secrets reached the pods on both sides (each pod reports the credential names
     # in its own process environment; the host had only HF_TOKEN), and never the evidence.
     r03 = json.loads((d / "03_prove_parity.json").read_text())["data"]
@@ -193,7 +196,8 @@ def test_inference_demo_goes_with_full_evidence(inference_go_run: RunResult, tmp
                                                                                     ("REGISTRY_TOKEN", True)}
     scans = m["secret_scans"]
     assert len(scans) == 6 and all(sc["findings"] == [] for sc in scans)
-    assert scans[0]["secret_names"] == ["HF_TOKEN", "REGISTRY_TOKEN"]
+    assert scans[0]["secret_names"][:2] == ["HF_TOKEN", "REGISTRY_TOKEN"]
+    assert "evidence.signing_key" in scans[0]["secret_names"]  # the seal's private key is searched for too
     nb01 = nbformat.read(d / "01_freeze_source.ipynb", as_version=4)
     assert not str(nb01.metadata.papermill.parameters["params_path"]).startswith("/")
     for victim in ("03_prove_parity.json", "04_compare_production.ipynb", "04/latency_cdf.png", "params.yaml",
