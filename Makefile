@@ -14,7 +14,7 @@ SERVE_STAMP := .venv-serve/.installed
 CHAT_MODELS := .runbook/models
 
 .PHONY: demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
-	browser bench bench-streaming soak clean lab strip-filter
+	browser haproxy bench bench-streaming soak clean lab strip-filter
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -96,7 +96,7 @@ $(RUNPOD_STAMP):
 # and 05 exclusively, so nothing else of the runbook's runs while they time the sides. The readers
 # of a shared run go to one worker (tests/conftest.py). It prints the 25 slowest cases, so a new
 # case's cost shows in the CI log. test-e2e-parallel and test-e2e-measure run one marker's cases.
-e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) demo-service-models browser
+e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) demo-service-models browser haproxy
 
 E2E_PYTEST := $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
@@ -116,6 +116,12 @@ test-e2e-measure: e2e-setup
 browser:
 	@(command -v chromium && command -v pdftotext) >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium poppler-utils >/dev/null)
+
+# The router tests drive Debian's haproxy (2.6 on Debian 12) through its runtime API; installed the
+# same way, as root (as in CI), and those tests fail rather than skip when CI is set.
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null)
 
 # JupyterLab on this project with its kernel (.venv), bound to loopback; it prints the URL with its
 # login token (random unless JUPYTER_TOKEN is set). LAB_DIR, LAB_PORT and LAB_ARGS adjust it; as

@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"params"},
     {"service"},
     {"rundir", "phase_notebooks"},
-    {"gates", "cost", "measure", "inventory", "storage", "route", "checkpoint"},
+    {"gates", "cost", "measure", "inventory", "storage", "route", "router", "checkpoint"},
     {"records"},
     {"auditpage"},
     {"approvals", "resolve", "report", "seal"},

@@ -1,0 +1,202 @@
+"""Routers against real things: Debian's HAProxy on loopback in front of two tiny HTTP servers,
+driven through its runtime API (weights moved while a loop sends requests, counters read back,
+a server drained and one taken down), and a user's router given as two commands (a script).
+Tests that need HAProxy fail in CI when it is missing (`make haproxy` installs it as root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from runbook_lib.errors import ProviderError
+from runbook_lib.router import SERVER_HEADER, CommandRouter, HAProxyRouter
+
+needs_haproxy = pytest.mark.e2e  # Debian's haproxy: installed by `make test-e2e`'s set-up (as root), not `make test`'s
+
+
+def _need_haproxy() -> None:
+    if shutil.which("haproxy") is None and shutil.which("haproxy", path="/usr/sbin") is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("haproxy is not installed (Debian package haproxy; "
+                                                              "`make haproxy` installs it as root)")
+
+
+class _Server:
+    """An HTTP server on loopback answering ``/ping`` and ``POST /infer`` with its name; ``stop()``
+    closes it (a server gone down)."""
+
+    def __init__(self, name: str) -> None:
+        me = self
+        self.name, self.count = name, 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._send({"status": "healthy"})
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                me.count += 1
+                self._send({"output": me.name})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def routed(tmp_path: Path) -> Iterator[tuple[HAProxyRouter, _Server, _Server]]:
+    _need_haproxy()
+    src, tgt = _Server("source"), _Server("target")
+    router = HAProxyRouter.start(src.url, tgt.url, workdir=tmp_path / "haproxy", timeout_s=10)
+    try:
+        yield router, src, tgt
+    finally:
+        router.close()
+        src.stop()
+        tgt.stop()
+
+
+def _served(router: HAProxyRouter, n: int) -> list[str]:
+    with httpx.Client(base_url=router.url, timeout=10) as c:
+        return [c.post("/infer", json={"input": i}).headers[SERVER_HEADER] for i in range(n)]
+
+
+@needs_haproxy
+def test_haproxy_moves_weights_without_a_reload_and_its_counters_agree_with_the_answers(routed) -> None:
+    router, src, tgt = routed
+    assert router.weights() == {"source": 100, "target": 0}
+    assert set(_served(router, 20)) == {"source"}  # all traffic on the source at start
+    pid = router.process.pid if router.process else None
+    router.set_weights(50, 50)
+    assert router.weights() == {"source": 50, "target": 50}
+    before = router.stats()
+    seen = _served(router, 40)
+    after = router.stats()
+    assert seen.count("target") == 20 and seen.count("source") == 20  # round robin, equal weights
+    assert after["target"].requests - before["target"].requests == seen.count("target") == tgt.count
+    assert after["source"].requests - before["source"].requests == seen.count("source")
+    router.set_weights(0, 100)
+    assert set(_served(router, 10)) == {"target"}
+    assert router.process is not None and router.process.pid == pid and router.process.poll() is None  # no reload
+    with pytest.raises(ValueError, match="not both be 0"):
+        router.set_weights(0, 0)
+
+
+@needs_haproxy
+def test_no_request_is_lost_while_weights_move_under_a_4_thread_loop(routed) -> None:
+    router, _, _ = routed
+    stop, results, lock = threading.Event(), {"ok": 0, "failed": []}, threading.Lock()
+
+    def loop() -> None:
+        with httpx.Client(base_url=router.url, timeout=10) as c:
+            while not stop.is_set():
+                try:
+                    ok = c.post("/infer", json={"input": 1}).status_code == 200
+                    err = "" if ok else "status"
+                except httpx.HTTPError as exc:
+                    ok, err = False, type(exc).__name__
+                with lock:
+                    if ok:
+                        results["ok"] += 1
+                    else:
+                        results["failed"].append(err)
+
+    threads = [threading.Thread(target=loop) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for target in (10, 50, 100, 0):
+        time.sleep(0.3)
+        router.set_weights(100 - target, target)
+    time.sleep(0.3)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert results["failed"] == [] and results["ok"] > 100
+
+
+@needs_haproxy
+def test_a_drained_or_downed_server_takes_no_new_request_and_the_router_says_so(routed) -> None:
+    router, src, tgt = routed
+    router.set_weights(50, 50)
+    router.drain("target")
+    assert set(_served(router, 10)) == {"source"} and router.stats()["target"].state.startswith("DRAIN")
+    router.ready("target")
+    tgt.stop()  # the target goes down: health checks every second, down after two failures
+    deadline = time.monotonic() + 10
+    while not router.stats()["target"].state.startswith("DOWN"):
+        assert time.monotonic() < deadline, router.stats()
+        time.sleep(0.2)
+    assert set(_served(router, 10)) == {"source"}
+
+
+@needs_haproxy
+def test_a_router_that_cannot_be_reached_or_lacks_the_servers_is_named(routed, tmp_path: Path) -> None:
+    router, _, _ = routed
+    with pytest.raises(ProviderError, match=r"cannot reach its admin socket .*nowhere\.sock"):
+        HAProxyRouter.attach(str(tmp_path / "nowhere.sock"), "http://127.0.0.1:1", backend="migration",
+                             servers={"source": "source", "target": "target"})
+    with pytest.raises(ProviderError, match=r"no server migration/blue"):
+        HAProxyRouter.attach(str(router.socket_path), router.url, backend="migration",
+                             servers={"source": "source", "target": "blue"})
+    attached = HAProxyRouter.attach(str(router.socket_path), router.url, backend="migration",
+                                    servers={"source": "source", "target": "target"})
+    attached.set_weights(70, 30)
+    assert router.weights() == {"source": 70, "target": 30}
+    attached.close()  # not ours: still running
+    assert router.process is not None and router.process.poll() is None
+
+
+SCRIPT_ROUTER = '''
+import json, pathlib, sys
+state = pathlib.Path(sys.argv[1])
+if sys.argv[2] == "set":
+    if sys.argv[3] == "13":
+        sys.exit("refused: 13 is not allowed")
+    state.write_text(json.dumps({"source": int(sys.argv[3]), "target": int(sys.argv[4])}))
+elif sys.argv[2] == "get":
+    print(state.read_text() if state.exists() else "not json")
+'''
+
+
+def test_a_command_router_sets_and_reads_back_weights_and_names_each_failure(tmp_path: Path) -> None:
+    script = tmp_path / "router.py"
+    script.write_text(SCRIPT_ROUTER)
+    state = tmp_path / "weights.json"
+    r = CommandRouter("http://127.0.0.1:9", [sys.executable, str(script), str(state), "set", "{source}", "{target}"],
+                      [sys.executable, str(script), str(state), "get"])
+    with pytest.raises(ProviderError, match="printed 'not json'"):
+        r.weights()
+    r.set_weights(90, 10)
+    assert r.weights() == {"source": 90, "target": 10} and r.stats()["target"].weight == 10
+    with pytest.raises(ProviderError, match=r"exited 1: refused: 13 is not allowed"):
+        r.set_weights(13, 87)
+    gone = CommandRouter("http://127.0.0.1:9", [str(tmp_path / "missing")], [str(tmp_path / "missing")])
+    with pytest.raises(ProviderError, match="could not run"):
+        gone.set_weights(100, 0)
