@@ -810,6 +810,65 @@ class Drills(_Model):
         return self
 
 
+class RouterParams(_Model):
+    """Phase 05's router (:mod:`runbook_lib.router`): what moves an inference cutover's traffic.
+
+    Attributes:
+        kind: ``client`` (the default): the runbook splits its own test requests between the
+            sides, as before a router exists; ``haproxy``: HAProxy driven through its runtime API,
+            started on loopback in front of phase 04's two endpoints or, with ``socket``, one
+            already running; ``command``: a user's router, driven by ``set_command`` and
+            ``read_command``. A real router carries a background replay the whole phase, and
+            needs both sides' ``endpoint_mode: load_balancing`` (each request stands alone; a
+            job API's status polls would reach the other side) and ``cutover.mode: drain``.
+        binary: the HAProxy executable the runbook starts (Debian's ``haproxy``).
+        socket: an existing HAProxy's admin socket (``stats socket ... level admin``); empty:
+            the runbook starts its own.
+        url: the existing router's front URL (with ``socket``, and for ``command``).
+        backend: the HAProxy backend holding the two servers.
+        source_server: the source's server name in that backend.
+        target_server: the target's server name in that backend.
+        set_command: ``command``: argv run with ``{source}`` and ``{target}`` replaced by the
+            weights (percent); must exit 0.
+        read_command: ``command``: argv printing the weights as JSON (``{"source": 90,
+            "target": 10}``).
+        drain_command: ``command``: argv run with ``{side}`` to drain a side (optional).
+        share_tolerance: how far the target's share may differ between the replay's count and
+            the router's counters, and from the weight set, as a fraction of the step's
+            requests (plus two requests at each edge of the window); beyond it the step fails
+            closed.
+        rollback_within_s: after a failing step, the source must serve every replayed request
+            within this many seconds (the migration design's "source restoration remains
+            provable").
+    """
+
+    kind: Literal["client", "haproxy", "command"] = "client"
+    binary: str = Field(default="haproxy", min_length=1, max_length=512)
+    socket: str = Field(default="", max_length=512)
+    url: str = Field(default="", max_length=512)
+    backend: str = Field(default="migration", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    source_server: str = Field(default="source", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    target_server: str = Field(default="target", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    set_command: tuple[str, ...] = ()
+    read_command: tuple[str, ...] = ()
+    drain_command: tuple[str, ...] = ()
+    share_tolerance: float = Field(default=0.05, ge=0, le=0.5)
+    rollback_within_s: float = Field(default=5.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _complete(self) -> "RouterParams":
+        if self.kind == "command" and not (self.set_command and self.read_command and self.url):
+            raise ValueError("router kind 'command' needs set_command, read_command and url (the router's front URL)")
+        if self.kind != "command" and (self.set_command or self.read_command or self.drain_command):
+            raise ValueError(f"set_command, read_command and drain_command are for router kind 'command', not "
+                             f"{self.kind!r}; remove them")
+        if self.socket and not self.url:
+            raise ValueError("router.socket names an existing HAProxy: give its front URL in router.url too")
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"router.url {self.url!r} must be an http(s) URL")
+        return self
+
+
 class Cutover(_Model):
     """Phase 05: traffic (or job) percentages per slice step and the rollback window.
 
@@ -832,6 +891,7 @@ class Cutover(_Model):
         rollback_owner: the person who may order a rollback while the window is open (a name or
             a role address, recorded with the rollback point); empty: nobody is named, and the
             rollback point says so.
+        router: what moves an inference cutover's traffic (:class:`RouterParams`).
     """
 
     steps_percent: tuple[int, ...] = (10, 50, 100)
@@ -840,6 +900,7 @@ class Cutover(_Model):
     rollback_owner: str = Field(default="", max_length=200)
     on_rollback: Literal["keep", "copy_back", "discard"] = "keep"
     mode: Literal["quiesce", "drain", "dual_run"] | None = None
+    router: RouterParams = RouterParams()
 
     @field_validator("steps_percent")
     @classmethod
@@ -972,6 +1033,15 @@ class Migration(_Model):
             raise ValueError(f"cutover.mode {mode!r} does not fit a training job: it has one writer, so it moves by "
                              "quiesce (stop at a verified checkpoint, resume on the target, switch); set quiesce or "
                              "leave it out")
+        router = self.cutover.router.kind
+        if router != "client":
+            modes = {side: getattr(getattr(self, side), "endpoint_mode", None) for side in ("source", "target")}
+            if kind != "inference" or any(m != "load_balancing" for m in modes.values()) or mode == "dual_run":
+                raise ValueError(f"cutover.router.kind {router!r} routes real traffic between two load-balancing "
+                                 f"endpoints: it needs workload.kind inference (is {kind!r}), source and target "
+                                 f"endpoint_mode load_balancing (are {modes['source']!r} and {modes['target']!r}: a "
+                                 f"job API's status polls would reach the other side) and cutover.mode drain (is "
+                                 f"{mode!r}); change those, or use router kind client")
         if kind in ("inference", "service") and mode == "quiesce":
             raise ValueError("cutover.mode 'quiesce' stops writes; an inference endpoint serves requests and moves by "
                              "drain (finish in-flight work, then switch) or dual_run (both sides serve the window); "

@@ -783,7 +783,10 @@ class SliceStep(_Model):
 class InferenceStep(SliceStep):
     """An inference slice: requests sent, how many reached and were served by the target (the
     rest were shadows in a dual run), what the endpoints held before a drained step, the
-    target's failures and rejected answers, its p95 (seconds) against the bound from phase 04."""
+    target's failures and rejected answers, its p95 (seconds) against the bound from phase 04.
+    Through a real router (``cutover.router``) also: the target's share of the window's routed
+    traffic from the replay and from the router's counters, requests sent, answered, failed and
+    lost (never answered), and the window's p99 (seconds) against the window before it."""
 
     mode: str = ""
     requests: int = 0
@@ -795,6 +798,14 @@ class InferenceStep(SliceStep):
     target_not_accepted: int = 0
     target_p95_s: float | None = None
     p95_bound_s: float | None = None
+    router_share_replay: float | None = None
+    router_share_counters: float | None = None
+    sent: int | None = None
+    answered: int | None = None
+    failed: int | None = None
+    lost: int | None = None
+    p99_s: float | None = None
+    p99_before_s: float | None = None
 
 
 class TrainingStep(SliceStep):
@@ -818,10 +829,59 @@ class CheckpointStep(SliceStep):
     checkpoint_manifest_sha256: str | None = None
 
 
+class RoutedWindow(_Model):
+    """One window of a routed cutover's replay, as judged (:func:`runbook_lib.phases.routed.judge_window`):
+    the steady state before the first step, a step, or the rollback. Counts are requests sent in
+    the window; shares are fractions of those answered; latencies are seconds; the router's
+    counters (``router_requests``), its servers' states and its weights as read back at the end."""
+
+    window: str
+    target_percent: int
+    passed: bool
+    problems: tuple[str, ...] = ()
+    requests: int = 0
+    sent: int = 0
+    answered: int = 0
+    failed: int = 0
+    lost: int = 0
+    to_target: int = 0
+    served_by_target: int = 0
+    target_failures: int = 0
+    target_not_accepted: int = 0
+    target_p95_s: float | None = None
+    p95_bound_s: float | None = None
+    router_share_replay: float | None = None
+    router_share_counters: float | None = None
+    p99_s: float | None = None
+    p99_before_s: float | None = None
+    router_requests: dict[str, int] = Field(default_factory=dict)
+    states: dict[str, str] = Field(default_factory=dict)
+    weights_read: dict[str, int] = Field(default_factory=dict)
+    source_serves_all_after_s: float | None = None
+    rollback_within_s: float | None = None
+
+
+class RoutedCutover(_Model):
+    """What a real router carried through phase 05: its kind and front URL, the window length
+    (seconds), requests replayed, answered and lost (never answered) in all, when the first lost
+    one was sent (seconds into the replay), and every window judged."""
+
+    kind: str
+    url: str
+    window_s: float
+    requests: int
+    answered: int
+    lost: int
+    first_lost_at_s: float | None = None
+    windows: tuple[RoutedWindow, ...] = ()
+
+
 class Cutover(_Model):
     """Phase 05's cutover (``05/cutover.json``): its mode, each step, the route's state and
     history (:class:`runbook_lib.route.Route`), the share on the target at the end (percent),
-    the checkpoint the work continues from, and the rollback point."""
+    the checkpoint the work continues from, the rollback point, and for a real router what it
+    carried (:func:`runbook_lib.phases.routed.routed_cutover`: its kind and URL, requests
+    replayed, answered and lost, and every window judged)."""
 
     mode: str = ""
     rollback_point: RollbackPoint | None = None
@@ -829,6 +889,7 @@ class Cutover(_Model):
     checkpoint_moved: str | None = None
     final_target_percent: int = 0
     route: dict[str, Any] = Field(default_factory=dict)
+    router: RoutedCutover | None = None
 
 
 class CutoverData(PhaseData):

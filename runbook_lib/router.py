@@ -170,7 +170,9 @@ class HAProxyRouter:
                                 "package (`make haproxy` as root) or name the binary in cutover.router.binary")
         work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="runbook-haproxy-"))
         work.mkdir(parents=True, exist_ok=True)
-        sock = work / "admin.sock"
+        # A unix socket's path is short (HAProxy: at most 97 bytes): the socket lives in a private
+        # (0700) directory of its own under the system's temporary directory, not in ``work``.
+        sock = Path(tempfile.mkdtemp(prefix="rb-haproxy-")) / "admin.sock"
         port = free_port()
         cfg = work / "haproxy.cfg"
         cfg.write_text(haproxy_config(frontend_port=port, socket_path=sock, source=_host_port(source_url),
@@ -183,6 +185,7 @@ class HAProxyRouter:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if proc.poll() is not None:
+                shutil.rmtree(sock.parent, ignore_errors=True)
                 raise ProviderError(f"router haproxy exited at start (code {proc.returncode}): "
                                     f"{(work / 'haproxy.log').read_text()[-800:]}")
             try:
@@ -298,14 +301,16 @@ class HAProxyRouter:
     def close(self) -> None:
         """Stop the HAProxy this object started (graceful: SIGUSR1 lets requests in flight finish,
         then SIGTERM after 5 s); one it attached to is left running."""
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        self.process.send_signal(10)  # SIGUSR1: soft stop
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.terminate()
-            self.process.wait(timeout=5)
+        if self.process.poll() is None:
+            self.process.send_signal(10)  # SIGUSR1: soft stop
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.terminate()
+                self.process.wait(timeout=5)
+        shutil.rmtree(self.socket_path.parent, ignore_errors=True)  # the private socket directory start() made
 
 
 class CommandRouter:

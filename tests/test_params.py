@@ -17,7 +17,7 @@ from runbook_lib.params import load_params, parse_yaml, validate
 from .conftest import ROOT
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "demo-train.yaml", "demo-s3.yaml"])
+@pytest.mark.parametrize("name", ["demo.yaml", "demo-train.yaml", "demo-s3.yaml", "demo-haproxy.yaml"])
 def test_shipped_params_validate(name: str) -> None:
     mig = load_params(ROOT / "params" / name)
     assert mig.source.name != mig.target.name
@@ -339,3 +339,22 @@ def test_a_mutated_params_file_is_loaded_or_refused_in_one_line_with_exit_2_at_o
     assert err.getvalue().startswith("error: ") and "Traceback" not in err.getvalue()
     assert took < 1.0, f"{took:.2f} s for {mutation}"
     assert sorted(p.name for p in case.iterdir()) == ["params"]  # nothing was written
+
+
+def test_a_real_router_is_refused_where_it_cannot_route_and_a_command_router_needs_its_commands(make_params) -> None:
+    # demo.yaml's endpoints are queue endpoints: a job's status polls would reach the other side
+    with pytest.raises(ParamsError, match=r"endpoint_mode load_balancing \(are 'queue' and 'queue'") as ei:
+        load_params(make_params(cutover={"router": {"kind": "haproxy"}}))
+    assert ei.value.exit_code == EXIT_USAGE
+    with pytest.raises(ParamsError, match=r"cutover.mode drain \(is 'dual_run'\)"):
+        load_params(make_params("demo-haproxy.yaml", cutover={"mode": "dual_run"}))
+    with pytest.raises(ParamsError, match="needs set_command, read_command and url"):
+        load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "command", "set_command": ["x"]}}))
+    with pytest.raises(ParamsError, match="are for router kind 'command', not 'haproxy'"):
+        load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "read_command": ["x"]}}))
+    with pytest.raises(ParamsError, match="give its front URL in router.url"):
+        load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "socket": "/run/h.sock"}}))
+    ok = load_params(make_params("demo-haproxy.yaml", cutover={"router": {
+        "kind": "command", "url": "http://127.0.0.1:9000", "set_command": ["gw", "{source}", "{target}"],
+        "read_command": ["gw", "get"]}}))
+    assert ok.cutover.router.set_command == ("gw", "{source}", "{target}")

@@ -33,6 +33,7 @@ from runbook_lib.errors import EvidenceError, ProviderError
 from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
 from runbook_lib.measure import Request, ServingClient, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.phases.routed import routed_cutover
 from runbook_lib.phases.serving import Served, serving_for
 from runbook_lib.providers.base import Plan
 from runbook_lib.records import (
@@ -42,6 +43,7 @@ from runbook_lib.records import (
     Drain,
     InferenceStep,
     RollbackPoint,
+    RoutedCutover,
     SliceStep,
     TrainingStep,
 )
@@ -178,6 +180,7 @@ class Moved:
     route: Route
     checkpoint_moved: str | None = None
     reverse_reload: g.GateResult | None = None
+    router: RoutedCutover | None = None
 
 
 def cutover_inference(ctx: PhaseContext) -> Moved:
@@ -193,6 +196,9 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
         raise EvidenceError("phase 04's record has no source p95 latency to bound the cutover's slices by; "
                             "re-run phase 04")
     bound = src_p95 * ctx.mig.gates.latency_p95_ratio_max
+    if ctx.mig.cutover.router.kind != "client":  # a real router carries a replay the whole phase
+        routed = routed_cutover(ctx, slices(ctx), route=Route(ctx.run_dir / ROUTE, actor=actor(ctx)), bound_s=bound)
+        return Moved(list(routed.steps), routed.route, router=routed.evidence)
     serving = serving_for(ctx)
     modes = rec04.endpoint_modes
     clients = {s: serving.client(s, Served(rec04.endpoints[s], u, modes.get(s, "queue")),
@@ -364,19 +370,34 @@ def cutover(ctx: PhaseContext) -> Cutover:
              "training": cutover_training}.get(ctx.mig.workload.kind, cutover_checkpoint)(ctx)
     res = Cutover(mode=ctx.mig.cutover_mode, rollback_point=point, steps=tuple(moved.steps),
                   checkpoint_moved=moved.checkpoint_moved, final_target_percent=moved.route.target_percent,
-                  route=moved.route.state)
+                  route=moved.route.state, router=moved.router)
     ctx.evidence.write_json("05/route_history.json", res.route)
     all_ok = bool(res.steps) and all(s.passed for s in res.steps)
     ctx.evidence.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",
         detail=f"{sum(s.passed for s in res.steps)} of {len(slices(ctx))} slice steps passed; "
                f"route now {res.final_target_percent} % target"))
+    if moved.router is not None:
+        ctx.evidence.add_gates(_lost_gate(moved.router))
     rev = moved.reverse_reload
     if rev is not None:
         ctx.evidence.add_gates(g.from_dict({**rev.to_dict(), "name": "reverse_reload",
                                    "detail": "source reloads the target's checkpoint: " + rev.detail}))
     ctx.evidence.write_json("05/cutover.json", res)
     return res
+
+
+def _lost_gate(router: RoutedCutover) -> g.GateResult:
+    """``routed_requests_lost``: every request the replay sent through the router was answered
+    (blocking; a lost request is named with its time and window)."""
+    lost = [(w.window, w.lost) for w in router.windows if w.lost]
+    at = router.first_lost_at_s
+    detail = (f"{router.lost} of {router.requests} replayed requests lost (the first sent {at or 0:.2f} s into the "
+              f"replay; by window: {lost})" if router.lost else
+              f"0 of {router.requests} replayed requests lost through the {router.kind} router")
+    return g.GateResult("routed_requests_lost", "PASS" if router.lost == 0 else "FAIL", True, router.lost, 0,
+                        "requests", "replayed requests never answered", detail, samples={"requests": router.requests},
+                        phase="05", source="runbook_lib/phases/routed.py: nothing lost is the cutover's contract")
 
 
 @dataclass(frozen=True)
@@ -392,8 +413,13 @@ class CutoverResult(PhaseResult):
     def parts(self) -> list[Any]:
         c = self.cutover
         point = c.rollback_point.model_dump(exclude_none=True) if c.rollback_point else {}
+        routed = ([md(f"**Through the {c.router.kind} router** ({c.router.requests} replayed requests, "
+                      f"{c.router.lost} lost): each window"),
+                   table([w.model_dump(exclude={"router_requests", "states", "weights_read"})
+                          for w in c.router.windows])] if c.router else [])
         return [md("**Rollback point**"), table({"rollback point": point}, dtype=object),
-                md("**Slice steps**"), table(list(c.steps)), md("**Route history**"), table(c.route["history"])]
+                md("**Slice steps**"), table(list(c.steps)), *routed, md("**Route history**"),
+                table(c.route["history"])]
 
 
 def run(ctx: PhaseContext) -> CutoverResult:

@@ -1,0 +1,348 @@
+"""Phase 05 through a real router (``cutover.router.kind`` ``haproxy`` or ``command``): the
+router's weights move step by step while a background replay sends traffic through it the whole
+time, and each step is judged on that traffic.
+
+* Before the first step the router is started (or attached) and must read back all traffic on
+  the source; anything else stops the phase before a weight moves (fail closed).
+* The replay (:class:`Replay`) is open loop: Poisson arrivals at ``measure.arrival_rate_per_s``
+  of the workload's sample inputs, from its own thread pool, from a steady window before the
+  first step until after the last. It never resends a request.
+* Each step sets the weights, reads them back (a difference fails the step), lets one window of
+  ``cutover.requests_per_step`` requests pass, and judges: no request lost (sent, never
+  answered), the target's answers all completed and accepted, its p95 within phase 04's bound,
+  the router's servers up, and the target's share of the window from the replay (the
+  ``X-Runbook-Server`` header) and from the router's counters agreeing with each other and with
+  the weight within ``cutover.router.share_tolerance``.
+* A failing step sets the target's weight to 0, drains it and keeps the replay running until
+  the source has served everything for ``cutover.router.rollback_within_s``: a rollback under
+  load, counted like a step.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, TypedDict
+
+import numpy as np
+import pandas as pd
+
+from runbook_lib.errors import ProviderError
+from runbook_lib.phases import PhaseContext
+from runbook_lib.phases.serving import serving_for
+from runbook_lib.records import InferenceStep, RoutedCutover, RoutedWindow
+from runbook_lib.route import Route
+from runbook_lib.router import SERVER_HEADER, CommandRouter, HAProxyRouter, Router, ServerStat
+
+
+class ReplayRow(TypedDict, total=False):
+    """One replayed request (:class:`Replay`): seconds since the replay started, who answered."""
+
+    request: int
+    input_index: int
+    intended_s: float
+    sent_s: float
+    done_s: float
+    total_s: float
+    status: str
+    server: str
+    http_status: int | None
+    output: Any
+    error: str
+
+
+REPLAY_MAX_IN_FLIGHT = 64
+MIN_STEP_LATENCY_SAMPLES = 5
+EDGE_REQUESTS = 2
+"""Requests at each edge of a window that the replay and the router may count on different sides
+of it (sent before a snapshot, counted by the router after it)."""
+
+
+class Replay:
+    """Traffic through the router from a background thread: open-loop Poisson arrivals at
+    ``rate_per_s`` of ``picks`` (``(golden index, payload)``, cycled), each sent once as
+    ``POST /infer`` with a ``timeout_s`` second limit. Rows: ``request``, ``input_index``,
+    ``sent_s`` and ``done_s`` (seconds since :meth:`start`), ``total_s``, ``status``
+    (``COMPLETED``, ``FAILED`` for an error answer, ``LOST`` for none: refused, reset, timed out,
+    or the router's own error with no server named), ``server`` (who answered), ``output``."""
+
+    def __init__(self, url: str, picks: list[tuple[int, Any]], *, rate_per_s: float, timeout_s: float,
+                 seed: int) -> None:
+        import httpx
+
+        self.url, self.picks, self.rate_per_s, self.seed = url, picks, rate_per_s, seed
+        self.http = httpx.Client(base_url=url, timeout=timeout_s,
+                                 limits=httpx.Limits(max_connections=REPLAY_MAX_IN_FLIGHT,
+                                                     max_keepalive_connections=REPLAY_MAX_IN_FLIGHT))
+        self.rows: list[ReplayRow] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._in_flight: dict[int, float] = {}  # request -> sent_s, until it ends
+        self.t0 = 0.0
+
+    def now(self) -> float:
+        """Seconds since :meth:`start`."""
+        return time.perf_counter() - self.t0
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="runbook-replay", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        rng = np.random.default_rng(self.seed)
+        at, i = 0.0, 0
+        with ThreadPoolExecutor(max_workers=REPLAY_MAX_IN_FLIGHT, thread_name_prefix="replay") as pool:
+            while not self._stop.is_set():
+                at += float(rng.exponential(1.0 / self.rate_per_s))
+                wait = at - self.now()
+                if wait > 0 and self._stop.wait(wait):
+                    break
+                idx, payload = self.picks[i % len(self.picks)]
+                pool.submit(self._one, i, at, idx, payload)
+                i += 1
+
+    def _one(self, i: int, intended: float, idx: int, payload: Any) -> None:
+        import httpx
+
+        sent = self.now()
+        with self._lock:
+            self._in_flight[i] = sent
+        row: ReplayRow = {"request": i, "input_index": idx, "intended_s": intended, "sent_s": sent}
+        try:
+            r = self.http.post("/infer", json={"input": payload})
+            server = r.headers.get(SERVER_HEADER, "")
+            body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+            row["server"], row["http_status"], row["output"] = server, r.status_code, body.get("output")
+            row["status"] = ("COMPLETED" if r.status_code == 200 and body.get("output") is not None else
+                             "FAILED" if server else "LOST")
+            if not server:
+                row["error"] = f"HTTP {r.status_code} from the router, no server named: {r.text[:120]}"
+        except (httpx.HTTPError, ValueError) as exc:
+            row["server"], row["http_status"], row["output"] = "", None, None
+            row["status"], row["error"] = "LOST", f"{type(exc).__name__}: {exc}"
+        row["done_s"] = self.now()
+        row["total_s"] = row["done_s"] - intended
+        with self._lock:
+            self.rows.append(row)
+            self._in_flight.pop(i, None)
+
+    def in_flight_before(self, t: float) -> int:
+        """Requests sent before ``t`` (seconds since start) that have not ended yet."""
+        with self._lock:
+            return sum(1 for sent in self._in_flight.values() if sent < t)
+
+    def sent_between(self, start: float, end: float) -> list[ReplayRow]:
+        """Rows of the requests sent in ``[start, end)`` (seconds since start) that have ended."""
+        with self._lock:
+            return [r for r in self.rows if start <= r["sent_s"] < end]
+
+    def stop(self) -> None:
+        """Stop sending, wait for every request in flight to end, close the connections."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.http.close()
+
+
+def build_router(ctx: PhaseContext, urls: dict[str, str]) -> Router:
+    """The router ``cutover.router`` names, in front of ``urls`` (``source``, ``target``).
+
+    Raises:
+        ProviderError: it cannot be started or reached (named), before anything moves.
+    """
+    rp = ctx.mig.cutover.router
+    if rp.kind == "command":
+        return CommandRouter(rp.url, rp.set_command, rp.read_command, rp.drain_command, cwd=ctx.run.project)
+    if rp.socket:
+        return HAProxyRouter.attach(rp.socket, rp.url, backend=rp.backend,
+                                    servers={"source": rp.source_server, "target": rp.target_server})
+    return HAProxyRouter.start(urls["source"], urls["target"], binary=rp.binary,
+                               timeout_s=ctx.mig.measure.request_timeout_s * 4,
+                               workdir=ctx.run.project / ".runbook" / "routers" / ctx.run_id)
+
+
+@dataclass
+class Window:
+    """One judged window of the replay: a step (or the steady state before the first, or the
+    rollback), its weights, and what it found."""
+
+    name: str
+    target_percent: int
+    start_s: float
+    end_s: float
+    rows: list[ReplayRow]
+    router_delta: dict[str, int]
+    states: dict[str, str]
+    weights_read: dict[str, int]
+
+
+def _delta(before: dict[str, ServerStat], after: dict[str, ServerStat]) -> dict[str, int]:
+    return {side: after[side].requests - before[side].requests
+            if after[side].requests >= 0 and before[side].requests >= 0 else -1 for side in after}
+
+
+def _p(rows: list[ReplayRow], q: float) -> float:
+    vals = [r["total_s"] for r in rows if r["status"] == "COMPLETED"]
+    return float(np.percentile(vals, q)) if vals else math.nan
+
+
+def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Callable[[Any], bool],
+                 before: Window | None) -> RoutedWindow:
+    """Judge one window: nothing lost, the target's answers completed and accepted, its p95
+    within ``bound_s``, both servers up, weights as set, and the target's share from the replay
+    and from the router's counters within ``tolerance`` (plus :data:`EDGE_REQUESTS` each) of
+    each other and of the weight."""
+    lost = [r for r in w.rows if r["status"] == "LOST"]
+    tgt = [r for r in w.rows if r.get("server") == "target"]
+    failures = sum(1 for r in tgt if r["status"] != "COMPLETED")
+    rejected = sum(1 for r in tgt if r["status"] == "COMPLETED" and not accepted(r))
+    p95 = _p(tgt, 95)
+    answered = [r for r in w.rows if r.get("server") in ("source", "target")]
+    share_replay = len(tgt) / len(answered) if answered else math.nan
+    routed = sum(v for v in w.router_delta.values() if v >= 0)
+    share_router = (w.router_delta["target"] / routed) if routed and w.router_delta.get("target", -1) >= 0 else math.nan
+    slack = tolerance + 2 * EDGE_REQUESTS / max(len(answered), 1)
+    problems: list[str] = []
+    if lost:
+        problems.append(f"{len(lost)} request(s) lost (first sent at {lost[0]['sent_s']:.2f} s: "
+                        f"{lost[0].get('error', '')[:160]})")
+    if failures or rejected:
+        problems.append(f"the target failed {failures} and answered {rejected} unacceptably")
+    if len(tgt) >= MIN_STEP_LATENCY_SAMPLES and not p95 <= bound_s:
+        problems.append(f"the target's p95 {p95:.3f} s is above the bound {bound_s:.3f} s")
+    down = {s: st for s, st in w.states.items() if not st.upper().startswith(("UP", "NO CHECK", "DRAIN"))}
+    if down and w.target_percent > 0:
+        problems.append(f"the router reports {', '.join(f'{s} {st}' for s, st in down.items())}")
+    if w.weights_read != {"source": 100 - w.target_percent, "target": w.target_percent}:
+        problems.append(f"weights read back {w.weights_read}, not the {100 - w.target_percent}/{w.target_percent} set")
+    if not math.isnan(share_router) and not abs(share_replay - share_router) <= slack:
+        problems.append(f"the target's share from the replay {share_replay:.3f} and from the router's counters "
+                        f"{share_router:.3f} differ by more than {slack:.3f}")
+    if answered and not abs(share_replay - w.target_percent / 100) <= slack:
+        problems.append(f"the target's share {share_replay:.3f} is not its weight {w.target_percent} %")
+
+    def finite(x: float) -> float | None:
+        return None if math.isnan(x) else round(x, 6)
+
+    return RoutedWindow(
+        window=w.name, target_percent=w.target_percent, passed=not problems, problems=tuple(problems),
+        requests=len(w.rows), sent=len(w.rows), answered=len(answered),
+        failed=sum(1 for r in answered if r["status"] != "COMPLETED"), lost=len(lost), to_target=len(tgt),
+        served_by_target=len(tgt) - failures, target_failures=failures, target_not_accepted=rejected,
+        target_p95_s=finite(p95), p95_bound_s=bound_s, router_share_replay=finite(share_replay),
+        router_share_counters=finite(share_router), p99_s=finite(_p(w.rows, 99)),
+        p99_before_s=finite(_p(before.rows, 99)) if before else None, router_requests=dict(w.router_delta),
+        states=dict(w.states), weights_read=dict(w.weights_read))
+
+
+def _window(replay: Replay, router: Router, name: str, pct: int, seconds: float, *, timeout_s: float) -> Window:
+    """Let ``seconds`` of replayed traffic pass at the current weights; the requests sent in that
+    time once every one has ended (at most ``timeout_s`` more), with the router's counters over
+    it, its servers' states and its weights read back at the end."""
+    before = router.stats()
+    t0 = replay.now()
+    time.sleep(seconds)
+    t1 = replay.now()
+    after = router.stats()
+    deadline = time.monotonic() + timeout_s
+    while replay.in_flight_before(t1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return Window(name, pct, t0, t1, replay.sent_between(t0, t1), _delta(before, after),
+                  {side: st.state for side, st in after.items()}, router.weights())
+
+
+@dataclass
+class Routed:
+    """What a routed cutover did: its steps, the route it left, the windows it judged (the
+    steady state first, the rollback last when there was one) and the requests lost in all."""
+
+    steps: list[InferenceStep]
+    route: Route
+    evidence: RoutedCutover
+
+
+def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bound_s: float) -> Routed:
+    """Move ``steps_plan`` (phase 05's slices) through ``cutover.router`` under a background
+    replay (this module's docstring); writes ``05/routed_samples.csv``.
+
+    Raises:
+        ProviderError: the router cannot be started, reached or read back as all-source before
+            the first step (nothing has moved).
+    """
+    rec04 = ctx.records.need_compare()
+    m, rp = ctx.mig.measure, ctx.mig.cutover.router
+    serving = serving_for(ctx)
+    window_s = ctx.mig.cutover.requests_per_step / m.arrival_rate_per_s
+    timeout_s = m.request_timeout_s * 4
+    router = build_router(ctx, dict(rec04.endpoint_urls))
+    steps: list[InferenceStep] = []
+    windows: list[RoutedWindow] = []
+    try:
+        router.set_weights(100, 0)
+        read = router.weights()
+        if read != {"source": 100, "target": 0}:
+            raise ProviderError(f"router {rp.kind} at {router.url}: weights read back {read} after setting all traffic "
+                                "on the source; nothing was moved")
+        route.set(0, f"cutover start: all traffic on source, through the {rp.kind} router at {router.url}")
+        replay = Replay(router.url, serving.request_inputs(max(4 * ctx.mig.cutover.requests_per_step, 200), seed=5000),
+                        rate_per_s=m.arrival_rate_per_s, timeout_s=timeout_s, seed=6000)
+        replay.start()
+        try:
+            before = _window(replay, router, "steady state before the first step", 0, window_s, timeout_s=timeout_s)
+            windows.append(judge_window(before, tolerance=rp.share_tolerance, bound_s=bound_s,
+                                        accepted=serving.accepted, before=None))
+            for k, sl in enumerate(steps_plan):
+                pct = sl.target_percent
+                ctx.resources.approve_change("target", sl.plan)
+                router.set_weights(100 - pct, pct)
+                route.set(pct, f"slice step {k + 1}: weights {100 - pct}/{pct} on the {rp.kind} router")
+                w = _window(replay, router, f"step {k + 1}", pct, window_s, timeout_s=timeout_s)
+                judged = judge_window(w, tolerance=rp.share_tolerance, bound_s=bound_s, accepted=serving.accepted,
+                                      before=before)
+                windows.append(judged)
+                fields = judged.model_dump(include=set(InferenceStep.model_fields) - {"step", "mode", "passed"})
+                steps.append(InferenceStep(step=k + 1, mode=f"drain ({rp.kind} router)", passed=judged.passed, **fields))
+                if not judged.passed:
+                    windows.append(_rollback(ctx, replay, router, route, k, list(judged.problems), timeout_s=timeout_s,
+                                             bound_s=bound_s, serving=serving))
+                    break
+                before = w
+        finally:
+            replay.stop()
+        rows = sorted(replay.rows, key=lambda r: r["sent_s"])
+    finally:
+        router.close()
+    pd.DataFrame([{k: v for k, v in r.items() if k != "output"} for r in rows]).to_csv(
+        ctx.evidence.path("05/routed_samples.csv"), index=False)
+    lost = [r for r in rows if r["status"] == "LOST"]
+    evidence = RoutedCutover(kind=rp.kind, url=router.url, window_s=window_s, requests=len(rows),
+                             answered=sum(1 for r in rows if r.get("server") in ("source", "target")), lost=len(lost),
+                             first_lost_at_s=lost[0]["sent_s"] if lost else None, windows=tuple(windows))
+    return Routed(steps, route, evidence)
+
+
+def _rollback(ctx: PhaseContext, replay: Replay, router: Router, route: Route, k: int, problems: list[str], *,
+              timeout_s: float, bound_s: float, serving: Any) -> RoutedWindow:
+    """Set the target's weight to 0 and drain it, under the replay, then watch twice
+    ``rollback_within_s``: the source must serve everything sent after ``rollback_within_s``,
+    and nothing may be lost. Returns the rollback window as judged."""
+    rp = ctx.mig.cutover.router
+    at = replay.now()
+    router.set_weights(100, 0)
+    router.drain("target")
+    route.set(0, f"rollback: step {k + 1} failed its gate check ({'; '.join(problems)[:200]})")
+    w = _window(replay, router, "rollback", 0, rp.rollback_within_s * 2, timeout_s=timeout_s)
+    served_target = [r["sent_s"] for r in w.rows if r.get("server") == "target"]
+    after_s = (max(served_target) - at) if served_target else 0.0
+    judged = judge_window(w, tolerance=rp.share_tolerance, bound_s=bound_s, accepted=serving.accepted, before=None)
+    late = after_s > rp.rollback_within_s
+    return judged.model_copy(update={
+        "source_serves_all_after_s": round(after_s, 3), "rollback_within_s": rp.rollback_within_s,
+        "passed": judged.lost == 0 and not late,
+        "problems": judged.problems + ((f"the target still served a request sent {after_s:.2f} s after the "
+                                        "rollback",) if late else ())})
