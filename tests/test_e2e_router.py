@@ -22,7 +22,7 @@ from runbook_lib.providers.local import LocalProvider
 from runbook_lib.runner import run_migration
 
 from .conftest import ROOT
-from .runs import UNJUDGED, merged, receipt
+from .runs import FAST_INFERENCE, UNJUDGED, merged, receipt
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +38,12 @@ def _cut(run_dir: Path) -> dict:
     return dict(json.loads((run_dir / "05_cutover.json").read_text())["data"]["cutover"])
 
 
-# 250 requests a window at 30/s: the steady state and three steps, 1,000 requests through HAProxy.
-ROUTED = {"cutover": {"requests_per_step": 250}}
+# Phase 04 measured the least a judged GO allows (FAST_INFERENCE, only the drills a load-balancing
+# target takes); phase 05: 250 requests a window at 30/s, the steady state and three steps, 1,000
+# requests through HAProxy.
+ROUTED = merged(FAST_INFERENCE, {"cutover": {"requests_per_step": 250},
+                                 "drills": {"run": ["preferred_offer_removed", "spend_limit"],
+                                            "blocking": ["preferred_offer_removed", "spend_limit"]}})
 
 
 @pytest.mark.measure
