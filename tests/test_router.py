@@ -200,3 +200,37 @@ def test_a_command_router_sets_and_reads_back_weights_and_names_each_failure(tmp
     gone = CommandRouter("http://127.0.0.1:9", [str(tmp_path / "missing")], [str(tmp_path / "missing")])
     with pytest.raises(ProviderError, match="could not run"):
         gone.set_weights(100, 0)
+
+
+def _rows(n_source: int, n_target: int, *, lost: int = 0) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for i in range(n_source + n_target + lost):
+        server = "source" if i < n_source else "target" if i < n_source + n_target else ""
+        rows.append({"request": i, "input_index": 0, "sent_s": 0.01 * i, "total_s": 0.05, "server": server,
+                     "status": "COMPLETED" if server else "LOST", "output": [0.0],
+                     **({} if server else {"error": "ReadError: reset"})})
+    return rows
+
+
+def test_a_routed_window_fails_closed_on_each_thing_it_checks() -> None:
+    from runbook_lib.phases.routed import Window, judge_window
+
+    def judge(rows: list[dict[str, Any]], *, pct: int = 10, delta: dict[str, int] | None = None,
+              states: dict[str, str] | None = None, read: dict[str, int] | None = None) -> Any:
+        w = Window("step 1", pct, 0.0, 10.0, rows, delta or {"source": 90, "target": 10},  # type: ignore[arg-type]
+                   states or {"source": "UP", "target": "UP"}, read or {"source": 100 - pct, "target": pct})
+        return judge_window(w, tolerance=0.05, bound_s=1.0, accepted=lambda r: True, before=None)
+
+    ok = judge(_rows(90, 10))
+    assert ok.passed and ok.router_share_replay == 0.1 == ok.router_share_counters and ok.lost == 0
+    lost = judge(_rows(90, 10, lost=1))
+    assert not lost.passed and lost.lost == 1 and "1 request(s) lost (first sent at 1.00 s: ReadError" in lost.problems[0]
+    read = judge(_rows(90, 10), read={"source": 100, "target": 0})
+    assert not read.passed and "weights read back {'source': 100, 'target': 0}, not the 90/10 set" in read.problems
+    apart = judge(_rows(90, 10), delta={"source": 70, "target": 30})
+    assert not apart.passed and any("from the router's counters 0.300 differ" in p for p in apart.problems)
+    down = judge(_rows(100, 0), states={"source": "UP", "target": "DOWN"})
+    assert any("the router reports target DOWN" in p for p in down.problems)
+    assert any("share 0.000 is not its weight 10 %" in p for p in down.problems)
+    assert judge(_rows(100, 0), pct=0, delta={"source": 100, "target": 0},
+                 states={"source": "UP", "target": "DRAIN"}).passed  # after a rollback: drained, all on source
