@@ -265,3 +265,20 @@ def test_reserved_names_ambiguous_names_and_sparse_tensors_are_blockers_found_wi
     ins = inspect(ck)
     assert sorted((f.file, f.check) for f in ins.blockers) == [
         ("_SUCCESS", "reserved_name"), ("ambiguous.pt", "ambiguous_names"), ("sparse.pt", "unsupported_layout")]
+
+
+def test_a_distributed_checkpoint_s_pickled_items_are_hashed_and_reported_never_loaded(tmp_path: Path) -> None:
+    # README: DCP "loads only its tensor items (torch loads pickled non-tensor items without
+    # weights_only: they are copied, hashed and reported, never loaded)"
+    from runbook_lib.checkpoint import load_dcp
+
+    state = {**_state(), "trainer": {"epoch": 3, "note": "non-tensor"}}
+    _dcp(tmp_path / "dcp", state)
+    ins = inspect(tmp_path / "dcp")
+    assert _checks(ins) == {"non_tensor_items": "risk"} and "trainer" in ins.findings[0].seen
+    shards = [f for f in ins.files if f.format == "dcp-shard"]
+    assert shards and all(f.sha256 and len(f.sha256) == 64 for f in shards)  # every byte hashed
+    meta = next(f for f in ins.files if f.format == "dcp-metadata")
+    assert set(meta.tensors) == set(_state())  # the pickled item is no tensor
+    got = load_dcp(tmp_path / "dcp")
+    assert set(got) == set(_state())  # only the tensors were loaded

@@ -134,6 +134,10 @@ def test_a_checkpoint_workload_needs_no_code_and_its_path_is_the_project_s(make_
     assert mig.workload.unit == "restore"
     assert load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": "/data/ck"})).workload.checkpoint \
         == "/data/ck"
+    pod = tmp_path / "pod"  # a remote pod reads the params it was sent in its own working directory
+    pod.mkdir()
+    (pod / "params.yaml").write_text(make_params("demo-checkpoint.yaml").read_text())
+    assert load_params(pod / "params.yaml").workload.checkpoint == str(pod / "examples" / "checkpoint-demo")
     with pytest.raises(ParamsError, match=r"needs workload.checkpoint"):
         load_params(make_params("demo-checkpoint.yaml", workload={"checkpoint": ""}))
     s3 = load_params(make_params("demo-checkpoint.yaml", workload={
