@@ -234,3 +234,23 @@ def test_a_routed_window_fails_closed_on_each_thing_it_checks() -> None:
     assert any("share 0.000 is not its weight 10 %" in p for p in down.problems)
     assert judge(_rows(100, 0), pct=0, delta={"source": 100, "target": 0},
                  states={"source": "UP", "target": "DRAIN"}).passed  # after a rollback: drained, all on source
+
+
+def test_a_router_that_outlives_the_run_is_set_back_to_the_source_and_read_back(tmp_path: Path) -> None:
+    from runbook_lib.params import RouterParams
+    from runbook_lib.phases.routed import restore_source
+
+    script = tmp_path / "router.py"
+    script.write_text(SCRIPT_ROUTER)
+    state = tmp_path / "weights.json"
+    state.write_text(json.dumps({"source": 0, "target": 100}))  # the cutover left all traffic on the target
+    rp = RouterParams(kind="command", url="http://127.0.0.1:9",
+                      set_command=(sys.executable, str(script), str(state), "set", "{source}", "{target}"),
+                      read_command=(sys.executable, str(script), str(state), "get"))
+    ok, seen = restore_source(rp, tmp_path)  # type: ignore[misc]
+    assert ok and json.loads(state.read_text()) == {"source": 100, "target": 0} and "read back" in seen
+    broken = rp.model_copy(update={"set_command": (str(tmp_path / "missing"),)})
+    ok, seen = restore_source(broken, tmp_path)  # type: ignore[misc]
+    assert not ok and "could not be set back to the source" in seen
+    assert restore_source(RouterParams(kind="haproxy"), tmp_path) is None  # the runbook's own: stopped in phase 05
+    assert restore_source(RouterParams(), tmp_path) is None  # the client split holds no router

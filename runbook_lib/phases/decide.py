@@ -22,6 +22,7 @@ from runbook_lib.layout import RECEIPT, ROLLBACK_POINT, ROUTE, params_sha256
 from runbook_lib.manifest import PHASES
 from runbook_lib.params import AnyProfile, RemoteProfile
 from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
+from runbook_lib.phases.routed import restore_source
 from runbook_lib.records import (
     AcceptanceJob,
     CheckpointMoved,
@@ -148,6 +149,10 @@ def act(ctx: PhaseContext, decision: str) -> Actions:
         r = Route(route_file, actor=f"runbook phase 06 ({ctx.run_mode} run {ctx.run_id})")
         if decision != "GO" and r.target_percent != 0:
             r.set(0, f"{decision}: source route restored")
+            restored = restore_source(ctx.mig.cutover.router, ctx.run.project)
+            if restored is not None:  # a router that outlives the run carries the traffic: set it back too
+                ctx.evidence.add_gates(g.boolean_gate("router_restored", restored[0], phase="06", detail=restored[1],
+                                                      source="runbook_lib/phases/routed.py: restore_source"))
         route = r.state
         ctx.evidence.write_json("06/route_final.json", route)
     created: list[ResourceRow] = []

@@ -25,12 +25,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from runbook_lib.errors import ProviderError
+from runbook_lib.params import RouterParams
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.serving import serving_for
 from runbook_lib.records import InferenceStep, RoutedCutover, RoutedWindow
@@ -149,6 +151,41 @@ class Replay:
         self.http.close()
 
 
+def owned_router(rp: RouterParams, project: Path) -> Router | None:
+    """The router ``rp`` names when it outlives the run (an HAProxy attached by ``socket``, or a
+    ``command`` router), opened again; None for the client split and for an HAProxy the
+    runbook started (stopped with phase 05).
+
+    Raises:
+        ProviderError: it cannot be reached (named).
+    """
+    if rp.kind == "command":
+        return CommandRouter(rp.url, rp.set_command, rp.read_command, rp.drain_command, cwd=project)
+    if rp.kind == "haproxy" and rp.socket:
+        return HAProxyRouter.attach(rp.socket, rp.url, backend=rp.backend,
+                                    servers={"source": rp.source_server, "target": rp.target_server})
+    return None
+
+
+def restore_source(rp: RouterParams, project: Path) -> tuple[bool, str] | None:
+    """Put all traffic back on the source on the router ``rp`` names, when it outlives the run
+    (:func:`owned_router`; phase 06 on NO-GO or HOLD), and read it back. Returns ``(restored,
+    what was seen)``, or None when there is no such router."""
+    try:
+        router = owned_router(rp, project)
+        if router is None:
+            return None
+        try:
+            router.set_weights(100, 0)
+            read = router.weights()
+        finally:
+            router.close()
+    except ProviderError as exc:
+        return False, f"the {rp.kind} router could not be set back to the source: {exc}"
+    ok = read == {"source": 100, "target": 0}
+    return ok, f"the {rp.kind} router's weights read back {read} after setting all traffic on the source"
+
+
 def build_router(ctx: PhaseContext, urls: dict[str, str]) -> Router:
     """The router ``cutover.router`` names, in front of ``urls`` (``source``, ``target``).
 
@@ -156,11 +193,9 @@ def build_router(ctx: PhaseContext, urls: dict[str, str]) -> Router:
         ProviderError: it cannot be started or reached (named), before anything moves.
     """
     rp = ctx.mig.cutover.router
-    if rp.kind == "command":
-        return CommandRouter(rp.url, rp.set_command, rp.read_command, rp.drain_command, cwd=ctx.run.project)
-    if rp.socket:
-        return HAProxyRouter.attach(rp.socket, rp.url, backend=rp.backend,
-                                    servers={"source": rp.source_server, "target": rp.target_server})
+    owned = owned_router(rp, ctx.run.project)
+    if owned is not None:
+        return owned
     return HAProxyRouter.start(urls["source"], urls["target"], binary=rp.binary,
                                timeout_s=ctx.mig.measure.request_timeout_s * 4,
                                workdir=ctx.run.project / ".runbook" / "routers" / ctx.run_id)
