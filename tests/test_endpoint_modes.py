@@ -100,6 +100,7 @@ def sim_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pro
         srv.close()
 
 
+@pytest.mark.usefixtures("beside_untimed_phases")  # no phase runs here: none is timed beside it
 @pytest.mark.e2e  # a model load in a simulated instance; the rehearsal covers it too
 @pytest.mark.parametrize("sim_provider", ["vast"], indirect=True)
 def test_vast_serves_load_balancing_on_a_randomly_mapped_port(sim_provider: Provider, requests_and_golden) -> None:
@@ -119,6 +120,7 @@ def test_vast_serves_load_balancing_on_a_randomly_mapped_port(sim_provider: Prov
         httpx.get(f"{ep.url}/ping", timeout=5)
 
 
+@pytest.mark.usefixtures("beside_untimed_phases")  # no phase runs here: none is timed beside it
 @pytest.mark.e2e  # model loads in simulated serverless workers; the rehearsal covers it too
 @pytest.mark.parametrize("sim_provider", ["runpod"], indirect=True)
 def test_runpod_serverless_jobs_run_on_real_workers_in_runpods_shapes(sim_provider: Provider,
@@ -140,6 +142,7 @@ def test_runpod_serverless_jobs_run_on_real_workers_in_runpods_shapes(sim_provid
     assert sim_provider.list(labels={"run_id": "modes"}) == []
 
 
+@pytest.mark.usefixtures("beside_untimed_phases")  # no phase runs here: none is timed beside it
 @pytest.mark.e2e  # a model load in a simulated serverless worker
 def test_scripted_job_answers_are_served_on_the_wire_and_the_job_client_handles_each(
         tmp_path: Path, requests_and_golden) -> None:
@@ -184,6 +187,7 @@ def test_phase_02_names_the_adapter_between_modes_and_refuses_a_mode_the_target_
     assert none.status == "no equivalent" and "set target.endpoint_mode: load_balancing" in none.reason
 
 
+@pytest.mark.usefixtures("beside_untimed_phases")  # no phase runs here: none is timed beside it
 @pytest.mark.e2e  # a model load in a simulated pod
 def test_runpod_serves_load_balancing_from_a_pod_through_its_proxy_which_cuts_slow_requests(
         tmp_path: Path, requests_and_golden) -> None:

@@ -21,7 +21,12 @@ import pytest
 from runbook_lib.errors import ProviderError
 from runbook_lib.router import SERVER_HEADER, CommandRouter, HAProxyRouter
 
-needs_haproxy = pytest.mark.e2e  # Debian's haproxy: installed by `make test-e2e`'s set-up (as root), not `make test`'s
+
+# Debian's haproxy is installed by `make test-e2e`'s set-up (as root), not `make test`'s. These cases
+# run no phase, so they hold the host lock shared: a 4-thread request loop must not run beside
+# another case's timed phase.
+def needs_haproxy(fn: Any) -> Any:
+    return pytest.mark.e2e(pytest.mark.usefixtures("beside_untimed_phases")(fn))
 
 
 def _need_haproxy() -> None:
