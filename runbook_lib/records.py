@@ -784,9 +784,8 @@ class InferenceStep(SliceStep):
     """An inference slice: requests sent, how many reached and were served by the target (the
     rest were shadows in a dual run), what the endpoints held before a drained step, the
     target's failures and rejected answers, its p95 (seconds) against the bound from phase 04.
-    Through a real router (``cutover.router``) also: the target's share of the window's routed
-    traffic from the replay and from the router's counters, requests sent, answered, failed and
-    lost (never answered), and the window's p99 (seconds) against the window before it."""
+    Through a real router (``cutover.router``) the step's window, with the shares, the requests
+    lost and the p99s, is in :class:`Cutover`'s ``router.windows``."""
 
     mode: str = ""
     requests: int = 0
@@ -798,14 +797,6 @@ class InferenceStep(SliceStep):
     target_not_accepted: int = 0
     target_p95_s: float | None = None
     p95_bound_s: float | None = None
-    router_share_replay: float | None = None
-    router_share_counters: float | None = None
-    sent: int | None = None
-    answered: int | None = None
-    failed: int | None = None
-    lost: int | None = None
-    p99_s: float | None = None
-    p99_before_s: float | None = None
 
 
 class TrainingStep(SliceStep):

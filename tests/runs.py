@@ -143,3 +143,23 @@ def approval_walk(params: Path, work: Path, kinds: dict[str, set[str]]) -> Path:
     bad = [r for r in verify_run(run.path) if r["status"] != "intact"]  # phase 06's notebook is in the seal
     assert bad == [], bad
     return run.path
+
+
+def target_dies_before_phase_05(params: Path, run_dir: Path, project: Path) -> list[str]:
+    """Phases 01-04 of ``params`` into ``run_dir`` as `runbook phase` runs them, then the target
+    endpoint's processes stopped (an eviction, an outbid instance) before phase 05; returns the
+    `runbook phase` arguments (params, run directory, notebooks) for the phases that follow."""
+    from runbook_lib.approvals import Approval
+    from runbook_lib.cli import main as cli_main
+    from runbook_lib.providers.base import plan_stop
+    from runbook_lib.providers.local import LocalProvider
+
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    args = [str(params), str(run_dir), "--notebooks", str(ROOT / "notebooks")]
+    for pid in ("01", "02", "03", "04"):
+        assert cli_main(["phase", pid, *args]) == 0, pid
+    target = json.loads((run_dir / "04_compare_production.json").read_text())["data"]["endpoints"]["target"]
+    prov = LocalProvider(root=project / ".runbook" / "local")
+    stop = plan_stop(prov, target, dry_run=False)
+    prov.apply(stop, Approval(stop.fingerprint, "test", "2026-11-30T00:00:00Z", "drill: the target's workers die"))
+    return args

@@ -17,13 +17,10 @@ import nbformat
 import pandas as pd
 import pytest
 
-from runbook_lib.approvals import Approval
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
 from runbook_lib.interrupt import Interrupts
 from runbook_lib.manifest import read_chain, sha256_file
-from runbook_lib.providers.base import plan_stop
-from runbook_lib.providers.local import LocalProvider
 from runbook_lib.recompute import recompute_run
 from runbook_lib.report import remote_references
 from runbook_lib.resolve import hold_deadline
@@ -43,6 +40,7 @@ from .runs import (
     phase_statuses,
     receipt,
     run_phases,
+    target_dies_before_phase_05,
     write_params,
 )
 
@@ -297,14 +295,7 @@ def test_a_slice_that_fails_its_gates_restores_the_source_route(make_params, tmp
     # an outbid instance), so the first slice that sends it traffic fails and the route goes back.
     params = make_params(**merged(FAST_INFERENCE, UNJUDGED, {"cutover": {"requests_per_step": 20}}))
     run_dir = tmp_path / "reports" / "slice-drill"
-    run_dir.parent.mkdir()
-    args = [str(params), str(run_dir), "--notebooks", str(ROOT / "notebooks")]
-    for pid in ("01", "02", "03", "04"):
-        assert cli_main(["phase", pid, *args]) == 0, pid
-    target = json.loads((run_dir / "04_compare_production.json").read_text())["data"]["endpoints"]["target"]
-    prov = LocalProvider(root=tmp_path / ".runbook" / "local")
-    stop = plan_stop(prov, target, dry_run=False)
-    prov.apply(stop, Approval(stop.fingerprint, "test", "2026-11-30T00:00:00Z", "drill: the target's workers die"))
+    args = target_dies_before_phase_05(params, run_dir, tmp_path)
     assert cli_main(["phase", "05", *args]) == 0
     cut = json.loads((run_dir / "05_cutover.json").read_text())["data"]
     steps = cut["cutover"]["steps"]

@@ -14,15 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from runbook_lib.approvals import Approval
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_GO
-from runbook_lib.providers.base import plan_stop
-from runbook_lib.providers.local import LocalProvider
 from runbook_lib.runner import run_migration
 
-from .conftest import ROOT
-from .runs import FAST_INFERENCE, UNJUDGED, merged, receipt
+from .runs import FAST_INFERENCE, UNJUDGED, merged, receipt, target_dies_before_phase_05
 
 pytestmark = pytest.mark.e2e
 
@@ -81,19 +77,12 @@ def test_a_target_gone_before_the_cutover_fails_the_first_step_and_the_source_ta
     # first step finds no share on the target, and the rollback runs under the replay.
     params = make_params("demo-haproxy.yaml", **merged(UNJUDGED, {"cutover": {"requests_per_step": 90}}))
     run_dir = tmp_path / "reports" / "routed-drill"
-    run_dir.parent.mkdir()
-    args = [str(params), str(run_dir), "--notebooks", str(ROOT / "notebooks")]
-    for pid in ("01", "02", "03", "04"):
-        assert cli_main(["phase", pid, *args]) == 0, pid
-    target = json.loads((run_dir / "04_compare_production.json").read_text())["data"]["endpoints"]["target"]
-    prov = LocalProvider(root=tmp_path / ".runbook" / "local")
-    stop = plan_stop(prov, target, dry_run=False)
-    prov.apply(stop, Approval(stop.fingerprint, "test", "2026-11-30T00:00:00Z", "drill: the target's worker dies"))
+    args = target_dies_before_phase_05(params, run_dir, tmp_path)
     assert cli_main(["phase", "05", *args]) == 0
     cut = _cut(run_dir)
     steps, router = cut["steps"], cut["router"]
-    assert len(steps) == 1 and not steps[0]["passed"] and steps[0]["lost"] == 0
     windows = {w["window"]: w for w in router["windows"]}
+    assert len(steps) == 1 and not steps[0]["passed"] and windows["step 1"]["lost"] == 0
     assert any("DOWN" in p or "is not its weight" in p for p in windows["step 1"]["problems"]), windows["step 1"]
     back = windows["rollback"]
     assert back["passed"] and back["lost"] == 0 and back["to_target"] == 0
