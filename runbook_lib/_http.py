@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass
 from typing import Any
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def retry_after_s(headers: Any) -> float | None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from runbook_lib._http import free_port
 from runbook_lib.errors import ProviderError
 
 SIDES = ("source", "target")
@@ -81,13 +82,6 @@ class Router(Protocol):
 def _check_weights(source: int, target: int) -> None:
     if not (0 <= source <= MAX_WEIGHT and 0 <= target <= MAX_WEIGHT) or source + target == 0:
         raise ValueError(f"weights must lie in 0..{MAX_WEIGHT} and not both be 0, got source {source}, target {target}")
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _host_port(url: str) -> str:

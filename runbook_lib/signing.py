@@ -159,14 +159,20 @@ def statement(run_dir: Path) -> dict[str, Any]:
 def sign_run(run_dir: Path, signer: Any) -> Path:
     """Write ``attestation.dsse.json``: the run's :func:`statement` in a DSSE envelope signed by
     ``signer`` (a securesystemslib ``Signer``). Returns its path."""
+    write_json_atomic(run_dir / ATTESTATION, signed_envelope(statement(run_dir), signer))
+    return run_dir / ATTESTATION
+
+
+def signed_envelope(body: dict[str, Any], signer: Any) -> dict[str, Any]:
+    """An in-toto Statement ``body`` in a DSSE envelope signed by ``signer`` (securesystemslib's
+    ``Envelope``: the signature is over DSSE's pre-authentication encoding), as a dict."""
     from securesystemslib.dsse import Envelope
 
-    payload = json.dumps(statement(run_dir), sort_keys=True, separators=(",", ":")).encode()
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     envelope = Envelope.from_dict({"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
                                    "signatures": []})
     envelope.sign(signer)
-    write_json_atomic(run_dir / ATTESTATION, envelope.to_dict())
-    return run_dir / ATTESTATION
+    return dict(envelope.to_dict())
 
 
 def signed_by(run_dir: Path) -> list[str]:
@@ -237,17 +243,11 @@ def sign_record(record: Path, signer: Any, *, kind: str) -> Path:
     """Sign a person's record (``kind``: a key of :data:`RECORD_PREDICATES`) with their key: an
     in-toto Statement v1 whose one subject is the record (its file name and sha256) and whose
     predicate is its body, in a DSSE envelope written to :func:`record_envelope`. Returns that path."""
-    from securesystemslib.dsse import Envelope
-
     body = {"_type": STATEMENT_TYPE,
             "subject": [{"name": record.name, "digest": {"sha256": sha256_file(record)}}],
             "predicateType": RECORD_PREDICATES[kind], "predicate": json.loads(record.read_text())}
-    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    envelope = Envelope.from_dict({"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
-                                   "signatures": []})
-    envelope.sign(signer)
     out = record_envelope(record)
-    write_json_atomic(out, envelope.to_dict())
+    write_json_atomic(out, signed_envelope(body, signer))
     return out
 
 

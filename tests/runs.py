@@ -163,3 +163,16 @@ def target_dies_before_phase_05(params: Path, run_dir: Path, project: Path) -> l
     stop = plan_stop(prov, target, dry_run=False)
     prov.apply(stop, Approval(stop.fingerprint, "test", "2026-11-30T00:00:00Z", "drill: the target's workers die"))
     return args
+
+
+def require_haproxy() -> None:
+    """Skip where Debian's haproxy is not installed; fail in CI (``CI`` set), where `make haproxy`
+    installs it as root."""
+    import os
+    import shutil
+
+    import pytest
+
+    if shutil.which("haproxy") is None and shutil.which("haproxy", path="/usr/sbin") is None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("haproxy is not installed (Debian package haproxy; "
+                                                              "`make haproxy` installs it as root)")

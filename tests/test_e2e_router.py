@@ -7,8 +7,6 @@ where they fail rather than skip without it)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -18,16 +16,14 @@ from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_GO
 from runbook_lib.runner import run_migration
 
-from .runs import FAST_INFERENCE, UNJUDGED, merged, receipt, target_dies_before_phase_05
+from .runs import FAST_INFERENCE, UNJUDGED, merged, receipt, require_haproxy, target_dies_before_phase_05
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(autouse=True)
 def _haproxy() -> None:
-    if shutil.which("haproxy") is None and shutil.which("haproxy", path="/usr/sbin") is None:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)("haproxy is not installed (Debian package haproxy; "
-                                                              "`make haproxy` installs it as root)")
+    require_haproxy()
 
 
 def _cut(run_dir: Path) -> dict:

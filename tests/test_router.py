@@ -6,8 +6,6 @@ Tests that need HAProxy fail in CI when it is missing (`make haproxy` installs i
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 import threading
 import time
@@ -21,18 +19,14 @@ import pytest
 from runbook_lib.errors import ProviderError
 from runbook_lib.router import SERVER_HEADER, CommandRouter, HAProxyRouter
 
+from .runs import require_haproxy
+
 
 # Debian's haproxy is installed by `make test-e2e`'s set-up (as root), not `make test`'s. These cases
 # run no phase, so they hold the host lock shared: a 4-thread request loop must not run beside
 # another case's timed phase.
 def needs_haproxy(fn: Any) -> Any:
     return pytest.mark.e2e(pytest.mark.usefixtures("beside_untimed_phases")(fn))
-
-
-def _need_haproxy() -> None:
-    if shutil.which("haproxy") is None and shutil.which("haproxy", path="/usr/sbin") is None:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)("haproxy is not installed (Debian package haproxy; "
-                                                              "`make haproxy` installs it as root)")
 
 
 class _Server:
@@ -77,7 +71,7 @@ class _Server:
 
 @pytest.fixture
 def routed(tmp_path: Path) -> Iterator[tuple[HAProxyRouter, _Server, _Server]]:
-    _need_haproxy()
+    require_haproxy()
     src, tgt = _Server("source"), _Server("target")
     router = HAProxyRouter.start(src.url, tgt.url, workdir=tmp_path / "haproxy", timeout_s=10)
     try:

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from runbook_lib import secret_refs as _secret_refs
+from runbook_lib._http import free_port as free_port  # re-exported: the simulators and tests import it here
 from runbook_lib.errors import NotFound, ProviderError, ProviderTimeout
 from runbook_lib.layout import POD_DEVICE_ENV
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Lifecycle, Pod, PodSpec
@@ -38,15 +39,6 @@ def _is_ambient_secret(name: str) -> bool:
 
 RUNBOOK_ENV_PREFIX = "RUNBOOK_"
 """The runbook's own variables; a service pod inherits and is given none of them."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's pick for port 0)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def endpoint_argv(spec: EndpointSpec, port_file: str) -> list[str]:
