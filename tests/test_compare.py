@@ -157,6 +157,24 @@ def test_a_lost_measurement_makes_its_gates_inconclusive_not_fail() -> None:
     assert gates["latency_p95_ratio"].verdict == gates["cold_start_ratio"].verdict == "PASS"  # not fed by it
 
 
+def test_a_noisy_a_a_floor_names_an_offered_load_near_the_source_capacity() -> None:
+    # The last source round 2.3 times slower than the first (S,T,T,S): the A/A floor is
+    # INCONCLUSIVE. The source completed 48 requests/s in its closed-loop rounds; offered at 45/s
+    # (94 %) the detail names the load as the cause and the setting to lower; at the demo's 30/s
+    # (63 %, under 80 %) it does not.
+    res = _res([])
+    res.samples.loc[res.samples["round"] == 3, "total_s"] *= 2.3
+    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    data["measure"]["arrival_rate_per_s"] = 45
+    busy = SimpleNamespace(mig=validate(data), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
+    near = {r.name: r for r in compare.compare_gates(busy, res, _costs())}["noise_floor"]
+    assert near.verdict == "INCONCLUSIVE" and near.blocking
+    assert "the offered load, 45 requests/s, is 94% of the source's measured saturation throughput (48.0 requests/s)" \
+        in near.detail and near.detail.endswith("offer at most 80% of it (measure.arrival_rate_per_s)")
+    calm = {r.name: r for r in compare.compare_gates(_ctx(), res, _costs())}["noise_floor"]
+    assert calm.verdict == "INCONCLUSIVE" and "offered load" not in calm.detail
+
+
 PERFORMANCE = ("latency_p95_ratio", "noise_floor", "throughput_ratio", "cold_start_ratio", "cost_per_accepted_unit",
                "latency_slo")
 

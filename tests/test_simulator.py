@@ -336,6 +336,10 @@ def test_a_rehearsal_shortens_a_measurement_and_never_lengthens_one() -> None:
     assert "measure.requests_per_round" not in got and "measure.warmup_requests" not in got
     assert got["measure.rounds"] == 4  # `true` is not a count: SHORTER's applies
     assert got["gates.latency_p95_ratio_max"] == 3.0
+    # The offered load only lowers too: 20/s becomes 10/s, a drill's own 5/s stands.
+    assert got["measure.arrival_rate_per_s"] == 10 < data["measure"]["arrival_rate_per_s"]
+    data["measure"]["arrival_rate_per_s"] = 5.0
+    assert "measure.arrival_rate_per_s" not in shorter(data)
     assert shorter({"workload": {"kind": "checkpoint"}}) == {}
 
 

@@ -156,17 +156,7 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
         extra.append(g.capacity(res.target_workers_ready or 0, 1 if mig.workload.kind == "service" else
                                 mig.target.workers, phase="04"))
         extra.append(g.latency_slo(lat["target"], slo_s=mig.workload.requirements.max_request_s, phase="04"))
-    if len(src_rounds) >= 2:
-        aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=gc.latency_p95_ratio_max,
-                           q=95 if mig.workload.serves else 50, phase="04")
-        if not mig.workload.serves:
-            # For training (and restores) the A/A result is scored, not blocking: sub-millisecond steps of the demo
-            # MLP drift with any host activity between pods. Training steps of hundreds of ms would
-            # support a blocking check; no params setting asks for one yet.
-            aa = g.from_dict({**aa.to_dict(), "blocking": False})
-        extra.append(aa)
-    else:
-        extra.append(g.noise_floor(np.array([]), np.array([]), max_ratio=gc.latency_p95_ratio_max, phase="04"))
+    extra.append(aa_gate(mig, src_rounds, t))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     if mig.workload.serves:
         extra.append(g.baseline_health(_source_statuses(res, on["source"], zero), max_rate=gc.error_rate_max,
@@ -191,6 +181,38 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     if mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
         results += token_gates(mig, s, rounds, on, done)
     return qualified(mig, res, results)
+
+
+NEAR_CAPACITY = 0.8
+"""Offered load, as a share of the source's measured saturation throughput, above which open-loop
+latency measures a queue's growth more than the service: in an M/M/1 queue the mean response
+time is 1 / (mu - lambda), five service times at 0.8 and rising as 1 / (1 - rho)^2 with any
+slowdown (Kleinrock, Queueing Systems, Vol. 1, 1975, section 3.2)."""
+
+
+def aa_gate(mig: Migration, src_rounds: list[np.ndarray], t: pd.DataFrame) -> g.GateResult:
+    """The A/A noise floor on the first and last source rounds (:func:`runbook_lib.gates.noise_floor`):
+    blocking for a serving workload, scored for training (sub-millisecond steps of the demo MLP
+    drift with any host activity between pods). When it is INCONCLUSIVE and the open-loop rate is
+    at least :data:`NEAR_CAPACITY` of the source's saturation throughput (requests completed per
+    second of the closed-loop rounds, ``t``: the throughput table), its detail says so: that
+    noise comes from the offered load, and a lower ``measure.arrival_rate_per_s`` is the remedy."""
+    if len(src_rounds) < 2:
+        return g.noise_floor(np.array([]), np.array([]), max_ratio=mig.gates.latency_p95_ratio_max, phase="04")
+    aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=mig.gates.latency_p95_ratio_max,
+                       q=95 if mig.workload.serves else 50, phase="04")
+    if not mig.workload.serves:
+        return g.from_dict({**aa.to_dict(), "blocking": False})
+    src = t[t["side"] == "source"]
+    elapsed = float(src["elapsed_s"].astype(float).sum()) if len(src) else 0.0
+    capacity = float(src["completed"].astype(float).sum()) / elapsed if elapsed > 0 else math.nan
+    offered = mig.measure.arrival_rate_per_s
+    if aa.verdict == "INCONCLUSIVE" and capacity > 0 and offered >= NEAR_CAPACITY * capacity:
+        note = (f"; the offered load, {offered:g} requests/s, is {offered / capacity:.0%} of the source's measured "
+                f"saturation throughput ({capacity:.1f} requests/s), so open-loop latency there is mostly queue growth: "
+                f"offer at most {NEAR_CAPACITY:.0%} of it (measure.arrival_rate_per_s)")
+        return g.from_dict({**aa.to_dict(), "detail": aa.detail + note})
+    return aa
 
 
 def qualified(mig: Migration, res: Measured, results: list[g.GateResult]) -> list[g.GateResult]:
