@@ -477,6 +477,28 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         inter_token=pd.DataFrame(gaps, columns=ITL_COLUMNS) if ctx.mig.workload.kind == "service" else None)
 
 
+def round_attempt(ctx: PhaseContext, side: str, r: int) -> Callable[[int], tuple[Pod, Pod, dict[str, Path]]]:
+    """Attempt ``k`` of training round ``r`` on ``side`` (for :func:`measured_with_retries`): rent
+    the round's bench pod, run the acceptance agent, destroy the pod and fetch its result set to
+    ``04/bench/<tag>``; returns ``(pod, its final state, {file name: local path})``. Attempt 0 applies
+    :func:`bench_plan` tag ``<r>``, which :func:`planned` lists and the phase's approval covers.
+    A retry after a machinery failure (attempt ``k`` >= 1, tag ``<r>-retry<k>``) is another
+    rental: its plan is in no earlier approval, so it is applied only under its own.
+
+    Raises:
+        ApprovalRequired: the attempt's plan is not approved (a retry's, until someone approves
+            it); nothing is created and its plan is left pending in ``approvals/``.
+        WorkloadError, NoCapacity, ProviderError, StorageError: as :meth:`Agents.run` and the
+            fetch raise them (the last two are retried by :func:`measured_with_retries`)."""
+    def attempt(k: int) -> tuple[Pod, Pod, dict[str, Path]]:
+        tag = str(r) if k == 0 else f"{r}-retry{k}"
+        run = ctx.agents.run(side, bench_plan(ctx, side, tag), result_prefix=ctx.store_prefix("bench", tag, "result"))
+        files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
+        return run.pod, run.done, files
+
+    return attempt
+
+
 def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> Measured:
     """Interleaved rounds of the training job on pods; step times are the latency samples. A
     round whose pod cannot be launched, waited on or read back is retried with a new pod (its
@@ -504,14 +526,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
             stops.append(stop)
             return 0
 
-        def attempt(k: int) -> tuple[Pod, Pod, dict[str, Path]]:
-            tag = str(r) if k == 0 else f"{r}-retry{k}"
-            run = ctx.agents.run(side, bench_plan(ctx, side, tag),
-                                          result_prefix=ctx.store_prefix("bench", tag, "result"))
-            files = ctx.evidence.fetch(ctx.store, ctx.store_prefix("bench", tag, "result"), f"04/bench/{tag}")
-            return run.pod, run.done, files
-
-        got = measured_with_retries(ctx, attempt, log, what=f"round {r} {side} training pod", kind="training_round", side=side,
+        got = measured_with_retries(ctx, round_attempt(ctx, side, r), log, what=f"round {r} {side} training pod", kind="training_round", side=side,
                      sleep=sleep)
         if got.value is None:
             return 0
