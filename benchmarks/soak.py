@@ -17,7 +17,10 @@ leftovers=<count>``. Target: ``go=20/20`` on an idle 2-core machine; with ``make
 beside it, no crash (a HOLD that names the noise floor is the gates honestly seeing the load).
 Exits 1 on a crash (exit 4) or anything left behind.
 
-Usage: python benchmarks/soak.py [--runs 20] [--train] [--params params/demo.yaml]
+Usage: python benchmarks/soak.py [--runs 20] [--train] [--params params/demo.yaml] [--root DIR]
+
+``--root``: the project directory the runs use (its ``params/``, ``.runbook/`` and ``reports/``;
+default this checkout).
 """
 
 from __future__ import annotations
@@ -39,15 +42,16 @@ KEPT_POD_FILES = {"pod.json", "log.txt", "exit.json", "port"}
 KEPT_TOP = {"local", "store", "fixtures"}
 
 
-def run_once(params: Path) -> dict:
-    """One ``runbook run``; returns decision, exit code, wall seconds, failed phase, run dir."""
+def run_once(params: Path, root: Path = ROOT) -> dict:
+    """One ``runbook run`` in project ``root``; returns decision, exit code, wall seconds, failed
+    phase, run dir."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.cli", "run", str(params)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.cli", "run", str(params)], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out, _ = proc.communicate()
     wall = time.perf_counter() - t0
     m = re.search(r"^evidence: (.+)$", out, re.M)
-    run_dir = Path(m.group(1)) if m else None
+    run_dir = root / m.group(1) if m else None
     decision, failed, reason = "?", "-", ""
     if run_dir and (run_dir / "manifest.json").exists():
         man = json.loads((run_dir / "manifest.json").read_text())
@@ -61,11 +65,11 @@ def run_once(params: Path) -> dict:
             "run_dir": run_dir, "reason": reason, "pid": proc.pid}
 
 
-def leftovers(run_ids: set[str], runner_pids: set[int]) -> list[str]:
-    """What the soak's runs left: resources not destroyed, disks, processes, ports, kernels,
-    unexpected files under ``.runbook/``."""
+def leftovers(run_ids: set[str], runner_pids: set[int], root: Path = ROOT) -> list[str]:
+    """What the soak's runs in project ``root`` left: resources not destroyed, disks, processes,
+    ports, kernels, unexpected files under ``.runbook/``."""
     found: list[str] = []
-    state = ROOT / ".runbook"
+    state = root / ".runbook"
     ours: set[str] = set()
     for meta_file in sorted((state / "local" / "pods").glob("*/pod.json")):
         meta = json.loads(meta_file.read_text())
@@ -102,7 +106,7 @@ def leftovers(run_ids: set[str], runner_pids: set[int]) -> list[str]:
             if entry.name != "runs":
                 found.append(f".runbook/store/{entry.name} is outside store/runs/<run_id>/")
     for rid in run_ids:
-        if (runs / rid).exists() and not (ROOT / "reports" / rid).exists():
+        if (runs / rid).exists() and not (root / "reports" / rid).exists():
             found.append(f"store/runs/{rid} has no run directory in reports/")
     return found
 
@@ -112,18 +116,20 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--params", default="params/demo.yaml")
     ap.add_argument("--train", action="store_true", help="alternate with params/demo-train.yaml")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the project directory (default: this checkout)")
     args = ap.parse_args(argv)
-    files = [ROOT / args.params] + ([ROOT / "params/demo-train.yaml"] if args.train else [])
+    root = args.root.resolve()
+    files = [root / args.params] + ([root / "params/demo-train.yaml"] if args.train else [])
     rows = []
     for i in range(args.runs):
         params = files[i % len(files)]
-        r = run_once(params)
+        r = run_once(params, root)
         rows.append(r)
         print(f"run {i + 1:>2}/{args.runs} {params.name:<16} {r['decision']:<12} exit={r['exit']:<3} "
               f"wall_s={r['wall_s']:6.1f} failed_phase={r['failed_phase']}"
               + (f"  ({r['reason'][:160]})" if r["reason"] else ""), flush=True)
     run_ids = {r["run_dir"].name for r in rows if r["run_dir"]}
-    left = leftovers(run_ids, {r["pid"] for r in rows})
+    left = leftovers(run_ids, {r["pid"] for r in rows}, root)
     print(f"left behind: {len(left)}" + "".join(f"\n  {x}" for x in left))
     walls = [r["wall_s"] for r in rows]
     go = sum(r["decision"] == "GO" for r in rows)
