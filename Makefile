@@ -96,9 +96,11 @@ $(RUNPOD_STAMP):
 # and 05 exclusively, so nothing else of the runbook's runs while they time the sides. The readers
 # of a shared run go to one worker (tests/conftest.py). It prints the 25 slowest cases, so a new
 # case's cost shows in the CI log. test-e2e-parallel and test-e2e-measure run one marker's cases.
+# tests/bare-host runs the tier with no credential in its environment, no GPU visible and (as
+# root) no network but loopback: what the README says a fresh machine needs.
 e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) demo-service-models browser haproxy
 
-E2E_PYTEST := $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
+E2E_PYTEST := tests/bare-host $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 test-e2e: e2e-setup
 	$(E2E_PYTEST) -m "e2e and not smoke"
