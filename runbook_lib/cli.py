@@ -219,6 +219,7 @@ def _faults(path: str, *, per_provider: bool, provider: str = "") -> dict[str, A
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    import faulthandler
     import secrets
     import signal
     import time
@@ -237,6 +238,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                          "another port or 0 for a free one; nothing was started") from None
     # SIGTERM (a service manager, `kill`) stops it like Ctrl-C: its machines are destroyed, not orphaned.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: a simulator that stops answering, or
+    # does not stop, shows where it waits (https://docs.python.org/3/library/faulthandler.html).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     exports = sim_module(args.provider).exports(srv.url, key)
     print(f"{args.provider} simulator at {srv.url} (Ctrl-C stops it and destroys its machines). Point a run at it:")
     print("  export " + " ".join(f"{k}='{v}'" for k, v in exports.items()))

@@ -367,8 +367,16 @@ def test_runbook_simulate_serves_until_ctrl_c_and_prints_the_exports(
         assert httpx.get(url + probe[1], timeout=10).status_code == 401  # the printed key is the one it demands
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=15)
-        assert time.monotonic() - t0 < 10
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the command's faulthandler prints every thread's stack
+            time.sleep(2)
+            stacks = []
+            while not out.empty():
+                stacks.append(out.get())
+            pytest.fail("still running 30 s after SIGINT; its threads:\n" + "".join(stacks))
+        assert time.monotonic() - t0 < 30
         rest = []
         while (line := out.get(timeout=5)) != "":
             rest.append(line)
