@@ -737,7 +737,18 @@ class Measure(_Model):
     # A request sent later than this after its intended time means the load generator fell
     # behind (coordinated omission); its round's latencies are then not a result, seconds.
     max_send_lateness_s: float = Field(default=0.1, gt=0, le=60)
+    # gates.method sequential: rounds a side before the first look that may stop (2 show
+    # between-round variation) and the most rounds a side it measures (its budget).
+    min_rounds: int = Field(default=2, ge=2, le=50)
+    max_rounds: int = Field(default=8, ge=2, le=50)
 
+
+    @model_validator(mode="after")
+    def _budget_holds_the_minimum(self) -> "Measure":
+        if self.max_rounds < self.min_rounds:
+            raise ValueError(f"measure.max_rounds ({self.max_rounds}) is below measure.min_rounds ({self.min_rounds}): "
+                             "the budget must allow the rounds measured before the first look; raise max_rounds")
+        return self
 
     @model_validator(mode="after")
     def _client_outlasts_the_handler(self) -> "Measure":
@@ -775,6 +786,12 @@ class Gates(_Model):
     # kind: service: seconds from killing the canary to its answering again (phase 03); the
     # migration design's "acceptance thresholds for ... recovery" (seed 001). None: scored.
     recovery_s_max: float | None = Field(default=None, gt=0, le=86_400)
+    # How phase 04 judges the latency p95 and throughput ratios: ``fixed``, once after
+    # ``measure.rounds`` (a 90 % block-bootstrap interval over rounds); ``sequential``, after each
+    # pair of rounds with anytime-valid confidence sequences, stopping as soon as every blocking
+    # one is decided (``measure.min_rounds`` to ``measure.max_rounds`` a side;
+    # runbook_lib.gates.sequential).
+    method: Literal["fixed", "sequential"] = "fixed"
 
 
 DrillName = Literal["redeliver", "preferred_offer_removed", "hung_worker", "spend_limit", "output_durability"]
@@ -1042,6 +1059,14 @@ class Migration(_Model):
                                  f"endpoint_mode load_balancing (are {modes['source']!r} and {modes['target']!r}: a "
                                  f"job API's status polls would reach the other side) and cutover.mode drain (is "
                                  f"{mode!r}); change those, or use router kind client")
+        fixed_only, sequential_only = {"rounds", "max_extra_rounds"}, {"min_rounds", "max_rounds"}
+        unread = (fixed_only if self.gates.method == "sequential" else sequential_only) & self.measure.model_fields_set
+        if unread:
+            names = ", ".join(f"measure.{n}" for n in sorted(unread))
+            raise ValueError(f"{names} {'is' if len(unread) == 1 else 'are'} not read under gates.method "
+                             f"{self.gates.method!r}: the fixed method measures measure.rounds (plus max_extra_rounds), "
+                             "the sequential one stops between measure.min_rounds and measure.max_rounds a side; "
+                             "remove it or change gates.method")
         if kind in ("inference", "service") and mode == "quiesce":
             raise ValueError("cutover.mode 'quiesce' stops writes; an inference endpoint serves requests and moves by "
                              "drain (finish in-flight work, then switch) or dual_run (both sides serve the window); "

@@ -708,6 +708,43 @@ class LoadGeneratorRound(_Model):
     on_time: bool = True
 
 
+class SequentialLook(_Model):
+    """One look at a sequential gate after ``pairs`` pairs of rounds: the geometric mean of the
+    per-pair ratios, the confidence sequence as ratios (``upper`` None while unbounded) and the
+    verdict the sequence gave there."""
+
+    pairs: int
+    estimate: float
+    lower: float
+    upper: float | None
+    verdict: str
+
+
+class SequentialGate(_Model):
+    """A sequential gate's threshold, direction, whether it blocks (its threshold was set in the
+    params), the pair at which it was decided (None: undecided) and every look."""
+
+    threshold: float
+    higher_is_better: bool
+    blocking: bool
+    decided_at_pair: int | None
+    looks: tuple[SequentialLook, ...] = ()
+
+
+class SequentialRecord(_Model):
+    """Phase 04 under ``gates.method: sequential`` (:mod:`runbook_lib.phases.compare.sequential`):
+    the sequences' level and mixture precision, the minimum and budget in rounds a side, the pairs
+    measured and the pair at which every blocking gate was decided (None: the budget ended it)."""
+
+    alpha: float
+    mixture_c: float
+    min_rounds: int
+    max_rounds: int
+    pairs_measured: int
+    stopped_at_pair: int | None
+    gates: dict[str, SequentialGate] = Field(default_factory=dict)
+
+
 class CompareData(PhaseData):
     """Phase 04's record data (:func:`runbook_lib.phases.compare.judge.record_data`); the raw
     samples stay in the files the record hashes. Costs are :meth:`runbook_lib.cost.CostBreakdown.to_dict`
@@ -739,6 +776,8 @@ class CompareData(PhaseData):
     load_generator: tuple[LoadGeneratorRound, ...] = ()
     token_metrics: dict[str, dict[str, Number]] = Field(default_factory=dict)
     drills: tuple[DrillRow, ...] = ()
+    method: str = "fixed"
+    sequential: SequentialRecord | None = None
 
 
 # -- phase 05 ------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ import pytest
 
 from runbook_lib import cost
 from runbook_lib import gates as g
-from runbook_lib.errors import ProviderError, WorkloadError
+from runbook_lib.errors import ParamsError, ProviderError, WorkloadError
 from runbook_lib.measure import Attempted, frozen_heap, with_retries
 from runbook_lib.params import Measure, load_params, operator_set, parse_yaml, validate
 from runbook_lib.phases import compare
+from runbook_lib.phases.compare import sequential as seqmod
 from runbook_lib.records import SpendRecord
 
 from .conftest import ROOT
@@ -347,3 +348,93 @@ def test_a_heap_frozen_before_stays_frozen() -> None:
         assert gc.get_freeze_count() >= before  # not unfrozen by a block that did not freeze it first
     finally:
         gc.unfreeze()
+
+
+def _sequential_ctx(**measure: Any) -> SimpleNamespace:
+    """The demo's params judged sequentially (its measure.rounds removed: the fixed horizon)."""
+    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    data["gates"]["method"] = "sequential"
+    data["measure"].pop("rounds")
+    data["measure"].update(measure)
+    return SimpleNamespace(mig=validate(data), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
+
+
+def _sequential_run(ctx: SimpleNamespace, slower: float, seed: int) -> tuple[list[tuple[int, str]], compare.Measured]:
+    """Phase 04's real round schedule (compare.schedule_rounds) with its live look, over rounds
+    of 200 lognormal latencies (between-round spread 2 %) and a saturation throughput each; the
+    target ``slower`` times the source in both."""
+    rng = np.random.default_rng(seed)
+    run: list[tuple[int, str]] = []
+    rows: list[dict[str, Any]] = []
+    thr: list[dict[str, Any]] = []
+
+    def run_round(r: int, side: str) -> int:
+        run.append((r, side))
+        f = (slower if side == "target" else 1.0) * rng.lognormal(0.0, 0.02)
+        rows.extend({"side": side, "round": r, "request": i, "total_s": v * f, "status": "COMPLETED", "accepted": True}
+                    for i, v in enumerate(rng.lognormal(-2.0, 0.2, size=200)))
+        thr.append({"side": side, "round": r, "requests": 48.0, "completed": 48.0, "failed": 0.0, "elapsed_s": f,
+                    "throughput_units_per_s": 48.0 / f})
+        return 200
+
+    compare.schedule_rounds(ctx, run_round, look=lambda: seqmod.should_stop(ctx.mig, pd.DataFrame(rows),
+                                                                            pd.DataFrame(thr)))
+    res = compare.Measured(samples=pd.DataFrame(rows), throughput=pd.DataFrame(thr), target_workers_ready=1,
+                           cold_starts=pd.DataFrame([{"side": "source", "cold_start_s": 2.0, "first_status": "COMPLETED"},
+                                                     {"side": "target", "cold_start_s": 2.1, "first_status": "COMPLETED"}]),
+                           attempts=[], billed_s={"source": 60.0, "target": 60.0},
+                           egress_bytes={"source": 0.0, "target": 0.0}, spend=SpendRecord())
+    return run, res
+
+
+def test_sequential_phase_04_stops_at_the_first_decided_look_and_its_evidence_re_derives_it() -> None:
+    # A target 2.5 times slower than the source against the demo's max of 2.0: NO-GO in fewer
+    # rounds than the fixed horizon's 8 a side, at the first look where both blocking ratios are
+    # decided; judging the raw samples again finds the same stopping pair (sequential_stop PASS).
+    ctx = _sequential_ctx()
+    run, res = _sequential_run(ctx, slower=2.5, seed=1)
+    pairs = len(run) // 2
+    assert [side for _, side in run] == compare.round_sides(len(run)) and ctx.mig.measure.min_rounds <= pairs < 8
+    gates = {r.name: r for r in compare.compare_gates(ctx, res, _costs())}
+    assert gates["latency_p95_ratio"].verdict == "FAIL" and gates["latency_p95_ratio"].samples == {"pairs": pairs}
+    assert gates["sequential_stop"].verdict == "PASS" and gates["sequential_stop"].blocking
+    assert g.decide(list(gates.values()))[0] == "NO-GO"
+    rec = seqmod.record(seqmod.traces(ctx.mig, res.samples, res.throughput), ctx.mig)
+    assert rec.pairs_measured == rec.stopped_at_pair == pairs
+    assert max(gt.decided_at_pair or 0 for gt in rec.gates.values()) == pairs  # the later of the two decisions
+    assert [lk.pairs for lk in rec.gates["latency_p95_ratio"].looks] == list(range(1, pairs + 1))
+    # One pair more than the rule allows (measuring past the decision, or rounds added afterwards):
+    def _plus_a_pair(df: pd.DataFrame) -> pd.DataFrame:
+        return pd.concat([df, df[df["round"] < 2].assign(round=lambda d: d["round"] + 2 * pairs)])
+
+    more = compare.Measured(**{**res.__dict__, "samples": _plus_a_pair(res.samples),
+                               "throughput": _plus_a_pair(res.throughput)})
+    stop = {r.name: r for r in compare.compare_gates(ctx, more, _costs())}["sequential_stop"]
+    assert stop.verdict == "FAIL" and f"decided at pair {pairs}" in stop.detail
+
+
+def test_sequential_phase_04_runs_to_its_budget_when_the_target_sits_on_the_margin() -> None:
+    # A target exactly at the latency max never leaves the margin: the whole budget (4 pairs
+    # here) is measured and the latency gate ends INCONCLUSIVE with the sequence it reached.
+    ctx = _sequential_ctx(max_rounds=4)
+    run, res = _sequential_run(ctx, slower=2.0, seed=2)
+    assert len(run) == 8
+    gates = {r.name: r for r in compare.compare_gates(ctx, res, _costs())}
+    assert gates["latency_p95_ratio"].verdict == "INCONCLUSIVE" and "budget 4 a side" in gates["latency_p95_ratio"].detail
+    assert gates["sequential_stop"].verdict == "PASS" and "budget of 4 pairs reached" in gates["sequential_stop"].detail
+
+
+def test_an_option_the_chosen_method_does_not_read_is_refused() -> None:
+    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    data["gates"]["method"] = "sequential"  # measure.rounds is still set: the fixed horizon
+    with pytest.raises(ParamsError, match=r"measure\.rounds is not read under gates\.method 'sequential'"):
+        validate(data)
+    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    data["measure"]["max_rounds"] = 6  # fixed method: the sequential budget would be ignored
+    with pytest.raises(ParamsError, match=r"measure\.max_rounds is not read under gates\.method 'fixed'"):
+        validate(data)
+    data["gates"]["method"] = "sequential"
+    data["measure"].pop("rounds")
+    data["measure"].update(min_rounds=4, max_rounds=3)
+    with pytest.raises(ParamsError, match=r"measure\.max_rounds \(3\) is below measure\.min_rounds \(4\)"):
+        validate(data)

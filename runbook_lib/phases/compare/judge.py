@@ -18,6 +18,7 @@ from runbook_lib import gates as g
 from runbook_lib.measure import INIT_PARTS
 from runbook_lib.params import Migration, operator_set
 from runbook_lib.phases import PhaseContext, Shown, md, table
+from runbook_lib.phases.compare import sequential
 from runbook_lib.phases.compare.protocol import lost_measurements
 from runbook_lib.phases.compare.raw import Measured
 from runbook_lib.records import CompareData, LoadGeneratorRound, Number, SideSummary, StoreToPod
@@ -180,6 +181,8 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     ]
     if mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
         results += token_gates(mig, s, rounds, on, done)
+    if mig.gates.method == "sequential":
+        results = sequential.judged(mig, s, t, results)
     return qualified(mig, res, results)
 
 
@@ -440,7 +443,10 @@ def record_data(res: Measured, costs_: dict[str, cost.CostBreakdown], summ: pd.D
         load_generator_gc=res.load_generator_gc,
         load_generator=tuple(load_generator_rounds(res.samples, mig.measure.max_send_lateness_s))
         if mig is not None and mig.workload.serves else (),
-        token_metrics=token_summary(res, mig) if mig is not None else {})
+        token_metrics=token_summary(res, mig) if mig is not None else {},
+        method=mig.gates.method if mig is not None else "fixed",
+        sequential=sequential.record(sequential.traces(mig, res.samples, res.throughput), mig)
+        if mig is not None and mig.gates.method == "sequential" else None)
 
 
 def _nan_free(rows: list[dict[str, Number]]) -> list[dict[str, Number]]:

@@ -32,6 +32,7 @@ from runbook_lib.measure import (
 )
 from runbook_lib.params import Measure
 from runbook_lib.phases import PhaseContext
+from runbook_lib.phases.compare import sequential
 from runbook_lib.phases.compare.raw import (
     ATTEMPTS_FILE,
     COLD_STARTS_FILE,
@@ -275,6 +276,10 @@ def planned(ctx: PhaseContext) -> list[tuple[str, Plan, str]]:
                  for side in cold_start_sides(ctx)]
                 + [(side, serving.plan(side, f"endpoint-{side}"), "always")
                    for side in ("source", "target")])
+    if ctx.mig.gates.method == "sequential":
+        return [(ROUND_PATTERN[r % 4], bench_plan(ctx, ROUND_PATTERN[r % 4], str(r)),
+                 "always" if r < 2 * m.min_rounds else "only while a blocking gate is undecided (gates.method: "
+                 "sequential, up to measure.max_rounds a side)") for r in range(2 * m.max_rounds)]
     sides = round_sides(m.rounds)
     out = [(side, bench_plan(ctx, side, str(r)), "always") for r, side in enumerate(sides)]
     out += [(ROUND_PATTERN[r % 4], bench_plan(ctx, ROUND_PATTERN[r % 4], str(r)),
@@ -305,10 +310,23 @@ def _short(ctx: PhaseContext, counts: dict[str, int]) -> bool:
     return min(counts.get("source", 0), counts.get("target", 0)) < need
 
 
-def schedule_rounds(ctx: PhaseContext, run_round: Any) -> int:
+def schedule_rounds(ctx: PhaseContext, run_round: Any, look: Callable[[], bool] | None = None) -> int:
     """Run the interleaved rounds, then extra ones while a side is short of samples and the
     extension budget (``measure.max_extra_rounds``) lasts. ``run_round(r, side)`` returns the
-    number of completed samples it added. Returns the number of extra rounds run."""
+    number of completed samples it added. Returns the number of extra rounds run.
+
+    Under ``gates.method: sequential`` it runs pairs of rounds instead (S,T then T,S, ...), up to
+    ``measure.max_rounds`` pairs, and after each pair from ``measure.min_rounds`` on asks
+    ``look()`` (:func:`runbook_lib.phases.compare.sequential.should_stop` on the measurement so
+    far) whether every blocking gate is decided; it stops when it is. No extra rounds: 0."""
+    m = ctx.mig.measure
+    if ctx.mig.gates.method == "sequential":
+        for pair in range(m.max_rounds):
+            for r in (2 * pair, 2 * pair + 1):
+                run_round(r, ROUND_PATTERN[r % 4])
+            if pair + 1 >= m.min_rounds and look is not None and look():
+                break
+        return 0
     counts: dict[str, int] = {}
     sides = round_sides(ctx.mig.measure.rounds)
     for r, side in enumerate(sides):
@@ -411,11 +429,10 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         endpoints[side], clients[side] = ep, client
     sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
     egress: dict[str, float] = {"source": 0.0, "target": 0.0}
-    thr: list[TableRow] = []
+    live = sequential.LiveLook(ctx.mig)  # what the sequential looks read; its throughput rows are the table's
     gaps: list[TableRow] = []
     warm_rows = [row for side in ("source", "target")  # warm-up, discarded from the gates and recorded
                  for row in _warm_up(ctx, side, clients[side], serving, log, sleep=sleep)]
-
     round_s: list[float] = []
     stops: list[cost.SpendStop] = []
 
@@ -440,17 +457,18 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
             row.pop("output", None)
             gaps.extend({"side": side, "round": r, "request": row["request"], "itl_s": x} for x in row.pop("itl_s", ()))
         egress[side] += sent
+        live.add(rows)
         sink.write(rows)
         burst = serving.request_inputs(m.throughput_requests, seed=3000 + round_block(r))
         sat = measured_with_retries(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
                      what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
         if sat.value is not None:
-            thr.append({"side": side, "round": r, **sat.value})
+            live.throughput.append({"side": side, "round": r, **sat.value})
         meter.charge(sent / cost.BYTES_PER_GB * ctx.resources.profile(side).egress_usd_per_gb)
         round_s.append(time.perf_counter() - started)
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
 
-    extra_rounds = schedule_rounds(ctx, one_round)
+    extra_rounds = schedule_rounds(ctx, one_round, look=live)
     end = time.perf_counter()
     health_end = measured_with_retries(ctx, lambda _k: clients["target"].health()["workers"], log, what="target workers after rounds",
                         kind="health", side="target", sleep=sleep)
@@ -459,7 +477,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     from_zero = measure_cold_starts(ctx, serving.request_inputs(1, seed=5000)[0][1], log, meter, stops, sleep=sleep,
                                     expected_s={c["side"]: c["cold_start_s"] for c in cold})
     sink.close()
-    throughput = pd.DataFrame(thr, columns=THROUGHPUT_COLUMNS) if not thr else pd.DataFrame(thr)
+    throughput = pd.DataFrame(live.throughput, columns=THROUGHPUT_COLUMNS) if not live.throughput else pd.DataFrame(live.throughput)
     for c in clients.values():
         c.close()
     # Both sides are billed from their create call to their first answer (the cold start, served
@@ -504,7 +522,6 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     round whose pod cannot be launched, waited on or read back is retried with a new pod (its
     own store prefix ``bench/<round>-retry<k>``); a pod whose job exits non-zero is not retried
     (that is the workload failing, not the measuring)."""
-    thr: list[TableRow] = []
     cold: list[TableRow] = []
     warm_rows: list[TableRow] = []
     fetched: list[StoreFetch] = []
@@ -515,6 +532,8 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     meter = spend_meter(ctx)
     stops: list[cost.SpendStop] = []
     round_s: list[float] = []
+    live = sequential.LiveLook(ctx.mig)  # every step so far: what the sequential looks read
+    thr = live.throughput
 
     def one_round(r: int, side: str) -> int:
         # Stop before launching a round's pod that could cross gates.spend_limit_usd: expected to
@@ -553,13 +572,14 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
                          "execution_s": t, "status": "COMPLETED" if ok else "FAILED",
                          "loss": met.get("loss", math.nan), "accepted": ok})
         sink.write(rows)
+        live.add(rows)
         timed = att["step_times_s"][warmup:]
         total = sum(timed)
         thr.append({"side": side, "round": r, "requests": float(len(timed)), "completed": float(len(timed)), "failed": 0.0,
                     "elapsed_s": total, "throughput_units_per_s": len(timed) * bs / total if total > 0 else 0.0})
         return len(timed)
 
-    extra_rounds = schedule_rounds(ctx, one_round)
+    extra_rounds = schedule_rounds(ctx, one_round, look=live)
     sink.close()
     throughput = pd.DataFrame(thr) if thr else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
     return Measured(samples=pd.DataFrame(), cold_starts=pd.DataFrame(cold), throughput=throughput, billed_s=billed,
