@@ -237,7 +237,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"--port {args.port}: cannot listen on 127.0.0.1:{args.port} ({exc.strerror or exc}); choose "
                          "another port or 0 for a free one; nothing was started") from None
     # SIGTERM (a service manager, `kill`) stops it like Ctrl-C: its machines are destroyed, not orphaned.
+    # SIGINT is set explicitly too: a process started with SIGINT ignored (a shell's background
+    # job without job control) would otherwise keep ignoring it, and Python installs its
+    # KeyboardInterrupt handler only where SIGINT was not ignored at start
+    # (https://docs.python.org/3/library/signal.html#execution-of-python-signal-handlers).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: a simulator that stops answering, or
     # does not stop, shows where it waits (https://docs.python.org/3/library/faulthandler.html).
     faulthandler.register(signal.SIGUSR1, all_threads=True)

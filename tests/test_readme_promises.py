@@ -350,9 +350,12 @@ def test_runbook_simulate_serves_until_ctrl_c_and_prints_the_exports(
     to end (``_cmd_simulate`` returns 0; 130 is ``runbook run``'s code for an interrupted run)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in KEY_VARS}
+    # Started with SIGINT ignored, as a shell's background job starts its commands: Ctrl-C must
+    # still stop it (the command sets its own handler).
     proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.cli", "simulate", provider, "--port", str(port),
                              "--state", str(tmp_path / "state")], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         out = _lines(proc.stdout)
         shown = _until(out, lambda s: s.strip().startswith("export "), timeout_s=30)
