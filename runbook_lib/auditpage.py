@@ -123,7 +123,23 @@ def _cost(receipt: Receipt, sections: dict[str, str]) -> str:
         return "<h3>Cost</h3><p>no cost per accepted unit was measured</p>"
     return (f"<h3>Cost</h3><p>per accepted unit: source {fmt(cost.source, 'USD')}, target {fmt(cost.target, 'USD')} "
             f"({fmt(cost.ratio, 'ratio')}), judged by "
-            f"{_link(sections, '04', 'cost_per_accepted_unit')} {_verdict(cost.verdict)}</p>")
+            f"{_link(sections, '04', 'cost_per_accepted_unit')} {_verdict(cost.verdict)}</p>" + _forecast(receipt))
+
+
+def _forecast(receipt: Receipt) -> str:
+    """The savings forecast's line: monthly costs at the declared traffic, the saving with its
+    interval, the break-even traffic."""
+    f = receipt.forecast
+    if f is None:
+        return ""
+    share = f"{f.saving_fraction:.1%}" if f.saving_fraction is not None else "n/a"
+    interval = (f" (90 % interval over rounds {f.saving_interval[0]:.1%} to {f.saving_interval[1]:.1%})"
+                if f.saving_interval else "")
+    even = (f"the costs per accepted unit cross at {f.break_even_per_s:.3g} requests/s" if f.break_even_per_s is not None
+            else "one side is cheaper at every traffic both can serve")
+    return (f"<p>Forecast at {f.traffic_per_s:.3g} requests/s: source {f.source_usd_per_month:,.2f} USD a month, target "
+            f"{f.target_usd_per_month:,.2f} USD a month; saving {f.saving_usd_per_month:,.2f} USD a month, {_e(share)} "
+            f"per accepted unit{interval}; cheaper there: {_e(f.cheaper_at_traffic)}; {even}</p>")
 
 
 def _gates(receipt: Receipt, sections: dict[str, str]) -> str:

@@ -177,6 +177,25 @@ class TrafficCost:
         return _json_ready(asdict(self))
 
 
+@dataclass(frozen=True)
+class ServingTerms:
+    """What an endpoint side's cost at a steady traffic depends on besides the traffic and its
+    capacity (the other arguments of :func:`at_traffic`, same units)."""
+
+    workers: int
+    warm_workers: int
+    price_usd_per_hour: float
+    acceptance: float
+    storage_gb: float = 0.0
+    storage_usd_per_gb_month: float = 0.0
+    egress_bytes_per_request: float = 0.0
+    egress_usd_per_gb: float = 0.0
+
+    def at(self, traffic_per_s: float, capacity_per_s: float) -> TrafficCost:
+        """:func:`at_traffic` of these terms at ``traffic_per_s`` with ``capacity_per_s`` (requests per second)."""
+        return at_traffic(traffic_per_s=traffic_per_s, capacity_per_s=capacity_per_s, **asdict(self))
+
+
 def at_traffic(*, traffic_per_s: float, capacity_per_s: float, workers: int, warm_workers: int,
                price_usd_per_hour: float, acceptance: float, storage_gb: float = 0.0,
                storage_usd_per_gb_month: float = 0.0, egress_bytes_per_request: float = 0.0,

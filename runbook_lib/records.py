@@ -745,6 +745,24 @@ class SequentialRecord(_Model):
     gates: dict[str, SequentialGate] = Field(default_factory=dict)
 
 
+class SavingsForecast(_Model):
+    """What moving saves at the declared traffic (:mod:`runbook_lib.phases.compare.forecast`):
+    each side's cost per month (USD, 730 hours, warm workers billed busy or idle), the saving per
+    month (source minus target, USD) and as a share of the source's cost per accepted unit with
+    its 90 % bootstrap interval over rounds (None with fewer than 2 rounds a side), which side is
+    cheaper there, and the traffic at which the costs per accepted unit cross (requests per
+    second; None: one side is cheaper at every traffic both can serve)."""
+
+    traffic_per_s: float
+    source_usd_per_month: float
+    target_usd_per_month: float
+    saving_usd_per_month: float
+    saving_fraction: float | None
+    saving_interval: tuple[float, float] | None = None
+    cheaper_at_traffic: str = ""
+    break_even_per_s: float | None = None
+
+
 class CompareData(PhaseData):
     """Phase 04's record data (:func:`runbook_lib.phases.compare.judge.record_data`); the raw
     samples stay in the files the record hashes. Costs are :meth:`runbook_lib.cost.CostBreakdown.to_dict`
@@ -778,6 +796,7 @@ class CompareData(PhaseData):
     drills: tuple[DrillRow, ...] = ()
     method: str = "fixed"
     sequential: SequentialRecord | None = None
+    forecast: SavingsForecast | None = None
 
 
 # -- phase 05 ------------------------------------------------------------------------------------
@@ -1083,6 +1102,7 @@ class Receipt(_Model):
     reconciliation: Reconciliation | None = None
     timeline: tuple[TimelineEvent, ...] = ()
     service: ServiceReceipt | None = None
+    forecast: SavingsForecast | None = None
     teardown: TeardownNote = Field(default_factory=TeardownNote)
     resources: ReceiptResources = Field(default_factory=ReceiptResources)
     gates: tuple[GateResult, ...] = ()

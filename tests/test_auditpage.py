@@ -92,3 +92,16 @@ def test_a_gate_table_marks_each_verdict_in_colour_and_in_text() -> None:
     for v, colour in VERDICT_COLORS.items():
         assert f">{v}</td>" in html and f"background-color: {colour}" in html and f"verdict-{v}" in html
     assert len(set(VERDICT_COLORS.values())) == len(VERDICT_COLORS)  # no two verdicts share a colour
+
+
+def test_the_first_page_carries_the_savings_forecast() -> None:
+    from runbook_lib.records import SavingsForecast
+
+    f = SavingsForecast(traffic_per_s=20.0, source_usd_per_month=1460.0, target_usd_per_month=1338.33,
+                        saving_usd_per_month=121.67, saving_fraction=0.0833, saving_interval=(-0.004, 0.164),
+                        cheaper_at_traffic="target", break_even_per_s=11.0)
+    page = first_page(_receipt(forecast=f), SealStatus(kind="closed", files=41), SECTIONS)
+    assert ("Forecast at 20 requests/s: source 1,460.00 USD a month, target 1,338.33 USD a month; saving 121.67 USD "
+            "a month, 8.3% per accepted unit (90 % interval over rounds -0.4% to 16.4%); cheaper there: target; the "
+            "costs per accepted unit cross at 11 requests/s") in page
+    assert "Forecast" not in first_page(_receipt(), SealStatus(kind="closed", files=41), SECTIONS)

@@ -106,6 +106,12 @@ def test_inference_demo_goes_with_full_evidence(inference_go_run: RunResult, tmp
     r = _receipt(res)
     assert r["decision"] == "GO" and r["exit_code"] == 0
     assert {g["verdict"] for g in r["gates"]} == {"PASS"}
+    # The savings forecast: phase 04's, in the receipt; its monthly costs are the cost gate's
+    # hourly costs at the declared traffic times 730 hours.
+    rec04 = json.loads((d / "04_compare_production.json").read_text())["data"]
+    assert r["forecast"] == rec04["forecast"] and r["forecast"]["traffic_per_s"] == 30.0
+    for side in ("source", "target"):
+        assert r["forecast"][f"{side}_usd_per_month"] == pytest.approx(rec04["cost_at_traffic"][side]["usd_per_hour"] * 730)
     names = {g["name"] for g in r["gates"]}
     assert {"artifact_checksum", "output_parity", "failure_resume", "artifact_reload", "latency_p95_ratio",
             "throughput_ratio", "cold_start_ratio", "error_rate", "cost_per_accepted_unit", "cutover_slices",

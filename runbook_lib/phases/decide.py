@@ -360,6 +360,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         timeline=tuple(timeline(ctx, decided_at=decided_at, decision=decision, route=actions.route, point=point,
                                 reconciliation=actions.reconciliation)),
         service=service_receipt(ctx),
+        forecast=ctx.records.compare.forecast if ctx.records.compare else None,
         teardown=TeardownNote(
             teardown_source=ctx.mig.run.teardown_source,
             note=("the embedded run owns both sides: after the decision it destroys every resource it created, so the "

@@ -18,10 +18,10 @@ from runbook_lib import gates as g
 from runbook_lib.measure import INIT_PARTS
 from runbook_lib.params import Migration, operator_set
 from runbook_lib.phases import PhaseContext, Shown, md, table
-from runbook_lib.phases.compare import sequential
+from runbook_lib.phases.compare import forecast, sequential
 from runbook_lib.phases.compare.protocol import lost_measurements
 from runbook_lib.phases.compare.raw import Measured
-from runbook_lib.records import CompareData, LoadGeneratorRound, Number, SideSummary, StoreToPod
+from runbook_lib.records import CompareData, LoadGeneratorRound, Number, SavingsForecast, SideSummary, StoreToPod
 
 OPERATOR_SETTINGS: dict[str, str] = {
     "latency_p95_ratio": "gates.latency_p95_ratio_max",
@@ -61,31 +61,52 @@ def costs(ctx: PhaseContext, res: Measured) -> dict[str, cost.CostBreakdown]:
     return out
 
 
+def traffic_terms(mig: Migration, res: Measured, side: str) -> tuple[cost.ServingTerms, np.ndarray] | None:
+    """What :func:`runbook_lib.cost.at_traffic` needs of ``side`` besides the traffic and the
+    capacity (its workers, warm workers, price, accepted share of the open-loop requests, storage,
+    egress per answer), and its per-round saturation throughputs (requests per second, the
+    capacity's samples). None when the side measured no request or no throughput."""
+    s, t = res.samples, res.throughput
+    prof = getattr(mig, side)
+    mine = s["accepted"].to_numpy(dtype=float)[(s["side"] == side).to_numpy(dtype=bool)] if len(s) else np.array([])
+    thr = t[t["side"] == side]["throughput_units_per_s"].to_numpy(dtype=float) if len(t) else np.array([])
+    if not mine.size or not thr.size or float(thr.mean()) <= 0:
+        return None
+    terms = cost.ServingTerms(workers=prof.workers, warm_workers=prof.warm_workers,
+                              price_usd_per_hour=prof.price_usd_per_hour, acceptance=float(mine.mean()),
+                              storage_gb=mig.workload.requirements.disk_gb,
+                              storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
+                              egress_bytes_per_request=res.egress_bytes[side] / mine.size,
+                              egress_usd_per_gb=prof.egress_usd_per_gb)
+    return terms, thr
+
+
 def costs_at_traffic(mig: Migration, res: Measured) -> dict[str, cost.TrafficCost] | None:
     """Inference: each side's cost per accepted unit at the declared traffic
     (``measure.traffic_per_s``, else ``arrival_rate_per_s``) with its warm workers billed busy or
-    idle (:func:`runbook_lib.cost.at_traffic`), from the measured saturation throughput, the
-    accepted share of the open-loop requests and the bytes each answer sent. None for training,
-    or when a side measured no throughput."""
+    idle (:func:`runbook_lib.cost.at_traffic`), from the measured saturation throughput (its mean
+    over rounds), the accepted share of the open-loop requests and the bytes each answer sent.
+    None for training, or when a side measured no throughput."""
     if not mig.workload.serves:
         return None
-    m, s, t = mig.measure, res.samples, res.throughput
     out = {}
     for side in ("source", "target"):
-        prof = getattr(mig, side)
-        mine = s["accepted"].to_numpy(dtype=float)[(s["side"] == side).to_numpy(dtype=bool)] if len(s) else np.array([])
-        thr = t[t["side"] == side]["throughput_units_per_s"].astype(float) if len(t) else pd.Series(dtype=float)
-        if not mine.size or not len(thr) or float(thr.mean()) <= 0:
+        got = traffic_terms(mig, res, side)
+        if got is None:
             return None
-        out[side] = cost.at_traffic(traffic_per_s=m.traffic_per_s or m.arrival_rate_per_s,
-                                    capacity_per_s=float(thr.mean()), workers=prof.workers,
-                                    warm_workers=prof.warm_workers, price_usd_per_hour=prof.price_usd_per_hour,
-                                    acceptance=float(mine.mean()),
-                                    storage_gb=mig.workload.requirements.disk_gb,
-                                    storage_usd_per_gb_month=prof.storage_usd_per_gb_month,
-                                    egress_bytes_per_request=res.egress_bytes[side] / mine.size,
-                                    egress_usd_per_gb=prof.egress_usd_per_gb)
+        terms, thr = got
+        out[side] = terms.at(mig.measure.traffic_per_s or mig.measure.arrival_rate_per_s, float(thr.mean()))
     return out
+
+
+def savings_forecast(mig: Migration, res: Measured) -> SavingsForecast | None:
+    """Inference: the savings forecast at the declared traffic
+    (:func:`runbook_lib.phases.compare.forecast.forecast`); None where :func:`costs_at_traffic` is."""
+    sides = {side: traffic_terms(mig, res, side) for side in ("source", "target")} if mig.workload.serves else {}
+    src, tgt = sides.get("source"), sides.get("target")
+    if src is None or tgt is None:
+        return None
+    return forecast.forecast(src, tgt, mig.measure.traffic_per_s or mig.measure.arrival_rate_per_s)
 
 
 def traffic_costs(ctx: PhaseContext, res: Measured) -> dict[str, cost.TrafficCost] | None:
@@ -446,7 +467,8 @@ def record_data(res: Measured, costs_: dict[str, cost.CostBreakdown], summ: pd.D
         token_metrics=token_summary(res, mig) if mig is not None else {},
         method=mig.gates.method if mig is not None else "fixed",
         sequential=sequential.record(sequential.traces(mig, res.samples, res.throughput), mig)
-        if mig is not None and mig.gates.method == "sequential" else None)
+        if mig is not None and mig.gates.method == "sequential" else None,
+        forecast=savings_forecast(mig, res) if mig is not None and at_traffic else None)
 
 
 def _nan_free(rows: list[dict[str, Number]]) -> list[dict[str, Number]]:
