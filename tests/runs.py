@@ -31,7 +31,7 @@ QUIET: dict[str, Any] = {"drills": {"run": [], "blocking": []}, "measure": {"col
 # stopped by a signal): QUIET, and the smallest measurement the params allow, with no extra rounds
 # when a side is short of samples; its timed phases do not keep other runs waiting (hostlock.py).
 UNJUDGED: dict[str, Any] = {
-    "drills": {"run": [], "blocking": []},
+    "drills": {"run": [], "blocking": []}, "gates": {"method": "fixed"},
     "measure": {"cold_starts": 0, "requests_per_round": 10, "throughput_requests": 8, "warmup_requests": 2,
                 "max_extra_rounds": 0, "exclusive": False}}
 

@@ -79,9 +79,16 @@ def test_a_target_failure_is_not_retried() -> None:
     assert sleeps.calls == []
 
 
+def _fixed_demo() -> dict[str, Any]:
+    """params/demo.yaml judged by the fixed method (the demo is sequential): 4 rounds, 2 a side."""
+    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    data["gates"]["method"] = "fixed"
+    data["measure"]["rounds"] = 4
+    return data
+
+
 def _ctx() -> SimpleNamespace:
-    mig = load_params(ROOT / "params" / "demo.yaml")
-    return SimpleNamespace(mig=mig, evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
+    return SimpleNamespace(mig=validate(_fixed_demo()), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
 
 
 def test_a_lost_round_extends_and_is_kept_as_evidence() -> None:
@@ -165,7 +172,7 @@ def test_a_noisy_a_a_floor_names_an_offered_load_near_the_source_capacity() -> N
     # (63 %, under 80 %) it does not.
     res = _res([])
     res.samples.loc[res.samples["round"] == 3, "total_s"] *= 2.3
-    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    data = _fixed_demo()
     data["measure"]["arrival_rate_per_s"] = 45
     busy = SimpleNamespace(mig=validate(data), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
     near = {r.name: r for r in compare.compare_gates(busy, res, _costs())}["noise_floor"]
@@ -181,8 +188,8 @@ PERFORMANCE = ("latency_p95_ratio", "noise_floor", "throughput_ratio", "cold_sta
 
 
 def _ctx_without(*dropped: str) -> SimpleNamespace:
-    """The demo's params with the named ``gates.*`` / ``workload.requirements.*`` settings removed."""
-    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    """The demo's params (fixed method) with the named ``gates.*`` / ``workload.requirements.*`` settings removed."""
+    data = _fixed_demo()
     for setting in dropped:
         *parents, name = setting.split(".")
         node = data
@@ -351,10 +358,9 @@ def test_a_heap_frozen_before_stays_frozen() -> None:
 
 
 def _sequential_ctx(**measure: Any) -> SimpleNamespace:
-    """The demo's params judged sequentially (its measure.rounds removed: the fixed horizon)."""
+    """The demo's params (judged sequentially), with ``measure`` settings changed."""
     data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
-    data["gates"]["method"] = "sequential"
-    data["measure"].pop("rounds")
+    assert data["gates"]["method"] == "sequential"
     data["measure"].update(measure)
     return SimpleNamespace(mig=validate(data), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
 
@@ -426,15 +432,14 @@ def test_sequential_phase_04_runs_to_its_budget_when_the_target_sits_on_the_marg
 
 def test_an_option_the_chosen_method_does_not_read_is_refused() -> None:
     data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
-    data["gates"]["method"] = "sequential"  # measure.rounds is still set: the fixed horizon
+    data["measure"]["rounds"] = 6  # the fixed horizon, under the demo's sequential method
     with pytest.raises(ParamsError, match=r"measure\.rounds is not read under gates\.method 'sequential'"):
         validate(data)
-    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    data = _fixed_demo()
     data["measure"]["max_rounds"] = 6  # fixed method: the sequential budget would be ignored
     with pytest.raises(ParamsError, match=r"measure\.max_rounds is not read under gates\.method 'fixed'"):
         validate(data)
-    data["gates"]["method"] = "sequential"
-    data["measure"].pop("rounds")
+    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
     data["measure"].update(min_rounds=4, max_rounds=3)
     with pytest.raises(ParamsError, match=r"measure\.max_rounds \(3\) is below measure\.min_rounds \(4\)"):
         validate(data)

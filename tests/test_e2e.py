@@ -485,10 +485,10 @@ def test_bad_entry_point_or_layout_exit_2_before_anything(make_params, tmp_path:
 
 
 def test_bad_params_exit_2_and_nothing_runs(make_params, capsys) -> None:
-    p = make_params("demo.yaml", measure={"rounds": 1})
+    p = make_params("demo.yaml", measure={"max_rounds": 1})
     assert cli_main(["run", str(p), "--reports", str(p.parent.parent / "reports")]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "measure.rounds" in err and "greater than or equal to 4" in err and "(got 1)" in err
+    assert "measure.max_rounds" in err and "greater than or equal to 2" in err and "(got 1)" in err
     assert not (p.parent.parent / "reports").exists()
 
 

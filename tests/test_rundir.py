@@ -28,7 +28,7 @@ def test_create_copies_the_params_and_open_finds_the_same_run(make_params, tmp_p
 
 def test_open_refuses_what_is_not_this_runs(make_params, tmp_path: Path) -> None:
     params = make_params()
-    other = make_params(name="other.yaml", measure={"rounds": 6})
+    other = make_params(name="other.yaml", measure={"requests_per_round": 61})
     run = RunDir.create(params)
     with pytest.raises(UsageError, match="differs from the params this run started with"):
         RunDir.open(run.path, other)

@@ -318,13 +318,13 @@ def schedule_rounds(ctx: PhaseContext, run_round: Any, look: Callable[[], bool] 
     Under ``gates.method: sequential`` it runs pairs of rounds instead (S,T then T,S, ...), up to
     ``measure.max_rounds`` pairs, and after each pair from ``measure.min_rounds`` on asks
     ``look()`` (:func:`runbook_lib.phases.compare.sequential.should_stop` on the measurement so
-    far) whether every blocking gate is decided; it stops when it is. No extra rounds: 0."""
+    far) whether every blocking gate is decided; it stops when it is, or after a pair that measured
+    nothing (the spend limit refused its rounds, or every request failed). No extra rounds: 0."""
     m = ctx.mig.measure
     if ctx.mig.gates.method == "sequential":
         for pair in range(m.max_rounds):
-            for r in (2 * pair, 2 * pair + 1):
-                run_round(r, ROUND_PATTERN[r % 4])
-            if pair + 1 >= m.min_rounds and look is not None and look():
+            added = sum(run_round(r, ROUND_PATTERN[r % 4]) for r in (2 * pair, 2 * pair + 1))
+            if added == 0 or (pair + 1 >= m.min_rounds and look is not None and look()):
                 break
         return 0
     counts: dict[str, int] = {}

@@ -46,19 +46,25 @@ class Trace:
     blocking: bool
     looks: list[sq.Look]
     decided: sq.Look | None
+    samples: tuple[int, int] = (0, 0)  # (source, target) samples behind the last look
+    samples_from: int | None = 1  # the first look with enough samples to decide (None: not yet)
 
 
 def per_round(samples: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, tuple[list[float], list[float]]]:
     """Per gate, the (source, target) per-round values in round order: the p95 of each round's
-    completed ``total_s`` (seconds) and each round's ``throughput_units_per_s``. A round with no
-    completed sample or no positive throughput gives no value."""
+    completed ``total_s`` (seconds) and each round's ``throughput_units_per_s``; and under
+    ``"latency_samples"`` each of those rounds' completed samples. A round with no completed
+    sample or no positive throughput gives no value."""
     out: dict[str, tuple[list[float], list[float]]] = {}
     lat: dict[str, list[float]] = {"source": [], "target": []}
+    count: dict[str, list[float]] = {"source": [], "target": []}
     if len(samples):
         done = samples[samples["status"] == "COMPLETED"]
         for (side, _r), grp in done.groupby(["side", "round"], sort=True):
             lat[str(side)].append(float(np.percentile(grp["total_s"].to_numpy(dtype=float), 95)))
+            count[str(side)].append(float(len(grp)))
     out["latency_p95_ratio"] = (lat["source"], lat["target"])
+    out["latency_samples"] = (count["source"], count["target"])
     thr: dict[str, list[float]] = {"source": [], "target": []}
     if len(throughput):
         for _, row in throughput.sort_values("round").iterrows():
@@ -72,13 +78,20 @@ def per_round(samples: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, tupl
 def traces(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame) -> list[Trace]:
     """Every sequential gate's looks on the measurement so far."""
     values = per_round(samples, throughput)
+    cs, ct = (np.cumsum(x) for x in values["latency_samples"])
+    pairs = min(len(cs), len(ct))
+    # The latency gate decides only once each side has gates.min_latency_samples, as the fixed one.
+    enough = [n + 1 for n in range(pairs) if min(cs[n], ct[n]) >= mig.gates.min_latency_samples]
     out = []
     for name, (setting, higher) in RATIO_GATES.items():
         threshold = float(getattr(mig.gates, setting.split(".")[1]))
         src, tgt = values[name]
         looks = sq.ratio_looks(sq.paired_log_ratios(src, tgt), threshold=threshold, higher_is_better=higher)
+        first = max(mig.measure.min_rounds, enough[0]) if name == "latency_p95_ratio" and enough else (
+            None if name == "latency_p95_ratio" else mig.measure.min_rounds)
+        seen = (int(cs[pairs - 1]), int(ct[pairs - 1])) if name == "latency_p95_ratio" and pairs else (len(src), len(tgt))
         out.append(Trace(name, threshold, higher, operator_set(mig, setting), looks,
-                         sq.decided(looks, mig.measure.min_rounds)))
+                         sq.decided(looks, first) if first is not None else None, seen, first))
     return out
 
 
@@ -134,6 +147,11 @@ def gate_result(t: Trace, mig: Migration) -> g.GateResult:
     look = t.decided or (t.looks[-1] if t.looks else None)
     what = "p95" if t.name == "latency_p95_ratio" else "throughput"
     method = f"{what} ratio, one per pair of rounds; {METHOD}"
+    if t.name == "latency_p95_ratio" and t.samples_from is None:
+        n = {"source": t.samples[0], "target": t.samples[1]}
+        return g.GateResult(t.name, "INCONCLUSIVE", True, look.estimate if look else None, t.threshold, "ratio", method,
+                            f"too few samples {n}; need >= {mig.gates.min_latency_samples} per side",
+                            samples={"pairs": look.pairs if look else 0, **n}, phase="04")
     if look is None:
         return g.GateResult(t.name, "INCONCLUSIVE", True, None, t.threshold, "ratio", method,
                             "no pair of rounds with data on both sides", samples={"pairs": 0}, phase="04")
