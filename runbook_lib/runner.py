@@ -534,6 +534,8 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
                     + (", ".join(f"{v} x{out.verdicts.count(v)}" for v in sorted(set(out.verdicts))) or "none")
                     + (f"  (waited {out.lock_wait_s:.1f} s for another run on this host)" if out.lock_wait_s >= 0.5
                        else ""))
+                if pid == "04" and (line := sequential_line(run_dir)):
+                    say(f"  04 {line}")
             else:
                 say(f"  {pid} {name:<20} {out.status.upper()} after {out.seconds:.1f} s: {out.reason}")
             bar.update(1)
@@ -635,3 +637,20 @@ def environment_ok() -> None:
         raise PhaseFailed(f"Jupyter kernel {KERNEL_NAME!r} is not installed for {sys.executable}; "
                           "install ipykernel into this environment (make demo does)", phase="00", notebook="") from None
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+
+
+def sequential_line(run_dir: Path) -> str:
+    """For a phase 04 judged sequentially, how many rounds it needed: ``sequential gates: decided
+    at pair 3 of 8 (3 rounds a side)`` or ``... undecided after 8 pair(s) of 8 ...`` (empty under
+    the fixed method, or without a readable record)."""
+    try:
+        seq = records.CompareData.model_validate(
+            json.loads((run_dir / "04_compare_production.json").read_text())["data"]).sequential
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if seq is None:
+        return ""
+    if seq.stopped_at_pair is not None:
+        return f"sequential gates: decided at pair {seq.stopped_at_pair} of {seq.max_rounds} ({seq.stopped_at_pair} rounds a side)"
+    return (f"sequential gates: undecided after {seq.pairs_measured} pair(s) of {seq.max_rounds} "
+            f"({seq.pairs_measured} rounds a side)")
