@@ -39,7 +39,8 @@ def generate(run_dir: Path, samples: int, rounds: int) -> None:
 
     from runbook_lib.measure import INIT_PARTS
     from runbook_lib.phases.compare.protocol import round_sides
-    from runbook_lib.phases.compare.raw import FROM_ZERO_FILE, SAMPLES_FILE, SampleSink, write_tables
+    from runbook_lib.phases.compare.raw import SAMPLES_FILE, Measured, SampleSink, write_tables
+    from runbook_lib.records import SpendRecord
 
     rng = np.random.default_rng(0)
     (run_dir / "04").mkdir(parents=True, exist_ok=True)
@@ -65,10 +66,10 @@ def generate(run_dir: Path, samples: int, rounds: int) -> None:
                           "init_s": t - 0.3, "execution_s": 0.2,
                           **{part: (t - 0.3) / len(INIT_PARTS) for part in INIT_PARTS}}
                          for side in ("source", "target") for i, t in enumerate(rng.normal(3.0, 0.2, 5))])
-    write_tables(run_dir, {"attempts": [], "throughput": pd.DataFrame(thr), "warmup": [],
-                           "cold_starts": [{"side": s, "endpoint": f"ep-{s}", "cold_start_s": 5.0,
-                                            "first_status": "COMPLETED"} for s in ("source", "target")]})
-    zero.to_csv(run_dir / FROM_ZERO_FILE, index=False)
+    cold = pd.DataFrame([{"side": s, "endpoint": f"ep-{s}", "cold_start_s": 5.0, "first_status": "COMPLETED"}
+                         for s in ("source", "target")])
+    write_tables(run_dir, Measured(samples=pd.DataFrame(), throughput=pd.DataFrame(thr), cold_starts=cold, attempts=[],
+                                   billed_s={}, egress_bytes={}, spend=SpendRecord(), cold_starts_from_zero=zero))
 
 
 def notebook_bytes(mig: Any, res: dict[str, Any], gates: list[Any], costs: Any, out_dir: Path) -> int:
@@ -83,8 +84,8 @@ def notebook_bytes(mig: Any, res: dict[str, Any], gates: list[Any], costs: Any, 
     from runbook_lib import report
     from runbook_lib.phases.compare.judge import cold_start_summary, summary
 
-    figs = [report.latency_cdf(res["samples"], out_dir / "latency_cdf.png"),
-            report.throughput_plot(res["throughput"], out_dir / "throughput.png"),
+    figs = [report.latency_cdf(res.samples, out_dir / "latency_cdf.png"),
+            report.throughput_plot(res.throughput, out_dir / "throughput.png"),
             report.cost_plot(costs, out_dir / "cost.png")]
     import matplotlib.pyplot as plt
 
@@ -129,6 +130,7 @@ def analyse(run_dir: Path, args: argparse.Namespace) -> int:
     from runbook_lib.params import load_params
     from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
     from runbook_lib.phases.compare.raw import load_measurement
+    from runbook_lib.records import CompareData, SpendRecord
 
     mig = load_params(args.params)
     print(f"{'imports':<24} {time.perf_counter() - t_import:7.2f} s")
@@ -148,11 +150,11 @@ def analyse(run_dir: Path, args: argparse.Namespace) -> int:
                  "latency_slo", "noise_floor", "latency_shift", "baseline_health", "spend_limit"):
         setattr(g, name, timed(name, getattr(g, name)))  # judge calls them through the module
     t0 = time.perf_counter()
-    res = load_measurement(run_dir, {"billed_s": {"source": 3600.0, "target": 3600.0},
-                                     "egress_bytes": {"source": 1e9, "target": 1e9},
-                                     "target_workers_ready": mig.target.workers, "spend": {"stops": []}})
+    res = load_measurement(run_dir, CompareData(billed_s={"source": 3600.0, "target": 3600.0},
+                                                egress_bytes={"source": 1e9, "target": 1e9},
+                                                target_workers_ready=mig.target.workers, spend=SpendRecord()))
     load_s = time.perf_counter() - t0
-    print(f"{'load 04/samples.parquet':<24} {load_s:7.2f} s  {len(res['samples'])} rows")
+    print(f"{'load 04/samples.parquet':<24} {load_s:7.2f} s  {len(res.samples)} rows")
     t1 = time.perf_counter()
     costs = window_costs(mig, res)
     gates = judge(mig, res, costs, costs_at_traffic(mig, res))
