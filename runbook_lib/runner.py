@@ -79,6 +79,16 @@ class PhaseOutcome:
     dry_run: bool = False
     notebook_source: dict[str, Any] | None = None  # NotebookSource.to_dict(): which notebook ran it
     lock_wait_s: float = 0.0  # seconds waited for the host lock before the phase began (runbook_lib.hostlock)
+    note: str = ""  # one more line the run prints under the phase's (phase 04: the sequential gates' rounds)
+
+    @classmethod
+    def completed(cls, phase: str, seconds: float, data: records.PhaseData, *, notebook_source: dict[str, Any],
+                  lock_wait_s: float) -> "PhaseOutcome":
+        """A phase that ran to its end, from its record's data: its gates' verdicts, whether it
+        stops or holds the migration, whether it only planned, and its note (:func:`sequential_line`)."""
+        return cls(phase, "completed", seconds, verdicts=[x.verdict for x in data.gates], stop=data.stops,
+                   dry_run=data.dry_run, notebook_source=notebook_source, lock_wait_s=lock_wait_s,
+                   note=sequential_line(data))
 
 
 @dataclass
@@ -385,8 +395,7 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
                 phase=phase, notebook=str(nb_out), ename="MissingPlot")
         typed = records.parse(rec)
         reseal_after_phase_06(run, phase)
-        return PhaseOutcome(phase, "completed", time.perf_counter() - t0, verdicts=[x.verdict for x in typed.gates],
-                            stop=typed.stops, dry_run=typed.dry_run, notebook_source=shown, lock_wait_s=waited)
+        return PhaseOutcome.completed(phase, time.perf_counter() - t0, typed, notebook_source=shown, lock_wait_s=waited)
     except (PhaseFailed, EvidenceError) as exc:
         ename = getattr(exc, "ename", "")
         status = "interrupted" if ename == INTERRUPTED else "held" if ename == "ApprovalRequired" else "failed"
@@ -534,8 +543,8 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
                     + (", ".join(f"{v} x{out.verdicts.count(v)}" for v in sorted(set(out.verdicts))) or "none")
                     + (f"  (waited {out.lock_wait_s:.1f} s for another run on this host)" if out.lock_wait_s >= 0.5
                        else ""))
-                if pid == "04" and (line := sequential_line(run_dir)):
-                    say(f"  04 {line}")
+                if out.note:
+                    say(f"  {pid} {out.note}")
             else:
                 say(f"  {pid} {name:<20} {out.status.upper()} after {out.seconds:.1f} s: {out.reason}")
             bar.update(1)
@@ -639,15 +648,11 @@ def environment_ok() -> None:
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 
 
-def sequential_line(run_dir: Path) -> str:
-    """For a phase 04 judged sequentially, how many rounds it needed: ``sequential gates: decided
-    at pair 3 of 8 (3 rounds a side)`` or ``... undecided after 8 pair(s) of 8 ...`` (empty under
-    the fixed method, or without a readable record)."""
-    try:
-        seq = records.CompareData.model_validate(
-            json.loads((run_dir / "04_compare_production.json").read_text())["data"]).sequential
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
+def sequential_line(data: records.PhaseData) -> str:
+    """For phase 04's record data judged sequentially, how many rounds it needed: ``sequential
+    gates: decided at pair 3 of 8 (3 rounds a side)`` or ``... undecided after 8 pair(s) of 8 ...``;
+    empty for any other record, or under the fixed method."""
+    seq = data.sequential if isinstance(data, records.CompareData) else None
     if seq is None:
         return ""
     if seq.stopped_at_pair is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -420,17 +419,15 @@ def test_sequential_phase_04_stops_at_the_first_decided_look_and_its_evidence_re
     assert stop.verdict == "FAIL" and f"decided at pair {pairs}" in stop.detail
 
 
-def test_runbook_run_says_how_many_rounds_a_sequential_phase_04_needed(tmp_path: Path) -> None:
+def test_runbook_run_says_how_many_rounds_a_sequential_phase_04_needed() -> None:
     from runbook_lib.records import CompareData
     from runbook_lib.runner import sequential_line
 
     ctx = _sequential_ctx()
     _, res = _sequential_run(ctx, slower=2.5, seed=1)
     rec = seqmod.record(seqmod.traces(ctx.mig, res.samples, res.throughput), ctx.mig)
-    (tmp_path / "04_compare_production.json").write_text(json.dumps({"data": CompareData(sequential=rec).model_dump()}))
-    assert sequential_line(tmp_path) == "sequential gates: decided at pair 3 of 8 (3 rounds a side)"
-    (tmp_path / "04_compare_production.json").write_text(json.dumps({"data": CompareData().model_dump()}))
-    assert sequential_line(tmp_path) == ""  # the fixed method says nothing more
+    assert sequential_line(CompareData(sequential=rec)) == "sequential gates: decided at pair 3 of 8 (3 rounds a side)"
+    assert sequential_line(CompareData()) == ""  # the fixed method says nothing more
 
 
 def test_sequential_phase_04_runs_to_its_budget_when_the_target_sits_on_the_margin() -> None:
