@@ -527,6 +527,11 @@ def test_slower_target_is_no_go_naming_the_latency_gate(make_params) -> None:
     res = _run(make_params("demo.yaml", target={"fault": "slow_worker"}, **merged(FAST_INFERENCE, QUIET)))
     assert (res.decision, res.exit_code) == ("NO-GO", EXIT_NO_GO), res.reasons
     assert any(r.startswith("latency_p95_ratio FAIL (phase 04)") for r in res.reasons), res.reasons
+    # The demo's sequential gates stop measuring at the look that decides them: fewer rounds than
+    # the fixed method's 8 a side, and the run's own samples re-derive that stop.
+    seq = json.loads((res.run_dir / "04_compare_production.json").read_text())["data"]["sequential"]
+    assert seq["stopped_at_pair"] == seq["pairs_measured"] < 8
+    assert cli_main(["verify", "--recompute", str(res.run_dir)]) == 0
     assert [o.status for o in res.outcomes][4] == "skipped"  # no cutover onto a slower target
     _gone(res)
 
