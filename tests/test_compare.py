@@ -365,10 +365,11 @@ def _sequential_ctx(**measure: Any) -> SimpleNamespace:
     return SimpleNamespace(mig=validate(data), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
 
 
-def _sequential_run(ctx: SimpleNamespace, slower: float, seed: int) -> tuple[list[tuple[int, str]], compare.Measured]:
+def _sequential_run(ctx: SimpleNamespace, slower: float, seed: int,
+                    drift: float = 0.0) -> tuple[list[tuple[int, str]], compare.Measured]:
     """Phase 04's real round schedule (compare.schedule_rounds) with its live look, over rounds
     of 200 lognormal latencies (between-round spread 2 %) and a saturation throughput each; the
-    target ``slower`` times the source in both."""
+    target ``slower`` times the source in both; the host ``drift`` slower (log scale) each round."""
     rng = np.random.default_rng(seed)
     run: list[tuple[int, str]] = []
     rows: list[dict[str, Any]] = []
@@ -376,7 +377,7 @@ def _sequential_run(ctx: SimpleNamespace, slower: float, seed: int) -> tuple[lis
 
     def run_round(r: int, side: str) -> int:
         run.append((r, side))
-        f = (slower if side == "target" else 1.0) * rng.lognormal(0.0, 0.02)
+        f = (slower if side == "target" else 1.0) * rng.lognormal(0.0, 0.02) * np.exp(drift * r)
         rows.extend({"side": side, "round": r, "request": i, "total_s": v * f, "status": "COMPLETED", "accepted": True}
                     for i, v in enumerate(rng.lognormal(-2.0, 0.2, size=200)))
         thr.append({"side": side, "round": r, "requests": 48.0, "completed": 48.0, "failed": 0.0, "elapsed_s": f,
@@ -417,6 +418,19 @@ def test_sequential_phase_04_stops_at_the_first_decided_look_and_its_evidence_re
                                "throughput": _plus_a_pair(res.throughput)})
     stop = {r.name: r for r in compare.compare_gates(ctx, more, _costs())}["sequential_stop"]
     assert stop.verdict == "FAIL" and f"decided at pair {pairs}" in stop.detail
+
+
+def test_a_host_that_drifts_still_holds_under_the_sequential_gates() -> None:
+    # Identical sides on a host 15 % slower every round. Alternating pairs (S,T then T,S) keep the
+    # drift out of the ratios' mean, so the sequences may decide; the A/A noise floor (first and
+    # last source rounds, judged on everything measured) sees the drift and holds the decision.
+    ctx = _sequential_ctx()
+    _, res = _sequential_run(ctx, slower=1.0, seed=5, drift=0.15)
+    gates = {r.name: r for r in compare.compare_gates(ctx, res, _costs())}
+    assert gates["noise_floor"].verdict == "INCONCLUSIVE" and gates["noise_floor"].blocking
+    assert gates["latency_p95_ratio"].verdict != "FAIL" and gates["sequential_stop"].verdict == "PASS"
+    decision, reasons = g.decide(list(gates.values()))
+    assert decision == "HOLD" and any(r.startswith("noise_floor INCONCLUSIVE") for r in reasons)
 
 
 def test_runbook_run_says_how_many_rounds_a_sequential_phase_04_needed() -> None:
