@@ -357,16 +357,17 @@ def test_a_heap_frozen_before_stays_frozen() -> None:
         gc.unfreeze()
 
 
-def _sequential_ctx(**measure: Any) -> SimpleNamespace:
-    """The demo's params (judged sequentially), with ``measure`` settings changed."""
+def _sequential_ctx(gates: dict[str, Any] | None = None, **measure: Any) -> SimpleNamespace:
+    """The demo's params (judged sequentially), with ``gates`` and ``measure`` settings changed."""
     data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
     assert data["gates"]["method"] == "sequential"
     data["measure"].update(measure)
+    data["gates"].update(gates or {})
     return SimpleNamespace(mig=validate(data), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
 
 
-def _sequential_run(ctx: SimpleNamespace, slower: float, seed: int,
-                    drift: float = 0.0) -> tuple[list[tuple[int, str]], compare.Measured]:
+def _sequential_run(ctx: SimpleNamespace, slower: float, seed: int, drift: float = 0.0,
+                    target_failures: float = 0.0) -> tuple[list[tuple[int, str]], compare.Measured]:
     """Phase 04's real round schedule (compare.schedule_rounds) with its live look, over rounds
     of 200 lognormal latencies (between-round spread 2 %) and a saturation throughput each; the
     target ``slower`` times the source in both; the host ``drift`` slower (log scale) each round."""
@@ -378,7 +379,9 @@ def _sequential_run(ctx: SimpleNamespace, slower: float, seed: int,
     def run_round(r: int, side: str) -> int:
         run.append((r, side))
         f = (slower if side == "target" else 1.0) * rng.lognormal(0.0, 0.02) * np.exp(drift * r)
-        rows.extend({"side": side, "round": r, "request": i, "total_s": v * f, "status": "COMPLETED", "accepted": True}
+        failed = rng.random(200) < (target_failures if side == "target" else 0.0)
+        rows.extend({"side": side, "round": r, "request": i, "total_s": v * f,
+                     "status": "FAILED" if failed[i] else "COMPLETED", "accepted": not failed[i]}
                     for i, v in enumerate(rng.lognormal(-2.0, 0.2, size=200)))
         thr.append({"side": side, "round": r, "requests": 48.0, "completed": 48.0, "failed": 0.0, "elapsed_s": f,
                     "throughput_units_per_s": 48.0 / f})
@@ -418,6 +421,26 @@ def test_sequential_phase_04_stops_at_the_first_decided_look_and_its_evidence_re
                                "throughput": _plus_a_pair(res.throughput)})
     stop = {r.name: r for r in compare.compare_gates(ctx, more, _costs())}["sequential_stop"]
     assert stop.verdict == "FAIL" and f"decided at pair {pairs}" in stop.detail
+
+
+def test_a_failing_target_stops_the_sequential_measurement_at_its_first_look() -> None:
+    # The demo's error_rate_max is 0: a failed target request decides error_rate FAIL at once, so
+    # the measurement stops at the first look (2 pairs), NO-GO, whatever the ratios would say.
+    ctx = _sequential_ctx()
+    run, res = _sequential_run(ctx, slower=1.0, seed=6, target_failures=0.02)
+    assert len(run) == 4
+    gates = {r.name: r for r in compare.compare_gates(ctx, res, _costs())}
+    assert gates["error_rate"].verdict == "FAIL" and gates["sequential_stop"].verdict == "PASS"
+    assert g.decide(list(gates.values()))[0] == "NO-GO"
+    rec = seqmod.record(seqmod.traces(ctx.mig, res.samples, res.throughput), ctx.mig)
+    assert rec.gates["error_rate"].decided_at_pair == 1 and rec.stopped_at_pair == 2
+    # A positive maximum is judged on the Bernoulli rate's sequence: 1 % allowed, about 2 % seen
+    # over 800 requests: its sequence lies above 1 %: FAIL, with the sequence as its interval.
+    loose = _sequential_ctx(gates={"error_rate_max": 0.01})
+    _, res = _sequential_run(loose, slower=1.0, seed=6, target_failures=0.04)
+    err = {r.name: r for r in compare.compare_gates(loose, res, _costs())}["error_rate"]
+    assert "Bernoulli confidence sequence" in err.method and err.interval is not None
+    assert err.verdict == "FAIL" and err.interval[0] > 0.01
 
 
 def test_a_host_that_drifts_still_holds_under_the_sequential_gates() -> None:

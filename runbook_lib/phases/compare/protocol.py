@@ -318,7 +318,7 @@ def schedule_rounds(ctx: PhaseContext, run_round: Any, look: Callable[[], bool] 
     Under ``gates.method: sequential`` it runs pairs of rounds instead (S,T then T,S, ...), up to
     ``measure.max_rounds`` pairs, and after each pair from ``measure.min_rounds`` on asks
     ``look()`` (:func:`runbook_lib.phases.compare.sequential.should_stop` on the measurement so
-    far) whether every blocking gate is decided; it stops when it is, or after a pair that measured
+    far) whether every blocking gate is decided (or one FAILed); it stops when so, or after a pair that measured
     nothing (the spend limit refused its rounds, or every request failed). No extra rounds: 0."""
     m = ctx.mig.measure
     if ctx.mig.gates.method == "sequential":

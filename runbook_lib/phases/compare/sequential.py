@@ -5,9 +5,9 @@ judged after each pair of rounds with anytime-valid confidence sequences
 Pair k is the k-th source round and the k-th target round with data, in round order (adjacent in
 the S, T, T, S order). A gate whose threshold the operator set (so it blocks) must be decided for
 the measurement to stop: measuring stops at the first look, from ``measure.min_rounds`` pairs on,
-at which every blocking sequential gate has been decided (PASS or FAIL), or at
-``measure.max_rounds`` pairs (the budget; an undecided gate is then INCONCLUSIVE with the sequence
-it reached). The same functions judge the live looks and the raw samples afterwards, so
+at which every blocking sequential gate has been decided (PASS or FAIL) or one has FAILed (the
+target's error rate counts: :func:`error_trace`), or at ``measure.max_rounds`` pairs (the budget;
+an undecided gate is then INCONCLUSIVE with the sequence it reached). The same functions judge the live looks and the raw samples afterwards, so
 ``runbook verify --recompute`` derives the same stopping pair, which the ``sequential_stop`` gate
 checks against the pairs the run measured.
 
@@ -25,6 +25,7 @@ import pandas as pd
 
 from runbook_lib import gates as g
 from runbook_lib.gates import sequential as sq
+from runbook_lib.gates.result import Verdict
 from runbook_lib.params import Migration, operator_set
 from runbook_lib.records import SequentialGate, SequentialLook, SequentialRecord
 
@@ -92,7 +93,32 @@ def traces(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame) -> l
         seen = (int(cs[pairs - 1]), int(ct[pairs - 1])) if name == "latency_p95_ratio" and pairs else (len(src), len(tgt))
         out.append(Trace(name, threshold, higher, operator_set(mig, setting), looks,
                          sq.decided(looks, first) if first is not None else None, seen, first))
-    return out
+    return [*out, error_trace(mig, samples, pairs)]
+
+
+def error_trace(mig: Migration, samples: pd.DataFrame, pairs: int) -> Trace:
+    """The target's failure rate after each pair, for the stop rule (``error_rate`` always blocks).
+    With ``gates.error_rate_max`` 0 it is a count rule: a failure decides FAIL at once, and PASS
+    needs ``gates.min_latency_samples`` target requests with none failed; with a positive maximum,
+    the Bernoulli rate's confidence sequence (:func:`runbook_lib.gates.sequential.bernoulli_sequence`)
+    decides. Each look's bounds are the sequence's. Only the rounds' requests count here; the
+    final ``error_rate`` gate also counts the saturation bursts and scale-from-zero starts."""
+    limit = mig.gates.error_rate_max
+    target = samples[samples["side"] == "target"] if len(samples) else samples
+    rounds = sorted(target["round"].unique()) if len(target) else []
+    looks = []
+    for n in range(1, pairs + 1):
+        mine = target[target["round"].isin(rounds[:n])]
+        failed, total = int((mine["status"] != "COMPLETED").sum()), len(mine)
+        lower, upper = sq.bernoulli_sequence(failed, total)
+        verdict: Verdict
+        if limit == 0:
+            verdict = "FAIL" if failed else "PASS" if total >= mig.gates.min_latency_samples else "INCONCLUSIVE"
+        else:
+            verdict = "PASS" if upper <= limit else "FAIL" if lower > limit else "INCONCLUSIVE"
+        looks.append(sq.Look(n, failed / total if total else 0.0, lower, upper, verdict))
+    first = next((lk for lk in looks if lk.verdict == "FAIL"), None) if limit == 0 else None
+    return Trace("error_rate", limit, False, True, looks, first or sq.decided(looks, mig.measure.min_rounds))
 
 
 def pairs_measured(found: list[Trace]) -> int:
@@ -101,13 +127,17 @@ def pairs_measured(found: list[Trace]) -> int:
 
 
 def stop_pair(found: list[Trace], min_pairs: int) -> int | None:
-    """The first look, from ``min_pairs`` on, at which every blocking gate is decided; None while
-    one is undecided at every look so far. With no blocking sequential gate, ``min_pairs`` once
-    that many pairs were measured."""
+    """The first look, from ``min_pairs`` on, at which every blocking gate is decided, or one is
+    decided FAIL (the decision is then NO-GO whatever the others would read); None before.
+    With no blocking sequential gate, ``min_pairs`` once that many pairs were measured."""
     blocking = [t for t in found if t.blocking]
-    if any(t.decided is None for t in blocking):
+    fails = [t.decided.pairs for t in blocking if t.decided is not None and t.decided.verdict == "FAIL"]
+    if fails:
+        at = max(min_pairs, min(fails))
+    elif any(t.decided is None for t in blocking):
         return None
-    at = max([min_pairs, *(t.decided.pairs for t in blocking if t.decided is not None)])
+    else:
+        at = max([min_pairs, *(t.decided.pairs for t in blocking if t.decided is not None)])
     return at if pairs_measured(found) >= at else None
 
 
@@ -208,5 +238,26 @@ def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame,
     """``results`` (phase 04's gates as the fixed method judged them) with the sequential gates'
     verdicts in place of the fixed ones, and the ``sequential_stop`` gate added."""
     found = traces(mig, samples, throughput)
-    by_name = {t.name: gate_result(t, mig) for t in found}
-    return [by_name.get(r.name, r) for r in results] + [stop_gate(found, mig)]
+    by_name = {t.name: gate_result(t, mig) for t in found if t.name in RATIO_GATES}
+    out = [by_name.get(r.name, r) for r in results]
+    if mig.gates.error_rate_max > 0:
+        out = [bernoulli_error_gate(r) if r.name == "error_rate" else r for r in out]
+    return out + [stop_gate(found, mig)]
+
+
+def bernoulli_error_gate(fixed: g.GateResult) -> g.GateResult:
+    """``error_rate`` with a positive maximum, judged on the Bernoulli rate's confidence sequence
+    over every target request the fixed gate counted: PASS when the sequence is wholly at or
+    below the maximum, FAIL when wholly above, else INCONCLUSIVE (the fixed rule compares the
+    observed rate, which repeated looks would bias towards PASS)."""
+    total = int(fixed.samples.get("requests", 0))
+    if total == 0 or not isinstance(fixed.observed, float | int) or not isinstance(fixed.threshold, float | int):
+        return fixed
+    failed, limit = round(float(fixed.observed) * total), float(fixed.threshold)
+    lower, upper = sq.bernoulli_sequence(failed, total)
+    verdict: Verdict = "PASS" if upper <= limit else "FAIL" if lower > limit else "INCONCLUSIVE"
+    return g.GateResult("error_rate", verdict, True, fixed.observed, limit, "fraction",
+                        f"failures / requests; Bernoulli confidence sequence (beta-binomial mixture, alpha {sq.ALPHA})",
+                        f"{failed} of {total} target requests failed: rate sequence [{lower:.3%}, {upper:.3%}] vs max "
+                        f"{limit:.3%}", samples={"requests": total}, interval=(lower, upper), source=fixed.source,
+                        phase="04")
