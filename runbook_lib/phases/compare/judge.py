@@ -187,10 +187,11 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
                                stopped=[stop.step for stop in res.spend.stops]))
     accepted = s["accepted"].to_numpy(dtype=float)
     acc_rounds = {side: per_round(accepted, rounds, on[side]) for side in on}
-    results = [
-        g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
-                            min_samples=gc.min_latency_samples, phase="04"),
-        g.throughput_ratio(thr["source"], thr["target"], min_ratio=gc.throughput_ratio_min, phase="04"),
+    results = [  # the sequential method judges these two ratios itself (sequential.judged)
+        *([g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
+                               min_samples=gc.min_latency_samples, phase="04"),
+           g.throughput_ratio(thr["source"], thr["target"], min_ratio=gc.throughput_ratio_min, phase="04")]
+          if gc.method == "fixed" else []),
         g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04",
                            what=cold_what),
         g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",

@@ -83,14 +83,15 @@ def traces(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame) -> l
     pairs = min(len(cs), len(ct))
     # The latency gate decides only once each side has gates.min_latency_samples, as the fixed one.
     enough = [n + 1 for n in range(pairs) if min(cs[n], ct[n]) >= mig.gates.min_latency_samples]
+    latency_from = max(mig.measure.min_rounds, enough[0]) if enough else None
     out = []
     for name, (setting, higher) in RATIO_GATES.items():
         threshold = float(getattr(mig.gates, setting.split(".")[1]))
         src, tgt = values[name]
         looks = sq.ratio_looks(sq.paired_log_ratios(src, tgt), threshold=threshold, higher_is_better=higher)
-        first = max(mig.measure.min_rounds, enough[0]) if name == "latency_p95_ratio" and enough else (
-            None if name == "latency_p95_ratio" else mig.measure.min_rounds)
-        seen = (int(cs[pairs - 1]), int(ct[pairs - 1])) if name == "latency_p95_ratio" and pairs else (len(src), len(tgt))
+        latency = name == "latency_p95_ratio"
+        first = latency_from if latency else mig.measure.min_rounds
+        seen = (int(cs[pairs - 1]), int(ct[pairs - 1])) if latency and pairs else (len(src), len(tgt))
         out.append(Trace(name, threshold, higher, operator_set(mig, setting), looks,
                          sq.decided(looks, first) if first is not None else None, seen, first))
     return [*out, error_trace(mig, samples, pairs)]
@@ -235,14 +236,14 @@ def record(found: list[Trace], mig: Migration) -> SequentialRecord:
 
 def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame,
            results: list[g.GateResult]) -> list[g.GateResult]:
-    """``results`` (phase 04's gates as the fixed method judged them) with the sequential gates'
-    verdicts in place of the fixed ones, and the ``sequential_stop`` gate added."""
+    """Phase 04's other gates (``results``) after the sequential ratio gates, with ``error_rate``
+    judged on its Bernoulli sequence when its maximum is positive, and the ``sequential_stop``
+    gate added."""
     found = traces(mig, samples, throughput)
-    by_name = {t.name: gate_result(t, mig) for t in found if t.name in RATIO_GATES}
-    out = [by_name.get(r.name, r) for r in results]
+    ratios = [gate_result(t, mig) for t in found if t.name in RATIO_GATES]
     if mig.gates.error_rate_max > 0:
-        out = [bernoulli_error_gate(r) if r.name == "error_rate" else r for r in out]
-    return out + [stop_gate(found, mig)]
+        results = [bernoulli_error_gate(r) if r.name == "error_rate" else r for r in results]
+    return [*ratios, *results, stop_gate(found, mig)]
 
 
 def bernoulli_error_gate(fixed: g.GateResult) -> g.GateResult:
