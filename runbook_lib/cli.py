@@ -265,6 +265,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
     rows = []
     for d in sorted(Path(args.reports).glob("*/")):
+        evidence = _evidence_state(d)
         st = standing(d)  # a HOLD past its deadline shows as NO-GO; `runbook resolve` records it
         receipt = load_receipt(d)
         src, tgt = (receipt.source.release, receipt.target.release) if receipt else ("", "")
@@ -273,11 +274,29 @@ def _cmd_list(args: argparse.Namespace) -> int:
         note = f"  [{printable(st.note)}]" if st.note else ""  # an older run's free text is shown, never obeyed
         kind = "REHEARSAL: " if manifest and manifest.rehearsal else ""  # never mistaken for a real migration
         rows.append(printable(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} "
-                              f"{kind}{src} -> {tgt}") + note)
+                              f"{evidence:<9} {kind}{src} -> {tgt}") + note)
     if rows:
-        print(f"{'run id':<55} {'decision':<8} {'state':<10} source -> target")
+        print(f"{'run id':<55} {'decision':<8} {'state':<10} {'evidence':<9} source -> target")
     print("\n".join(rows) if rows else f"no runs under {args.reports}/")
+    if any(" ALTERED " in r for r in rows):
+        print("ALTERED: a file differs from the seal, or was added or removed; `runbook verify RUN` names it")
     return 0
+
+
+def _evidence_state(run_dir: Path) -> str:
+    """What ``runbook list`` says of a run's evidence: ``verified`` (a closed-world seal, every
+    file as sealed), ``legacy`` (an older open-world seal, its listed files as sealed),
+    ``ALTERED`` (:func:`runbook_lib.verify.verify_run` found a file changed, added or missing)
+    or ``unsealed`` (no manifest: still running, or stopped before its seal)."""
+    from runbook_lib.closedworld import seal_kind
+    from runbook_lib.verify import verify_run
+
+    kind = seal_kind(run_dir)
+    if kind == "none":
+        return "unsealed"
+    if any(r["status"] != "intact" for r in verify_run(run_dir)):
+        return "ALTERED"
+    return "legacy" if kind == "legacy" else "verified"
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
@@ -330,7 +349,7 @@ def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> lis
     """Prints whether the run is signed; with ``key_path`` (``--key PUBKEY``), rows for
     ``attestation.dsse.json``: ``intact`` when the seal is signed by that key over the files as they
     are, else ``altered`` naming why (an unsigned run, or another key, fails: no downgrade)."""
-    from runbook_lib.closedworld import ATTESTATION
+    from runbook_lib.closedworld import ATTESTATION, read_links
     from runbook_lib.signing import load_public_key, signature_problems, signed_by
 
     keys = signed_by(run_dir)
@@ -341,6 +360,11 @@ def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> lis
     key = load_public_key(Path(key_path))
     problems = (["a legacy seal is never signed"] if legacy else signature_problems(run_dir, key))
     print(f"signature: {'signed by key ' + key.keyid + ', verified' if not problems else 'DOES NOT VERIFY with key ' + key.keyid}")
+    links = read_links(run_dir)
+    if links:
+        print(f"signature: does not cover the {len(links)} link(s) written after the seal "
+              f"({', '.join(link.path for link in links)}): each may hold only its command's own files (a person's "
+              "resolution is checked by --person-key)")
     if not problems:
         return [{"path": ATTESTATION, "status": "intact", "by": f"ed25519 key {key.keyid} (--key)"}]
     return [{"path": ATTESTATION, "status": "altered", "by": p} for p in problems]

@@ -16,7 +16,10 @@ file                                   rule
 ``cleanup.json``, the teardown         ``runbook cleanup`` after the seal: a link (before the
 approvals ``runbook cleanup`` writes   seal, as after Ctrl-C, they are sealed like the rest)
 ``links/NNNN-<kind>.json``             the links: each names the sha256 of the manifest (the
-                                       first) or of the link before it, and the files it adds
+                                       first) or of the link before it, and the files it adds;
+                                       a link of each kind may add only its writer's files and
+                                       replace none of the seal's but its own record, and no link
+                                       removes a file (:data:`LINK_KINDS`)
 an interactive phase's notebook        kept in ``notebooks/`` of the project, never in the run
                                        directory; one copied in after the seal is an addition
 the HTML report                        written beside the run (``reports/<run_id>.html``), never
@@ -30,6 +33,7 @@ the files it lists, as it did then, and says it is legacy.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +53,18 @@ UNSEALED = frozenset({MANIFEST, COMPLETION_MARKER})
 ATTESTATION = "attestation.dsse.json"
 """The seal's signed in-toto statement (:mod:`runbook_lib.signing`); it names every sealed file's
 sha256, so it is not one of them."""
+
+
+LINK_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "resolution": (("resolution.json", "resolution.dsse.json"), ()),
+    "cleanup": (("cleanup.json", "approvals/*.json"), ("cleanup.json",)),
+}
+"""What a link of each kind may hold: kind -> (the files its writer writes, as ``fnmatch``
+patterns; the sealed files it may replace). ``runbook resolve`` writes the resolution and its
+signature once; ``runbook cleanup`` writes ``cleanup.json`` (again on each cleanup, and over the
+one an interrupted run sealed) and the teardown approvals it applied. Anything else in a link
+(another file, a sealed file replaced, a file removed) is not what either writer does: the link
+is broken and its files count as additions."""
 
 
 def run_files(run_dir: Path) -> list[str]:
@@ -147,10 +163,11 @@ def read_links(run_dir: Path) -> list[Link]:
     return out
 
 
-def append_link(run_dir: Path, kind: str, files: list[str], *, removed: tuple[str, ...] = (), by: str = "") -> Link | None:
+def append_link(run_dir: Path, kind: str, files: list[str], *, by: str = "") -> Link | None:
     """Seal ``files`` (written after the run's seal, relative to ``run_dir``) as a link of their
     own: ``links/NNNN-<kind>.json`` naming the sha256 of the manifest (the first link) or of the
-    link before it, each file's sha256, and ``removed`` (sealed files this write deleted).
+    link before it, and each file's sha256. ``kind`` and ``files`` must be what
+    :data:`LINK_KINDS` allows (verify holds every link to it).
 
     Returns:
         The link written; None when the run has no closed-world seal (not sealed yet: the seal
@@ -158,11 +175,15 @@ def append_link(run_dir: Path, kind: str, files: list[str], *, removed: tuple[st
 
     Raises:
         EvidenceError: a listed file is missing.
+        ValueError: ``kind`` or a file is not what :data:`LINK_KINDS` allows (a bug of the caller).
     """
     seal = seal_of(run_dir)
     if seal is None:
         return None
     links = read_links(run_dir)
+    wrong = link_problem(kind, {rel: "" for rel in files}, [], _checked(run_dir, seal, links)[0])
+    if wrong:
+        raise ValueError(f"a {kind} link cannot hold {files}: {wrong}")
     prev = links[-1].sha256 if links else sha256_file(run_dir / MANIFEST)
     hashed = {}
     for rel in files:
@@ -171,49 +192,71 @@ def append_link(run_dir: Path, kind: str, files: list[str], *, removed: tuple[st
             raise EvidenceError(f"a {kind} link lists {rel}, which is not a file in {run_dir}")
         hashed[rel] = sha256_file(p)
     name = f"{LINKS_DIR}/{len(_chained_links(run_dir, seal)) + 1:04d}-{kind}.json"
-    body = {"kind": kind, "prev_sha256": prev, "files": hashed, "removed": sorted(removed), "at": utc_now(), "by": by}
+    body = {"kind": kind, "prev_sha256": prev, "files": hashed, "removed": [], "at": utc_now(), "by": by}
     digest = write_json_atomic(run_dir / name, body)
     return Link(name, kind, body, digest)
 
 
 def expected_files(run_dir: Path) -> dict[str, str] | None:
-    """What the closed world holds now: the seal's files, updated by each link in order (its
-    files added or replaced, its ``removed`` dropped); None for a legacy seal."""
+    """What the closed world holds now: the seal's files, then each valid link's files in order
+    (:func:`link_problem`); None for a legacy seal."""
     seal = seal_of(run_dir)
     if seal is None:
         return None
-    return _applied(seal, read_links(run_dir))
+    return _checked(run_dir, seal, read_links(run_dir))[0]
 
 
-def _applied(seal: dict[str, Any], links: list[Link]) -> dict[str, str]:
-    """The seal's files, each link's ``removed`` dropped and ``files`` added, in order."""
+def link_problem(kind: str, files: dict[str, Any], removed: list[Any], sealed: dict[str, str]) -> str:
+    """Why a link of ``kind`` adding ``files`` (relative path -> sha256) and removing ``removed``
+    is not what its writer does, given the files ``sealed`` before it (:data:`LINK_KINDS`); ""
+    when it is."""
+    if kind not in LINK_KINDS:
+        return f"its kind {kind!r} is none a runbook command writes ({', '.join(LINK_KINDS)})"
+    writes, replaces = LINK_KINDS[kind]
+    if removed:
+        return f"it removes {', '.join(map(str, removed))}: no command removes a sealed file"
+    foreign = [rel for rel in files if not any(fnmatch.fnmatchcase(rel, pat) for pat in writes)]
+    if foreign:
+        return f"it adds {', '.join(foreign)}, which a {kind} link never holds (only {', '.join(writes)})"
+    replaced = [rel for rel in files if rel in sealed and rel not in replaces]
+    if replaced:
+        return f"it replaces the sealed {', '.join(replaced)}: a {kind} link adds files, it does not rewrite them"
+    return ""
+
+
+def _checked(run_dir: Path, seal: dict[str, Any], links: list[Link]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The closed world's files (the seal's, each valid link's added in order) and one row per
+    link: ``intact``, or ``broken-link`` when it names another sha256 than the manifest's (first
+    link) or the link before it, or holds what :func:`link_problem` refuses (its files are then
+    not part of the closed world)."""
     files = {str(k): str(v) for k, v in seal["files"].items()}
+    rows: list[dict[str, str]] = []
+    prev = sha256_file(run_dir / MANIFEST)
     for link in links:
-        for rel in link.body.get("removed") or []:
-            files.pop(str(rel), None)
-        files.update({str(k): str(v) for k, v in (link.body.get("files") or {}).items()})
-    return files
+        body_files, body_removed = link.body.get("files"), link.body.get("removed", [])
+        added: dict[str, Any] = body_files if isinstance(body_files, dict) else {}
+        removed: list[Any] = body_removed if isinstance(body_removed, list) else [body_removed]
+        problem = ("it names a sha256 that is not the manifest's (first link) or the link before it"
+                   if link.body.get("prev_sha256") != prev else link_problem(link.kind, added, removed, files))
+        rows.append({"path": link.path, "status": "broken-link" if problem else "intact",
+                     "by": f"{link.kind} link after the seal" if not problem else f"{link.kind} link: {problem}"})
+        if not problem:
+            files.update({str(k): str(v) for k, v in added.items()})
+        prev = link.sha256
+    return files, rows
 
 
 def closed_world_rows(run_dir: Path) -> list[dict[str, str]]:
     """Rows (``path``, ``status``, ``by``) for the closed world, as :func:`runbook_lib.verify.verify_run`
-    reports them: each link's place in the chain (``broken-link`` when it names another sha256),
-    every sealed or linked file (``intact``, ``altered``, ``missing``), and every file the seal
-    and its links do not list (``altered``: an addition is an alteration). No rows for a legacy seal.
+    reports them: each link's place in the chain and whether it holds what its kind may
+    (:func:`_checked`), every sealed or validly linked file (``intact``, ``altered``, ``missing``),
+    and every other file (``altered``: an addition is an alteration). No rows for a legacy seal.
     """
     seal = seal_of(run_dir)
     if seal is None:
         return []
-    rows: list[dict[str, str]] = []
     links = read_links(run_dir)
-    prev = sha256_file(run_dir / MANIFEST)
-    for link in links:
-        ok = link.body.get("prev_sha256") == prev
-        rows.append({"path": link.path, "status": "intact" if ok else "broken-link",
-                     "by": f"{link.kind} link after the seal" if ok else
-                     "names a sha256 that is not the manifest's (first link) or the link before it"})
-        prev = link.sha256
-    expected = _applied(seal, links)
+    expected, rows = _checked(run_dir, seal, links)
     for rel, want in sorted(expected.items()):
         p = run_dir / rel
         status = ("missing" if not (p.is_file() or p.is_symlink()) else
@@ -224,7 +267,7 @@ def closed_world_rows(run_dir: Path) -> list[dict[str, str]]:
         if rel in expected or rel in UNSEALED or rel in linked or rel == ATTESTATION:
             continue
         rows.append({"path": rel, "status": "altered",
-                     "by": "not in the seal or any link: added after the seal (an addition is an alteration)"})
+                     "by": "not in the seal or any valid link: added after the seal (an addition is an alteration)"})
     return rows
 
 

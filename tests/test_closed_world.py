@@ -86,7 +86,7 @@ def test_a_file_added_after_the_seal_is_an_alteration(tmp_path: Path, added: str
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     run = _sealed(tmp_path, "GO")
     _notebook(run / added, "All slices passed ... **GO**")
-    assert _bad(run) == {added: "altered: not in the seal or any link: added after the seal (an addition is an "
+    assert _bad(run) == {added: "altered: not in the seal or any valid link: added after the seal (an addition is an "
                                 "alteration)"}
     assert cli_main(["verify", str(run)]) == 1
     assert added in capsys.readouterr().out
@@ -408,3 +408,79 @@ def test_a_run_directory_that_is_or_holds_a_symlink_is_never_written_into(tmp_pa
     with pytest.raises(UsageError, match="is a symlink"):
         RunDir.create(params, path=tmp_path / "reports" / "linked")
     assert victim.read_text() == "keep me" and not any(elsewhere.iterdir())
+
+
+def _forged_link(run: Path, kind: str, files: dict[str, str], removed: list[str] | None = None) -> str:
+    """A link written by hand after the seal, correctly chained (what anyone who can write the
+    directory can make): ``files`` relative path -> text, written and hashed."""
+    for rel, text in files.items():
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        if rel.endswith(".ipynb"):
+            _notebook(run / rel, text)
+        else:
+            (run / rel).write_text(text)
+    links = read_links(run)
+    prev = links[-1].sha256 if links else sha256_file(run / "manifest.json")
+    name = f"links/{len(links) + 1:04d}-{kind}.json"
+    write_json_atomic(run / name, {"kind": kind, "prev_sha256": prev, "files": {r: sha256_file(run / r) for r in files},
+                                   "removed": removed or [], "at": iso(DECIDED), "by": "mallory"})
+    return name
+
+
+@pytest.mark.parametrize(("kind", "files", "removed", "why"), [
+    ("cleanup", {"02_map_target.ipynb": "All slices passed ... **GO**"}, [],
+     "adds 02_map_target.ipynb, which a cleanup link never holds"),
+    ("cleanup", {"receipt.json": '{"decision": "GO"}'}, [], "adds receipt.json, which a cleanup link never holds"),
+    ("cleanup", {"approvals/x.json": "{}"}, ["04/throughput.csv"], "removes 04/throughput.csv"),
+    ("resolution", {"resolution.json": "{}", "01_freeze_source.ipynb": "rewritten"}, [],
+     "adds 01_freeze_source.ipynb, which a resolution link never holds"),
+    ("notes", {"notes.txt": "hello"}, [], "its kind 'notes' is none a runbook command writes"),
+])
+def test_a_hand_written_link_holds_only_what_its_command_writes(
+        tmp_path: Path, kind: str, files: dict[str, str], removed: list[str], why: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Correctly chained links that add a phase notebook, rewrite the receipt or a notebook,
+    # remove a sealed file, or are of a kind no command writes: each is a broken link, and what
+    # it names counts as an addition (or the sealed file as altered or missing), so verify fails
+    # and the report shows none of it, signed run or not.
+    from runbook_lib.signing import generate_key
+
+    key = tmp_path / "seal.key"
+    generate_key(key)
+    run = _sealed(tmp_path, "GO", signing_key=f"file:{key}")
+    link = _forged_link(run, kind, files, removed)
+    bad = _bad(run)
+    assert bad[link].startswith("broken-link") and why in bad[link]
+    assert all(rel in bad for rel in files)
+    assert cli_main(["verify", "--key", f"{key}.pub", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert f"does not cover the 1 link(s) written after the seal ({link})" in out
+    html = write_html(run, tmp_path / "r.html", unverified=[link]).read_text()
+    assert "All slices passed" not in html
+
+
+def test_a_cleanup_after_the_seal_is_a_valid_link_and_may_rewrite_only_its_record(tmp_path: Path) -> None:
+    run = _sealed(tmp_path, "GO")
+    _forged_link(run, "cleanup", {"cleanup.json": '{"destroyed": []}', "approvals/teardown.json": "{}"})
+    _forged_link(run, "cleanup", {"cleanup.json": '{"destroyed": ["pod-1"]}'})  # a second cleanup
+    assert _bad(run) == {}
+    third = _forged_link(run, "cleanup", {"approvals/teardown.json": '{"approved_by": "mallory"}'})
+    assert "replaces the sealed approvals/teardown.json" in _bad(run)[third]
+
+
+def test_runbook_list_says_whether_each_runs_evidence_verifies(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # A NO-GO run whose manifest was edited to read GO is listed ALTERED beside whatever it claims;
+    # a run with no seal is unsealed; an untouched one verified.
+    edited, intact = _sealed(tmp_path / "a", "NO-GO"), _sealed(tmp_path / "a", "GO")
+    manifest = json.loads((edited / "manifest.json").read_text())
+    manifest["decision"] = "GO"
+    write_json_atomic(edited / "manifest.json", manifest)
+    unsealed = tmp_path / "a" / "reports" / "20260301T120000Z-demo-embed-endpoint-running"
+    unsealed.mkdir()
+    shutil.copyfile(ROOT / "params" / "demo.yaml", unsealed / "params.yaml")
+    assert cli_main(["list", "--reports", str(edited.parent)]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[3] for line in out.splitlines() if line.startswith("2026")}
+    assert rows == {edited.name: "ALTERED", intact.name: "verified", unsealed.name: "unsealed"}
+    assert "`runbook verify RUN` names it" in out

@@ -14,6 +14,7 @@ import pytest
 from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ParamsError, ProviderError, WorkloadError
+from runbook_lib.gates import sequential as sq
 from runbook_lib.measure import Attempted, frozen_heap, with_retries
 from runbook_lib.params import Measure, load_params, operator_set, parse_yaml, validate
 from runbook_lib.phases import compare
@@ -445,8 +446,8 @@ def test_a_failing_target_stops_the_sequential_measurement_at_its_first_look() -
 
 def test_a_host_that_drifts_still_holds_under_the_sequential_gates() -> None:
     # Identical sides on a host 15 % slower every round. Alternating pairs (S,T then T,S) keep the
-    # drift out of the ratios' mean, so the sequences may decide; the A/A noise floor (first and
-    # last source rounds, judged on everything measured) sees the drift and holds the decision.
+    # drift out of the ratios' mean, so the sequences may decide; the A/A noise floor (the first
+    # block's two source rounds, three rounds apart) sees the drift and holds the decision.
     ctx = _sequential_ctx()
     _, res = _sequential_run(ctx, slower=1.0, seed=5, drift=0.15)
     gates = {r.name: r for r in compare.compare_gates(ctx, res, _costs())}
@@ -491,3 +492,115 @@ def test_an_option_the_chosen_method_does_not_read_is_refused() -> None:
     data["measure"].update(min_rounds=4, max_rounds=3)
     with pytest.raises(ParamsError, match=r"measure\.max_rounds \(3\) is below measure\.min_rounds \(4\)"):
         validate(data)
+
+
+def _slo_ctx(slo_s: float) -> SimpleNamespace:
+    ctx = _sequential_ctx()
+    data = parse_yaml((ROOT / "params" / "demo.yaml").read_text())
+    data["workload"]["requirements"]["max_request_s"] = slo_s
+    return SimpleNamespace(mig=validate(data), evidence=ctx.evidence)
+
+
+def test_the_latency_slo_is_judged_on_its_sequence_and_a_breach_stops_the_measurement() -> None:
+    # Latencies are lognormal(-2, 0.2) seconds: about 11 % of them exceed 0.17 s, beyond the 5 %
+    # an SLO at p95 allows. The demo sets its SLO, so the gate blocks and takes part in the stop
+    # rule: the Bernoulli sequence of the share over lies wholly above 5 % at the first look.
+    ctx = _slo_ctx(0.17)
+    run, res = _sequential_run(ctx, slower=1.0, seed=3)
+    assert len(run) == 4  # stopped at the minimum, 2 pairs
+    gates = {r.name: r for r in compare.compare_gates(ctx, res, _costs())}
+    slo = gates["latency_slo"]
+    assert slo.verdict == "FAIL" and "Bernoulli confidence sequence" in slo.method and slo.interval is not None
+    over = int((res.samples[res.samples["side"] == "target"]["total_s"] > 0.17).sum())
+    lower, upper = sq.bernoulli_sequence(over, 400)  # the two target rounds' 400 requests
+    assert slo.interval == pytest.approx((lower, upper)) and lower > 0.05
+    assert g.decide(list(gates.values()))[0] == "NO-GO"
+    # Nothing near the SLO: 200 requests with none over put the sequence's upper end at
+    # 1 - (0.1 / 201) ** (1 / 200) = 3.7 % (the mixture's closed form with k = 0): PASS.
+    ctx = _slo_ctx(10.0)
+    _, res = _sequential_run(ctx, slower=1.0, seed=3)
+    slo = {r.name: r for r in compare.compare_gates(ctx, res, _costs())}["latency_slo"]
+    assert slo.verdict == "PASS" and "decided at pair 2" in slo.detail
+
+
+def test_the_sequential_cost_gate_prices_each_pair_of_rounds_and_follows_its_throughput() -> None:
+    # The demo at its declared 30 requests/s: each side has one worker, kept warm. A round of
+    # capacity c requests/s serves min(30, c), is billed for max(1, served / c) workers at the
+    # side's price plus 1 GB of storage a month (730 h), and accepts every answer: USD per
+    # accepted unit = (workers x price + storage / 730) / (served x 3600).
+    ctx = _sequential_ctx()
+    _, res = _sequential_run(ctx, slower=1.5, seed=4)
+    at = compare.judge.costs_at_traffic(ctx.mig, res)
+    assert at is not None
+    per = compare.judge.round_costs(ctx.mig, res, _costs(), at)
+    t = res.throughput.sort_values("round")
+    for side, price, storage in (("source", 0.44, 0.10), ("target", 0.29, 0.07)):
+        caps = [float(x) for x in t[t["side"] == side]["throughput_units_per_s"]]
+        assert per[side] == pytest.approx([(max(1.0, min(30, c) / c) * price + storage / 730) / (min(30, c) * 3600)
+                                           for c in caps])
+    gate = {r.name: r for r in compare.compare_gates(ctx, res, _costs(), at)}["cost_per_accepted_unit"]
+    ratios = np.array(per["target"]) / np.array(per["source"])  # warm-bound both: (0.29 + ...) / (0.44 + ...) = 0.66
+    assert gate.observed == pytest.approx(float(np.exp(np.log(ratios).mean())))
+    assert "one per pair of rounds" in gate.method and "at the declared traffic" in gate.method
+    assert gate.threshold == 1.0 and gate.blocking
+    rec = seqmod.record(seqmod.traces(ctx.mig, res.samples, res.throughput, per), ctx.mig)
+    assert len(rec.gates["cost_per_accepted_unit"].looks) == rec.pairs_measured
+    assert gate.verdict == "PASS" and gate.interval is not None and gate.interval[1] < 0.7
+    # A target 4 times slower serves 12 of the 30 requests/s: 0.66 x 30 / 12 = 1.65 times the
+    # source's USD per accepted unit: FAIL.
+    ctx = _sequential_ctx()
+    _, res = _sequential_run(ctx, slower=4.0, seed=4)
+    at = compare.judge.costs_at_traffic(ctx.mig, res)
+    gate = {r.name: r for r in compare.compare_gates(ctx, res, _costs(), at)}["cost_per_accepted_unit"]
+    assert gate.verdict == "FAIL" and gate.interval is not None and gate.interval[0] > 1.0
+
+
+def test_the_sequential_a_a_floor_judges_the_first_blocks_source_rounds() -> None:
+    # Three pairs; the third source round (round 4) is three times slower. The fixed method's
+    # floor (first and last source rounds) is INCONCLUSIVE; the sequential one judges the first
+    # block's two source rounds, which every stopping point includes, and they agree.
+    rng = np.random.default_rng(9)
+    rows = [{"side": side, "round": r, "request": i, "total_s": v * (3.0 if r == 4 else 1.0), "status": "COMPLETED",
+             "accepted": True}
+            for r, side in enumerate(compare.round_sides(6)) for i, v in enumerate(rng.lognormal(-2.0, 0.2, 200))]
+    res = _res([])
+    res = compare.Measured(**{**res.__dict__, "samples": pd.DataFrame(rows)})
+    seq = {r.name: r for r in compare.judge.judge(_sequential_ctx().mig, res, _costs())}["noise_floor"]
+    fixed = {r.name: r for r in compare.judge.judge(validate(_fixed_demo()), res, _costs())}["noise_floor"]
+    assert seq.verdict == "PASS" and fixed.verdict == "INCONCLUSIVE"
+
+
+def test_a_streaming_service_judges_ttft_and_tpot_on_sequences_that_take_part_in_the_stop() -> None:
+    # The chat service demo judged sequentially: its target's first token comes 4 times later
+    # (the latency margin is 3.0) while the whole answers take as long. The TTFT p95 ratio is a
+    # sequential gate in the stop rule: it FAILs, the measurement stops, the decision is NO-GO.
+    data = parse_yaml((ROOT / "params" / "demo-service.yaml").read_text())
+    data["gates"]["method"] = "sequential"
+    for unread in ("rounds", "max_extra_rounds"):
+        data["measure"].pop(unread, None)
+    ctx = SimpleNamespace(mig=validate(data), evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
+    rng = np.random.default_rng(2)
+    run: list[int] = []
+    rows: list[dict[str, Any]] = []
+    thr: list[dict[str, Any]] = []
+
+    def run_round(r: int, side: str) -> int:
+        run.append(r)
+        ttft = rng.lognormal(-3.0, 0.2, 100) * (4.0 if side == "target" else 1.0)
+        rows.extend({"side": side, "round": r, "request": i, "total_s": 0.5 + rng.normal(0, 0.01), "status": "COMPLETED",
+                     "accepted": True, "ttft_s": ttft[i], "tpot_s": 0.01} for i in range(100))
+        thr.append({"side": side, "round": r, "requests": 8.0, "completed": 8.0, "failed": 0.0, "elapsed_s": 1.0,
+                    "throughput_units_per_s": 8.0})
+        return 100
+
+    compare.schedule_rounds(ctx, run_round, look=lambda: seqmod.should_stop(ctx.mig, pd.DataFrame(rows),
+                                                                            pd.DataFrame(thr)))
+    found = {t.name: t for t in seqmod.traces(ctx.mig, pd.DataFrame(rows), pd.DataFrame(thr))}
+    assert {"ttft_p95_ratio", "tpot_p95_ratio"} <= set(found) and found["ttft_p95_ratio"].stops
+    assert found["ttft_p95_ratio"].decided is not None and found["ttft_p95_ratio"].decided.verdict == "FAIL"
+    assert len(run) // 2 == seqmod.stop_pair(list(found.values()), ctx.mig.measure.min_rounds) < 8
+    res = _res([])
+    res = compare.Measured(**{**res.__dict__, "samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr)})
+    gates = {r.name: r for r in compare.judge.judge(ctx.mig, res, _costs())}
+    assert gates["ttft_p95_ratio"].verdict == "FAIL" and "TTFT p95 ratio, one per pair" in gates["ttft_p95_ratio"].method
+    assert gates["tpot_p95_ratio"].verdict == "PASS" and gates["sequential_stop"].verdict == "PASS"

@@ -186,7 +186,9 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04",
                                stopped=[stop.step for stop in res.spend.stops]))
     accepted = s["accepted"].to_numpy(dtype=float)
-    acc_rounds = {side: per_round(accepted, rounds, on[side]) for side in on}
+    # The sequential method judges cost per pair of rounds (sequential.cost_trace): the point
+    # comparison here gives it the prices and basis, no bootstrap.
+    acc_rounds = {side: per_round(accepted, rounds, on[side]) for side in on} if gc.method == "fixed" else None
     results = [  # the sequential method judges these two ratios itself (sequential.judged)
         *([g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
                                min_samples=gc.min_latency_samples, phase="04"),
@@ -197,15 +199,47 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
         g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",
                      unit=f"{mig.workload.unit}s"),
         g.cost_per_unit(*(_finite((at_traffic or costs_)[side].usd_per_accepted_unit) for side in ("source", "target")),
-                        required_saving=gc.required_saving, accepted_rounds=(acc_rounds["source"], acc_rounds["target"]),
+                        required_saving=gc.required_saving,
+                        accepted_rounds=(acc_rounds["source"], acc_rounds["target"]) if acc_rounds else None,
                         phase="04", basis=_traffic_basis(at_traffic)),
         *extra,
     ]
-    if mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
+    if gc.method == "sequential":  # it judges the ratio gates, token ones included, itself
+        results = sequential.judged(mig, s, t, results, round_costs(mig, res, costs_, at_traffic))
+    elif mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
         results += token_gates(mig, s, rounds, on, done)
-    if mig.gates.method == "sequential":
-        results = sequential.judged(mig, s, t, results)
     return qualified(mig, res, results)
+
+
+def round_costs(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
+                at_traffic: dict[str, cost.TrafficCost] | None) -> dict[str, list[float]]:
+    """Each side's USD per accepted unit priced round by round, in round order, the way the whole
+    measurement is priced: at the declared traffic (``at_traffic`` given: :func:`traffic_terms`
+    with the round's saturation throughput as capacity and its accepted share) or over the
+    measurement window (the side's billed cost per request over the round's accepted share). A
+    round with no throughput row or no request gives no value; one with nothing accepted, ``inf``.
+    Shapes: per side a list with one float per such round."""
+    s, t = res.samples, res.throughput
+    traffic = mig.measure.traffic_per_s or mig.measure.arrival_rate_per_s
+    out: dict[str, list[float]] = {}
+    for side in ("source", "target"):
+        mine = s[s["side"] == side] if len(s) else s
+        share = {int(r): float(d["accepted"].astype(float).mean()) for r, d in mine.groupby("round")} if len(mine) else {}
+        terms = traffic_terms(mig, res, side) if at_traffic else None
+        rows = t[t["side"] == side].sort_values("round") if len(t) else t
+        values = []
+        for r, thr in zip(rows["round"] if len(rows) else [], rows["throughput_units_per_s"] if len(rows) else [], strict=True):
+            acc = share.get(int(r))
+            if acc is None or float(thr) <= 0:
+                continue
+            if terms is not None:
+                values.append(replace(terms[0], acceptance=acc).at(traffic, float(thr)).usd_per_accepted_unit)
+            else:  # the window's USD per accepted unit is billed / (requests x share)
+                whole = costs_[side].usd_per_accepted_unit
+                overall = float(mine["accepted"].astype(float).mean())
+                values.append(whole * overall / acc if acc > 0 and math.isfinite(whole) else math.inf)
+        out[side] = values
+    return out
 
 
 NEAR_CAPACITY = 0.8
@@ -216,7 +250,8 @@ slowdown (Kleinrock, Queueing Systems, Vol. 1, 1975, section 3.2)."""
 
 
 def aa_gate(mig: Migration, src_rounds: list[np.ndarray], t: pd.DataFrame) -> g.GateResult:
-    """The A/A noise floor on the first and last source rounds (:func:`runbook_lib.gates.noise_floor`):
+    """The A/A noise floor on two source rounds (:func:`runbook_lib.gates.noise_floor`; which two:
+    the comment below):
     blocking for a serving workload, scored for training (sub-millisecond steps of the demo MLP
     drift with any host activity between pods). When it is INCONCLUSIVE and the open-loop rate is
     at least :data:`NEAR_CAPACITY` of the source's saturation throughput (requests completed per
@@ -224,7 +259,10 @@ def aa_gate(mig: Migration, src_rounds: list[np.ndarray], t: pd.DataFrame) -> g.
     noise comes from the offered load, and a lower ``measure.arrival_rate_per_s`` is the remedy."""
     if len(src_rounds) < 2:
         return g.noise_floor(np.array([]), np.array([]), max_ratio=mig.gates.latency_p95_ratio_max, phase="04")
-    aa = g.noise_floor(src_rounds[0], src_rounds[-1], max_ratio=mig.gates.latency_p95_ratio_max,
+    # Fixed: the first and last source rounds. Sequential: the first block's two (pairs 1 and 2),
+    # which every stopping point includes, so where the rule stopped cannot choose the rounds judged.
+    last = src_rounds[1] if mig.gates.method == "sequential" else src_rounds[-1]
+    aa = g.noise_floor(src_rounds[0], last, max_ratio=mig.gates.latency_p95_ratio_max,
                        q=95 if mig.workload.serves else 50, phase="04")
     if not mig.workload.serves:
         return g.from_dict({**aa.to_dict(), "blocking": False})
@@ -467,7 +505,8 @@ def record_data(res: Measured, costs_: dict[str, cost.CostBreakdown], summ: pd.D
         if mig is not None and mig.workload.serves else (),
         token_metrics=token_summary(res, mig) if mig is not None else {},
         method=mig.gates.method if mig is not None else "fixed",
-        sequential=sequential.record(sequential.traces(mig, res.samples, res.throughput), mig)
+        sequential=sequential.record(sequential.traces(mig, res.samples, res.throughput,
+                                                       round_costs(mig, res, costs_, at_traffic)), mig)
         if mig is not None and mig.gates.method == "sequential" else None,
         forecast=savings_forecast(mig, res) if mig is not None and at_traffic else None)
 

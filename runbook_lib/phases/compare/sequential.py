@@ -11,20 +11,39 @@ an undecided gate is then INCONCLUSIVE with the sequence it reached). The same f
 ``runbook verify --recompute`` derives the same stopping pair, which the ``sequential_stop`` gate
 checks against the pairs the run measured.
 
-The other gates are judged once, on everything measured, as under the fixed method: the error
-rate's count rule, the A/A noise floor, cold starts, cost per accepted unit (from the measured
-throughput and prices), the SLO and the shift.
+What each of phase 04's other gates becomes (its level must not depend on when the rule stopped):
+
+- ``ttft_p95_ratio`` and ``tpot_p95_ratio`` (a token-streaming service): per-pair log ratios of
+  per-round p95s with the same sequence as the latency ratio, in the stop rule.
+- ``error_rate``: a count rule with a maximum of 0, else the Bernoulli rate's sequence; in the
+  stop rule (:func:`error_trace`).
+- ``latency_slo``: the share of the target's answers slower than the SLO, on the Bernoulli
+  sequence against ``1 - SLO_PERCENTILE``; in the stop rule when the operator set the SLO
+  (:func:`slo_trace`).
+- ``cost_per_accepted_unit``: each round priced as the whole measurement is, from that round's
+  throughput and accepted share and the side's prices; per-pair log ratios of USD per accepted unit
+  on the t sequence (:func:`cost_looks`). It does not hold the measurement open (its egress term is
+  known only once the measurement ends); a confidence sequence is valid at any stopping time, so
+  judged where the others stopped it keeps its level.
+- ``noise_floor`` (A/A): the first block's two source rounds, which every stopping point includes,
+  so its fixed-sample interval keeps its level (``judge.aa_gate``).
+- ``cold_start_ratio``: ``measure.cold_starts`` starts a side, measured after the rounds whatever
+  the stop, so its fixed-sample interval keeps its level.
+- ``latency_shift`` (scored), ``capacity``, ``baseline_health`` and ``spend_limit``: rules on counts
+  and totals, not inferences; as under the fixed method.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from runbook_lib import gates as g
 from runbook_lib.gates import sequential as sq
+from runbook_lib.gates.performance import SLO_PERCENTILE
 from runbook_lib.gates.result import Verdict
 from runbook_lib.params import Migration, operator_set
 from runbook_lib.records import SequentialGate, SequentialLook, SequentialRecord
@@ -34,6 +53,11 @@ RATIO_GATES: dict[str, tuple[str, bool]] = {
     "throughput_ratio": ("gates.throughput_ratio_min", True),
 }
 """The sequential gates: name -> (the params setting that is its threshold, whether higher is better)."""
+
+TOKEN_GATES: dict[str, str] = {"ttft_p95_ratio": "ttft_s", "tpot_p95_ratio": "tpot_s"}
+"""A token-streaming service's sequential p95 ratio gates: name -> the sample column they read
+(seconds); their margin is ``gates.latency_p95_ratio_max`` and they always block, as under the
+fixed method."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +73,22 @@ class Trace:
     decided: sq.Look | None
     samples: tuple[int, int] = (0, 0)  # (source, target) samples behind the last look
     samples_from: int | None = 1  # the first look with enough samples to decide (None: not yet)
+    stops: bool = True  # takes part in the stop rule (the cost gate does not)
+
+
+def round_p95s(samples: pd.DataFrame, column: str) -> tuple[tuple[list[float], list[float]], tuple[list[float], list[float]]]:
+    """The (source, target) p95 of ``column`` (seconds) over each round's completed samples with a
+    finite value, in round order, and how many samples each of those rounds had. A round with
+    none gives no value."""
+    p95: dict[str, list[float]] = {"source": [], "target": []}
+    count: dict[str, list[float]] = {"source": [], "target": []}
+    if len(samples) and column in samples:
+        vals = pd.to_numeric(samples[column], errors="coerce")
+        done = samples[(samples["status"] == "COMPLETED") & np.isfinite(vals.to_numpy(dtype=float))]
+        for (side, _r), grp in done.groupby(["side", "round"], sort=True):
+            p95[str(side)].append(float(np.percentile(grp[column].to_numpy(dtype=float), 95)))
+            count[str(side)].append(float(len(grp)))
+    return (p95["source"], p95["target"]), (count["source"], count["target"])
 
 
 def per_round(samples: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, tuple[list[float], list[float]]]:
@@ -57,15 +97,7 @@ def per_round(samples: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, tupl
     ``"latency_samples"`` each of those rounds' completed samples. A round with no completed
     sample or no positive throughput gives no value."""
     out: dict[str, tuple[list[float], list[float]]] = {}
-    lat: dict[str, list[float]] = {"source": [], "target": []}
-    count: dict[str, list[float]] = {"source": [], "target": []}
-    if len(samples):
-        done = samples[samples["status"] == "COMPLETED"]
-        for (side, _r), grp in done.groupby(["side", "round"], sort=True):
-            lat[str(side)].append(float(np.percentile(grp["total_s"].to_numpy(dtype=float), 95)))
-            count[str(side)].append(float(len(grp)))
-    out["latency_p95_ratio"] = (lat["source"], lat["target"])
-    out["latency_samples"] = (count["source"], count["target"])
+    out["latency_p95_ratio"], out["latency_samples"] = round_p95s(samples, "total_s")
     thr: dict[str, list[float]] = {"source": [], "target": []}
     if len(throughput):
         for _, row in throughput.sort_values("round").iterrows():
@@ -76,25 +108,80 @@ def per_round(samples: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, tupl
     return out
 
 
-def traces(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame) -> list[Trace]:
-    """Every sequential gate's looks on the measurement so far."""
+def traces(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame,
+           costs: dict[str, list[float]] | None = None) -> list[Trace]:
+    """Every sequential gate's looks on the measurement so far; with ``costs`` (each side's USD
+    per accepted unit per round, :func:`runbook_lib.phases.compare.judge.round_costs`) the cost
+    gate's too."""
     values = per_round(samples, throughput)
-    cs, ct = (np.cumsum(x) for x in values["latency_samples"])
+    src, tgt = values["throughput_ratio"]
+    threshold = mig.gates.throughput_ratio_min
+    looks = sq.ratio_looks(sq.paired_log_ratios(src, tgt), threshold=threshold, higher_is_better=True)
+    out = [p95_trace(mig, "latency_p95_ratio", values["latency_p95_ratio"], values["latency_samples"],
+                     blocking=operator_set(mig, "gates.latency_p95_ratio_max")),
+           Trace("throughput_ratio", threshold, True, operator_set(mig, "gates.throughput_ratio_min"), looks,
+                 sq.decided(looks, mig.measure.min_rounds), (len(src), len(tgt)), mig.measure.min_rounds)]
+    pairs = len(out[0].looks)  # rounds with completed samples on both sides
+    svc = mig.workload.service
+    if mig.workload.kind == "service" and svc is not None and svc.stream:
+        out += [p95_trace(mig, name, *round_p95s(samples, col), blocking=True) for name, col in TOKEN_GATES.items()]
+    out.append(error_trace(mig, samples, pairs))
+    if mig.workload.serves:
+        out.append(slo_trace(mig, samples, pairs))
+    if costs is not None:
+        out.append(cost_trace(mig, costs))
+    return out
+
+
+def p95_trace(mig: Migration, name: str, values: tuple[list[float], list[float]],
+              counts: tuple[list[float], list[float]], *, blocking: bool) -> Trace:
+    """A p95 ratio gate (target over source, at most ``gates.latency_p95_ratio_max``) on per-pair
+    log ratios of per-round p95s. It decides only once each side has
+    ``gates.min_latency_samples`` samples, as the fixed gate."""
+    cs, ct = (np.cumsum(x) for x in counts)
     pairs = min(len(cs), len(ct))
-    # The latency gate decides only once each side has gates.min_latency_samples, as the fixed one.
     enough = [n + 1 for n in range(pairs) if min(cs[n], ct[n]) >= mig.gates.min_latency_samples]
-    latency_from = max(mig.measure.min_rounds, enough[0]) if enough else None
-    out = []
-    for name, (setting, higher) in RATIO_GATES.items():
-        threshold = float(getattr(mig.gates, setting.split(".")[1]))
-        src, tgt = values[name]
-        looks = sq.ratio_looks(sq.paired_log_ratios(src, tgt), threshold=threshold, higher_is_better=higher)
-        latency = name == "latency_p95_ratio"
-        first = latency_from if latency else mig.measure.min_rounds
-        seen = (int(cs[pairs - 1]), int(ct[pairs - 1])) if latency and pairs else (len(src), len(tgt))
-        out.append(Trace(name, threshold, higher, operator_set(mig, setting), looks,
-                         sq.decided(looks, first) if first is not None else None, seen, first))
-    return [*out, error_trace(mig, samples, pairs)]
+    first = max(mig.measure.min_rounds, enough[0]) if enough else None
+    threshold = mig.gates.latency_p95_ratio_max
+    looks = sq.ratio_looks(sq.paired_log_ratios(*values), threshold=threshold, higher_is_better=False)
+    seen = (int(cs[pairs - 1]), int(ct[pairs - 1])) if pairs else (0, 0)
+    return Trace(name, threshold, False, blocking, looks, sq.decided(looks, first) if first is not None else None,
+                 seen, first)
+
+
+def slo_trace(mig: Migration, samples: pd.DataFrame, pairs: int) -> Trace:
+    """``latency_slo``: the share of the target's completed requests slower than
+    ``workload.requirements.max_request_s`` after each pair, on the Bernoulli rate's confidence
+    sequence against ``1 - SLO_PERCENTILE`` (the fixed gate's MLPerf percentile): PASS once the
+    sequence is wholly at or below it, FAIL once wholly above. Blocking (and in the stop rule)
+    when the operator set the SLO."""
+    slo, allowed = mig.workload.requirements.max_request_s, 1.0 - SLO_PERCENTILE
+    target = samples[(samples["side"] == "target") & (samples["status"] == "COMPLETED")] if len(samples) else samples
+    rounds = sorted(target["round"].unique()) if len(target) else []
+    looks = []
+    for n in range(1, min(pairs, len(rounds)) + 1):
+        mine = target[target["round"].isin(rounds[:n])]["total_s"].to_numpy(dtype=float)
+        over, total = int((mine > slo).sum()), int(mine.size)
+        lower, upper = sq.bernoulli_sequence(over, total)
+        verdict: Verdict = "PASS" if upper <= allowed else "FAIL" if lower > allowed else "INCONCLUSIVE"
+        looks.append(sq.Look(n, over / total if total else 0.0, lower, upper, verdict))
+    return Trace("latency_slo", allowed, False, operator_set(mig, "workload.requirements.max_request_s"), looks,
+                 sq.decided(looks, mig.measure.min_rounds), (0, int(len(target))))
+
+
+def cost_trace(mig: Migration, costs: dict[str, list[float]]) -> Trace:
+    """``cost_per_accepted_unit``: per-pair log ratios of USD per accepted unit, target over
+    source, on the t sequence against ``1 - gates.required_saving``. Not in the stop rule (module
+    docstring); blocking when the operator set ``gates.required_saving``. A round priced at no
+    finite positive cost (no accepted unit) ends the usable pairs there."""
+    src, tgt = costs.get("source", []), costs.get("target", [])
+    n = min(len(src), len(tgt))
+    usable = next((k for k in range(n) if not (0 < src[k] < math.inf and 0 < tgt[k] < math.inf)), n)
+    threshold = 1.0 - mig.gates.required_saving
+    looks = sq.ratio_looks(sq.paired_log_ratios(src[:usable], tgt[:usable]), threshold=threshold,
+                           higher_is_better=False)
+    return Trace("cost_per_accepted_unit", threshold, False, operator_set(mig, "gates.required_saving"), looks,
+                 sq.decided(looks, mig.measure.min_rounds), (len(src), len(tgt)), mig.measure.min_rounds, stops=False)
 
 
 def error_trace(mig: Migration, samples: pd.DataFrame, pairs: int) -> Trace:
@@ -131,7 +218,7 @@ def stop_pair(found: list[Trace], min_pairs: int) -> int | None:
     """The first look, from ``min_pairs`` on, at which every blocking gate is decided, or one is
     decided FAIL (the decision is then NO-GO whatever the others would read); None before.
     With no blocking sequential gate, ``min_pairs`` once that many pairs were measured."""
-    blocking = [t for t in found if t.blocking]
+    blocking = [t for t in found if t.blocking and t.stops]
     fails = [t.decided.pairs for t in blocking if t.decided is not None and t.decided.verdict == "FAIL"]
     if fails:
         at = max(min_pairs, min(fails))
@@ -153,7 +240,7 @@ class LiveLook:
     round, ``total_s`` and status (:meth:`add`), and the throughput rows (``throughput``, the
     same rows phase 04 writes to its throughput table)."""
 
-    COLUMNS = ["side", "round", "total_s", "status"]
+    COLUMNS = ["side", "round", "total_s", "status", *TOKEN_GATES.values()]
 
     def __init__(self, mig: Migration) -> None:
         self.mig = mig
@@ -172,13 +259,23 @@ METHOD = (f"t confidence sequence of the mean per-pair log ratio (anytime-valid;
           f"precision c {sq.LAI_C}; Wang and Ramdas 2023 after Lai 1976; runbook_lib.gates.sequential)")
 
 
+LABELS: dict[str, tuple[str, str]] = {
+    "latency_p95_ratio": ("p95", "gates.latency_p95_ratio_max"),
+    "throughput_ratio": ("throughput", "gates.throughput_ratio_min"),
+    "ttft_p95_ratio": ("TTFT p95", "gates.latency_p95_ratio_max"),
+    "tpot_p95_ratio": ("TPOT p95", "gates.latency_p95_ratio_max"),
+    "cost_per_accepted_unit": ("USD per accepted unit", "gates.required_saving"),
+}
+"""What each ratio gate's sequence is a ratio of, and the setting that is its threshold."""
+
+
 def gate_result(t: Trace, mig: Migration) -> g.GateResult:
-    """A sequential gate's verdict: the decided look's, or the last look's (INCONCLUSIVE) when
+    """A sequential ratio gate's verdict: the decided look's, or the last look's (INCONCLUSIVE) when
     undecided. Its observed value is the geometric mean of the per-pair ratios at that look."""
     look = t.decided or (t.looks[-1] if t.looks else None)
-    what = "p95" if t.name == "latency_p95_ratio" else "throughput"
+    what, setting = LABELS[t.name]
     method = f"{what} ratio, one per pair of rounds; {METHOD}"
-    if t.name == "latency_p95_ratio" and t.samples_from is None:
+    if t.name in ("latency_p95_ratio", *TOKEN_GATES) and t.samples_from is None:
         n = {"source": t.samples[0], "target": t.samples[1]}
         return g.GateResult(t.name, "INCONCLUSIVE", True, look.estimate if look else None, t.threshold, "ratio", method,
                             f"too few samples {n}; need >= {mig.gates.min_latency_samples} per side",
@@ -193,9 +290,28 @@ def gate_result(t: Trace, mig: Migration) -> g.GateResult:
     return g.GateResult(t.name, look.verdict if t.decided is not None else "INCONCLUSIVE", True, look.estimate,
                         t.threshold, "ratio", method,
                         f"{what} ratio {look.estimate:.3f}, sequence [{look.lower:.3f}, {look.upper:.3f}] vs {bound} "
-                        f"{t.threshold}: {where}", samples={"pairs": look.pairs},
-                        interval=(look.lower, look.upper) if np.isfinite(look.upper) else None, source="gates." + RATIO_GATES[t.name][0].split(".")[1],
+                        f"{t.threshold:g}: {where}", samples={"pairs": look.pairs},
+                        interval=(look.lower, look.upper) if np.isfinite(look.upper) else None, source=setting,
                         phase="04")
+
+
+def slo_result(t: Trace, mig: Migration, fixed: g.GateResult) -> g.GateResult:
+    """``latency_slo`` from its sequence (:func:`slo_trace`): the decided look's verdict, else
+    INCONCLUSIVE at the last look. Observed: the target's p95 over everything measured (seconds),
+    as the fixed gate reports it."""
+    look = t.decided or (t.looks[-1] if t.looks else None)
+    slo = mig.workload.requirements.max_request_s
+    if look is None:
+        return replace(fixed, verdict="INCONCLUSIVE", detail="no target request completed")
+    where = (f"decided at pair {look.pairs}" if t.decided is not None else
+             f"undecided after {look.pairs} pair(s): the sequence straddles {t.threshold:.0%}")
+    return g.GateResult("latency_slo", look.verdict if t.decided is not None else "INCONCLUSIVE", True, fixed.observed,
+                        slo, "s", f"p{SLO_PERCENTILE * 100:.0f}: share of requests over the SLO on a Bernoulli "
+                        f"confidence sequence (beta-binomial mixture, alpha {sq.ALPHA}; runbook_lib.gates.sequential)",
+                        f"share of target requests over {slo:g} s {look.estimate:.3%}, sequence [{look.lower:.3%}, "
+                        f"{look.upper:.3%}] vs at most {t.threshold:.0%}: {where}",
+                        samples={"requests": t.samples[1], "pairs": look.pairs}, interval=(look.lower, look.upper),
+                        source=fixed.source, phase="04")
 
 
 def stop_gate(found: list[Trace], mig: Migration) -> g.GateResult:
@@ -234,16 +350,38 @@ def record(found: list[Trace], mig: Migration) -> SequentialRecord:
                         for lk in t.looks)) for t in found})
 
 
-def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame,
-           results: list[g.GateResult]) -> list[g.GateResult]:
-    """Phase 04's other gates (``results``) after the sequential ratio gates, with ``error_rate``
-    judged on its Bernoulli sequence when its maximum is positive, and the ``sequential_stop``
-    gate added."""
-    found = traces(mig, samples, throughput)
-    ratios = [gate_result(t, mig) for t in found if t.name in RATIO_GATES]
-    if mig.gates.error_rate_max > 0:
-        results = [bernoulli_error_gate(r) if r.name == "error_rate" else r for r in results]
-    return [*ratios, *results, stop_gate(found, mig)]
+def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, results: list[g.GateResult],
+           costs: dict[str, list[float]] | None = None) -> list[g.GateResult]:
+    """Phase 04's gates under the sequential method: the ratio gates from their sequences first;
+    then ``results`` (the gates judged as under the fixed method, :func:`runbook_lib.phases.compare.judge.judge`)
+    with ``error_rate`` on its Bernoulli sequence when its maximum is positive, ``latency_slo`` and
+    ``cost_per_accepted_unit`` (with ``costs``) from their sequences; and the ``sequential_stop``
+    gate. ``results`` must not hold the ratio gates."""
+    found = traces(mig, samples, throughput, costs)
+    by_name = {t.name: t for t in found}
+    ratios = [gate_result(t, mig) for t in found if t.name in (*RATIO_GATES, *TOKEN_GATES)]
+    out = []
+    for r in results:
+        if r.name == "error_rate" and mig.gates.error_rate_max > 0:
+            r = bernoulli_error_gate(r)
+        elif r.name == "latency_slo" and "latency_slo" in by_name:
+            r = slo_result(by_name["latency_slo"], mig, r)
+        elif r.name == "cost_per_accepted_unit" and "cost_per_accepted_unit" in by_name:
+            r = cost_result(by_name["cost_per_accepted_unit"], mig, r)
+        out.append(r)
+    return [*ratios, *out, stop_gate(found, mig)]
+
+
+def cost_result(t: Trace, mig: Migration, fixed: g.GateResult) -> g.GateResult:
+    """``cost_per_accepted_unit`` from its sequence (:func:`cost_trace`), with the fixed gate's
+    prices and basis in its detail; INCONCLUSIVE as the fixed gate is when a side accepted nothing."""
+    if fixed.observed is None:
+        return fixed
+    r = gate_result(t, mig)
+    basis = fixed.method.split("; ")[0]
+    prices = fixed.detail.split("; ")[0]
+    return replace(r, method=f"{basis}; {r.method}", detail=f"{prices}; {r.detail}", source=fixed.source,
+                   observed=r.observed, threshold=t.threshold, unit="ratio T/S of USD per accepted unit")
 
 
 def bernoulli_error_gate(fixed: g.GateResult) -> g.GateResult:
