@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from runbook_lib import approvals
 from runbook_lib._time import utc_now
-from runbook_lib.closedworld import append_link
+from runbook_lib.closedworld import append_link, refuse_symlinks
 from runbook_lib.errors import NotFound, RunbookError
 from runbook_lib.layout import CLEANUP_RECORD, KEPT_PARAMS, STATE_DIR
 from runbook_lib.manifest import sha256_file, write_json_atomic
@@ -90,9 +90,11 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
         The :class:`CleanupResult`.
 
     Raises:
+        UsageError: the run directory is, or holds, a symlink (before anything is listed or written).
         CleanupAborted: raised out of ``echo`` or a provider call by an interrupt handler; the
             resources not yet destroyed are still listed by the next ``runbook cleanup``.
     """
+    refuse_symlinks(Path(run_dir))  # its record and approvals are written into the run
     run_dir = Path(run_dir).resolve()
     mig = mig or load_params(run_dir / KEPT_PARAMS)
     root = Path(project).resolve() if project else project_of_run(run_dir)

@@ -436,7 +436,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from runbook_lib.closedworld import seal_kind
-    from runbook_lib.report import chromium_path, write_html, write_pdf
+    from runbook_lib.report import chromium_path, pdf_problem, write_html, write_pdf
     from runbook_lib.verify import verify_run
 
     run_dir = _run_dir_arg(args.run_dir)
@@ -449,9 +449,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
               f"Run `runbook verify {run_dir}` for the list, or pass --allow-unverified to write one "
               "stamped with what failed on every section", file=sys.stderr)
         return 1
-    if args.pdf and not chromium_path(args.chromium):  # checked before anything is written
-        raise UsageError("--pdf needs Chromium and found none: install Debian's chromium package, or name the "
-                         "binary with --chromium or $RUNBOOK_CHROMIUM")
+    if args.pdf and pdf_problem(chromium_path(args.chromium)):  # checked before anything is written
+        raise UsageError(pdf_problem(chromium_path(args.chromium)))
     out = write_html(run_dir, Path(args.output) if args.output else None, unverified=problems)
     print(f"report: {out}" + (f" (UNVERIFIED: {len(problems)} problem(s) stamped on every section)" if problems else ""))
     if args.pdf:

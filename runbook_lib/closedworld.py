@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib._time import utc_now
-from runbook_lib.errors import EvidenceError
+from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST
 from runbook_lib.manifest import sha256_file, write_json_atomic
 
@@ -86,6 +86,21 @@ def symlinks_in(run_dir: Path) -> list[str]:
     if not run_dir.is_dir():
         return []
     return sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_symlink())
+
+
+def refuse_symlinks(run_dir: Path) -> None:
+    """Stop before writing into ``run_dir`` when it is, or holds, a symlink: a write would follow
+    it out of the run (:func:`symlinks_in`). Phases, ``runbook resolve`` and ``runbook cleanup``
+    call it first.
+
+    Raises:
+        UsageError: naming the symlinks.
+    """
+    links = symlinks_in(run_dir)
+    if links:
+        raise UsageError(f"{run_dir} {'is a symlink' if links == ['.'] else 'holds symlinks: ' + ', '.join(links[:5])}; "
+                         "a run directory holds only the files its run wrote, and a write would follow a link out of "
+                         "it. Remove them (or name the real directory) and run again")
 
 
 def seal_listing(run_dir: Path) -> dict[str, Any]:

@@ -130,12 +130,16 @@ def gates_table(gates: Sequence[Any]) -> Any:
             .set_td_classes(classes).hide(axis="index"))
 
 
-_REMOTE = re.compile(r"""(?:\bsrc|\bsrcset|\bposter|\bxlink:href|<link\b[^>]*?\bhref|<use\b[^>]*?\bhref)\s*=\s*["']?\s*"""
-                     r"""(?:https?:|ftp:)?//|@import\s*(?:url\s*\()?\s*["']|url\s*\(\s*["']?\s*(?:https?:|ftp:)?//"""
-                     r"""|from\s+["']https?://""", re.IGNORECASE)
-"""What would make a browser fetch: a ``src``-like attribute, a ``<link>`` or SVG ``<use>``
-reference, CSS ``@import`` or ``url()`` to a host, an ES module import. A plain ``<a href>`` to a
-host is a link a reader may follow, not a fetch, and is kept."""
+_REMOTE = re.compile(
+    r"""(?:\b(?:src|srcset|poster|background|lowsrc|dynsrc|longdesc|xlink:href|codebase|ping|action|formaction)"""
+    r"""|<(?:link|use|image|feImage|object|embed|iframe|frame|base|script)\b[^>]*?\b(?:href|data|src))\s*=\s*["']?\s*"""
+    r"""(?:https?:|ftp:)?//|@import\s*(?:url\s*\()?\s*["']|url\s*\(\s*["']?\s*(?:https?:|ftp:)?//"""
+    r"""|from\s+["']https?://|!\[[^\]]*\]\(\s*<?\s*(?:https?:|ftp:)?//""", re.IGNORECASE)
+"""What would make a browser fetch: a ``src``-like attribute (``background``, ``poster``, SVG
+``xlink:href`` ...), a ``<link>``, ``<base>``, SVG ``<use>``, ``<image>`` or ``<feImage>``, or an
+``<object>``/``<embed>``/frame reference, CSS ``@import`` or ``url()`` to a host (in a stylesheet
+or a ``style`` attribute), an ES module import, a Markdown image. A plain ``<a href>`` to a host is
+a link a reader may follow, not a fetch, and is kept."""
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px solid #ccc;padding:2px 6px}
 img{max-width:100%}section.phase{border-top:2px solid #444;margin-top:2em}#runbook-first-page .decision{font-size:1.4em}
@@ -153,6 +157,26 @@ def remote_references(html: str) -> list[str]:
     """Fragments of ``html`` that would load something over the network (scripts, styles, images,
     SVG references, CSS ``@import`` and ``url()``, ES module imports)."""
     return [m.group(0) for m in _REMOTE.finditer(html)]
+
+
+RENDERED_MIMES = ("text/html", "image/svg+xml", "text/markdown")
+"""Output types the report renders as markup, so a remote reference in them would be fetched."""
+
+
+def raw_remote_references(nb: Any) -> list[str]:
+    """:func:`remote_references` in a notebook as written (an ``nbformat`` node): its Markdown
+    cells and every output of a type in :data:`RENDERED_MIMES`, before any sanitiser strips them
+    (a stripped reference is still what the notebook tried to show, and the report refuses it)."""
+    found: list[str] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            found += remote_references(str(cell.source))
+        for out in cell.get("outputs", []):
+            for mime in RENDERED_MIMES:
+                data = out.get("data", {}).get(mime)
+                if data is not None:
+                    found += remote_references("".join(data) if isinstance(data, list) else str(data))
+    return found
 
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -178,10 +202,12 @@ _DATA_IMAGE = re.compile(r"^data:image/(?:png|jpeg|gif);base64,[A-Za-z0-9+/=\s]*
 
 
 def _safe_attribute(tag: str, name: str, value: str) -> bool:
-    """bleach's attribute filter: an output keeps ``class``, ``title``, table spans and
+    """bleach's attribute filter: an output keeps ``class`` (none of the report's own ``runbook*``), ``title``, table spans and
     alignment; links with :data:`SAFE_SCHEMES` or a fragment; inline raster images. No ``id``
     (it could take over the report's anchors), no ``style``, no event handler."""
-    if name in ("class", "title", "colspan", "rowspan", "align"):
+    if name == "class":  # never one of the report's own (a fake "unverified" banner inside an output)
+        return not any(c.startswith("runbook") for c in value.split())
+    if name in ("title", "colspan", "rowspan", "align"):
         return True
     if tag == "a" and name == "href":
         v = value.strip().lower()
@@ -222,14 +248,19 @@ def _exported(nb_path: Path) -> str:
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     first = {"*": ["class", "title", "colspan", "rowspan", "align"], "a": ["href"], "img": ["src", "alt", "width", "height"]}
-    nb, _ = SanitizeHTML(tags=sorted(SAFE_TAGS), attributes=first, strip=True).preprocess(
-        nbformat.read(nb_path, as_version=4), {})
+    raw = nbformat.read(nb_path, as_version=4)
+    _refuse_remote(nb_path, raw_remote_references(raw))  # before any sanitiser drops them: what the notebook says
+    nb, _ = SanitizeHTML(tags=sorted(SAFE_TAGS), attributes=first, strip=True).preprocess(raw, {})
     body, _ = exporter.from_notebook_node(nb)
-    remote = remote_references(re.sub(r"<script\b.*?</script\s*>", "", body, flags=re.DOTALL | re.IGNORECASE))
+    _refuse_remote(nb_path, remote_references(re.sub(r"<script\b.*?</script\s*>", "", body,
+                                                     flags=re.DOTALL | re.IGNORECASE)))
+    return sanitize_fragment(body)
+
+
+def _refuse_remote(nb_path: Path, remote: list[str]) -> None:
     if remote:
         raise EvidenceError(f"{nb_path.name} would load remote content ({remote[:3]}): a report is read offline and "
                             "must not fetch anything; remove the output that references it and run the phase again")
-    return sanitize_fragment(body)
 
 
 def _output_path(run_dir: Path, out: Path | None) -> Path:
@@ -321,6 +352,21 @@ def chromium_path(given: str | None = None) -> str:
     return given or os.environ.get(CHROMIUM_ENV) or shutil.which("chromium") or ""
 
 
+def pdf_problem(chromium: str) -> str:
+    """Why :func:`write_pdf` could not print with the Chromium at ``chromium``: Playwright is not
+    installed, or there is no such binary; "" when it can. ``runbook report --pdf`` asks before
+    it writes anything."""
+    import importlib.util
+
+    if importlib.util.find_spec("playwright") is None:
+        return ("--pdf needs Playwright: pip install 'gpu-migration-runbook[pdf]' (it drives the Chromium you have; it "
+                "downloads none)")
+    if not chromium or not Path(chromium).is_file():
+        return (f"--pdf needs Chromium and found none at {chromium or 'chromium on the PATH'}: install Debian's chromium "
+                f"package, or name the binary with --chromium or ${CHROMIUM_ENV}")
+    return ""
+
+
 def write_pdf(html_path: Path, out: Path, *, chromium: str) -> Path:
     """Print the report at ``html_path`` to a PDF at ``out`` (A4, backgrounds printed, so verdict
     colours show), with the Chromium at ``chromium`` driven by Playwright: no browser is
@@ -333,14 +379,11 @@ def write_pdf(html_path: Path, out: Path, *, chromium: str) -> Path:
     """
     import os
 
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        raise UsageError("--pdf needs Playwright: pip install 'gpu-migration-runbook[pdf]' (it drives the Chromium "
-                         "you have; it downloads none)") from None
-    if not chromium or not Path(chromium).exists():
-        raise UsageError(f"--pdf needs Chromium and found none at {chromium or 'chromium on the PATH'}: install "
-                         f"Debian's chromium package, or name the binary with --chromium or ${CHROMIUM_ENV}")
+    problem = pdf_problem(chromium)
+    if problem:
+        raise UsageError(problem)
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True,
                                     args=["--no-sandbox"] if os.geteuid() == 0 else [])

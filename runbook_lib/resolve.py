@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from runbook_lib._time import iso, parse_iso
-from runbook_lib.closedworld import append_link, closed_world_rows, read_json_object, read_links, seal_kind
+from runbook_lib.closedworld import (
+    append_link,
+    closed_world_rows,
+    read_json_object,
+    read_links,
+    refuse_symlinks,
+    seal_kind,
+)
 from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, RunbookError, UsageError
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RECEIPT, RESOLUTION
 from runbook_lib.manifest import sha256_file, verify_evidence, write_json_atomic
@@ -202,13 +209,14 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
         The ``resolution.json`` body as written.
 
     Raises:
-        UsageError: the run is not a sealed HOLD run, is already resolved, the decision or its
+        UsageError: the run directory is or holds a symlink, the run is not a sealed HOLD run, is already resolved, the decision or its
             author is missing or invalid (a control character in ``by`` or ``reason``, or either
             too long: :func:`checked_text`), GO comes after the deadline, or no decision was given
             before the deadline.
         EvidenceError: the run's evidence does not verify.
     """
     run_dir = Path(run_dir)
+    refuse_symlinks(run_dir)  # resolution.json and its link are written into the run
     checked_text(reason, what="--reason", max_len=MAX_REASON)
     now = now or _dt.datetime.now(_dt.timezone.utc)
     receipt = _held_receipt(run_dir)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.closedworld import symlinks_in
+from runbook_lib.closedworld import refuse_symlinks
 from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, REPORTS_DIR, STATE_DIR, params_sha256, project_root
 from runbook_lib.manifest import (
@@ -39,20 +39,6 @@ NEEDS: dict[str, tuple[str, ...]] = {
 }
 """Records each phase requires (phase 06 reads whatever exists: a stopped or failed run is still
 decided and torn down)."""
-
-
-def _refuse_symlinks(run_dir: Path) -> None:
-    """Stop before writing into ``run_dir`` when it is, or holds, a symlink: every write of a phase
-    would follow it out of the run (:func:`runbook_lib.closedworld.symlinks_in`).
-
-    Raises:
-        UsageError: naming the symlinks.
-    """
-    links = symlinks_in(run_dir)
-    if links:
-        raise UsageError(f"{run_dir} {'is a symlink' if links == ['.'] else 'holds symlinks: ' + ', '.join(links[:5])}; "
-                         "a run directory holds only the files its run wrote, and a write would follow a link out of "
-                         "it. Remove them (or name the real directory) and run again")
 
 
 def _load(params_path: str | Path) -> tuple[Path, Migration, Path]:
@@ -136,7 +122,7 @@ class RunDir:
             target = reports / new_run_id(mig.migration)
             target.mkdir(parents=True)
         else:
-            _refuse_symlinks(Path(path))
+            refuse_symlinks(Path(path))
             target = Path(path).resolve()
             if not target.parent.is_dir():
                 raise UsageError(f"cannot start a run in {target}: its parent directory does not exist; create it "
@@ -161,7 +147,7 @@ class RunDir:
         """
         params, mig, project = _load(params_path)
         target = Path(path) if Path(path).is_absolute() else project / path
-        _refuse_symlinks(target)
+        refuse_symlinks(target)
         target = target.resolve()
         kept = target / KEPT_PARAMS
         if not target.is_dir():

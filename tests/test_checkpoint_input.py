@@ -138,6 +138,11 @@ def test_an_s3_checkpoint_is_copied_in_checked_and_inspected_before_anything_is_
     # the copy is a verified set in the run's store: what the freeze pod reads, through its grant
     assert copied["prefix"] == freeze.input_prefix(ctx) == f"runs/{ctx.run_id}/source/input"
     held = ctx.store.verify_set(copied["prefix"], run_id=ctx.run_id)
+    about = ctx.store.read_manifest(copied["prefix"], run_id=ctx.run_id)["about"]  # what moves with the set
+    assert (about["run_id"], about["mode"], about["model"]["checkpoint"]) == (ctx.run_id, "checkpoint_input",
+                                                                                 copied["url"])
+    assert about["model"]["model_id"] == ctx.mig.workload.model_id and about["runtime"]["runbook_lib"]
+    assert about["configuration"]["params_sha256"] and about["validation"]["objects"] == len(files)
     assert {k: o.sha256 for k, o in held.items()} == {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
     assert {f["file"] for f in pre["files"]} == set(files)  # inspected as copied, nothing run
     plan = freeze.plan_freeze(ctx)

@@ -19,7 +19,7 @@ import yaml
 from runbook_lib.approvals import require
 from runbook_lib.cli import main as cli_main
 from runbook_lib.closedworld import read_links
-from runbook_lib.errors import EXIT_USAGE, ApprovalRequired, UsageError
+from runbook_lib.errors import EXIT_USAGE, ApprovalRequired, EvidenceError, UsageError
 from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.params import dump_yaml, load_params
 from runbook_lib.providers.base import PodSpec
@@ -484,3 +484,97 @@ def test_runbook_list_says_whether_each_runs_evidence_verifies(tmp_path: Path,
     rows = {line.split()[0]: line.split()[3] for line in out.splitlines() if line.startswith("2026")}
     assert rows == {edited.name: "ALTERED", intact.name: "verified", unsealed.name: "unsealed"}
     assert "`runbook verify RUN` names it" in out
+
+
+@pytest.mark.parametrize("hostile", [
+    '<div style="background-image:url(https://evil.example/x.png)">x</div>',
+    '<svg><image href="https://evil.example/x.png"/></svg>',
+    '<svg><use xlink:href="//evil.example/s.svg#a"/></svg>',
+    '<svg><filter><feImage href="http://evil.example/f.png"/></filter></svg>',
+    "<table><tr><td background='https://evil.example/bg.png'>x</td></tr></table>",
+    '<object data="https://evil.example/o.swf"></object>',
+    "<style>@import 'https://evil.example/s.css';</style>",
+    '<script src="https://evil.example/x.js"></script>',
+])
+def test_a_remote_reference_in_any_output_makes_the_report_refuse(tmp_path: Path, hostile: str) -> None:
+    # Each of these would fetch from a host if rendered; the sanitiser would strip most of them,
+    # but a stripped reference is still what the notebook tried to show: the report refuses it,
+    # naming the notebook, and writes nothing.
+    run = _sealed(tmp_path, "GO", html=hostile)
+    with pytest.raises(EvidenceError, match=r"01_freeze_source\.ipynb would load remote content"):
+        write_html(run, tmp_path / "r.html")
+    assert not (tmp_path / "r.html").exists()
+    nb = nbformat.read(run / "01_freeze_source.ipynb", as_version=4)  # the same as an SVG output
+    nb.cells[1].outputs[0].data = {"image/svg+xml": f"<svg xmlns='http://www.w3.org/2000/svg'>{hostile}</svg>"}
+    nbformat.write(nb, run / "01_freeze_source.ipynb")
+    with pytest.raises(EvidenceError, match="remote content"):
+        write_html(run, tmp_path / "r.html")
+
+
+def test_a_notebook_name_is_escaped_in_the_report(tmp_path: Path) -> None:
+    # A sealed notebook whose file name is markup: the report shows the name as text.
+    run = tmp_path / "reports" / "20260301T110000Z-demo-embed-endpoint-go"
+    (run / "04").mkdir(parents=True)
+    (run / "params.yaml").write_text((ROOT / "params" / "demo.yaml").read_text())
+    _notebook(run / "02_<img src=x onerror=alert(1)>.ipynb", "# Phase 02")
+    write_json_atomic(run / "receipt.json", {"run_id": run.name, "decision": "GO", "decided_at": iso(DECIDED),
+                                             "hold_deadline": iso(DEADLINE), "source": {"release": "a"},
+                                             "target": {"release": "b"}, "route": {"target_percent": 0},
+                                             "resources": {"remaining": []}})
+    seal_run(run, load_params(run / "params.yaml"), run / "params.yaml", decision="GO", complete=True)
+    html = write_html(run, tmp_path / "r.html").read_text()
+    assert "02_&lt;img src=x onerror=alert(1)&gt;.ipynb" in html and "<img src=x" not in html
+
+
+def test_cleanup_and_resolve_never_write_through_a_symlink_planted_in_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A planted links/ -> elsewhere would receive cleanup's and resolve's links: both stop first
+    # (exit 2), naming the symlink, and write nothing anywhere.
+    run = _sealed(tmp_path, "HOLD")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / "links").symlink_to(elsewhere)
+    assert cli_main(["cleanup", str(run)]) == EXIT_USAGE
+    assert "holds symlinks: links" in capsys.readouterr().err
+    assert cli_main(["resolve", str(run), "--decision", "NO-GO", "--by", "alice"]) == EXIT_USAGE
+    assert "holds symlinks: links" in capsys.readouterr().err
+    assert list(elsewhere.iterdir()) == [] and not (run / "cleanup.json").exists()
+    assert not (run / "resolution.json").exists()
+
+
+def test_an_output_cannot_wear_the_reports_own_classes() -> None:
+    # A red "UNVERIFIED" box drawn inside an output with the report's banner class loses it.
+    clean = sanitize_fragment("<div class='runbook-unverified'>UNVERIFIED</div><td class='verdict-PASS'>x</td>")
+    assert "runbook-unverified" not in clean and "UNVERIFIED" in clean
+
+
+def test_verify_key_refuses_a_legacy_seal_and_a_second_resolution_link_is_broken(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    private, public = _keys(tmp_path)
+    run = _sealed(tmp_path, "GO", signing_key=f"file:{private}")
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["seal"]  # as an older runbook sealed it: never signed
+    write_json_atomic(run / "manifest.json", manifest)
+    marker = json.loads((run / "_SUCCESS").read_text())
+    marker["files"]["manifest.json"] = sha256_file(run / "manifest.json")
+    write_json_atomic(run / "_SUCCESS", marker)
+    assert cli_main(["verify", "--key", str(public), str(run)]) == 1
+    assert "a legacy seal is never signed" in capsys.readouterr().out
+    # A HOLD resolved by a person, then a second resolution link over another resolution.json.
+    held = _sealed(tmp_path / "h", "HOLD")
+    resolve_run(held, decision="NO-GO", by="alice", now=DECIDED)
+    body = json.loads((held / "resolution.json").read_text())
+    second = _forged_link(held, "resolution", {"resolution.json": json.dumps({**body, "decision": "GO"})})
+    bad = _bad(held)
+    assert "replaces the sealed resolution.json" in bad[second] and bad["resolution.json"].startswith("altered")
+    assert standing(held).decision != "GO"
+
+
+def test_report_pdf_without_a_chromium_is_a_usage_error_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _sealed(tmp_path, "GO")
+    out = tmp_path / "r.html"
+    assert cli_main(["report", str(run), "-o", str(out), "--pdf", "--chromium", str(tmp_path / "no-chromium")]) == \
+        EXIT_USAGE
+    assert "--pdf needs" in capsys.readouterr().err
+    assert not out.exists() and not out.with_suffix(".pdf").exists()

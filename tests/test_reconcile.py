@@ -13,6 +13,7 @@ import pytest
 
 from runbook_lib.manifest import jsonable, read_chain, write_record
 from runbook_lib.params import load_params
+from runbook_lib.phases.context import PhaseContext
 from runbook_lib.phases.decide import reconcile
 from runbook_lib.records import Chain
 from runbook_lib.storage import open_store
@@ -57,8 +58,13 @@ def _context(tmp_path: Path, rule: str, *, phase05: str = "completed") -> Simple
                                                                             "manifest_sha256": "0" * 64}}})
     write_record(run, "05", status=phase05, data={"cutover": {"steps": steps}})
     records = Chain({r.phase: r for r in read_chain(run)})
-    return SimpleNamespace(records=records, mig=mig, store=store, run_id=RUN_ID, run_dir=tmp_path / "run",
-                           evidence=_Evidence(tmp_path / "run"), store_prefix=lambda *p: "/".join((prefix, *p)))
+    params = tmp_path / "params.yaml"
+    params.write_text((ROOT / "params" / "demo-train.yaml").read_text())
+    ctx = SimpleNamespace(records=records, mig=mig, store=store, run_id=RUN_ID, run_dir=tmp_path / "run",
+                          run=SimpleNamespace(params_path=params), evidence=_Evidence(tmp_path / "run"),
+                          store_prefix=lambda *p: "/".join((prefix, *p)))
+    ctx.set_about = lambda *a, **k: PhaseContext.set_about(ctx, *a, **k)  # type: ignore[arg-type]
+    return ctx
 
 
 def test_discard_lists_every_set_then_deletes_it_and_keeps_the_rollback_point(tmp_path: Path) -> None:
@@ -91,3 +97,16 @@ def test_nothing_to_reconcile_on_go_or_without_a_completed_cutover(tmp_path: Pat
     assert reconcile(ctx, decision) is None
     sets = [f"runs/{RUN_ID}/cutover/{i}/checkpoint" for i in range(3)]
     assert all(ctx.store.list(prefix) for prefix in sets)
+
+
+def test_copy_back_copies_the_newest_verified_set_with_what_moves_with_it(tmp_path: Path) -> None:
+    ctx = _context(tmp_path, "copy_back")
+    res = reconcile(ctx, "NO-GO")
+    out = res.model_dump(mode="json") if res is not None else None
+    assert out is not None and out["copied_to"] == f"runs/{RUN_ID}/reconciled"
+    held = ctx.store.verify_set(out["copied_to"], run_id=RUN_ID)
+    assert held["checkpoint.pt"].sha256 == out["writes"][-1]["objects"]["checkpoint.pt"]  # the newest slice's set
+    about = ctx.store.read_manifest(out["copied_to"], run_id=RUN_ID)["about"]
+    assert (about["run_id"], about["mode"]) == (RUN_ID, "reconciled")
+    assert about["validation"]["copied_from"] == f"runs/{RUN_ID}/cutover/2/checkpoint"
+    assert about["model"]["model_id"] == ctx.mig.workload.model_id and about["configuration"]["params_sha256"]

@@ -3,12 +3,15 @@ opened by :func:`open_phase` and written by :meth:`PhaseContext.finish`."""
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from runbook_lib import __version__
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError
 from runbook_lib.gates import GateResult, tolerance_for
+from runbook_lib.layout import params_sha256
 from runbook_lib.manifest import PHASES, Record
 from runbook_lib.phases.agents import Agents
 from runbook_lib.phases.endpoints import Endpoints
@@ -78,6 +81,20 @@ class PhaseContext(OnRun):
     def store_prefix(self, *parts: str) -> str:
         """Store prefix of this run: ``runs/<run_id>/<parts...>``."""
         return "/".join(("runs", self.run_id, *parts))
+
+    def set_about(self, mode: str, validation: Mapping[str, object], **model: object) -> dict[str, object]:
+        """What moves with a set this host writes to the store (``about`` in its manifest, as
+        :func:`runbook_lib.workload.job.provenance` gives a pod's sets): the run, the ``mode``
+        that wrote it, the model and dataset identifiers (``model`` adds to them), the runtime
+        of this host, the configuration (params sha256 and the workload section) and
+        ``validation`` (what was checked, JSON)."""
+        w = self.mig.workload
+        return {"run_id": self.run_id, "mode": mode, "side": "host",
+                "model": {"workload": w.entry_point, "model_id": w.model_id, "dataset_id": w.dataset_id, **model},
+                "runtime": {"python": platform.python_version(), "runbook_lib": __version__},
+                "configuration": {"params_sha256": params_sha256(self.run.params_path),
+                                  "workload": w.model_dump(mode="json", exclude_none=True)},
+                "validation": dict(validation)}
 
     def accepted(self, golden: Any, row: dict[str, Any]) -> bool:
         """An accepted unit (README, cost per accepted unit): COMPLETED, within the SLO

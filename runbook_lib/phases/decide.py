@@ -249,7 +249,10 @@ def _reconcile_by_rule(ctx: PhaseContext, rule: str, writes: list[ReconciledWrit
         with tempfile.TemporaryDirectory() as tmp:
             files = store.fetch_set(newest, tmp, run_id=ctx.run_id)
             infos = [store.put_file(path, f"{dest}/{rel}") for rel, path in sorted(files.items())]
-        store.commit_set(dest, infos, run_id=ctx.run_id)
+        source = store.read_manifest(newest, run_id=ctx.run_id)
+        store.commit_set(dest, infos, run_id=ctx.run_id, about=ctx.set_about(
+            "reconciled", {"copied_from": newest, "source_set_verified": True, "objects": len(infos)},
+            from_set=source.get("about", {}).get("model", {})))
         store.verify_set(dest, run_id=ctx.run_id)
         return (f"copied the target's newest verified checkpoint set {newest} to {dest} and verified it: the source "
                 "can resume from the target's progress; the target's sets are kept where they are"), dest

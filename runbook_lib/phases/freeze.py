@@ -160,7 +160,10 @@ def copy_in_checkpoint(ctx: PhaseContext, dest: Path) -> CheckpointInput:
         objects.append(CopiedObject(file=k, key=bucket.url(k), bytes=got.size_bytes, etag=got.etag,
                                     version_id=got.version_id, last_modified=got.last_modified, sha256=got.sha256,
                                     verified_by=", ".join(got.verified_by) or "size only"))
-    manifest = ctx.store.commit_set(input_prefix(ctx), infos, run_id=ctx.run_id)
+    about = ctx.set_about("checkpoint_input", {"copied_from": url, "objects": len(objects), "bytes": total,
+                                               "verified_by": sorted({o.verified_by for o in objects})},
+                          checkpoint=url)
+    manifest = ctx.store.commit_set(input_prefix(ctx), infos, run_id=ctx.run_id, about=about)
     out = CheckpointInput(url=url, prefix=input_prefix(ctx), manifest_sha256=manifest.sha256, objects=tuple(objects),
                           placeholders=tuple(placeholders), total_bytes=total,
                           seconds=round(time.perf_counter() - t0, 4))
