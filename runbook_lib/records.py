@@ -880,14 +880,19 @@ class CheckpointStep(SliceStep):
 
 class RoutedWindow(_Model):
     """One window of a routed cutover's replay, as judged (:func:`runbook_lib.phases.routed.judge_window`):
-    the steady state before the first step, a step, or the rollback. Counts are requests sent in
-    the window; shares are fractions of those answered; latencies are seconds; the router's
-    counters (``router_requests``), its servers' states and its weights as read back at the end."""
+    the steady state before the first step, a step, or the rollback. ``start_s`` and ``end_s``:
+    seconds into the replay, from before its weights changed to the next window's start, so the
+    windows cover the replay end to end. ``requests`` and the shares, failures and latencies are
+    of the judged part (``start_s`` plus the window length); ``sent``, ``answered``, ``failed``
+    and ``lost`` of the whole span. The router's counters (``router_requests``), its servers'
+    worst states and its weights as read back at the end."""
 
     window: str
     target_percent: int
     passed: bool
     problems: tuple[str, ...] = ()
+    start_s: float | None = None
+    end_s: float | None = None
     requests: int = 0
     sent: int = 0
     answered: int = 0
@@ -922,6 +927,7 @@ class RoutedCutover(_Model):
     answered: int
     lost: int
     first_lost_at_s: float | None = None
+    first_lost_window: str | None = None
     windows: tuple[RoutedWindow, ...] = ()
 
 

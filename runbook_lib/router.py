@@ -310,8 +310,10 @@ class HAProxyRouter:
 class CommandRouter:
     """A user's router driven by commands: ``set`` runs with ``{source}`` and ``{target}`` replaced
     by the weights and must exit 0; ``read`` prints the weights as JSON (``{"source": 90,
-    "target": 10}``) and may add each side's counters (``"stats": {"source": {"requests": N},
-    ...}``); ``drain`` (optional) runs with ``{side}``.
+    "target": 10}``) and each side's counters (``"stats": {"source": {"requests": N, "state":
+    "UP"}, ...}``: phase 05 checks the target's share against them, so a read-back without them
+    fails every step; a state not given is ``NOT REPORTED``); ``drain`` (optional) runs with
+    ``{side}``.
 
     Args:
         url: the URL traffic is sent to (the user's router).
@@ -374,7 +376,7 @@ class CommandRouter:
         weights = self.weights()
         counted = body.get("stats") if isinstance(body.get("stats"), dict) else {}
         assert isinstance(counted, dict)
-        return {side: ServerStat(weight=weights[side], state=str((counted.get(side) or {}).get("state", "UP")),
+        return {side: ServerStat(weight=weights[side], state=str((counted.get(side) or {}).get("state", "NOT REPORTED")),
                                  requests=int((counted.get(side) or {}).get("requests", -1)))
                 for side in SIDES}
 

@@ -35,7 +35,7 @@ class _Server:
 
     def __init__(self, name: str) -> None:
         me = self
-        self.name, self.count = name, 0
+        self.name, self.count, self.failing = name, 0, False
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -57,6 +57,14 @@ class _Server:
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 me.count += 1
+                if me.failing:  # an answer, but an error: never resent, never lost
+                    data = b'{"error": "model crashed"}'
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 self._send({"output": me.name})
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -233,6 +241,45 @@ def test_a_routed_window_fails_closed_on_each_thing_it_checks() -> None:
     assert any("share 0.000 is not its weight 10 %" in p for p in down.problems)
     assert judge(_rows(100, 0), pct=0, delta={"source": 100, "target": 0},
                  states={"source": "UP", "target": "DRAIN"}).passed  # after a rollback: drained, all on source
+    # Fail closed on what cannot be shown: no request in the window, counters that cannot be read
+    # (a command router whose read-back has no stats), a router counting nothing; and the source
+    # failing requests fails a step too.
+    assert "no replayed request was sent in the window" in judge([], delta={"source": 0, "target": 0}).problems[0]
+    blind = judge(_rows(90, 10), delta={"source": -1, "target": -1})
+    assert not blind.passed and any("counters could not be read" in p for p in blind.problems)
+    silent = judge(_rows(90, 10), delta={"source": 0, "target": 0})
+    assert any("the router counted no request while the replay had 100 answered" in p for p in silent.problems)
+    src_fail = _rows(90, 10)
+    src_fail[0]["status"] = "FAILED"
+    assert "the source failed 1 request(s)" in judge(src_fail).problems
+    # The rollback window: the target's falling share and its own failures are not judged there,
+    # the rest is (weights all-source, the source up).
+    w = Window("rollback", 0, 0.0, 10.0, _rows(95, 5), {"source": 95, "target": 5},  # type: ignore[arg-type]
+               {"source": "UP", "target": "DRAIN"}, {"source": 100, "target": 0})
+    assert judge_window(w, tolerance=0.05, bound_s=1.0, accepted=lambda r: True, before=None, rollback=True).passed
+    w.weights_read = {"source": 90, "target": 10}
+    w.states = {"source": "DOWN", "target": "DRAIN"}
+    back = judge_window(w, tolerance=0.05, bound_s=1.0, accepted=lambda r: True, before=None, rollback=True)
+    assert not back.passed and any("source DOWN" in p for p in back.problems)
+    assert any("weights read back {'source': 90, 'target': 10}" in p for p in back.problems)
+
+
+def test_every_replayed_request_is_counted_in_exactly_one_window() -> None:
+    # Windows start before their weights change and run to the next window's start: a request
+    # lost while a step was being judged (after its judged part) is counted in that step, and
+    # fails it.
+    from runbook_lib.phases.routed import whole_spans
+    from runbook_lib.records import RoutedWindow
+
+    rows = [{"request": i, "sent_s": float(i), "status": "COMPLETED", "server": "source"} for i in range(10)]
+    rows[4] = {"request": 4, "sent_s": 4.0, "status": "LOST", "server": ""}
+    judged = [RoutedWindow(window="steady", target_percent=0, passed=True, start_s=0.0, end_s=3.0),
+              RoutedWindow(window="step 1", target_percent=10, passed=True, start_s=3.5, end_s=4.0),
+              RoutedWindow(window="step 2", target_percent=50, passed=True, start_s=6.0, end_s=8.0)]
+    spans = whole_spans(judged, rows)  # type: ignore[arg-type]
+    assert [w.sent for w in spans] == [4, 2, 4] and sum(w.sent for w in spans) == len(rows)
+    assert [w.lost for w in spans] == [0, 1, 0] and [w.end_s for w in spans] == [3.5, 6.0, 8.0]
+    assert not spans[1].passed and "1 request(s) lost after the judged part of the window" in spans[1].problems[-1]
 
 
 def test_a_router_that_outlives_the_run_is_set_back_to_the_source_and_read_back(tmp_path: Path) -> None:
@@ -253,3 +300,61 @@ def test_a_router_that_outlives_the_run_is_set_back_to_the_source_and_read_back(
     assert not ok and "could not be set back to the source" in seen
     assert restore_source(RouterParams(kind="haproxy"), tmp_path) is None  # the runbook's own: stopped in phase 05
     assert restore_source(RouterParams(), tmp_path) is None  # the client split holds no router
+
+
+def _moved(router: HAProxyRouter, on_step: Any, *, rate: float = 40.0, window_s: float = 1.5) -> tuple[list[Any], list[Any]]:
+    """phase 05's routed cutover (routed.move) through ``router`` under a real replay at ``rate``
+    requests/s: steps of 10, 50 and 100 %, windows of ``window_s``, a 2 s rollback limit;
+    ``on_step(k)`` runs before step k's weights move. Returns the windows (whole spans) and rows."""
+    from runbook_lib.phases.routed import Replay, StepRule, move, whole_spans
+
+    rule = StepRule(window_s=window_s, tolerance=0.1, bound_s=1.0, accepted=lambda r: r.get("output") in ("source", "target"),
+                    rollback_within_s=2.0, timeout_s=10.0)
+    replay = Replay(router.url, [(i, f"input {i}") for i in range(50)], rate_per_s=rate, timeout_s=10.0, seed=1)
+    replay.start()
+    try:
+        windows = move(replay, router, [10, 50, 100], rule, before_step=lambda k, pct: on_step(k))
+    finally:
+        replay.stop()
+    rows = sorted(replay.rows, key=lambda r: r["sent_s"])
+    return whole_spans(windows, rows), rows
+
+
+@needs_haproxy
+def test_a_failing_step_rolls_back_under_load_with_nothing_lost(routed) -> None:
+    # The target starts answering errors at the 50 % step while the replay runs through HAProxy:
+    # that step fails, the target is set to 0 and drained under load, nothing is lost, the source
+    # serves everything within the 2 s limit, and every replayed request is in one window.
+    router, _src, tgt = routed
+
+    def on_step(k: int) -> None:
+        tgt.failing = k == 1
+
+    windows, rows = _moved(router, on_step)
+    assert [w.window for w in windows] == ["steady state before the first step", "step 1", "step 2", "rollback"]
+    assert [w.passed for w in windows] == [True, True, False, True], [w.problems for w in windows]
+    assert any(p.startswith("the target failed") for p in windows[2].problems)
+    back = windows[3]
+    assert back.lost == 0 and back.source_serves_all_after_s is not None and back.source_serves_all_after_s <= 2.0
+    assert back.weights_read == {"source": 100, "target": 0}
+    assert sum(w.sent for w in windows) == len(rows) and not any(r["status"] == "LOST" for r in rows)
+    late = [r for r in rows if r["sent_s"] > back.start_s + 2.0]
+    assert late and all(r["server"] == "source" for r in late)
+
+
+@needs_haproxy
+def test_a_target_the_router_reports_down_mid_step_rolls_back(routed) -> None:
+    # The target's server goes away during the 50 % step: HAProxy's health check marks it DOWN
+    # (checked every second, two failures), requests that cannot connect are retried on the
+    # source (connection failures only), and the window, reading the router's states as it runs,
+    # fails on the DOWN and rolls back.
+    router, _src, tgt = routed
+
+    def on_step(k: int) -> None:
+        if k == 1:
+            threading.Timer(0.2, tgt.stop).start()
+
+    windows, rows = _moved(router, on_step, window_s=3.0)  # longer than two failed checks a second apart
+    step2 = windows[2]
+    assert not step2.passed and any("the router reports target DOWN" in p for p in step2.problems), step2.problems
+    assert windows[-1].window == "rollback" and windows[-1].lost == 0

@@ -373,12 +373,15 @@ def cutover(ctx: PhaseContext) -> Cutover:
                   route=moved.route.state, router=moved.router)
     ctx.evidence.write_json("05/route_history.json", res.route)
     all_ok = bool(res.steps) and all(s.passed for s in res.steps)
+    steady = moved.router.windows[0] if moved.router is not None and moved.router.windows else None
+    why = (f"; the steady window before the first step failed, so no weight moved: {'; '.join(steady.problems)}"
+           if steady is not None and not steady.passed else "")
     ctx.evidence.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",
         detail=f"{sum(s.passed for s in res.steps)} of {len(slices(ctx))} slice steps passed; "
-               f"route now {res.final_target_percent} % target"))
+               f"route now {res.final_target_percent} % target{why}"))
     if moved.router is not None:
-        ctx.evidence.add_gates(_lost_gate(moved.router))
+        ctx.evidence.add_gates(*_router_gates(moved.router))
     rev = moved.reverse_reload
     if rev is not None:
         ctx.evidence.add_gates(g.from_dict({**rev.to_dict(), "name": "reverse_reload",
@@ -387,17 +390,30 @@ def cutover(ctx: PhaseContext) -> Cutover:
     return res
 
 
-def _lost_gate(router: RoutedCutover) -> g.GateResult:
+def _router_gates(router: RoutedCutover) -> list[g.GateResult]:
     """``routed_requests_lost``: every request the replay sent through the router was answered
-    (blocking; a lost request is named with its time and window)."""
+    (blocking; the first lost one is named with its time and window); and after a failing step,
+    ``routed_rollback``: the rollback under load lost nothing, left the weights all-source and
+    the source serving everything within ``cutover.router.rollback_within_s`` (blocking)."""
     lost = [(w.window, w.lost) for w in router.windows if w.lost]
     at = router.first_lost_at_s
     detail = (f"{router.lost} of {router.requests} replayed requests lost (the first sent {at or 0:.2f} s into the "
-              f"replay; by window: {lost})" if router.lost else
+              f"replay, in the window '{router.first_lost_window}'; by window: {lost})" if router.lost else
               f"0 of {router.requests} replayed requests lost through the {router.kind} router")
-    return g.GateResult("routed_requests_lost", "PASS" if router.lost == 0 else "FAIL", True, router.lost, 0,
+    out = [g.GateResult("routed_requests_lost", "PASS" if router.lost == 0 else "FAIL", True, router.lost, 0,
                         "requests", "replayed requests never answered", detail, samples={"requests": router.requests},
-                        phase="05", source="runbook_lib/phases/routed.py: nothing lost is the cutover's contract")
+                        phase="05", source="runbook_lib/phases/routed.py: nothing lost is the cutover's contract")]
+    back = next((w for w in router.windows if w.window == "rollback"), None)
+    if back is not None:
+        served = back.source_serves_all_after_s
+        out.append(g.GateResult(
+            "routed_rollback", "PASS" if back.passed else "FAIL", True, served, back.rollback_within_s, "s",
+            "seconds from the rollback to the target's last answer, under the replay",
+            (f"the source served every request sent from {served:.2f} s after the rollback (limit "
+             f"{back.rollback_within_s:g} s), {back.sent} sent, {back.lost} lost, weights read back {back.weights_read}")
+            + ("" if back.passed else "; " + "; ".join(back.problems)),
+            samples={"requests": back.sent}, phase="05", source="params cutover.router.rollback_within_s"))
+    return out
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,9 @@ def build_router(ctx: PhaseContext, urls: dict[str, str]) -> Router:
 @dataclass
 class Window:
     """One judged window of the replay: a step (or the steady state before the first, or the
-    rollback), its weights, and what it found."""
+    rollback), its weights, and what it found. ``start_s`` is taken before its weights change,
+    so the change itself is in it; ``states`` are the worst each server showed in any read during
+    the window (the router is read every :data:`STATE_POLL_S`)."""
 
     name: str
     target_percent: int
@@ -214,6 +216,14 @@ class Window:
     router_delta: dict[str, int]
     states: dict[str, str]
     weights_read: dict[str, int]
+
+
+STATE_POLL_S = 0.5
+"""How often a window reads the router's servers' states, seconds: a server that goes down
+mid-step and comes back is still seen."""
+HEALTHY_STATES = ("UP", "NO CHECK", "DRAIN", "NOT REPORTED")
+"""Server states that are not down (HAProxy's ``show stat`` status column; ``NOT REPORTED``: a
+command router whose read-back gives no state)."""
 
 
 def _delta(before: dict[str, ServerStat], after: dict[str, ServerStat]) -> dict[str, int]:
@@ -227,38 +237,52 @@ def _p(rows: list[ReplayRow], q: float) -> float:
 
 
 def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Callable[[Any], bool],
-                 before: Window | None) -> RoutedWindow:
-    """Judge one window: nothing lost, the target's answers completed and accepted, its p95
-    within ``bound_s``, both servers up, weights as set, and the target's share from the replay
-    and from the router's counters within ``tolerance`` (plus :data:`EDGE_REQUESTS` each) of
-    each other and of the weight."""
+                 before: Window | None, rollback: bool = False) -> RoutedWindow:
+    """Judge one window: requests were sent and none lost, the source failed none, the target's
+    answers completed and accepted, its p95 within ``bound_s``, neither server down, weights as
+    set, the router's counters read, and the target's share from the replay and from the
+    counters within ``tolerance`` (plus :data:`EDGE_REQUESTS` each) of each other and of the
+    weight. ``rollback``: the window in which the target is taken out, so its answers, its state
+    and its share (still falling) are not judged; the rest is."""
     lost = [r for r in w.rows if r["status"] == "LOST"]
     tgt = [r for r in w.rows if r.get("server") == "target"]
+    src_failed = sum(1 for r in w.rows if r.get("server") == "source" and r["status"] != "COMPLETED")
     failures = sum(1 for r in tgt if r["status"] != "COMPLETED")
     rejected = sum(1 for r in tgt if r["status"] == "COMPLETED" and not accepted(r))
     p95 = _p(tgt, 95)
     answered = [r for r in w.rows if r.get("server") in ("source", "target")]
     share_replay = len(tgt) / len(answered) if answered else math.nan
-    routed = sum(v for v in w.router_delta.values() if v >= 0)
-    share_router = (w.router_delta["target"] / routed) if routed and w.router_delta.get("target", -1) >= 0 else math.nan
+    counted = all(v >= 0 for v in w.router_delta.values()) and set(w.router_delta) >= {"source", "target"}
+    routed = sum(w.router_delta.values()) if counted else 0
+    share_router = w.router_delta["target"] / routed if routed else math.nan
     slack = tolerance + 2 * EDGE_REQUESTS / max(len(answered), 1)
     problems: list[str] = []
+    if not w.rows:
+        problems.append("no replayed request was sent in the window: nothing shows what the router did")
     if lost:
         problems.append(f"{len(lost)} request(s) lost (first sent at {lost[0]['sent_s']:.2f} s: "
                         f"{lost[0].get('error', '')[:160]})")
-    if failures or rejected:
+    if src_failed:
+        problems.append(f"the source failed {src_failed} request(s)")
+    if not rollback and (failures or rejected):
         problems.append(f"the target failed {failures} and answered {rejected} unacceptably")
-    if len(tgt) >= MIN_STEP_LATENCY_SAMPLES and not p95 <= bound_s:
+    if not rollback and len(tgt) >= MIN_STEP_LATENCY_SAMPLES and not p95 <= bound_s:
         problems.append(f"the target's p95 {p95:.3f} s is above the bound {bound_s:.3f} s")
-    down = {s: st for s, st in w.states.items() if not st.upper().startswith(("UP", "NO CHECK", "DRAIN"))}
-    if down and w.target_percent > 0:
+    down = {s: st for s, st in w.states.items() if not st.upper().startswith(HEALTHY_STATES)
+            and (s == "source" or (w.target_percent > 0 and not rollback))}
+    if down:
         problems.append(f"the router reports {', '.join(f'{s} {st}' for s, st in down.items())}")
     if w.weights_read != {"source": 100 - w.target_percent, "target": w.target_percent}:
         problems.append(f"weights read back {w.weights_read}, not the {100 - w.target_percent}/{w.target_percent} set")
-    if not math.isnan(share_router) and not abs(share_replay - share_router) <= slack:
+    if not counted:
+        problems.append(f"the router's counters could not be read ({w.router_delta}): the target's share cannot be "
+                        "checked against them (a command router's read-back must give stats)")
+    elif answered and not routed:
+        problems.append(f"the router counted no request while the replay had {len(answered)} answered")
+    elif answered and not abs(share_replay - share_router) <= slack:
         problems.append(f"the target's share from the replay {share_replay:.3f} and from the router's counters "
                         f"{share_router:.3f} differ by more than {slack:.3f}")
-    if answered and not abs(share_replay - w.target_percent / 100) <= slack:
+    if not rollback and answered and not abs(share_replay - w.target_percent / 100) <= slack:
         problems.append(f"the target's share {share_replay:.3f} is not its weight {w.target_percent} %")
 
     def finite(x: float) -> float | None:
@@ -266,6 +290,7 @@ def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Calla
 
     return RoutedWindow(
         window=w.name, target_percent=w.target_percent, passed=not problems, problems=tuple(problems),
+        start_s=round(w.start_s, 4), end_s=round(w.end_s, 4),
         requests=len(w.rows), sent=len(w.rows), answered=len(answered),
         failed=sum(1 for r in answered if r["status"] != "COMPLETED"), lost=len(lost), to_target=len(tgt),
         served_by_target=len(tgt) - failures, target_failures=failures, target_not_accepted=rejected,
@@ -275,20 +300,58 @@ def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Calla
         states=dict(w.states), weights_read=dict(w.weights_read))
 
 
-def _window(replay: Replay, router: Router, name: str, pct: int, seconds: float, *, timeout_s: float) -> Window:
-    """Let ``seconds`` of replayed traffic pass at the current weights; the requests sent in that
-    time once every one has ended (at most ``timeout_s`` more), with the router's counters over
-    it, its servers' states and its weights read back at the end."""
-    before = router.stats()
-    t0 = replay.now()
-    time.sleep(seconds)
+Mark = tuple[float, dict[str, ServerStat]]
+"""Where a window starts: seconds into the replay and the router's counters then."""
+
+
+def mark(replay: Replay, router: Router) -> Mark:
+    """The start of a window, taken before its weights change."""
+    return replay.now(), router.stats()
+
+
+def _window(replay: Replay, router: Router, name: str, pct: int, seconds: float, *, timeout_s: float,
+            start: Mark) -> Window:
+    """Let ``seconds`` of replayed traffic pass from ``start``, reading the router's servers'
+    states every :data:`STATE_POLL_S`; the requests sent in that time once every one has ended
+    (at most ``timeout_s`` more), with the router's counters over it, the worst state each
+    server showed and its weights read back at the end."""
+    t0, before = start
+    worst: dict[str, str] = {}
+    while (left := t0 + seconds - replay.now()) > 0:
+        time.sleep(min(STATE_POLL_S, left))
+        for side, st in router.stats().items():
+            if not st.state.upper().startswith(HEALTHY_STATES):
+                worst.setdefault(side, st.state)
     t1 = replay.now()
     after = router.stats()
     deadline = time.monotonic() + timeout_s
     while replay.in_flight_before(t1) and time.monotonic() < deadline:
         time.sleep(0.05)
     return Window(name, pct, t0, t1, replay.sent_between(t0, t1), _delta(before, after),
-                  {side: st.state for side, st in after.items()}, router.weights())
+                  {side: worst.get(side, st.state) for side, st in after.items()}, router.weights())
+
+
+def whole_spans(windows: list[RoutedWindow], rows: list[ReplayRow]) -> list[RoutedWindow]:
+    """``windows`` with their counts (``sent``, ``answered``, ``failed``, ``lost``) taken over
+    contiguous spans, each from its start to the next window's (the last to the replay's end),
+    so every replayed request is counted in exactly one window, including those sent while a
+    step was judged or approved. A request lost outside the judged part of a window adds a
+    problem to it."""
+    out = []
+    for k, w in enumerate(windows):
+        nxt = windows[k + 1].start_s if k + 1 < len(windows) else None
+        end = nxt if nxt is not None else math.inf
+        span = [r for r in rows if (w.start_s or 0.0) <= r["sent_s"] < end]
+        lost = sum(1 for r in span if r["status"] == "LOST")
+        answered = [r for r in span if r.get("server") in ("source", "target")]
+        extra = lost - w.lost
+        problems = w.problems + ((f"{extra} request(s) lost after the judged part of the window, before the next "
+                                  "change",) if extra > 0 else ())
+        out.append(w.model_copy(update={
+            "end_s": round(end, 4) if math.isfinite(end) else w.end_s, "sent": len(span), "answered": len(answered),
+            "failed": sum(1 for r in answered if r["status"] != "COMPLETED"), "lost": lost,
+            "problems": problems, "passed": w.passed and extra <= 0}))
+    return out
 
 
 @dataclass
@@ -299,6 +362,73 @@ class Routed:
     steps: list[InferenceStep]
     route: Route
     evidence: RoutedCutover
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """How :func:`move` judges a routed cutover: the window length (seconds), the share
+    tolerance, the target's p95 bound (seconds), what an accepted answer is, how long the source
+    has to serve everything after a rollback (seconds), and how long a request may take."""
+
+    window_s: float
+    tolerance: float
+    bound_s: float
+    accepted: Callable[[Any], bool]
+    rollback_within_s: float
+    timeout_s: float
+
+    def judge(self, w: Window, before: Window | None, *, rollback: bool = False) -> RoutedWindow:
+        return judge_window(w, tolerance=self.tolerance, bound_s=self.bound_s, accepted=self.accepted, before=before,
+                            rollback=rollback)
+
+
+def move(replay: Replay, router: Router, percents: list[int], rule: StepRule, *,
+         before_step: Callable[[int, int], None] = lambda k, pct: None,
+         on_rollback: Callable[[int, list[str]], None] = lambda k, problems: None) -> list[RoutedWindow]:
+    """The routed cutover under a running ``replay``: a steady window at all-source (a failing
+    one stops before any weight moves), then each step of ``percents`` (``before_step(k, pct)``
+    first: approval and the route record) with its weights set and judged over one window; at the
+    first failing step, :func:`rollback` (``on_rollback`` first). Returns every window judged."""
+    start = mark(replay, router)
+    steady = _window(replay, router, "steady state before the first step", 0, rule.window_s, timeout_s=rule.timeout_s,
+                     start=start)
+    windows = [rule.judge(steady, None)]
+    if not windows[0].passed:
+        return windows
+    before = steady
+    for k, pct in enumerate(percents):
+        before_step(k, pct)
+        start = mark(replay, router)
+        router.set_weights(100 - pct, pct)
+        w = _window(replay, router, f"step {k + 1}", pct, rule.window_s, timeout_s=rule.timeout_s, start=start)
+        windows.append(rule.judge(w, before))
+        if not windows[-1].passed:
+            on_rollback(k, list(windows[-1].problems))
+            windows.append(rollback(replay, router, rule))
+            break
+        before = w
+    return windows
+
+
+def rollback(replay: Replay, router: Router, rule: StepRule) -> RoutedWindow:
+    """Set the target's weight to 0 and drain it, under the replay, then watch twice
+    ``rule.rollback_within_s``: nothing lost, the source failing nothing and up, the weights read
+    back all-source, the router's counters agreeing with the replay, and no request sent later
+    than ``rollback_within_s`` after the change answered by the target. Returns the rollback
+    window as judged (``source_serves_all_after_s``: when the target answered its last)."""
+    start = mark(replay, router)
+    router.set_weights(100, 0)
+    router.drain("target")
+    w = _window(replay, router, "rollback", 0, rule.rollback_within_s * 2, timeout_s=rule.timeout_s, start=start)
+    served_target = [r["sent_s"] for r in w.rows if r.get("server") == "target"]
+    after_s = (max(served_target) - start[0]) if served_target else 0.0
+    judged = rule.judge(w, None, rollback=True)
+    late = after_s > rule.rollback_within_s
+    return judged.model_copy(update={
+        "source_serves_all_after_s": round(after_s, 3), "rollback_within_s": rule.rollback_within_s,
+        "passed": judged.passed and not late,
+        "problems": judged.problems + ((f"the target still served a request sent {after_s:.2f} s after the "
+                                        "rollback",) if late else ())})
 
 
 def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bound_s: float) -> Routed:
@@ -312,11 +442,18 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
     rec04 = ctx.records.need_compare()
     m, rp = ctx.mig.measure, ctx.mig.cutover.router
     serving = serving_for(ctx)
-    window_s = ctx.mig.cutover.requests_per_step / m.arrival_rate_per_s
-    timeout_s = m.request_timeout_s * 4
+    rule = StepRule(window_s=ctx.mig.cutover.requests_per_step / m.arrival_rate_per_s, tolerance=rp.share_tolerance,
+                    bound_s=bound_s, accepted=serving.accepted, rollback_within_s=rp.rollback_within_s,
+                    timeout_s=m.request_timeout_s * 4)
     router = build_router(ctx, dict(rec04.endpoint_urls))
-    steps: list[InferenceStep] = []
-    windows: list[RoutedWindow] = []
+
+    def before_step(k: int, pct: int) -> None:
+        ctx.resources.approve_change("target", steps_plan[k].plan)
+        route.set(pct, f"slice step {k + 1}: weights {100 - pct}/{pct} on the {rp.kind} router")
+
+    def on_rollback(k: int, problems: list[str]) -> None:
+        route.set(0, f"rollback: step {k + 1} failed its gate check ({'; '.join(problems)[:200]})")
+
     try:
         router.set_weights(100, 0)
         read = router.weights()
@@ -325,59 +462,40 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
                                 "on the source; nothing was moved")
         route.set(0, f"cutover start: all traffic on source, through the {rp.kind} router at {router.url}")
         replay = Replay(router.url, serving.request_inputs(max(4 * ctx.mig.cutover.requests_per_step, 200), seed=5000),
-                        rate_per_s=m.arrival_rate_per_s, timeout_s=timeout_s, seed=6000)
+                        rate_per_s=m.arrival_rate_per_s, timeout_s=rule.timeout_s, seed=6000)
         replay.start()
         try:
-            before = _window(replay, router, "steady state before the first step", 0, window_s, timeout_s=timeout_s)
-            windows.append(judge_window(before, tolerance=rp.share_tolerance, bound_s=bound_s,
-                                        accepted=serving.accepted, before=None))
-            for k, sl in enumerate(steps_plan):
-                pct = sl.target_percent
-                ctx.resources.approve_change("target", sl.plan)
-                router.set_weights(100 - pct, pct)
-                route.set(pct, f"slice step {k + 1}: weights {100 - pct}/{pct} on the {rp.kind} router")
-                w = _window(replay, router, f"step {k + 1}", pct, window_s, timeout_s=timeout_s)
-                judged = judge_window(w, tolerance=rp.share_tolerance, bound_s=bound_s, accepted=serving.accepted,
-                                      before=before)
-                windows.append(judged)
-                fields = judged.model_dump(include=set(InferenceStep.model_fields) - {"step", "mode", "passed"})
-                steps.append(InferenceStep(step=k + 1, mode=f"drain ({rp.kind} router)", passed=judged.passed, **fields))
-                if not judged.passed:
-                    windows.append(_rollback(ctx, replay, router, route, k, list(judged.problems), timeout_s=timeout_s,
-                                             bound_s=bound_s, serving=serving))
-                    break
-                before = w
+            windows = move(replay, router, [sl.target_percent for sl in steps_plan], rule, before_step=before_step,
+                           on_rollback=on_rollback)
         finally:
             replay.stop()
         rows = sorted(replay.rows, key=lambda r: r["sent_s"])
     finally:
         router.close()
+    windows = whole_spans(windows, rows)
     pd.DataFrame([{k: v for k, v in r.items() if k != "output"} for r in rows]).to_csv(
         ctx.evidence.path("05/routed_samples.csv"), index=False)
+    return Routed(_steps(windows, rp.kind), route, evidence(rp.kind, router.url, rule.window_s, windows, rows))
+
+
+def _steps(windows: list[RoutedWindow], kind: str) -> list[InferenceStep]:
+    """Phase 05's slice steps from the step windows (the steady and rollback windows are not steps)."""
+    out = []
+    for w in windows:
+        if w.window.startswith("step "):
+            fields = w.model_dump(include=set(InferenceStep.model_fields) - {"step", "mode", "passed"})
+            out.append(InferenceStep(step=int(w.window.split()[1]), mode=f"drain ({kind} router)", passed=w.passed,
+                                     **fields))
+    return out
+
+
+def evidence(kind: str, url: str, window_s: float, windows: list[RoutedWindow], rows: list[ReplayRow]) -> RoutedCutover:
+    """What the routed cutover carried, for phase 05's record: requests replayed, answered and
+    lost in all, the first lost one (seconds into the replay, and its window), every window."""
     lost = [r for r in rows if r["status"] == "LOST"]
-    evidence = RoutedCutover(kind=rp.kind, url=router.url, window_s=window_s, requests=len(rows),
-                             answered=sum(1 for r in rows if r.get("server") in ("source", "target")), lost=len(lost),
-                             first_lost_at_s=lost[0]["sent_s"] if lost else None, windows=tuple(windows))
-    return Routed(steps, route, evidence)
-
-
-def _rollback(ctx: PhaseContext, replay: Replay, router: Router, route: Route, k: int, problems: list[str], *,
-              timeout_s: float, bound_s: float, serving: Any) -> RoutedWindow:
-    """Set the target's weight to 0 and drain it, under the replay, then watch twice
-    ``rollback_within_s``: the source must serve everything sent after ``rollback_within_s``,
-    and nothing may be lost. Returns the rollback window as judged."""
-    rp = ctx.mig.cutover.router
-    at = replay.now()
-    router.set_weights(100, 0)
-    router.drain("target")
-    route.set(0, f"rollback: step {k + 1} failed its gate check ({'; '.join(problems)[:200]})")
-    w = _window(replay, router, "rollback", 0, rp.rollback_within_s * 2, timeout_s=timeout_s)
-    served_target = [r["sent_s"] for r in w.rows if r.get("server") == "target"]
-    after_s = (max(served_target) - at) if served_target else 0.0
-    judged = judge_window(w, tolerance=rp.share_tolerance, bound_s=bound_s, accepted=serving.accepted, before=None)
-    late = after_s > rp.rollback_within_s
-    return judged.model_copy(update={
-        "source_serves_all_after_s": round(after_s, 3), "rollback_within_s": rp.rollback_within_s,
-        "passed": judged.lost == 0 and not late,
-        "problems": judged.problems + ((f"the target still served a request sent {after_s:.2f} s after the "
-                                        "rollback",) if late else ())})
+    first = lost[0]["sent_s"] if lost else None
+    where = next((w.window for w in windows if first is not None and (w.start_s or 0.0) <= first < (w.end_s or math.inf)),
+                 None)
+    return RoutedCutover(kind=kind, url=url, window_s=window_s, requests=len(rows),
+                         answered=sum(1 for r in rows if r.get("server") in ("source", "target")), lost=len(lost),
+                         first_lost_at_s=first, first_lost_window=where, windows=tuple(windows))
