@@ -13,7 +13,7 @@ import gc
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -368,9 +368,39 @@ def token_metrics(job: dict[str, Any]) -> dict[str, Any]:
     return {**{k: float(m.get(k, np.nan)) for k in TOKEN_METRICS}, "itl_s": list(m.get("itl_s") or [])}
 
 
+def send_at(intended_s: float, t0: float) -> float:
+    """Wait until ``intended_s`` seconds after ``t0`` (:func:`time.perf_counter`): sleep, then spin
+    the last :data:`SPIN_S` (``sleep`` overshoots by about 0.1 ms). Returns when it was, seconds
+    after ``t0`` (later than intended when the caller was handed the request late)."""
+    wait = intended_s - (time.perf_counter() - t0)
+    if wait > SPIN_S:
+        time.sleep(wait - SPIN_S)
+    while time.perf_counter() - t0 < intended_s:
+        pass
+    return time.perf_counter() - t0
+
+
+def dispatch(requests: Iterable[Request], one: Callable[[Request], None], *, t0: float, max_in_flight: int,
+             stop: threading.Event | None = None) -> None:
+    """Phase 04's open-loop schedule keeper, also the cutover's replay (:mod:`runbook_lib.replay`):
+    hand each of ``requests`` (in ``intended_s`` order, possibly endless) to a pool of
+    ``max_in_flight`` threads :data:`DISPATCH_LEAD_S` before its intended time, whatever earlier
+    ones are doing; ``one(request)`` sends it (at its time: :func:`send_at`). Returns when
+    ``requests`` ends or ``stop`` is set, once every request handed over has ended."""
+    with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
+        for req in requests:
+            delay = req.intended_s - DISPATCH_LEAD_S - (time.perf_counter() - t0)
+            if stop is not None and (stop.wait(max(delay, 0.0)) or stop.is_set()):
+                break
+            if stop is None and delay > 0:
+                time.sleep(delay)
+            pool.submit(one, req)
+
+
 def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, round_id: int,
                   max_in_flight: int = 128) -> list[dict[str, Any]]:
-    """Send ``requests`` at their intended times regardless of completions (open loop).
+    """Send ``requests`` at their intended times regardless of completions (open loop,
+    :func:`dispatch`).
 
     Returns:
         One sample dict per request with :data:`SAMPLE_COLUMNS` plus ``output`` (the response).
@@ -380,12 +410,7 @@ def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, 
     lock = threading.Lock()
 
     def one(req: Request) -> None:
-        wait = req.intended_s - (time.perf_counter() - t0)
-        if wait > SPIN_S:  # handed over DISPATCH_LEAD_S early, so the pool's pick-up is not latency
-            time.sleep(wait - SPIN_S)
-        while time.perf_counter() - t0 < req.intended_s:  # the last SPIN_S: sleep() overshoots by ~0.1 ms
-            pass
-        sent = time.perf_counter() - t0
+        sent = send_at(req.intended_s, t0)  # handed over DISPATCH_LEAD_S early: the pool's pick-up is not latency
         try:
             job = client.runsync(req.payload)
         except ProviderError as exc:
@@ -399,13 +424,23 @@ def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, 
         with lock:
             results[req.index] = row
 
-    with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
-        for req in requests:
-            delay = req.intended_s - DISPATCH_LEAD_S - (time.perf_counter() - t0)
-            if delay > 0:
-                time.sleep(delay)
-            pool.submit(one, req)
+    dispatch(requests, one, t0=t0, max_in_flight=max_in_flight)
     return results
+
+
+def poisson_requests(picks: list[tuple[int, Any]], rate_per_s: float, seed: int, *,
+                     chunk: int = 1000) -> Iterator[Request]:
+    """An endless open-loop schedule of ``picks`` (``(input index, payload)``, cycled): Poisson
+    arrivals at ``rate_per_s``, :func:`poisson_schedule` chunk by chunk (seeds ``seed``,
+    ``seed + 1``, ...), each chunk after the last."""
+    offset, i, k = 0.0, 0, 0
+    while True:
+        for t in poisson_schedule(chunk, rate_per_s, seed + k) + offset:
+            idx, payload = picks[i % len(picks)]
+            yield Request(i, float(t), payload, idx)
+            i += 1
+            offset = float(t)
+        k += 1
 
 
 def run_saturation(client: ServingClient, payloads: list[Any], *, max_in_flight: int = 64) -> dict[str, Any]:

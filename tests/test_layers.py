@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"service"},
     {"rundir", "phase_notebooks"},
     {"gates", "cost", "measure", "inventory", "storage", "route", "router", "checkpoint"},
+    {"replay"},
     {"records"},
     {"auditpage"},
     {"approvals", "resolve", "report", "seal"},

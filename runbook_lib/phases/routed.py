@@ -4,9 +4,9 @@ time, and each step is judged on that traffic.
 
 * Before the first step the router is started (or attached) and must read back all traffic on
   the source; anything else stops the phase before a weight moves (fail closed).
-* The replay (:class:`Replay`) is open loop: Poisson arrivals at ``measure.arrival_rate_per_s``
-  of the workload's sample inputs, from its own thread pool, from a steady window before the
-  first step until after the last. It never resends a request.
+* The replay (:class:`runbook_lib.replay.Replay`) is phase 04's open-loop generator in its own
+  process: Poisson arrivals at ``measure.arrival_rate_per_s`` of the workload's sample inputs,
+  from a steady window before the first step until after the last. It never resends a request.
 * Each step sets the weights, reads them back (a difference fails the step), lets one window of
   ``cutover.requests_per_step`` requests pass, and judges: no request lost (sent, never
   answered), the target's answers all completed and accepted, its p95 within phase 04's bound,
@@ -21,12 +21,10 @@ time, and each step is judged on that traffic.
 from __future__ import annotations
 
 import math
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -36,119 +34,14 @@ from runbook_lib.params import RouterParams
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.serving import serving_for
 from runbook_lib.records import InferenceStep, RoutedCutover, RoutedWindow
+from runbook_lib.replay import Replay, ReplayRow
 from runbook_lib.route import Route
-from runbook_lib.router import SERVER_HEADER, CommandRouter, HAProxyRouter, Router, ServerStat
+from runbook_lib.router import CommandRouter, HAProxyRouter, Router, ServerStat
 
-
-class ReplayRow(TypedDict, total=False):
-    """One replayed request (:class:`Replay`): seconds since the replay started, who answered."""
-
-    request: int
-    input_index: int
-    intended_s: float
-    sent_s: float
-    done_s: float
-    total_s: float
-    status: str
-    server: str
-    http_status: int | None
-    output: Any
-    error: str
-
-
-REPLAY_MAX_IN_FLIGHT = 64
 MIN_STEP_LATENCY_SAMPLES = 5
 EDGE_REQUESTS = 2
 """Requests at each edge of a window that the replay and the router may count on different sides
 of it (sent before a snapshot, counted by the router after it)."""
-
-
-class Replay:
-    """Traffic through the router from a background thread: open-loop Poisson arrivals at
-    ``rate_per_s`` of ``picks`` (``(golden index, payload)``, cycled), each sent once as
-    ``POST /infer`` with a ``timeout_s`` second limit. Rows: ``request``, ``input_index``,
-    ``sent_s`` and ``done_s`` (seconds since :meth:`start`), ``total_s``, ``status``
-    (``COMPLETED``, ``FAILED`` for an error answer, ``LOST`` for none: refused, reset, timed out,
-    or the router's own error with no server named), ``server`` (who answered), ``output``."""
-
-    def __init__(self, url: str, picks: list[tuple[int, Any]], *, rate_per_s: float, timeout_s: float,
-                 seed: int) -> None:
-        import httpx
-
-        self.url, self.picks, self.rate_per_s, self.seed = url, picks, rate_per_s, seed
-        self.http = httpx.Client(base_url=url, timeout=timeout_s,
-                                 limits=httpx.Limits(max_connections=REPLAY_MAX_IN_FLIGHT,
-                                                     max_keepalive_connections=REPLAY_MAX_IN_FLIGHT))
-        self.rows: list[ReplayRow] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._in_flight: dict[int, float] = {}  # request -> sent_s, until it ends
-        self.t0 = 0.0
-
-    def now(self) -> float:
-        """Seconds since :meth:`start`."""
-        return time.perf_counter() - self.t0
-
-    def start(self) -> None:
-        self.t0 = time.perf_counter()
-        self._thread = threading.Thread(target=self._run, name="runbook-replay", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        rng = np.random.default_rng(self.seed)
-        at, i = 0.0, 0
-        with ThreadPoolExecutor(max_workers=REPLAY_MAX_IN_FLIGHT, thread_name_prefix="replay") as pool:
-            while not self._stop.is_set():
-                at += float(rng.exponential(1.0 / self.rate_per_s))
-                wait = at - self.now()
-                if wait > 0 and self._stop.wait(wait):
-                    break
-                idx, payload = self.picks[i % len(self.picks)]
-                pool.submit(self._one, i, at, idx, payload)
-                i += 1
-
-    def _one(self, i: int, intended: float, idx: int, payload: Any) -> None:
-        import httpx
-
-        sent = self.now()
-        with self._lock:
-            self._in_flight[i] = sent
-        row: ReplayRow = {"request": i, "input_index": idx, "intended_s": intended, "sent_s": sent}
-        try:
-            r = self.http.post("/infer", json={"input": payload})
-            server = r.headers.get(SERVER_HEADER, "")
-            body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
-            row["server"], row["http_status"], row["output"] = server, r.status_code, body.get("output")
-            row["status"] = ("COMPLETED" if r.status_code == 200 and body.get("output") is not None else
-                             "FAILED" if server else "LOST")
-            if not server:
-                row["error"] = f"HTTP {r.status_code} from the router, no server named: {r.text[:120]}"
-        except (httpx.HTTPError, ValueError) as exc:
-            row["server"], row["http_status"], row["output"] = "", None, None
-            row["status"], row["error"] = "LOST", f"{type(exc).__name__}: {exc}"
-        row["done_s"] = self.now()
-        row["total_s"] = row["done_s"] - intended
-        with self._lock:
-            self.rows.append(row)
-            self._in_flight.pop(i, None)
-
-    def in_flight_before(self, t: float) -> int:
-        """Requests sent before ``t`` (seconds since start) that have not ended yet."""
-        with self._lock:
-            return sum(1 for sent in self._in_flight.values() if sent < t)
-
-    def sent_between(self, start: float, end: float) -> list[ReplayRow]:
-        """Rows of the requests sent in ``[start, end)`` (seconds since start) that have ended."""
-        with self._lock:
-            return [r for r in self.rows if start <= r["sent_s"] < end]
-
-    def stop(self) -> None:
-        """Stop sending, wait for every request in flight to end, close the connections."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.http.close()
 
 
 def owned_router(rp: RouterParams, project: Path) -> Router | None:

@@ -1,0 +1,228 @@
+"""The cutover's replay: open-loop traffic through a router, from its own process.
+
+Phase 05 through a real router (:mod:`runbook_lib.phases.routed`) sends the workload's sample
+inputs through the router the whole time the weights move. The sending runs in a child process
+(``python -m runbook_lib.replay CONFIG EVENTS``), so nothing the phase does (judging a window,
+reading the router, its kernel's own garbage collection) delays a request; it is phase 04's
+generator: a Poisson schedule (:func:`runbook_lib.measure.poisson_requests`) kept by
+:func:`runbook_lib.measure.dispatch`, each request sent at its intended time
+(:func:`runbook_lib.measure.send_at`) and never resent.
+
+The child appends one JSON line per event to ``EVENTS``: ``{"e": "start", "t0": T}`` first (its
+:func:`time.perf_counter` at the schedule's start: CLOCK_MONOTONIC on Linux, the same clock in
+every process), then ``{"e": "sent", "request": i, "sent_s": s}`` as each request leaves and
+``{"e": "done", ...row}`` when it ends, and ``{"e": "end"}`` once SIGTERM or SIGINT stopped it
+and every request in flight has ended. :class:`Replay` is the parent's handle.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, TypedDict
+
+from runbook_lib.errors import ProviderError
+from runbook_lib.measure import Request, dispatch, poisson_requests, send_at
+from runbook_lib.router import SERVER_HEADER
+
+REPLAY_MAX_IN_FLIGHT = 64
+"""Requests the replay keeps in flight at most (each waits at most its timeout)."""
+START_TIMEOUT_S = 60.0
+"""How long the parent waits for the child to start its schedule (imports included)."""
+
+
+class ReplayRow(TypedDict, total=False):
+    """One replayed request: seconds since the replay started, who answered."""
+
+    request: int
+    input_index: int
+    intended_s: float
+    sent_s: float
+    done_s: float
+    total_s: float
+    status: str
+    server: str
+    http_status: int | None
+    output: Any
+    error: str
+
+
+def classify(status_code: int | None, server: str, body: dict[str, Any], error: str = "") -> dict[str, Any]:
+    """How a replayed request ended: ``COMPLETED`` (HTTP 200 with an ``output`` from a named
+    server), ``FAILED`` (a server answered, with an error), or ``LOST`` (no server answered: the
+    connection was refused, reset or timed out, or the router answered on its own)."""
+    if status_code is None:
+        return {"status": "LOST", "server": "", "http_status": None, "output": None, "error": error}
+    out = {"server": server, "http_status": status_code, "output": body.get("output")}
+    out["status"] = "COMPLETED" if status_code == 200 and body.get("output") is not None else \
+        "FAILED" if server else "LOST"
+    if not server:
+        out["error"] = f"HTTP {status_code} from the router, no server named: {error[:120]}"
+    return out
+
+
+def _child(config_path: Path, events_path: Path) -> int:
+    """The replay process: send until SIGTERM or SIGINT, writing events (module docstring)."""
+    import httpx
+
+    cfg = json.loads(config_path.read_text())
+    stop, lock = threading.Event(), threading.Lock()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    picks = [(int(i), p) for i, p in cfg["picks"]]
+    http = httpx.Client(base_url=cfg["url"], timeout=cfg["timeout_s"],
+                        limits=httpx.Limits(max_connections=REPLAY_MAX_IN_FLIGHT,
+                                            max_keepalive_connections=REPLAY_MAX_IN_FLIGHT))
+    with open(events_path, "a", buffering=1) as events:
+        def write(event: dict[str, Any]) -> None:
+            with lock:
+                events.write(json.dumps(event) + "\n")
+
+        t0 = time.perf_counter()
+        write({"e": "start", "t0": t0})
+
+        def one(req: Request) -> None:
+            sent = send_at(req.intended_s, t0)
+            write({"e": "sent", "request": req.index, "sent_s": sent})
+            try:
+                r = http.post(cfg["path"], json={"input": req.payload})
+                is_json = r.headers.get("content-type", "").startswith("application/json")
+                ended = classify(r.status_code, r.headers.get(SERVER_HEADER, ""), r.json() if is_json else {}, r.text)
+            except (httpx.HTTPError, ValueError) as exc:
+                ended = classify(None, "", {}, f"{type(exc).__name__}: {exc}")
+            done = time.perf_counter() - t0
+            write({"e": "done", "request": req.index, "input_index": req.input_index, "intended_s": req.intended_s,
+                   "sent_s": sent, "done_s": done, "total_s": done - req.intended_s, **ended})
+
+        dispatch(poisson_requests(picks, cfg["rate_per_s"], cfg["seed"]), one, t0=t0,
+                 max_in_flight=REPLAY_MAX_IN_FLIGHT, stop=stop)
+        http.close()
+        write({"e": "end"})
+    return 0
+
+
+class Replay:
+    """Traffic through the router from its own process (module docstring): open-loop Poisson
+    arrivals at ``rate_per_s`` of ``picks`` (``(golden index, payload)``, cycled), each sent once
+    as ``POST path`` with a ``timeout_s`` second limit. Rows (:class:`ReplayRow`): ``request``,
+    ``input_index``, ``intended_s``, ``sent_s`` and ``done_s`` (seconds since the schedule's
+    start), ``total_s`` (from intended), ``status`` (:func:`classify`), ``server`` (who
+    answered), ``output``."""
+
+    def __init__(self, url: str, picks: list[tuple[int, Any]], *, rate_per_s: float, timeout_s: float,
+                 seed: int, path: str = "/infer") -> None:
+        self.config = {"url": url, "picks": picks, "rate_per_s": rate_per_s, "timeout_s": timeout_s, "seed": seed,
+                       "path": path}
+        self.timeout_s = timeout_s
+        self.rows: list[ReplayRow] = []
+        self._sent: dict[int, float] = {}  # request -> sent_s, until it ends
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._offset = 0
+        self._partial = b""
+        self.t0 = 0.0
+
+    def start(self) -> None:
+        """Start the replay process and wait for its schedule to start.
+
+        Raises:
+            ProviderError: it did not start within :data:`START_TIMEOUT_S` (its output named).
+            TypeError: an input is not JSON (the requests carry them as JSON).
+        """
+        config = json.dumps(self.config)  # the inputs go as JSON, as they are sent
+        self._tmp = tempfile.TemporaryDirectory(prefix="runbook-replay-")
+        tmp = Path(self._tmp.name)
+        (tmp / "config.json").write_text(config)
+        self.events = tmp / "events.jsonl"
+        self.events.touch()
+        try:
+            with open(tmp / "replay.log", "wb") as log:
+                self._proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.replay", str(tmp / "config.json"),
+                                               str(self.events)], stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            self._cleanup()
+            raise ProviderError(f"the cutover's replay could not start ({sys.executable}: {exc})") from None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.t0:
+            self._poll()
+            if self.t0:
+                break
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                why = (tmp / "replay.log").read_text(errors="replace")[-500:]
+                self._kill()
+                self._cleanup()
+                raise ProviderError(f"the cutover's replay did not start (exit {self._proc.returncode}): {why}")
+            time.sleep(0.02)
+
+    def _poll(self) -> None:
+        """Read the events appended since the last read (none once :meth:`stop` has read the last)."""
+        if self._tmp is None:
+            return
+        with open(self.events, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # a line still being written
+        for line in lines:
+            ev = json.loads(line)
+            kind = ev.pop("e")
+            if kind == "start":
+                self.t0 = float(ev["t0"])
+            elif kind == "sent":
+                self._sent[int(ev["request"])] = float(ev["sent_s"])
+            elif kind == "done":
+                self._sent.pop(int(ev["request"]), None)
+                self.rows.append(ev)
+
+    def now(self) -> float:
+        """Seconds since the replay's schedule started (the same clock as its rows)."""
+        return time.perf_counter() - self.t0
+
+    def in_flight_before(self, t: float) -> int:
+        """Requests sent before ``t`` (seconds since start) that have not ended yet."""
+        self._poll()
+        return sum(1 for sent in self._sent.values() if sent < t)
+
+    def sent_between(self, start: float, end: float) -> list[ReplayRow]:
+        """Rows of the requests sent in ``[start, end)`` (seconds since start) that have ended."""
+        self._poll()
+        return [r for r in self.rows if start <= r["sent_s"] < end]
+
+    def stop(self) -> None:
+        """Stop sending and wait for every request in flight to end (each within its timeout);
+        a request the process could not finish (killed after that) is a ``LOST`` row."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=self.timeout_s + 10)
+            except subprocess.TimeoutExpired:
+                self._kill()
+        self._poll()
+        for i, sent in sorted(self._sent.items()):
+            self.rows.append({"request": i, "sent_s": sent, "status": "LOST", "server": "", "http_status": None,
+                              "output": None, "error": "the replay process ended before this request did"})
+        self._sent.clear()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(_child(Path(sys.argv[1]), Path(sys.argv[2])))

@@ -1,0 +1,100 @@
+"""The cutover's replay (runbook_lib.replay) against a real HTTP server on loopback: it sends
+phase 04's Poisson schedule from a process of its own, never resends, and says of each request
+who answered, or that nobody did."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from runbook_lib.measure import poisson_schedule
+from runbook_lib.replay import Replay, classify
+from runbook_lib.router import SERVER_HEADER
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    """A server answering ``POST /infer`` as ``source`` (header and output, the input echoed);
+    ``{"input": "boom"}`` gets an error answer, ``"gone"`` one from no server."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            status, named, out = ((500, True, {"error": "crashed"}) if body["input"] == "boom" else
+                                  (502, False, {"error": "no server"}) if body["input"] == "gone" else
+                                  (200, True, {"output": body["input"]}))
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            if named:
+                self.send_header(SERVER_HEADER, "source")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_the_replay_sends_phase_04s_schedule_from_its_own_process_and_never_resends(server) -> None:
+    url = server
+    picks = [(i, f"sentence {i}") for i in range(7)]
+    replay = Replay(url, picks, rate_per_s=50.0, timeout_s=5.0, seed=11)
+    replay.start()
+    try:
+        assert replay._proc is not None and replay._proc.pid != os.getpid() and replay._proc.poll() is None
+        time.sleep(1.5)
+        assert replay.sent_between(0.0, replay.now())  # rows arrive while it runs
+    finally:
+        replay.stop()
+    rows = sorted(replay.rows, key=lambda r: r["request"])
+    n = len(rows)
+    assert n > 40 and [r["request"] for r in rows] == list(range(n))  # each request once, none resent
+    assert np.allclose([r["intended_s"] for r in rows], poisson_schedule(n, 50.0, 11))  # phase 04's schedule
+    assert all(r["status"] == "COMPLETED" and r["server"] == "source" for r in rows)
+    assert [r["output"] for r in rows[:8]] == [f"sentence {i % 7}" for i in range(8)]  # the inputs, cycled
+    late = np.array([r["sent_s"] - r["intended_s"] for r in rows])
+    assert late.min() >= 0 and np.percentile(late, 50) < 0.01  # sent at its time, not when the last ended
+    assert replay.in_flight_before(1e9) == 0
+
+
+def test_an_error_answer_is_failed_and_no_answer_from_a_server_is_lost(server) -> None:
+    url = server
+    replay = Replay(url, [(0, "boom"), (1, "gone"), (2, "fine")], rate_per_s=30.0, timeout_s=5.0, seed=3)
+    replay.start()
+    time.sleep(0.5)
+    replay.stop()
+    by_input = {r["input_index"]: r for r in replay.rows}
+    assert by_input[0]["status"] == "FAILED" and by_input[0]["server"] == "source"
+    assert by_input[1]["status"] == "LOST" and "no server named" in by_input[1]["error"]
+    assert by_input[2]["status"] == "COMPLETED"
+    assert classify(None, "", {}, "ConnectError: refused")["status"] == "LOST"
+
+
+def test_a_replay_that_cannot_start_says_why(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runbook_lib.errors import ProviderError
+
+    replay = Replay("http://127.0.0.1:9", [(0, object())], rate_per_s=1.0, timeout_s=1.0, seed=0)  # not JSON
+    with pytest.raises(TypeError):
+        replay.start()
+    monkeypatch.setattr("runbook_lib.replay.sys.executable", str(tmp_path / "no-python"))
+    with pytest.raises(ProviderError, match="could not start"):
+        Replay("http://127.0.0.1:9", [(0, "x")], rate_per_s=1.0, timeout_s=1.0, seed=0).start()
