@@ -741,6 +741,9 @@ class Measure(_Model):
     # between-round variation) and the most rounds a side it measures (its budget).
     min_rounds: int = Field(default=2, ge=2, le=50)
     max_rounds: int = Field(default=8, ge=2, le=50)
+    # gates.method sequential: wall seconds the rounds may take in all (None: no limit). A pair
+    # starts only while the seconds spent plus the longest pair so far fit.
+    max_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
 
 
     @model_validator(mode="after")
@@ -1059,13 +1062,14 @@ class Migration(_Model):
                                  f"endpoint_mode load_balancing (are {modes['source']!r} and {modes['target']!r}: a "
                                  f"job API's status polls would reach the other side) and cutover.mode drain (is "
                                  f"{mode!r}); change those, or use router kind client")
-        fixed_only, sequential_only = {"rounds", "max_extra_rounds"}, {"min_rounds", "max_rounds"}
+        fixed_only, sequential_only = {"rounds", "max_extra_rounds"}, {"min_rounds", "max_rounds", "max_seconds"}
         unread = (fixed_only if self.gates.method == "sequential" else sequential_only) & self.measure.model_fields_set
         if unread:
             names = ", ".join(f"measure.{n}" for n in sorted(unread))
             raise ValueError(f"{names} {'is' if len(unread) == 1 else 'are'} not read under gates.method "
                              f"{self.gates.method!r}: the fixed method measures measure.rounds (plus max_extra_rounds), "
-                             "the sequential one stops between measure.min_rounds and measure.max_rounds a side; "
+                             "the sequential one stops between measure.min_rounds and measure.max_rounds a side "
+                             "(or at measure.max_seconds); "
                              "remove it or change gates.method")
         if kind in ("inference", "service") and mode == "quiesce":
             raise ValueError("cutover.mode 'quiesce' stops writes; an inference endpoint serves requests and moves by "

@@ -787,6 +787,7 @@ class CompareData(PhaseData):
     store_to_pod: dict[str, StoreToPod] = Field(default_factory=dict)
     target_workers_ready: int | None = None
     extra_rounds: int = 0
+    pair_seconds: tuple[float, ...] = ()  # sequential: each pair of rounds' wall seconds, in order
     measurement_attempts: int = 0
     measurements_lost: tuple[dict[str, Number], ...] = ()
     host_load_avg_1_5_15min: tuple[float, ...] = ()

@@ -160,6 +160,15 @@ class Replay:
                 raise ProviderError(f"the cutover's replay did not start (exit {self._proc.returncode}): {why}")
             time.sleep(0.02)
 
+    @property
+    def pid(self) -> int | None:
+        """The replay process's id (None before :meth:`start`)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def running(self) -> bool:
+        """Whether the replay process is still running."""
+        return self._proc is not None and self._proc.poll() is None
+
     def _poll(self) -> None:
         """Read the events appended since the last read (none once :meth:`stop` has read the last)."""
         if self._tmp is None:

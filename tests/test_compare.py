@@ -604,3 +604,50 @@ def test_a_streaming_service_judges_ttft_and_tpot_on_sequences_that_take_part_in
     gates = {r.name: r for r in compare.judge.judge(ctx.mig, res, _costs())}
     assert gates["ttft_p95_ratio"].verdict == "FAIL" and "TTFT p95 ratio, one per pair" in gates["ttft_p95_ratio"].method
     assert gates["tpot_p95_ratio"].verdict == "PASS" and gates["sequential_stop"].verdict == "PASS"
+
+
+def test_the_sequential_measurement_stops_at_its_seconds_budget_and_its_evidence_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each round takes 10 s (a clock the rounds move); measure.max_seconds 45: after two pairs
+    # (40 s) a third, as long as the longest (20 s), would pass 45 s, so the rounds stop there. A
+    # target on the margin leaves the latency gate undecided: INCONCLUSIVE with the sequence
+    # reached, and sequential_stop PASS naming the seconds budget; recomputed from the recorded
+    # pair seconds the same. Without the seconds the stop is unexplained (INCONCLUSIVE).
+    from runbook_lib.phases.compare import protocol
+
+    now = [0.0]
+    monkeypatch.setattr(protocol, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    ctx = _sequential_ctx(max_seconds=45)
+    pair_s: list[float] = []
+    rng = np.random.default_rng(2)
+    rows: list[dict[str, Any]] = []
+    thr: list[dict[str, Any]] = []
+
+    def run_round(r: int, side: str) -> int:
+        now[0] += 10.0
+        f = (2.0 if side == "target" else 1.0) * rng.lognormal(0.0, 0.02)
+        rows.extend({"side": side, "round": r, "request": i, "total_s": v * f, "queue_s": 0.0, "init_s": 0.0,
+                     "execution_s": v * f, "status": "COMPLETED", "accepted": True}
+                    for i, v in enumerate(rng.lognormal(-2.0, 0.2, size=200)))
+        thr.append({"side": side, "round": r, "requests": 48.0, "completed": 48.0, "failed": 0.0, "elapsed_s": f,
+                    "throughput_units_per_s": 48.0 / f})
+        return 200
+
+    compare.schedule_rounds(ctx, run_round, look=lambda: seqmod.should_stop(ctx.mig, pd.DataFrame(rows),
+                                                                            pd.DataFrame(thr)), pair_s=pair_s)
+    assert pair_s == [20.0, 20.0] and seqmod.over_seconds(pair_s, 45) and not seqmod.over_seconds([20.0], 45)
+    res = _res([])
+    res = compare.Measured(**{**res.__dict__, "samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr),
+                              "pair_s": pair_s})
+    gates = {r.name: r for r in compare.judge.judge(ctx.mig, res, _costs())}
+    assert gates["latency_p95_ratio"].verdict == "INCONCLUSIVE"
+    stop = gates["sequential_stop"]
+    assert stop.verdict == "PASS" and "would pass measure.max_seconds (45 s)" in stop.detail
+    assert compare.judge.record_data(res, _costs(), compare.judge.summary(res), mig=ctx.mig).pair_seconds == (20.0, 20.0)
+    unexplained = compare.Measured(**{**res.__dict__, "pair_s": []})
+    assert {r.name: r for r in compare.judge.judge(ctx.mig, unexplained, _costs())}["sequential_stop"].verdict == \
+        "INCONCLUSIVE"
+    with pytest.raises(ParamsError, match=r"measure\.max_seconds is not read under gates\.method 'fixed'"):
+        data = _fixed_demo()
+        data["measure"]["max_seconds"] = 60
+        validate(data)

@@ -60,11 +60,12 @@ def test_the_replay_sends_phase_04s_schedule_from_its_own_process_and_never_rese
     replay = Replay(url, picks, rate_per_s=50.0, timeout_s=5.0, seed=11)
     replay.start()
     try:
-        assert replay._proc is not None and replay._proc.pid != os.getpid() and replay._proc.poll() is None
+        assert replay.pid is not None and replay.pid != os.getpid() and replay.running()  # a process of its own
         time.sleep(1.5)
         assert replay.sent_between(0.0, replay.now())  # rows arrive while it runs
     finally:
         replay.stop()
+    assert not replay.running()
     rows = sorted(replay.rows, key=lambda r: r["request"])
     n = len(rows)
     assert n > 40 and [r["request"] for r in rows] == list(range(n))  # each request once, none resent

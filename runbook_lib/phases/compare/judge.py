@@ -205,7 +205,7 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
         *extra,
     ]
     if gc.method == "sequential":  # it judges the ratio gates, token ones included, itself
-        results = sequential.judged(mig, s, t, results, round_costs(mig, res, costs_, at_traffic))
+        results = sequential.judged(mig, s, t, results, round_costs(mig, res, costs_, at_traffic), res.pair_s)
     elif mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
         results += token_gates(mig, s, rounds, on, done)
     return qualified(mig, res, results)
@@ -495,6 +495,7 @@ def record_data(res: Measured, costs_: dict[str, cost.CostBreakdown], summ: pd.D
         cost={s: c.to_dict() for s, c in costs_.items()},
         billed_s=res.billed_s, egress_bytes=res.egress_bytes, store_to_pod=store_to_pod_summary(res),
         target_workers_ready=res.target_workers_ready, extra_rounds=res.extra_rounds,
+        pair_seconds=tuple(round(x, 4) for x in res.pair_s),
         measurement_attempts=len([x for a in res.attempts for x in a.attempts]),
         measurements_lost=tuple({"what": a.what, "kind": a.kind, "side": a.side, "attempts": len(a.attempts),
                                  "error": a.error} for a in res.attempts if not a.ok),

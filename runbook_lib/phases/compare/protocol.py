@@ -310,7 +310,8 @@ def _short(ctx: PhaseContext, counts: dict[str, int]) -> bool:
     return min(counts.get("source", 0), counts.get("target", 0)) < need
 
 
-def schedule_rounds(ctx: PhaseContext, run_round: Any, look: Callable[[], bool] | None = None) -> int:
+def schedule_rounds(ctx: PhaseContext, run_round: Any, look: Callable[[], bool] | None = None,
+                    pair_s: list[float] | None = None) -> int:
     """Run the interleaved rounds, then extra ones while a side is short of samples and the
     extension budget (``measure.max_extra_rounds``) lasts. ``run_round(r, side)`` returns the
     number of completed samples it added. Returns the number of extra rounds run.
@@ -318,12 +319,19 @@ def schedule_rounds(ctx: PhaseContext, run_round: Any, look: Callable[[], bool] 
     Under ``gates.method: sequential`` it runs pairs of rounds instead (S,T then T,S, ...), up to
     ``measure.max_rounds`` pairs, and after each pair from ``measure.min_rounds`` on asks
     ``look()`` (:func:`runbook_lib.phases.compare.sequential.should_stop` on the measurement so
-    far) whether every blocking gate is decided (or one FAILed); it stops when so, or after a pair that measured
-    nothing (the spend limit refused its rounds, or every request failed). No extra rounds: 0."""
+    far) whether every blocking gate is decided (or one FAILed); it stops when so, after a pair that measured
+    nothing (the spend limit refused its rounds, or every request failed), or before a pair that
+    could take the rounds past ``measure.max_seconds`` (:func:`runbook_lib.phases.compare.sequential.over_seconds`);
+    each pair's wall seconds go to ``pair_s``. No extra rounds: 0."""
     m = ctx.mig.measure
     if ctx.mig.gates.method == "sequential":
+        took = pair_s if pair_s is not None else []
         for pair in range(m.max_rounds):
+            if sequential.over_seconds(took, m.max_seconds):
+                break
+            t0 = time.perf_counter()
             added = sum(run_round(r, ROUND_PATTERN[r % 4]) for r in (2 * pair, 2 * pair + 1))
+            took.append(time.perf_counter() - t0)
             if added == 0 or (pair + 1 >= m.min_rounds and look is not None and look()):
                 break
         return 0
@@ -422,6 +430,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     ready: dict[str, float] = {}
     created: dict[str, float] = {}
     log: list[Attempted[Any]] = []
+    pair_s: list[float] = []  # each pair of rounds' seconds (sequential)
     meter = spend_meter(ctx)
     for side in ("source", "target"):
         ep, client, row, created[side], ready[side] = _start_endpoint(ctx, side, serving, meter, log, sleep=sleep)
@@ -468,12 +477,11 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         round_s.append(time.perf_counter() - started)
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
 
-    extra_rounds = schedule_rounds(ctx, one_round, look=live)
+    extra_rounds = schedule_rounds(ctx, one_round, look=live, pair_s=pair_s)
     end = time.perf_counter()
     health_end = measured_with_retries(ctx, lambda _k: clients["target"].health()["workers"], log, what="target workers after rounds",
                         kind="health", side="target", sleep=sleep)
-    workers_ready = (int(health_end.value["idle"] + health_end.value["running"]) if health_end.value is not None
-                     else 0)
+    workers_ready = int(health_end.value["idle"] + health_end.value["running"]) if health_end.value is not None else 0
     from_zero = measure_cold_starts(ctx, serving.request_inputs(1, seed=5000)[0][1], log, meter, stops, sleep=sleep,
                                     expected_s={c["side"]: c["cold_start_s"] for c in cold})
     sink.close()
@@ -489,7 +497,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         endpoints={s: e.id for s, e in endpoints.items()}, endpoint_urls={s: e.url for s, e in endpoints.items()},
         endpoint_modes={s: e.mode for s, e in endpoints.items()}, samples=pd.DataFrame(),
         cold_starts=pd.DataFrame(cold), throughput=throughput, warmup=pd.DataFrame(warm_rows), billed_s=billed,
-        egress_bytes=egress, extra_rounds=extra_rounds, target_workers_ready=workers_ready, attempts=log,
+        egress_bytes=egress, extra_rounds=extra_rounds, pair_s=pair_s, target_workers_ready=workers_ready, attempts=log,
         spend=spend_record(meter, stops), meter=meter,
         cold_starts_from_zero=pd.DataFrame(from_zero, columns=COLD_COLUMNS), store_to_pod=store_to_pod_canary(ctx),
         inter_token=pd.DataFrame(gaps, columns=ITL_COLUMNS) if ctx.mig.workload.kind == "service" else None)
@@ -579,12 +587,13 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
                     "elapsed_s": total, "throughput_units_per_s": len(timed) * bs / total if total > 0 else 0.0})
         return len(timed)
 
-    extra_rounds = schedule_rounds(ctx, one_round, look=live)
+    pair_s: list[float] = []
+    extra_rounds = schedule_rounds(ctx, one_round, look=live, pair_s=pair_s)
     sink.close()
     throughput = pd.DataFrame(thr) if thr else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
     return Measured(samples=pd.DataFrame(), cold_starts=pd.DataFrame(cold), throughput=throughput, billed_s=billed,
                     egress_bytes={"source": 0.0, "target": 0.0}, warmup=pd.DataFrame(warm_rows),
-                    extra_rounds=extra_rounds, attempts=log, spend=spend_record(meter, stops), meter=meter,
+                    extra_rounds=extra_rounds, pair_s=pair_s, attempts=log, spend=spend_record(meter, stops), meter=meter,
                     store_to_pod=fetched)
 
 

@@ -222,7 +222,8 @@ class Measured:
         cold_starts_from_zero: one row per scale-from-zero start (both sides queue endpoints), or None.
         target_workers_ready: target workers serving after the rounds (inference), or None.
         endpoints, endpoint_urls, endpoint_modes: each side's measured endpoint (inference; kept
-            for phase 05). extra_rounds: rounds run past ``measure.rounds``.
+            for phase 05). extra_rounds: rounds run past ``measure.rounds``. pair_s: each pair of
+            rounds' wall seconds (``gates.method: sequential``).
         store_to_pod: each pod's verified download of the set it started from.
         clocks: the three clocks and what each ended (inference).
         load_generator_gc: the measuring process's garbage collections (inference).
@@ -244,6 +245,7 @@ class Measured:
     endpoint_urls: dict[str, str] = field(default_factory=dict)
     endpoint_modes: dict[str, str] = field(default_factory=dict)
     extra_rounds: int = 0
+    pair_s: list[float] = field(default_factory=list)
     store_to_pod: list[StoreFetch] = field(default_factory=list)
     clocks: list[ClockRow] = field(default_factory=list)
     load_generator_gc: CollectorPauses | None = None
@@ -332,4 +334,4 @@ def load_measurement(run_dir: Path, record: CompareData) -> Measured:
     return Measured(samples=t.samples, throughput=t.throughput, cold_starts=t.cold_starts, attempts=t.attempts,
                     cold_starts_from_zero=t.cold_starts_from_zero, inter_token=t.inter_token, billed_s=record.billed_s,
                     egress_bytes=record.egress_bytes, spend=record.spend,
-                    target_workers_ready=record.target_workers_ready)
+                    target_workers_ready=record.target_workers_ready, pair_s=list(record.pair_seconds))

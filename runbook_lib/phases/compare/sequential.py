@@ -6,8 +6,9 @@ Pair k is the k-th source round and the k-th target round with data, in round or
 the S, T, T, S order). A gate whose threshold the operator set (so it blocks) must be decided for
 the measurement to stop: measuring stops at the first look, from ``measure.min_rounds`` pairs on,
 at which every blocking sequential gate has been decided (PASS or FAIL) or one has FAILed (the
-target's error rate counts: :func:`error_trace`), or at ``measure.max_rounds`` pairs (the budget;
-an undecided gate is then INCONCLUSIVE with the sequence it reached). The same functions judge the live looks and the raw samples afterwards, so
+target's error rate counts: :func:`error_trace`), or at ``measure.max_rounds`` pairs or
+``measure.max_seconds`` (the budgets; an undecided gate is then INCONCLUSIVE with the sequence it
+reached). The same functions judge the live looks and the raw samples afterwards, so
 ``runbook verify --recompute`` derives the same stopping pair, which the ``sequential_stop`` gate
 checks against the pairs the run measured.
 
@@ -314,10 +315,18 @@ def slo_result(t: Trace, mig: Migration, fixed: g.GateResult) -> g.GateResult:
                         source=fixed.source, phase="04")
 
 
-def stop_gate(found: list[Trace], mig: Migration) -> g.GateResult:
+def over_seconds(pair_s: list[float], max_seconds: float | None) -> bool:
+    """Whether another pair of rounds could take the rounds past ``max_seconds`` (None: no
+    limit): the seconds spent (``pair_s``, each pair's) plus the longest pair so far. Before any
+    pair, never."""
+    return max_seconds is not None and bool(pair_s) and sum(pair_s) + max(pair_s) > max_seconds
+
+
+def stop_gate(found: list[Trace], mig: Migration, pair_s: list[float] | None = None) -> g.GateResult:
     """``sequential_stop`` (blocking): the run measured exactly the pairs the stop rule allows,
-    as re-derived from its samples. FAIL: it measured past the look at which every blocking gate
-    was decided (the rule was not followed, or the samples were altered); INCONCLUSIVE: it ended
+    as re-derived from its samples (and, for ``measure.max_seconds``, from the recorded seconds
+    of each pair, ``pair_s``). FAIL: it measured past the look at which every blocking gate was
+    decided (the rule was not followed, or the samples were altered); INCONCLUSIVE: it ended
     before the budget with a blocking gate undecided (a spend stop or lost rounds)."""
     m = mig.measure
     measured, at = pairs_measured(found), stop_pair(found, m.min_rounds)
@@ -326,6 +335,12 @@ def stop_gate(found: list[Trace], mig: Migration) -> g.GateResult:
         return g.GateResult("sequential_stop", "FAIL", True, measured, at, "pairs", method,
                             f"{measured} pairs measured, but every blocking gate was decided at pair {at}: the "
                             "measurement did not stop where its rule says; re-run phase 04", phase="04")
+    took = list(pair_s or [])[:measured]
+    if at is None and measured < m.max_rounds and len(took) == measured and over_seconds(took, m.max_seconds):
+        return g.GateResult("sequential_stop", "PASS", True, measured, m.max_rounds, "pairs", method,
+                            f"{measured} pairs measured in {sum(took):.1f} s: the next, as long as the longest "
+                            f"({max(took):.1f} s), would pass measure.max_seconds ({m.max_seconds:g} s); the "
+                            "undecided gates are INCONCLUSIVE with the sequences reached", phase="04")
     if at is None and measured < m.max_rounds:
         return g.GateResult("sequential_stop", "INCONCLUSIVE", True, measured, m.max_rounds, "pairs", method,
                             f"{measured} of {m.max_rounds} pairs measured with a blocking gate undecided (stopped by "
@@ -351,12 +366,13 @@ def record(found: list[Trace], mig: Migration) -> SequentialRecord:
 
 
 def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, results: list[g.GateResult],
-           costs: dict[str, list[float]] | None = None) -> list[g.GateResult]:
+           costs: dict[str, list[float]] | None = None, pair_s: list[float] | None = None) -> list[g.GateResult]:
     """Phase 04's gates under the sequential method: the ratio gates from their sequences first;
     then ``results`` (the gates judged as under the fixed method, :func:`runbook_lib.phases.compare.judge.judge`)
     with ``error_rate`` on its Bernoulli sequence when its maximum is positive, ``latency_slo`` and
     ``cost_per_accepted_unit`` (with ``costs``) from their sequences; and the ``sequential_stop``
-    gate. ``results`` must not hold the ratio gates."""
+    gate (``pair_s``: each pair's wall seconds, for ``measure.max_seconds``). ``results`` must not
+    hold the ratio gates."""
     found = traces(mig, samples, throughput, costs)
     by_name = {t.name: t for t in found}
     ratios = [gate_result(t, mig) for t in found if t.name in (*RATIO_GATES, *TOKEN_GATES)]
@@ -369,7 +385,7 @@ def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, resu
         elif r.name == "cost_per_accepted_unit" and "cost_per_accepted_unit" in by_name:
             r = cost_result(by_name["cost_per_accepted_unit"], mig, r)
         out.append(r)
-    return [*ratios, *out, stop_gate(found, mig)]
+    return [*ratios, *out, stop_gate(found, mig, pair_s)]
 
 
 def cost_result(t: Trace, mig: Migration, fixed: g.GateResult) -> g.GateResult:
