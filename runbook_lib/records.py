@@ -945,6 +945,7 @@ class Cutover(_Model):
     checkpoint_moved: str | None = None
     final_target_percent: int = 0
     route: dict[str, Any] = Field(default_factory=dict)
+    routing: str = ""  # what moved the traffic: the client split, a real router, or none (pods move)
     router: RoutedCutover | None = None
 
 

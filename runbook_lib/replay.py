@@ -31,8 +31,8 @@ from runbook_lib.errors import ProviderError
 from runbook_lib.measure import Request, dispatch, poisson_requests, send_at
 from runbook_lib.router import SERVER_HEADER
 
-REPLAY_MAX_IN_FLIGHT = 64
-"""Requests the replay keeps in flight at most (each waits at most its timeout)."""
+REPLAY_MAX_IN_FLIGHT = 128
+"""Requests the replay keeps in flight at most, as phase 04's open loop (each waits at most its timeout)."""
 START_TIMEOUT_S = 60.0
 """How long the parent waits for the child to start its schedule (imports included)."""
 

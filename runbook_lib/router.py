@@ -14,6 +14,8 @@ step by step and reads them back. Two implementations:
   carries ``X-Runbook-Server`` naming the server that gave it, so a caller can count who served.
 * :class:`CommandRouter`: a user's own router, driven by a declared set-weights command and a
   read-back command (JSON), so any gateway can be used.
+* :class:`ClientRouter`: the runbook's own split (the embedded default): no front URL; the phase
+  asks it which side each of its own test requests goes to, and it counts what it sent.
 
 Every failure to reach or drive a router is a :class:`~runbook_lib.errors.ProviderError` naming
 the router, what was asked and what came back.
@@ -33,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
+
+import numpy as np
 
 from runbook_lib._http import free_port
 from runbook_lib.errors import ProviderError
@@ -305,6 +309,51 @@ class HAProxyRouter:
                 self.process.terminate()
                 self.process.wait(timeout=5)
         shutil.rmtree(self.socket_path.parent, ignore_errors=True)  # the private socket directory start() made
+
+
+class ClientRouter:
+    """The client-side split (``cutover.router.kind: client``): the caller sends its own requests
+    and asks :meth:`pick` which side each goes to, the target with probability ``target / (source
+    + target)`` of the weights set (``numpy.random.default_rng(seed)``), none to a drained side.
+    Its counters are the requests it picked for each side. No traffic but the caller's passes it."""
+
+    kind = "client"
+    url = ""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._weights = {"source": MAX_WEIGHT, "target": 0}
+        self._drained: set[str] = set()
+        self._sent = dict.fromkeys(SIDES, 0)
+
+    def set_weights(self, source: int, target: int) -> None:
+        _check_weights(source, target)
+        self._weights = {"source": source, "target": target}
+        self._drained -= {side for side, w in self._weights.items() if w > 0}
+
+    def weights(self) -> dict[str, int]:
+        return dict(self._weights)
+
+    def drain(self, side: str) -> None:
+        self._drained.add(side)
+
+    def pick(self, n: int) -> list[bool]:
+        """Which of ``n`` requests go to the target (True) rather than the source, counted."""
+        total = sum(self._weights.values())
+        share = 0.0 if "target" in self._drained else self._weights["target"] / total
+        if "source" in self._drained and share > 0:
+            share = 1.0
+        to_target = [bool(x) for x in self._rng.random(n) < share]
+        self._sent["target"] += sum(to_target)
+        self._sent["source"] += n - sum(to_target)
+        return to_target
+
+    def stats(self) -> dict[str, ServerStat]:
+        return {side: ServerStat(weight=self._weights[side], state="DRAIN" if side in self._drained else "UP",
+                                 requests=self._sent[side]) for side in SIDES}
+
+    def close(self) -> None:
+        pass
 
 
 class CommandRouter:

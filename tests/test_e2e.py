@@ -264,6 +264,8 @@ def test_training_demo_moves_its_checkpoint(approved_training_run: Path) -> None
     assert verdicts["checkpoint_safety"] == "PASS"
     assert r["resources"]["created"] and r["resources"]["remaining"] == []
     assert all(c["state"] == "DESTROYED" for c in r["resources"]["created"])
+    cut = json.loads((d / "05_cutover.json").read_text())["data"]["cutover"]
+    assert cut["routing"].startswith("no router: a training cutover moves pods") and cut["router"] is None
 
 
 def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_params) -> None:
@@ -323,7 +325,7 @@ def test_a_dual_run_cutover_serves_every_request_on_both_sides_and_judges_the_sh
     res = inference_go_run  # its cutover: dual_run, 20 requests a step (conftest.py)
     assert (res.decision, res.exit_code) == ("GO", EXIT_GO), res.reasons
     cut = json.loads((res.run_dir / "05_cutover.json").read_text())["data"]["cutover"]
-    assert cut["mode"] == "dual_run"
+    assert cut["mode"] == "dual_run" and cut["routing"].startswith("client split")
     for step in cut["steps"]:  # the target answered all 20 each step; the route chose which answers were served
         assert step["to_target"] == 20 and step["served_by_target"] + step["shadow_to_target"] == 20
         assert step["drained_before"] is None and step["passed"]

@@ -47,6 +47,8 @@ def test_the_haproxy_demo_cuts_over_real_traffic_step_by_step_and_loses_nothing(
     cut = _cut(res.run_dir)
     router = cut["router"]
     assert router["kind"] == "haproxy" and router["url"].startswith("http://127.0.0.1:")
+    assert cut["routing"].startswith("haproxy router")
+    assert sum(w["sent"] for w in router["windows"]) == router["requests"]  # every request in one window
     assert router["requests"] >= 1000 and router["lost"] == 0 and router["answered"] == router["requests"]
     windows = {w["window"]: w for w in router["windows"]}
     assert list(windows) == ["steady state before the first step", "step 1", "step 2", "step 3"]

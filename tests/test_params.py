@@ -358,6 +358,8 @@ def test_a_real_router_is_refused_where_it_cannot_route_and_a_command_router_nee
         load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "read_command": ["x"]}}))
     with pytest.raises(ParamsError, match="give its front URL in router.url"):
         load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "socket": "/run/h.sock"}}))
+    with pytest.raises(ParamsError, match=r"needs workload.kind inference \(is 'training'\)"):
+        load_params(make_params("demo-train.yaml", cutover={"router": {"kind": "haproxy"}}))  # pods, not requests
     ok = load_params(make_params("demo-haproxy.yaml", cutover={"router": {
         "kind": "command", "url": "http://127.0.0.1:9000", "set_command": ["gw", "{source}", "{target}"],
         "read_command": ["gw", "get"]}}))

@@ -358,3 +358,44 @@ def test_a_target_the_router_reports_down_mid_step_rolls_back(routed) -> None:
     step2 = windows[2]
     assert not step2.passed and any("the router reports target DOWN" in p for p in step2.problems), step2.problems
     assert windows[-1].window == "rollback" and windows[-1].lost == 0
+
+
+def test_the_client_split_is_a_router_that_counts_what_it_sent() -> None:
+    # The embedded default behind the same interface: weights set and read back, the target's
+    # share of the requests it picks close to its weight (seeded), counters of what it picked,
+    # a drained target takes none and reads DRAIN, weights that cannot be are refused.
+    from runbook_lib.router import ClientRouter
+
+    r = ClientRouter(seed=7)
+    assert r.weights() == {"source": 100, "target": 0} and not any(r.pick(100))
+    r.set_weights(90, 10)
+    assert r.weights() == {"source": 90, "target": 10}
+    picked = r.pick(2000)
+    assert abs(sum(picked) / 2000 - 0.10) < 0.02
+    stats = r.stats()
+    assert stats["target"].requests == sum(picked) and stats["source"].requests == 100 + 2000 - sum(picked)
+    r.drain("target")
+    assert not any(r.pick(200)) and r.stats()["target"].state == "DRAIN"
+    r.set_weights(50, 50)  # a weight set again takes the side back
+    assert r.stats()["target"].state == "UP" and any(r.pick(200))
+    with pytest.raises(ValueError, match="not both be 0"):
+        r.set_weights(0, 0)
+
+
+def test_a_router_that_will_not_read_back_all_source_stops_before_the_first_step(tmp_path: Path) -> None:
+    # A command router whose read-back keeps the target's 10 %: the phase stops before any
+    # weight moves, naming what it read.
+    from runbook_lib.phases.routed import all_on_source
+
+    script = tmp_path / "router.py"
+    script.write_text(SCRIPT_ROUTER)
+    state = tmp_path / "weights.json"
+    stuck = CommandRouter("http://127.0.0.1:9", [sys.executable, "-c", "pass"],
+                          [sys.executable, "-c", 'print(\'{"source": 90, "target": 10}\')'])
+    with pytest.raises(ProviderError, match=r"weights read back \{'source': 90, 'target': 10\} after setting all "
+                                            r"traffic on the source; nothing was moved"):
+        all_on_source(stuck)
+    ok = CommandRouter("http://127.0.0.1:9", [sys.executable, str(script), str(state), "set", "{source}", "{target}"],
+                       [sys.executable, str(script), str(state), "get"])
+    all_on_source(ok)
+    assert json.loads(state.read_text()) == {"source": 100, "target": 0}

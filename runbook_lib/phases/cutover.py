@@ -48,6 +48,7 @@ from runbook_lib.records import (
     TrainingStep,
 )
 from runbook_lib.route import Route
+from runbook_lib.router import ClientRouter
 from runbook_lib.workload import make_workload
 
 MIN_STEP_LATENCY_SAMPLES = 5  # target responses in a step before its p95 is judged
@@ -199,16 +200,14 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
     if ctx.mig.cutover.router.kind != "client":  # a real router carries a replay the whole phase
         routed = routed_cutover(ctx, slices(ctx), route=Route(ctx.run_dir / ROUTE, actor=actor(ctx)), bound_s=bound)
         return Moved(list(routed.steps), routed.route, router=routed.evidence)
-    serving = serving_for(ctx)
-    modes = rec04.endpoint_modes
+    serving, modes = serving_for(ctx), rec04.endpoint_modes
     clients = {s: serving.client(s, Served(rec04.endpoints[s], u, modes.get(s, "queue")),
-                                 timeout_s=ctx.mig.measure.request_timeout_s * 4)
-               for s, u in urls.items()}
+                                 timeout_s=ctx.mig.measure.request_timeout_s * 4) for s, u in urls.items()}
     route = Route(ctx.run_dir / ROUTE, actor=actor(ctx))
     route.set(0, "cutover start: all traffic on source")
     steps: list[SliceStep] = []
     rows = []
-    rng = np.random.default_rng(ctx.mig.workload.seed)
+    router = ClientRouter(seed=ctx.mig.workload.seed)  # the split; its counters are what it picked
     n = ctx.mig.cutover.requests_per_step
     dual = ctx.mig.cutover_mode == "dual_run"
     for k, sl in enumerate(slices(ctx)):
@@ -219,7 +218,8 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
                                                   "share)" if dual else " (drained: nothing in flight)"))
         picks = serving.request_inputs(n, seed=5000 + k)
         sched = poisson_schedule(n, ctx.mig.measure.arrival_rate_per_s, seed=6000 + k)
-        to_target = rng.random(n) < pct / 100
+        router.set_weights(100 - pct, pct)
+        to_target = router.pick(n)
         step_rows = []
         if dual:  # every request to both sides at once; the route picks the served answer
             reqs = [Request(i, float(sched[i]), picks[i][1], picks[i][0]) for i in range(n)]
@@ -257,6 +257,7 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
                                    target_failures=failures, target_not_accepted=rejected,
                                    target_p95_s=p95, p95_bound_s=bound, passed=ok))
         if not ok:
+            router.set_weights(100, 0)
             route.set(0, f"rollback: step {k + 1} failed its gate check")
             break
     for c in clients.values():
@@ -370,7 +371,7 @@ def cutover(ctx: PhaseContext) -> Cutover:
              "training": cutover_training}.get(ctx.mig.workload.kind, cutover_checkpoint)(ctx)
     res = Cutover(mode=ctx.mig.cutover_mode, rollback_point=point, steps=tuple(moved.steps),
                   checkpoint_moved=moved.checkpoint_moved, final_target_percent=moved.route.target_percent,
-                  route=moved.route.state, router=moved.router)
+                  route=moved.route.state, router=moved.router, routing=routing(ctx))
     ctx.evidence.write_json("05/route_history.json", res.route)
     all_ok = bool(res.steps) and all(s.passed for s in res.steps)
     steady = moved.router.windows[0] if moved.router is not None and moved.router.windows else None
@@ -388,6 +389,19 @@ def cutover(ctx: PhaseContext) -> Cutover:
                                    "detail": "source reloads the target's checkpoint: " + rev.detail}))
     ctx.evidence.write_json("05/cutover.json", res)
     return res
+
+
+def routing(ctx: PhaseContext) -> str:
+    """What moves the traffic in this cutover, for its record: the client split of the runbook's
+    own test requests, a real router, or none (training and checkpoint cutovers move pods, not
+    requests: ``cutover.router`` does not apply to them)."""
+    rp = ctx.mig.cutover.router
+    if ctx.mig.workload.kind not in ("inference", "service"):
+        return (f"no router: a {ctx.mig.workload.kind} cutover moves pods, not requests (cutover.router does not "
+                "apply)")
+    if rp.kind == "client":
+        return "client split: the runbook's own test requests, each sent to the side the weights pick"
+    return f"{rp.kind} router at {rp.url or 'a loopback front the runbook started'}: real traffic through it"
 
 
 def _router_gates(router: RoutedCutover) -> list[g.GateResult]:

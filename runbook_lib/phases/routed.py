@@ -348,11 +348,7 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
         route.set(0, f"rollback: step {k + 1} failed its gate check ({'; '.join(problems)[:200]})")
 
     try:
-        router.set_weights(100, 0)
-        read = router.weights()
-        if read != {"source": 100, "target": 0}:
-            raise ProviderError(f"router {rp.kind} at {router.url}: weights read back {read} after setting all traffic "
-                                "on the source; nothing was moved")
+        all_on_source(router)
         route.set(0, f"cutover start: all traffic on source, through the {rp.kind} router at {router.url}")
         replay = Replay(router.url, serving.request_inputs(max(4 * ctx.mig.cutover.requests_per_step, 200), seed=5000),
                         rate_per_s=m.arrival_rate_per_s, timeout_s=rule.timeout_s, seed=6000)
@@ -369,6 +365,20 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
     pd.DataFrame([{k: v for k, v in r.items() if k != "output"} for r in rows]).to_csv(
         ctx.evidence.path("05/routed_samples.csv"), index=False)
     return Routed(_steps(windows, rp.kind), route, evidence(rp.kind, router.url, rule.window_s, windows, rows))
+
+
+def all_on_source(router: Router) -> None:
+    """Set all traffic on the source and read it back, before the first step.
+
+    Raises:
+        ProviderError: the router cannot be driven, or reads back anything else (named; nothing
+            has moved).
+    """
+    router.set_weights(100, 0)
+    read = router.weights()
+    if read != {"source": 100, "target": 0}:
+        raise ProviderError(f"router {router.kind} at {router.url}: weights read back {read} after setting all traffic "
+                            "on the source; nothing was moved")
 
 
 def _steps(windows: list[RoutedWindow], kind: str) -> list[InferenceStep]:
