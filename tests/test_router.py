@@ -268,7 +268,7 @@ def test_every_replayed_request_is_counted_in_exactly_one_window() -> None:
     # Windows start before their weights change and run to the next window's start: a request
     # lost while a step was being judged (after its judged part) is counted in that step, and
     # fails it.
-    from runbook_lib.phases.routed import whole_spans
+    from runbook_lib.phases.routed import evidence, whole_spans
     from runbook_lib.records import RoutedWindow
 
     rows = [{"request": i, "sent_s": float(i), "status": "COMPLETED", "server": "source"} for i in range(10)]
@@ -280,6 +280,8 @@ def test_every_replayed_request_is_counted_in_exactly_one_window() -> None:
     assert [w.sent for w in spans] == [4, 2, 4] and sum(w.sent for w in spans) == len(rows)
     assert [w.lost for w in spans] == [0, 1, 0] and [w.end_s for w in spans] == [3.5, 6.0, 8.0]
     assert not spans[1].passed and "1 request(s) lost after the judged part of the window" in spans[1].problems[-1]
+    ev = evidence("haproxy", "http://127.0.0.1:1", 1.0, spans, rows)  # type: ignore[arg-type]
+    assert (ev.requests, ev.lost, ev.first_lost_at_s, ev.first_lost_window) == (10, 1, 4.0, "step 1")
 
 
 def test_a_router_that_outlives_the_run_is_set_back_to_the_source_and_read_back(tmp_path: Path) -> None:

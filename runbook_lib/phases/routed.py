@@ -397,8 +397,9 @@ def evidence(kind: str, url: str, window_s: float, windows: list[RoutedWindow], 
     lost in all, the first lost one (seconds into the replay, and its window), every window."""
     lost = [r for r in rows if r["status"] == "LOST"]
     first = lost[0]["sent_s"] if lost else None
-    where = next((w.window for w in windows if first is not None and (w.start_s or 0.0) <= first < (w.end_s or math.inf)),
-                 None)
+    starts = [w.start_s or 0.0 for w in windows]
+    where = next((w.window for k, w in enumerate(windows) if first is not None and starts[k] <= first
+                  and (k + 1 == len(windows) or first < starts[k + 1])), None)
     return RoutedCutover(kind=kind, url=url, window_s=window_s, requests=len(rows),
                          answered=sum(1 for r in rows if r.get("server") in ("source", "target")), lost=len(lost),
                          first_lost_at_s=first, first_lost_window=where, windows=tuple(windows))
