@@ -495,7 +495,7 @@ def record_data(res: Measured, costs_: dict[str, cost.CostBreakdown], summ: pd.D
         cost={s: c.to_dict() for s, c in costs_.items()},
         billed_s=res.billed_s, egress_bytes=res.egress_bytes, store_to_pod=store_to_pod_summary(res),
         target_workers_ready=res.target_workers_ready, extra_rounds=res.extra_rounds,
-        pair_seconds=tuple(round(x, 4) for x in res.pair_s),
+        pair_seconds=tuple(res.pair_s),  # unrounded: sequential_stop re-derives a seconds stop from them
         measurement_attempts=len([x for a in res.attempts for x in a.attempts]),
         measurements_lost=tuple({"what": a.what, "kind": a.kind, "side": a.side, "attempts": len(a.attempts),
                                  "error": a.error} for a in res.attempts if not a.ok),

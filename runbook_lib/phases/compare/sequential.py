@@ -23,7 +23,7 @@ What each of phase 04's other gates becomes (its level must not depend on when t
   (:func:`slo_trace`).
 - ``cost_per_accepted_unit``: each round priced as the whole measurement is, from that round's
   throughput and accepted share and the side's prices; per-pair log ratios of USD per accepted unit
-  on the t sequence (:func:`cost_looks`). It does not hold the measurement open (its egress term is
+  on the t sequence (:func:`cost_trace`). It does not hold the measurement open (its egress term is
   known only once the measurement ends); a confidence sequence is valid at any stopping time, so
   judged where the others stopped it keeps its level.
 - ``noise_floor`` (A/A): the first block's two source rounds, which every stopping point includes,
