@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence, TypedDict
 
 from runbook_lib._time import utc_now
+from runbook_lib.closedworld import read_json_object
 from runbook_lib.errors import ApprovalRequired, UsageError
 from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.records import read_unchecked
@@ -39,13 +40,18 @@ def _record_dir(run_dir: str | Path) -> Path:
 
 
 def record(run_dir: str | Path, approval: Approval, plan: Any) -> Path:
-    """Write the approval next to the plan it approves: ``approvals/<fingerprint[:16]>.json``.
+    """Write the approval next to the plan it approves: ``approvals/<fingerprint[:16]>.json``,
+    unless the same plan's approval is on record already (its first record stands: a sealed
+    record is never rewritten, and ``runbook cleanup`` destroying what an interrupted teardown
+    approved adds nothing).
     An approval from a file its author signed (``runbook approve --key``: the envelope beside it,
     :func:`runbook_lib.signing.record_envelope`) keeps a copy of both in the run
     (``approvals/signed-<sha256[:16]>.json`` and ``.dsse.json``), named in the record as
     ``signed_file``, so the signature travels with the evidence."""
     path = _record_dir(run_dir) / f"{approval.fingerprint[:16]}.json"
     body: dict[str, Any] = {"approval": asdict(approval), "plan": plan.to_dict()}
+    if path.is_file() and ((read_json_object(path) or {}).get("plan") or {}).get("fingerprint") == plan.fingerprint:
+        return path  # the same plan approved before in this run: that record stands (evidence is only added to)
     source = Path(approval.method[len("file:"):]) if approval.method.startswith("file:") else None
     if source is not None and source.is_file() and record_envelope(source).is_file():
         kept = _record_dir(run_dir) / f"signed-{sha256_file(source)[:16]}.json"

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -46,7 +47,8 @@ def _notebook(path: Path, markdown: str, html: str = "") -> None:
     nbformat.write(nb, path)
 
 
-def _sealed(tmp_path: Path, decision: str = "HOLD", *, html: str = "", signing_key: str = "") -> Path:
+def _sealed(tmp_path: Path, decision: str = "HOLD", *, html: str = "", signing_key: str = "",
+            before_seal: Any = None) -> Path:
     """A sealed run directory as phase 06 and the runner leave it: params, one executed phase
     notebook, a phase 04 file, a receipt, then the manifest and ``_SUCCESS`` (and, with
     ``signing_key`` in params, ``attestation.dsse.json``)."""
@@ -62,6 +64,8 @@ def _sealed(tmp_path: Path, decision: str = "HOLD", *, html: str = "", signing_k
         "run_id": run.name, "decision": decision, "decided_at": iso(DECIDED), "hold_deadline": iso(DEADLINE),
         "source": {"release": "v1 A"}, "target": {"release": "v1 B"}, "route": {"target_percent": 0},
         "resources": {"remaining": []}})
+    if before_seal is not None:
+        before_seal(run)
     seal_run(run, load_params(run / "params.yaml"), run / "params.yaml", decision=decision,
              complete=decision != "INTERRUPTED")
     return run
@@ -578,3 +582,25 @@ def test_report_pdf_without_a_chromium_is_a_usage_error_and_writes_nothing(
         EXIT_USAGE
     assert "--pdf needs" in capsys.readouterr().err
     assert not out.exists() and not out.with_suffix(".pdf").exists()
+
+
+def test_an_approval_on_record_is_never_rewritten_so_a_later_cleanup_adds_a_valid_link(tmp_path: Path) -> None:
+    # A teardown approved destroying a pod that was then left (sealed); `runbook cleanup` then
+    # destroys the same pod under the same plan: the sealed approval stands (its bytes unchanged),
+    # the cleanup's link holds only cleanup.json, and the run still verifies.
+    from runbook_lib.approvals import Approval, record
+    from runbook_lib.closedworld import append_link
+    from runbook_lib.providers.base import Plan
+
+    plan = Plan(provider="local", action="destroy", target="pod-1", spec=None, cost_usd_per_hour=0.0, dry_run=False)
+    run = _sealed(tmp_path, "NO-GO", before_seal=lambda d: record(
+        d, Approval(plan.fingerprint, "runbook", "2026-03-01T11:00:00Z", "teardown"), plan))
+    [sealed] = (run / "approvals").glob("*.json")
+    before = sealed.read_bytes()
+    assert record(run, Approval(plan.fingerprint, "runbook", "2026-03-02T09:00:00Z", "teardown"), plan) == sealed
+    assert sealed.read_bytes() == before
+    (run / "cleanup.json").write_text('{"destroyed": ["pod-1"]}')
+    append_link(run, "cleanup", ["cleanup.json"])
+    assert _bad(run) == {}
+    with pytest.raises(ValueError, match=f"replaces the sealed approvals/{sealed.name}"):  # a writer bug, named
+        append_link(run, "cleanup", [f"approvals/{sealed.name}"])
