@@ -449,8 +449,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
               f"Run `runbook verify {run_dir}` for the list, or pass --allow-unverified to write one "
               "stamped with what failed on every section", file=sys.stderr)
         return 1
-    if args.pdf and pdf_problem(chromium_path(args.chromium)):  # checked before anything is written
-        raise UsageError(pdf_problem(chromium_path(args.chromium)))
+    cannot_print = pdf_problem(chromium_path(args.chromium)) if args.pdf else ""
+    if cannot_print:  # checked before anything is written
+        raise UsageError(cannot_print)
     out = write_html(run_dir, Path(args.output) if args.output else None, unverified=problems)
     print(f"report: {out}" + (f" (UNVERIFIED: {len(problems)} problem(s) stamped on every section)" if problems else ""))
     if args.pdf:

@@ -390,9 +390,10 @@ def dispatch(requests: Iterable[Request], one: Callable[[Request], None], *, t0:
     with ThreadPoolExecutor(max_workers=max_in_flight) as pool:
         for req in requests:
             delay = req.intended_s - DISPATCH_LEAD_S - (time.perf_counter() - t0)
-            if stop is not None and (stop.wait(max(delay, 0.0)) or stop.is_set()):
-                break
-            if stop is None and delay > 0:
+            if stop is not None:
+                if stop.wait(max(delay, 0.0)):  # True once set, at once when it already was
+                    break
+            elif delay > 0:
                 time.sleep(delay)
             pool.submit(one, req)
 

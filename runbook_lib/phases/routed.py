@@ -119,6 +119,11 @@ HEALTHY_STATES = ("UP", "NO CHECK", "DRAIN", "NOT REPORTED")
 command router whose read-back gives no state)."""
 
 
+def is_down(state: str) -> bool:
+    """Whether a server state the router reports is none of :data:`HEALTHY_STATES`."""
+    return not state.upper().startswith(HEALTHY_STATES)
+
+
 def _delta(before: dict[str, ServerStat], after: dict[str, ServerStat]) -> dict[str, int]:
     return {side: after[side].requests - before[side].requests
             if after[side].requests >= 0 and before[side].requests >= 0 else -1 for side in after}
@@ -161,8 +166,7 @@ def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Calla
         problems.append(f"the target failed {failures} and answered {rejected} unacceptably")
     if not rollback and len(tgt) >= MIN_STEP_LATENCY_SAMPLES and not p95 <= bound_s:
         problems.append(f"the target's p95 {p95:.3f} s is above the bound {bound_s:.3f} s")
-    down = {s: st for s, st in w.states.items() if not st.upper().startswith(HEALTHY_STATES)
-            and (s == "source" or (w.target_percent > 0 and not rollback))}
+    down = {s: st for s, st in w.states.items() if is_down(st) and (s == "source" or (w.target_percent > 0 and not rollback))}
     if down:
         problems.append(f"the router reports {', '.join(f'{s} {st}' for s, st in down.items())}")
     if w.weights_read != {"source": 100 - w.target_percent, "target": w.target_percent}:
@@ -213,7 +217,7 @@ def _window(replay: Replay, router: Router, name: str, pct: int, seconds: float,
     while (left := t0 + seconds - replay.now()) > 0:
         time.sleep(min(STATE_POLL_S, left))
         for side, st in router.stats().items():
-            if not st.state.upper().startswith(HEALTHY_STATES):
+            if is_down(st.state):
                 worst.setdefault(side, st.state)
     t1 = replay.now()
     after = router.stats()
@@ -232,8 +236,7 @@ def whole_spans(windows: list[RoutedWindow], rows: list[ReplayRow]) -> list[Rout
     problem to it."""
     out = []
     for k, w in enumerate(windows):
-        nxt = windows[k + 1].start_s if k + 1 < len(windows) else None
-        end = nxt if nxt is not None else math.inf
+        end = (windows[k + 1].start_s or 0.0) if k + 1 < len(windows) else math.inf
         span = [r for r in rows if (w.start_s or 0.0) <= r["sent_s"] < end]
         lost = sum(1 for r in span if r["status"] == "LOST")
         answered = [r for r in span if r.get("server") in ("source", "target")]

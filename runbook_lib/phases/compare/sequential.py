@@ -390,14 +390,13 @@ def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, resu
 
 def cost_result(t: Trace, mig: Migration, fixed: g.GateResult) -> g.GateResult:
     """``cost_per_accepted_unit`` from its sequence (:func:`cost_trace`), with the fixed gate's
-    prices and basis in its detail; INCONCLUSIVE as the fixed gate is when a side accepted nothing."""
+    basis (its method) and prices (its detail: under this method a point comparison, no
+    interval); INCONCLUSIVE as the fixed gate is when a side accepted nothing."""
     if fixed.observed is None:
         return fixed
     r = gate_result(t, mig)
-    basis = fixed.method.split("; ")[0]
-    prices = fixed.detail.split("; ")[0]
-    return replace(r, method=f"{basis}; {r.method}", detail=f"{prices}; {r.detail}", source=fixed.source,
-                   observed=r.observed, threshold=t.threshold, unit="ratio T/S of USD per accepted unit")
+    return replace(r, method=f"{fixed.method}; {r.method}", detail=f"{fixed.detail}; {r.detail}", source=fixed.source,
+                   unit="ratio T/S of USD per accepted unit")
 
 
 def bernoulli_error_gate(fixed: g.GateResult) -> g.GateResult:
