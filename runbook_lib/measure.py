@@ -368,6 +368,18 @@ def token_metrics(job: dict[str, Any]) -> dict[str, Any]:
     return {**{k: float(m.get(k, np.nan)) for k in TOKEN_METRICS}, "itl_s": list(m.get("itl_s") or [])}
 
 
+def failure_of(job: dict[str, Any]) -> dict[str, str | None]:
+    """A failed answer's ``stage`` (where it failed, :data:`runbook_lib.service.protocols.STAGES`)
+    and ``error`` (the server's own words, at most 200 characters, scrubbed by the client); both
+    None for a completed one. The samples keep them, so every gate that counts a failure can say
+    what it was."""
+    if served_status(job) == "COMPLETED":
+        return {"stage": None, "error": None}
+    err = job.get("error")
+    return {"stage": str(job["stage"]) if job.get("stage") else None,
+            "error": str(err)[:200] if err is not None else None}
+
+
 def send_at(intended_s: float, t0: float) -> float:
     """Wait until ``intended_s`` seconds after ``t0`` (:func:`time.perf_counter`): sleep, then spin
     the last :data:`SPIN_S` (``sleep`` overshoots by about 0.1 ms). Returns when it was, seconds
@@ -421,7 +433,7 @@ def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, 
                "sent_s": sent, "done_s": done, "total_s": done - req.intended_s, **job_timings(job),
                "status": served_status(job),
                "batch_size": job.get("batch_size", np.nan), "input_index": req.input_index,
-               "output": job.get("output"), **token_metrics(job)}
+               "output": job.get("output"), **token_metrics(job), **failure_of(job)}
         with lock:
             results[req.index] = row
 

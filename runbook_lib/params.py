@@ -456,10 +456,23 @@ class Storage(StoreAccess):
         return v
 
 
+READINESS_PATHS = {"openai-chat": "/health", "runpod-handler": "/", "http-json": "/health"}
+"""Each protocol's default readiness path, what its reference server answers 200 on:
+``openai-chat``: vLLM's OpenAI-compatible server and ``transformers serve`` both serve ``GET
+/health``; ``runpod-handler``: the runpod SDK's local API (``--rp_serve_api``,
+runbook_lib.service.protocols cites its routes) has no health route and answers ``GET /``;
+``http-json``: ``/health``, the common convention (no reference server: set it)."""
+
+STREAMS_BY_DEFAULT = {"openai-chat": True, "runpod-handler": False, "http-json": False}
+"""``workload.service.stream`` when params leave it out: OpenAI's chat API streams server-sent
+events on request (the token gates need it); a Runpod handler answers ``/runsync`` whole; an
+``http-json`` service answers one JSON document."""
+
+
 class ServiceReadiness(_Model):
     """When a service counts as ready: ``GET path`` answers ``status`` within ``timeout_s``
     seconds of its launch (polled every ``interval_s`` seconds; the last answer is shown when it
-    never comes)."""
+    never comes). ``path`` defaults per protocol (:data:`READINESS_PATHS`)."""
 
     path: str = Field(default="/health", pattern=r"^/[!-~]*$", max_length=512)
     status: int = Field(default=200, ge=100, le=599)
@@ -486,6 +499,10 @@ class HttpJsonRequest(_Model):
     method: Literal["POST", "PUT", "GET"] = "POST"
     path: str = Field(default="/", pattern=r"^/[!-~]*$", max_length=512)
     body: Any = "{input}"
+    # A dotted path into the JSON answer that holds the service's error when it reports one with
+    # a success status (``{"error": "..."}``): a value there that is not null, false or empty
+    # fails the request as ERROR_BODY with its text. Empty: the answer carries no error field.
+    error_path: str = Field(default="error", max_length=256, pattern=r"^(|[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)$")
 
 
 class StandIn(_Model):
@@ -544,9 +561,18 @@ class Service(_Model):
         private_image: the image needs ``registry_credential`` (phase 02 stops without it).
         stand_in: the local command standing in for ``image`` on the local provider.
         parity: :class:`ServiceParity`.
-        ttft_slo_s, tpot_slo_s: goodput SLOs (seconds): a request counts toward goodput when its
-            time to first token and time per output token are within them (vLLM ``bench
-            serve``'s ``--goodput ttft:... tpot:...``, in seconds here).
+        ttft_slo_s, tpot_slo_s, e2e_slo_s: goodput SLOs (seconds): a request counts toward
+            goodput when it was accepted and its time to first token, time per output token and
+            end-to-end latency are within those set (vLLM ``bench serve``'s ``--goodput
+            ttft:... tpot:... e2el:...``, in seconds here).
+        max_answer_bytes: the largest answer read (bytes, read as a stream and never buffered
+            past it); a larger one fails its request as OVERSIZE.
+        max_gap_s: the longest silence between two streamed events after the first (seconds);
+            a longer stall fails the request as TIMED_OUT. The whole answer is bounded by
+            ``measure.request_timeout_s``.
+        tokenizer: a local directory holding the model's ``tokenizer.json`` (relative to the
+            project), used to count output tokens when the server sends no ``usage``; empty:
+            such a server's TPOT, ITL and goodput are recorded as not measurable.
     """
 
     image: str = Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")
@@ -558,7 +584,7 @@ class Service(_Model):
     samples: str = Field(min_length=1)
     model: str = Field(default="", max_length=512)
     max_tokens: int = Field(default=16, ge=1, le=4096)
-    stream: bool = True
+    stream: bool = True  # filled per protocol when left out (STREAMS_BY_DEFAULT)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     request: HttpJsonRequest = HttpJsonRequest()
     checks: tuple[JsonCheck, ...] = ()
@@ -568,11 +594,39 @@ class Service(_Model):
     parity: ServiceParity = ServiceParity()
     ttft_slo_s: float | None = Field(default=None, gt=0, le=3600)
     tpot_slo_s: float | None = Field(default=None, gt=0, le=3600)
+    e2e_slo_s: float | None = Field(default=None, gt=0, le=3600)
+    max_answer_bytes: int = Field(default=10_000_000, ge=1024, le=1_000_000_000)
+    max_gap_s: float = Field(default=10.0, gt=0, le=3600)
+    tokenizer: str = Field(default="", max_length=1024)
 
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         return _env_names(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _protocol_defaults(cls, data: Any) -> Any:
+        """``stream`` and ``readiness.path`` left out take the protocol's defaults
+        (:data:`STREAMS_BY_DEFAULT`, :data:`READINESS_PATHS`)."""
+        if not isinstance(data, dict) or data.get("protocol") not in STREAMS_BY_DEFAULT:
+            return data
+        out = dict(data)
+        out.setdefault("stream", STREAMS_BY_DEFAULT[out["protocol"]])
+        ready = out.get("readiness")
+        if ready is None or (isinstance(ready, dict) and "path" not in ready):
+            out["readiness"] = {**(ready or {}), "path": READINESS_PATHS[out["protocol"]]}
+        return out
+
+    @model_validator(mode="after")
+    def _streams_where_built(self) -> "Service":
+        if self.stream and self.protocol != "openai-chat":
+            why = ("its job API streams through /stream/{id} from a generator handler, which this runbook does not "
+                   "call: it judges /runsync's whole answer" if self.protocol == "runpod-handler" else
+                   "an http-json service answers one JSON document")
+            raise ValueError(f"workload.service.stream is true for protocol {self.protocol!r}: {why}; set stream: "
+                             "false (the default for this protocol) or leave it out")
+        return self
 
     @property
     def tag_is_digest(self) -> bool:
@@ -789,6 +843,10 @@ class Gates(_Model):
     # kind: service: seconds from killing the canary to its answering again (phase 03); the
     # migration design's "acceptance thresholds for ... recovery" (seed 001). None: scored.
     recovery_s_max: float | None = Field(default=None, gt=0, le=86_400)
+    # kind: service, streamed: the target's goodput (accepted requests per second within the
+    # service's SLOs) over the source's must be at least this; None: scored.
+    # docs/reference/gates.md 3.6 (goodput, DistServe's definition as vLLM bench serve reports it).
+    goodput_ratio_min: float | None = Field(default=None, gt=0, le=10)
     # How phase 04 judges the latency p95 and throughput ratios: ``fixed``, once after
     # ``measure.rounds`` (a 90 % block-bootstrap interval over rounds); ``sequential``, after each
     # pair of rounds with anytime-valid confidence sequences, stopping as soon as every blocking

@@ -323,6 +323,15 @@ class ServiceAnswerRow(_Model):
     detail: str = ""
 
 
+class PreflightCheck(_Model):
+    """One check of the service preflight (:mod:`runbook_lib.service.preflight`): its name
+    (``answers``, ``streams``, ``tokens``, ``comparator``), whether it held, and what was seen."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
 class ServiceFreeze(_Model):
     """Phase 01 of a service: the protocol, the image and its risk findings, the source pod as
     launched, the sample inputs (count, sha256 of the file), the golden answers (sha256 of
@@ -339,6 +348,7 @@ class ServiceFreeze(_Model):
     golden_sha256: str = ""
     failed_samples: tuple[int, ...] = ()
     self_divergent: tuple[ServiceAnswerRow, ...] = ()
+    preflight: tuple[PreflightCheck, ...] = ()
 
 
 class ServiceCanary(_Model):

@@ -145,10 +145,13 @@ def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ra
                       phase=phase)
 
 
-def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", unit: str = "requests") -> GateResult:
-    """Target failure rate (FAILED, TIMED_OUT, client errors) must be <= ``max_rate``; the upper end
-    of the exact (Clopper-Pearson) two-sided 95 % interval, i.e. a one-sided 97.5 % upper bound
-    (scipy.stats.binomtest), is reported."""
+def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", unit: str = "requests",
+               named: str = "") -> GateResult:
+    """Target failure rate (FAILED, TIMED_OUT, client errors, a service's named failures) must be
+    <= ``max_rate``; the upper end of the exact (Clopper-Pearson) two-sided 95 % interval, i.e. a
+    one-sided 97.5 % upper bound (scipy.stats.binomtest), is reported. ``named`` (the failures by
+    kind with the first one's error, :func:`runbook_lib.phases.compare.judge.failures_named`)
+    ends the detail."""
     from scipy import stats
 
     if total == 0:
@@ -158,7 +161,8 @@ def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", u
     hi = float(stats.binomtest(failures, total).proportion_ci(0.95, method="exact").high)
     return GateResult("error_rate", "PASS" if rate <= max_rate else "FAIL", True, rate, max_rate, "fraction",
                       f"failures / {unit}; upper end of the exact (Clopper-Pearson) 95 % interval reported",
-                      f"{failures} of {total} target {unit} failed (one-sided 97.5 % upper bound {hi:.3%})",
+                      f"{failures} of {total} target {unit} failed (one-sided 97.5 % upper bound {hi:.3%})"
+                      + (f": {named}" if named else ""),
                       samples={"requests": total}, interval=(0.0, hi), source=threshold_source("error_rate_max", max_rate, "no failed request"),
                       phase=phase)
 

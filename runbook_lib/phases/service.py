@@ -29,12 +29,14 @@ from runbook_lib.records import (
     FreezeSource,
     Golden,
     ParityData,
+    PreflightCheck,
     ServiceAnswerRow,
     ServiceCanary,
     ServiceFreeze,
     ServiceLaunch,
 )
 from runbook_lib.service import compare, samples
+from runbook_lib.service.preflight import preflight
 from runbook_lib.service.protocols import ServiceClient
 
 CANARY_ANSWERS = "03/canary_answers.json"
@@ -62,10 +64,36 @@ def plans_03(ctx: PhaseContext) -> PlanShown:
                           "launches its replacement; both are destroyed before the phase ends.")
 
 
-def answer_all(client: ServiceClient, inputs: list[Any]) -> list[dict[str, Any]]:
+NOT_SENT = "NOT_SENT"
+"""Status of a sample input left unsent because the service had stopped answering in time."""
+
+
+def answer_all(client: ServiceClient, inputs: list[Any], *, first: int = 0) -> list[dict[str, Any]]:
     """Each sample input's answer, sent one at a time in file order (job-shaped, as
-    :meth:`ServiceClient.runsync` answers)."""
-    return [client.runsync(x) for x in inputs]
+    :meth:`ServiceClient.runsync` answers). After an answer that TIMED_OUT or could not be sent
+    the rest are not sent (:data:`NOT_SENT`, naming the input that stalled): a service that stalls
+    costs one ``measure.request_timeout_s``, not one per sample input. ``first`` numbers the
+    inputs in messages."""
+    out: list[dict[str, Any]] = []
+    for i, x in enumerate(inputs):
+        got = client.runsync(x)
+        out.append(got)
+        if stalled(got):
+            out += [not_sent(first + i, got) for _ in inputs[i + 1:]]
+            break
+    return out
+
+
+def stalled(answer: dict[str, Any]) -> bool:
+    """The service did not answer in time, or could not be reached: asking more would wait again."""
+    return answer.get("status") in ("TIMED_OUT", "CLIENT_ERROR")
+
+
+def not_sent(i: int, stalled_answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer recorded for an input left unsent after input ``i`` stalled."""
+    a = stalled_answer
+    return {"status": NOT_SENT, "output": None, "stage": a.get("stage"),
+            "error": f"not sent: input {i} ended {a.get('status')} at {a.get('stage')} ({a.get('error')})"}
 
 
 def image_findings(ctx: PhaseContext, launch: ServiceLaunch) -> tuple[tuple[str, ...], str | None]:
@@ -93,37 +121,46 @@ class Asked:
     launch: ServiceLaunch
     answers: list[dict[str, Any]]
     again: list[dict[str, Any]]
+    preflight: tuple[PreflightCheck, ...] = ()
 
 
 def ask(ctx: PhaseContext, side: str, role: str, inputs: list[Any], *, twice: bool = False,
-        destroy: bool = True) -> tuple[Asked, pods.Ready]:
+        destroy: bool = True, check: bool = False) -> tuple[Asked, pods.Ready]:
     """Launch ``side``'s service pod, record its launch, ask every input (twice when ``twice``),
-    and destroy it (unless ``destroy`` is False).
+    and destroy it (unless ``destroy`` is False). With ``check`` the first input is the service
+    preflight (:func:`runbook_lib.service.preflight.preflight`).
 
     Raises:
         ApprovalRequired: the plan is not approved. NotReady: it never got ready (destroyed).
         ProtocolMismatch: it answers 404 on the protocol's path (destroyed).
+        ServicePreflightFailed: with ``check``, the source does not answer as params say (destroyed).
     """
     ready = pods.launch_ready(ctx.resources, side, role)
     try:
         launch = pods.launched(ctx.resources, side, ready)
         with pods.client(ctx.resources, ready) as c:
-            first = c.check_protocol(inputs[0])
-            answers = [first, *answer_all(c, inputs[1:])]
+            checks: tuple[PreflightCheck, ...] = ()
+            if check:
+                checks, first = preflight(c, pods.service_of(ctx.mig), inputs[0])
+            else:
+                first = c.check_protocol(inputs[0])
+            rest = [not_sent(0, first) for _ in inputs[1:]] if stalled(first) else answer_all(c, inputs[1:], first=1)
+            answers = [first, *rest]
             again = answer_all(c, inputs) if twice else []
     except BaseException:
         ctx.resources.destroy(side, ready.pod.id, labels=ready.pod.labels)
         raise
     if destroy:
         ctx.resources.destroy(side, ready.pod.id, labels=ready.pod.labels)
-    return Asked(launch, answers, again), ready
+    return Asked(launch, answers, again, checks), ready
 
 
 def _rows(svc: Any, golden: list[Any], answers: list[dict[str, Any]]) -> list[ServiceAnswerRow]:
     rows = []
     for i, (gold, ans) in enumerate(zip(golden, answers, strict=True)):
         c = compare.compare(svc, gold, ans.get("output") if ans.get("status") == "COMPLETED" else None)
-        detail = c.detail if ans.get("status") == "COMPLETED" else f"{ans.get('status')}: {ans.get('error', '')}"[:200]
+        detail = c.detail if ans.get("status") == "COMPLETED" else \
+            f"{ans.get('status')} at {ans.get('stage')}: {ans.get('error', '')}"[:400]
         rows.append(ServiceAnswerRow(sample=i, status=str(ans.get("status")), match=c.match,
                                      first_diff_token=c.first_diff_token, first_diff_char=c.first_diff_char,
                                      detail=detail))
@@ -140,7 +177,7 @@ def freeze_service(ctx: PhaseContext) -> FreezeSource:
     if plan.dry_run:
         ctx.resources.apply_plan("source", plan)
         return FreezeSource(plan=plan.to_dict(), dry_run=True)
-    asked, _ = ask(ctx, "source", FREEZE_ROLE, inputs, twice=True)
+    asked, _ = ask(ctx, "source", FREEZE_ROLE, inputs, twice=True, check=True)
     golden = [a.get("output") if a.get("status") == "COMPLETED" else None for a in asked.answers]
     divergent = [r for r in _rows(svc, golden, asked.again) if not r.match]
     path = ctx.evidence.write_json(SERVICE_GOLDEN, {"protocol": svc.protocol, "answers": golden,
@@ -152,11 +189,15 @@ def freeze_service(ctx: PhaseContext) -> FreezeSource:
                        samples_sha256=hashlib.sha256(sample_file.read_bytes()).hexdigest(),
                        golden_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
                        failed_samples=tuple(i for i, a in enumerate(golden) if a is None),
-                       self_divergent=tuple(divergent))
+                       self_divergent=tuple(divergent), preflight=asked.preflight)
+    first_failed = next((a for a in asked.answers if a.get("status") != "COMPLETED"), None)
     ctx.evidence.add_gates(
         g.boolean_gate("source_answers", not sf.failed_samples, phase="01",
                        detail=f"the source answered {len(inputs) - len(sf.failed_samples)} of {len(inputs)} sample "
-                              "inputs" + (f"; failed: {list(sf.failed_samples)[:10]}" if sf.failed_samples else "")),
+                              "inputs" + (f"; failed: {list(sf.failed_samples)[:10]}, the first "
+                                          f"{first_failed.get('status')} at {first_failed.get('stage')}: "
+                                          f"{first_failed.get('error')}" if sf.failed_samples and first_failed
+                                          else "")),
         launch_gate(asked.launch, "01"), runbook_free_gate(asked.launch, "01"))
     golden_rec = Golden(prefix=SERVICE_GOLDEN, shape=[len(golden)], dtype="json", outputs_sha256=sf.golden_sha256)
     return FreezeSource(golden=golden_rec, identity={"image": svc.image, "pinned_digest": digest,
@@ -207,8 +248,14 @@ def parity_gate(svc: Service, rows: list[ServiceAnswerRow], divergent: Sequence[
     n = len(rows)
     rate = sum(r.match for r in rows) / n if n else 0.0
     first = next((r for r in rows if not r.match), None)
-    where = (f"; first differing input {first.sample} at chunk {first.first_diff_token} (character "
-             f"{first.first_diff_char}): {first.detail}" if first else "")
+    if first is None:
+        where = ""
+    elif first.status != "COMPLETED":
+        kinds = sorted({r.status for r in rows if r.status != "COMPLETED"})
+        where = f"; failed answers ({', '.join(kinds)}), the first on input {first.sample}: {first.detail}"
+    else:
+        where = (f"; first differing input {first.sample} at chunk {first.first_diff_token} (character "
+                 f"{first.first_diff_char}): {first.detail}")
     verdict = "PASS" if rate >= need else ("INCONCLUSIVE" if divergent else "FAIL")
     detail = (f"{sum(r.match for r in rows)} of {n} answers equal the golden (rate {rate:.3f}, minimum {need:g})"
               + where)
@@ -347,6 +394,8 @@ def service_freeze_parts(sf: ServiceFreeze) -> list[Any]:
                f"({sf.protocol}), ready in {ln.ready_s} s; command `{' '.join(ln.command)}`; environment names "
                f"{list(ln.env_names)}; ports {ln.ports}"),
             md("**Image findings**"), table([{"finding": f} for f in sf.image_findings] or [{"finding": "none"}]),
+            md("**Service preflight** (the first sample input, checked against what params claim)"),
+            table([c.model_dump() for c in sf.preflight] or [{"name": "-", "ok": None, "detail": "not recorded"}]),
             md(f"**Golden answers** for {sf.samples} sample inputs (samples sha256 `{sf.samples_sha256[:16]}`, "
                f"golden sha256 `{sf.golden_sha256[:16]}`); asked twice, the source differed from itself on "
                f"{len(sf.self_divergent)}"),

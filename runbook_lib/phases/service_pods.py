@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from runbook_lib.errors import ProviderError, ProviderTimeout
 from runbook_lib.layout import project_root
-from runbook_lib.params import Migration, RemoteProfile, Service
+from runbook_lib.params import READINESS_PATHS, Migration, RemoteProfile, Service
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
 from runbook_lib.providers.base import Plan, Pod, PodSpec, http_port, http_url
@@ -175,6 +175,10 @@ def wait_ready(res: Resources, side: str, pod: Pod, *, started: float,
             if now.state != "RUNNING" or clock() - started > r.timeout_s:
                 why = (f"its process exited ({now.state})" if now.state != "RUNNING" else
                        f"no {r.status} within readiness.timeout_s = {r.timeout_s:g} s")
+                if last.startswith("HTTP 404"):
+                    why += (f"; GET {r.path} answers 404: the service serves no such path, set "
+                            f"workload.service.readiness.path to one it serves (the {svc.protocol} default is "
+                            f"{READINESS_PATHS[svc.protocol]})")
                 raise NotReady(f"service pod {pod.id} ({side}) is not ready: {why}; GET {r.path} was checked {checks} "
                                f"times, the last answer: {last}. Log tail:\n{prov.log_tail(pod.id, 1200)}",
                                provider=prov.name, resource_id=pod.id)
@@ -199,8 +203,14 @@ def launch_ready(res: Resources, side: str, role: str) -> Ready:
 
 
 def client(res: Resources, ready: Ready) -> ServiceClient:
-    """The protocol's client of a ready service pod (per request: ``measure.request_timeout_s``)."""
-    return client_for(service_of(res.mig), ready.url, timeout_s=res.mig.measure.request_timeout_s)
+    """The protocol's client of a ready service pod (each request's deadline:
+    ``measure.request_timeout_s``; ``workload.service.tokenizer`` relative to the project).
+
+    Raises:
+        ParamsError: ``workload.service.tokenizer`` names no ``tokenizer.json``.
+    """
+    return client_for(service_of(res.mig), ready.url, timeout_s=res.mig.measure.request_timeout_s,
+                      project=res.run.project)
 
 
 def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:

@@ -115,7 +115,11 @@ class ServiceServing(Serving):
         return Served(ready.pod.id, ready.url, "service", ready.ready_s)
 
     def client(self, side: str, served: Served, *, timeout_s: float) -> ServingClient:
-        return client_for(self.service, served.url, timeout_s=timeout_s)
+        """The protocol's client; each request's deadline is ``measure.request_timeout_s`` whatever
+        ``timeout_s`` (an endpoint client's per-call wait) says: a service answers a request
+        whole or fails it."""
+        return client_for(self.service, served.url, timeout_s=self.ctx.mig.measure.request_timeout_s,
+                          project=self.ctx.run.project)
 
     def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:
         return samples.draw(self.samples, n, seed)

@@ -14,7 +14,8 @@ from typing import Any
 
 from runbook_lib.params import JsonCheck, Service
 
-_MISSING = object()
+MISSING = object()
+"""What :func:`at_path` returns for a path the value does not have."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def at_path(value: Any, path: str) -> Any:
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
             value = value[int(part)]
         else:
-            return _MISSING
+            return MISSING
     return value
 
 
@@ -73,9 +74,9 @@ def _numbers(v: Any) -> list[float] | None:
 def check(c: JsonCheck, golden: Any, seen: Any) -> str | None:
     """One check of an http-json answer; None when it holds, else why not."""
     g, s = at_path(golden, c.path), at_path(seen, c.path)
-    if s is _MISSING:
+    if s is MISSING:
         return f"{c.path}: missing from the answer"
-    if g is _MISSING:
+    if g is MISSING:
         return f"{c.path}: missing from the golden answer"
     if c.compare == "exact":
         return None if g == s else f"{c.path}: {str(s)[:40]} != golden {str(g)[:40]}"

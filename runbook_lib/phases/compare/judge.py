@@ -197,7 +197,7 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
         g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04",
                            what=cold_what),
         g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",
-                     unit=f"{mig.workload.unit}s"),
+                     unit=f"{mig.workload.unit}s", named=failures_named(s, on["target"] & ~done, burst)),
         g.cost_per_unit(*(_finite((at_traffic or costs_)[side].usd_per_accepted_unit) for side in ("source", "target")),
                         required_saving=gc.required_saving,
                         accepted_rounds=(acc_rounds["source"], acc_rounds["target"]) if acc_rounds else None,
@@ -209,6 +209,32 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     elif mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
         results += token_gates(mig, s, rounds, on, done)
     return qualified(mig, res, results)
+
+
+def failures_named(s: pd.DataFrame, mask: np.ndarray, bursts: pd.DataFrame | None = None) -> str:
+    """The failed requests ``mask`` picks from samples ``s``, by status, most frequent first, then
+    the first one's stage and error (the server's own words, as the client kept them), and the
+    saturation bursts' failures by status: ``ERROR_BODY x32, TIMED_OUT x1; first (round 1, at
+    mid-stream): POST http://.../v1/chat/completions: CUDA error: out of memory``. Empty when
+    nothing failed."""
+    parts = []
+    if mask.any():
+        failed_ = s[mask]
+        counts = failed_["status"].astype(str).value_counts()
+        parts.append(", ".join(f"{k} x{int(v)}" for k, v in counts.items()))
+        first = failed_.sort_values(["round", "intended_s"]).iloc[0] if "intended_s" in failed_ else failed_.iloc[0]
+        err, stage = first.get("error"), first.get("stage")
+        if isinstance(err, str) and err:
+            at = f", at {stage}" if isinstance(stage, str) and stage else ""
+            parts.append(f"first (round {int(first['round'])}{at}): {err}")
+    if bursts is not None and len(bursts):
+        by: dict[str, int] = {}
+        for row in bursts.get("failed_by_status", pd.Series(dtype=object)).dropna():
+            for status, n in json.loads(row).items():
+                by[status] = by.get(status, 0) + int(n)
+        if by:
+            parts.append("saturation bursts: " + ", ".join(f"{k} x{v}" for k, v in sorted(by.items())))
+    return "; ".join(parts)
 
 
 def round_costs(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],

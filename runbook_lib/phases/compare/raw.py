@@ -31,6 +31,10 @@ loss           float64  training loss of the step (null for inference)
 ttft_s         float64  time to first token, seconds from the send (token-streaming services)
 tpot_s         float64  time per output token after the first, seconds (token-streaming services)
 output_tokens  float64  output tokens of the answer (token-streaming services)
+stage          string   where a failed request failed (``connect``, ``headers``, ``body``,
+                        ``first token``, ``mid-stream``, ``status poll``); null when it completed
+error          string   a failed request's error, the server's own words first (200 characters,
+                        credential shapes redacted); null when it completed
 =============  =======  ==================================================================
 
 Timestamps not measured for a kind (training has no intended send time) are null.
@@ -68,10 +72,11 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("done_s", "float64"), ("total_s", "float64"), ("queue_s", "float64"), ("init_s", "float64"),
     ("execution_s", "float64"), ("status", "string"), ("batch_size", "int64"), ("input_index", "int64"),
     ("accepted", "bool"), ("loss", "float64"), ("ttft_s", "float64"), ("tpot_s", "float64"),
-    ("output_tokens", "float64"),
+    ("output_tokens", "float64"), ("stage", "string"), ("error", "string"),
 )
-OPTIONAL_COLUMNS = ("ttft_s", "tpot_s", "output_tokens")
-"""Columns added with ``kind: service``: a run recorded before them reads back with them null."""
+OPTIONAL_COLUMNS = ("ttft_s", "tpot_s", "output_tokens", "stage", "error")
+"""Columns added after the first schema (with ``kind: service``, then with named failures): a run
+recorded before them reads back with them null."""
 
 
 def sample_schema() -> Any:
@@ -132,7 +137,7 @@ class SampleSink:
             return
         schema = sample_schema()
         frame = frame.reindex(columns=schema.names)
-        table = pa.Table.from_pydict({k: [_cell(v) for v in frame[k].tolist()] if kind in ("int64", "bool") else
+        table = pa.Table.from_pydict({k: [_cell(v) for v in frame[k].tolist()] if kind in ("int64", "bool", "string") else
                                       frame[k].to_numpy() for k, kind in _COLUMNS}, schema=schema)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.path, schema)

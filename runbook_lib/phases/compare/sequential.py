@@ -379,7 +379,7 @@ def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, resu
     out = []
     for r in results:
         if r.name == "error_rate" and mig.gates.error_rate_max > 0:
-            r = bernoulli_error_gate(r)
+            r = bernoulli_error_gate(r, named=r.detail.split(": ", 1)[1] if ": " in r.detail else "")
         elif r.name == "latency_slo" and "latency_slo" in by_name:
             r = slo_result(by_name["latency_slo"], mig, r)
         elif r.name == "cost_per_accepted_unit" and "cost_per_accepted_unit" in by_name:
@@ -399,7 +399,7 @@ def cost_result(t: Trace, mig: Migration, fixed: g.GateResult) -> g.GateResult:
                    unit="ratio T/S of USD per accepted unit")
 
 
-def bernoulli_error_gate(fixed: g.GateResult) -> g.GateResult:
+def bernoulli_error_gate(fixed: g.GateResult, named: str = "") -> g.GateResult:
     """``error_rate`` with a positive maximum, judged on the Bernoulli rate's confidence sequence
     over every target request the fixed gate counted: PASS when the sequence is wholly at or
     below the maximum, FAIL when wholly above, else INCONCLUSIVE (the fixed rule compares the
@@ -413,5 +413,6 @@ def bernoulli_error_gate(fixed: g.GateResult) -> g.GateResult:
     return g.GateResult("error_rate", verdict, True, fixed.observed, limit, "fraction",
                         f"failures / requests; Bernoulli confidence sequence (beta-binomial mixture, alpha {sq.ALPHA})",
                         f"{failed} of {total} target requests failed: rate sequence [{lower:.3%}, {upper:.3%}] vs max "
-                        f"{limit:.3%}", samples={"requests": total}, interval=(lower, upper), source=fixed.source,
+                        f"{limit:.3%}" + (f": {named}" if named else ""), samples={"requests": total},
+                        interval=(lower, upper), source=fixed.source,
                         phase="04")
