@@ -1090,6 +1090,9 @@ class ServiceReceipt(_Model):
     runbook_code_inside: tuple[str, ...] = ()
     recovery_s: float | None = None
     exact_match_rate: float | None = None
+    latency: dict[str, dict[str, Number]] = Field(default_factory=dict)
+    """Phase 04's per-side service latency (TTFT, TPOT, ITL and E2E p50/p95/p99, output tokens per
+    second, goodput; ``CompareData.token_metrics``)."""
 
 
 class Receipt(_Model):

@@ -392,7 +392,8 @@ def service_receipt(ctx: PhaseContext) -> ServiceReceipt | None:
                           protocol=svc.protocol, launches_as_declared=bool(launches) and all(x.as_declared for x in launches),
                           runbook_code_inside=tuple(i for x in launches for i in x.runbook_inside),
                           recovery_s=canary.recovery_s if canary else None,
-                          exact_match_rate=canary.exact_match_rate if canary else None)
+                          exact_match_rate=canary.exact_match_rate if canary else None,
+                          latency=ctx.records.compare.token_metrics if ctx.records.compare is not None else {})
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from runbook_lib.records import (
 )
 from runbook_lib.service import compare, samples
 from runbook_lib.service.preflight import preflight
-from runbook_lib.service.protocols import ServiceClient
+from runbook_lib.service.protocols import Answer, ServiceClient
 
 CANARY_ANSWERS = "03/canary_answers.json"
 """The canary's answer to each sample input, as its client returned them (status, output, metrics)."""
@@ -68,13 +68,13 @@ NOT_SENT = "NOT_SENT"
 """Status of a sample input left unsent because the service had stopped answering in time."""
 
 
-def answer_all(client: ServiceClient, inputs: list[Any], *, first: int = 0) -> list[dict[str, Any]]:
+def answer_all(client: ServiceClient, inputs: list[Any], *, first: int = 0) -> list[Answer]:
     """Each sample input's answer, sent one at a time in file order (job-shaped, as
     :meth:`ServiceClient.runsync` answers). After an answer that TIMED_OUT or could not be sent
     the rest are not sent (:data:`NOT_SENT`, naming the input that stalled): a service that stalls
     costs one ``measure.request_timeout_s``, not one per sample input. ``first`` numbers the
     inputs in messages."""
-    out: list[dict[str, Any]] = []
+    out: list[Answer] = []
     for i, x in enumerate(inputs):
         got = client.runsync(x)
         out.append(got)
@@ -84,12 +84,12 @@ def answer_all(client: ServiceClient, inputs: list[Any], *, first: int = 0) -> l
     return out
 
 
-def stalled(answer: dict[str, Any]) -> bool:
+def stalled(answer: Answer) -> bool:
     """The service did not answer in time, or could not be reached: asking more would wait again."""
     return answer.get("status") in ("TIMED_OUT", "CLIENT_ERROR")
 
 
-def not_sent(i: int, stalled_answer: dict[str, Any]) -> dict[str, Any]:
+def not_sent(i: int, stalled_answer: Answer) -> Answer:
     """The answer recorded for an input left unsent after input ``i`` stalled."""
     a = stalled_answer
     return {"status": NOT_SENT, "output": None, "stage": a.get("stage"),
@@ -119,8 +119,8 @@ class Asked:
     """A service pod asked every sample input: its launch as reported, and its answers."""
 
     launch: ServiceLaunch
-    answers: list[dict[str, Any]]
-    again: list[dict[str, Any]]
+    answers: list[Answer]
+    again: list[Answer]
     preflight: tuple[PreflightCheck, ...] = ()
 
 
@@ -141,7 +141,8 @@ def ask(ctx: PhaseContext, side: str, role: str, inputs: list[Any], *, twice: bo
         with pods.client(ctx.resources, ready) as c:
             checks: tuple[PreflightCheck, ...] = ()
             if check:
-                checks, first = preflight(c, pods.service_of(ctx.mig), inputs[0])
+                found, first = preflight(c, pods.service_of(ctx.mig), inputs[0])
+                checks = tuple(PreflightCheck(name=x.name, ok=x.ok, detail=x.detail) for x in found)
             else:
                 first = c.check_protocol(inputs[0])
             rest = [not_sent(0, first) for _ in inputs[1:]] if stalled(first) else answer_all(c, inputs[1:], first=1)
@@ -155,7 +156,7 @@ def ask(ctx: PhaseContext, side: str, role: str, inputs: list[Any], *, twice: bo
     return Asked(launch, answers, again, checks), ready
 
 
-def _rows(svc: Any, golden: list[Any], answers: list[dict[str, Any]]) -> list[ServiceAnswerRow]:
+def _rows(svc: Any, golden: list[Any], answers: list[Answer]) -> list[ServiceAnswerRow]:
     rows = []
     for i, (gold, ans) in enumerate(zip(golden, answers, strict=True)):
         c = compare.compare(svc, gold, ans.get("output") if ans.get("status") == "COMPLETED" else None)

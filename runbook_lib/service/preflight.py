@@ -18,11 +18,10 @@ whose error names ``readiness.path`` and its protocol default).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from runbook_lib.errors import RunbookError
 from runbook_lib.params import Service
-from runbook_lib.records import PreflightCheck
 from runbook_lib.service import compare
 from runbook_lib.service.protocols import ServiceClient
 
@@ -39,6 +38,15 @@ FIX_BY_KIND = {
     "STREAM_CUT": "the source ends its answers early: check the service (a stream must end with a finish_reason)",
     "BAD_BODY": "the answer is not the protocol's JSON: check workload.service.protocol",
 }
+
+
+class PreflightCheck(NamedTuple):
+    """One check: its name (``answers``, ``streams``, ``tokens``, ``comparator``), whether it
+    held, and what was seen (phase 01 keeps them as :class:`runbook_lib.records.PreflightCheck`)."""
+
+    name: str
+    ok: bool
+    detail: str
 
 
 class ServicePreflightFailed(RunbookError):

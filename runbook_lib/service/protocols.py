@@ -16,7 +16,7 @@ answer's ``status`` is its kind (:data:`FAILURE_KINDS`), ``stage`` says where it
 (:data:`STAGES`) and ``error`` keeps the first :data:`ERROR_CHARS` characters of the server's
 own words, with anything credential-shaped replaced (:func:`scrub`).
 
-Metric definitions are vLLM ``bench serve``'s (``vllm/benchmarks/serve.py``,
+Metric definitions are vLLM ``bench serve``'s (``vllm.benchmarks.serve``,
 ``calculate_metrics``; summarised in docs/reference/gates.md 3.6): TTFT is the time from sending
 the request to the first streamed chunk with content; ITL the gaps between successive content
 chunks; TPOT per request ``(E2E - TTFT) / (output tokens - 1)``; E2E latency from send to the
@@ -48,6 +48,7 @@ import httpx
 from runbook_lib.errors import ParamsError, ProviderError
 from runbook_lib.params import Service
 from runbook_lib.secret_refs import KEY_PATTERNS
+from runbook_lib.service.compare import MISSING, at_path
 
 PROTOCOL_PATHS = {"openai-chat": "/v1/chat/completions", "runpod-handler": "/runsync"}
 """The path each protocol calls (``http-json``: its declared ``request.path``)."""
@@ -85,6 +86,11 @@ enforced within this of its moment."""
 
 JSON_TYPES = ("application/json",)
 SSE_TYPE = "text/event-stream"
+
+
+Answer = dict[str, Any]
+"""A service request's answer, job-shaped (:meth:`ServiceClient.runsync`): ``status``, ``output``,
+``execution_s``, ``metrics``, and ``stage``/``error`` when it failed."""
 
 
 class ProtocolMismatch(ProviderError):
@@ -231,6 +237,47 @@ class _Oversize(Exception):
     pass
 
 
+def head(resp: httpx.Response, n: int = 2000) -> str:
+    """The first ``n`` bytes or so of a body not used whole, as text (never more read)."""
+    body = b""
+    try:
+        for chunk in resp.iter_bytes():
+            body += chunk
+            if len(body) >= n:
+                break
+    except httpx.HTTPError:
+        pass
+    return body[:n].decode("utf-8", "replace")
+
+
+def read_capped(resp: httpx.Response, limit: int) -> bytes:
+    """The whole body, at most ``limit`` bytes (``service.max_answer_bytes``).
+
+    Raises:
+        _Oversize: the body is larger (reading stops there).
+    """
+    buf = bytearray()
+    for chunk in resp.iter_bytes():
+        buf += chunk
+        if len(buf) > limit:
+            raise _Oversize
+    return bytes(buf)
+
+
+def oversize(where: str, limit: int, stage: str) -> Answer:
+    """An OVERSIZE answer of the call ``where``."""
+    return failed("OVERSIZE", stage, f"{where}: the answer exceeds workload.service.max_answer_bytes ({limit} bytes); "
+                                     "stopped reading there")
+
+
+def count_tokens(tokenizer: Path | None, text: str) -> float:
+    """Output tokens of ``text`` by the ``tokenizer.json`` at ``tokenizer``, without special
+    tokens, as ``vllm bench serve`` re-tokenizes (NaN without one)."""
+    if tokenizer is None:
+        return math.nan
+    return float(len(_tokenizer(str(tokenizer)).encode(text, add_special_tokens=False).ids))
+
+
 class ServiceClient:
     """What every protocol's client shares: an HTTP client on ``url``, the deadline of each
     request, the request counter :meth:`health` reports, and the readiness probe.
@@ -356,39 +403,9 @@ class ServiceClient:
             finally:
                 self._watchdog.discard(w)
 
-    def _read(self, resp: httpx.Response, w: _Watch) -> bytes:
-        """The whole body, at most ``service.max_answer_bytes``.
-
-        Raises:
-            _Oversize: the body is larger.
-        """
-        limit, buf = self.service.max_answer_bytes, bytearray()
-        for chunk in resp.iter_bytes():
-            buf += chunk
-            if len(buf) > limit:
-                raise _Oversize
-        return bytes(buf)
-
-    def _oversize(self, stage: str) -> dict[str, Any]:
-        return failed("OVERSIZE", stage, f"{self.where()}: the answer exceeds workload.service.max_answer_bytes "
-                                         f"({self.service.max_answer_bytes} bytes); stopped reading there")
-
-    @staticmethod
-    def _head(resp: httpx.Response, n: int = 2000) -> str:
-        """The first ``n`` bytes or so of a body we will not use whole, as text (never more read)."""
-        body = b""
-        try:
-            for chunk in resp.iter_bytes():
-                body += chunk
-                if len(body) >= n:
-                    break
-        except httpx.HTTPError:
-            pass
-        return body[:n].decode("utf-8", "replace")
-
     def _status_failure(self, resp: httpx.Response, w: _Watch) -> dict[str, Any]:
         """A non-success status: HTTP_STATUS with the server's error text (at most 2,000 bytes read)."""
-        text = self._head(resp)
+        text = head(resp)
         try:
             text = error_text(json.loads(text)) or text
         except ValueError:
@@ -400,15 +417,15 @@ class ServiceClient:
         """A whole JSON answer, or a failed answer (``dict`` with ``status``) as :class:`_Failed`."""
         mt = media_type(resp)
         if not is_json_type(mt):
-            body = self._head(resp, ERROR_CHARS) if mt.startswith("text/") else ""
+            body = head(resp, ERROR_CHARS) if mt.startswith("text/") else ""
             return _Failed(failed("WRONG_CONTENT_TYPE", "headers",
                                   f"{self.where()} answered Content-Type {mt or 'none'!r}, not application/json: "
                                   f"{said(body)}", http_status=resp.status_code))
         w.stage = "body"
         try:
-            data = self._read(resp, w)
+            data = read_capped(resp, self.service.max_answer_bytes)
         except _Oversize:
-            return _Failed(self._oversize("body"))
+            return _Failed(oversize(self.where(), self.service.max_answer_bytes, "body"))
         if w.why is not None:
             return _Failed(self._timed_out(w))
         try:
@@ -416,12 +433,6 @@ class ServiceClient:
         except ValueError:
             return _Failed(failed("BAD_BODY", "body", f"{self.where()}: the answer is not JSON: "
                                                       f"{data[:ERROR_CHARS].decode('utf-8', 'replace')!r}"))
-
-    def count_tokens(self, text: str) -> float:
-        """Output tokens of ``text`` by ``service.tokenizer`` (NaN without one)."""
-        if self.tokenizer_path is None:
-            return math.nan
-        return float(len(_tokenizer(str(self.tokenizer_path)).encode(text, add_special_tokens=False).ids))
 
     def _call(self, payload: Any, t0: float, w: _Watch) -> dict[str, Any]:
         raise NotImplementedError
@@ -489,7 +500,7 @@ class OpenAIChat(ServiceClient):
         if usage_tokens is not None:
             return float(usage_tokens), "usage"
         if self.tokenizer_path is not None:
-            return self.count_tokens(text), "tokenizer"
+            return count_tokens(self.tokenizer_path, text), "tokenizer"
         return math.nan, "none"
 
     def _call(self, payload: Any, t0: float, w: _Watch) -> dict[str, Any]:
@@ -501,7 +512,7 @@ class OpenAIChat(ServiceClient):
                 return self._status_failure(resp, w)
             mt = media_type(resp)
             if mt != SSE_TYPE:
-                body = self._head(resp)
+                body = head(resp)
                 try:
                     err = error_text(json.loads(body))
                 except ValueError:
@@ -525,7 +536,7 @@ class OpenAIChat(ServiceClient):
             for raw in resp.iter_bytes():
                 size += len(raw)
                 if size > self.service.max_answer_bytes:
-                    return self._oversize(w.stage)
+                    return oversize(self.where(), self.service.max_answer_bytes, w.stage)
                 buf += raw
                 *lines, buf = buf.split(b"\n")
                 for line_b in lines:
@@ -632,8 +643,6 @@ def declared_error(answer: Any, path: str) -> str | None:
     path is empty, absent, or holds null, false or an empty value."""
     if not path:
         return None
-    from runbook_lib.service.compare import MISSING, at_path
-
     v = at_path(answer, path)
     if v is MISSING or v is None or v is False or v == "" or v == [] or v == {}:
         return None

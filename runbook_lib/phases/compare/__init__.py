@@ -91,11 +91,16 @@ class CompareResult(PhaseResult):
         traffic = [md("**Cost per accepted unit at the declared traffic** (USD; warm workers billed busy or idle; "
                       "the cost gate judges this)"), table({s: c.to_dict() for s, c in self.at_traffic.items()})] \
             if self.at_traffic else []
-        forecast = self.record().forecast
+        rec = self.record()
+        tokens = [md("**Service latency per side** (vLLM bench serve's definitions: TTFT, TPOT and ITL p50/p95/p99, "
+                     "E2E from send to last byte, seconds; output tokens per second; goodput, accepted requests "
+                     "within workload.service's SLOs per second)"), table(rec.token_metrics).T] \
+            if rec.token_metrics else []
+        forecast = rec.forecast
         ahead = [md("**Savings forecast at the declared traffic** (USD a month of 730 hours; the saving's interval "
                     "is a 90 % bootstrap over rounds; break-even: the traffic at which the costs per accepted unit "
                     "cross)"), table({"forecast": forecast.model_dump()})] if forecast is not None else []
-        return [*traffic, *ahead, md("**Cost over the measurement window** (USD)"),
+        return [*tokens, *traffic, *ahead, md("**Cost over the measurement window** (USD)"),
                 table({s: c.to_dict() for s, c in self.costs.items()}),
                 *(Image(filename=str(p), metadata={PLOT_METADATA_KEY: f"{p.parent.name}/{p.name}"})
                   for p in self.plots)]

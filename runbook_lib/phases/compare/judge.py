@@ -18,7 +18,7 @@ from runbook_lib import gates as g
 from runbook_lib.measure import INIT_PARTS
 from runbook_lib.params import Migration, operator_set
 from runbook_lib.phases import PhaseContext, Shown, md, table
-from runbook_lib.phases.compare import forecast, sequential
+from runbook_lib.phases.compare import forecast, goodput, sequential
 from runbook_lib.phases.compare.protocol import lost_measurements
 from runbook_lib.phases.compare.raw import Measured
 from runbook_lib.records import CompareData, LoadGeneratorRound, Number, SavingsForecast, SideSummary, StoreToPod
@@ -204,11 +204,23 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
                         phase="04", basis=_traffic_basis(at_traffic)),
         *extra,
     ]
-    if gc.method == "sequential":  # it judges the ratio gates, token ones included, itself
+    if gc.method == "sequential":  # it judges the ratio gates, token and goodput ones included, itself
         results = sequential.judged(mig, s, t, results, round_costs(mig, res, costs_, at_traffic), res.pair_s)
-    elif mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
-        results += token_gates(mig, s, rounds, on, done)
-    return qualified(mig, res, results)
+    else:
+        if mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
+            results += token_gates(mig, s, rounds, on, done)
+        gp = goodput.goodput_gate(mig, s)
+        results += [gp] if gp is not None else []
+    return qualified(mig, res, [unmeasured_tpot(mig, s, r) for r in results])
+
+
+def unmeasured_tpot(mig: Migration, s: pd.DataFrame, r: g.GateResult) -> g.GateResult:
+    """``tpot_p95_ratio`` as NOT_APPLICABLE, scored, with the reason, where output tokens are not
+    measurable (:func:`runbook_lib.phases.compare.goodput.tokens_unmeasurable`): never a PASS, and
+    not a HOLD for what the server does not report; every other gate as it is."""
+    why = goodput.tokens_unmeasurable(mig, s) if r.name == "tpot_p95_ratio" else ""
+    return replace(r, verdict="NOT_APPLICABLE", blocking=False, observed=None, interval=None,
+                   detail=f"TPOT {why}") if why else r
 
 
 def failures_named(s: pd.DataFrame, mask: np.ndarray, bursts: pd.DataFrame | None = None) -> str:
@@ -388,31 +400,34 @@ def token_summary(res: Measured, mig: Migration) -> dict[str, dict[str, Number]]
     (requests per second meeting ``workload.service.ttft_slo_s`` and ``tpot_slo_s`` and accepted);
     {} unless the workload is a token-streaming service."""
     svc = mig.workload.service
-    if mig.workload.kind != "service" or svc is None or not svc.stream:
+    if mig.workload.kind != "service" or svc is None:
         return {}
     s, itl = res.samples, res.inter_token
+    no_tokens = goodput.tokens_unmeasurable(mig, s)
+    no_goodput = goodput.unmeasurable(mig, s)
     out: dict[str, dict[str, Number]] = {}
     for side in ("source", "target"):
         d = s[(s["side"] == side) & (s["status"] == "COMPLETED")]
         row: dict[str, Number] = {"requests": len(d)}
-        cols = {"ttft": d["ttft_s"], "tpot": d["tpot_s"], "e2e": d["execution_s"]}
-        if itl is not None and len(itl):
-            cols["itl"] = itl[itl["side"] == side]["itl_s"]
+        cols = {"e2e": d["execution_s"]}
+        if svc.stream:
+            cols = {"ttft": d["ttft_s"], "tpot": d["tpot_s"], "itl": pd.Series(dtype=float), **cols}
+            if itl is not None and len(itl):
+                cols["itl"] = itl[itl["side"] == side]["itl_s"]
         for k, col in cols.items():
             vals = col.astype(float).dropna().to_numpy()
             for q in (50, 95, 99):
                 row[f"{k} p{q} (s)"] = float(np.percentile(vals, q)) if vals.size else None
         wall = float(sum((g_["done_s"].max() if "done_s" in g_ else g_["sent_s"].max())
                          for _, g_ in s[s["side"] == side].groupby("round", observed=True))) if len(d) else 0.0
-        tokens = float(d["output_tokens"].astype(float).sum()) if len(d) else 0.0
-        row["output tokens/s"] = tokens / wall if wall > 0 else None
-        good = d["accepted"].astype(bool)
-        if svc.ttft_slo_s is not None:
-            good &= d["ttft_s"].astype(float) <= svc.ttft_slo_s
-        if svc.tpot_slo_s is not None:
-            good &= d["tpot_s"].astype(float).fillna(0.0) <= svc.tpot_slo_s
-        row["goodput (req/s)"] = float(good.sum()) / wall if wall > 0 else None
-        row["good share"] = float(good.mean()) if len(d) else None
+        if svc.stream:
+            tokens = float(d["output_tokens"].astype(float).sum()) if len(d) else 0.0
+            row["output tokens/s"] = tokens / wall if wall > 0 and not no_tokens else None
+        ok = goodput.good(mig, d)
+        row["goodput (req/s)"] = float(ok.sum()) / wall if wall > 0 and not no_goodput else None
+        row["good share"] = float(ok.mean()) if len(d) and not no_goodput else None
+        if no_tokens or no_goodput:
+            row["not measurable"] = no_tokens or no_goodput
         out[side] = row
     return out
 

@@ -160,7 +160,7 @@ class SampleSink:
         self.close()
 
 
-JUDGED_COLUMNS = ("side", "round", "status", "intended_s", "sent_s", "total_s", "queue_s", "init_s", "execution_s",
+JUDGED_COLUMNS = ("side", "round", "status", "intended_s", "sent_s", "done_s", "total_s", "queue_s", "init_s", "execution_s",
                   "accepted", *OPTIONAL_COLUMNS)
 """The columns phase 04's gates, summary and plots read (the others stay in the file for the audit)."""
 

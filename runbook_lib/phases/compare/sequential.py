@@ -47,6 +47,7 @@ from runbook_lib.gates import sequential as sq
 from runbook_lib.gates.performance import SLO_PERCENTILE
 from runbook_lib.gates.result import Verdict
 from runbook_lib.params import Migration, operator_set
+from runbook_lib.phases.compare import goodput
 from runbook_lib.records import SequentialGate, SequentialLook, SequentialRecord
 
 RATIO_GATES: dict[str, tuple[str, bool]] = {
@@ -125,7 +126,17 @@ def traces(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame,
     pairs = len(out[0].looks)  # rounds with completed samples on both sides
     svc = mig.workload.service
     if mig.workload.kind == "service" and svc is not None and svc.stream:
-        out += [p95_trace(mig, name, *round_p95s(samples, col), blocking=True) for name, col in TOKEN_GATES.items()]
+        no_tokens = goodput.tokens_unmeasurable(mig, samples)  # TPOT then scored, NOT_APPLICABLE (judge)
+        out += [p95_trace(mig, name, *round_p95s(samples, col), blocking=not (no_tokens and name == "tpot_p95_ratio"))
+                for name, col in TOKEN_GATES.items()]
+    if mig.workload.kind == "service" and mig.gates.goodput_ratio_min is not None \
+            and not goodput.unmeasurable(mig, samples):
+        per = goodput.round_goodputs(mig, samples)
+        src, tgt = ([max(v, goodput.GOODPUT_FLOOR) for v in per[k]] for k in ("source", "target"))
+        gl = sq.ratio_looks(sq.paired_log_ratios(src, tgt), threshold=mig.gates.goodput_ratio_min,
+                            higher_is_better=True)
+        out.append(Trace("goodput_ratio", mig.gates.goodput_ratio_min, True, True, gl,
+                         sq.decided(gl, mig.measure.min_rounds), (len(src), len(tgt)), mig.measure.min_rounds))
     out.append(error_trace(mig, samples, pairs))
     if mig.workload.serves:
         out.append(slo_trace(mig, samples, pairs))
@@ -265,6 +276,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "throughput_ratio": ("throughput", "gates.throughput_ratio_min"),
     "ttft_p95_ratio": ("TTFT p95", "gates.latency_p95_ratio_max"),
     "tpot_p95_ratio": ("TPOT p95", "gates.latency_p95_ratio_max"),
+    "goodput_ratio": ("goodput", "gates.goodput_ratio_min"),
     "cost_per_accepted_unit": ("USD per accepted unit", "gates.required_saving"),
 }
 """What each ratio gate's sequence is a ratio of, and the setting that is its threshold."""
@@ -375,7 +387,9 @@ def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, resu
     hold the ratio gates."""
     found = traces(mig, samples, throughput, costs)
     by_name = {t.name: t for t in found}
-    ratios = [gate_result(t, mig) for t in found if t.name in (*RATIO_GATES, *TOKEN_GATES)]
+    ratios = [gate_result(t, mig) for t in found if t.name in (*RATIO_GATES, *TOKEN_GATES, "goodput_ratio")]
+    gp = goodput.goodput_gate(mig, samples)  # not measurable: NOT_APPLICABLE, as under the fixed method
+    ratios += [gp] if gp is not None and gp.verdict == "NOT_APPLICABLE" else []
     out = []
     for r in results:
         if r.name == "error_rate" and mig.gates.error_rate_max > 0:
