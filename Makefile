@@ -13,7 +13,7 @@ RUNPOD_STAMP := .venv-runpod/.installed
 SERVE_STAMP := .venv-serve/.installed
 CHAT_MODELS := .runbook/models
 
-.PHONY: demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
+.PHONY: demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
 	browser haproxy bench bench-streaming soak clean lab strip-filter
 
 $(STAMP): pyproject.toml
@@ -55,6 +55,11 @@ demo-s3: $(STAMP)
 DEMO_SERVICE_PARAMS ?= params/demo-service.yaml
 demo-service: $(STAMP) demo-service-models
 	$(VENV)/bin/runbook run $(DEMO_SERVICE_PARAMS)
+
+# A team's Runpod Serverless handler migrated unchanged: the official runpod SDK's local API serves
+# it from its own environment (.venv-runpod); stream and readiness at the protocol's defaults.
+demo-runpod-handler: $(STAMP) $(RUNPOD_STAMP)
+	$(VENV)/bin/runbook run params/demo-runpod-handler.yaml
 
 demo-service-models: $(STAMP) $(SERVE_STAMP)
 	$(PY) examples/make_chat_model.py $(CHAT_MODELS)/chat-seed0 --seed 0

@@ -18,6 +18,7 @@ import httpx
 import nbformat
 import pandas as pd
 import pytest
+import yaml
 
 from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
 from runbook_lib.params import Service
@@ -154,3 +155,27 @@ def test_a_runpod_handler_served_by_the_official_sdk_is_called_over_its_job_api(
     assert got["output"] == {"words": 4, "chars": 19, "reversed": ["safely", "pod", "the", "move"]}
     assert compare.compare(svc, got["output"], dict(got["output"])).match
     assert not compare.compare(svc, got["output"], other["output"]).match
+
+
+@pytest.mark.measure
+def test_a_runpod_handler_migrates_unchanged_with_the_protocols_defaults(tmp_path: Path) -> None:
+    """`make demo-runpod-handler`'s params: the handler served by the official SDK's local API,
+    stream and readiness left to the runpod-handler defaults (no stream; GET /), GO."""
+    assert RUNPOD_PY.exists(), f"{RUNPOD_PY} is missing: run `make e2e-setup` (it builds .venv-runpod)"
+    raw = yaml.safe_load((ROOT / "params" / "demo-runpod-handler.yaml").read_text())["workload"]["service"]
+    assert "stream" not in raw and "readiness" not in raw  # the demo relies on the defaults
+    params = write_params(tmp_path, "demo-runpod-handler.yaml", "m.yaml", workload={"service": {
+        "samples": str(ROOT / "examples" / "handler-samples.jsonl"),
+        "stand_in": {"command": [str(RUNPOD_PY), str(ROOT / "examples" / "runpod_handler.py"), "--rp_serve_api",
+                                 "--rp_api_host", "127.0.0.1", "--rp_api_port", "{port}"]}}})
+    res = _run(params)
+    d = res.run_dir
+    r = receipt(d)
+    assert (res.decision, res.exit_code) == ("GO", EXIT_GO), r["reasons"]
+    assert r["service"]["protocol"] == "runpod-handler" and r["service"]["exact_match_rate"] == 1.0
+    pre = json.loads((d / "01_freeze_source.json").read_text())["data"]["freeze"]["service"]["preflight"]
+    assert [(c["name"], c["ok"]) for c in pre] == [("answers", True), ("comparator", True)]
+    lat = r["service"]["latency"]  # E2E and goodput per side; no token figures for a whole answer
+    assert lat["target"]["goodput (req/s)"] > 0 and "ttft p50 (s)" not in lat["target"]
+    gates = {g["name"]: g["verdict"] for g in r["gates"]}
+    assert "ttft_p95_ratio" not in gates and gates["error_rate"] == "PASS"
