@@ -866,6 +866,9 @@ class InferenceStep(SliceStep):
     target_not_accepted: int = 0
     target_p95_s: float | None = None
     p95_bound_s: float | None = None
+    target_failed_as: str = ""
+    """The target's failed requests by status, then the first one's stage and error (the server's
+    own words), as phase 04's ``error_rate`` names them; empty when none failed."""
 
 
 class TrainingStep(SliceStep):
@@ -915,6 +918,9 @@ class RoutedWindow(_Model):
     target_not_accepted: int = 0
     target_p95_s: float | None = None
     p95_bound_s: float | None = None
+    target_failed_as: str = ""
+    """The target's failed requests by status, then the first one's stage and error (the server's
+    own words), as phase 04's ``error_rate`` names them; empty when none failed."""
     router_share_replay: float | None = None
     router_share_counters: float | None = None
     p99_s: float | None = None

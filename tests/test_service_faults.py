@@ -16,7 +16,7 @@ import pytest
 
 from runbook_lib.errors import ParamsError
 from runbook_lib.params import Service
-from runbook_lib.phases.compare.judge import failures_named
+from runbook_lib.phases.serving import failures_named
 from runbook_lib.service import preflight, protocols
 
 from . import faulty_service
@@ -204,3 +204,16 @@ def test_failures_are_named_by_kind_with_the_first_ones_words() -> None:
     assert said == ("ERROR_BODY x2, TIMED_OUT x1; first (round 1, at mid-stream): POST u: CUDA error; "
                     "saturation bursts: ERROR_BODY x2")
     assert failures_named(s, np.zeros(4, dtype=bool)) == ""
+
+
+def test_a_cutover_step_with_a_failed_request_fails_naming_it_and_never_times_it() -> None:
+    from runbook_lib.phases.cutover import judge_step
+
+    ok = [{"status": "COMPLETED", "accepted": True, "total_s": 0.1, "served": True, "round": 0,
+           "intended_s": float(i), "stage": None, "error": None} for i in range(20)]
+    bad = {"status": "ERROR_BODY", "accepted": False, "total_s": 0.001, "served": True, "round": 0, "intended_s": 3.5,
+           "stage": "mid-stream", "error": f"POST u: {ERROR_TEXT}"}
+    step = judge_step([*ok, bad], step=2, pct=50, mode="drain", requests=21, drain=None, bound=1.0)
+    assert not step.passed and step.target_failures == 1 and step.target_p95_s == pytest.approx(0.1)
+    assert step.target_failed_as == f"ERROR_BODY x1; first (round 0, at mid-stream): POST u: {ERROR_TEXT}"
+    assert judge_step(ok, step=1, pct=10, mode="drain", requests=20, drain=None, bound=1.0).passed

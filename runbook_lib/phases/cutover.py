@@ -34,7 +34,7 @@ from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
 from runbook_lib.measure import Request, ServingClient, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases.routed import routed_cutover
-from runbook_lib.phases.serving import Served, serving_for
+from runbook_lib.phases.serving import Served, failures_named, serving_for
 from runbook_lib.providers.base import Plan
 from runbook_lib.records import (
     CheckpointStep,
@@ -245,18 +245,9 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
             r["step"] = k
             r["target_percent"] = pct
         rows += step_rows
-        tgt = [r for r in step_rows if r["side"] == "target"]
-        failures = sum(1 for r in tgt if r["status"] != "COMPLETED")
-        rejected = sum(1 for r in tgt if r["status"] == "COMPLETED" and not r["accepted"])
-        p95 = float(np.percentile([r["total_s"] for r in tgt], 95)) if tgt else math.nan
-        lat_ok = len(tgt) < MIN_STEP_LATENCY_SAMPLES or p95 <= bound
-        ok = failures == 0 and rejected == 0 and lat_ok
-        steps.append(InferenceStep(step=k + 1, target_percent=pct, mode=ctx.mig.cutover_mode, requests=n,
-                                   to_target=len(tgt), served_by_target=sum(1 for r in tgt if r["served"]),
-                                   shadow_to_target=sum(1 for r in tgt if not r["served"]), drained_before=drain,
-                                   target_failures=failures, target_not_accepted=rejected,
-                                   target_p95_s=p95, p95_bound_s=bound, passed=ok))
-        if not ok:
+        steps.append(judge_step([r for r in step_rows if r["side"] == "target"], step=k + 1, pct=pct,
+                                mode=ctx.mig.cutover_mode, requests=n, drain=drain, bound=bound))
+        if not steps[-1].passed:
             router.set_weights(100, 0)
             route.set(0, f"rollback: step {k + 1} failed its gate check")
             break
@@ -264,6 +255,25 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
         c.close()
     pd.DataFrame(rows).to_csv(ctx.evidence.path("05/cutover_samples.csv"), index=False)
     return Moved(steps, route)
+
+
+def judge_step(tgt: list[dict[str, Any]], *, step: int, pct: int, mode: str, requests: int, drain: Drain | None,
+               bound: float) -> InferenceStep:
+    """One inference slice step from the target's rows (``status``, ``accepted``, ``total_s``,
+    ``served``, ``stage``, ``error``): it passes with no failed request, no answer rejected, and
+    (from :data:`MIN_STEP_LATENCY_SAMPLES` completed requests) a p95 within ``bound`` seconds; a
+    failed request is never a latency sample, and the failures are named as phase 04 names them."""
+    failed = np.array([r["status"] != "COMPLETED" for r in tgt], dtype=bool)
+    rejected = sum(1 for r in tgt if r["status"] == "COMPLETED" and not r["accepted"])
+    completed = [float(r["total_s"]) for r in tgt if r["status"] == "COMPLETED"]
+    p95 = float(np.percentile(completed, 95)) if completed else math.nan
+    lat_ok = len(completed) < MIN_STEP_LATENCY_SAMPLES or p95 <= bound
+    return InferenceStep(step=step, target_percent=pct, mode=mode, requests=requests, to_target=len(tgt),
+                         served_by_target=sum(1 for r in tgt if r["served"]),
+                         shadow_to_target=sum(1 for r in tgt if not r["served"]), drained_before=drain,
+                         target_failures=int(failed.sum()), target_not_accepted=rejected,
+                         target_failed_as=failures_named(pd.DataFrame(tgt), failed) if failed.any() else "",
+                         target_p95_s=p95, p95_bound_s=bound, passed=not failed.any() and rejected == 0 and lat_ok)
 
 
 def cutover_training(ctx: PhaseContext) -> Moved:
@@ -377,6 +387,8 @@ def cutover(ctx: PhaseContext) -> Cutover:
     steady = moved.router.windows[0] if moved.router is not None and moved.router.windows else None
     why = (f"; the steady window before the first step failed, so no weight moved: {'; '.join(steady.problems)}"
            if steady is not None and not steady.passed else "")
+    failed_as = next((s.target_failed_as for s in res.steps if isinstance(s, InferenceStep) and s.target_failed_as), "")
+    why += f"; the target's failed requests: {failed_as}" if failed_as else ""
     ctx.evidence.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",
         detail=f"{sum(s.passed for s in res.steps)} of {len(slices(ctx))} slice steps passed; "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from runbook_lib.layout import GOLDEN_OUTPUTS, SERVICE_GOLDEN
 from runbook_lib.measure import ServingClient, job_clocks
@@ -134,6 +135,32 @@ class ServiceServing(Serving):
         if row["status"] != "COMPLETED" or row["total_s"] > self.ctx.mig.workload.requirements.max_request_s:
             return False
         return compare.compare(self.service, self.golden()[int(row["input_index"])], row.get("output")).match
+
+
+def failures_named(s: pd.DataFrame, mask: np.ndarray, bursts: pd.DataFrame | None = None) -> str:
+    """The failed requests ``mask`` picks from samples ``s``, by status, most frequent first, then
+    the first one's stage and error (the server's own words, as the client kept them), and the
+    saturation bursts' failures by status: ``ERROR_BODY x32, TIMED_OUT x1; first (round 1, at
+    mid-stream): POST http://.../v1/chat/completions: CUDA error: out of memory``. Empty when
+    nothing failed."""
+    parts = []
+    if mask.any():
+        failed_ = s[mask]
+        counts = failed_["status"].astype(str).value_counts()
+        parts.append(", ".join(f"{k} x{int(v)}" for k, v in counts.items()))
+        first = failed_.sort_values(["round", "intended_s"]).iloc[0] if "intended_s" in failed_ else failed_.iloc[0]
+        err, stage = first.get("error"), first.get("stage")
+        if isinstance(err, str) and err:
+            at = f", at {stage}" if isinstance(stage, str) and stage else ""
+            parts.append(f"first (round {int(first['round'])}{at}): {err}")
+    if bursts is not None and len(bursts):
+        by: dict[str, int] = {}
+        for row in bursts.get("failed_by_status", pd.Series(dtype=object)).dropna():
+            for status, n in json.loads(row).items():
+                by[status] = by.get(status, 0) + int(n)
+        if by:
+            parts.append("saturation bursts: " + ", ".join(f"{k} x{v}" for k, v in sorted(by.items())))
+    return "; ".join(parts)
 
 
 def serving_for(ctx: PhaseContext) -> Serving:

@@ -21,6 +21,7 @@ from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases.compare import forecast, goodput, sequential
 from runbook_lib.phases.compare.protocol import lost_measurements
 from runbook_lib.phases.compare.raw import Measured
+from runbook_lib.phases.serving import failures_named
 from runbook_lib.records import CompareData, LoadGeneratorRound, Number, SavingsForecast, SideSummary, StoreToPod
 
 OPERATOR_SETTINGS: dict[str, str] = {
@@ -118,15 +119,18 @@ def traffic_costs(ctx: PhaseContext, res: Measured) -> dict[str, cost.TrafficCos
 
 
 def summary(res: Measured) -> pd.DataFrame:
-    """p50/p95/p99 of total, queue, init and execution time per side, seconds."""
+    """p50/p95/p99 of total, queue, init and execution time per side over its completed requests
+    (a failed request is never a latency sample: a fast error would lower the p95), seconds;
+    requests, accepted and failed counted over all."""
     s = res.samples
     rows = []
     for side in ("source", "target"):
         d = s[s["side"] == side]
+        ok = d[d["status"] == "COMPLETED"] if len(d) else d
         row: dict[str, float | int | str] = {"side": side, "requests": len(d), "accepted": int(d["accepted"].sum()) if len(d) else 0,
                                "failed": int((d["status"] != "COMPLETED").sum()) if len(d) else 0}
         for col in ("total_s", "queue_s", "init_s", "execution_s"):
-            vals = d[col].astype(float).dropna().to_numpy() if len(d) else np.array([])
+            vals = ok[col].astype(float).dropna().to_numpy() if len(ok) else np.array([])
             for q in (50, 95, 99):
                 row[f"{col[:-2]} p{q} (s)"] = float(np.percentile(vals, q)) if vals.size else math.nan
         t = res.throughput
@@ -221,32 +225,6 @@ def unmeasured_tpot(mig: Migration, s: pd.DataFrame, r: g.GateResult) -> g.GateR
     why = goodput.tokens_unmeasurable(mig, s) if r.name == "tpot_p95_ratio" else ""
     return replace(r, verdict="NOT_APPLICABLE", blocking=False, observed=None, interval=None,
                    detail=f"TPOT {why}") if why else r
-
-
-def failures_named(s: pd.DataFrame, mask: np.ndarray, bursts: pd.DataFrame | None = None) -> str:
-    """The failed requests ``mask`` picks from samples ``s``, by status, most frequent first, then
-    the first one's stage and error (the server's own words, as the client kept them), and the
-    saturation bursts' failures by status: ``ERROR_BODY x32, TIMED_OUT x1; first (round 1, at
-    mid-stream): POST http://.../v1/chat/completions: CUDA error: out of memory``. Empty when
-    nothing failed."""
-    parts = []
-    if mask.any():
-        failed_ = s[mask]
-        counts = failed_["status"].astype(str).value_counts()
-        parts.append(", ".join(f"{k} x{int(v)}" for k, v in counts.items()))
-        first = failed_.sort_values(["round", "intended_s"]).iloc[0] if "intended_s" in failed_ else failed_.iloc[0]
-        err, stage = first.get("error"), first.get("stage")
-        if isinstance(err, str) and err:
-            at = f", at {stage}" if isinstance(stage, str) and stage else ""
-            parts.append(f"first (round {int(first['round'])}{at}): {err}")
-    if bursts is not None and len(bursts):
-        by: dict[str, int] = {}
-        for row in bursts.get("failed_by_status", pd.Series(dtype=object)).dropna():
-            for status, n in json.loads(row).items():
-                by[status] = by.get(status, 0) + int(n)
-        if by:
-            parts.append("saturation bursts: " + ", ".join(f"{k} x{v}" for k, v in sorted(by.items())))
-    return "; ".join(parts)
 
 
 def round_costs(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
