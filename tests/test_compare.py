@@ -651,3 +651,54 @@ def test_the_sequential_measurement_stops_at_its_seconds_budget_and_its_evidence
         data = _fixed_demo()
         data["measure"]["max_seconds"] = 60
         validate(data)
+
+
+def _service_rounds(method: str, rounds: int, *, usage: bool = True) -> tuple[Any, compare.Measured]:
+    """demo-service judged with goodput_ratio_min 0.9 (TTFT SLO 0.5 s): the source's requests all
+    within it, the target's first token late (1.0 s) on every other request, so the target's
+    goodput is half the source's, round after round (worked by hand: 24 of 48 good)."""
+    data = parse_yaml((ROOT / "params" / "demo-service.yaml").read_text())
+    data["gates"]["method"] = method
+    data["gates"]["goodput_ratio_min"] = 0.9
+    if method == "sequential":
+        for unread in ("rounds", "max_extra_rounds"):
+            data["measure"].pop(unread, None)
+    mig = validate(data)
+    rng = np.random.default_rng(5)
+    rows, thr = [], []
+    for r, side in enumerate(compare.round_sides(rounds)):
+        for i in range(48):
+            late = side == "target" and i % 2 == 0
+            rows.append({"side": side, "round": r, "request": i, "total_s": 0.05 + rng.normal(0, 0.002),
+                         "execution_s": 0.05, "done_s": 9.6 + rng.normal(0, 0.01), "status": "COMPLETED",
+                         "accepted": True, "ttft_s": 1.0 if late else 0.02, "tpot_s": 0.005,
+                         "output_tokens": 16.0 if usage else float("nan")})
+        thr.append({"side": side, "round": r, "requests": 16.0, "completed": 16.0, "failed": 0.0, "elapsed_s": 1.0,
+                    "throughput_units_per_s": 16.0})
+    res = _res([])
+    return mig, compare.Measured(**{**res.__dict__, "samples": pd.DataFrame(rows), "throughput": pd.DataFrame(thr)})
+
+
+@pytest.mark.parametrize(("method", "rounds"), [("fixed", 4), ("sequential", 8)])
+def test_the_goodput_gate_fails_a_target_with_half_the_sources_goodput(method: str, rounds: int) -> None:
+    mig, res = _service_rounds(method, rounds)
+    gates = {r.name: r for r in compare.judge.judge(mig, res, _costs())}
+    gp = gates["goodput_ratio"]
+    assert gp.verdict == "FAIL" and gp.blocking and gp.observed == pytest.approx(0.5, rel=0.02)
+    assert "goodput" in gp.method and gp.source in ("params gates.goodput_ratio_min", "gates.goodput_ratio_min")
+    summary = compare.judge.token_summary(res, mig)
+    assert summary["target"]["good share"] == 0.5 and summary["source"]["good share"] == 1.0
+    assert summary["target"]["itl p50 (s)"] is None  # no inter-token table in this measurement
+
+
+def test_without_token_counts_tpot_and_goodput_are_not_measurable_never_a_pass() -> None:
+    mig, res = _service_rounds("fixed", 4, usage=False)
+    mig = mig.model_copy(update={"workload": mig.workload.model_copy(update={"service": mig.workload.service.model_copy(
+        update={"tpot_slo_s": 0.1})})})
+    gates = {r.name: r for r in compare.judge.judge(mig, res, _costs())}
+    assert gates["tpot_p95_ratio"].verdict == "NOT_APPLICABLE" and not gates["tpot_p95_ratio"].blocking
+    assert "not measurable" in gates["tpot_p95_ratio"].detail
+    assert gates["goodput_ratio"].verdict == "NOT_APPLICABLE" and gates["goodput_ratio"].blocking  # set: a HOLD
+    assert gates["ttft_p95_ratio"].verdict != "NOT_APPLICABLE"  # TTFT needs no token count
+    row = compare.judge.token_summary(res, mig)["target"]
+    assert row["goodput (req/s)"] is None and "tokenizer" in str(row["not measurable"])
