@@ -94,7 +94,9 @@ class CompareResult(PhaseResult):
         rec = self.record()
         tokens = [md("**Service latency per side** (vLLM bench serve's definitions: TTFT, TPOT and ITL p50/p95/p99, "
                      "E2E from send to last byte, seconds; output tokens per second; goodput, accepted requests "
-                     "within workload.service's SLOs per second)"), table(rec.token_metrics).T] \
+                     "within workload.service's SLOs per second)"),
+                   table([{"figure": k, **{side: m.get(k) for side, m in rec.token_metrics.items()}}
+                          for k in dict.fromkeys(k for m in rec.token_metrics.values() for k in m)])] \
             if rec.token_metrics else []
         forecast = rec.forecast
         ahead = [md("**Savings forecast at the declared traffic** (USD a month of 730 hours; the saving's interval "
