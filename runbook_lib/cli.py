@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.errors import EXIT_FAILED, RunbookError, UsageError, os_error_exit, os_error_line
+from runbook_lib.errors import EXIT_FAILED, EXIT_USAGE, RunbookError, UsageError, os_error_exit, os_error_line
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST
 from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
 
@@ -77,13 +77,16 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     from runbook_lib.interrupt import Interrupts
     from runbook_lib.manifest import phase_name
     from runbook_lib.rundir import RunDir
-    from runbook_lib.runner import environment_ok, preflight, run_phase, stop_interrupted
+    from runbook_lib.runner import environment_ok, phase_out_of_order, preflight, run_phase, stop_interrupted
 
     run_dir = Path(args.run_dir)
     if args.phase == "01" and not (run_dir / KEPT_PARAMS).exists():
         run = RunDir.create(args.params, path=run_dir)
     else:
         run = RunDir.open(run_dir.resolve(), args.params)
+    early = phase_out_of_order(run, args.phase)
+    if early:
+        raise UsageError(early)
     nb_dir = Path(args.notebooks).resolve() if args.notebooks else None
     preflight(run.mig, run.project, nb_dir)
     _use_fixtures(args)
@@ -585,6 +588,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit code documented in the module docstring."""
+    if not (sys.argv[1:] if argv is None else argv):  # `runbook` alone: what it does, not "required: cmd"
+        build_parser().print_help()
+        return EXIT_USAGE
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -263,7 +263,8 @@ def _held_receipt(run_dir: Path) -> Receipt:
     if (run_dir / RESOLUTION_FILE).exists():
         got = f"{existing.get('decision')} by {existing.get('by')} at {existing.get('resolved_at')}" if existing \
             else "unreadable"
-        raise UsageError(f"{run_dir.name} is already resolved ({RESOLUTION_FILE}: {got}); a resolution is final")
+        raise UsageError(f"{run_dir.name} is already resolved ({RESOLUTION_FILE}: {printable(got)}); a resolution is "
+                         "final")
     bad = [r for r in verify_evidence(run_dir) + closed_world_rows(run_dir) if r["status"] != "intact"]
     if bad:
         raise EvidenceError(f"{run_dir.name}: evidence does not verify ({[(r['path'], r['status']) for r in bad]}); "

@@ -46,6 +46,7 @@ from runbook_lib.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_n
 from runbook_lib.params import Migration, load_params
 from runbook_lib.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
 from runbook_lib.phases import leak_message, scan_phase, service_pods
+from runbook_lib.resolve import printable
 from runbook_lib.rundir import RunDir
 from runbook_lib.seal import seal_run, sealed_decision
 from runbook_lib.service import samples
@@ -336,6 +337,33 @@ def _host_lock(phase: str, exclusive: bool, interrupts: Interrupts | None,
                           ename=INTERRUPTED) from None
 
 
+def escaped(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` with every control or format character of each line escaped
+    (:func:`runbook_lib.resolve.printable`): params strings and recorded reasons reach a terminal
+    shown, never obeyed."""
+    return lambda text: say("\n".join(printable(line) for line in text.split("\n")))
+
+
+def phase_out_of_order(run: RunDir, phase: str) -> str | None:
+    """Why ``phase`` cannot run yet in ``run``, or None: phases 02 to 05 each need every earlier
+    phase completed (phase 06 decides from whatever records there are, and 01 starts a run). A
+    phase run early would fail after waiting for the host lock and leave a record that breaks the
+    evidence chain for the phase that was missing, so the refusal comes before anything runs."""
+    if phase in ("01", "06"):
+        return None
+    records = run.records()
+    for pid, _name in PHASES:
+        if pid == phase:
+            return None
+        rec = records.get(pid)
+        if rec is None or rec.status != "completed":
+            state = "has not run" if rec is None else f"is {rec.status}"
+            return (f"phase {phase} needs every earlier phase completed, and phase {pid} ({phase_name(pid)}) {state} "
+                    f"in {run.path.name}; run `runbook phase {pid} {run.params_path} {run.path}` first (nothing was "
+                    "run)")
+    return None
+
+
 def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, approval_ref: str = "",
               cell_timeout_s: int | None = None, interrupts: Interrupts | None = None,
               scans: list[dict[str, Any]] | None = None, echo: Callable[[str], None] | None = None) -> PhaseOutcome:
@@ -519,7 +547,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
     failed = stopped = dry = False
     bar = tqdm(total=len(PHASES), desc=mig.migration, unit="phase", file=sys.stderr, leave=False,
                disable=not sys.stderr.isatty())
-    say = echo or bar.write
+    say = escaped(echo or bar.write)
     say(f"run {run_dir.name}: {mig.source.release}  ->  {mig.target.release}")
     say(f"notebooks: {notebooks_line(sources)}")
     with Interrupts() as intr:

@@ -66,6 +66,7 @@ def generate_key(path: Path) -> tuple[Path, Path]:
     if taken:
         raise UsageError(f"runbook keygen: {', '.join(taken)} already exists; nothing was written. Choose another "
                          "path (a key is never overwritten)")
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # ~/.runbook/ on a fresh home
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())

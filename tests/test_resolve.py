@@ -168,3 +168,15 @@ def test_free_text_that_would_rewrite_a_terminal_is_refused_and_old_text_is_show
     out = capsys.readouterr().out
     assert "v1\\x1b[2J -> v1 B" in out and "\x1b" not in out
     assert printable("a\x1b[2Jb\nc\u202e") == "a\\x1b[2Jb\\nc\\u202e"
+
+
+def test_a_second_resolution_shows_the_stored_name_escaped_never_obeyed(tmp_path: Path) -> None:
+    # --by refuses control characters when it is written; a resolution written by hand, or by an
+    # older runbook, can still hold them
+    run = _sealed(tmp_path)
+    before = DEADLINE - dt.timedelta(minutes=1)
+    write_json_atomic(run / "resolution.json", {"decision": "GO", "by": "mallory\x1b]0;owned\x07",
+                                                "resolved_at": "2026-03-01T12:30:00.000Z"})
+    with pytest.raises(UsageError) as e:
+        resolve_run(run, decision="NO-GO", by="bob", now=before)
+    assert "\x1b" not in str(e.value) and "\x07" not in str(e.value) and "mallory\\x1b]0;owned\\x07" in str(e.value)

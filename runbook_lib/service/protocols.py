@@ -287,7 +287,8 @@ class ServiceClient:
         url: the service's base URL (``http://host:port``).
         timeout_s: each request's deadline, seconds from its send to the last byte of its answer
             (``measure.request_timeout_s``).
-        project: the project root, where ``service.tokenizer`` is relative to (None: the cwd).
+        project: the project root, where ``service.tokenizer`` is relative to (None: no
+            tokenizer is loaded, as for a readiness probe, which counts no tokens).
 
     Raises:
         ParamsError: ``service.tokenizer`` names no ``tokenizer.json``.
@@ -303,7 +304,7 @@ class ServiceClient:
         self._lock = threading.Lock()
         self._watchdog = _Watchdog()
         self.in_flight = 0
-        self.tokenizer_path = tokenizer_file(service, project)
+        self.tokenizer_path = tokenizer_file(service, project) if project is not None else None
 
     def close(self) -> None:
         self._watchdog.close()
