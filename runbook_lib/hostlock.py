@@ -14,11 +14,16 @@ temporary directory), so a killed run releases it with its process. ``flock`` do
 waiters, so an exclusive request could wait forever behind shared phases that keep overlapping; a
 turnstile file beside it (``<lock>.turnstile``) is held while a phase waits for the lock itself, so
 a waiting exclusive phase lets no new phase in ahead of it (the classic readers-writer turnstile).
+
+``flock`` does not say who holds a lock, so each holder also writes a line about itself in the
+holders directory beside it (``<lock>.holders/<pid>``: the run, the phase, the mode and since
+when, UTC) and removes it on release; a waiting phase names the holders whose process is alive.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import tempfile
 import time
@@ -27,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from runbook_lib._time import utc_now
 from runbook_lib.errors import ParamsError
 
 LOCK_ENV = "RUNBOOK_HOST_LOCK"
@@ -85,9 +91,46 @@ def _take(fd: int, mode: int, stopped: Callable[[], bool], waiting: Callable[[],
             time.sleep(POLL_S)
 
 
+def holders(path: Path) -> list[str]:
+    """Who holds (or awaits) the lock at ``path``: one line per live process that registered in
+    ``<path>.holders`` (``run <id> phase <NN> (exclusive|shared), PID <pid>, since <UTC>``); files
+    of processes that are gone are skipped."""
+    out = []
+    for f in sorted(path.with_name(path.name + ".holders").glob("*")):
+        try:
+            who = json.loads(f.read_text())
+            pid = int(who["pid"])
+            os.kill(pid, 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        out.append(f"run {who.get('run') or '?'} phase {who.get('phase') or '?'} ({who.get('mode')}), PID {pid}, "
+                   f"since {who.get('since')}")
+    return out
+
+
+@contextmanager
+def _registered(path: Path, who: dict[str, str]) -> Iterator[None]:
+    """This process listed as a holder of ``path`` for the ``with`` block (best effort: a holders
+    directory that cannot be written only loses the names a waiting run would show)."""
+    d = path.with_name(path.name + ".holders")
+    f = d / str(os.getpid())
+    try:
+        d.mkdir(mode=0o700, exist_ok=True)
+        f.write_text(json.dumps({"pid": os.getpid(), **who}))
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        try:
+            f.unlink()
+        except OSError:
+            pass
+
+
 @contextmanager
 def host_lock(exclusive: bool, *, path: Path | None = None, on_wait: Callable[[str], None] | None = None,
-              stopped: Callable[[], bool] = lambda: False) -> Iterator[Held]:
+              stopped: Callable[[], bool] = lambda: False, run: str = "", phase: str = "") -> Iterator[Held]:
     """Hold the host lock for the ``with`` block: exclusively (no other runbook run's phase runs
     meanwhile) or shared (waits only while another run's timed phase holds or awaits it).
 
@@ -97,6 +140,7 @@ def host_lock(exclusive: bool, *, path: Path | None = None, on_wait: Callable[[s
         on_wait: called once with a one-line message when the lock is not free at once.
         stopped: polled while waiting; when it returns True the wait ends with
             :class:`LockWaitStopped` (the runner passes "a signal was received").
+        run, phase: who this holder is, for the message another run's wait prints.
 
     Yields:
         :class:`Held`, whose ``waited_s`` (seconds, float) is the time spent waiting.
@@ -119,16 +163,21 @@ def host_lock(exclusive: bool, *, path: Path | None = None, on_wait: Callable[[s
         nonlocal told
         if on_wait is not None and not told:
             told = True
+            others = [h for h in holders(path) if f"PID {os.getpid()}," not in h]
             on_wait(f"waiting for another runbook run's {'phase' if exclusive else 'timed phase'} on this host to "
-                    f"end (host lock {path}; measure.exclusive: false runs a timed phase without waiting)")
+                    f"end: {'; '.join(others) if others else 'a process that did not name itself'} (host lock "
+                    f"{path}; measure.exclusive: false runs a timed phase without waiting)")
 
+    since = utc_now()
     try:
-        _take(turnstile, fcntl.LOCK_EX, stopped, tell)
-        try:
-            _take(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, stopped, tell)
-        finally:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        yield Held(exclusive, time.monotonic() - t0)
+        with _registered(path, {"run": run, "phase": phase, "mode": "exclusive" if exclusive else "shared",
+                                "since": since}):
+            _take(turnstile, fcntl.LOCK_EX, stopped, tell)
+            try:
+                _take(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, stopped, tell)
+            finally:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+            yield Held(exclusive, time.monotonic() - t0)
     finally:
         os.close(lock)  # closing the descriptor releases its flock
         os.close(turnstile)

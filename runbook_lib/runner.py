@@ -326,11 +326,12 @@ def _prefixed(say: Callable[[str], None], prefix: str) -> Callable[[str], None]:
 
 @contextmanager
 def _host_lock(phase: str, exclusive: bool, interrupts: Interrupts | None,
-               echo: Callable[[str], None] | None) -> Iterator[Held]:
-    """The host lock for one phase; a signal received while waiting for it interrupts the phase
-    before its notebook starts (``PhaseFailed`` with ename ``Interrupted``)."""
+               echo: Callable[[str], None] | None, run: str = "") -> Iterator[Held]:
+    """The host lock for one phase of run ``run``; a signal received while waiting for it
+    interrupts the phase before its notebook starts (``PhaseFailed`` with ename ``Interrupted``)."""
     try:
-        with host_lock(exclusive, on_wait=echo, stopped=lambda: bool(interrupts and interrupts.signum)) as held:
+        with host_lock(exclusive, on_wait=echo, stopped=lambda: bool(interrupts and interrupts.signum),
+                       run=run, phase=phase) as held:
             yield held
     except LockWaitStopped as exc:
         raise PhaseFailed(f"phase {phase} {exc}: it did not start", phase=phase, notebook="",
@@ -391,7 +392,7 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
     exclusive = exclusive_for(phase, exclusive=run.mig.measure.exclusive)
     waited = 0.0
     try:
-        with _host_lock(phase, exclusive, interrupts, echo) as held:
+        with _host_lock(phase, exclusive, interrupts, echo, run=run.run_id) as held:
             waited = held.waited_s
             try:
                 execute_phase(phase, run.params_path, run.path,
@@ -567,10 +568,10 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
             stopped = stopped or out.stop
             dry = dry or out.dry_run
             if out.status == "completed":
-                say(f"  {pid} {name:<20} completed in {out.seconds:5.1f} s  gates: "
+                say(f"  {pid} {name:<20} completed in {out.seconds - out.lock_wait_s:5.1f} s  gates: "
                     + (", ".join(f"{v} x{out.verdicts.count(v)}" for v in sorted(set(out.verdicts))) or "none")
-                    + (f"  (waited {out.lock_wait_s:.1f} s for another run on this host)" if out.lock_wait_s >= 0.5
-                       else ""))
+                    + (f"  (after waiting {out.lock_wait_s:.1f} s for another run on this host)"
+                       if out.lock_wait_s >= 0.5 else ""))
                 if out.note:
                     say(f"  {pid} {out.note}")
             else:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runbook_lib.errors import ParamsError
-from runbook_lib.hostlock import LOCK_ENV, LockWaitStopped, exclusive_for, host_lock, lock_path
+from runbook_lib.hostlock import LOCK_ENV, LockWaitStopped, exclusive_for, holders, host_lock, lock_path
 
 
 def _hold(path: Path, exclusive: bool, taken: threading.Event, release: threading.Event,
@@ -99,6 +99,29 @@ def test_a_lock_held_by_another_process_is_waited_for_and_freed_when_it_dies(tmp
         proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_waiting_phase_names_who_holds_the_lock_and_a_dead_holder_is_not_named(tmp_path: Path) -> None:
+    path = tmp_path / "h.lock"
+    code = ("import sys, time; from pathlib import Path; from runbook_lib.hostlock import host_lock\n"
+            "with host_lock(True, path=Path(sys.argv[1]), run='r-other', phase='04'):\n"
+            "    print('held', flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    told: list[str] = []
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        threading.Timer(0.5, proc.kill).start()
+        with host_lock(False, path=path, on_wait=told.append, run="r-mine", phase="02"):
+            assert any("run r-mine phase 02 (shared)" in h for h in holders(path))
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    [line] = told
+    assert f"run r-other phase 04 (exclusive), PID {proc.pid}, since 20" in line
+    # the killed holder never removed its line, but a process that is gone is not named; ours is gone on release
+    assert (path.with_name("h.lock.holders") / str(proc.pid)).exists() and holders(path) == []
 
 
 def test_a_lock_file_that_cannot_be_opened_is_a_usage_error_naming_the_variable(tmp_path: Path) -> None:
