@@ -14,11 +14,17 @@ SERVE_STAMP := .venv-serve/.installed
 CHAT_MODELS := .runbook/models
 
 .PHONY: demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
-	browser haproxy bench bench-streaming soak clean lab strip-filter
+	browser haproxy bench bench-streaming soak clean lab strip-filter lock
 
-$(STAMP): pyproject.toml
+# Every environment installs exact versions from its lock (locks/*.txt, `make lock` writes them
+# again), so two fresh clones compute verdicts with the same libraries; then this package itself,
+# editable, without resolving anything more, and `pip check` confirms the set is consistent.
+PIP := --quiet --disable-pip-version-check
+$(STAMP): pyproject.toml locks/main.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install $(PIP) -r locks/main.txt
+	$(PY) -m pip install $(PIP) --no-deps -e '.[test]'
+	$(PY) -m pip check >/dev/null
 	@$(MAKE) --no-print-directory strip-filter
 	touch $(STAMP)
 
@@ -65,10 +71,9 @@ demo-service-models: $(STAMP) $(SERVE_STAMP)
 	$(PY) examples/make_chat_model.py $(CHAT_MODELS)/chat-seed0 --seed 0
 	$(PY) examples/make_chat_model.py $(CHAT_MODELS)/chat-seed1 --seed 1
 
-$(SERVE_STAMP):
+$(SERVE_STAMP): locks/serve.txt
 	$(PYTHON) -m venv .venv-serve
-	.venv-serve/bin/python -m pip install --quiet --disable-pip-version-check 'torch==2.13.0' \
-		'transformers[serving]==5.24.0'
+	.venv-serve/bin/python -m pip install $(PIP) -r locks/serve.txt
 	touch $(SERVE_STAMP)
 
 # A real Runpod-to-Vast.ai migration rehearsed offline: loopback simulators of both APIs and of S3,
@@ -85,15 +90,38 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -m "not e2e or smoke" -n 2 --dist loadfile
 
-$(VASTAI_STAMP):
+$(VASTAI_STAMP): locks/vastai.txt
 	$(PYTHON) -m venv .venv-vastai
-	.venv-vastai/bin/python -m pip install --quiet --disable-pip-version-check 'vastai==1.9.1'
+	.venv-vastai/bin/python -m pip install $(PIP) -r locks/vastai.txt
 	touch $(VASTAI_STAMP)
 
-$(RUNPOD_STAMP):
+$(RUNPOD_STAMP): locks/runpod.txt
 	$(PYTHON) -m venv .venv-runpod
-	.venv-runpod/bin/python -m pip install --quiet --disable-pip-version-check 'runpod==1.12.0'
+	.venv-runpod/bin/python -m pip install $(PIP) -r locks/runpod.txt
 	touch $(RUNPOD_STAMP)
+
+# Resolve every environment afresh from its top-level requirements and write its lock (torch by
+# version: its local CPU wheel's hash is not the registry's). Review the diff before committing.
+LOCK_TMP ?= /tmp/runbook-lock
+LOCK_TOPS_runpod := 'runpod==1.12.0'
+LOCK_TOPS_vastai := 'vastai==1.9.1'
+LOCK_TOPS_serve := 'torch==2.13.0' 'transformers[serving]==5.24.0'
+lock:
+	rm -rf $(LOCK_TMP)
+	$(PYTHON) -m venv $(LOCK_TMP)/main && $(LOCK_TMP)/main/bin/pip install $(PIP) -e '.[test]'
+	$(call write_lock,main)
+	$(PYTHON) -m venv $(LOCK_TMP)/runpod && $(LOCK_TMP)/runpod/bin/pip install $(PIP) $(LOCK_TOPS_runpod)
+	$(call write_lock,runpod)
+	$(PYTHON) -m venv $(LOCK_TMP)/vastai && $(LOCK_TMP)/vastai/bin/pip install $(PIP) $(LOCK_TOPS_vastai)
+	$(call write_lock,vastai)
+	$(PYTHON) -m venv $(LOCK_TMP)/serve && $(LOCK_TMP)/serve/bin/pip install $(PIP) $(LOCK_TOPS_serve)
+	$(call write_lock,serve)
+	rm -rf $(LOCK_TMP)
+
+define write_lock
+	{ head -3 locks/$(1).txt; $(LOCK_TMP)/$(1)/bin/pip freeze --exclude-editable | grep -v '^#' | \
+		sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > $(LOCK_TMP)/$(1).txt && mv $(LOCK_TMP)/$(1).txt locks/$(1).txt
+endef
 
 # The end-to-end tier (tests/README.md): every case, two at a time (pytest-xdist). A case whose
 # verdict rests on phase 04's measurement (marked `measure`) is safe beside another whole run

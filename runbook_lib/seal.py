@@ -27,6 +27,17 @@ VERSIONED_PACKAGES = ("torch", "papermill", "nbclient", "sentence-transformers",
                       "scipy", "boto3")
 
 
+LOCK_FILE = "locks/main.txt"
+"""The main environment's lock, beside the package in a checkout (the Makefile installs from it)."""
+
+
+def lock_sha256() -> str | None:
+    """sha256 of the lock the running package was installed from (:data:`LOCK_FILE` in the
+    checkout that holds ``runbook_lib``), or None where there is none (an installed wheel)."""
+    f = Path(__file__).resolve().parent.parent / LOCK_FILE
+    return sha256_file(f) if f.is_file() else None
+
+
 def git_commit(root: Path) -> str | None:
     """``HEAD`` of the project checkout, with ``+dirty`` when tracked files changed; None outside git."""
     try:
@@ -92,7 +103,8 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
         "params_file": params_path.name,
         "params_sha256": params_sha256(params_path),
         "code": {"runbook_lib": __version__, "git_commit": git_commit(project_root(params_path))},
-        "runtime": {"python": platform.python_version(), "platform": platform.platform(), **versions},
+        "runtime": {"python": platform.python_version(), "platform": platform.platform(), **versions,
+                    "lock_sha256": lock_sha256()},
         "workload": {"kind": mig.workload.kind, "entry_point": mig.workload.entry_point,
                      "model_id": mig.workload.model_id, "dataset_id": mig.workload.dataset_id},
         "identities": freeze.identity,
