@@ -62,11 +62,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     environment_ok()
     res = run_migration(args.params, reports_dir=args.reports, approval_ref=args.approval_file or "",
                         notebooks_dir=args.notebooks, echo=_echo)
-    _echo(f"decision: {res.decision} (exit {res.exit_code})")
-    for reason in res.reasons:
-        _echo(f"  - {reason}")
     _echo(f"evidence: {res.run_dir}")
+    for reason in res.reasons[1:]:
+        _echo(f"  - {reason}")
+    _echo(decision_line(res.decision, res.exit_code, res.reasons[0] if res.reasons else ""))
     return res.exit_code
+
+
+EXIT_MEANINGS = "0 GO, 1 NO-GO, 3 HOLD, 4 failed, 2 usage"
+
+
+def decision_line(decision: str, exit_code: int, reason: str) -> str:
+    """The last line `runbook run` prints: the decision, its exit code and what the codes mean
+    (a NO-GO or HOLD is a decision, not a crash), and its first reason."""
+    return f"decision: {decision} (exit {exit_code}; {EXIT_MEANINGS})" + (f": {reason}" if reason else "")
 
 
 def _cmd_phase(args: argparse.Namespace) -> int:

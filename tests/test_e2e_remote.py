@@ -45,7 +45,7 @@ def _run(project: Path, *extra: str, capsys: pytest.CaptureFixture[str], params:
          ) -> tuple[int, Path, str]:
     code = cli_main(["run", str(project / "params" / params), *extra])
     out = capsys.readouterr().out
-    run_dir = Path(out.split("evidence: ")[-1].strip())
+    run_dir = Path(out.split("evidence: ")[-1].split("\n", 1)[0].strip())
     return code, run_dir, out
 
 

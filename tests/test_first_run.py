@@ -13,6 +13,7 @@ from runbook_lib.errors import EXIT_USAGE
 from runbook_lib.rundir import RunDir
 from runbook_lib.runner import escaped, phase_out_of_order
 
+from .conftest import ROOT
 from .runs import write_params
 
 
@@ -47,3 +48,33 @@ def test_text_said_to_the_terminal_has_its_control_characters_escaped() -> None:
     seen: list[str] = []
     escaped(seen.append)("run r: v1\x1b[2J A  ->  B\nnext line\tok")
     assert seen == ["run r: v1\\x1b[2J A  ->  B\nnext line\\tok"]
+
+
+@pytest.mark.parametrize(("rc", "make_fails"), [(0, False), (1, False), (3, False), (4, True), (2, True)])
+def test_make_demo_reports_a_no_go_or_hold_as_a_decision_and_a_failed_run_as_a_failure(
+        tmp_path: Path, rc: int, make_fails: bool) -> None:
+    import os
+    import subprocess
+    import time
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "runbook"  # stands for `runbook run`: prints its last line, exits rc
+    fake.write_text(f"#!/bin/sh\necho 'decision: X (exit {rc}; ...)'\nexit {rc}\n")
+    fake.chmod(0o755)
+    stamp = venv / ".installed"
+    stamp.touch()
+    later = time.time() + 3600  # newer than pyproject.toml and the lock: make installs nothing
+    os.utime(stamp, (later, later))
+    got = subprocess.run(["make", "-s", "-C", str(ROOT), "demo", f"VENV={venv}"], capture_output=True, text=True,
+                         timeout=60)
+    assert (got.returncode != 0) == make_fails, got.stderr
+    assert got.stdout.strip().splitlines()[-1] == f"decision: X (exit {rc}; ...)"
+
+
+def test_runbook_run_ends_with_the_decision_its_exit_codes_and_first_reason() -> None:
+    from runbook_lib.cli import decision_line
+
+    line = decision_line("HOLD", 3, "noise_floor INCONCLUSIVE (phase 04): the setup is too noisy")
+    assert line == ("decision: HOLD (exit 3; 0 GO, 1 NO-GO, 3 HOLD, 4 failed, 2 usage): noise_floor INCONCLUSIVE "
+                    "(phase 04): the setup is too noisy")
