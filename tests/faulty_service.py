@@ -141,12 +141,17 @@ class Faulty(BaseHTTPRequestHandler):
         self._raw(f"data: {json.dumps(obj)}\n\n".encode())
 
     def _json(self, code: int, obj: dict[str, Any]) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, code, obj)
+
+
+def send_json(handler: BaseHTTPRequestHandler, code: int, obj: Any) -> None:
+    """Answer ``obj`` as JSON with status ``code`` and its Content-Length."""
+    data = json.dumps(obj).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 FAULTS = ("error200", "error200-raw", "html502", "cut", "noterm", "onlydone", "oversize", "trickle", "gap", "silent",

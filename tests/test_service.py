@@ -26,6 +26,7 @@ from runbook_lib.providers.local import LocalProvider, procs
 from runbook_lib.service import compare, protocols, samples
 
 from .conftest import ROOT
+from .faulty_service import send_json
 
 FIRST_S = 0.08  # the test server's delay before the first chunk, seconds
 GAP_S = 0.1  # its delay between chunks
@@ -78,12 +79,7 @@ class _Chat(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _json(self, code: int, obj: dict[str, Any]) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, code, obj)
 
 
 @pytest.fixture

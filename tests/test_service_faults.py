@@ -4,7 +4,6 @@ and the phase 04 gate that counts them names the server's own words."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +19,7 @@ from runbook_lib.phases.serving import failures_named
 from runbook_lib.service import preflight, protocols
 
 from . import faulty_service
-from .faulty_service import ERROR_TEXT
+from .faulty_service import ERROR_TEXT, send_json
 
 DEADLINE_S = 1.5
 GAP_S = 0.5
@@ -131,12 +130,7 @@ class _Json(BaseHTTPRequestHandler):
         answers = {"/predict": {"result": None, "error": {"message": "model not loaded"}},
                    "/ok": {"result": [1, 2], "error": None},
                    "/runsync": {"id": "j1", "status": "COMPLETED", "output": None}}
-        data = json.dumps(answers[self.path]).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, 200, answers[self.path])
 
 
 @pytest.fixture
