@@ -181,6 +181,7 @@ class _Watch:
         self.last: float | None = None  # the last streamed event; the gap applies from the first
         self.stage = "connect"
         self.why: str | None = None
+        self.lock = threading.Lock()  # the socket is shut down only while this request holds it
 
     def remaining(self) -> float:
         return max(self.deadline - time.perf_counter(), 0.001)
@@ -214,18 +215,19 @@ class _Watchdog:
             with self._lock:
                 watches = list(self._watches)
             for w in watches:
-                if w.sock is None or w.why is not None:
-                    continue
-                if now >= w.deadline:
-                    w.why = "deadline"
-                elif w.max_gap_s is not None and w.last is not None and now - w.last > w.max_gap_s:
-                    w.why = "gap"
-                else:
-                    continue
-                try:
-                    w.sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                with w.lock:  # a finished request releases its socket under this lock, so a pooled
+                    if w.sock is None or w.why is not None:  # connection is never cut for another
+                        continue
+                    if now >= w.deadline:
+                        w.why = "deadline"
+                    elif w.max_gap_s is not None and w.last is not None and now - w.last > w.max_gap_s:
+                        w.why = "gap"
+                    else:
+                        continue
+                    try:
+                        w.sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
 
     def close(self) -> None:
         self._stop.set()
@@ -373,7 +375,7 @@ class ServiceClient:
             w.stage = "headers"  # connected: what broke or timed out was the wait for the headers
         if w.why is not None or isinstance(exc, httpx.TimeoutException):
             return self._timed_out(w)
-        if w.stage in ("connect", "headers"):
+        if w.stage in ("connect", "headers", "status poll"):
             return failed("CLIENT_ERROR", w.stage, f"{self.where()}: {type(exc).__name__}: {exc}")
         return failed(STREAM_CUT, w.stage, f"{self.where()}: the answer broke at {w.stage}: {type(exc).__name__}: {exc}")
 
@@ -393,7 +395,8 @@ class ServiceClient:
         events when ``gap`` (the reader updates ``w.last``)."""
         left = w.remaining()
         timeout = httpx.Timeout(left, connect=min(CONNECT_S, left))
-        w.stage = "connect"
+        if w.stage != "status poll":  # a queued job's polls fail as polls, wherever they stall
+            w.stage = "connect"
         w.max_gap_s = self.service.max_gap_s if gap else None
         with self.http.stream(method, path, timeout=timeout, **kw) as resp:
             stream = resp.extensions.get("network_stream")
@@ -402,6 +405,8 @@ class ServiceClient:
             try:
                 yield resp
             finally:
+                with w.lock:
+                    w.sock = None
                 self._watchdog.discard(w)
 
     def _status_failure(self, resp: httpx.Response, w: _Watch) -> dict[str, Any]:
