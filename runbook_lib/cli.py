@@ -65,17 +65,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _echo(f"evidence: {res.run_dir}")
     for reason in res.reasons[1:]:
         _echo(f"  - {reason}")
+    _echo(EXIT_MEANINGS)
     _echo(decision_line(res.decision, res.exit_code, res.reasons[0] if res.reasons else ""))
     return res.exit_code
 
 
-EXIT_MEANINGS = "0 GO, 1 NO-GO, 3 HOLD, 4 failed, 2 usage"
+EXIT_MEANINGS = "exit codes: 0 GO, 1 NO-GO, 3 HOLD (each a decision, not a crash), 4 failed, 2 usage, 128+N signal N"
 
 
 def decision_line(decision: str, exit_code: int, reason: str) -> str:
-    """The last line `runbook run` prints: the decision, its exit code and what the codes mean
-    (a NO-GO or HOLD is a decision, not a crash), and its first reason."""
-    return f"decision: {decision} (exit {exit_code}; {EXIT_MEANINGS})" + (f": {reason}" if reason else "")
+    """The last line `runbook run` prints (after :data:`EXIT_MEANINGS`): the decision, its exit
+    code and its first reason."""
+    return f"decision: {decision} (exit {exit_code})" + (f": {reason}" if reason else "")
 
 
 def _cmd_phase(args: argparse.Namespace) -> int:
