@@ -65,8 +65,9 @@ def unmeasurable(mig: Migration, s: pd.DataFrame) -> str:
     svc = mig.workload.service
     if svc is None:
         return "not a service"
-    if svc.tpot_slo_s is not None and tokens_unmeasurable(mig, s):
-        return "goodput " + tokens_unmeasurable(mig, s)
+    no_tokens = tokens_unmeasurable(mig, s) if svc.tpot_slo_s is not None else ""
+    if no_tokens:
+        return "goodput " + no_tokens
     if (svc.ttft_slo_s is not None or svc.tpot_slo_s is not None) and not svc.stream:
         return ("goodput not measurable: a TTFT or TPOT SLO is set but workload.service.stream is false, so no "
                 "token is timed; drop those SLOs or stream")

@@ -193,6 +193,7 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     # The sequential method judges cost per pair of rounds (sequential.cost_trace): the point
     # comparison here gives it the prices and basis, no bootstrap.
     acc_rounds = {side: per_round(accepted, rounds, on[side]) for side in on} if gc.method == "fixed" else None
+    named = failures_named(s, on["target"] & ~done, burst)  # the target's failures, by kind and in its words
     results = [  # the sequential method judges these two ratios itself (sequential.judged)
         *([g.latency_p95_ratio(lat_rounds["source"], lat_rounds["target"], max_ratio=gc.latency_p95_ratio_max,
                                min_samples=gc.min_latency_samples, phase="04"),
@@ -201,7 +202,7 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
         g.cold_start_ratio(cold["source"], cold["target"], max_ratio=gc.cold_start_ratio_max, phase="04",
                            what=cold_what),
         g.error_rate(failures, total, max_rate=gc.error_rate_max, phase="04",
-                     unit=f"{mig.workload.unit}s", named=failures_named(s, on["target"] & ~done, burst)),
+                     unit=f"{mig.workload.unit}s", named=named),
         g.cost_per_unit(*(_finite((at_traffic or costs_)[side].usd_per_accepted_unit) for side in ("source", "target")),
                         required_saving=gc.required_saving,
                         accepted_rounds=(acc_rounds["source"], acc_rounds["target"]) if acc_rounds else None,
@@ -209,7 +210,8 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
         *extra,
     ]
     if gc.method == "sequential":  # it judges the ratio gates, token and goodput ones included, itself
-        results = sequential.judged(mig, s, t, results, round_costs(mig, res, costs_, at_traffic), res.pair_s)
+        results = sequential.judged(mig, s, t, results, round_costs(mig, res, costs_, at_traffic), res.pair_s,
+                                    failures=named)
     else:
         if mig.workload.kind == "service" and mig.workload.service is not None and mig.workload.service.stream:
             results += token_gates(mig, s, rounds, on, done)

@@ -378,12 +378,14 @@ def record(found: list[Trace], mig: Migration) -> SequentialRecord:
 
 
 def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, results: list[g.GateResult],
-           costs: dict[str, list[float]] | None = None, pair_s: list[float] | None = None) -> list[g.GateResult]:
+           costs: dict[str, list[float]] | None = None, pair_s: list[float] | None = None,
+           failures: str = "") -> list[g.GateResult]:
     """Phase 04's gates under the sequential method: the ratio gates from their sequences first;
     then ``results`` (the gates judged as under the fixed method, :func:`runbook_lib.phases.compare.judge.judge`)
     with ``error_rate`` on its Bernoulli sequence when its maximum is positive, ``latency_slo`` and
     ``cost_per_accepted_unit`` (with ``costs``) from their sequences; and the ``sequential_stop``
-    gate (``pair_s``: each pair's wall seconds, for ``measure.max_seconds``). ``results`` must not
+    gate (``pair_s``: each pair's wall seconds, for ``measure.max_seconds``; ``failures``: the target's
+    failures named, which ``error_rate`` says). ``results`` must not
     hold the ratio gates."""
     found = traces(mig, samples, throughput, costs)
     by_name = {t.name: t for t in found}
@@ -393,7 +395,7 @@ def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, resu
     out = []
     for r in results:
         if r.name == "error_rate" and mig.gates.error_rate_max > 0:
-            r = bernoulli_error_gate(r, named=r.detail.split(": ", 1)[1] if ": " in r.detail else "")
+            r = bernoulli_error_gate(r, named=failures)
         elif r.name == "latency_slo" and "latency_slo" in by_name:
             r = slo_result(by_name["latency_slo"], mig, r)
         elif r.name == "cost_per_accepted_unit" and "cost_per_accepted_unit" in by_name:
