@@ -129,7 +129,7 @@ endef
 
 # The end-to-end tier (tests/README.md): every case, two at a time (pytest-xdist). A case whose
 # verdict rests on phase 04's measurement (marked `measure`) is safe beside another whole run
-# because every runbook run on a machine holds the host lock (runbook_lib/hostlock.py): phases 04
+# because every runbook run on a machine holds the host lock (runbook_lib/run/hostlock.py): phases 04
 # and 05 exclusively, so nothing else of the runbook's runs while they time the sides. The readers
 # of a shared run go to one worker (tests/conftest.py). It prints the 25 slowest cases, so a new
 # case's cost shows in the CI log. test-e2e-parallel and test-e2e-measure run one marker's cases.

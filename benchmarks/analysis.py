@@ -37,10 +37,10 @@ def generate(run_dir: Path, samples: int, rounds: int) -> None:
     import numpy as np
     import pandas as pd
 
-    from runbook_lib.measure import INIT_PARTS
+    from runbook_lib.evidence.records import SpendRecord
+    from runbook_lib.measure.timing import INIT_PARTS
     from runbook_lib.phases.compare.protocol import round_sides
     from runbook_lib.phases.compare.raw import SAMPLES_FILE, Measured, SampleSink, write_tables
-    from runbook_lib.records import SpendRecord
 
     rng = np.random.default_rng(0)
     (run_dir / "04").mkdir(parents=True, exist_ok=True)
@@ -81,7 +81,7 @@ def notebook_bytes(mig: Any, res: dict[str, Any], gates: list[Any], costs: Any, 
     from IPython.core.formatters import DisplayFormatter
     from IPython.display import Image
 
-    from runbook_lib import report
+    from runbook_lib.evidence import report
     from runbook_lib.phases.compare.judge import cold_start_summary, summary
 
     figs = [report.latency_cdf(res.samples, out_dir / "latency_cdf.png"),
@@ -127,10 +127,10 @@ def main(argv: list[str]) -> int:
 def analyse(run_dir: Path, args: argparse.Namespace) -> int:
     t_import = time.perf_counter()
     from runbook_lib import gates as g
+    from runbook_lib.evidence.records import CompareData, SpendRecord
     from runbook_lib.params import load_params
     from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
     from runbook_lib.phases.compare.raw import load_measurement
-    from runbook_lib.records import CompareData, SpendRecord
 
     mig = load_params(args.params)
     print(f"{'imports':<24} {time.perf_counter() - t_import:7.2f} s")

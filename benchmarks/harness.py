@@ -2,7 +2,7 @@
 handler, against calling the same handler bare, in process.
 
 The handler busy-waits ``--handler-ms`` (default 2 ms). The measured path is
-:func:`runbook_lib.measure.run_open_loop` with a client whose ``runsync`` calls the handler
+:func:`runbook_lib.measure.timing.run_open_loop` with a client whose ``runsync`` calls the handler
 in process, at an arrival rate low enough that requests never queue, so any extra latency is the
 harness's own. Ends with ``ratio_p50=<harness p50 / bare p50> overhead_us=<microseconds>``.
 Target: ratio_p50 <= 1.05.
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from runbook_lib.measure import Request, poisson_schedule, run_open_loop
+from runbook_lib.measure.timing import Request, poisson_schedule, run_open_loop
 
 
 def handler(seconds: float) -> None:
@@ -29,7 +29,7 @@ def handler(seconds: float) -> None:
 
 
 class InProcessClient:
-    """Stands in for :class:`runbook_lib.measure.JobClient`: the job runs the handler here."""
+    """Stands in for :class:`runbook_lib.measure.timing.JobClient`: the job runs the handler here."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import nbformat
 
-from runbook_lib.manifest import phase_name
-from runbook_lib.runner import environment_ok, run_migration
+from runbook_lib.evidence.manifest import phase_name
+from runbook_lib.run.runner import environment_ok, run_migration
 
 
 def cell_seconds(notebook: Path) -> float:

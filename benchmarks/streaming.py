@@ -4,7 +4,7 @@ Starts ``transformers serve`` (from ``.venv-serve``, on the demo's chat model: `
 demo-service-models`` builds both) on a loopback port, then alternates blocks of requests: a bare
 loop (``httpx.Client.stream`` over server-sent events, timing send to first content chunk and to
 the last byte, each request sent at its time in a Poisson schedule by a plain sleep) and the
-runbook's path on the same schedule (:func:`runbook_lib.measure.run_open_loop` with
+runbook's path on the same schedule (:func:`runbook_lib.measure.timing.run_open_loop` with
 :class:`runbook_lib.service.protocols.OpenAIChat`, at an arrival rate low enough that requests
 never queue). Both send the same requests; the blocks alternate so drift in the server hits both.
 Ends with ``ratio_p50_e2e=<harness / bare> ratio_p50_ttft=<harness / bare>``. Target: each within
@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from runbook_lib.measure import Request, poisson_schedule, run_open_loop
+from runbook_lib.measure.timing import Request, poisson_schedule, run_open_loop
 from runbook_lib.params import Service
 from runbook_lib.providers.local.lifecycle import free_port
 from runbook_lib.service.protocols import OpenAIChat

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from runbook_lib.checkpoint import strip_wrapper_prefix
+from runbook_lib.portability.checkpoint import strip_wrapper_prefix
 from runbook_lib.workload.checkpoint_set import CheckpointWorkload
 
 

@@ -56,7 +56,7 @@ def _echo(line: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from runbook_lib.runner import environment_ok, run_migration
+    from runbook_lib.run.runner import environment_ok, run_migration
 
     _use_fixtures(args)
     environment_ok()
@@ -84,10 +84,10 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     SIGINT, SIGTERM and SIGHUP are handled as ``runbook run`` handles them: the phase stops, what
     the run created is torn down, the run is sealed ``INTERRUPTED`` and the exit is 128 + signal."""
     from runbook_lib.errors import EXIT_HOLD
-    from runbook_lib.interrupt import Interrupts
-    from runbook_lib.manifest import phase_name
-    from runbook_lib.rundir import RunDir
-    from runbook_lib.runner import environment_ok, phase_out_of_order, preflight, run_phase, stop_interrupted
+    from runbook_lib.evidence.manifest import phase_name
+    from runbook_lib.evidence.rundir import RunDir
+    from runbook_lib.run.interrupt import Interrupts
+    from runbook_lib.run.runner import environment_ok, phase_out_of_order, preflight, run_phase, stop_interrupted
 
     run_dir = Path(args.run_dir)
     if args.phase == "01" and not (run_dir / KEPT_PARAMS).exists():
@@ -127,7 +127,7 @@ def _person_signer(ref: str | None) -> Any:
         UsageError: the reference cannot be read or is not such a key (named, its value never shown).
     """
     from runbook_lib.errors import AuthError
-    from runbook_lib.signing import load_signer
+    from runbook_lib.evidence.signing import load_signer
 
     if not ref:
         return None
@@ -138,8 +138,8 @@ def _person_signer(ref: str | None) -> Any:
 
 
 def _cmd_approve(args: argparse.Namespace) -> int:
-    from runbook_lib.approvals import write_approval_file
-    from runbook_lib.resolve import MAX_BY, checked_text
+    from runbook_lib.evidence.approvals import write_approval_file
+    from runbook_lib.evidence.resolve import MAX_BY, checked_text
 
     checked_text(args.by, what="--by", max_len=MAX_BY)
     run_dir = Path(args.run_dir)
@@ -164,7 +164,7 @@ def _cmd_approve(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from runbook_lib.cleanup import cleanup_run, summary
+    from runbook_lib.run.cleanup import cleanup_run, summary
 
     run_dir = Path(args.run_dir)
     if not (run_dir / KEPT_PARAMS).exists():
@@ -182,8 +182,8 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
     import time
 
     from runbook_lib.errors import EXIT_BY_DECISION
-    from runbook_lib.rehearse import rehearse
-    from runbook_lib.runner import environment_ok
+    from runbook_lib.run.rehearse import rehearse
+    from runbook_lib.run.runner import environment_ok
 
     environment_ok()
     t0 = time.perf_counter()
@@ -273,8 +273,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from runbook_lib.records import load_manifest, load_receipt
-    from runbook_lib.resolve import printable, standing
+    from runbook_lib.evidence.records import load_manifest, load_receipt
+    from runbook_lib.evidence.resolve import printable, standing
 
     rows = []
     for d in sorted(Path(args.reports).glob("*/")):
@@ -299,10 +299,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _evidence_state(run_dir: Path) -> str:
     """What ``runbook list`` says of a run's evidence: ``verified`` (a closed-world seal, every
     file as sealed), ``legacy`` (an older open-world seal, its listed files as sealed),
-    ``ALTERED`` (:func:`runbook_lib.verify.verify_run` found a file changed, added or missing)
+    ``ALTERED`` (:func:`runbook_lib.audit.verify.verify_run` found a file changed, added or missing)
     or ``unsealed`` (no manifest: still running, or stopped before its seal)."""
-    from runbook_lib.closedworld import seal_kind
-    from runbook_lib.verify import verify_run
+    from runbook_lib.audit.verify import verify_run
+    from runbook_lib.evidence.closedworld import seal_kind
 
     kind = seal_kind(run_dir)
     if kind == "none":
@@ -314,7 +314,7 @@ def _evidence_state(run_dir: Path) -> str:
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
     from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD
-    from runbook_lib.resolve import printable, resolve_run, standing
+    from runbook_lib.evidence.resolve import printable, resolve_run, standing
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -342,7 +342,7 @@ def _run_dir_arg(value: str) -> Path:
         UsageError: it is not a directory a run wrote (no params.yaml, manifest.json or phase
             record in it), e.g. ``/etc``.
     """
-    from runbook_lib.closedworld import looks_like_run_dir
+    from runbook_lib.evidence.closedworld import looks_like_run_dir
 
     run_dir = Path(value)
     if not looks_like_run_dir(run_dir):
@@ -362,8 +362,8 @@ def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> lis
     """Prints whether the run is signed; with ``key_path`` (``--key PUBKEY``), rows for
     ``attestation.dsse.json``: ``intact`` when the seal is signed by that key over the files as they
     are, else ``altered`` naming why (an unsigned run, or another key, fails: no downgrade)."""
-    from runbook_lib.closedworld import ATTESTATION, read_links
-    from runbook_lib.signing import load_public_key, signature_problems, signed_by
+    from runbook_lib.evidence.closedworld import ATTESTATION, read_links
+    from runbook_lib.evidence.signing import load_public_key, signature_problems, signed_by
 
     keys = signed_by(run_dir)
     if key_path is None:
@@ -388,8 +388,8 @@ def _person_rows(run_dir: Path, key_paths: list[str]) -> list[dict[str, str]]:
     ``key_paths`` (``--person-key``), rows checking each against those keys."""
     import json
 
-    from runbook_lib.signing import envelope_keyids, load_public_key
-    from runbook_lib.verify import person_records, person_signature_rows
+    from runbook_lib.audit.verify import person_records, person_signature_rows
+    from runbook_lib.evidence.signing import envelope_keyids, load_public_key
 
     for what, _, env in person_records(run_dir):
         ids = envelope_keyids(json.loads(env.read_text())) if env is not None else []
@@ -401,8 +401,8 @@ def _person_rows(run_dir: Path, key_paths: list[str]) -> list[dict[str, str]]:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from runbook_lib.closedworld import seal_kind
-    from runbook_lib.verify import verify_run
+    from runbook_lib.audit.verify import verify_run
+    from runbook_lib.evidence.closedworld import seal_kind
 
     run_dir = _run_dir_arg(args.run_dir)
     kind = seal_kind(run_dir)
@@ -422,7 +422,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
           f"{sum(r['status'] == 'broken-link' for r in rows)} broken links")
     if not args.recompute:
         return 1 if bad else 0
-    from runbook_lib.recompute import recompute_run
+    from runbook_lib.audit.recompute import recompute_run
 
     print("\nrecomputed from the evidence (runbook verify --recompute):")
     redone = recompute_run(run_dir)
@@ -439,7 +439,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
-    from runbook_lib.signing import generate_key
+    from runbook_lib.evidence.signing import generate_key
 
     private, public = generate_key(Path(args.path))
     print(f"wrote {private} (private, mode 0600: name it in params as evidence.signing_key: \"file:{private}\") "
@@ -448,9 +448,9 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from runbook_lib.closedworld import seal_kind
-    from runbook_lib.report import chromium_path, pdf_problem, write_html, write_pdf
-    from runbook_lib.verify import verify_run
+    from runbook_lib.audit.verify import verify_run
+    from runbook_lib.evidence.closedworld import seal_kind
+    from runbook_lib.evidence.report import chromium_path, pdf_problem, write_html, write_pdf
 
     run_dir = _run_dir_arg(args.run_dir)
     problems = [f"{r['path']}: {r['status']} ({r['by']})" for r in verify_run(run_dir) if r["status"] != "intact"]
@@ -475,7 +475,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_init(args: argparse.Namespace) -> int:
     """Copy the packaged notebooks and example params into a directory to edit them."""
-    from runbook_lib.phase_notebooks import init_project
+    from runbook_lib.run.phase_notebooks import init_project
 
     target = Path(args.dir)
     written = init_project(target)

@@ -650,7 +650,7 @@ class Workload(_Model):
     entry point defaults to :data:`CHECKPOINT_ENTRY_POINT`, each of the ``restores`` steps restores
     the whole checkpoint (read, verify, load), and ``allow_globals`` lists the non-tensor globals
     (``module.name``) the operator trusts in it, honoured only for files whose sha256 matches the
-    frozen manifest (:func:`runbook_lib.checkpoint.load_state`).
+    frozen manifest (:func:`runbook_lib.portability.checkpoint.load_state`).
     """
 
     kind: Literal["inference", "training", "checkpoint", "service"]
@@ -768,7 +768,7 @@ class Measure(_Model):
     (``active_workers``) billed whether busy or idle.
 
     ``exclusive`` (default true): phases 04 and 05 run alone among the runbook runs on this
-    machine, each other run's phases waiting at their start (:mod:`runbook_lib.hostlock`).
+    machine, each other run's phases waiting at their start (:mod:`runbook_lib.run.hostlock`).
     """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
@@ -783,7 +783,7 @@ class Measure(_Model):
     traffic_per_s: float | None = Field(default=None, gt=0, le=10_000_000)  # declared traffic; None: arrival_rate_per_s
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
     # Phases 04 and 05 hold the host lock exclusively: no other runbook run on this machine runs a
-    # phase while they time the sides (runbook_lib.hostlock). False: they hold it shared, like the
+    # phase while they time the sides (runbook_lib.run.hostlock). False: they hold it shared, like the
     # other phases, for a run whose timings nobody judges.
     exclusive: bool = True
     error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
@@ -889,7 +889,7 @@ class Drills(_Model):
 
 
 class RouterParams(_Model):
-    """Phase 05's router (:mod:`runbook_lib.router`): what moves an inference cutover's traffic.
+    """Phase 05's router (:mod:`runbook_lib.traffic.router`): what moves an inference cutover's traffic.
 
     Attributes:
         kind: ``client`` (the default): the runbook splits its own test requests between the
@@ -1007,7 +1007,7 @@ class Evidence(_Model):
     Attributes:
         signing_key: a reference (``env:VAR`` holding the PEM text, or ``file:/path``) to an
             ed25519 private key in PKCS#8 PEM (``runbook keygen`` writes one); empty: the seal is
-            not signed. When set, every seal of the run is signed (:mod:`runbook_lib.signing`); a
+            not signed. When set, every seal of the run is signed (:mod:`runbook_lib.evidence.signing`); a
             key that cannot be read fails the run before phase 01 rather than seal it unsigned.
     """
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from runbook_lib.hostlock import host_lock
+from runbook_lib.run.hostlock import host_lock
 
 from .runs import (
     CANARY_ENV,
@@ -28,7 +28,7 @@ from .runs import (
 from .runs import ROOT as ROOT  # the repository root, as the test modules import it
 
 if TYPE_CHECKING:
-    from runbook_lib.runner import RunResult
+    from runbook_lib.run.runner import RunResult
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's chromium package (`make browser` installs it as root)
 
@@ -49,7 +49,7 @@ def reseal(run_dir: Path) -> None:
     editing them: ``runbook verify`` then finds nothing wrong (without a key it cannot)."""
     import json
 
-    from runbook_lib.manifest import sha256_file
+    from runbook_lib.evidence.manifest import sha256_file
 
     rec_path = run_dir / "06_accept_or_rollback.json"
     rec = json.loads(rec_path.read_text())
@@ -59,7 +59,7 @@ def reseal(run_dir: Path) -> None:
     manifest["outputs"]["records"][rec_path.name] = sha256_file(rec_path)
     manifest["outputs"]["notebooks"] = {n: sha256_file(run_dir / n) for n in manifest["outputs"]["notebooks"]}
     if "seal" in manifest:  # a closed-world seal lists every file: the editor lists them again
-        from runbook_lib.closedworld import seal_listing
+        from runbook_lib.evidence.closedworld import seal_listing
 
         manifest["seal"] = seal_listing(run_dir)
     (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -128,8 +128,8 @@ def inference_go_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     declared secrets (one from the environment, one from a file, each set to a canary value), a
     dual_run cutover and a signed seal (``keys/seal.key`` in its project, `runbook keygen`'s),
     run by ``runbook run``'s path and sealed: the full-evidence, dual-run and report cases read it."""
-    from runbook_lib.runner import run_migration
-    from runbook_lib.signing import generate_key
+    from runbook_lib.evidence.signing import generate_key
+    from runbook_lib.run.runner import run_migration
 
     project = tmp_path_factory.mktemp("inference-go")
     (project / "registry-token").write_text(CANARY_FILE + "\n")
@@ -215,7 +215,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeSch
 
 @pytest.fixture
 def alone_on_this_host() -> Iterator[Callable[[], None]]:
-    """Call it to hold the host lock (runbook_lib.hostlock) exclusively until the case ends: no
+    """Call it to hold the host lock (runbook_lib.run.hostlock) exclusively until the case ends: no
     runbook run's phase starts meanwhile. For a case that runs the library without the runner
     (JupyterLab's kernel), which another worker's run slows past a person's waits and which would
     take CPU from a timed phase. Called, not held from the start: the case's own headless phases

@@ -76,8 +76,8 @@ def run_phases(params: Path, phases: Sequence[str], **create: Any) -> Path:
     """A new run of ``params`` through ``phases`` only (``runbook phase``'s path), each asserted
     completed; returns the run directory. Cases that need only phases 01-03 run 01, 02, 03 and
     06 (which decides from the records there are and tears down whatever is left)."""
-    from runbook_lib.rundir import RunDir
-    from runbook_lib.runner import run_phase
+    from runbook_lib.evidence.rundir import RunDir
+    from runbook_lib.run.runner import run_phase
 
     run = RunDir.create(params, **({"reports_dir": params.parent.parent / "reports"} | create))
     for pid in phases:
@@ -109,9 +109,9 @@ def approval_walk(params: Path, work: Path, kinds: dict[str, set[str]]) -> Path:
     approve`` file covers them all, and the phase then runs to its end; the fingerprints phases 04
     and 05 show before their approval cell are exactly the ones they apply (``kinds``: the actions
     each applies). Phase 06 tears down under the launch approvals. Returns the run directory."""
-    from runbook_lib.approvals import write_approval_file
-    from runbook_lib.rundir import RunDir
-    from runbook_lib.runner import run_phase
+    from runbook_lib.evidence.approvals import write_approval_file
+    from runbook_lib.evidence.rundir import RunDir
+    from runbook_lib.run.runner import run_phase
 
     run = RunDir.create(params, reports_dir=work / "reports")
     for phase in ("01", "02", "03", "04", "05"):
@@ -138,7 +138,7 @@ def approval_walk(params: Path, work: Path, kinds: dict[str, set[str]]) -> Path:
             assert all(p["method"] == f"file:{approval}" for p in applied)
     end = run_phase(run, "06")  # tears down phase 04's endpoints under their launch approvals
     assert end.status == "completed", end.reason
-    from runbook_lib.verify import verify_run
+    from runbook_lib.audit.verify import verify_run
 
     bad = [r for r in verify_run(run.path) if r["status"] != "intact"]  # phase 06's notebook is in the seal
     assert bad == [], bad
@@ -149,8 +149,8 @@ def target_dies_before_phase_05(params: Path, run_dir: Path, project: Path) -> l
     """Phases 01-04 of ``params`` into ``run_dir`` as `runbook phase` runs them, then the target
     endpoint's processes stopped (an eviction, an outbid instance) before phase 05; returns the
     `runbook phase` arguments (params, run directory, notebooks) for the phases that follow."""
-    from runbook_lib.approvals import Approval
     from runbook_lib.cli import main as cli_main
+    from runbook_lib.evidence.approvals import Approval
     from runbook_lib.providers.base import plan_stop
     from runbook_lib.providers.local import LocalProvider
 

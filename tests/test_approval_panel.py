@@ -1,5 +1,5 @@
 """The approval cell: what approves a plan, as text that survives saving and export; a click
-writes the record the next cell's :func:`runbook_lib.approvals.require` finds."""
+writes the record the next cell's :func:`runbook_lib.evidence.approvals.require` finds."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runbook_lib.approvals import approval_widget, require, require_all, standing
 from runbook_lib.errors import ApprovalRequired
+from runbook_lib.evidence.approvals import approval_widget, require, require_all, standing
 from runbook_lib.providers.base import Plan
 
 
@@ -84,8 +84,8 @@ def test_the_static_forms_carry_the_text_and_no_script(tmp_path: Path) -> None:
 
 
 def test_a_hold_says_what_to_decide_and_the_commands() -> None:
+    from runbook_lib.evidence.records import Receipt
     from runbook_lib.phases.decide import Actions, DecisionResult
-    from runbook_lib.records import Receipt
 
     receipt = Receipt(run_id="20261201T000000Z-m-abc123", hold_deadline="2026-12-01T01:00:00Z")
     held = DecisionResult(phases=[], decision="HOLD", reasons=["too few samples"], gates=[], actions=Actions(None, []),

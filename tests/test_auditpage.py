@@ -3,9 +3,9 @@ run): formatted with units, every string escaped, links to the phase sections, n
 
 from __future__ import annotations
 
-from runbook_lib.auditpage import SealStatus, first_page, fmt
+from runbook_lib.evidence.auditpage import SealStatus, first_page, fmt
+from runbook_lib.evidence.records import Delta, DrillRow, Receipt, ReceiptResources, ResourceRow, RollbackPoint
 from runbook_lib.gates import GateResult
-from runbook_lib.records import Delta, DrillRow, Receipt, ReceiptResources, ResourceRow, RollbackPoint
 
 SECTIONS = {p: f"phase-{p}_x" for p in ("01", "02", "03", "04", "05", "06")}
 
@@ -84,8 +84,8 @@ def test_a_phase_table_is_shown_without_its_index_column() -> None:
 
 def test_a_gate_table_marks_each_verdict_in_colour_and_in_text() -> None:
     # README: "gate tables mark verdicts in colour and text" (a reader without colour still reads them)
+    from runbook_lib.evidence.report import VERDICT_COLORS, gates_table
     from runbook_lib.gates import GateResult
-    from runbook_lib.report import VERDICT_COLORS, gates_table
 
     gates = [GateResult(f"g{i}", v, True, None, None, "", "", "") for i, v in enumerate(VERDICT_COLORS)]
     html = gates_table(gates).to_html()
@@ -95,7 +95,7 @@ def test_a_gate_table_marks_each_verdict_in_colour_and_in_text() -> None:
 
 
 def test_the_first_page_carries_the_savings_forecast() -> None:
-    from runbook_lib.records import SavingsForecast
+    from runbook_lib.evidence.records import SavingsForecast
 
     f = SavingsForecast(traffic_per_s=20.0, source_usd_per_month=1460.0, target_usd_per_month=1338.33,
                         saving_usd_per_month=121.67, saving_fraction=0.0833, saving_interval=(-0.004, 0.164),

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 import torch
 
-from runbook_lib.checkpoint import CheckpointError, inspect, load_state, natural_key, pickle_globals, sha256_of
+from runbook_lib.portability.checkpoint import (
+    CheckpointError,
+    inspect,
+    load_state,
+    natural_key,
+    pickle_globals,
+    sha256_of,
+)
 
 from .conftest import retag_devices
 
@@ -217,7 +224,7 @@ def _dcp(path: Path, state: dict[str, Any]) -> None:
 
 
 def test_a_distributed_checkpoint_is_inspected_from_its_metadata_and_loaded_safely(tmp_path: Path) -> None:
-    from runbook_lib.checkpoint import load_dcp
+    from runbook_lib.portability.checkpoint import load_dcp
 
     state = {**_state(), "step": torch.tensor(7)}
     _dcp(tmp_path / "dcp", state)
@@ -236,7 +243,7 @@ def test_a_distributed_checkpoint_is_inspected_from_its_metadata_and_loaded_safe
 def test_a_distributed_checkpoint_s_planted_metadata_missing_and_short_shards_are_blockers(tmp_path: Path) -> None:
     import pickle
 
-    from runbook_lib.checkpoint import load_dcp
+    from runbook_lib.portability.checkpoint import load_dcp
 
     marker = tmp_path / "PWNED"
     _dcp(tmp_path / "evil", _state())
@@ -270,7 +277,7 @@ def test_reserved_names_ambiguous_names_and_sparse_tensors_are_blockers_found_wi
 def test_a_distributed_checkpoint_s_pickled_items_are_hashed_and_reported_never_loaded(tmp_path: Path) -> None:
     # README: DCP "loads only its tensor items (torch loads pickled non-tensor items without
     # weights_only: they are copied, hashed and reported, never loaded)"
-    from runbook_lib.checkpoint import load_dcp
+    from runbook_lib.portability.checkpoint import load_dcp
 
     state = {**_state(), "trainer": {"epoch": 3, "note": "non-tensor"}}
     _dcp(tmp_path / "dcp", state)

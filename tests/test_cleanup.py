@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from runbook_lib.approvals import require
-from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
+from runbook_lib.audit.verify import verify_run
 from runbook_lib.cli import main as cli_main
-from runbook_lib.closedworld import read_links
-from runbook_lib.interrupt import Interrupts, exit_code
+from runbook_lib.evidence.approvals import require
+from runbook_lib.evidence.closedworld import read_links
+from runbook_lib.evidence.seal import seal_run
 from runbook_lib.params import load_params
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.local import LocalProvider
-from runbook_lib.seal import seal_run
-from runbook_lib.verify import verify_run
+from runbook_lib.run.cleanup import CleanupAborted, cleanup_run, summary
+from runbook_lib.run.interrupt import Interrupts, exit_code
 
 from .conftest import ROOT
 

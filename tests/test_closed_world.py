@@ -17,19 +17,19 @@ import nbformat
 import pytest
 import yaml
 
-from runbook_lib.approvals import require
+from runbook_lib.audit.verify import person_signature_rows, verify_run
 from runbook_lib.cli import main as cli_main
-from runbook_lib.closedworld import read_links
 from runbook_lib.errors import EXIT_USAGE, ApprovalRequired, EvidenceError, UsageError
-from runbook_lib.manifest import sha256_file, write_json_atomic
+from runbook_lib.evidence.approvals import require
+from runbook_lib.evidence.closedworld import read_links
+from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
+from runbook_lib.evidence.report import sanitize_fragment, write_html
+from runbook_lib.evidence.resolve import content_sha256, iso, resolve_run, standing
+from runbook_lib.evidence.seal import seal_run
+from runbook_lib.evidence.signing import load_public_key, load_signer
 from runbook_lib.params import dump_yaml, load_params
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.local import LocalProvider
-from runbook_lib.report import sanitize_fragment, write_html
-from runbook_lib.resolve import content_sha256, iso, resolve_run, standing
-from runbook_lib.seal import seal_run
-from runbook_lib.signing import load_public_key, load_signer
-from runbook_lib.verify import person_signature_rows, verify_run
 
 from .conftest import ROOT
 
@@ -246,7 +246,7 @@ def test_report_and_init_never_write_through_a_symlink(tmp_path: Path, capsys: p
     assert "is a symlink" in capsys.readouterr().err and list(elsewhere.iterdir()) == []
 
 
-# Signing: an in-toto statement of the seal in a DSSE envelope, ed25519 (runbook_lib.signing).
+# Signing: an in-toto statement of the seal in a DSSE envelope, ed25519 (runbook_lib.evidence.signing).
 
 
 def _keys(tmp_path: Path, name: str = "seal.key") -> tuple[Path, Path]:
@@ -292,7 +292,7 @@ def test_a_signed_run_verifies_with_its_public_key_from_a_copy_elsewhere(tmp_pat
 
 def test_a_run_resealed_without_the_key_unsigned_or_signed_by_another_key_fails_verify_key(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from runbook_lib.closedworld import seal_listing
+    from runbook_lib.evidence.closedworld import seal_listing
 
     private, public = _keys(tmp_path)
     monkeypatch.setenv("RUNBOOK_TEST_SEAL_KEY", private.read_text())  # env: holds the PEM itself
@@ -320,8 +320,8 @@ def test_a_run_resealed_without_the_key_unsigned_or_signed_by_another_key_fails_
 def test_a_signing_key_that_cannot_be_read_is_named_and_its_value_never_shown(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from runbook_lib.errors import AuthError
-    from runbook_lib.scan import resolved_secrets
-    from runbook_lib.signing import load_signer
+    from runbook_lib.evidence.signing import load_signer
+    from runbook_lib.phases.scan import resolved_secrets
 
     with pytest.raises(AuthError, match="RUNBOOK_TEST_MISSING"):
         load_signer("env:RUNBOOK_TEST_MISSING")
@@ -390,7 +390,7 @@ def test_an_approval_file_signed_by_its_approver_travels_into_the_run_and_verifi
 
 
 def test_a_run_directory_that_is_or_holds_a_symlink_is_never_written_into(tmp_path: Path) -> None:
-    from runbook_lib.rundir import RunDir
+    from runbook_lib.evidence.rundir import RunDir
 
     params = tmp_path / "params" / "demo.yaml"
     params.parent.mkdir()
@@ -447,7 +447,7 @@ def test_a_hand_written_link_holds_only_what_its_command_writes(
     # remove a sealed file, or are of a kind no command writes: each is a broken link, and what
     # it names counts as an addition (or the sealed file as altered or missing), so verify fails
     # and the report shows none of it, signed run or not.
-    from runbook_lib.signing import generate_key
+    from runbook_lib.evidence.signing import generate_key
 
     key = tmp_path / "seal.key"
     generate_key(key)
@@ -588,8 +588,8 @@ def test_an_approval_on_record_is_never_rewritten_so_a_later_cleanup_adds_a_vali
     # A teardown approved destroying a pod that was then left (sealed); `runbook cleanup` then
     # destroys the same pod under the same plan: the sealed approval stands (its bytes unchanged),
     # the cleanup's link holds only cleanup.json, and the run still verifies.
-    from runbook_lib.approvals import Approval, record
-    from runbook_lib.closedworld import append_link
+    from runbook_lib.evidence.approvals import Approval, record
+    from runbook_lib.evidence.closedworld import append_link
     from runbook_lib.providers.base import Plan
 
     plan = Plan(provider="local", action="destroy", target="pod-1", spec=None, cost_usd_per_hour=0.0, dry_run=False)

@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ParamsError, ProviderError, WorkloadError
+from runbook_lib.evidence.records import SpendRecord
 from runbook_lib.gates import sequential as sq
-from runbook_lib.measure import Attempted, frozen_heap, with_retries
+from runbook_lib.measure import cost
+from runbook_lib.measure.timing import Attempted, frozen_heap, with_retries
 from runbook_lib.params import Measure, load_params, operator_set, parse_yaml, validate
 from runbook_lib.phases import compare
 from runbook_lib.phases.compare import sequential as seqmod
-from runbook_lib.records import SpendRecord
 
 from .conftest import ROOT
 
@@ -238,7 +238,7 @@ def test_shipped_params_set_what_their_gates_rely_on() -> None:
 def test_runpod_job_times_in_milliseconds_become_seconds() -> None:
     # Runpod's job record (docs/reference/providers.md 2.4): delayTime 812 ms queued, executionTime
     # 143 ms running; the local endpoint reports seconds itself.
-    from runbook_lib.measure import job_timings
+    from runbook_lib.measure.timing import job_timings
 
     rp = job_timings({"status": "COMPLETED", "delayTime": 812, "executionTime": 143})
     assert rp["queue_s"] == pytest.approx(0.812) and rp["execution_s"] == pytest.approx(0.143)
@@ -269,7 +269,7 @@ def _job_api(answers: dict[str, list[Any]], seen: list[Any]) -> Any:
 
 
 def test_the_job_client_polls_at_a_rate_limit_safe_cadence_and_honours_retry_after() -> None:
-    from runbook_lib.measure import POLL_MAX_S, POLL_START_S, JobClient
+    from runbook_lib.measure.timing import POLL_MAX_S, POLL_START_S, JobClient
 
     seen: list[Any] = []
     running = (200, {"id": "j1", "status": "IN_PROGRESS"}, {})
@@ -288,7 +288,7 @@ def test_the_client_timeout_is_waited_out_whole_before_the_job_is_cancelled() ->
     """A job still queued after 0.5 + 1 + 2 s of polls has 0.5 s of its 4 s client timeout left:
     the client waits exactly that, polls once more, and only then cancels (it used to give up at
     3.5 s, when the next doubled wait would have overshot, and report 4 s)."""
-    from runbook_lib.measure import JobClient
+    from runbook_lib.measure.timing import JobClient
 
     now = [0.0]
 
@@ -306,7 +306,7 @@ def test_the_client_timeout_is_waited_out_whole_before_the_job_is_cancelled() ->
 
 
 def test_a_refused_submission_is_a_machinery_failure_and_is_never_resent() -> None:
-    from runbook_lib.measure import JobClient
+    from runbook_lib.measure.timing import JobClient
 
     seen: list[Any] = []
     answers = {"run": [(429, {"error": "rate limited"}, {"Retry-After": "1"})]}
@@ -458,8 +458,8 @@ def test_a_host_that_drifts_still_holds_under_the_sequential_gates() -> None:
 
 
 def test_runbook_run_says_how_many_rounds_a_sequential_phase_04_needed() -> None:
-    from runbook_lib.records import CompareData
-    from runbook_lib.runner import sequential_line
+    from runbook_lib.evidence.records import CompareData
+    from runbook_lib.run.runner import sequential_line
 
     ctx = _sequential_ctx()
     _, res = _sequential_run(ctx, slower=2.5, seed=1)

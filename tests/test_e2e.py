@@ -17,16 +17,16 @@ import nbformat
 import pandas as pd
 import pytest
 
+from runbook_lib.audit.recompute import recompute_run
+from runbook_lib.audit.verify import verify_run
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
-from runbook_lib.interrupt import Interrupts
-from runbook_lib.manifest import read_chain, sha256_file
-from runbook_lib.recompute import recompute_run
-from runbook_lib.report import remote_references
-from runbook_lib.resolve import hold_deadline
-from runbook_lib.runner import RunResult, execute_phase, run_migration
+from runbook_lib.evidence.manifest import read_chain, sha256_file
+from runbook_lib.evidence.report import remote_references
+from runbook_lib.evidence.resolve import hold_deadline
+from runbook_lib.run.interrupt import Interrupts
+from runbook_lib.run.runner import RunResult, execute_phase, run_migration
 from runbook_lib.storage import open_store
-from runbook_lib.verify import verify_run
 
 from .conftest import ROOT, reseal
 from .runs import (
@@ -410,7 +410,7 @@ def test_a_full_disk_while_the_notebook_is_saved_is_named_not_hidden(tmp_path: P
 
     import papermill.engines
 
-    from runbook_lib.runner import scrub_paths
+    from runbook_lib.run.runner import scrub_paths
 
     real, saves = papermill.engines.write_ipynb, []
 

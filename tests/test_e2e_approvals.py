@@ -48,14 +48,14 @@ def test_a_retried_round_rents_another_machine_under_its_own_approval(make_param
     # the local provider's first launch failing as a provider API can (a ProviderError, which phase
     # 04 retries). The retry's plan is another rental: it holds (nothing created) with its own plan
     # pending until a second approval names it; then it runs, and its pod is destroyed.
-    from runbook_lib.approvals import require_all, write_approval_file
     from runbook_lib.errors import ApprovalRequired, ProviderError
-    from runbook_lib.hostlock import host_lock
+    from runbook_lib.evidence.approvals import require_all, write_approval_file
+    from runbook_lib.evidence.rundir import RunDir
     from runbook_lib.phases import open_phase
     from runbook_lib.phases.compare import protocol
     from runbook_lib.providers.local import LocalProvider
-    from runbook_lib.rundir import RunDir
-    from runbook_lib.runner import run_phase
+    from runbook_lib.run.hostlock import host_lock
+    from runbook_lib.run.runner import run_phase
 
     params = make_params("demo-train.yaml", **merged(FAST_TRAINING, UNJUDGED, NOT_PREAPPROVED))
     run = RunDir.create(params, reports_dir=tmp_path / "reports")

@@ -13,7 +13,7 @@ import socket
 import pytest
 import yaml
 
-from runbook_lib.runner import RunResult
+from runbook_lib.run.runner import RunResult
 from runbook_lib.secret_refs import names_present
 
 from .conftest import ROOT

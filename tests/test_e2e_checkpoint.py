@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
-from runbook_lib.runner import RunResult, run_migration
+from runbook_lib.run.runner import RunResult, run_migration
 
 from .conftest import ROOT, retag_devices
 from .runs import phase_statuses, receipt, run_phases
@@ -250,7 +250,7 @@ def test_a_checkpoint_entry_point_adds_an_inference_check_that_a_dtype_change_fa
     rec01 = json.loads((run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]
     assert rec01["golden"]["inference_shape"] == [32, 10]  # sample_size inputs, 10 logits
     assert verdicts["inference_parity"] == verdicts["output_parity"] == verdicts["tensor_identity"] == "PASS"
-    from runbook_lib.recompute import recompute_run
+    from runbook_lib.audit.recompute import recompute_run
 
     again = {r.gate: r for r in recompute_run(run_dir)}
     assert again["inference_parity"].basis != "phase record" and all(r.same for r in again.values()), again

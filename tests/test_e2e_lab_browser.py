@@ -21,10 +21,10 @@ from typing import Any, Callable
 import httpx
 import pytest
 
-from runbook_lib.approvals import write_approval_file
 from runbook_lib.cli import main as cli_main
-from runbook_lib.rundir import RunDir
-from runbook_lib.runner import run_phase
+from runbook_lib.evidence.approvals import write_approval_file
+from runbook_lib.evidence.rundir import RunDir
+from runbook_lib.run.runner import run_phase
 
 from .conftest import ROOT
 from .runs import FAST_INFERENCE, NOT_PREAPPROVED, merged

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from runbook_lib.audit.verify import verify_run
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE
-from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
 

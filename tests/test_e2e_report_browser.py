@@ -15,10 +15,10 @@ from typing import Any
 import nbformat
 import pytest
 
-from runbook_lib import report
+from runbook_lib.audit.verify import verify_run
 from runbook_lib.cli import main as cli_main
-from runbook_lib.runner import RunResult
-from runbook_lib.verify import verify_run
+from runbook_lib.evidence import report
+from runbook_lib.run.runner import RunResult
 
 from .conftest import CHROMIUM
 from .conftest import reseal as reseal_run

@@ -14,7 +14,7 @@ import pytest
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_GO
-from runbook_lib.runner import run_migration
+from runbook_lib.run.runner import run_migration
 
 from .runs import FAST_INFERENCE, UNJUDGED, merged, receipt, require_haproxy, target_dies_before_phase_05
 

@@ -20,13 +20,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from runbook_lib.audit.recompute import recompute_run
+from runbook_lib.audit.verify import verify_run
 from runbook_lib.errors import EXIT_GO, EXIT_NO_GO
 from runbook_lib.params import Service
 from runbook_lib.providers.local.lifecycle import free_port
-from runbook_lib.recompute import recompute_run
-from runbook_lib.runner import RunResult, run_migration
+from runbook_lib.run.runner import RunResult, run_migration
 from runbook_lib.service import compare, protocols
-from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
 from .runs import phase_statuses, receipt, run_phases, write_params

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from runbook_lib.errors import EXIT_NO_GO
-from runbook_lib.runner import run_migration
+from runbook_lib.run.runner import run_migration
 
 from .conftest import ROOT
 from .faulty_service import ERROR_TEXT

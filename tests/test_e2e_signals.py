@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from runbook_lib.cli import main as cli_main
-from runbook_lib.hostlock import LOCK_ENV, host_lock
 from runbook_lib.providers.local import LocalProvider
+from runbook_lib.run.hostlock import LOCK_ENV, host_lock
 
 from .conftest import ROOT
 from .runs import FAST_INFERENCE as _FAST
@@ -202,7 +202,7 @@ def test_runbook_phase_handles_a_signal_as_runbook_run_does(make_params) -> None
 
 def test_a_run_waits_for_another_runs_timed_phase_and_a_signal_meanwhile_starts_nothing(make_params, start,
                                                                                         tmp_path: Path) -> None:
-    """Another run's phase 04 holds the host lock (runbook_lib.hostlock): this run's phase 01 says
+    """Another run's phase 04 holds the host lock (runbook_lib.run.hostlock): this run's phase 01 says
     it is waiting and runs nothing; Ctrl-C then ends the run (exit 130) with phase 01 interrupted
     before its notebook started and nothing created."""
     lock = tmp_path / "host.lock"

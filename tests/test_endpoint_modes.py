@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
-from runbook_lib.approvals import Approval
 from runbook_lib.errors import ProviderError
-from runbook_lib.measure import job_timings, served_status
+from runbook_lib.evidence.approvals import Approval
+from runbook_lib.measure.timing import job_timings, served_status
 from runbook_lib.params import load_params
 from runbook_lib.phases.mapping import endpoint_mode_row
 from runbook_lib.providers import create_provider

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from runbook_lib.inventory import CLASSES, diff, probe
+from runbook_lib.portability.inventory import CLASSES, diff, probe
 
 GB = 10**9
 

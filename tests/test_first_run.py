@@ -10,8 +10,8 @@ import pytest
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_USAGE
-from runbook_lib.rundir import RunDir
-from runbook_lib.runner import escaped, phase_out_of_order
+from runbook_lib.evidence.rundir import RunDir
+from runbook_lib.run.runner import escaped, phase_out_of_order
 
 from .conftest import ROOT
 from .runs import write_params

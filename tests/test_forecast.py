@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from runbook_lib.cost import ServingTerms
+from runbook_lib.measure.cost import ServingTerms
 from runbook_lib.phases.compare import forecast as fc
 
 # Source: 4 workers of 10 requests/s each, 1 kept warm, 1.00 USD an hour a worker. Target: 4

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from runbook_lib import cost
 from runbook_lib import gates as g
+from runbook_lib.measure import cost
 
 
 @pytest.mark.parametrize("scale", [0.0, 1e-7, 5e-6, 1e-4, 1e-2])

@@ -1,4 +1,4 @@
-"""The host lock (runbook_lib.hostlock): timed phases run alone among runbook runs on one machine.
+"""The host lock (runbook_lib.run.hostlock): timed phases run alone among runbook runs on one machine.
 
 Each case takes the real ``flock(2)`` lock on a file under tmp_path, from threads (each opens its
 own descriptor, so they conflict as processes do) and from a second process."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runbook_lib.errors import ParamsError
-from runbook_lib.hostlock import LOCK_ENV, LockWaitStopped, exclusive_for, holders, host_lock, lock_path
+from runbook_lib.run.hostlock import LOCK_ENV, LockWaitStopped, exclusive_for, holders, host_lock, lock_path
 
 
 def _hold(path: Path, exclusive: bool, taken: threading.Event, release: threading.Event,
@@ -83,7 +83,7 @@ def test_a_waiting_timed_phase_lets_no_new_phase_in_ahead_of_it(tmp_path: Path) 
 
 def test_a_lock_held_by_another_process_is_waited_for_and_freed_when_it_dies(tmp_path: Path) -> None:
     path = tmp_path / "h.lock"
-    code = ("import sys, time; from pathlib import Path; from runbook_lib.hostlock import host_lock\n"
+    code = ("import sys, time; from pathlib import Path; from runbook_lib.run.hostlock import host_lock\n"
             "with host_lock(True, path=Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -103,7 +103,7 @@ def test_a_lock_held_by_another_process_is_waited_for_and_freed_when_it_dies(tmp
 
 def test_a_waiting_phase_names_who_holds_the_lock_and_a_dead_holder_is_not_named(tmp_path: Path) -> None:
     path = tmp_path / "h.lock"
-    code = ("import sys, time; from pathlib import Path; from runbook_lib.hostlock import host_lock\n"
+    code = ("import sys, time; from pathlib import Path; from runbook_lib.run.hostlock import host_lock\n"
             "with host_lock(True, path=Path(sys.argv[1]), run='r-other', phase='04'):\n"
             "    print('held', flush=True); time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)

@@ -14,9 +14,9 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from runbook_lib.approvals import Approval
 from runbook_lib.errors import ParamsError, ProviderError, WorkloadError
-from runbook_lib.measure import INIT_PARTS, JobClient
+from runbook_lib.evidence.approvals import Approval
+from runbook_lib.measure.timing import INIT_PARTS, JobClient
 from runbook_lib.providers.base import EndpointSpec
 from runbook_lib.providers.local import LocalProvider
 from runbook_lib.providers.local.endpoint import MAX_DELIVERIES, PAYLOAD_LIMITS, FrontDoor

@@ -9,31 +9,52 @@ from pathlib import Path
 
 from .conftest import ROOT
 
-LAYERS: list[set[str]] = [
+PACKAGES: list[set[str]] = [
     {"errors", "_fs", "_http", "_time", "layout"},
-    {"hostlock"},
-    {"__init__"},  # the package itself: __version__
-    {"manifest", "secret_refs", "offer_query"},
-    {"closedworld"},
-    {"signing"},
+    {"__init__", "secret_refs", "offer_query"},
     {"params"},
     {"service"},
-    {"rundir", "phase_notebooks"},
-    {"gates", "cost", "measure", "inventory", "storage", "route", "router", "checkpoint"},
-    {"replay"},
-    {"records"},
-    {"auditpage"},
-    {"approvals", "resolve", "report", "seal"},
-    {"workload"},
+    {"gates", "measure", "portability", "storage"},
+    {"evidence"},
+    {"traffic", "workload"},
     {"providers"},
-    {"scan"},
-    {"phases", "cleanup"},
-    {"interrupt", "verify", "recompute"},
-    {"runner"},
-    {"rehearse"},
+    {"phases"},
+    {"audit"},
+    {"run"},
     {"cli"},
 ]
-"""Bottom to top; a module may import its own component and anything in a lower layer."""
+"""The top level, bottom to top: a package (or top-level module) imports only its own modules and
+what is in a band below it. docs/explanation/architecture.md draws these bands."""
+
+LAYERS: list[set[str]] = [
+    {"errors", "_fs", "_http", "_time", "layout"},
+    {"evidence", "measure", "traffic", "portability", "audit", "run"},  # packages' docstrings only
+    {"run.hostlock"},
+    {"__init__"},  # the package itself: __version__
+    {"evidence.manifest", "secret_refs", "offer_query"},
+    {"evidence.closedworld"},
+    {"evidence.signing"},
+    {"params"},
+    {"service"},
+    {"evidence.rundir", "run.phase_notebooks"},
+    {"gates", "measure.cost", "measure.timing", "portability.inventory", "storage", "traffic.route",
+     "traffic.router", "portability.checkpoint"},
+    {"traffic.replay"},
+    {"evidence.records"},
+    {"evidence.auditpage"},
+    {"evidence.approvals", "evidence.resolve", "evidence.report", "evidence.seal"},
+    {"workload"},
+    {"providers"},
+    {"phases.scan"},
+    {"phases", "run.cleanup"},
+    {"run.interrupt", "audit.verify", "audit.recompute"},
+    {"run.runner"},
+    {"run.rehearse"},
+    {"cli"},
+]
+"""Modules, bottom to top; a module may import its own component and anything in a lower layer. An
+entry names a module (``evidence.records``) or a package whose modules share one component
+(``gates``); a package's ``__init__`` is its own component."""
 
 
 def _modules() -> dict[str, Path]:
@@ -59,22 +80,56 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
+def _named(module: str) -> list[str]:
+    """Every layer entry that could name ``module``, longest first: ``runbook_lib.evidence.records``
+    -> ``evidence.records``, ``evidence``."""
+    parts = module.split(".")[1:] or ["__init__"]
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
 def _component(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
+    entries = set().union(*LAYERS)
+    for name in _named(module):
+        if name in entries:
+            return name
+    raise AssertionError(f"{module} is in no layer: add it (or its package) to LAYERS")
 
 
 def _layer(module: str) -> int:
     comp = _component(module)
-    for i, layer in enumerate(LAYERS):
-        if comp in layer:
+    return next(i for i, layer in enumerate(LAYERS) if comp in layer)
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _band(module: str) -> int:
+    pkg = _package(module)
+    for i, band in enumerate(PACKAGES):
+        if pkg in band:
             return i
-    raise AssertionError(f"{module} is in no layer: add its component {comp!r} to LAYERS")
+    raise AssertionError(f"{module} is in no band: add its package {pkg!r} to PACKAGES")
 
 
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
     return {m: {t for t in _imports(f, modules) if t != m} for m, f in modules.items()}
+
+
+def test_packages_import_only_their_own_modules_and_lower_bands() -> None:
+    wrong = sorted({f"{_package(m)} (band {_band(m)}) imports {_package(t)} (band {_band(t)}): {m} -> {t}"
+                    for m, ts in _graph().items() for t in ts
+                    if _package(t) != _package(m) and _band(t) >= _band(m)})
+    assert wrong == []
+
+
+def test_the_top_level_holds_at_most_12_modules_besides_its_packages() -> None:
+    top = sorted(f.stem for f in (ROOT / "runbook_lib").glob("*.py"))
+    assert len(top) <= 12, top
+    packages = {p.name for p in (ROOT / "runbook_lib").iterdir() if (p / "__init__.py").exists()}
+    assert packages | set(top) == set().union(*PACKAGES)
 
 
 def test_lower_layers_never_import_higher_ones() -> None:
@@ -161,7 +216,7 @@ MAX_FUNCTION_LINES = 80
 MAX_METHODS = 15
 MAX_UNTYPED_IN_PHASES = 20
 """At most this many ``dict[str, Any]`` in runbook_lib/phases (issue 27): phase data is built as the
-record models of runbook_lib/records.py; what stays a dict is free-form by nature (a provider's
+record models of runbook_lib/evidence/records.py; what stays a dict is free-form by nature (a provider's
 JSON answer, a table row headed for pandas, the phase's read cache)."""
 
 
@@ -191,3 +246,21 @@ def test_phase_data_is_typed_not_dicts() -> None:
     found = [f"{f.relative_to(ROOT)}:{i}" for f in sorted((ROOT / "runbook_lib" / "phases").rglob("*.py"))
              for i, line in enumerate(f.read_text().splitlines(), 1) for _ in range(line.count("dict[str, Any]"))]
     assert len(found) <= MAX_UNTYPED_IN_PHASES, found
+
+
+def _drawn_bands() -> dict[int, set[str]]:
+    """The bands docs/explanation/architecture.md draws: ``band -> names`` from its diagram."""
+    text = (ROOT / "docs" / "explanation" / "architecture.md").read_text()
+    diagram = text.split("```text", 1)[1].split("```", 1)[0]
+    bands: dict[int, set[str]] = {}
+    band = -1
+    for line in diagram.splitlines()[3:]:
+        cells = line[:33].split()
+        if cells and cells[0].isdigit():
+            band = int(cells.pop(0))
+        bands.setdefault(band, set()).update(c.rstrip("/") for c in cells)
+    return bands
+
+
+def test_the_architecture_page_draws_the_bands_the_test_checks() -> None:
+    assert _drawn_bands() == dict(enumerate(PACKAGES))

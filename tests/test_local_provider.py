@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runbook_lib.approvals import Approval, require
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
-from runbook_lib.measure import JobClient, served_status
+from runbook_lib.evidence.approvals import Approval, require
+from runbook_lib.measure.timing import JobClient, served_status
 from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.base import EndpointSpec, PodSpec, plan_stop
@@ -114,7 +114,7 @@ def endpoint(request, tmp_path: Path, make_params, monkeypatch):
 def test_endpoint_survives_a_burst_of_new_connections(endpoint) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from runbook_lib.measure import run_saturation
+    from runbook_lib.measure.timing import run_saturation
 
     prov, ep, _ = endpoint
     fresh = JobClient(ep.url)  # no pooled connections yet: every request opens one

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runbook_lib.manifest import write_json_atomic
+from runbook_lib.evidence.manifest import write_json_atomic
+from runbook_lib.evidence.seal import lock_sha256, seal_run
 from runbook_lib.params import load_params
-from runbook_lib.seal import lock_sha256, seal_run
 
 from .conftest import ROOT
 

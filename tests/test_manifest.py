@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runbook_lib.errors import EvidenceError
-from runbook_lib.manifest import GENESIS, read_chain, require_records, sha256_file, write_record
+from runbook_lib.evidence.manifest import GENESIS, read_chain, require_records, sha256_file, write_record
 
 
 def _chain(run: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runbook_lib.approvals import Approval
+from runbook_lib.evidence.approvals import Approval
 from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import KeySource

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from runbook_lib import records
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_USAGE, EvidenceError
-from runbook_lib.manifest import read_chain
+from runbook_lib.evidence import records
+from runbook_lib.evidence.manifest import read_chain
 
 from .conftest import ROOT
 

@@ -18,13 +18,13 @@ import nbformat
 import papermill
 
 from runbook_lib import phases
-from runbook_lib.manifest import PHASES, phase_name
+from runbook_lib.evidence.manifest import PHASES, phase_name
 
 from .conftest import ROOT
 
 
 def test_import_is_light() -> None:
-    code = ("import sys, runbook_lib, runbook_lib.params, runbook_lib.manifest, runbook_lib.gates;"
+    code = ("import sys, runbook_lib, runbook_lib.params, runbook_lib.evidence.manifest, runbook_lib.gates;"
             "heavy = [m for m in ('torch', 'matplotlib', 'pandas', 'papermill', 'sentence_transformers', 'sklearn')"
             " if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -152,7 +152,7 @@ def _check_parameters(nb_dir) -> None:
 
 
 def test_remote_reference_detector() -> None:
-    from runbook_lib.report import remote_references
+    from runbook_lib.evidence.report import remote_references
 
     assert remote_references('<script src="https://cdn.example/x.js"></script>')
     assert remote_references("<link href='//cdn.example/s.css'>")

@@ -17,16 +17,16 @@ import pytest
 
 from runbook_lib.cli import main
 from runbook_lib.errors import UsageError
+from runbook_lib.evidence.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
 from runbook_lib.layout import project_root
-from runbook_lib.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
-from runbook_lib.phase_notebooks import (
+from runbook_lib.run.phase_notebooks import (
     PACKAGED_NOTEBOOKS,
     cells_digest,
     init_project,
     phase_notebook,
     phase_notebooks,
 )
-from runbook_lib.runner import cleared, missing_plots, notebooks_line, plots_shown
+from runbook_lib.run.runner import cleared, missing_plots, notebooks_line, plots_shown
 
 from .conftest import ROOT
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runbook_lib.errors import AuthError, BadRequest, NoCapacity, NotFound, ProviderError, RateLimited, WorkloadError
-from runbook_lib.measure import served_status
+from runbook_lib.measure.timing import served_status
 from runbook_lib.params import PROVIDER_TABLE, load_params
 from runbook_lib.providers import REMOTE, create_provider
 from runbook_lib.providers.api import KeySource, retry_after_s
@@ -414,8 +414,8 @@ def test_runpod_target_maps_udp_and_long_requests_to_no_equivalent(tmp_path: Pat
     ctx = SimpleNamespace(mig=mig, resources=SimpleNamespace(provider=lambda side: prov if side == "target" else vast,
                                                              dry_run=lambda side: True),
                           evidence=SimpleNamespace(write_json=lambda *a: None))
-    from runbook_lib.manifest import read_chain, write_record
-    from runbook_lib.records import Chain, checked
+    from runbook_lib.evidence.manifest import read_chain, write_record
+    from runbook_lib.evidence.records import Chain, checked
 
     write_record(tmp_path, "01", status="completed", data=checked("01", {
         "requirements": freeze.requirements(ctx),

@@ -24,9 +24,9 @@ import httpx
 import pytest
 import yaml
 
-from runbook_lib.approvals import Approval, require
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import ApprovalRequired, AuthError, ParamsError, StorageError
+from runbook_lib.evidence.approvals import Approval, require
 from runbook_lib.params import RemoteProfile, dump_yaml, load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import SIMULATOR_HEADER, KeySource
@@ -196,8 +196,8 @@ def test_remote_profiles_default_to_dry_run_and_local_ones_never_are(tmp_path: P
     resources treat both as plan-only; the local provider (the demo) is never dry-run: it has no
     such field (a ``dry_run`` on a local side is refused when params load, exit 2) and its plans
     are applied."""
+    from runbook_lib.evidence.rundir import RunDir
     from runbook_lib.phases import open_phase
-    from runbook_lib.rundir import RunDir
 
     (tmp_path / "params").mkdir()
     data = yaml.safe_load(REMOTE_PARAMS.read_text())
@@ -402,7 +402,7 @@ def test_runbook_init_copies_the_demo_checkpoint_the_example_params_name(tmp_pat
     DIR loads, ``params/demo-checkpoint.yaml`` there names DIR's own copy of the demo checkpoint
     (a relative path is the project's), that copy holds the packaged files byte for byte (every
     shard its index names included), and the inspection finds no blocker in it."""
-    from runbook_lib.checkpoint import inspect
+    from runbook_lib.portability.checkpoint import inspect
 
     proj = tmp_path / "proj"
     assert cli_main(["init", str(proj)]) == 0
@@ -431,9 +431,9 @@ def test_rolling_the_route_back_to_the_source_needs_no_approval(make_params: Cal
     the source (phase 06 on NO-GO) applies at once, without any approval record. (Phase 05's own
     rollback after a failed step calls the same ``Route.set(0, ...)`` with no approval check; it
     needs phase 04's endpoints to reach, so it is not run here.)"""
+    from runbook_lib.evidence.rundir import RunDir
     from runbook_lib.phases import cutover, decide, open_phase
-    from runbook_lib.route import Route
-    from runbook_lib.rundir import RunDir
+    from runbook_lib.traffic.route import Route
 
     params = make_params("demo.yaml", approvals={"preapproved_local": False, "approval_file": ""})
     assert load_params(params).approvals.preapproved_local is False
@@ -469,7 +469,7 @@ def test_a_quantized_tensor_is_a_blocker_naming_it(tmp_path: Path) -> None:
     ``unsupported_layout``, naming that file and that tensor; the dense file beside it has none."""
     import torch
 
-    from runbook_lib.checkpoint import inspect
+    from runbook_lib.portability.checkpoint import inspect
 
     ck = tmp_path / "ck"
     ck.mkdir()

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from runbook_lib.manifest import jsonable, read_chain, write_record
+from runbook_lib.evidence.manifest import jsonable, read_chain, write_record
+from runbook_lib.evidence.records import Chain
 from runbook_lib.params import load_params
 from runbook_lib.phases.context import PhaseContext
 from runbook_lib.phases.decide import reconcile
-from runbook_lib.records import Chain
 from runbook_lib.storage import open_store
 
 from .conftest import ROOT

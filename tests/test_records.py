@@ -1,4 +1,4 @@
-"""Typed phase records (runbook_lib/records.py): written with their schema version, checked
+"""Typed phase records (runbook_lib/evidence/records.py): written with their schema version, checked
 against their phase's model before they are written, read only through the models (no module
 reads another phase's record by key), and their generated schema kept current."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runbook_lib import records
 from runbook_lib.errors import EvidenceError
-from runbook_lib.manifest import RECORD_SCHEMA_VERSION, Record, read_chain, write_record
+from runbook_lib.evidence import records
+from runbook_lib.evidence.manifest import RECORD_SCHEMA_VERSION, Record, read_chain, write_record
 
 from .conftest import ROOT
 
@@ -51,7 +51,7 @@ def test_a_failed_record_reads_as_the_common_fields_with_its_error(tmp_path: Pat
 
 def test_the_generated_schema_is_current() -> None:
     on_disk = (ROOT / records.SCHEMA_FILE).read_text()
-    assert on_disk == records.schema_text(), "run `.venv/bin/python -m runbook_lib.records` and commit the file"
+    assert on_disk == records.schema_text(), "run `.venv/bin/python -m runbook_lib.evidence.records` and commit the file"
     phases = json.loads(on_disk)["phases"]
     assert sorted(phases) == ["01", "02", "03", "04", "05", "06"]
     assert "total p95 (s)" in json.dumps(phases["04"])  # the names on disk, not the Python ones
@@ -65,7 +65,7 @@ KEYED_READS = [
 
 
 def test_no_module_reads_another_phase_record_by_key() -> None:
-    # Every read of a record's data goes through runbook_lib.records (the models and Chain);
+    # Every read of a record's data goes through runbook_lib.evidence.records (the models and Chain);
     # manifest.py writes and chains the raw bodies and is the only other module that sees them.
     found = []
     for f in sorted((ROOT / "runbook_lib").rglob("*.py")):
@@ -76,6 +76,6 @@ def test_no_module_reads_another_phase_record_by_key() -> None:
                 if pattern.search(line):
                     found.append(f"{f.relative_to(ROOT)}:{n}: {what}: {line.strip()}")
     assert found == []
-    assert "data" not in {n.name for n in ast.walk(ast.parse((ROOT / "runbook_lib" / "manifest.py").read_text()))
+    assert "data" not in {n.name for n in ast.walk(ast.parse((ROOT / "runbook_lib" / "evidence" / "manifest.py").read_text()))
                           if isinstance(n, ast.FunctionDef)}
     assert not hasattr(Record, "data")  # a Record's data is read typed, through records.parse

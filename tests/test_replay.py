@@ -1,4 +1,4 @@
-"""The cutover's replay (runbook_lib.replay) against a real HTTP server on loopback: it sends
+"""The cutover's replay (runbook_lib.traffic.replay) against a real HTTP server on loopback: it sends
 phase 04's Poisson schedule from a process of its own, never resends, and says of each request
 who answered, or that nobody did."""
 
@@ -14,9 +14,9 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from runbook_lib.measure import poisson_schedule
-from runbook_lib.replay import Replay, classify
-from runbook_lib.router import SERVER_HEADER
+from runbook_lib.measure.timing import poisson_schedule
+from runbook_lib.traffic.replay import Replay, classify
+from runbook_lib.traffic.router import SERVER_HEADER
 
 
 @pytest.fixture
@@ -96,6 +96,6 @@ def test_a_replay_that_cannot_start_says_why(tmp_path, monkeypatch: pytest.Monke
     replay = Replay("http://127.0.0.1:9", [(0, object())], rate_per_s=1.0, timeout_s=1.0, seed=0)  # not JSON
     with pytest.raises(TypeError):
         replay.start()
-    monkeypatch.setattr("runbook_lib.replay.sys.executable", str(tmp_path / "no-python"))
+    monkeypatch.setattr("runbook_lib.traffic.replay.sys.executable", str(tmp_path / "no-python"))
     with pytest.raises(ProviderError, match="could not start"):
         Replay("http://127.0.0.1:9", [(0, "x")], rate_per_s=1.0, timeout_s=1.0, seed=0).start()

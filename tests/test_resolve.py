@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from runbook_lib.audit.verify import verify_run
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, EvidenceError, UsageError
-from runbook_lib.manifest import sha256_file, write_json_atomic
+from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
+from runbook_lib.evidence.resolve import hold_deadline, iso, printable, resolve_run, standing
+from runbook_lib.evidence.seal import seal_run
 from runbook_lib.params import Gates, load_params
-from runbook_lib.resolve import hold_deadline, iso, printable, resolve_run, standing
-from runbook_lib.seal import seal_run
-from runbook_lib.verify import verify_run
 
 from .conftest import ROOT
 

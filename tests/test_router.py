@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from runbook_lib.errors import ProviderError
-from runbook_lib.router import SERVER_HEADER, CommandRouter, HAProxyRouter
+from runbook_lib.traffic.router import SERVER_HEADER, CommandRouter, HAProxyRouter
 
 from .runs import require_haproxy
 
@@ -268,8 +268,8 @@ def test_every_replayed_request_is_counted_in_exactly_one_window() -> None:
     # Windows start before their weights change and run to the next window's start: a request
     # lost while a step was being judged (after its judged part) is counted in that step, and
     # fails it.
+    from runbook_lib.evidence.records import RoutedWindow
     from runbook_lib.phases.routed import evidence, whole_spans
-    from runbook_lib.records import RoutedWindow
 
     rows = [{"request": i, "sent_s": float(i), "status": "COMPLETED", "server": "source"} for i in range(10)]
     rows[4] = {"request": 4, "sent_s": 4.0, "status": "LOST", "server": ""}
@@ -366,7 +366,7 @@ def test_the_client_split_is_a_router_that_counts_what_it_sent() -> None:
     # The embedded default behind the same interface: weights set and read back, the target's
     # share of the requests it picks close to its weight (seeded), counters of what it picked,
     # a drained target takes none and reads DRAIN, weights that cannot be are refused.
-    from runbook_lib.router import ClientRouter
+    from runbook_lib.traffic.router import ClientRouter
 
     r = ClientRouter(seed=7)
     assert r.weights() == {"source": 100, "target": 0} and not any(r.pick(100))

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from runbook_lib.errors import EvidenceError, UsageError
+from runbook_lib.evidence.records import FreezeData
+from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.phases import check_credentials, open_phase
-from runbook_lib.records import FreezeData
-from runbook_lib.rundir import RunDir
 
 SECRET = "rundir-canary-value-4e1d9b7a"
 

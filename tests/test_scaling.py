@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from runbook_lib.approvals import Approval
-from runbook_lib.measure import JobClient
+from runbook_lib.evidence.approvals import Approval
+from runbook_lib.measure.timing import JobClient
 from runbook_lib.phases.compare import wait_for_zero
 from runbook_lib.providers.base import EndpointSpec
 from runbook_lib.providers.local import LocalProvider

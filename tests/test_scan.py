@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runbook_lib.params import load_params
-from runbook_lib.scan import scan_run
+from runbook_lib.phases.scan import scan_run
 
 
 def test_scan_finds_and_redacts_by_name(make_params, tmp_path: Path, monkeypatch) -> None:

@@ -272,8 +272,8 @@ def test_a_remote_service_side_runs_the_services_own_image_and_nothing_else() ->
 
 
 def test_parity_short_of_its_minimum_fails_unless_the_source_disagreed_with_itself() -> None:
+    from runbook_lib.evidence.records import ServiceAnswerRow
     from runbook_lib.phases.service import parity_gate
-    from runbook_lib.records import ServiceAnswerRow
 
     svc = _svc(parity={"min_exact_match": 0.75})
     rows = [ServiceAnswerRow(sample=i, status="COMPLETED", match=i != 2, first_diff_token=None if i != 2 else 3,

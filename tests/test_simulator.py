@@ -11,15 +11,15 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from runbook_lib.approvals import Approval, replacement, require
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_USAGE, ApprovalRequired, AuthError
+from runbook_lib.evidence.approvals import Approval, replacement, require
 from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import KeySource
 from runbook_lib.providers.base import PodSpec
 from runbook_lib.providers.simulator import SimServer, simulate
-from runbook_lib.rehearse import SHORTER, shorter, write_copy
+from runbook_lib.run.rehearse import SHORTER, shorter, write_copy
 
 from .conftest import ROOT
 

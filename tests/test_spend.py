@@ -3,7 +3,7 @@ under the limit (hand-computed figures, a fake clock)."""
 
 from __future__ import annotations
 
-from runbook_lib import cost
+from runbook_lib.measure import cost
 from runbook_lib.phases.compare import guarded
 
 

@@ -531,7 +531,7 @@ def test_a_local_queue_endpoint_keeps_records_in_s3_with_a_session_grant_and_no_
         make_params: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_endpoint: str) -> None:
     """Front door and worker processes of a real local endpoint: records land in the S3 store,
     and no process of the endpoint holds the long-lived key id or secret."""
-    from runbook_lib.measure import JobClient
+    from runbook_lib.measure.timing import JobClient
 
     ctx = _ctx(make_params, monkeypatch, tmp_path, s3_endpoint,
                workload={"entry_point": "tests.fixture_workloads:SleepWorkload"},

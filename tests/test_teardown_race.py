@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runbook_lib.approvals import Approval, require
 from runbook_lib.errors import ProviderError, StorageError
-from runbook_lib.measure import JobClient
+from runbook_lib.evidence.approvals import Approval, require
+from runbook_lib.measure.timing import JobClient
 from runbook_lib.providers.base import EndpointSpec, Pod, PodSpec, Teardown, plan_stop
 from runbook_lib.providers.local import LocalProvider
 from runbook_lib.storage.local import FileStore
@@ -327,8 +327,8 @@ def test_phase_teardown_of_a_resource_gone_since_it_was_listed(make_params, tmp_
     # nobody knows is "nothing to destroy"; a live resource of another run still needs its own
     # approval.
     from runbook_lib.errors import ApprovalRequired
+    from runbook_lib.evidence.rundir import RunDir
     from runbook_lib.phases import open_phase
-    from runbook_lib.rundir import RunDir
 
     params = make_params(approvals={"preapproved_local": False})
     (tmp_path / "reports").mkdir(exist_ok=True)

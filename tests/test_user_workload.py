@@ -69,8 +69,8 @@ def test_a_module_in_the_project_directory_is_found_by_the_runner_the_kernel_and
     code = textwrap.dedent(f'''
         from pathlib import Path
         from runbook_lib.params import load_params
-        from runbook_lib.rundir import RunDir
-        from runbook_lib.runner import preflight, run_phase
+        from runbook_lib.evidence.rundir import RunDir
+        from runbook_lib.run.runner import preflight, run_phase
         params = Path({str(params)!r})
         preflight(load_params(params), params.parent.parent)
         run = RunDir.create(params, reports_dir=params.parent.parent / "reports")

@@ -191,7 +191,7 @@ def test_a_wrapper_prefix_the_inspection_reports_is_stripped_by_the_example_entr
 
     from safetensors.torch import load_file, save_file
 
-    from runbook_lib.checkpoint import inspect
+    from runbook_lib.portability.checkpoint import inspect
 
     wrapped = tmp_path / "wrapped"
     shutil.copytree(ROOT / "examples" / "checkpoint-demo", wrapped)
@@ -220,8 +220,8 @@ def test_tensor_tables_compare_names_dtypes_shapes_and_bytes(make_params, tmp_pa
     same memory); any renamed, recast, reshaped or changed tensor is named."""
     import hashlib
 
+    from runbook_lib.evidence.records import TensorRow
     from runbook_lib.phases.parity import tensor_differences
-    from runbook_lib.records import TensorRow
     from runbook_lib.workload.checkpoint_set import CheckpointWorkload
 
     mig = load_params(make_params("demo-checkpoint.yaml", workload={
@@ -273,7 +273,7 @@ def test_conjugate_and_negative_views_are_hashed_as_their_values(make_params, tm
 def test_a_checkpoint_entry_point_that_would_load_the_files_itself_is_refused_before_anything_runs(
         make_params, tmp_path: Path) -> None:
     from runbook_lib.errors import ParamsError
-    from runbook_lib.runner import run_migration
+    from runbook_lib.run.runner import run_migration
 
     params = make_params("demo-checkpoint.yaml", workload={"entry_point": "tests.fixture_workloads:SleepWorkload",
                                                            "checkpoint": str(ROOT / "examples" / "checkpoint-demo")})

@@ -369,7 +369,7 @@ def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "",
                 stopped: list[str] | None = None) -> GateResult:
     """What the measurement cost (both sides), USD, must stay within the operator's limit.
     ``stopped``: the steps the run refused to start because they could have crossed the limit
-    (:class:`runbook_lib.cost.SpendMeter`); the gates those steps would have fed judge fewer samples."""
+    (:class:`runbook_lib.measure.cost.SpendMeter`); the gates those steps would have fed judge fewer samples."""
     if limit_usd is None:
         return GateResult("spend_limit", "PASS", False, total_usd, None, "USD", "sum of billed cost",
                           f"spent {total_usd:.5f} USD; no limit set (gates.spend_limit_usd)", phase=phase)

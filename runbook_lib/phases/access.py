@@ -7,10 +7,10 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from runbook_lib.errors import ParamsError
+from runbook_lib.evidence.records import Credential
 from runbook_lib.params import Migration, RemoteProfile
 from runbook_lib.providers import provider_module
 from runbook_lib.providers.base import Plan
-from runbook_lib.records import Credential
 from runbook_lib.storage import GRANT_ENV, GrantScope, Store, build_grant
 
 POD_TIMEOUT_S = 900.0  # a pod's acceptance job must finish within this, seconds

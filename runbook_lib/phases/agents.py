@@ -8,15 +8,15 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from runbook_lib import approvals
 from runbook_lib.errors import EvidenceError, NoCapacity, WorkloadError
+from runbook_lib.evidence import approvals
+from runbook_lib.evidence.records import Interruption
 from runbook_lib.layout import KEPT_PARAMS, POD_DEVICE_ENV, POD_FAULT_ENV, POD_PARAMS_ENV
 from runbook_lib.params import LocalProfile, RemoteProfile
 from runbook_lib.phases.access import POD_TIMEOUT_S, pod_secret_refs
 from runbook_lib.phases.resources import Resources
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Attempt, Plan, Pod, PodSpec
-from runbook_lib.records import Interruption
 from runbook_lib.storage import MARKER_KEY
 from runbook_lib.workload.job import PARAMS_FROM_ENV
 
@@ -93,7 +93,7 @@ class Agents:
         A machine the provider interrupts before the agent's completion marker appears (an
         outbid interruptible instance) is destroyed (a stopped Vast instance still bills for its
         disk) and replaced on the plan's ranked offers not yet tried, under the plan's own approval
-        (:func:`runbook_lib.approvals.replacement`); the agent starts again from its inputs in
+        (:func:`runbook_lib.evidence.approvals.replacement`); the agent starts again from its inputs in
         the store (the frozen artifact, or the newest checkpoint set a slice starts from). Each
         interruption is a row ``interrupted`` in the provider's capacity tries and in
         :attr:`AgentRun.interruptions`.

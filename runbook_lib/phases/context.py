@@ -10,16 +10,16 @@ from typing import Any, Callable, Mapping
 from runbook_lib import __version__
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError
+from runbook_lib.evidence.manifest import PHASES, Record
+from runbook_lib.evidence.records import Chain, PhaseData, checked
+from runbook_lib.evidence.rundir import OnRun, RunDir
 from runbook_lib.gates import GateResult, tolerance_for
 from runbook_lib.layout import params_sha256
-from runbook_lib.manifest import PHASES, Record
 from runbook_lib.phases.agents import Agents
 from runbook_lib.phases.endpoints import Endpoints
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.phases.resources import Resources
-from runbook_lib.records import Chain, PhaseData, checked
-from runbook_lib.rundir import OnRun, RunDir
-from runbook_lib.scan import scan_run
+from runbook_lib.phases.scan import scan_run
 from runbook_lib.storage import Store, store_from_params
 from runbook_lib.workload import put_project_on_path
 
@@ -124,11 +124,11 @@ class PhaseContext(OnRun):
         the values of every declared credential, as the runner does after each headless phase.
 
         Args:
-            data: the phase's record model (:data:`runbook_lib.records.MODELS`).
+            data: the phase's record model (:data:`runbook_lib.evidence.records.MODELS`).
 
         Raises:
             EvidenceError: ``data`` is not the phase's record model or does not fit it
-                (:mod:`runbook_lib.records`; nothing is written), or a credential's value was found in the run's files (they
+                (:mod:`runbook_lib.evidence.records`; nothing is written), or a credential's value was found in the run's files (they
                 are redacted; the message names the files and the credentials, never a value).
         """
         # a provider API that said it is a simulator makes this phase's evidence a rehearsal's

@@ -30,13 +30,7 @@ import pandas as pd
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError, ProviderError
-from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
-from runbook_lib.measure import Request, ServingClient, poisson_schedule, run_open_loop
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
-from runbook_lib.phases.routed import routed_cutover
-from runbook_lib.phases.serving import Served, failures_named, serving_for
-from runbook_lib.providers.base import Plan
-from runbook_lib.records import (
+from runbook_lib.evidence.records import (
     CheckpointStep,
     Cutover,
     CutoverData,
@@ -47,8 +41,14 @@ from runbook_lib.records import (
     SliceStep,
     TrainingStep,
 )
-from runbook_lib.route import Route
-from runbook_lib.router import ClientRouter
+from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
+from runbook_lib.measure.timing import Request, ServingClient, poisson_schedule, run_open_loop
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.phases.routed import routed_cutover
+from runbook_lib.phases.serving import Served, failures_named, serving_for
+from runbook_lib.providers.base import Plan
+from runbook_lib.traffic.route import Route
+from runbook_lib.traffic.router import ClientRouter
 from runbook_lib.workload import make_workload
 
 MIN_STEP_LATENCY_SAMPLES = 5  # target responses in a step before its p95 is judged

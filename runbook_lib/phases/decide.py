@@ -13,17 +13,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runbook_lib import __version__, report
+from runbook_lib import __version__
 from runbook_lib import gates as g
 from runbook_lib._time import utc_now
-from runbook_lib.approvals import plans_awaiting
 from runbook_lib.errors import EXIT_BY_DECISION, EXIT_FAILED, AuthError, NotFound, StorageError
-from runbook_lib.layout import RECEIPT, ROLLBACK_POINT, ROUTE, params_sha256
-from runbook_lib.manifest import PHASES
-from runbook_lib.params import AnyProfile, RemoteProfile
-from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
-from runbook_lib.phases.routed import restore_source
-from runbook_lib.records import (
+from runbook_lib.evidence import report
+from runbook_lib.evidence.approvals import plans_awaiting
+from runbook_lib.evidence.manifest import PHASES
+from runbook_lib.evidence.records import (
     AcceptanceJob,
     CheckpointMoved,
     DecideData,
@@ -40,9 +37,13 @@ from runbook_lib.records import (
     TeardownNote,
     TimelineEvent,
 )
-from runbook_lib.resolve import hold_deadline
-from runbook_lib.route import Route
-from runbook_lib.seal import rehearsal_of, seal_run, sealed_decision
+from runbook_lib.evidence.resolve import hold_deadline
+from runbook_lib.evidence.seal import rehearsal_of, seal_run, sealed_decision
+from runbook_lib.layout import RECEIPT, ROLLBACK_POINT, ROUTE, params_sha256
+from runbook_lib.params import AnyProfile, RemoteProfile
+from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
+from runbook_lib.phases.routed import restore_source
+from runbook_lib.traffic.route import Route
 
 
 def _planned_only(prof: AnyProfile) -> bool:
@@ -269,7 +270,7 @@ def _reconcile_by_rule(ctx: PhaseContext, rule: str, writes: list[ReconciledWrit
 def timeline(ctx: PhaseContext, *, decided_at: str, decision: str, route: dict[str, Any] | None,
              point: RollbackPoint | None, reconciliation: Reconciliation | None) -> list[TimelineEvent]:
     """The cutover or rollback as it happened, oldest first: the rollback point, every route change
-    (time, share of traffic on the target, why, who; ``route``: :attr:`runbook_lib.route.Route.state`),
+    (time, share of traffic on the target, why, who; ``route``: :attr:`runbook_lib.traffic.route.Route.state`),
     the reconciliation and the decision."""
     events: list[TimelineEvent] = []
     if point:
@@ -311,7 +312,7 @@ def _deltas(ctx: PhaseContext) -> list[Delta]:
 
 
 def _rehearsal(ctx: PhaseContext) -> dict[str, Any] | None:  # seal.rehearsal_of's shape
-    """:func:`runbook_lib.seal.rehearsal_of` over the records so far and this phase's providers."""
+    """:func:`runbook_lib.evidence.seal.rehearsal_of` over the records so far and this phase's providers."""
     out = rehearsal_of(ctx.records, ctx.mig) or {"simulators": {}, "params": None}
     out["simulators"].update({side: p.simulator() for side, p in ctx.resources.providers.items() if p.simulator()})
     return out if out["simulators"] or out["params"] else None

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runbook_lib.evidence.records import PhaseData, PlanRow
+from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.gates import GateResult, holds
-from runbook_lib.records import PhaseData, PlanRow
-from runbook_lib.rundir import RunDir
 from runbook_lib.storage import Store
 
 

@@ -17,16 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from runbook_lib import checkpoint, secret_refs
 from runbook_lib import gates as g
-from runbook_lib.checkpoint import Finding
+from runbook_lib import secret_refs
 from runbook_lib.errors import StorageError
-from runbook_lib.inventory import probe
-from runbook_lib.layout import GOLDEN_OUTPUTS
-from runbook_lib.params import Migration, RemoteProfile, Storage
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
-from runbook_lib.providers.base import Plan
-from runbook_lib.records import (
+from runbook_lib.evidence.records import (
     CheckpointInput,
     CopiedObject,
     CredentialFinding,
@@ -44,6 +38,13 @@ from runbook_lib.records import (
     SourcePod,
     StoredObject,
 )
+from runbook_lib.layout import GOLDEN_OUTPUTS
+from runbook_lib.params import Migration, RemoteProfile, Storage
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
+from runbook_lib.portability import checkpoint
+from runbook_lib.portability.checkpoint import Finding
+from runbook_lib.portability.inventory import probe
+from runbook_lib.providers.base import Plan
 from runbook_lib.storage import MANIFEST_KEY, MARKER_KEY, ObjectInfo, credential_env, store_from_params
 from runbook_lib.storage.s3 import S3Store
 from runbook_lib.workload import make_workload
@@ -266,7 +267,7 @@ def freeze_source(ctx: PhaseContext, pre: Inspection | None = None) -> FreezeSou
 
 def preflight_checkpoint(ctx: PhaseContext) -> Inspection | None:
     """Before any pod is rented: inspect a ``kind: checkpoint`` workload's checkpoint where this
-    host can read it (:func:`runbook_lib.checkpoint.inspect`, which runs nothing the files name).
+    host can read it (:func:`runbook_lib.portability.checkpoint.inspect`, which runs nothing the files name).
     A blocker fails the blocking gate ``checkpoint_safety`` here and phase 01 launches nothing.
     An ``s3://`` checkpoint is first copied in (:func:`copy_in_checkpoint`) and inspected as
     copied; an object S3 keeps no whole-object digest for is a risk finding. None when the
@@ -302,7 +303,7 @@ def _preflight(ctx: PhaseContext, path: Path) -> Inspection:
     ins = checkpoint.inspect(path, allow_globals=ctx.mig.workload.allow_globals)
     if ins.blockers:
         ctx.evidence.add_gates(g.boolean_gate(
-            "checkpoint_safety", False, phase="01", source="runbook_lib/checkpoint.py",
+            "checkpoint_safety", False, phase="01", source="runbook_lib/portability/checkpoint.py",
             detail="before any pod was rented: " + "; ".join(f"{f.check} in {f.file}: {f.seen}" for f in ins.blockers)))
     return Inspection(root=ins.root, total_bytes=ins.total_bytes, files=ins.files, findings=ins.findings,
                       blockers=len(ins.blockers))
@@ -317,7 +318,7 @@ def _with_input_findings(ins: Inspection, pre: Inspection | None) -> Inspection:
 def inspect_frozen(ctx: PhaseContext, prefix: str) -> Inspection:
     """Inspect the frozen artifact as the target will read it: download the verified set from
     the store (every object re-hashed while it streams) and run
-    :func:`runbook_lib.checkpoint.inspect` on it, which runs nothing the files name. Adds the
+    :func:`runbook_lib.portability.checkpoint.inspect` on it, which runs nothing the files name. Adds the
     blocking gate ``checkpoint_safety``: FAIL on any blocker (an unsafe global, a truncated or
     missing shard, a prefix on some keys only, an unknown format), else PASS naming the risks.
 
@@ -338,7 +339,7 @@ def inspect_frozen(ctx: PhaseContext, prefix: str) -> Inspection:
               f"{len(ins.files)} files, {ins.total_bytes} bytes; nothing runs on load"
               + (f"; risks: {', '.join(f'{f.check} ({f.file})' for f in risks)}" if risks else ""))
     ctx.evidence.add_gates(g.boolean_gate("checkpoint_safety", not blockers, phase="01", detail=detail,
-                                          source="runbook_lib/checkpoint.py"))
+                                          source="runbook_lib/portability/checkpoint.py"))
     return out
 
 

@@ -12,13 +12,7 @@ from typing import Any, Sequence
 
 from runbook_lib import secret_refs
 from runbook_lib.errors import RunbookError
-from runbook_lib.gates import GateResult
-from runbook_lib.params import Profile, RemoteProfile
-from runbook_lib.phases import PhaseContext, PhaseResult, md, table
-from runbook_lib.providers import REMOTE
-from runbook_lib.providers.base import Capabilities, Capability
-from runbook_lib.providers.offers import filter_offers, version_tuple
-from runbook_lib.records import (
+from runbook_lib.evidence.records import (
     DeclaredRequirements,
     DependencyRow,
     FreezeData,
@@ -29,6 +23,12 @@ from runbook_lib.records import (
     Offers,
     SourcePod,
 )
+from runbook_lib.gates import GateResult
+from runbook_lib.params import Profile, RemoteProfile
+from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.providers import REMOTE
+from runbook_lib.providers.base import Capabilities, Capability
+from runbook_lib.providers.offers import filter_offers, version_tuple
 from runbook_lib.storage import GrantScope, build_grant
 
 EQUIVALENT, ADAPTER, NONE = "equivalent", "adapter needed", "no equivalent"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runbook_lib.evidence.records import Chain, Offers
 from runbook_lib.params import Migration, RemoteProfile
-from runbook_lib.records import Chain, Offers
 
 
 @dataclass(frozen=True)

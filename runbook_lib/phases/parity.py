@@ -16,12 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from runbook_lib import gates as g
-from runbook_lib import inventory
-from runbook_lib.layout import GOLDEN_FINAL_OUTPUTS, GOLDEN_INFERENCE_OUTPUTS, GOLDEN_OUTPUTS
-from runbook_lib.params import operator_set
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
-from runbook_lib.providers.base import Plan
-from runbook_lib.records import (
+from runbook_lib.evidence.records import (
     CanaryResult,
     CapacityTry,
     EnvironmentDiffRow,
@@ -30,6 +25,11 @@ from runbook_lib.records import (
     ParityData,
     TensorRow,
 )
+from runbook_lib.layout import GOLDEN_FINAL_OUTPUTS, GOLDEN_INFERENCE_OUTPUTS, GOLDEN_OUTPUTS
+from runbook_lib.params import operator_set
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
+from runbook_lib.portability import inventory
+from runbook_lib.providers.base import Plan
 from runbook_lib.storage import credential_env
 
 
@@ -163,7 +163,7 @@ def _environment_gate(rows: Sequence[EnvironmentDiffRow]) -> g.GateResult:
     blockers = [r for r in rows if r.klass == "blocker"]
     counts = {c: sum(r.klass == c for r in rows) for c in inventory.CLASSES}
     return g.boolean_gate(
-        "environment_diff", not blockers, phase="03", source="runbook_lib/inventory.py",
+        "environment_diff", not blockers, phase="03", source="runbook_lib/portability/inventory.py",
         detail=("; ".join(f"{r.item}: {r.reason}" for r in blockers) if blockers else
                 "source vs canary: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n) if rows else
                 "source vs canary: no difference"))
@@ -188,7 +188,7 @@ def tensor_differences(source: Sequence[TensorRow], canary: Sequence[TensorRow])
 
 def environment_diff(ctx: PhaseContext, canary_env: Inventory | None) -> list[EnvironmentDiffRow]:
     """The source's inventory (phase 01, taken inside the freeze pod) against the canary's (taken
-    inside the canary), every difference classified (:func:`runbook_lib.inventory.diff`) against
+    inside the canary), every difference classified (:func:`runbook_lib.portability.inventory.diff`) against
     the workload's declared needs and the bytes of the frozen set the target restores."""
     rec01 = ctx.records.need_freeze().freeze
     req = ctx.mig.workload.requirements

@@ -14,16 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from runbook_lib import approvals
 from runbook_lib.errors import NotFound, ParamsError
+from runbook_lib.evidence import approvals
+from runbook_lib.evidence.records import Chain, Credential, PlanRow
+from runbook_lib.evidence.rundir import OnRun, RunDir
 from runbook_lib.params import Profile, RemoteProfile
 from runbook_lib.phases.access import StoreAccess
 from runbook_lib.phases.evidence import Evidence
 from runbook_lib.phases.offerbook import OfferBook
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.base import Plan, Provider, Teardown
-from runbook_lib.records import Chain, Credential, PlanRow
-from runbook_lib.rundir import OnRun, RunDir
 from runbook_lib.storage import Store
 
 
@@ -108,8 +108,8 @@ class Resources(OnRun):
         return self.apply_approved(side, plan, approval, needs_store=needs_store)
 
     def approval_terms(self) -> approvals.ApprovalTerms:
-        """What decides whether a plan is approved, as :func:`runbook_lib.approvals.require`,
-        :func:`~runbook_lib.approvals.require_all` and the approval widget take it: the run
+        """What decides whether a plan is approved, as :func:`runbook_lib.evidence.approvals.require`,
+        :func:`~runbook_lib.evidence.approvals.require_all` and the approval widget take it: the run
         directory (its approval records), whether local plans are preapproved, and the approval
         file (``--approval-file``, else ``approvals.approval_file``)."""
         a = self.mig.approvals
@@ -144,7 +144,7 @@ class Resources(OnRun):
 
     def apply_approved(self, side: str, plan: Plan, approval: approvals.Approval, *, needs_store: bool) -> Any:
         """Apply ``plan`` under ``approval`` (found by :meth:`apply_plan`, or a replacement's, from
-        :func:`runbook_lib.approvals.replacement`), keeping it in the phase's record with the
+        :func:`runbook_lib.evidence.approvals.replacement`), keeping it in the phase's record with the
         credentials the resource gets (names and references; a store grant's evidence)."""
         self.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")  # the approval record is evidence of this phase
         if needs_store:

@@ -7,13 +7,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from runbook_lib import approvals, report
 from runbook_lib.errors import EvidenceError
+from runbook_lib.evidence import approvals, report
+from runbook_lib.evidence.manifest import Record
+from runbook_lib.evidence.records import PhaseData
 from runbook_lib.gates import GateResult
-from runbook_lib.manifest import Record
 from runbook_lib.phases.context import PhaseContext
 from runbook_lib.providers.base import Plan
-from runbook_lib.records import PhaseData
 
 
 class Shown(ABC):
@@ -45,7 +45,7 @@ def table_bundle(part: Any) -> dict[str, str] | None:
 class PhaseResult(Shown):
     """What a phase's main step returns: a frozen dataclass whose fields are typed, shown as
     :class:`Shown`, and whose :meth:`record` is the phase's record model
-    (:data:`runbook_lib.records.MODELS`), written into the phase record."""
+    (:data:`runbook_lib.evidence.records.MODELS`), written into the phase record."""
 
     @abstractmethod
     def record(self) -> PhaseData:
@@ -61,7 +61,7 @@ def md(text: str) -> Any:
 
 def table(rows: Any, **kwargs: Any) -> Any:
     """A pandas DataFrame of ``rows``: a sequence of records (dicts, or record models from
-    :mod:`runbook_lib.records`, shown by their field aliases), a dict of columns, or a mapping
+    :mod:`runbook_lib.evidence.records`, shown by their field aliases), a dict of columns, or a mapping
     shown as one column."""
     import pandas as pd
     from pydantic import BaseModel
@@ -142,7 +142,7 @@ class Finished:
 
 def approval_widget(ctx: PhaseContext, plan: PlanShown | Plan) -> approvals.ApprovalPanel:
     """The approval cell for ``plan`` (a plan, or a step's :class:`PlanShown`;
-    :class:`runbook_lib.approvals.ApprovalPanel`): what approves each plan, as static text;
+    :class:`runbook_lib.evidence.approvals.ApprovalPanel`): what approves each plan, as static text;
     interactively, with one Approve button while any plan waits. A headless run
     shows the text and never waits: the next cell applies the plan or stops with HOLD."""
     return approvals.approval_widget(plan.plans if isinstance(plan, PlanShown) else plan,

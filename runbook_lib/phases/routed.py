@@ -4,7 +4,7 @@ time, and each step is judged on that traffic.
 
 * Before the first step the router is started (or attached) and must read back all traffic on
   the source; anything else stops the phase before a weight moves (fail closed).
-* The replay (:class:`runbook_lib.replay.Replay`) is phase 04's open-loop generator in its own
+* The replay (:class:`runbook_lib.traffic.replay.Replay`) is phase 04's open-loop generator in its own
   process: Poisson arrivals at ``measure.arrival_rate_per_s`` of the workload's sample inputs,
   from a steady window before the first step until after the last. It never resends a request.
 * Each step sets the weights, reads them back (a difference fails the step), lets one window of
@@ -30,13 +30,13 @@ import numpy as np
 import pandas as pd
 
 from runbook_lib.errors import ProviderError
+from runbook_lib.evidence.records import InferenceStep, RoutedCutover, RoutedWindow
 from runbook_lib.params import RouterParams
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.serving import serving_for
-from runbook_lib.records import InferenceStep, RoutedCutover, RoutedWindow
-from runbook_lib.replay import Replay, ReplayRow
-from runbook_lib.route import Route
-from runbook_lib.router import CommandRouter, HAProxyRouter, Router, ServerStat
+from runbook_lib.traffic.replay import Replay, ReplayRow
+from runbook_lib.traffic.route import Route
+from runbook_lib.traffic.router import CommandRouter, HAProxyRouter, Router, ServerStat
 
 MIN_STEP_LATENCY_SAMPLES = 5
 EDGE_REQUESTS = 2

@@ -20,12 +20,7 @@ from typing import Any, Sequence
 
 from runbook_lib import gates as g
 from runbook_lib.errors import EvidenceError, ProviderError
-from runbook_lib.layout import SERVICE_GOLDEN
-from runbook_lib.params import Migration, Service
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
-from runbook_lib.phases import service_pods as pods
-from runbook_lib.providers.base import Plan
-from runbook_lib.records import (
+from runbook_lib.evidence.records import (
     FreezeSource,
     Golden,
     ParityData,
@@ -35,6 +30,11 @@ from runbook_lib.records import (
     ServiceFreeze,
     ServiceLaunch,
 )
+from runbook_lib.layout import SERVICE_GOLDEN
+from runbook_lib.params import Migration, Service
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.phases import service_pods as pods
+from runbook_lib.providers.base import Plan
 from runbook_lib.service import compare, samples
 from runbook_lib.service.preflight import preflight
 from runbook_lib.service.protocols import Answer, ServiceClient

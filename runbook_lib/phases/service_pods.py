@@ -16,12 +16,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from runbook_lib.errors import ProviderError, ProviderTimeout
+from runbook_lib.evidence.records import ServiceLaunch
 from runbook_lib.layout import project_root
 from runbook_lib.params import READINESS_PATHS, Migration, RemoteProfile, Service
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
 from runbook_lib.providers.base import Plan, Pod, PodSpec, http_port, http_url
-from runbook_lib.records import ServiceLaunch
 from runbook_lib.service.protocols import ServiceClient, client_for
 
 SERVICE_ROLE_PREFIX = "service-"

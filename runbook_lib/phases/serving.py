@@ -3,7 +3,7 @@ inference endpoint the runbook's worker serves (``kind: inference``), or a team'
 pod judged over its protocol (``kind: service``).
 
 Both are :class:`Serving`: create the side's serving resource, open a client on it (one that
-answers ``runsync`` and ``health`` as :data:`runbook_lib.measure.ServingClient` does), draw
+answers ``runsync`` and ``health`` as :data:`runbook_lib.measure.timing.ServingClient` does), draw
 request payloads, and judge an answer against the golden. Phase 04's open-loop rounds,
 saturation bursts and warm-up, and phase 05's slices, are written once against this.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from runbook_lib.layout import GOLDEN_OUTPUTS, SERVICE_GOLDEN
-from runbook_lib.measure import ServingClient, job_clocks
+from runbook_lib.measure.timing import ServingClient, job_clocks
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases import service_pods as pods
 from runbook_lib.providers.base import Plan

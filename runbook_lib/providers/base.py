@@ -3,7 +3,7 @@ declared capabilities, and idempotent teardown.
 
 Every action that creates, changes, funds or destroys a resource goes through
 ``plan_*`` (pure: returns a frozen :class:`Plan`) and :meth:`Provider.apply` (needs an
-:class:`~runbook_lib.approvals.Approval` whose fingerprint matches the plan).
+:class:`~runbook_lib.evidence.approvals.Approval` whose fingerprint matches the plan).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
 from runbook_lib.layout import POD_PARAMS_ENV
-from runbook_lib.measure import JobClient, JobClocks, WorkerClient
+from runbook_lib.measure.timing import JobClient, JobClocks, WorkerClient
 from runbook_lib.storage.grants import GRANT_ENV, GrantScope
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class PodSpec:
 class EndpointSpec:
     """An endpoint served by ``workers`` worker processes, in one of two modes: ``queue`` (a
     front door with the job API) or ``load_balancing`` (one worker's own HTTP contract,
-    :class:`runbook_lib.measure.WorkerClient`, reached straight, on container port ``port``).
+    :class:`runbook_lib.measure.timing.WorkerClient`, reached straight, on container port ``port``).
 
     Attributes:
         name: endpoint name, unique within a run.
@@ -220,7 +220,7 @@ class Pod:
 class Endpoint:
     """A serving endpoint. ``mode`` ``queue``: ``url`` answers the job API (``/run``,
     ``/runsync``, ``/status/{id}``, ``/cancel/{id}``, ``/health``); ``load_balancing``: ``url``
-    is one worker's HTTP contract (:class:`runbook_lib.measure.WorkerClient`)."""
+    is one worker's HTTP contract (:class:`runbook_lib.measure.timing.WorkerClient`)."""
 
     id: str
     name: str
@@ -473,7 +473,7 @@ class Provider(ABC):
                    mode: str = "queue", clocks: JobClocks | None = None) -> JobClient | WorkerClient:
         """A client of endpoint ``endpoint_id`` (``url`` as the endpoint reported it), with
         whatever authentication the provider needs; ``timeout_s`` per request, seconds. ``mode``
-        ``queue``: its job API, with ``clocks`` (:class:`runbook_lib.measure.JobClient`'s
+        ``queue``: its job API, with ``clocks`` (:class:`runbook_lib.measure.timing.JobClient`'s
         ``execution_timeout_s``, ``ttl_s``, ``client_timeout_s``); ``load_balancing``: its
         worker's own HTTP contract (no job ids: ``timeout_s`` is the only clock)."""
         if mode == "load_balancing":

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from runbook_lib._time import utc_now
-from runbook_lib.approvals import Approval
 from runbook_lib.errors import NotFound, ProviderError
+from runbook_lib.evidence.approvals import Approval
 from runbook_lib.providers import PROVIDERS, REMOTE
 from runbook_lib.providers.api import SIMULATOR_HEADER
 from runbook_lib.providers.base import PodSpec, plan_stop

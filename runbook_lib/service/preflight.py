@@ -42,7 +42,7 @@ FIX_BY_KIND = {
 
 class PreflightCheck(NamedTuple):
     """One check: its name (``answers``, ``streams``, ``tokens``, ``comparator``), whether it
-    held, and what was seen (phase 01 keeps them as :class:`runbook_lib.records.PreflightCheck`)."""
+    held, and what was seen (phase 01 keeps them as :class:`runbook_lib.evidence.records.PreflightCheck`)."""
 
     name: str
     ok: bool

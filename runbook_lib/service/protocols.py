@@ -2,7 +2,7 @@
 
 Each client answers :meth:`~ServiceClient.runsync` with a job-shaped answer (``status``,
 ``output``, ``execution_s``, ``metrics``), so phase 04's open-loop generator
-(:func:`runbook_lib.measure.run_open_loop`) and phase 05's slices send service requests exactly
+(:func:`runbook_lib.measure.timing.run_open_loop`) and phase 05's slices send service requests exactly
 as they send endpoint jobs; and :meth:`~ServiceClient.health` in the shape the endpoints report
 (``workers``, ``jobs``), from what the client itself sees.
 

@@ -1,10 +1,10 @@
 """An existing checkpoint migrated with no user code (``workload.kind: checkpoint``).
 
 The checkpoint is a file or a directory of shards (torch.save files, safetensors, a sharded
-index, or a torch distributed checkpoint read by :func:`runbook_lib.checkpoint.load_dcp`) named
+index, or a torch distributed checkpoint read by :func:`runbook_lib.portability.checkpoint.load_dcp`) named
 by ``workload.checkpoint``. Loading it freezes it first: every file is copied with
 its sha256 into a private directory next to a ``checkpoint-manifest.json``; every tensor file is
-then loaded by :func:`runbook_lib.checkpoint.load_state` (``weights_only``, remapped to the
+then loaded by :func:`runbook_lib.portability.checkpoint.load_state` (``weights_only``, remapped to the
 profile's device, the operator's ``allow_globals`` honoured only for files whose sha256 matches
 that manifest). One step is one full restore of the artifact: read every file, check its sha256
 against the manifest, load it. The outputs are a digest of every tensor, so phase 03 compares
@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runbook_lib.checkpoint import (
+from runbook_lib.layout import POD_VOLUME_ENV
+from runbook_lib.portability.checkpoint import (
     DCP_METADATA,
     CheckpointError,
     iter_tensor_files,
@@ -35,7 +36,6 @@ from runbook_lib.checkpoint import (
     natural_key,
     sha256_of,
 )
-from runbook_lib.layout import POD_VOLUME_ENV
 from runbook_lib.workload import AcceptanceWorkload
 
 if TYPE_CHECKING:

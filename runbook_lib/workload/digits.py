@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from runbook_lib.checkpoint import load_state
+from runbook_lib.portability.checkpoint import load_state
 from runbook_lib.workload import AcceptanceWorkload
 from runbook_lib.workload._torch import configure, synchronize
 
@@ -71,7 +71,7 @@ class DigitsWorkload(AcceptanceWorkload):
         if artifact_dir is not None:
             path = Path(artifact_dir) / CHECKPOINT_FILE
             # weights_only, remapped to this side's device; a pickle naming any other global is
-            # refused before it runs (runbook_lib.checkpoint.load_state)
+            # refused before it runs (runbook_lib.portability.checkpoint.load_state)
             self.load_state_dict(load_state(path, device=str(self._device)).state)
         self._base_step = self._step
 

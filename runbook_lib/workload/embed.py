@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from runbook_lib.errors import WorkloadError
-from runbook_lib.manifest import sha256_file
+from runbook_lib.evidence.manifest import sha256_file
 from runbook_lib.workload import AcceptanceWorkload
 from runbook_lib.workload._torch import configure, synchronize
 

@@ -29,12 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
 
-from runbook_lib.checkpoint import load_state, natural_key
 from runbook_lib.errors import RunbookError, WorkloadError
-from runbook_lib.inventory import probe
+from runbook_lib.evidence.manifest import sha256_file
 from runbook_lib.layout import KEPT_PARAMS, POD_DEVICE_ENV, POD_FAULT_ENV, POD_ID_ENV, POD_VOLUME_ENV
-from runbook_lib.manifest import sha256_file
 from runbook_lib.params import load_params
+from runbook_lib.portability.checkpoint import load_state, natural_key
+from runbook_lib.portability.inventory import probe
 from runbook_lib.storage import HashingWriter, ObjectInfo, Store, pod_store
 from runbook_lib.workload import make_workload
 from runbook_lib.workload._torch import synchronize
@@ -356,7 +356,7 @@ def provenance(args: argparse.Namespace, mig: Any, identity: dict[str, Any] | No
         mig: the run's params.
         identity: the workload's :meth:`~runbook_lib.workload.AcceptanceWorkload.identity` (model id,
             weights and dataset sha256), when this set defines it (a freeze); else None.
-        environment: :func:`runbook_lib.inventory.probe` of this pod.
+        environment: :func:`runbook_lib.portability.inventory.probe` of this pod.
         validation: what this job checked and found (JSON).
 
     Returns:

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import pytest
 
-from runbook_lib.approvals import Approval
 from runbook_lib.errors import ApprovalRequired, NotFound, ProviderError
+from runbook_lib.evidence.approvals import Approval
 from runbook_lib.providers.base import (
     Capabilities,
     Endpoint,

@@ -11,7 +11,7 @@ Training: each round is a pod running the job from the frozen checkpoint; sample
 times, throughput is samples per second, and an accepted unit is a completed step.
 
 Every measurement (a cold start, a round's open-loop schedule, its saturation burst, a training
-round) is taken through :func:`runbook_lib.measure.with_retries`: when the measuring machinery
+round) is taken through :func:`runbook_lib.measure.timing.with_retries`: when the measuring machinery
 fails it is retried (``measure.error_retries``, ``measure.error_retry_interval_s``), every attempt
 is kept in ``04/measurement_attempts.csv``, and a measurement lost after its retries makes the
 gates it feeds INCONCLUSIVE (:data:`AFFECTS`), never FAIL or PASS.
@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runbook_lib import cost, report
-from runbook_lib.manifest import PHASE_PLOTS, PLOT_METADATA_KEY
+from runbook_lib.evidence import report
+from runbook_lib.evidence.manifest import PHASE_PLOTS, PLOT_METADATA_KEY
+from runbook_lib.evidence.records import CompareData
+from runbook_lib.measure import cost
 from runbook_lib.params import Migration
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases.compare.drills import EXPECTATIONS, DrillsResult, guarded, run_drills
@@ -56,7 +58,6 @@ from runbook_lib.phases.compare.protocol import (
     wait_for_zero,
 )
 from runbook_lib.phases.compare.raw import THROUGHPUT_COLUMNS, Measured
-from runbook_lib.records import CompareData
 
 __all__ = [
     "EXPECTATIONS", "DrillsResult", "guarded", "run_drills", "cold_start_samples", "cold_start_summary",

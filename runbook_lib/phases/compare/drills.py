@@ -14,7 +14,7 @@ limits, and output durability"):
 * ``output_durability``: a worker wipes its disk after answering; the result is still in the
   store, as returned.
 * ``spend_limit``: the guard that starts each measurement round only when it fits under
-  ``gates.spend_limit_usd`` (:class:`runbook_lib.cost.SpendMeter`) refuses a request at a limit
+  ``gates.spend_limit_usd`` (:class:`runbook_lib.measure.cost.SpendMeter`) refuses a request at a limit
   equal to what has been spent, and nothing reaches the target.
 * ``preferred_offer_removed``: phase 02's first-ranked target offer is withdrawn from a fresh
   offer search; the plan takes the next qualifying offer under the unchanged requirements, or
@@ -39,18 +39,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ProviderError, RunbookError
+from runbook_lib.evidence.records import DrillRow, Offers
 from runbook_lib.layout import GOLDEN_OUTPUTS
-from runbook_lib.measure import JobAnswer, JobClient, JobClocks, ServingClient, served_status
+from runbook_lib.measure import cost
+from runbook_lib.measure.timing import JobAnswer, JobClient, JobClocks, ServingClient, served_status
 from runbook_lib.params import RemoteProfile
 from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases.compare.judge import Measurement
 from runbook_lib.phases.compare.raw import Measured
 from runbook_lib.phases.serving import Served, serving_for
 from runbook_lib.providers.offers import filter_offers
-from runbook_lib.records import DrillRow, Offers
 from runbook_lib.workload import make_workload
 from runbook_lib.workload.records import DRILL_KEY, JobRecords
 
@@ -226,7 +226,7 @@ def _spend_limit(ctx: PhaseContext, t: _Target, meter: cost.SpendMeter) -> Drill
 
 def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], Any]) -> cost.SpendStop | None:
     """Run ``fn`` only when ``step`` (``est_s`` seconds) fits under the meter's limit; returns the
-    stop record when it was refused (:meth:`runbook_lib.cost.SpendMeter.check`), else None."""
+    stop record when it was refused (:meth:`runbook_lib.measure.cost.SpendMeter.check`), else None."""
     stop = meter.check(step, est_s)
     if stop is None:
         fn()

@@ -2,8 +2,8 @@
 at the declared traffic, the saving with its interval from the measured rounds, and the traffic
 at which the two sides' costs per accepted unit cross (the break-even).
 
-Every figure is :func:`runbook_lib.cost.at_traffic`'s, as the cost gate's: warm workers bill
-busy or idle, the others only while busy; a month is :data:`runbook_lib.cost.HOURS_PER_MONTH`
+Every figure is :func:`runbook_lib.measure.cost.at_traffic`'s, as the cost gate's: warm workers bill
+busy or idle, the others only while busy; a month is :data:`runbook_lib.measure.cost.HOURS_PER_MONTH`
 hours. The saving's interval is a 90 % percentile bootstrap over rounds of each side's measured
 saturation throughput (the capacity the costs depend on; :func:`runbook_lib.gates.stats.bootstrap_interval`).
 """
@@ -15,9 +15,9 @@ import math
 import numpy as np
 from scipy import optimize
 
-from runbook_lib import cost
+from runbook_lib.evidence.records import SavingsForecast
 from runbook_lib.gates.stats import bootstrap_interval
-from runbook_lib.records import SavingsForecast
+from runbook_lib.measure import cost
 
 BREAK_EVEN_GRID = 400
 """Points of the geometric traffic grid searched for a sign change of the cost difference, from a

@@ -13,16 +13,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from runbook_lib import cost
 from runbook_lib import gates as g
-from runbook_lib.measure import INIT_PARTS
+from runbook_lib.evidence.records import (
+    CompareData,
+    LoadGeneratorRound,
+    Number,
+    SavingsForecast,
+    SideSummary,
+    StoreToPod,
+)
+from runbook_lib.measure import cost
+from runbook_lib.measure.timing import INIT_PARTS
 from runbook_lib.params import Migration, operator_set
 from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases.compare import forecast, goodput, sequential
 from runbook_lib.phases.compare.protocol import lost_measurements
 from runbook_lib.phases.compare.raw import Measured
 from runbook_lib.phases.serving import failures_named
-from runbook_lib.records import CompareData, LoadGeneratorRound, Number, SavingsForecast, SideSummary, StoreToPod
 
 OPERATOR_SETTINGS: dict[str, str] = {
     "latency_p95_ratio": "gates.latency_p95_ratio_max",
@@ -63,7 +70,7 @@ def costs(ctx: PhaseContext, res: Measured) -> dict[str, cost.CostBreakdown]:
 
 
 def traffic_terms(mig: Migration, res: Measured, side: str) -> tuple[cost.ServingTerms, np.ndarray] | None:
-    """What :func:`runbook_lib.cost.at_traffic` needs of ``side`` besides the traffic and the
+    """What :func:`runbook_lib.measure.cost.at_traffic` needs of ``side`` besides the traffic and the
     capacity (its workers, warm workers, price, accepted share of the open-loop requests, storage,
     egress per answer), and its per-round saturation throughputs (requests per second, the
     capacity's samples). None when the side measured no request or no throughput."""
@@ -85,7 +92,7 @@ def traffic_terms(mig: Migration, res: Measured, side: str) -> tuple[cost.Servin
 def costs_at_traffic(mig: Migration, res: Measured) -> dict[str, cost.TrafficCost] | None:
     """Inference: each side's cost per accepted unit at the declared traffic
     (``measure.traffic_per_s``, else ``arrival_rate_per_s``) with its warm workers billed busy or
-    idle (:func:`runbook_lib.cost.at_traffic`), from the measured saturation throughput (its mean
+    idle (:func:`runbook_lib.measure.cost.at_traffic`), from the measured saturation throughput (its mean
     over rounds), the accepted share of the open-loop requests and the bytes each answer sent.
     None for training, or when a side measured no throughput."""
     if not mig.workload.serves:

@@ -13,10 +13,11 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from runbook_lib import cost
 from runbook_lib import gates as g
 from runbook_lib.errors import ProviderTimeout
-from runbook_lib.measure import (
+from runbook_lib.evidence.records import ClockRow, SpendRecord, StoreFetch
+from runbook_lib.measure import cost
+from runbook_lib.measure.timing import (
     INIT_PARTS,
     Attempted,
     Request,
@@ -50,7 +51,6 @@ from runbook_lib.phases.compare.raw import (
 )
 from runbook_lib.phases.serving import Served, Serving, serving_for
 from runbook_lib.providers.base import Endpoint, Plan, Pod
-from runbook_lib.records import ClockRow, SpendRecord, StoreFetch
 
 ROUND_PATTERN = ("source", "target", "target", "source")
 
@@ -198,7 +198,7 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
 
 
 def spend_meter(ctx: PhaseContext) -> cost.SpendMeter:
-    """Phase 04's meter against ``gates.spend_limit_usd`` (:class:`runbook_lib.cost.SpendMeter`)."""
+    """Phase 04's meter against ``gates.spend_limit_usd`` (:class:`runbook_lib.measure.cost.SpendMeter`)."""
     return cost.SpendMeter(ctx.mig.gates.spend_limit_usd, clock=time.perf_counter)
 
 
@@ -210,7 +210,7 @@ def spend_record(meter: cost.SpendMeter, stops: list[cost.SpendStop]) -> SpendRe
 
 def measured_with_retries(ctx: PhaseContext, fn: Callable[[int], Any], log: list[Attempted[Any]], *, what: str, kind: str,
            side: str, sleep: Callable[[float], None]) -> Attempted[Any]:
-    """Take one measurement through :func:`runbook_lib.measure.with_retries` with this run's
+    """Take one measurement through :func:`runbook_lib.measure.timing.with_retries` with this run's
     settings (``measure.error_retries``, ``measure.error_retry_interval_s``); the attempt record
     is appended to ``log`` (phase 04 writes it to ``04/measurement_attempts.csv``)."""
     m = ctx.mig.measure
@@ -351,7 +351,7 @@ def schedule_rounds(ctx: PhaseContext, run_round: Any, look: Callable[[], bool] 
 def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -> Measured:
     """Create both endpoints, measure cold starts and interleaved rounds; keep the endpoints.
     This process is the load generator: its heap is frozen while it measures
-    (:func:`runbook_lib.measure.frozen_heap`), so its own garbage collection does not land in
+    (:func:`runbook_lib.measure.timing.frozen_heap`), so its own garbage collection does not land in
     one round's latencies and not another's.
 
     Args:

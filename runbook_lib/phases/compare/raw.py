@@ -48,10 +48,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from runbook_lib.cost import SpendMeter
 from runbook_lib.errors import EvidenceError
-from runbook_lib.measure import Attempted, CollectorPauses
-from runbook_lib.records import ClockRow, CompareData, SpendRecord, StoreFetch
+from runbook_lib.evidence.records import ClockRow, CompareData, SpendRecord, StoreFetch
+from runbook_lib.measure.cost import SpendMeter
+from runbook_lib.measure.timing import Attempted, CollectorPauses
 
 THROUGHPUT_COLUMNS = ["side", "round", "requests", "completed", "failed", "elapsed_s", "throughput_units_per_s",
                       "failed_by_status"]
@@ -220,7 +220,7 @@ class Measured:
             units per second).
         cold_starts: one row per side's first start (inference: create call to first served
             response; training: pod creation to first step), seconds.
-        attempts: every measurement taken through retries (:class:`runbook_lib.measure.Attempted`).
+        attempts: every measurement taken through retries (:class:`runbook_lib.measure.timing.Attempted`).
         billed_s: seconds each side was billed. egress_bytes: bytes each side's answers sent.
         spend: the spend limit as enforced.
         warmup: warm-up requests or steps, recorded and left out of every gate.

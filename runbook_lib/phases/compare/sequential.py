@@ -43,12 +43,12 @@ import numpy as np
 import pandas as pd
 
 from runbook_lib import gates as g
+from runbook_lib.evidence.records import SequentialGate, SequentialLook, SequentialRecord
 from runbook_lib.gates import sequential as sq
 from runbook_lib.gates.performance import SLO_PERCENTILE
 from runbook_lib.gates.result import Verdict
 from runbook_lib.params import Migration, operator_set
 from runbook_lib.phases.compare import goodput
-from runbook_lib.records import SequentialGate, SequentialLook, SequentialRecord
 
 RATIO_GATES: dict[str, tuple[str, bool]] = {
     "latency_p95_ratio": ("gates.latency_p95_ratio_max", False),

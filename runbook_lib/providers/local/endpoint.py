@@ -16,7 +16,7 @@ recorded result instead of running it again. Request bodies above the declared l
 one, makes the job FAILED, never COMPLETED. Workers talk to the front door over ``/worker/*``.
 
 A ``load_balancing`` endpoint is one ``direct`` worker instead: its own HTTP server, with no
-front door (the contract is :class:`runbook_lib.measure.WorkerClient`'s). It loads the model
+front door (the contract is :class:`runbook_lib.measure.timing.WorkerClient`'s). It loads the model
 before it binds its port, so a reachable port means a ready worker; concurrent requests are
 batched up to the profile's ``batch_size`` inside the worker, and nothing is queued or retried
 for the caller.
@@ -45,7 +45,7 @@ from typing import Any
 
 from runbook_lib.errors import WorkloadError
 from runbook_lib.layout import POD_FAULT_ENV
-from runbook_lib.measure import INIT_PARTS
+from runbook_lib.measure.timing import INIT_PARTS
 from runbook_lib.params import load_params
 from runbook_lib.providers.base import PAYLOAD_LIMITS
 from runbook_lib.storage import pod_store

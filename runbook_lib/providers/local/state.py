@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib.errors import NotFound
-from runbook_lib.manifest import write_json_atomic
+from runbook_lib.evidence.manifest import write_json_atomic
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Pod, PodSpec
 from runbook_lib.providers.local import procs
 

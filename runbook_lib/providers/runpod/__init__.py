@@ -32,7 +32,7 @@ from runbook_lib.errors import (
     ProviderTimeout,
     WorkloadError,
 )
-from runbook_lib.measure import JobClient, JobClocks, WorkerClient
+from runbook_lib.measure.timing import JobClient, JobClocks, WorkerClient
 from runbook_lib.providers.api import ApiClient, KeySource, api_url
 from runbook_lib.providers.base import (
     Capabilities,
@@ -339,7 +339,7 @@ class RunpodProvider(RemoteProvider):
 
     def job_client(self, endpoint_id: str, url: str = "", *, timeout_s: float = 120.0,
                    mode: str = "queue", clocks: JobClocks | None = None) -> JobClient | WorkerClient:
-        """A :class:`runbook_lib.measure.JobClient` for ``<job API>/v2/{endpoint_id}`` (the job
+        """A :class:`runbook_lib.measure.timing.JobClient` for ``<job API>/v2/{endpoint_id}`` (the job
         API's base: ``https://api.runpod.ai`` unless params or the environment name another) with
         the API key as Bearer auth, over this provider's transport. ``url`` is not used: the job
         API's address follows from the endpoint id."""

@@ -394,7 +394,7 @@ def send_at(intended_s: float, t0: float) -> float:
 
 def dispatch(requests: Iterable[Request], one: Callable[[Request], None], *, t0: float, max_in_flight: int,
              stop: threading.Event | None = None) -> None:
-    """Phase 04's open-loop schedule keeper, also the cutover's replay (:mod:`runbook_lib.replay`):
+    """Phase 04's open-loop schedule keeper, also the cutover's replay (:mod:`runbook_lib.traffic.replay`):
     hand each of ``requests`` (in ``intended_s`` order, possibly endless) to a pool of
     ``max_in_flight`` threads :data:`DISPATCH_LEAD_S` before its intended time, whatever earlier
     ones are doing; ``one(request)`` sends it (at its time: :func:`send_at`). Returns when

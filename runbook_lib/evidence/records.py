@@ -1,7 +1,7 @@
 """Typed phase records: what each phase writes into ``NN_<phase>.json`` ``data``, and the one way
 any other module reads it.
 
-A record on disk stays JSON (:func:`runbook_lib.manifest.write_record`); its ``data`` is checked
+A record on disk stays JSON (:func:`runbook_lib.evidence.manifest.write_record`); its ``data`` is checked
 against the phase's model here before it is written (:func:`checked`), and read back through
 :class:`Chain`, whose properties return the models (``chain.freeze.source.frozen.prefix``, never
 ``record["data"]["freeze"]["frozen"]["prefix"]``). A renamed or retyped field then fails where it
@@ -10,7 +10,7 @@ is written, in the phase that wrote it, not when some later phase reaches the li
 Every model allows fields it does not name (``extra="allow"``): a record keeps everything its
 phase wrote, and the models name what another phase, phase 06, ``verify --recompute``,
 ``report``, ``list`` or ``resolve`` reads. The JSON Schema of each model is generated into
-docs/reference/records.schema.json (``python -m runbook_lib.records``; a test keeps it current).
+docs/reference/records.schema.json (``python -m runbook_lib.evidence.records``; a test keeps it current).
 
 Versions: a record written since schema versions were recorded carries ``schema_version``; one
 without it was written before (96aee4a and earlier) and reads as version 1, which is the same
@@ -25,13 +25,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
-from runbook_lib.checkpoint import FileReport, Finding
-from runbook_lib.cost import SpendStop
 from runbook_lib.errors import EvidenceError
+from runbook_lib.evidence.manifest import PHASES, RECORD_SCHEMA_VERSION, Record, phase_name, sha256_file
 from runbook_lib.gates import GateResult
 from runbook_lib.layout import MANIFEST, RECEIPT
-from runbook_lib.manifest import PHASES, RECORD_SCHEMA_VERSION, Record, phase_name, sha256_file
-from runbook_lib.measure import CollectorPauses
+from runbook_lib.measure.cost import SpendStop
+from runbook_lib.measure.timing import CollectorPauses
+from runbook_lib.portability.checkpoint import FileReport, Finding
 
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
 """The version of the record models below; written into every record as ``schema_version``."""
@@ -169,7 +169,7 @@ class GpuDevice(_Model):
 
 
 class Cuda(_Model):
-    """CUDA as a host inventory reports it (:func:`runbook_lib.inventory.probe`): whether it is
+    """CUDA as a host inventory reports it (:func:`runbook_lib.portability.inventory.probe`): whether it is
     available, the runtime torch was built with, the driver, the GPUs and the architectures the
     torch build carries (``sm_80``)."""
 
@@ -186,7 +186,7 @@ class Cpu(_Model):
 
 
 class Inventory(_Model):
-    """A host's inventory (:func:`runbook_lib.inventory.probe`): interpreter and framework
+    """A host's inventory (:func:`runbook_lib.portability.inventory.probe`): interpreter and framework
     versions, torch's thread count, the device, CUDA, the CPU, memory, shared memory and free
     disk in bytes, the OS, host features, and the *names* of credential-looking variables."""
 
@@ -255,7 +255,7 @@ class CheckpointInput(_Model):
 
 
 class Inspection(_Model):
-    """An inspection of a checkpoint (:func:`runbook_lib.checkpoint.inspect`; nothing in it run):
+    """An inspection of a checkpoint (:func:`runbook_lib.portability.checkpoint.inspect`; nothing in it run):
     each file and each finding, bytes in all, seconds to fetch it, where the source kept it; a
     preflight (before anything is rented) counts its ``blockers`` and keeps the copied-in ``input``."""
 
@@ -593,7 +593,7 @@ class CanaryResult(_Model):
 
 class EnvironmentDiffRow(_Model):
     """One difference between the source's and the canary's inventory
-    (:func:`runbook_lib.inventory.diff`), classified (``class``: :data:`runbook_lib.inventory.CLASSES`)."""
+    (:func:`runbook_lib.portability.inventory.diff`), classified (``class``: :data:`runbook_lib.portability.inventory.CLASSES`)."""
 
     item: str
     source: Any = None
@@ -656,7 +656,7 @@ class DrillRow(_Model):
 
 
 class SpendRecord(_Model):
-    """The spend limit as phase 04 enforced it (:class:`runbook_lib.cost.SpendMeter`): the limit
+    """The spend limit as phase 04 enforced it (:class:`runbook_lib.measure.cost.SpendMeter`): the limit
     (USD; None when unset), what was spent when measuring ended (USD), and each step refused."""
 
     limit_usd: float | None = None
@@ -775,8 +775,8 @@ class SavingsForecast(_Model):
 
 class CompareData(PhaseData):
     """Phase 04's record data (:func:`runbook_lib.phases.compare.judge.record_data`); the raw
-    samples stay in the files the record hashes. Costs are :meth:`runbook_lib.cost.CostBreakdown.to_dict`
-    and :meth:`runbook_lib.cost.TrafficCost.to_dict` per side (USD; None where not finite);
+    samples stay in the files the record hashes. Costs are :meth:`runbook_lib.measure.cost.CostBreakdown.to_dict`
+    and :meth:`runbook_lib.measure.cost.TrafficCost.to_dict` per side (USD; None where not finite);
     ``billed_s`` seconds and ``egress_bytes`` bytes per side."""
 
     endpoints: dict[str, str] = Field(default_factory=dict)
@@ -950,7 +950,7 @@ class RoutedCutover(_Model):
 
 class Cutover(_Model):
     """Phase 05's cutover (``05/cutover.json``): its mode, each step, the route's state and
-    history (:class:`runbook_lib.route.Route`), the share on the target at the end (percent),
+    history (:class:`runbook_lib.traffic.route.Route`), the share on the target at the end (percent),
     the checkpoint the work continues from, the rollback point, and for a real router what it
     carried (:func:`runbook_lib.phases.routed.routed_cutover`: its kind and URL, requests
     replayed, answered and lost, and every window judged)."""
@@ -1105,7 +1105,7 @@ class Receipt(_Model):
     """``receipt.json`` (:func:`runbook_lib.phases.decide.write_receipt`): the decision and why,
     with every gate; a HOLD carries its deadline (UTC ISO 8601) and ``hold_deadline_s`` (seconds).
     ``identities`` holds the params' and the workload's own digests; ``rehearsal`` the simulators
-    and rehearsal params (:func:`runbook_lib.seal.rehearsal_of`); ``route`` the route's final state."""
+    and rehearsal params (:func:`runbook_lib.evidence.seal.rehearsal_of`); ``route`` the route's final state."""
 
     run_id: str = ""
     migration: str = ""
@@ -1136,7 +1136,7 @@ class Receipt(_Model):
 
 
 class Manifest(_Model):
-    """``manifest.json`` (:func:`runbook_lib.seal.seal_run`): the run's decision, what ran, its
+    """``manifest.json`` (:func:`runbook_lib.evidence.seal.seal_run`): the run's decision, what ran, its
     rehearsal marks, and for an interrupted run the signal and teardown."""
 
     run_id: str = ""
@@ -1229,7 +1229,7 @@ def _validate(model: type[_F], data: Any, where: str) -> _F:
 def checked(phase: str, data: PhaseData | dict[str, Any]) -> dict[str, Any]:
     """``data`` (the phase's model, or its JSON form) as phase ``phase``'s completed record data,
     checked against its model (:data:`MODELS`) and returned as JSON (field aliases kept);
-    ``schema_version`` is added by the record's envelope (:func:`runbook_lib.manifest.write_record`).
+    ``schema_version`` is added by the record's envelope (:func:`runbook_lib.evidence.manifest.write_record`).
 
     Raises:
         EvidenceError: ``data`` is another phase's model, or a field the model names is missing or
@@ -1299,7 +1299,7 @@ class Chain(dict[str, Record]):
         return self._completed("05", CutoverData)
 
     def need_freeze(self) -> FreezeData:
-        """Phase 01's data, for a phase that requires it (:data:`runbook_lib.rundir.NEEDS`).
+        """Phase 01's data, for a phase that requires it (:data:`runbook_lib.evidence.rundir.NEEDS`).
 
         Raises:
             EvidenceError: phase 01 has no completed record.
@@ -1350,4 +1350,4 @@ def schema_text() -> str:
 
 
 if __name__ == "__main__":  # regenerate docs/reference/records.schema.json in this checkout
-    (Path(__file__).resolve().parent.parent / SCHEMA_FILE).write_text(schema_text())
+    (Path(__file__).resolve().parents[2] / SCHEMA_FILE).write_text(schema_text())

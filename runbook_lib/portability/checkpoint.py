@@ -348,7 +348,7 @@ def _key_findings(rel: str, keys: list[str], findings: list[Finding]) -> None:
                 "a checkpoint saved from a DataParallel/DistributedDataParallel or torch.compile wrapper carries its "
                 "prefix; an unwrapped model does not expect it",
                 "the runbook compares the keys as saved; an entry point that loads an unwrapped model strictly strips "
-                "it first with runbook_lib.checkpoint.strip_wrapper_prefix(weights, model.state_dict()) (the example "
+                "it first with runbook_lib.portability.checkpoint.strip_wrapper_prefix(weights, model.state_dict()) (the example "
                 "entry point does), which strips it only when every stripped key and shape matches the model's"))
         elif having:
             findings.append(Finding(

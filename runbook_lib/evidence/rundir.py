@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.closedworld import refuse_symlinks
 from runbook_lib.errors import EvidenceError, UsageError
-from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, REPORTS_DIR, STATE_DIR, params_sha256, project_root
-from runbook_lib.manifest import (
+from runbook_lib.evidence.closedworld import refuse_symlinks
+from runbook_lib.evidence.manifest import (
     PHASES,
     Record,
     new_run_id,
@@ -27,6 +26,7 @@ from runbook_lib.manifest import (
     write_json_atomic,
     write_record,
 )
+from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, REPORTS_DIR, STATE_DIR, params_sha256, project_root
 from runbook_lib.params import Migration, load_params
 
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -210,5 +210,5 @@ class RunDir:
     def write_record(self, phase: str, *, status: str, data: dict[str, Any], files: list[str],
                      started: str) -> Record:
         """Write phase ``phase``'s record, chained to the one before it
-        (:func:`runbook_lib.manifest.write_record`)."""
+        (:func:`runbook_lib.evidence.manifest.write_record`)."""
         return write_record(self.path, phase, status=status, data=data, files=files, started=started)

@@ -33,6 +33,7 @@ from typing import Any
 
 from runbook_lib import gates as g
 from runbook_lib.errors import EvidenceError, RunbookError
+from runbook_lib.evidence.records import CompareData, ParityData, PhaseData, Receipt, load_receipt, read_unchecked
 from runbook_lib.layout import (
     CANARY_INFERENCE_OUTPUTS,
     CANARY_OUTPUTS,
@@ -44,7 +45,6 @@ from runbook_lib.params import load_params
 from runbook_lib.phases import service as service_phase
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.raw import load_measurement
-from runbook_lib.records import CompareData, ParityData, PhaseData, Receipt, load_receipt, read_unchecked
 
 FROM_RAW = "raw samples"
 FROM_DRILLS = "recorded drill rows"

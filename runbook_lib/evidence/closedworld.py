@@ -41,8 +41,8 @@ from typing import Any
 
 from runbook_lib._time import utc_now
 from runbook_lib.errors import EvidenceError, UsageError
+from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST
-from runbook_lib.manifest import sha256_file, write_json_atomic
 
 SEAL_VERSION = 2
 """``seal.version`` of a closed-world seal (the first closed one; legacy seals have no ``seal``)."""
@@ -51,7 +51,7 @@ LINKS_DIR = "links"
 UNSEALED = frozenset({MANIFEST, COMPLETION_MARKER})
 """Files of the seal itself, which cannot list their own hashes."""
 ATTESTATION = "attestation.dsse.json"
-"""The seal's signed in-toto statement (:mod:`runbook_lib.signing`); it names every sealed file's
+"""The seal's signed in-toto statement (:mod:`runbook_lib.evidence.signing`); it names every sealed file's
 sha256, so it is not one of them."""
 
 
@@ -262,7 +262,7 @@ def _checked(run_dir: Path, seal: dict[str, Any], links: list[Link]) -> tuple[di
 
 
 def closed_world_rows(run_dir: Path) -> list[dict[str, str]]:
-    """Rows (``path``, ``status``, ``by``) for the closed world, as :func:`runbook_lib.verify.verify_run`
+    """Rows (``path``, ``status``, ``by``) for the closed world, as :func:`runbook_lib.audit.verify.verify_run`
     reports them: each link's place in the chain and whether it holds what its kind may
     (:func:`_checked`), every sealed or validly linked file (``intact``, ``altered``, ``missing``),
     and every other file (``altered``: an addition is an alteration). No rows for a legacy seal.

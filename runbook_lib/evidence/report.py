@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 
 from runbook_lib._fs import atomic_write
-from runbook_lib.auditpage import SealStatus, first_page
-from runbook_lib.closedworld import expected_files, is_sealed, seal_kind, sealed_notebooks
 from runbook_lib.errors import EvidenceError, UsageError
-from runbook_lib.records import Receipt, load_receipt
-from runbook_lib.signing import signed_by
+from runbook_lib.evidence.auditpage import SealStatus, first_page
+from runbook_lib.evidence.closedworld import expected_files, is_sealed, seal_kind, sealed_notebooks
+from runbook_lib.evidence.records import Receipt, load_receipt
+from runbook_lib.evidence.signing import signed_by
 
 COLORS = {"source": "#4c72b0", "target": "#dd8452"}
 VERDICT_COLORS = {"PASS": "#c8e6c9", "FAIL": "#ffcdd2", "INCONCLUSIVE": "#fff9c4", "ERROR": "#e1bee7",
@@ -280,9 +280,9 @@ def _output_path(run_dir: Path, out: Path | None) -> Path:
 
 def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[str] = ()) -> Path:
     """One offline HTML report of a run: a first page for auditors from ``receipt.json`` and the
-    seal (:func:`runbook_lib.auditpage.first_page`: decision, evidence and signature status,
+    seal (:func:`runbook_lib.evidence.auditpage.first_page`: decision, evidence and signature status,
     acceptance deltas with their intervals, cost, drills, rollback point, resources, each linking
-    to its phase), then each executed phase notebook the seal covers (:func:`runbook_lib.closedworld.sealed_notebooks`; every phase
+    to its phase), then each executed phase notebook the seal covers (:func:`runbook_lib.evidence.closedworld.sealed_notebooks`; every phase
     notebook in the directory for an unsealed run written with ``--allow-unverified``), code
     hidden and plots inline. Executed notebooks are shared with auditors, so every output is
     untrusted: it is sanitised whole (:func:`_exported`: no script, no CSS, no ``id``, safe link

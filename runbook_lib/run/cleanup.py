@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from runbook_lib import approvals
 from runbook_lib._time import utc_now
-from runbook_lib.closedworld import append_link, refuse_symlinks
 from runbook_lib.errors import NotFound, RunbookError
+from runbook_lib.evidence import approvals
+from runbook_lib.evidence.closedworld import append_link, refuse_symlinks
+from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
 from runbook_lib.layout import CLEANUP_RECORD, KEPT_PARAMS, STATE_DIR
-from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.params import Migration, load_params
 from runbook_lib.providers import create_provider
 
@@ -77,7 +77,7 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
     """Find every resource labelled with the run's id on the providers its params name, and
     destroy each one (``dry_run``: show the plans only). Writes ``cleanup.json`` in the run; after
     the run's seal, ``cleanup.json`` and the teardown approval records are sealed as a link
-    (:func:`runbook_lib.closedworld.append_link`).
+    (:func:`runbook_lib.evidence.closedworld.append_link`).
 
     Args:
         run_dir: ``reports/<run_id>`` (its ``params.yaml`` names the providers).

@@ -36,13 +36,13 @@ PHASE_PLOTS: dict[str, tuple[str, ...]] = {
 }
 """The plots each phase writes (paths in the run) and must show in its executed notebook, each as
 an ``image/png`` output whose metadata names it (``PLOT_METADATA_KEY``); the runner fails a phase
-whose notebook lacks one (:func:`runbook_lib.runner.missing_plots`)."""
+whose notebook lacks one (:func:`runbook_lib.run.runner.missing_plots`)."""
 
 PLOT_METADATA_KEY = "runbook_plot"
 """Key in an image output's ``image/png`` metadata naming the plot file it shows."""
 
 RECORD_SCHEMA_VERSION = 1
-"""Version of a phase record's shape (:mod:`runbook_lib.records` models it), written into each
+"""Version of a phase record's shape (:mod:`runbook_lib.evidence.records` models it), written into each
 record as ``schema_version``; a record without it predates the field and has version 1's shape."""
 GENESIS = "0" * 64  # prev_sha256 of the first record
 
@@ -77,7 +77,7 @@ def jsonable(value: Any) -> Any:
     its JSON form (field aliases kept), anything else as ``str(value)``. A model's fields are
     written as they hold their values (an ``int`` in a ``float`` field stays ``5``), without
     pydantic's serializer warnings: the record models are checked on write and on every read
-    (:mod:`runbook_lib.records`), which is where a wrong type is an error."""
+    (:mod:`runbook_lib.evidence.records`), which is where a wrong type is an error."""
     from pydantic import BaseModel
     from pydantic_core import to_jsonable_python
 
@@ -101,7 +101,7 @@ def phase_name(phase: str) -> str:
 @dataclass(frozen=True)
 class Record:
     """A phase record as read back: its JSON body and the sha256 of its file bytes. Its ``data``
-    is read through :mod:`runbook_lib.records`, which types it."""
+    is read through :mod:`runbook_lib.evidence.records`, which types it."""
 
     phase: str
     path: Path
@@ -229,7 +229,7 @@ def verify_evidence(run_dir: str | Path) -> list[dict[str, str]]:
     """Recompute every hash the sealed evidence names, offline, without stopping at the first
     problem: each phase record's link to the record before it, every file a record lists, the
     manifest's records and executed notebooks, and the completion marker's files. (What is
-    written after the seal, ``resolution.json``, is checked by :mod:`runbook_lib.verify`.)
+    written after the seal, ``resolution.json``, is checked by :mod:`runbook_lib.audit.verify`.)
 
     Returns:
         Rows ``{"path", "status", "by"}`` with status ``intact``, ``altered``, ``missing`` or

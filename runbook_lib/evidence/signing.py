@@ -4,7 +4,7 @@ The attestation (``attestation.dsse.json`` in the run directory) is the format t
 world already verifies:
 
 - the payload is an in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md):
-  one subject per file of the closed-world seal (:mod:`runbook_lib.closedworld`) and one for
+  one subject per file of the closed-world seal (:mod:`runbook_lib.evidence.closedworld`) and one for
   ``manifest.json`` itself, each named by its path in the run directory with its sha256; the
   predicate (:data:`PREDICATE_TYPE`) carries the decision, each gate's verdict and each phase's
   status, as the in-toto Test Result and SLSA verification-summary predicates carry a result;
@@ -26,10 +26,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.closedworld import ATTESTATION, seal_of
 from runbook_lib.errors import AuthError, EvidenceError, UsageError
+from runbook_lib.evidence.closedworld import ATTESTATION, seal_of
+from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
 from runbook_lib.layout import MANIFEST, RECEIPT
-from runbook_lib.manifest import sha256_file, write_json_atomic
 from runbook_lib.secret_refs import resolve
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -128,7 +128,7 @@ def statement(run_dir: Path) -> dict[str, Any]:
     and one for ``manifest.json`` as it is now (``{"name", "digest": {"sha256"}}``, sorted by
     name). The links written after the seal (a resolution, a cleanup) are not subjects: each names
     the sha256 of the manifest or of the link before it, so they hang from what is signed, and the
-    files' bytes now are the closed world's check (:func:`runbook_lib.closedworld.closed_world_rows`).
+    files' bytes now are the closed world's check (:func:`runbook_lib.evidence.closedworld.closed_world_rows`).
     The predicate: run id, migration, decision, each gate's phase, name, verdict
     and blocking flag (from ``receipt.json`` where there is one), and each phase's status.
 

@@ -1,6 +1,6 @@
 """The report's first page: what an auditor reads before the phases.
 
-From ``receipt.json`` (:class:`runbook_lib.records.Receipt`) and the run's seal: the decision and
+From ``receipt.json`` (:class:`runbook_lib.evidence.records.Receipt`) and the run's seal: the decision and
 its reasons, the seal and signature status, each acceptance delta with the interval and verdict
 of the gate that judges it, the cost, the drills, the rollback point and the resources created
 and destroyed, each part linking to the phase section that holds its evidence. Numbers carry
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from runbook_lib.records import Delta, Receipt
+from runbook_lib.evidence.records import Delta, Receipt
 
 METRIC_UNITS: dict[str, str] = {
     "total p50 (s)": "s", "total p95 (s)": "s", "total p99 (s)": "s", "throughput mean (units/s)": "/s",
@@ -34,7 +34,7 @@ PHASE_OF_GATE_PREFIX = {"drill_": "04"}
 @dataclass(frozen=True)
 class SealStatus:
     """What the first page says of the evidence: the seal's kind (``closed``, ``legacy``,
-    ``none``: :func:`runbook_lib.closedworld.seal_kind`), the files it lists, whether every hash
+    ``none``: :func:`runbook_lib.evidence.closedworld.seal_kind`), the files it lists, whether every hash
     verified when the page was written (with the problems), and the key ids of the signatures
     (unchecked: ``runbook verify --key`` checks them)."""
 

@@ -29,7 +29,7 @@ from runbook_lib.errors import ParamsError
 from runbook_lib.layout import STATE_DIR, project_root
 from runbook_lib.params import Migration, dump_yaml, load_params, validate
 from runbook_lib.providers.simulator import SimServer, free_port, sim_module, simulate, simulated
-from runbook_lib.runner import RunResult, run_migration
+from runbook_lib.run.runner import RunResult, run_migration
 
 REHEARSAL_DIR = "rehearsal"  # under .runbook/: the rehearsal copies of params, and the simulators' machines
 

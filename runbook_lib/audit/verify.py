@@ -1,9 +1,9 @@
 """``runbook verify``: every hash a run's evidence names, recomputed offline, in a closed world.
 
-The sealed evidence is checked by :func:`runbook_lib.manifest.verify_evidence` (the phase
+The sealed evidence is checked by :func:`runbook_lib.evidence.manifest.verify_evidence` (the phase
 records' chain and what each names), the closed world by
-:func:`runbook_lib.closedworld.closed_world_rows` (every file of the run is in the seal or a link
-after it), a HOLD run's ``resolution.json`` by :func:`runbook_lib.resolve.verify_resolution`, and
+:func:`runbook_lib.evidence.closedworld.closed_world_rows` (every file of the run is in the seal or a link
+after it), a HOLD run's ``resolution.json`` by :func:`runbook_lib.evidence.resolve.verify_resolution`, and
 with the people's public keys the signatures of what people decided (:func:`person_signature_rows`).
 This module sits above them, so none imports another.
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runbook_lib.closedworld import closed_world_rows, read_json_object
+from runbook_lib.evidence.closedworld import closed_world_rows, read_json_object
+from runbook_lib.evidence.manifest import sha256_file, verify_evidence
+from runbook_lib.evidence.resolve import verify_resolution
+from runbook_lib.evidence.signing import envelope_keyids, record_envelope, record_signature_problems
 from runbook_lib.layout import RESOLUTION
-from runbook_lib.manifest import sha256_file, verify_evidence
-from runbook_lib.resolve import verify_resolution
-from runbook_lib.signing import envelope_keyids, record_envelope, record_signature_problems
 
 
 def verify_run(run_dir: str | Path) -> list[dict[str, str]]:

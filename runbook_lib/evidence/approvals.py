@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Sequence, TypedDict
 
 from runbook_lib._time import utc_now
-from runbook_lib.closedworld import read_json_object
 from runbook_lib.errors import ApprovalRequired, UsageError
-from runbook_lib.manifest import sha256_file, write_json_atomic
-from runbook_lib.records import read_unchecked
-from runbook_lib.signing import record_envelope, sign_record
+from runbook_lib.evidence.closedworld import read_json_object
+from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
+from runbook_lib.evidence.records import read_unchecked
+from runbook_lib.evidence.signing import record_envelope, sign_record
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def record(run_dir: str | Path, approval: Approval, plan: Any) -> Path:
     record is never rewritten, and ``runbook cleanup`` destroying what an interrupted teardown
     approved adds nothing).
     An approval from a file its author signed (``runbook approve --key``: the envelope beside it,
-    :func:`runbook_lib.signing.record_envelope`) keeps a copy of both in the run
+    :func:`runbook_lib.evidence.signing.record_envelope`) keeps a copy of both in the run
     (``approvals/signed-<sha256[:16]>.json`` and ``.dsse.json``), named in the record as
     ``signed_file``, so the signature travels with the evidence."""
     path = _record_dir(run_dir) / f"{approval.fingerprint[:16]}.json"
@@ -210,8 +210,8 @@ def plans_awaiting(run_dir: str | Path) -> list[dict[str, Any]]:
 def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: str, signer: Any = None) -> dict[str, Any]:
     """Approve every plan :func:`plans_awaiting` finds in ``run_dir``: write the approval file
     (``fingerprints``, ``approved_by``, ``approved_at``, and a summary of each plan) to ``out``;
-    with ``signer`` (the approver's key, :func:`runbook_lib.signing.load_signer`), also its
-    signature beside it (:func:`runbook_lib.signing.sign_record`).
+    with ``signer`` (the approver's key, :func:`runbook_lib.evidence.signing.load_signer`), also its
+    signature beside it (:func:`runbook_lib.evidence.signing.sign_record`).
 
     Raises:
         UsageError: no plan is waiting, or no approver is named.

@@ -25,9 +25,7 @@ from typing import Any, Callable
 
 from jupyter_client.manager import AsyncKernelManager
 
-from runbook_lib import records
 from runbook_lib._time import utc_now
-from runbook_lib.cleanup import CleanupAborted, cleanup_run, summary
 from runbook_lib.errors import (
     EXIT_BY_DECISION,
     EXIT_FAILED,
@@ -39,18 +37,20 @@ from runbook_lib.errors import (
     WorkloadError,
     os_error_line,
 )
-from runbook_lib.hostlock import Held, LockWaitStopped, exclusive_for, host_lock
-from runbook_lib.interrupt import Interrupts, exit_code
+from runbook_lib.evidence import records
+from runbook_lib.evidence.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
+from runbook_lib.evidence.resolve import printable
+from runbook_lib.evidence.rundir import RunDir
+from runbook_lib.evidence.seal import seal_run, sealed_decision
+from runbook_lib.evidence.signing import load_signer
 from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, REPORTS_DIR, project_root
-from runbook_lib.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
 from runbook_lib.params import Migration, load_params
-from runbook_lib.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
 from runbook_lib.phases import leak_message, scan_phase, service_pods
-from runbook_lib.resolve import printable
-from runbook_lib.rundir import RunDir
-from runbook_lib.seal import seal_run, sealed_decision
+from runbook_lib.run.cleanup import CleanupAborted, cleanup_run, summary
+from runbook_lib.run.hostlock import Held, LockWaitStopped, exclusive_for, host_lock
+from runbook_lib.run.interrupt import Interrupts, exit_code
+from runbook_lib.run.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
 from runbook_lib.service import samples
-from runbook_lib.signing import load_signer
 from runbook_lib.workload import put_project_on_path, request_payload_problems, workload_class
 
 KERNEL_NAME = "python3"
@@ -79,7 +79,7 @@ class PhaseOutcome:
     stop: bool = False
     dry_run: bool = False
     notebook_source: dict[str, Any] | None = None  # NotebookSource.to_dict(): which notebook ran it
-    lock_wait_s: float = 0.0  # seconds waited for the host lock before the phase began (runbook_lib.hostlock)
+    lock_wait_s: float = 0.0  # seconds waited for the host lock before the phase began (runbook_lib.run.hostlock)
     note: str = ""  # one more line the run prints under the phase's (phase 04: the sequential gates' rounds)
 
     @classmethod
@@ -173,7 +173,7 @@ def scrub_paths(nb_path: Path, root: Path, source: NotebookSource | None = None)
 
 def plots_shown(nb_path: Path) -> list[str]:
     """The plots an executed notebook shows: for each ``image/png`` output, the plot named in its
-    metadata (:data:`runbook_lib.manifest.PLOT_METADATA_KEY`), or ``"<unnamed>"``; in order."""
+    metadata (:data:`runbook_lib.evidence.manifest.PLOT_METADATA_KEY`), or ``"<unnamed>"``; in order."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
@@ -183,7 +183,7 @@ def plots_shown(nb_path: Path) -> list[str]:
 
 
 def missing_plots(phase: str, nb_path: Path) -> list[str]:
-    """The plots :data:`runbook_lib.manifest.PHASE_PLOTS` expects ``phase`` to show that its
+    """The plots :data:`runbook_lib.evidence.manifest.PHASE_PLOTS` expects ``phase`` to show that its
     executed notebook does not show (an edited notebook that stopped displaying them, or a display
     path that depends on the kernel's plotting backend)."""
     shown = set(plots_shown(nb_path)) if nb_path.exists() else set()
@@ -213,7 +213,7 @@ class QuietShutdownKernelManager(AsyncKernelManager):
     phase's last cell there is nothing to interrupt, and a kernel still inside a message handler
     logged ``KeyboardInterrupt caught in kernel.`` to the run's terminal during a GO run. A cell
     timeout (nbclient's ``interrupt_on_timeout``) and the runner's own signal forwarding
-    (:mod:`runbook_lib.interrupt`) still interrupt the kernel as before."""
+    (:mod:`runbook_lib.run.interrupt`) still interrupt the kernel as before."""
 
     async def _async_interrupt_kernel(self) -> None:
         if self.shutting_down:
@@ -232,7 +232,7 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
     Args:
         notebooks_dir: a directory holding the phase notebook (``--notebooks``); None: the
             project's ``notebooks/`` copy if it has one, else the packaged one
-            (:func:`runbook_lib.phase_notebooks.phase_notebook`).
+            (:func:`runbook_lib.run.phase_notebooks.phase_notebook`).
         cwd: the kernel's working directory and the project (default: the params file's project).
         source: the notebook, already resolved (overrides ``notebooks_dir``).
         interrupts: the run's signal handler; when it has seen SIGINT/SIGTERM, a failure of the
@@ -340,7 +340,7 @@ def _host_lock(phase: str, exclusive: bool, interrupts: Interrupts | None,
 
 def escaped(say: Callable[[str], None]) -> Callable[[str], None]:
     """``say`` with every control or format character of each line escaped
-    (:func:`runbook_lib.resolve.printable`): params strings and recorded reasons reach a terminal
+    (:func:`runbook_lib.evidence.resolve.printable`): params strings and recorded reasons reach a terminal
     shown, never obeyed."""
     return lambda text: say("\n".join(printable(line) for line in text.split("\n")))
 
@@ -373,12 +373,12 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
     what is found), check the phase wrote its record, and record a failure when it did not finish.
 
     Args:
-        run: the run, opened or created (:class:`runbook_lib.rundir.RunDir`).
+        run: the run, opened or created (:class:`runbook_lib.evidence.rundir.RunDir`).
         notebooks_dir: ``--notebooks DIR``; None: the project's copy of the phase notebook if it has
             one, else the packaged one. Which ran is recorded in the outcome and the notebook.
         cell_timeout_s: per-cell limit, seconds (default ``run.cell_timeout_s`` from params).
         scans: the run's list of scan summaries; this phase's is appended.
-        echo: told when the phase waits for the host lock (:mod:`runbook_lib.hostlock`): every phase
+        echo: told when the phase waits for the host lock (:mod:`runbook_lib.run.hostlock`): every phase
             holds it, phases 04 and 05 exclusively unless ``measure.exclusive`` is false.
 
     Returns:
@@ -452,7 +452,7 @@ def reseal_after_phase_06(run: RunDir, phase: str) -> None:
 
     Phase 06 seals the run from its own kernel (:func:`runbook_lib.phases.decide.finish`), while
     papermill is still to save the cell that sealed it; its notebook as saved last is what the seal
-    must list (a closed-world seal lists every file, :mod:`runbook_lib.closedworld`). The decision
+    must list (a closed-world seal lists every file, :mod:`runbook_lib.evidence.closedworld`). The decision
     and completeness are the kernel's seal's. Nothing is done when phase 06 did not seal."""
     if phase != "06":
         return
@@ -529,7 +529,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
     Returns:
         The :class:`RunResult`; its exit code is 0 GO, 1 NO-GO, 3 HOLD, 4 failed run, 130 / 143
         interrupted by SIGINT / SIGTERM (the current phase stopped, the run's resources torn down
-        by :func:`runbook_lib.cleanup.cleanup_run`, the run sealed as ``INTERRUPTED``).
+        by :func:`runbook_lib.run.cleanup.cleanup_run`, the run sealed as ``INTERRUPTED``).
 
     Raises:
         ParamsError: the params file is invalid (nothing ran, no run directory is created).

@@ -2,11 +2,11 @@
 
 Phase 05 through a real router (:mod:`runbook_lib.phases.routed`) sends the workload's sample
 inputs through the router the whole time the weights move. The sending runs in a child process
-(``python -m runbook_lib.replay CONFIG EVENTS``), so nothing the phase does (judging a window,
+(``python -m runbook_lib.traffic.replay CONFIG EVENTS``), so nothing the phase does (judging a window,
 reading the router, its kernel's own garbage collection) delays a request; it is phase 04's
-generator: a Poisson schedule (:func:`runbook_lib.measure.poisson_requests`) kept by
-:func:`runbook_lib.measure.dispatch`, each request sent at its intended time
-(:func:`runbook_lib.measure.send_at`) and never resent.
+generator: a Poisson schedule (:func:`runbook_lib.measure.timing.poisson_requests`) kept by
+:func:`runbook_lib.measure.timing.dispatch`, each request sent at its intended time
+(:func:`runbook_lib.measure.timing.send_at`) and never resent.
 
 The child appends one JSON line per event to ``EVENTS``: ``{"e": "start", "t0": T}`` first (its
 :func:`time.perf_counter` at the schedule's start: CLOCK_MONOTONIC on Linux, the same clock in
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from runbook_lib.errors import ProviderError
-from runbook_lib.measure import Request, dispatch, poisson_requests, send_at
-from runbook_lib.router import SERVER_HEADER
+from runbook_lib.measure.timing import Request, dispatch, poisson_requests, send_at
+from runbook_lib.traffic.router import SERVER_HEADER
 
 REPLAY_MAX_IN_FLIGHT = 128
 """Requests the replay keeps in flight at most, as phase 04's open loop (each waits at most its timeout)."""
@@ -143,7 +143,7 @@ class Replay:
         self.events.touch()
         try:
             with open(tmp / "replay.log", "wb") as log:
-                self._proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.replay", str(tmp / "config.json"),
+                self._proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.traffic.replay", str(tmp / "config.json"),
                                                str(self.events)], stdout=log, stderr=subprocess.STDOUT)
         except OSError as exc:
             self._cleanup()

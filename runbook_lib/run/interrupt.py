@@ -6,7 +6,7 @@ signal is recorded and forwarded to the kernel as SIGINT, so the running cell ra
 ``KeyboardInterrupt`` and papermill saves the notebook; a kernel still busy
 :data:`KERNEL_GRACE_S` seconds later (a long C call, a thread pool draining) is killed. The
 runner then skips the remaining phases and tears down what the run created. A second signal
-while that teardown runs raises :class:`~runbook_lib.cleanup.CleanupAborted`, so the person who
+while that teardown runs raises :class:`~runbook_lib.run.cleanup.CleanupAborted`, so the person who
 pressed Ctrl-C twice gets their terminal back at once, with the command that finishes the job.
 
 SIGHUP (the terminal closed, an SSH session dropped) is handled the same way: by default it
@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from runbook_lib._time import utc_now
-from runbook_lib.cleanup import CleanupAborted
+from runbook_lib.run.cleanup import CleanupAborted
 
 KERNEL_GRACE_S = 5.0  # after forwarding SIGINT, a kernel still running this long is killed, seconds
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib._time import utc_now
-from runbook_lib.manifest import write_json_atomic
+from runbook_lib.evidence.manifest import write_json_atomic
 
 
 class Route:

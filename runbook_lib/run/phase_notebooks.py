@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import UsageError
+from runbook_lib.evidence.manifest import PHASES, phase_name
 from runbook_lib.layout import NOTEBOOKS_DIR
-from runbook_lib.manifest import PHASES, phase_name
 
-PACKAGED_NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+PACKAGED_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 """The phase notebooks shipped with the package (package data, see ``pyproject.toml``)."""
 
-PACKAGED_PARAMS = Path(__file__).resolve().parent / "params"
+PACKAGED_PARAMS = Path(__file__).resolve().parents[1] / "params"
 """The example params files shipped with the package (the repository's ``params/``)."""
 
-PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
+PACKAGED_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 """Example inputs the params name (the repository's ``examples/``: the demo checkpoint)."""
 
 ORIGINS = ("project", "given", "packaged")

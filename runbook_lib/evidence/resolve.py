@@ -5,7 +5,7 @@ A HOLD run is already sealed (``manifest.json``, then ``_SUCCESS``) and phase 06
 restored the source route and torn the target down. Its evidence is never rewritten: the
 resolution is a separate file, ``resolution.json``, that names the sha256 of the
 ``manifest.json`` it resolves and carries the sha256 of its own content (``content_sha256``),
-sealed by a link of its own (:func:`runbook_lib.closedworld.append_link`); ``runbook verify``
+sealed by a link of its own (:func:`runbook_lib.evidence.closedworld.append_link`); ``runbook verify``
 recomputes all three and checks that it may resolve the run at all (:func:`resolution_problem`).
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from runbook_lib._time import iso, parse_iso
-from runbook_lib.closedworld import (
+from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, RunbookError, UsageError
+from runbook_lib.evidence.closedworld import (
     append_link,
     closed_world_rows,
     read_json_object,
@@ -28,12 +29,11 @@ from runbook_lib.closedworld import (
     refuse_symlinks,
     seal_kind,
 )
-from runbook_lib.errors import EXIT_BY_DECISION, EvidenceError, RunbookError, UsageError
+from runbook_lib.evidence.manifest import sha256_file, verify_evidence, write_json_atomic
+from runbook_lib.evidence.records import Manifest, Receipt, load_manifest, load_receipt
+from runbook_lib.evidence.signing import sign_record
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RECEIPT, RESOLUTION
-from runbook_lib.manifest import sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.params import load_params
-from runbook_lib.records import Manifest, Receipt, load_manifest, load_receipt
-from runbook_lib.signing import sign_record
 
 RESOLUTION_FILE = RESOLUTION
 DECISIONS = ("GO", "NO-GO")
@@ -201,9 +201,9 @@ def resolve_run(run_dir: str | Path, *, decision: str | None, by: str | None, re
         by: who decided (required with a decision).
         reason: why, free text.
         now: the current time (injected in tests); default the system clock, UTC.
-        signer: the deciding person's key (:func:`runbook_lib.signing.load_signer`), or None:
+        signer: the deciding person's key (:func:`runbook_lib.evidence.signing.load_signer`), or None:
             the resolution is then signed into ``resolution.dsse.json``
-            (:func:`runbook_lib.signing.sign_record`), sealed with it by the same link.
+            (:func:`runbook_lib.evidence.signing.sign_record`), sealed with it by the same link.
 
     Returns:
         The ``resolution.json`` body as written.

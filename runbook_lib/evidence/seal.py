@@ -16,12 +16,12 @@ from typing import Any
 
 from runbook_lib import __version__
 from runbook_lib._time import utc_now
-from runbook_lib.closedworld import ATTESTATION, seal_listing
+from runbook_lib.evidence.closedworld import ATTESTATION, seal_listing
+from runbook_lib.evidence.manifest import read_chain, sha256_file, write_completion_marker, write_json_atomic
+from runbook_lib.evidence.records import Chain, FreezeSource
+from runbook_lib.evidence.signing import load_signer, sign_run
 from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, RECEIPT, params_sha256, project_root
-from runbook_lib.manifest import read_chain, sha256_file, write_completion_marker, write_json_atomic
 from runbook_lib.params import Migration
-from runbook_lib.records import Chain, FreezeSource
-from runbook_lib.signing import load_signer, sign_run
 
 VERSIONED_PACKAGES = ("torch", "papermill", "nbclient", "sentence-transformers", "scikit-learn", "numpy", "pandas",
                       "scipy", "boto3")
@@ -34,7 +34,7 @@ LOCK_FILE = "locks/main.txt"
 def lock_sha256() -> str | None:
     """sha256 of the lock the running package was installed from (:data:`LOCK_FILE` in the
     checkout that holds ``runbook_lib``), or None where there is none (an installed wheel)."""
-    f = Path(__file__).resolve().parent.parent / LOCK_FILE
+    f = Path(__file__).resolve().parents[2] / LOCK_FILE
     return sha256_file(f) if f.is_file() else None
 
 
@@ -121,7 +121,7 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
     (run_dir / ATTESTATION).unlink(missing_ok=True)
     manifest["seal"] = seal_listing(run_dir)
     write_json_atomic(run_dir / MANIFEST, manifest)
-    if mig.evidence.signing_key:  # an in-toto statement of the seal in a DSSE envelope (runbook_lib.signing)
+    if mig.evidence.signing_key:  # an in-toto statement of the seal in a DSSE envelope (runbook_lib.evidence.signing)
         sign_run(run_dir, load_signer(mig.evidence.signing_key))
     if complete:  # the completion marker is the last file written, after the signature too
         files = {p: sha256_file(run_dir / p) for p in (MANIFEST, RECEIPT) if (run_dir / p).exists()}
