@@ -11,9 +11,11 @@ RUNPOD_STAMP := .venv-runpod/.installed
 # The chat server `make demo-service` migrates, in its own environment (the service's "image": no
 # runbook code in it): transformers' own OpenAI-compatible server, on the CPU build of torch.
 SERVE_STAMP := .venv-serve/.installed
+# The docs site's builder (mkdocs with mkdocs-material), in its own environment.
+DOCS_STAMP := .venv-docs/.installed
 CHAT_MODELS := .runbook/models
 
-.PHONY: demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
+.PHONY: docs demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
 	browser haproxy bench bench-streaming soak clean lab strip-filter lock
 
 # Every environment installs exact versions from its lock (locks/*.txt, `make lock` writes them
@@ -89,10 +91,24 @@ rehearse: $(STAMP) demo-service-models
 
 # Lint, types, the unit and contract tests, and one whole migration through every phase
 # (under 5 minutes on 2 cores). The other end-to-end cases are `make test-e2e`.
-test: $(STAMP)
-	$(VENV)/bin/ruff check runbook_lib tests benchmarks
+test: $(STAMP) docs
+	$(VENV)/bin/ruff check runbook_lib tests benchmarks scripts
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -m "not e2e or smoke" -n 2 --dist loadfile
+
+# The docs site (mkdocs.yml; docs/ is its source): the generated reference pages checked against the
+# code, then a strict build (a warning, a broken link or a page missing from the nav fails it).
+# `make test` runs it; the site is written to site/ (not committed).
+docs: $(STAMP) $(DOCS_STAMP)
+	$(PY) scripts/docs_reference.py --check
+	@out=$$(NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --site-dir site 2>&1) || \
+		{ echo "$$out"; echo "make docs: the site did not build (warnings are errors)"; exit 1; }
+	@echo "docs: site/index.html built with no warning"
+
+$(DOCS_STAMP): locks/docs.txt
+	$(PYTHON) -m venv .venv-docs
+	.venv-docs/bin/python -m pip install $(PIP) -r locks/docs.txt
+	touch $(DOCS_STAMP)
 
 $(VASTAI_STAMP): locks/vastai.txt
 	$(PYTHON) -m venv .venv-vastai
@@ -110,6 +126,7 @@ LOCK_TMP ?= /tmp/runbook-lock
 LOCK_TOPS_runpod := 'runpod==1.12.0'
 LOCK_TOPS_vastai := 'vastai==1.9.1'
 LOCK_TOPS_serve := 'torch==2.13.0' 'transformers[serving]==5.24.0'
+LOCK_TOPS_docs := 'mkdocs==1.6.1' 'mkdocs-material==9.8.2'
 lock:
 	rm -rf $(LOCK_TMP)
 	$(PYTHON) -m venv $(LOCK_TMP)/main && $(LOCK_TMP)/main/bin/pip install $(PIP) -e '.[test]'
@@ -120,6 +137,8 @@ lock:
 	$(call write_lock,vastai)
 	$(PYTHON) -m venv $(LOCK_TMP)/serve && $(LOCK_TMP)/serve/bin/pip install $(PIP) $(LOCK_TOPS_serve)
 	$(call write_lock,serve)
+	$(PYTHON) -m venv $(LOCK_TMP)/docs && $(LOCK_TMP)/docs/bin/pip install $(PIP) $(LOCK_TOPS_docs)
+	$(call write_lock,docs)
 	rm -rf $(LOCK_TMP)
 
 define write_lock

@@ -9,7 +9,7 @@ Per run it prints the decision, the exit code, the wall time and the phase that 
   ``exit.json``, ``port``);
 - no process carries the pod marker of those resources (``LOCAL_POD_ID``), none listens on a
   port, and no notebook kernel started by a soak run is still alive;
-- ``.runbook/`` holds only what the README says it keeps (``local/pods/<id>/`` records,
+- ``.runbook/`` holds only what docs/reference/evidence.md says it keeps (``local/pods/<id>/`` records,
   ``store/runs/<run_id>/`` sets, ``fixtures/``).
 
 The last line is ``go=<k>/<N> p50_s=<median wall s> max_s=<max wall s> crashes=<exit 4 count>

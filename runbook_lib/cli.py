@@ -1,7 +1,7 @@
 """``runbook``: run a migration, one phase, verify a run's evidence, report it as HTML, list runs,
 approve the plans a run showed, resolve a HOLD run, or clean up what a run left behind.
 
-Exit codes (also in README.md):
+Exit codes (also in docs/reference/exit-codes.md):
     0  GO: every blocking gate passed (``resolve``: a person decided GO)
     1  NO-GO: a blocking gate failed (source route restored, target resources destroyed);
        ``resolve``: a person decided NO-GO, or the hold deadline passed

@@ -28,7 +28,7 @@ from __future__ import annotations
 import errno
 from typing import Any, ClassVar
 
-# CLI exit codes (documented in README.md and `runbook --help`).
+# CLI exit codes (documented in docs/reference/exit-codes.md and `runbook --help`).
 EXIT_GO = 0
 EXIT_NO_GO = 1
 EXIT_USAGE = 2

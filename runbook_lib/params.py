@@ -952,7 +952,7 @@ class Cutover(_Model):
 
     Attributes:
         mode: how work moves, by the workload's data semantics (the migration design's step 5,
-            "quiesce or dual-run according to data semantics"; README, phase 05). ``quiesce``
+            "quiesce or dual-run according to data semantics"; docs/explanation/cutover.md). ``quiesce``
             (training, its only mode: a job has one writer): the source stops at a verified
             checkpoint, the target resumes from it, then the route switches. ``drain``
             (inference default): each step's in-flight requests finish on both sides, and the

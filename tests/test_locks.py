@@ -20,7 +20,8 @@ from runbook_lib.params import load_params
 
 from .conftest import ROOT
 
-LOCKS = {"main": ".venv", "runpod": ".venv-runpod", "vastai": ".venv-vastai", "serve": ".venv-serve"}
+LOCKS = {"main": ".venv", "runpod": ".venv-runpod", "vastai": ".venv-vastai", "serve": ".venv-serve",
+         "docs": ".venv-docs"}
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.!+_-]+)$")
 
 

@@ -1,8 +1,9 @@
-"""Behavioural promises README.md makes that no other case checks, one case per promise, each
+"""Behavioural promises the documentation makes (README.md and the docs site under docs/) that no
+other case checks, one case per promise, each
 against the real code: the CLI (``runbook_lib.cli.main``, or ``python -m runbook_lib.cli`` as a
 process), params loading, the adapters over real HTTP to the loopback simulators, moto's S3 and
-real torch. The README line each case checks is named in its docstring (line numbers as of this
-writing; the quoted phrase is what to search for)."""
+real torch. The page each case checks is named in its docstring (the quoted phrase is what to
+search for)."""
 
 from __future__ import annotations
 
@@ -67,11 +68,11 @@ def _remote_run_dir(tmp_path: Path) -> Path:
     return run_dir
 
 
-# -- README ~139: `runbook cleanup` "exits 1 if anything is left or a provider could not be listed" --
+# -- docs/how-to/interrupt-and-cleanup.md: `runbook cleanup` "exits 1 if anything is left or a provider could not be listed" --
 
 
 def test_cleanup_exits_1_when_a_provider_could_not_be_listed(tmp_path: Path, no_keys: Path, capsys) -> None:
-    """README ~139: `runbook cleanup` "exits 1 if ... a provider could not be listed". The run's
+    """docs/how-to/interrupt-and-cleanup.md: `runbook cleanup` "exits 1 if ... a provider could not be listed". The run's
     params name Runpod and Vast.ai and neither key is set here, so neither account can be listed:
     the cleanup cannot say nothing is left, exits 1 (a dry run too) and records both sides as
     not listed in ``cleanup.json``."""
@@ -116,7 +117,7 @@ def _vast_instance(tmp_path: Path, run_id: str) -> str:
 
 
 def test_cleanup_exits_1_when_a_resource_is_left(tmp_path: Path, sims: dict[str, SimServer], capsys) -> None:
-    """README ~139: `runbook cleanup` "exits 1 if anything is left". A Vast.ai instance labelled
+    """docs/how-to/interrupt-and-cleanup.md: `runbook cleanup` "exits 1 if anything is left". A Vast.ai instance labelled
     with the run is found, but the API answers its DELETE with HTTP 500 (nothing destroyed): the
     cleanup exits 1 and ``cleanup.json`` lists the instance as remaining. Once the API destroys
     again, the next cleanup destroys it and exits 0."""
@@ -145,12 +146,12 @@ def test_cleanup_exits_1_when_a_resource_is_left(tmp_path: Path, sims: dict[str,
     gc.collect()  # cleanup closes each provider it opens: no unclosed connection is left to warn about
 
 
-# -- README ~176: the Vast.ai key: VAST_API_KEY, ~/.config/vastai/vast_api_key, ~/.vast_api_key --
+# -- docs/how-to/runpod-to-vast.md: the Vast.ai key: VAST_API_KEY, ~/.config/vastai/vast_api_key, ~/.vast_api_key --
 
 
 def test_the_vast_key_is_read_in_vast_clis_order_and_never_shown(no_keys: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
-    """README ~176: "`VAST_API_KEY`, `~/.config/vastai/vast_api_key`, `~/.vast_api_key`" (in that
+    """docs/how-to/runpod-to-vast.md: "`VAST_API_KEY`, `~/.config/vastai/vast_api_key`, `~/.vast_api_key`" (in that
     order), "sent as `Authorization: Bearer`, never written to evidence". Each place wins over
     the ones after it; with none, the error lists the places and no value; a key the API refuses
     (and echoes back in its error body) is sent as a Bearer token and not quoted in the error."""
@@ -187,11 +188,11 @@ def test_the_vast_key_is_read_in_vast_clis_order_and_never_shown(no_keys: Path, 
     assert legacy_key not in str(refused.value) and "<redacted>" in str(refused.value)
 
 
-# -- README ~179: "`dry_run: true` (the default for real providers)" --
+# -- docs/how-to/runpod-to-vast.md: "`dry_run: true` (the default for real providers)" --
 
 
 def test_remote_profiles_default_to_dry_run_and_local_ones_never_are(tmp_path: Path) -> None:
-    """README ~179: "`dry_run: true` (the default for real providers)". The Runpod-to-Vast.ai
+    """docs/how-to/runpod-to-vast.md: "`dry_run: true` (the default for real providers)". The Runpod-to-Vast.ai
     example with ``dry_run`` left out of both sides loads with both in dry-run, and phase 06's
     resources treat both as plan-only; the local provider (the demo) is never dry-run: it has no
     such field (a ``dry_run`` on a local side is refused when params load, exit 2) and its plans
@@ -228,7 +229,7 @@ def test_remote_profiles_default_to_dry_run_and_local_ones_never_are(tmp_path: P
         load_params(local)
 
 
-# -- README ~251-252: "A non-default base URL alone marks nothing (it may be a real proxy)" --
+# -- docs/how-to/rehearse.md: "A non-default base URL alone marks nothing (it may be a real proxy)" --
 
 
 def _proxy(upstream: str) -> ThreadingHTTPServer:
@@ -266,7 +267,7 @@ def _proxy(upstream: str) -> ThreadingHTTPServer:
 
 
 def test_a_non_default_base_url_alone_does_not_mark_a_rehearsal(tmp_path: Path) -> None:
-    """README ~251-252: "A non-default base URL alone marks nothing (it may be a real proxy), and
+    """docs/how-to/rehearse.md: "A non-default base URL alone marks nothing (it may be a real proxy), and
     `approvals.preapproved_simulator` approves only plans on an API that said it is a simulator".
     The Vast.ai adapter pointed at a non-default URL, a proxy whose answers are the API's but carry
     no ``X-Runbook-Simulator``, works (it lists the account) yet is no simulator, so a plan on it
@@ -303,7 +304,7 @@ def test_a_non_default_base_url_alone_does_not_mark_a_rehearsal(tmp_path: Path) 
         srv.close()
 
 
-# -- README ~255-258: `runbook simulate runpod --port N` serves until Ctrl-C and prints the exports --
+# -- docs/how-to/rehearse.md: `runbook simulate runpod --port N` serves until Ctrl-C and prints the exports --
 
 
 def _lines(stream: Any) -> queue.Queue[str]:
@@ -342,7 +343,7 @@ def _until(q: queue.Queue[str], found: Callable[[str], bool], timeout_s: float) 
 ])
 def test_runbook_simulate_serves_until_ctrl_c_and_prints_the_exports(
         tmp_path: Path, provider: str, names: list[str], probe: tuple[str, str]) -> None:
-    """README ~255-258: "`runbook simulate runpod --port 9001` (or `vast`) serves one simulator
+    """docs/how-to/rehearse.md: "`runbook simulate runpod --port 9001` (or `vast`) serves one simulator
     until Ctrl-C and prints the variables to export". The command, as a process, prints an
     ``export`` line with exactly those variables, the URL on the port asked for; the printed key
     is accepted there (and a request without it refused); Ctrl-C (SIGINT) stops it within a few
@@ -393,11 +394,11 @@ def test_runbook_simulate_serves_until_ctrl_c_and_prints_the_exports(
         proc.stdout.close()
 
 
-# -- README ~860: "`runbook init` copies it with the example params" --
+# -- docs/how-to/checkpoint.md: "`runbook init` copies it with the example params" --
 
 
 def test_runbook_init_copies_the_demo_checkpoint_the_example_params_name(tmp_path: Path) -> None:
-    """README ~860: "`examples/make_demo_checkpoint.py` writes the demo checkpoint; `runbook init`
+    """docs/how-to/checkpoint.md: "`examples/make_demo_checkpoint.py` writes the demo checkpoint; `runbook init`
     copies it with the example params". After ``runbook init DIR``, every example params file in
     DIR loads, ``params/demo-checkpoint.yaml`` there names DIR's own copy of the demo checkpoint
     (a relative path is the project's), that copy holds the packaged files byte for byte (every
@@ -420,12 +421,12 @@ def test_runbook_init_copies_the_demo_checkpoint_the_example_params_name(tmp_pat
     assert inspect(ck).blockers == []
 
 
-# -- README ~97: "Rolling a route back to the source needs none" (no approval) --
+# -- docs/how-to/approve.md: "Rolling a route back to the source needs none" (no approval) --
 
 
 def test_rolling_the_route_back_to_the_source_needs_no_approval(make_params: Callable[..., Path],
                                                                    tmp_path: Path) -> None:
-    """README ~97: "Rolling a route back to the source needs none" (approval). With local plans not
+    """docs/how-to/approve.md: "Rolling a route back to the source needs none" (approval). With local plans not
     pre-approved (``approvals.preapproved_local: false``) and no approval file, moving the route
     forward (phase 05's first slice step) stops for approval; rolling a route left at 20 % back to
     the source (phase 06 on NO-GO) applies at once, without any approval record. (Phase 05's own
@@ -455,7 +456,7 @@ def test_rolling_the_route_back_to_the_source_needs_no_approval(make_params: Cal
     assert sorted(p.name for p in approvals_dir.glob("*.json")) == [f"pending-{forward.plan.fingerprint[:16]}.json"]
 
 
-# -- README ~818: quantized tensors are a blocker of the checkpoint inspection --
+# -- docs/how-to/checkpoint.md: quantized tensors are a blocker of the checkpoint inspection --
 
 
 # torch 2.x deprecates creating quantized tensors, and rebuilding one on load uses TypedStorage:
@@ -463,7 +464,7 @@ def test_rolling_the_route_back_to_the_source_needs_no_approval(make_params: Cal
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning",
                             "ignore:TypedStorage is deprecated:UserWarning")
 def test_a_quantized_tensor_is_a_blocker_naming_it(tmp_path: Path) -> None:
-    """README ~818: "also blockers: ... sparse or quantized tensors (neither digested nor
+    """docs/how-to/checkpoint.md: "also blockers: ... sparse or quantized tensors (neither digested nor
     compared)". A torch.save checkpoint holding one quantized tensor (``torch.quantize_per_tensor``)
     among dense ones is inspected without crashing and has exactly one blocker,
     ``unsupported_layout``, naming that file and that tensor; the dense file beside it has none."""
@@ -482,7 +483,7 @@ def test_a_quantized_tensor_is_a_blocker_naming_it(tmp_path: Path) -> None:
     assert "dequantize()" in ins.blockers[0].fix
 
 
-# -- README ~871: the S3 copy is "pinned to the version (or ETag) its HEAD saw" --
+# -- docs/how-to/checkpoint.md: the S3 copy is "pinned to the version (or ETag) its HEAD saw" --
 
 KEY_ID, SECRET = "AKIAREADMEPROMISES01", "readme-promises-secret-never-shown"
 
@@ -503,7 +504,7 @@ def _replace_after_head(store: S3Store, key: str, data: bytes) -> list[str]:
 
 
 def test_an_s3_copy_is_pinned_to_what_its_head_saw(s3_endpoint: str, tmp_path: Path) -> None:
-    """README ~871: phase 01 "copies every object to this host, pinned to the version (or ETag) its
+    """docs/how-to/checkpoint.md: phase 01 "copies every object to this host, pinned to the version (or ETag) its
     HEAD saw". The object is replaced between the copy's HEAD and its GET. In an unversioned bucket
     (pinned by ETag) the copy is refused as changed while read and leaves no partial file; in a
     versioned bucket (pinned by version) the copy gets the bytes and the version the HEAD saw, not

@@ -2,7 +2,7 @@
 alone (raw samples, params, records; no kernel, no provider, no network), compared with the
 receipt.
 
-How each gate is derived again (the README's table says the same):
+How each gate is derived again (docs/how-to/sign-and-verify.md's table says the same):
 
 * phase 04's measurement gates (latency, throughput, cold start, errors, cost, capacity, SLO,
   noise floor, shift, baseline health, spend limit) from the raw tables

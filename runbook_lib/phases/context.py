@@ -97,7 +97,7 @@ class PhaseContext(OnRun):
                 "validation": dict(validation)}
 
     def accepted(self, golden: Any, row: dict[str, Any]) -> bool:
-        """An accepted unit (README, cost per accepted unit): COMPLETED, within the SLO
+        """An accepted unit (docs/reference/gates-and-decisions.md, cost per accepted unit): COMPLETED, within the SLO
         (``workload.requirements.max_request_s``, seconds from intended arrival), and its output
         within the dtype's tolerance of golden row ``row["input_index"]`` (``golden``: float64
         array, shape ``(inputs, dims)``)."""

@@ -263,7 +263,8 @@ class SimModule(Protocol):
 def simulated() -> tuple[str, ...]:
     """The remote providers that have a simulator (a ``sim`` module in their package), in the
     provider table's order."""
-    return tuple(name for name in REMOTE if importlib.util.find_spec(f"{PROVIDERS[name]}.sim") is not None)
+    return tuple(name for name in PROVIDERS if name in REMOTE
+                 and importlib.util.find_spec(f"{PROVIDERS[name]}.sim") is not None)
 
 
 def sim_module(provider: str) -> SimModule:
