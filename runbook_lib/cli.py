@@ -87,7 +87,14 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     from runbook_lib.evidence.manifest import phase_name
     from runbook_lib.evidence.rundir import RunDir
     from runbook_lib.run.interrupt import Interrupts
-    from runbook_lib.run.runner import environment_ok, phase_out_of_order, preflight, run_phase, stop_interrupted
+    from runbook_lib.run.runner import (
+        environment_ok,
+        phase_out_of_order,
+        preflight,
+        run_phase,
+        stop_full_disk,
+        stop_interrupted,
+    )
 
     run_dir = Path(args.run_dir)
     if args.phase == "01" and not (run_dir / KEPT_PARAMS).exists():
@@ -110,6 +117,10 @@ def _cmd_phase(args: argparse.Namespace) -> int:
             _echo(f"decision: {res.decision} (exit {res.exit_code})")
             _echo(f"evidence: {res.run_dir}")
             return res.exit_code
+    if out.disk_full:  # torn down and cut-off notebooks removed, as `runbook run` does
+        res = stop_full_disk(run, [out], scans, _echo, phases_from_records=True)
+        print(f"phase {phase_name(args.phase)} failed: {res.reasons[0]}", file=sys.stderr)
+        return EXIT_FAILED
     if out.status == "held":  # waiting on a person, not broken
         print(f"phase {phase_name(args.phase)} held: {out.reason}", file=sys.stderr)
         return EXIT_HOLD

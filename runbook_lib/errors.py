@@ -26,6 +26,9 @@ cannot be read, written or created exits 2, as a usage error; a full disk exits 
 from __future__ import annotations
 
 import errno
+import os
+import shutil
+from pathlib import Path
 from typing import Any, ClassVar
 
 # CLI exit codes (documented in docs/reference/exit-codes.md and `runbook --help`).
@@ -161,14 +164,38 @@ def os_error_exit(exc: OSError) -> int:
     return EXIT_USAGE if exc.errno in PATH_ERRNOS else EXIT_FAILED
 
 
+def free_space(path: str | os.PathLike[str] | None) -> str:
+    """What is left on the file system holding ``path`` (its nearest existing ancestor), as
+    ``"4.1 MB free of 9.8 GB"`` (10**6 bytes a MB, from :func:`shutil.disk_usage`, which is
+    ``statvfs(3)``: free means available to this user); "" when it cannot be read."""
+    if not path:
+        return ""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        usage = shutil.disk_usage(p)
+    except OSError:
+        return ""
+    return f"{_size(usage.free)} free of {_size(usage.total)}"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def os_error_line(exc: OSError) -> str:
     """``exc`` as one line saying what failed on which path and what to do next (errno names from
-    ``errno(3)``)."""
+    ``errno(3)``); a full disk also says what is left on it (:func:`free_space`)."""
     where = f" {exc.filename}" if exc.filename else ""
     what = exc.strerror or str(exc)
     if exc.errno in FULL_DISK:
-        return (f"no space left on the device holding{where} ({what}): what was being written there is incomplete; "
-                "free space (or pass --reports on another disk) and run again")
+        left = free_space(exc.filename)
+        return (f"no space left on the device holding{where} ({what}{'; ' + left if left else ''}): what was being "
+                "written there is incomplete; free space (or pass --reports on another disk) and run again")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"cannot use{where}: {what}; choose a path this user can write (--reports DIR, a directory you own)"
     if exc.errno in PATH_ERRNOS:

@@ -29,7 +29,7 @@ what is in a band below it. docs/explanation/architecture.md draws these bands."
 LAYERS: list[set[str]] = [
     {"errors", "_fs", "_http", "_time", "layout"},
     {"evidence", "measure", "traffic", "portability", "audit", "run"},  # packages' docstrings only
-    {"run.hostlock"},
+    {"run.hostlock", "run.fulldisk"},
     {"__init__"},  # the package itself: __version__
     {"evidence.manifest", "secret_refs", "offer_query"},
     {"evidence.closedworld"},

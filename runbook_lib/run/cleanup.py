@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from runbook_lib._time import utc_now
-from runbook_lib.errors import NotFound, RunbookError
+from runbook_lib.errors import FULL_DISK, NotFound, RunbookError, os_error_line
 from runbook_lib.evidence import approvals
 from runbook_lib.evidence.closedworld import append_link, refuse_symlinks
 from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
@@ -38,6 +38,8 @@ class CleanupResult:
         unlisted: ``"<side> (<provider>): <error>"`` where a provider could not be listed.
         dry_run: plans shown, nothing applied.
         teardowns: the provider's :class:`~runbook_lib.providers.base.Teardown` records.
+        unrecorded: what could not be written for want of disk (a destroy's approval record,
+            ``cleanup.json``), each with the path and free space; the teardown went on without it.
     """
 
     run_id: str
@@ -48,6 +50,7 @@ class CleanupResult:
     unlisted: list[str] = field(default_factory=list)
     dry_run: bool = False
     teardowns: list[dict[str, Any]] = field(default_factory=list)
+    unrecorded: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -112,9 +115,15 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
             if close is not None:
                 close()
 
-    write_json_atomic(run_dir / CLEANUP_RECORD, {"at": utc_now(), **res.to_dict()})
-    written = [rel for rel, digest in _approval_records(run_dir).items() if before.get(rel) != digest]
-    append_link(run_dir, "cleanup", [CLEANUP_RECORD, *written])
+    try:
+        write_json_atomic(run_dir / CLEANUP_RECORD, {"at": utc_now(), **res.to_dict()})
+        written = [rel for rel, digest in _approval_records(run_dir).items() if before.get(rel) != digest]
+        append_link(run_dir, "cleanup", [CLEANUP_RECORD, *written])
+    except OSError as exc:
+        if exc.errno not in FULL_DISK:
+            raise
+        res.unrecorded.append(f"{CLEANUP_RECORD}: {os_error_line(exc)}")
+        echo(f"  {CLEANUP_RECORD} not written: {os_error_line(exc)}")
     return res
 
 
@@ -145,7 +154,14 @@ def _clean_side(prov: Any, side: str, provider: str, run_dir: Path, res: Cleanup
         if dry_run:
             res.remaining.append({"id": r.id, "provider": prov.name, "state": r.state, "why": "dry run"})
             continue
-        a = approvals.run_teardown(plan, run_dir)
+        try:
+            a = approvals.run_teardown(plan, run_dir)
+        except OSError as exc:  # a full disk never keeps a machine billing: destroy, and say what is unrecorded
+            if exc.errno not in FULL_DISK:
+                raise
+            a = approvals.Approval(plan.fingerprint, "runbook", utc_now(), approvals.RUN_TEARDOWN)
+            res.unrecorded.append(f"approval of destroying {r.id}: {os_error_line(exc)}")
+            echo(f"  the approval record of destroying {r.id} is not written ({os_error_line(exc)}); destroying it")
         try:
             done = prov.apply(plan, a)
         except CleanupAborted:

@@ -47,6 +47,7 @@ from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, REPORTS_DIR, project
 from runbook_lib.params import Migration, load_params
 from runbook_lib.phases import leak_message, scan_phase, service_pods
 from runbook_lib.run.cleanup import CleanupAborted, cleanup_run, summary
+from runbook_lib.run.fulldisk import NO_SPACE, full_disk_error, remove_partial
 from runbook_lib.run.hostlock import Held, LockWaitStopped, exclusive_for, host_lock
 from runbook_lib.run.interrupt import Interrupts, exit_code
 from runbook_lib.run.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
@@ -81,6 +82,7 @@ class PhaseOutcome:
     notebook_source: dict[str, Any] | None = None  # NotebookSource.to_dict(): which notebook ran it
     lock_wait_s: float = 0.0  # seconds waited for the host lock before the phase began (runbook_lib.run.hostlock)
     note: str = ""  # one more line the run prints under the phase's (phase 04: the sequential gates' rounds)
+    disk_full: bool = False  # failed for want of disk (runbook_lib.run.fulldisk): no further phase can write
 
     @classmethod
     def completed(cls, phase: str, seconds: float, data: records.PhaseData, *, notebook_source: dict[str, Any],
@@ -296,7 +298,16 @@ def _phase_failure(phase: str, out: Path, exc: Exception, interrupts: Interrupts
     interrupted = interrupts is not None and bool(interrupts.signum)
     if isinstance(exc, OSError) and exc.errno in FULL_DISK:  # papermill saving the notebook after a cell
         return PhaseFailed(f"phase {phase} failed: {os_error_line(exc)}; {out.name} was cut off mid-write and is "
-                           "not stamped", phase=phase, notebook=str(out), ename="NoSpaceLeft")
+                           "not stamped", phase=phase, notebook=str(out), ename=NO_SPACE)
+    cell_error = exc if isinstance(exc, pm.PapermillExecutionError) else None
+    full = full_disk_error(ename=cell_error.ename, evalue=cell_error.evalue) if cell_error is not None else None
+    if cell_error is not None and full is not None and not interrupted:  # a cell's own write met a full disk
+        try:
+            _stamp(out, status="failed", cell_index=cell_error.cell_index, ename=NO_SPACE, evalue=cell_error.evalue)
+        except OSError:
+            pass  # the same disk: the notebook stays as papermill left it (removed if it is not whole)
+        return PhaseFailed(f"phase {phase} failed in {out.name}, cell {cell_error.cell_index}: {os_error_line(full)}",
+                           phase=phase, notebook=str(out), cell_index=cell_error.cell_index, ename=NO_SPACE)
     if isinstance(exc, pm.PapermillExecutionError):
         idx, ename, evalue = exc.cell_index, exc.ename, exc.evalue
         if interrupted and interrupts is not None:
@@ -425,26 +436,42 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
         typed = records.parse(rec)
         reseal_after_phase_06(run, phase)
         return PhaseOutcome.completed(phase, time.perf_counter() - t0, typed, notebook_source=shown, lock_wait_s=waited)
-    except (PhaseFailed, EvidenceError) as exc:
-        ename = getattr(exc, "ename", "")
-        status = "interrupted" if ename == INTERRUPTED else "held" if ename == "ApprovalRequired" else "failed"
-        nb = getattr(exc, "notebook", "")
-        out = PhaseOutcome(phase, status, time.perf_counter() - t0, str(exc), stop=status == "held",
-                           notebook_source=shown, lock_wait_s=waited)
-        files = [Path(nb).name] if nb and Path(nb).exists() else []
-        data: dict[str, Any] = {"error": str(exc), "notebook": Path(nb).name if nb else None,
-                                "cell_index": getattr(exc, "cell_index", -1), "ename": ename,
-                                "notebook_source": shown}
-        if status == "interrupted" and interrupts is not None:
-            data.update(signal=interrupts.name, signal_received_at=interrupts.received_at)
-        try:
-            run.write_record(phase, status=status, started=started, files=files, data=data)
-        except EvidenceError as inner:
-            out.reason += f" (could not write the {status} record: {inner})"
-        except OSError as inner:  # the disk that cut the notebook off holds the record too
-            out.reason += f" (could not write the {status} record: {os_error_line(inner)})"
-        return out
+    except (PhaseFailed, EvidenceError, OSError) as caught:
+        exc = caught
+        if isinstance(caught, OSError):  # the runner's own writes after the notebook: the scrub, a redaction
+            full = full_disk_error(caught)
+            if full is None:
+                raise
+            exc = PhaseFailed(f"phase {phase} failed: {os_error_line(full)}", phase=phase,
+                              notebook=str(run.path / f"{phase_name(phase)}.ipynb"), ename=NO_SPACE)
+        out = PhaseOutcome(phase, "failed", time.perf_counter() - t0, str(exc), notebook_source=shown,
+                           lock_wait_s=waited)
+        return _record_failure(run, out, exc, started=started, interrupts=interrupts)
 
+
+def _record_failure(run: RunDir, out: PhaseOutcome, exc: Exception, *, started: str,
+                    interrupts: Interrupts | None) -> PhaseOutcome:
+    """``out`` (a phase that did not complete, ``exc`` why) with its status told from the error
+    (``interrupted``, ``held`` for a missing approval, else ``failed``), and its record written into
+    the run: the notebook, cell and error. A record the disk or the chain refuses is named in the
+    outcome's reason instead."""
+    ename = getattr(exc, "ename", "")
+    out.status = "interrupted" if ename == INTERRUPTED else "held" if ename == "ApprovalRequired" else "failed"
+    out.stop, out.disk_full = out.status == "held", ename == NO_SPACE
+    nb = getattr(exc, "notebook", "")
+    files = [Path(nb).name] if nb and Path(nb).exists() else []
+    data: dict[str, Any] = {"error": str(exc), "notebook": Path(nb).name if nb else None,
+                            "cell_index": getattr(exc, "cell_index", -1), "ename": ename,
+                            "notebook_source": out.notebook_source}
+    if out.status == "interrupted" and interrupts is not None:
+        data.update(signal=interrupts.name, signal_received_at=interrupts.received_at)
+    try:
+        run.write_record(out.phase, status=out.status, started=started, files=files, data=data)
+    except EvidenceError as inner:
+        out.reason += f" (could not write the {out.status} record: {inner})"
+    except OSError as inner:  # the disk that cut the notebook off holds the record too
+        out.reason += f" (could not write the {out.status} record: {os_error_line(inner)})"
+    return out
 
 def reseal_after_phase_06(run: RunDir, phase: str) -> None:
     """Seal the run again once phase 06's executed notebook is saved, scrubbed and scanned (for
@@ -553,8 +580,11 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
     say(f"notebooks: {notebooks_line(sources)}")
     with Interrupts() as intr:
         for pid, name in PHASES:
-            if intr.signum or (pid != "06" and (failed or stopped or (dry and pid in ("04", "05")))):
-                reason = (f"interrupted by {intr.name}" if intr.signum else "earlier phase failed" if failed else
+            full = any(o.disk_full for o in outcomes)
+            if intr.signum or full or (pid != "06" and (failed or stopped or (dry and pid in ("04", "05")))):
+                reason = (f"interrupted by {intr.name}" if intr.signum else
+                          "the disk is full: no phase can write its evidence" if full else
+                          "earlier phase failed" if failed else
                           "stopped: a blocking gate failed or was inconclusive, or an approval is missing"
                           if stopped else "dry-run: phases 01-03 only planned; 04-05 need what those plans would create")
                 outcomes.append(PhaseOutcome(pid, "skipped", 0.0, reason))
@@ -567,19 +597,13 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
             failed = failed or out.status == "failed"
             stopped = stopped or out.stop
             dry = dry or out.dry_run
-            if out.status == "completed":
-                say(f"  {pid} {name:<20} completed in {out.seconds - out.lock_wait_s:5.1f} s  gates: "
-                    + (", ".join(f"{v} x{out.verdicts.count(v)}" for v in sorted(set(out.verdicts))) or "none")
-                    + (f"  (after waiting {out.lock_wait_s:.1f} s for another run on this host)"
-                       if out.lock_wait_s >= 0.5 else ""))
-                if out.note:
-                    say(f"  {pid} {out.note}")
-            else:
-                say(f"  {pid} {name:<20} {out.status.upper()} after {out.seconds:.1f} s: {out.reason}")
+            _say_outcome(say, pid, name, out)
             bar.update(1)
         bar.close()
         if intr.signum:
             return stop_interrupted(intr, run, outcomes, scans, say)
+    if any(o.disk_full for o in outcomes):
+        return stop_full_disk(run, outcomes, scans, say)
     receipt = records.load_receipt(run_dir)
     reasons: list[str] = [o.reason for o in outcomes if o.status in ("failed", "held")]
     if receipt is not None:
@@ -589,6 +613,55 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
     seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed,
              extra={"secret_scans": scans})
     return RunResult(run_dir, decision, exit_code, outcomes, reasons)
+
+
+def _say_outcome(say: Callable[[str], None], pid: str, name: str, out: PhaseOutcome) -> None:
+    """The line ``runbook run`` prints for a phase that ran: its time without any wait for the
+    host lock (the wait said after it), its gates' verdicts and its note; or how it ended."""
+    if out.status != "completed":
+        say(f"  {pid} {name:<20} {out.status.upper()} after {out.seconds:.1f} s: {out.reason}")
+        return
+    say(f"  {pid} {name:<20} completed in {out.seconds - out.lock_wait_s:5.1f} s  gates: "
+        + (", ".join(f"{v} x{out.verdicts.count(v)}" for v in sorted(set(out.verdicts))) or "none")
+        + (f"  (after waiting {out.lock_wait_s:.1f} s for another run on this host)" if out.lock_wait_s >= 0.5 else ""))
+    if out.note:
+        say(f"  {pid} {out.note}")
+
+
+def stop_full_disk(run: RunDir, outcomes: list[PhaseOutcome], scans: list[dict[str, Any]],
+                   say: Callable[[str], None], *, phases_from_records: bool = False) -> RunResult:
+    """After a phase failed for want of disk (``runbook run`` and ``runbook phase`` alike): remove
+    the notebooks the disk cut off, tear down what the run created by its label (on Runpod or
+    Vast.ai a stopped machine still bills its disk), and seal the run ``FAILED`` if the disk now
+    allows it. Each step that cannot write says so and goes on: a full disk never leaves a
+    resource running for want of a record.
+
+    Returns:
+        The run's result: decision ``FAILED``, exit 4, the full disk's line (path, free space) first.
+    """
+    line = next(o.reason for o in outcomes if o.disk_full)
+    removed = remove_partial(run.path)
+    if removed:
+        say(f"removed {', '.join(removed)}: cut off by the full disk, not evidence")
+    say("tearing down what this run created (its launch approvals cover it)")
+    finish = f"runbook cleanup {_shown(run.path)}"
+    teardown: dict[str, Any]
+    try:
+        res = cleanup_run(run.path, mig=run.mig, project=run.project, echo=say)
+        teardown = res.to_dict()
+        say(f"teardown: {summary(res)}")
+        if not res.clean:
+            say(f"not everything is gone: run `{finish}` once there is space")
+    except CleanupAborted as exc:
+        teardown = {"aborted": True, "why": str(exc), "finish_with": finish}
+        say(f"teardown stopped ({exc}); finish it with `{finish}`")
+    try:
+        seal_run(run.path, run.mig, run.params_path, decision="FAILED",
+                 phases=None if phases_from_records else [o.__dict__ for o in outcomes], complete=False,
+                 extra={"secret_scans": scans, "disk_full": {"reason": line, "removed": removed, "teardown": teardown}})
+    except OSError as exc:
+        say(f"the run is not sealed: {os_error_line(exc)}")
+    return RunResult(run.path, "FAILED", EXIT_FAILED, outcomes, [line])
 
 
 def notebooks_line(sources: list[NotebookSource]) -> str:
