@@ -41,7 +41,11 @@ class _Model(BaseModel):
 class SecretRef(_Model):
     """A credential named by reference; the value is resolved at run time, never stored.
 
-    ``ref`` is ``env:VARNAME`` or ``file:/path/to/secret``.
+    Attributes:
+        name: the environment variable the workload receives it as (``HF_TOKEN``).
+        ref: where its value is read at run time: ``env:VARNAME`` or ``file:/path/to/secret``.
+        required: a value that cannot be resolved here is a ``no equivalent`` row of phase 02's
+            map, which blocks the cutover (an optional one is recorded as not set).
     """
 
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
@@ -50,7 +54,13 @@ class SecretRef(_Model):
 
 
 class Port(_Model):
-    """A port the workload listens on, with its transport protocol."""
+    """A port the workload listens on, with its transport protocol.
+
+    Attributes:
+        port: the port number inside the container.
+        protocol: ``tcp``, ``udp`` or ``http``; phase 02 maps a UDP port as ``no equivalent``
+            where the target's provider exposes none.
+    """
 
     port: int = Field(ge=1, le=65535)
     protocol: Literal["tcp", "udp", "http"] = "tcp"
@@ -62,6 +72,20 @@ class Requirements(_Model):
     Units: ``shm_gb`` and ``disk_gb`` in GB (10**9 bytes); ``max_request_s`` in seconds.
     ``loader_workers``: data-loader worker processes the workload starts; each passes batches
     through ``/dev/shm``, so phase 03 refuses a target without one when it is above 0.
+
+    Attributes:
+        ports: the ports the workload listens on (:class:`Port`).
+        shm_gb: shared memory (``/dev/shm``) it needs, GB; phase 03 compares the target's.
+        loader_workers: data-loader worker processes it starts (see above).
+        disk_gb: container disk it needs, GB.
+        memory_gb: host RAM it needs, GB.
+        gpu_memory_gb: GPU memory it needs, GB (0: no GPU needed).
+        max_request_s: the latency SLO of one request, seconds: the ``latency_slo`` gate's bound,
+            blocking when set in params.
+        docker_compose: it needs Docker Compose on the host (phase 02 maps it against the
+            target provider's capabilities).
+        privileged: it needs a privileged container (mapped the same way).
+        persistent_volume: it keeps state on a volume that must survive a restart.
     """
 
     ports: tuple[Port, ...] = ()
@@ -93,6 +117,13 @@ class OfferSpec(_Model):
         cloud: Runpod cloud (``SECURE`` or ``COMMUNITY``); always sent, the default is disputed.
         query: extra Vast.ai filters in the CLI's query language
             (``gpu_name=RTX_4090 num_gpus>=1 cuda_vers>=12.4``); RAM inputs in GB.
+        gpu_count_min, gpu_count_max: how many GPUs the machine may have.
+        vram_gib_min: GPU memory per GPU, at least, GiB.
+        vcpu_min: virtual CPUs, at least.
+        ram_gib_min: host RAM, at least, GiB.
+        disk_gb: container disk to allocate, GB (fixed at create for a Vast.ai instance).
+        max_usd_per_hour: the most the whole machine may cost per hour (None: no cap).
+        reliability_min: Vast.ai's host reliability score, at least (0 to 1).
         max_tries: ranked offers tried when one has no capacity.
         capacity_budget_s: wall-clock budget for getting a ready canary across those tries, seconds.
         ready_timeout_s: how long one launch may take to become ready, seconds.
@@ -472,7 +503,15 @@ events on request (the token gates need it); a Runpod handler answers ``/runsync
 class ServiceReadiness(_Model):
     """When a service counts as ready: ``GET path`` answers ``status`` within ``timeout_s``
     seconds of its launch (polled every ``interval_s`` seconds; the last answer is shown when it
-    never comes). ``path`` defaults per protocol (:data:`READINESS_PATHS`)."""
+    never comes). ``path`` defaults per protocol (:data:`READINESS_PATHS`).
+
+    Attributes:
+        path: the readiness route (``/health`` for ``openai-chat`` and ``http-json``, ``/`` for
+            ``runpod-handler`` when left out).
+        status: the HTTP status that means ready.
+        timeout_s: seconds from launch within which it must answer so.
+        interval_s: seconds between polls.
+    """
 
     path: str = Field(default="/health", pattern=r"^/[!-~]*$", max_length=512)
     status: int = Field(default=200, ge=100, le=599)
@@ -484,7 +523,13 @@ class JsonCheck(_Model):
     """One value an ``http-json`` answer is compared by: a dotted path into the JSON answer
     (``data.0.embedding``; list items by index) and how: ``exact`` (equal JSON), ``absolute``
     (``|a - b| <= tolerance`` for every number), ``relative`` (``|a - b| <= tolerance * |b|``)
-    or ``cosine`` (vectors: cosine similarity ``>= 1 - tolerance``)."""
+    or ``cosine`` (vectors: cosine similarity ``>= 1 - tolerance``).
+
+    Attributes:
+        path: the dotted path to the compared value (``data.0.embedding``).
+        compare: ``exact``, ``absolute``, ``relative`` or ``cosine`` (above).
+        tolerance: the bound the comparison allows (0: equal).
+    """
 
     path: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
     compare: Literal["exact", "absolute", "relative", "cosine"] = "exact"
@@ -494,7 +539,14 @@ class JsonCheck(_Model):
 class HttpJsonRequest(_Model):
     """How an ``http-json`` service is called: ``method`` and ``path``, and a body template whose
     string values ``"{input}"`` are replaced by the sample input (any JSON value) and
-    ``"{input.KEY}"`` by that key of it."""
+    ``"{input.KEY}"`` by that key of it.
+
+    Attributes:
+        method: the HTTP method.
+        path: the route called.
+        body: the JSON body template (above).
+        error_path: where the answer holds an error reported with a success status (below).
+    """
 
     method: Literal["POST", "PUT", "GET"] = "POST"
     path: str = Field(default="/", pattern=r"^/[!-~]*$", max_length=512)
@@ -509,7 +561,11 @@ class StandIn(_Model):
     """What runs an image where no container runtime does (the embedded local provider, and the
     simulators in a rehearsal): a local command, run in the pod's own disk and environment and
     recorded as a stand-in for ``image``. ``{port}`` is the API port the provider gives it,
-    ``{project}`` the project root, ``{NAME}`` the value of service environment variable NAME."""
+    ``{project}`` the project root, ``{NAME}`` the value of service environment variable NAME.
+
+    Attributes:
+        command: the command and its arguments, with the placeholders above.
+    """
 
     command: tuple[str, ...] = Field(min_length=1, max_length=64)
 
@@ -554,8 +610,9 @@ class Service(_Model):
         stream: ``openai-chat`` requests are streamed (server-sent events), so TTFT and
             inter-token latency are measured.
         seed: the ``seed`` of each chat request; ``temperature`` is always 0.
-        request: ``http-json``'s call. checks: the compared values of an ``http-json`` answer or a
-            ``runpod-handler`` job's output (none: the whole of it, exactly).
+        request: ``http-json``'s call (:class:`HttpJsonRequest`).
+        checks: the compared values of an ``http-json`` answer or a ``runpod-handler`` job's
+            output (:class:`JsonCheck`; none: the whole of it, exactly).
         registry_credential: the name of the profile secret that logs in to a private registry
             (Runpod's container registry auth, Vast.ai's image login); empty for a public image.
         private_image: the image needs ``registry_credential`` (phase 02 stops without it).
@@ -651,6 +708,25 @@ class Workload(_Model):
     the whole checkpoint (read, verify, load), and ``allow_globals`` lists the non-tensor globals
     (``module.name``) the operator trusts in it, honoured only for files whose sha256 matches the
     frozen manifest (:func:`runbook_lib.portability.checkpoint.load_state`).
+
+    Attributes:
+        kind: ``inference`` (an endpoint the runbook's worker serves), ``training`` (a job that
+            trains and checkpoints), ``checkpoint`` (an existing checkpoint, no code) or
+            ``service`` (a team's own image, judged over its API: ``service``).
+        entry_point: the workload class, ``module:Class`` (found from the project directory).
+        model_id: the model's name or hub id, recorded with its identity.
+        checkpoint: the checkpoint a ``checkpoint`` workload migrates (above).
+        checkpoint_store: how an ``s3://`` checkpoint's bucket is reached (:class:`StoreAccess`).
+        allow_globals: non-tensor globals trusted in the checkpoint (above).
+        restores: restore steps a ``checkpoint`` workload measures per round.
+        dataset_id: the dataset's name, recorded with its sha256.
+        sample_size: fixed sample inputs the golden outputs are taken on.
+        seed: the seed of every random choice the workload makes.
+        train_steps: steps a ``training`` job runs.
+        checkpoint_every: steps between a training job's checkpoints.
+        learning_rate: a training job's learning rate.
+        requirements: what it needs from a host (:class:`Requirements`).
+        service: the team's service, for ``kind: service`` (:class:`Service`).
     """
 
     kind: Literal["inference", "training", "checkpoint", "service"]
@@ -769,6 +845,21 @@ class Measure(_Model):
 
     ``exclusive`` (default true): phases 04 and 05 run alone among the runbook runs on this
     machine, each other run's phases waiting at their start (:mod:`runbook_lib.run.hostlock`).
+
+    Attributes:
+        requests_per_round: latency requests a round sends (after the warm-up).
+        warmup_requests: requests sent and discarded (recorded) before each round's.
+        rounds: rounds in all under ``gates.method: fixed`` (S, T, T, S blocks).
+        arrival_rate_per_s: the open-loop Poisson request rate, requests per second.
+        throughput_requests: requests of each round's saturation burst (throughput).
+        request_timeout_s: the endpoint's execution timeout, and one deadline for a service's
+            whole answer, seconds.
+        job_ttl_s: each queued job's TTL, seconds (above).
+        client_timeout_s: how long the runbook waits for a job before cancelling it, seconds.
+        cold_starts: scale-from-zero starts per queue side (above); 0: none.
+        traffic_per_s: the production traffic cost is judged at (above).
+        max_extra_rounds: rounds added (fixed method) while a side has too few samples.
+        max_rounds: the most pairs of rounds the sequential method measures (its budget).
     """
 
     requests_per_round: int = Field(default=60, ge=1, le=1_000_000)
@@ -824,6 +915,22 @@ class Gates(_Model):
     ``required_saving``; the latency SLO is ``workload.requirements.max_request_s``); left at
     their defaults they are scored, reported but not deciding (docs/reference/gates.md 5.1). Parity
     and reliability gates are always blocking.
+
+    Attributes:
+        parity_rtol, parity_atol: tolerances of phase 03's output comparison (None:
+            ``torch.testing.assert_close``'s defaults for the output's dtype).
+        top1_agreement_min: share of inputs whose top-1 class must agree (classifiers).
+        latency_p95_ratio_max: target p95 / source p95, upper bound of its interval at most this.
+        throughput_ratio_min: target / source throughput, lower bound of its interval at least this.
+        cold_start_ratio_max: target / source median cold start at most this.
+        error_rate_max: target failures / requests at most this (0: any failure fails).
+        required_saving: cost per accepted unit must fall by at least this share (0.2: 20 %
+            cheaper; negative: a tolerated increase).
+        loss_band_rel: the relative band a training job's mean loss over its last steps must stay in
+            around the source's (widened to three times the A/A spread of two source runs).
+        min_latency_samples: latency samples a side needs before its gates may pass.
+        spend_limit_usd: the most the measurement may cost, USD (None: no limit); enforced
+            during the run.
     """
 
     parity_rtol: float | None = Field(default=None, gt=0)
@@ -970,6 +1077,11 @@ class Cutover(_Model):
             a role address, recorded with the rollback point); empty: nobody is named, and the
             rollback point says so.
         router: what moves an inference cutover's traffic (:class:`RouterParams`).
+        steps_percent: the share of traffic (or jobs) on the target at each step, strictly
+            increasing and ending at 100.
+        requests_per_step: requests judged at each step of an inference cutover.
+        rollback_window_s: how long, seconds, the source stays able to take the traffic back;
+            a window that closes early is NO-GO.
     """
 
     steps_percent: tuple[int, ...] = (10, 50, 100)
@@ -990,11 +1102,16 @@ class Cutover(_Model):
 
 
 class Approvals(_Model):
-    """``preapproved_local``: plans on the embedded local provider are approved by these params
-    (recorded as such). ``preapproved_simulator``: plans on a provider whose API says it is a
-    loopback simulator (``runbook simulate``, ``make rehearse``) are approved by these params:
-    nothing real is created or billed; a real API never says so. ``approval_file``: a JSON
-    approval record for headless runs."""
+    """Who approves the plans a run shows before it creates, changes or destroys anything.
+
+    Attributes:
+        preapproved_local: plans on the embedded local provider are approved by these params
+            (recorded as such).
+        preapproved_simulator: plans on a provider whose API says it is a loopback simulator
+            (``runbook simulate``, ``make rehearse``) are approved by these params: nothing real is
+            created or billed; a real API never says so.
+        approval_file: a JSON approval record for headless runs (``runbook approve`` writes one).
+    """
 
     preapproved_local: bool = False
     preapproved_simulator: bool = False
@@ -1059,7 +1176,25 @@ DIGEST_FIELDS = frozenset({"rehearsal.sha256"})
 
 
 class Migration(_Model):
-    """A whole migration, as validated from one YAML file."""
+    """A whole migration, as validated from one YAML file.
+
+    Attributes:
+        migration: the migration's name (lowercase letters, digits, dashes); in every run id.
+        description: free text, shown in the report.
+        workload: what moves (:class:`Workload`).
+        source: where it runs today: a ``local``, ``runpod`` or ``vast`` profile.
+        target: where it moves: a ``local``, ``runpod`` or ``vast`` profile.
+        storage: where checkpoints, golden outputs and results go (:class:`Storage`).
+        measure: phase 04's protocol (:class:`Measure`).
+        gates: the thresholds (:class:`Gates`).
+        drills: phase 04's fault drills (:class:`Drills`).
+        cutover: phase 05 (:class:`Cutover`).
+        approvals: who approves plans (:class:`Approvals`).
+        evidence: how the seal is signed (:class:`Evidence`).
+        run: execution limits (:class:`Run`).
+        rehearsal: written by ``runbook rehearse`` into its copy of the params: every override it
+            made (never set by hand).
+    """
 
     migration: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
     description: str = ""

@@ -102,12 +102,15 @@ def _attributes(doc: str) -> dict[str, str]:
             base = indent
         if indent < base:
             break
-        m = re.match(r"\s*([A-Za-z_][\w]*)(?: \([^)]*\))?:\s*(.*)", line)
+        m = re.match(r"\s*([A-Za-z_]\w*(?:, [A-Za-z_]\w*)*)(?: \([^)]*\))?:\s*(.*)", line)
         if indent == base and m:
-            name = m.group(1)
-            out[name] = m.group(2)
+            names = m.group(1).split(", ")
+            name = names[0]
+            for n in names:
+                out[n] = m.group(2)
         elif name is not None:
-            out[name] += " " + line.strip()
+            for n in [k for k, v in out.items() if v == out[name]]:
+                out[n] += " " + line.strip()
     return out
 
 
@@ -115,6 +118,29 @@ def _markdown(text: str) -> str:
     """reStructuredText inline markup as Markdown: ``x`` and :role:`x` become `x`."""
     text = re.sub(r":(?:class|func|data|mod|meth|attr|exc):`~?([^`]+)`", r"`\1`", text)
     return re.sub(r"``([^`]+)``", r"`\1`", text)
+
+
+def _comments(model: type[BaseModel]) -> dict[str, str]:
+    """``field -> description`` from the comments written beside a model's fields in its source:
+    the comment lines just above a field, or the one ending its line."""
+    try:
+        lines, _ = inspect.getsourcelines(model)
+    except (OSError, TypeError):
+        return {}
+    out: dict[str, str] = {}
+    above: list[str] = []
+    for line in lines[1:]:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("#").strip())
+            continue
+        m = re.match(r"\s{4}([A-Za-z_]\w*)\s*:[^#]*?(?:#\s*(.*))?$", line.rstrip())
+        if m and not line.startswith("     "):
+            text = " ".join(above) or (m.group(2) or "")
+            if text and not text.startswith("noqa"):
+                out[m.group(1)] = text
+        above = []
+    return out
 
 
 def _summary(doc: str) -> str:
@@ -165,10 +191,10 @@ def params_page() -> str:
         doc = inspect.getdoc(model) or ""
         if doc:
             parts += [_summary(doc), ""]
-        described = _attributes(doc)
+        described = {**_comments(model), **_attributes(doc)}
         for base in model.__mro__[1:]:
             if base is not BaseModel and issubclass(base, BaseModel):
-                described = {**_attributes(inspect.getdoc(base) or ""), **described}
+                described = {**_comments(base), **_attributes(inspect.getdoc(base) or ""), **described}
         parts += ["| field | type | default | constraints | description |", "|---|---|---|---|---|"]
         for name, info in model.model_fields.items():
             parts.append(f"| `{name}` | `{_cell(_type_name(info.annotation))}` | {_default(info)} | "
