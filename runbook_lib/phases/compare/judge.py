@@ -247,9 +247,13 @@ def round_costs(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakd
     s, t = res.samples, res.throughput
     traffic = mig.measure.traffic_per_s or mig.measure.arrival_rate_per_s
     out: dict[str, list[float]] = {}
+    # Columns, not sub-frames: a million samples are masked as arrays, never copied as frames.
+    accepted = s["accepted"].to_numpy(dtype=float) if len(s) else np.array([])
+    rounds = s["round"].to_numpy() if len(s) else np.array([])
     for side in ("source", "target"):
-        mine = s[s["side"] == side] if len(s) else s
-        share = {int(r): float(d["accepted"].astype(float).mean()) for r, d in mine.groupby("round")} if len(mine) else {}
+        on = (s["side"] == side).to_numpy(dtype=bool) if len(s) else np.zeros(0, dtype=bool)
+        share = {int(r): float(acc.mean()) for r, acc in zip(np.unique(rounds[on]), per_round(accepted, rounds, on),
+                                                             strict=True)}
         terms = traffic_terms(mig, res, side) if at_traffic else None
         rows = t[t["side"] == side].sort_values("round") if len(t) else t
         values = []
@@ -261,7 +265,7 @@ def round_costs(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakd
                 values.append(replace(terms[0], acceptance=acc).at(traffic, float(thr)).usd_per_accepted_unit)
             else:  # the window's USD per accepted unit is billed / (requests x share)
                 whole = costs_[side].usd_per_accepted_unit
-                overall = float(mine["accepted"].astype(float).mean())
+                overall = float(accepted[on].mean())
                 values.append(whole * overall / acc if acc > 0 and math.isfinite(whole) else math.inf)
         out[side] = values
     return out
@@ -333,9 +337,10 @@ def load_generator_rounds(s: pd.DataFrame, bound_s: float) -> list[LoadGenerator
     out: list[LoadGeneratorRound] = []
     if not len(s) or "intended_s" not in s:
         return out
-    for (side, rnd), d in s.groupby(["side", "round"], observed=True, sort=True):
-        intended = d["intended_s"].to_numpy(dtype=float)
-        sent = d["sent_s"].to_numpy(dtype=float)
+    all_intended, all_sent = s["intended_s"].to_numpy(dtype=float), s["sent_s"].to_numpy(dtype=float)
+    # The groups' row positions only: a million samples are never copied as sub-frames.
+    for (side, rnd), at in sorted(s.groupby(["side", "round"], observed=True).indices.items()):
+        intended, sent = all_intended[at], all_sent[at]
         ok = np.isfinite(intended) & np.isfinite(sent)
         if not ok.any():
             continue

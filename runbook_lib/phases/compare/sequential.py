@@ -85,11 +85,14 @@ def round_p95s(samples: pd.DataFrame, column: str) -> tuple[tuple[list[float], l
     p95: dict[str, list[float]] = {"source": [], "target": []}
     count: dict[str, list[float]] = {"source": [], "target": []}
     if len(samples) and column in samples:
-        vals = pd.to_numeric(samples[column], errors="coerce")
-        done = samples[(samples["status"] == "COMPLETED") & np.isfinite(vals.to_numpy(dtype=float))]
-        for (side, _r), grp in done.groupby(["side", "round"], sort=True):
-            p95[str(side)].append(float(np.percentile(grp[column].to_numpy(dtype=float), 95)))
-            count[str(side)].append(float(len(grp)))
+        # Columns and each round's row positions: a million samples are never copied as frames.
+        vals = pd.to_numeric(samples[column], errors="coerce").to_numpy(dtype=float)
+        keep = (samples["status"] == "COMPLETED").to_numpy(dtype=bool) & np.isfinite(vals)
+        for (side, _r), at in sorted(samples.groupby(["side", "round"], observed=True).indices.items()):
+            mine = vals[at][keep[at]]
+            if mine.size:
+                p95[str(side)].append(float(np.percentile(mine, 95)))
+                count[str(side)].append(float(mine.size))
     return (p95["source"], p95["target"]), (count["source"], count["target"])
 
 
@@ -204,12 +207,14 @@ def error_trace(mig: Migration, samples: pd.DataFrame, pairs: int) -> Trace:
     decides. Each look's bounds are the sequence's. Only the rounds' requests count here; the
     final ``error_rate`` gate also counts the saturation bursts and scale-from-zero starts."""
     limit = mig.gates.error_rate_max
-    target = samples[samples["side"] == "target"] if len(samples) else samples
-    rounds = sorted(target["round"].unique()) if len(target) else []
+    on = (samples["side"] == "target").to_numpy(dtype=bool) if len(samples) else np.zeros(0, dtype=bool)
+    rnd = samples["round"].to_numpy() if len(samples) else np.zeros(0)
+    bad = (samples["status"] != "COMPLETED").to_numpy(dtype=bool) if len(samples) else np.zeros(0, dtype=bool)
+    rounds = sorted(np.unique(rnd[on]).tolist())
     looks = []
     for n in range(1, pairs + 1):
-        mine = target[target["round"].isin(rounds[:n])]
-        failed, total = int((mine["status"] != "COMPLETED").sum()), len(mine)
+        mine = on & np.isin(rnd, rounds[:n])
+        failed, total = int((bad & mine).sum()), int(mine.sum())
         lower, upper = sq.bernoulli_sequence(failed, total)
         verdict: Verdict
         if limit == 0:
