@@ -149,7 +149,10 @@ def _summary(doc: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return _markdown(text).replace("|", "\\|").replace("\n", " ")
+    """``text`` for a table cell: on one line, a pipe escaped outside code spans (inside them the
+    tables extension already reads it as text)."""
+    parts = re.split(r"(`[^`]*`)", _markdown(text).replace("\n", " "))
+    return "".join(x if x.startswith("`") else x.replace("|", "\\|") for x in parts)
 
 
 def _models(root: type[BaseModel]) -> list[tuple[str, type[BaseModel]]]:
@@ -185,8 +188,12 @@ def params_page() -> str:
              "(`make docs` fails when this page is stale). A params file is YAML 1.2; unknown keys are",
              "refused with the field's path, the value seen and what is allowed (exit 2). Credentials are",
              "named by reference (`env:VAR` or `file:/path`), never written here.", ""]
-    for path, model in _models(Migration):
+    models = _models(Migration)
+    paths = [path for path, _ in models]
+    for path, model in models:
         title = f"`{path}`" if path else "The migration (top level)"
+        if paths.count(path) > 1:  # a section that takes one of several models (source: local, runpod, vast)
+            title += f" as `{model.__name__}`"
         parts += [f"## {title}", "", f"Model: `{model.__name__}`.", ""]
         doc = inspect.getdoc(model) or ""
         if doc:
@@ -197,7 +204,7 @@ def params_page() -> str:
                 described = {**_comments(base), **_attributes(inspect.getdoc(base) or ""), **described}
         parts += ["| field | type | default | constraints | description |", "|---|---|---|---|---|"]
         for name, info in model.model_fields.items():
-            parts.append(f"| `{name}` | `{_cell(_type_name(info.annotation))}` | {_default(info)} | "
+            parts.append(f"| `{name}` | {_cell('`' + _type_name(info.annotation) + '`')} | {_default(info)} | "
                          f"{_cell(_constraints(info))} | {_cell(described.get(name, ''))} |")
         parts.append("")
     return "\n".join(parts)
