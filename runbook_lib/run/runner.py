@@ -644,17 +644,7 @@ def stop_full_disk(run: RunDir, outcomes: list[PhaseOutcome], scans: list[dict[s
     if removed:
         say(f"removed {', '.join(removed)}: cut off by the full disk, not evidence")
     say("tearing down what this run created (its launch approvals cover it)")
-    finish = f"runbook cleanup {_shown(run.path)}"
-    teardown: dict[str, Any]
-    try:
-        res = cleanup_run(run.path, mig=run.mig, project=run.project, echo=say)
-        teardown = res.to_dict()
-        say(f"teardown: {summary(res)}")
-        if not res.clean:
-            say(f"not everything is gone: run `{finish}` once there is space")
-    except CleanupAborted as exc:
-        teardown = {"aborted": True, "why": str(exc), "finish_with": finish}
-        say(f"teardown stopped ({exc}); finish it with `{finish}`")
+    teardown = _tear_down(run, say, again="once there is space")
     try:
         seal_run(run.path, run.mig, run.params_path, decision="FAILED",
                  phases=None if phases_from_records else [o.__dict__ for o in outcomes], complete=False,
@@ -707,14 +697,7 @@ def stop_interrupted(intr: Interrupts, run: RunDir, outcomes: list[PhaseOutcome]
         say("tearing down what this run created (its launch approvals cover it; Ctrl-C again to stop)")
         intr.tearing_down = True
         try:
-            res = cleanup_run(run_dir, mig=run.mig, project=run.project, echo=say)
-            teardown = res.to_dict()
-            say(f"teardown: {summary(res)}")
-            if not res.clean:
-                say(f"not everything is gone: run `{finish}` to try again")
-        except CleanupAborted as exc:
-            teardown = {"aborted": True, "why": str(exc), "finish_with": finish}
-            say(f"teardown stopped ({exc}); finish it with `{finish}`")
+            teardown = _tear_down(run, say, again="to try again")
         finally:
             intr.tearing_down = False
     code = exit_code(intr.signum or 2)
@@ -728,6 +711,22 @@ def stop_interrupted(intr: Interrupts, run: RunDir, outcomes: list[PhaseOutcome]
     reasons = [f"interrupted by {intr.name} at {intr.received_at}"] + [o.reason for o in outcomes
                                                                       if o.status == "interrupted"]
     return RunResult(run_dir, decision, code, outcomes, reasons)
+
+
+def _tear_down(run: RunDir, say: Callable[[str], None], *, again: str) -> dict[str, Any]:
+    """Destroy what the run created, found by its label (:func:`runbook_lib.run.cleanup.cleanup_run`),
+    saying what was destroyed and what is left (and when to run ``runbook cleanup``: ``again``);
+    returns the teardown's record (``aborted`` when a second signal stopped it)."""
+    finish = f"runbook cleanup {_shown(run.path)}"
+    try:
+        res = cleanup_run(run.path, mig=run.mig, project=run.project, echo=say)
+    except CleanupAborted as exc:
+        say(f"teardown stopped ({exc}); finish it with `{finish}`")
+        return {"aborted": True, "why": str(exc), "finish_with": finish}
+    say(f"teardown: {summary(res)}")
+    if not res.clean:
+        say(f"not everything is gone: run `{finish}` {again}")
+    return res.to_dict()
 
 
 def _shown(run_dir: Path) -> str:
