@@ -203,4 +203,4 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --runs 20
 
 clean:
-	rm -rf .runbook reports/*/ $(VENV) .venv-vastai .venv-runpod
+	rm -rf .runbook reports/*/ reports/*.html reports/*.pdf $(VENV) .venv-vastai .venv-runpod .venv-serve .venv-docs site
