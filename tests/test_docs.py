@@ -46,6 +46,22 @@ def _error_classes() -> set[type[RunbookError]]:
     return found
 
 
+GATE_NAMED = re.compile(r'(?:GateResult|boolean_gate|_gate)\(\s*"([a-z][a-z_0-9]+)"|"name":\s*"([a-z][a-z_0-9]+)"')
+"""Where the library names a gate it writes: a GateResult or boolean gate built with its name first,
+or a gate dict renamed (``"name": ...``)."""
+
+
+def test_every_gate_the_library_writes_is_on_the_gates_page() -> None:
+    from runbook_lib.params import DRILL_NAMES
+
+    names = {a or b for f in (ROOT / "runbook_lib").rglob("*.py") for a, b in GATE_NAMED.findall(f.read_text())}
+    names |= {f"drill_{d}" for d in DRILL_NAMES} | {"artifact_checksum", "ttft_p95_ratio", "tpot_p95_ratio",
+                                                    "inference_parity"}  # named through helpers
+    assert len(names) >= 40
+    page = (ROOT / "docs" / "reference" / "all-gates.md").read_text()
+    assert sorted(n for n in names if f"`{n}`" not in page) == []
+
+
 def test_troubleshooting_has_a_section_for_every_error_class() -> None:
     headings = set(re.findall(r"^#{2,3} (\w+)$", (ROOT / "docs" / "troubleshooting.md").read_text(), re.M))
     names = {c.__name__ for c in _error_classes()}
