@@ -180,3 +180,27 @@ def test_a_second_resolution_shows_the_stored_name_escaped_never_obeyed(tmp_path
     with pytest.raises(UsageError) as e:
         resolve_run(run, decision="NO-GO", by="bob", now=before)
     assert "\x1b" not in str(e.value) and "\x07" not in str(e.value) and "mallory\\x1b]0;owned\\x07" in str(e.value)
+
+
+def test_verify_names_a_go_resolution_that_resolve_itself_would_refuse(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forger with the code writes a GO resolution, correctly chained and linked, on a HOLD whose
+    phases never ran (a dry run): ``verify`` names the rule ``resolve`` applies, and ``list`` does
+    not show it as a verified GO."""
+    from runbook_lib import gates as g
+    from runbook_lib.evidence import resolve as resolve_module
+
+    run = _sealed(tmp_path)
+    receipt = json.loads((run / "receipt.json").read_text())
+    receipt["gates"] = [g.GateResult("dry_run", "INCONCLUSIVE", True, 2, 0, "plans", "records",
+                                     "plans shown, none applied", phase="06").to_dict()]
+    write_json_atomic(run / "receipt.json", receipt)
+    seal_run(run, load_params(run / "params.yaml"), run / "params.yaml", decision="HOLD")
+    with pytest.raises(UsageError, match="phases never ran"):
+        resolve_run(run, decision="GO", by="mallory", now=DECIDED)
+    monkeypatch.setattr(resolve_module, "go_refusal", lambda receipt: None)
+    resolve_run(run, decision="GO", by="mallory", now=DECIDED)  # the refusal skipped: a forged GO
+    monkeypatch.undo()
+    rows = [r for r in verify_run(run) if r["path"] == "resolution.json"]
+    assert any(r["status"] != "intact" and "phases never ran" in r["by"] for r in rows), rows
+    assert cli_main(["verify", str(run)]) == 1

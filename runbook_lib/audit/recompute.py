@@ -27,13 +27,22 @@ The comparison covers verdict, blocking, observed value and interval (floats to 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runbook_lib import gates as g
 from runbook_lib.errors import EvidenceError, RunbookError
-from runbook_lib.evidence.records import CompareData, ParityData, PhaseData, Receipt, load_receipt, read_unchecked
+from runbook_lib.evidence.records import (
+    CompareData,
+    ParityData,
+    PhaseData,
+    Receipt,
+    load_manifest,
+    load_receipt,
+    read_unchecked,
+)
 from runbook_lib.layout import (
     CANARY_INFERENCE_OUTPUTS,
     CANARY_OUTPUTS,
@@ -175,8 +184,10 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
         if why and fields is None:
             row = Recomputed(row.phase, row.gate, basis, row.recorded, None, (why,))
         rows.append(row)
-    rows.append(_decision(receipt, recorded, {k: v[1] for k, v in derived.items()}))
-    return rows
+    decided = _decision(receipt, recorded, {k: v[1] for k, v in derived.items()})
+    rows.append(decided)
+    sealed = _sealed_decision(run_dir, str((decided.recomputed or {}).get("verdict")))
+    return rows + ([sealed] if sealed is not None else [])
 
 
 def _measurement_gates(mig: Any, run_dir: Path, data: PhaseData) -> list[g.GateResult]:
@@ -218,3 +229,26 @@ def _decision(receipt: Receipt, recorded: dict[tuple[str, str], dict[str, Any]],
     was = receipt.decision
     return Recomputed("06", "decision", "every gate above", {"verdict": was}, {"verdict": decision},
                       () if was == decision else (f"verdict: {was!r} -> {decision!r}",))
+
+
+SEALED_AS = re.compile(r"(?:FAILED \(decision )?(GO|NO-GO|HOLD)\)?")
+"""A manifest's sealed decision that names phase 06's: ``GO``, ``NO-GO``, ``HOLD``, or ``FAILED
+(decision X)`` when a phase failed after phase 06 decided X (:func:`runbook_lib.evidence.seal.sealed_decision`)."""
+
+
+def _sealed_decision(run_dir: Path, derived: str) -> Recomputed | None:
+    """The decision ``manifest.json`` was sealed with, compared with the one derived again from the
+    gates: a manifest edited to another decision (and its hashes recomputed, which anyone with
+    write access can do without a signing key) differs here even when every byte verifies. None
+    when the manifest names no phase 06 decision (``INTERRUPTED``, ``FAILED``) or cannot be read
+    (``verify`` names that)."""
+    try:
+        manifest = load_manifest(run_dir)
+    except (EvidenceError, OSError, ValueError):
+        return None
+    m = SEALED_AS.fullmatch(manifest.decision or "") if manifest is not None else None
+    if m is None:
+        return None
+    said = m.group(1)
+    return Recomputed("06", "sealed decision", "manifest.json against every gate above", {"verdict": said},
+                      {"verdict": derived}, () if said == derived else (f"verdict: {said!r} -> {derived!r}",))

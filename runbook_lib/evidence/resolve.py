@@ -177,6 +177,9 @@ def resolution_problem(run_dir: Path, body: dict[str, Any] | None) -> str | None
         return f"its resolved_at or the receipt's deadline does not read as a time ({exc})"
     if decision == "GO" and (kind != "person" or at >= deadline):
         return f"GO at {iso(at)} by {kind!r}; GO is a person's, before the hold deadline {iso(deadline)}"
+    refused = go_refusal(receipt) if decision == "GO" else None
+    if refused:
+        return f"GO is not allowed on this run: it {refused}"
     if kind == "deadline" and (decision != "NO-GO" or at < deadline):
         return f"the deadline's resolution must be NO-GO after {iso(deadline)}; it says {decision} at {iso(at)}"
     if seal_kind(run_dir) == "closed":
@@ -298,12 +301,31 @@ def _who_decides(run_dir: Path, receipt: Receipt, decision: str | None, by: str 
         raise UsageError(f"GO is refused: the hold deadline passed at {iso(deadline)} (now {iso(now)}), so "
                          f"{run_dir.name} resolves to NO-GO; run `runbook resolve {run_dir}` to record that, and "
                          "start a new run to migrate")
-    unrun = [x for x in receipt.gates if x.name in ("dry_run", "phases_complete") and x.verdict != "PASS"]
-    if decision == "GO" and unrun:
-        raise UsageError(f"GO is refused: {run_dir.name} holds because phases never ran ({[x.name for x in unrun]}: "
-                         f"{unrun[0].detail}). A person may judge inconclusive measurements, not evidence that was "
-                         "never collected: decide NO-GO or start a new run")
+    refused = go_refusal(receipt) if decision == "GO" else None
+    if refused:
+        raise UsageError(f"GO is refused: {run_dir.name} {refused}")
     return decision, by, "person"
+
+
+def go_refusal(receipt: Receipt) -> str | None:
+    """Why a person may not resolve this receipt's HOLD to GO, whatever else holds; None when they
+    may. The one rule ``runbook resolve`` applies before it writes and ``verify`` (through
+    :func:`resolution_problem`) applies to a resolution already written:
+
+    * phases never ran (a dry run, a phase that did not complete): a person may judge
+      inconclusive measurements, not evidence that was never collected;
+    * a blocking gate failed: that is a NO-GO no person can overrule (a sealed HOLD never holds
+      one unless its receipt was edited).
+    """
+    unrun = [x for x in receipt.gates if x.name in ("dry_run", "phases_complete") and x.verdict != "PASS"]
+    if unrun:
+        return (f"holds because phases never ran ({[x.name for x in unrun]}: {unrun[0].detail}). A person may judge "
+                "inconclusive measurements, not evidence that was never collected: decide NO-GO or start a new run")
+    failed = [x.name for x in receipt.gates if x.blocking and x.verdict == "FAIL"]
+    if failed:
+        return (f"has a blocking gate failed ({failed}): a failed blocking gate is NO-GO, which no person can "
+                "overrule; decide NO-GO")
+    return None
 
 
 def _rollback_note(receipt: Receipt, decision: str) -> str:

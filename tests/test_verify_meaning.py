@@ -1,0 +1,65 @@
+"""``runbook verify`` checks what a run means, not only its bytes (issue 47): a manifest edited to
+another decision and resealed without a key verifies byte for byte but fails ``--recompute``,
+naming the sealed decision; a resolution that ``runbook resolve`` itself would refuse (GO on a run
+whose phases never ran, GO over a blocking FAIL) is named by ``verify``, one rule for both."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runbook_lib.audit.recompute import recompute_run
+from runbook_lib.cli import main as cli_main
+from runbook_lib.evidence.records import load_receipt
+from runbook_lib.evidence.resolve import go_refusal
+
+from .conftest import ROOT, reseal
+
+RUN_ID = "20261202T043936Z-demo-checkpoint-01a1e9"
+FIXTURE = ROOT / "tests" / "fixtures" / RUN_ID
+
+
+@pytest.fixture
+def sealed_go(tmp_path: Path) -> Path:
+    """A copy of a sealed GO run (the old-evidence fixture, decided GO at 96aee4a)."""
+    dest = tmp_path / "reports" / RUN_ID
+    shutil.copytree(FIXTURE, dest)
+    return dest
+
+
+def test_a_manifest_edited_to_another_decision_and_resealed_fails_recompute(sealed_go: Path, capsys) -> None:
+    manifest = json.loads((sealed_go / "manifest.json").read_text())
+    assert manifest["decision"] == "GO"
+    manifest["decision"] = "NO-GO"
+    (sealed_go / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    reseal(sealed_go)  # every hash that vouches for it recomputed, as anyone with write access could
+    assert cli_main(["verify", str(sealed_go)]) == 0  # the bytes agree with each other
+    capsys.readouterr()
+    assert cli_main(["verify", "--recompute", str(sealed_go)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERS  06 sealed decision" in out and "verdict: 'NO-GO' -> 'GO'" in out
+
+
+def test_an_untouched_run_recomputes_its_sealed_decision_the_same(sealed_go: Path) -> None:
+    rows = {x.gate: x for x in recompute_run(sealed_go)}
+    assert rows["sealed decision"].same and rows["sealed decision"].recorded == {"verdict": "GO"}
+
+
+def test_go_is_refused_for_phases_that_never_ran_or_over_a_blocking_fail(sealed_go: Path) -> None:
+    receipt = load_receipt(sealed_go)
+    assert receipt is not None and go_refusal(receipt) is None
+    body = json.loads((sealed_go / "receipt.json").read_text())
+    never = json.loads(json.dumps(body))
+    never["gates"].append({**body["gates"][-1], "name": "dry_run", "phase": "06", "verdict": "INCONCLUSIVE",
+                           "blocking": True, "detail": "plans shown, none applied"})
+    (sealed_go / "receipt.json").write_text(json.dumps(never))
+    refused = go_refusal(load_receipt(sealed_go))
+    assert refused is not None and "phases never ran" in refused and "dry_run" in refused
+    failed = json.loads(json.dumps(body))
+    failed["gates"][0] = {**failed["gates"][0], "verdict": "FAIL", "blocking": True}
+    (sealed_go / "receipt.json").write_text(json.dumps(failed))
+    refused = go_refusal(load_receipt(sealed_go))
+    assert refused is not None and "blocking gate failed" in refused and failed["gates"][0]["name"] in refused
