@@ -284,11 +284,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from runbook_lib.audit.verify import unreadable_manifest
     from runbook_lib.evidence.records import load_manifest, load_receipt
     from runbook_lib.evidence.resolve import printable, standing
 
     rows = []
     for d in sorted(Path(args.reports).glob("*/")):
+        unreadable = unreadable_manifest(d)
+        if unreadable:  # one broken run never hides the others
+            rows.append(printable(f"{d.name:<55} {'?':<8} {'unknown':<10} {'ALTERED':<9} {unreadable}"))
+            continue
         evidence = _evidence_state(d)
         st = standing(d)  # a HOLD past its deadline shows as NO-GO; `runbook resolve` records it
         receipt = load_receipt(d)
@@ -412,10 +417,15 @@ def _person_rows(run_dir: Path, key_paths: list[str]) -> list[dict[str, str]]:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from runbook_lib.audit.verify import verify_run
+    from runbook_lib.audit.verify import unreadable_manifest, verify_run
     from runbook_lib.evidence.closedworld import seal_kind
 
     run_dir = _run_dir_arg(args.run_dir)
+    unreadable = unreadable_manifest(run_dir)
+    if unreadable:  # nothing it vouches for can be checked: ALTERED, named, not a crash
+        print(f"{'altered':<12} {MANIFEST:<45} ({unreadable})")
+        print("0 intact, 1 altered: the seal cannot be read, so no file of the run is vouched for")
+        return 1
     kind = seal_kind(run_dir)
     if kind == "none":
         print(f"not a sealed run: {run_dir} has no {MANIFEST} (the seal is written when the run ends, or when "

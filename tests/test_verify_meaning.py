@@ -63,3 +63,17 @@ def test_go_is_refused_for_phases_that_never_ran_or_over_a_blocking_fail(sealed_
     (sealed_go / "receipt.json").write_text(json.dumps(failed))
     refused = go_refusal(load_receipt(sealed_go))
     assert refused is not None and "blocking gate failed" in refused and failed["gates"][0]["name"] in refused
+
+
+def test_an_unreadable_manifest_is_altered_and_named_and_list_shows_every_run(sealed_go: Path, capsys) -> None:
+    other = sealed_go.parent / "20261202T050000Z-demo-checkpoint-02b2f0"
+    shutil.copytree(sealed_go, other)
+    (other / "manifest.json").write_text("{not json")
+    assert cli_main(["verify", str(other)]) == 1
+    out = capsys.readouterr().out
+    assert "altered" in out and "manifest.json cannot be read" in out and "LEGACY" not in out
+    assert cli_main(["list", "--reports", str(sealed_go.parent)]) == 0
+    listed = capsys.readouterr().out
+    assert sealed_go.name in listed and "GO" in listed  # the intact run is still listed
+    line = next(x for x in listed.splitlines() if other.name in x)
+    assert "ALTERED" in line and "manifest.json cannot be read" in line

@@ -13,11 +13,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from runbook_lib.errors import EvidenceError
 from runbook_lib.evidence.closedworld import closed_world_rows, read_json_object
 from runbook_lib.evidence.manifest import sha256_file, verify_evidence
+from runbook_lib.evidence.records import load_manifest
 from runbook_lib.evidence.resolve import verify_resolution
 from runbook_lib.evidence.signing import envelope_keyids, record_envelope, record_signature_problems
-from runbook_lib.layout import RESOLUTION
+from runbook_lib.layout import MANIFEST, RESOLUTION
+
+
+def unreadable_manifest(run_dir: str | Path) -> str | None:
+    """Why the run's ``manifest.json`` cannot be read (not JSON, not the manifest's shape), naming
+    the file; None when it reads or is absent. Nothing the manifest vouches for can be checked
+    without it, so a run whose manifest does not read is ALTERED, named, never a crash."""
+    try:
+        load_manifest(Path(run_dir))
+    except (EvidenceError, OSError, ValueError) as exc:
+        return f"{MANIFEST} cannot be read: {exc}"
+    return None
 
 
 def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
@@ -36,6 +49,9 @@ def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
         by one voucher and not by another keeps both rows.
     """
     run_dir = Path(run_dir)
+    unreadable = unreadable_manifest(run_dir)
+    if unreadable:
+        return [{"path": MANIFEST, "status": "altered", "by": unreadable}]
     rows = verify_evidence(run_dir) + closed_world_rows(run_dir) + verify_resolution(run_dir)
     seen: dict[tuple[str, str], dict[str, str]] = {}
     for r in rows:
