@@ -105,3 +105,24 @@ def test_the_first_page_carries_the_savings_forecast() -> None:
             "a month, 8.3% per accepted unit (90 % interval over rounds -0.4% to 16.4%); cheaper there: target; the "
             "costs per accepted unit cross at 11 requests/s") in page
     assert "Forecast" not in first_page(_receipt(), SealStatus(kind="closed", files=41), SECTIONS)
+
+
+def test_the_first_page_leads_with_a_resolution_and_says_when_it_is_unsigned_on_a_signed_run() -> None:
+    from runbook_lib.evidence.auditpage import DecisionShown
+
+    receipt = _receipt(decision="HOLD", hold_deadline="2026-03-01T13:00:00Z")
+    res = {"decision": "NO-GO", "by": "alice <ops>", "resolved_at": "2026-03-01T12:30:00Z", "reason": "too slow",
+           "kind": "person"}
+    page = first_page(receipt, SealStatus(kind="closed", files=41, signed_by=("ab12cd",)), SECTIONS,
+                      DecisionShown("NO-GO", "HOLD resolved by alice", res, (), run_signed=True))
+    lead = page.split("</p>", 1)[0]
+    assert "Decision: <b>NO-GO</b>, resolved by alice &lt;ops&gt; at 2026-03-01T12:30:00Z: too slow" in lead
+    assert "resolution NOT SIGNED, on a signed run" in page and "sealed by phase 06 as <b>HOLD</b>" in page
+    assert "hold deadline" not in page  # resolved: the deadline no longer applies
+    signed = first_page(receipt, SealStatus(kind="closed", files=41), SECTIONS,
+                        DecisionShown("NO-GO", "", res, ("9f00aa",), run_signed=True))
+    assert "resolution signed by key 9f00aa" in signed and "NOT SIGNED" not in signed
+    expired = first_page(receipt, SealStatus(kind="closed", files=41), SECTIONS,
+                         DecisionShown("NO-GO", "hold expired at 2026-03-01T13:00:00Z"))
+    assert "Decision: <b>NO-GO</b> (hold expired at 2026-03-01T13:00:00Z)" in expired
+    assert "Sealed by phase 06 as <b>HOLD</b>" in expired

@@ -42,7 +42,8 @@ LAYERS: list[set[str]] = [
     {"traffic.replay"},
     {"evidence.records"},
     {"evidence.auditpage"},
-    {"evidence.approvals", "evidence.resolve", "evidence.report", "evidence.seal"},
+    {"evidence.approvals", "evidence.resolve", "evidence.seal"},
+    {"evidence.report"},  # the report leads with the run's standing (a resolution)
     {"workload"},
     {"providers"},
     {"phases.scan"},

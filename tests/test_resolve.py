@@ -204,3 +204,15 @@ def test_verify_names_a_go_resolution_that_resolve_itself_would_refuse(tmp_path:
     rows = [r for r in verify_run(run) if r["path"] == "resolution.json"]
     assert any(r["status"] != "intact" and "phases never ran" in r["by"] for r in rows), rows
     assert cli_main(["verify", str(run)]) == 1
+
+
+def test_the_report_leads_with_the_resolution_list_shows(tmp_path: Path) -> None:
+    from runbook_lib.evidence.report import decision_shown
+
+    run = _sealed(tmp_path)
+    before = decision_shown(run, run_signed=False)
+    assert before.decision in ("HOLD", "NO-GO") and before.resolution is None  # HOLD, or expired by now
+    resolve_run(run, decision="NO-GO", by="alice", reason="p95 too close to call", now=DECIDED)
+    shown = decision_shown(run, run_signed=False)
+    assert shown.decision == "NO-GO" and shown.resolution is not None and shown.resolution["by"] == "alice"
+    assert shown.signed_by == ()  # resolved without --key

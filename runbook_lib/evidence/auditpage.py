@@ -185,7 +185,51 @@ def _resources(receipt: Receipt, sections: dict[str, str]) -> str:
             f"destroyed</p>{created}{left}")
 
 
-def first_page(receipt: Receipt, seal: SealStatus, sections: dict[str, str]) -> str:
+@dataclass(frozen=True)
+class DecisionShown:
+    """The decision the first page leads with, when it is not simply the receipt's: a HOLD a
+    person (or the deadline) resolved, a HOLD whose deadline passed, or a ``resolution.json`` that
+    may not resolve the run (``ignored``, with why).
+
+    Attributes:
+        decision: the effective decision (``GO``, ``NO-GO``, ``HOLD``).
+        note: how it came about (``HOLD resolved by alice at ...``), or why a resolution is ignored.
+        resolution: the resolution's body when it applies (by, resolved_at, reason, kind).
+        signed_by: key ids that signed the resolution; empty: not signed.
+        run_signed: the run's seal is signed, so an unsigned resolution is shown as such.
+    """
+
+    decision: str
+    note: str = ""
+    resolution: dict[str, Any] | None = None
+    signed_by: tuple[str, ...] = ()
+    run_signed: bool = False
+
+
+def _decision_line(receipt: Receipt, shown: DecisionShown | None) -> str:
+    """The first page's decision: the effective one first, then what phase 06 sealed when a
+    resolution changed it; an unsigned resolution on a signed run is never shown as verified."""
+    sealed = (f"<b>{_e(receipt.decision)}</b>{' at ' + _e(receipt.decided_at) if receipt.decided_at else ''}")
+    if shown is None or (shown.decision == receipt.decision and shown.resolution is None and not shown.note):
+        return f"<p class='decision'>Decision: {sealed}</p>"
+    if shown.resolution is None:  # an expired HOLD, or a resolution that may not apply
+        return (f"<p class='decision'>Decision: <b>{_e(shown.decision)}</b> ({_e(shown.note)})</p>"
+                f"<p>Sealed by phase 06 as {sealed}</p>")
+    res = shown.resolution
+    reason = f": {_e(res.get('reason'))}" if res.get("reason") else ""
+    if shown.signed_by:
+        signed = f"resolution signed by key {_e(', '.join(shown.signed_by))}"
+    else:
+        signed = ("resolution NOT SIGNED, on a signed run: the seal's signature does not cover it, so this "
+                  "decision is a person's word, not verified evidence" if shown.run_signed else
+                  "resolution not signed")
+    return (f"<p class='decision'>Decision: <b>{_e(shown.decision)}</b>, resolved by {_e(res.get('by'))} at "
+            f"{_e(res.get('resolved_at'))}{reason}</p><p class='resolution'>{signed}; sealed by phase 06 as "
+            f"{sealed}</p>")
+
+
+def first_page(receipt: Receipt, seal: SealStatus, sections: dict[str, str],
+               shown: DecisionShown | None = None) -> str:
     """The first page as an HTML ``<div id="runbook-first-page">``: decision and reasons,
     evidence (seal, verification, signature), acceptance deltas with their gates' intervals, cost,
     gates that did not pass, drills, rollback point, resources.
@@ -194,12 +238,13 @@ def first_page(receipt: Receipt, seal: SealStatus, sections: dict[str, str]) -> 
         receipt: the run's receipt.
         seal: the seal's status (:class:`SealStatus`).
         sections: phase (``"04"``) -> the id of its section in the report, for links.
+        shown: the effective decision when a resolution (or an expired deadline) changed it.
     """
     reasons = "".join(f"<li>{_e(r)}</li>" for r in receipt.reasons)
-    deadline = f"<p>hold deadline: {_e(receipt.hold_deadline)}</p>" if receipt.hold_deadline else ""
+    resolved = shown is not None and shown.resolution is not None
+    deadline = f"<p>hold deadline: {_e(receipt.hold_deadline)}</p>" if receipt.hold_deadline and not resolved else ""
     return ("<div id='runbook-first-page'>"
-            f"<p class='decision'>Decision: <b>{_e(receipt.decision)}</b>"
-            f"{' at ' + _e(receipt.decided_at) if receipt.decided_at else ''}</p>{deadline}<ul>{reasons}</ul>"
+            f"{_decision_line(receipt, shown)}{deadline}<ul>{reasons}</ul>"
             f"<p>Source: {_e(receipt.source.release)} ({_e(receipt.source.provider)})<br>"
             f"Target: {_e(receipt.target.release)} ({_e(receipt.target.provider)})</p>"
             + _evidence(seal) + _deltas(receipt, sections) + _cost(receipt, sections) + _gates(receipt, sections)

@@ -7,6 +7,7 @@ same data gives the same bytes.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,10 +17,12 @@ import pandas as pd
 
 from runbook_lib._fs import atomic_write
 from runbook_lib.errors import EvidenceError, UsageError
-from runbook_lib.evidence.auditpage import SealStatus, first_page
+from runbook_lib.evidence.auditpage import DecisionShown, SealStatus, first_page
 from runbook_lib.evidence.closedworld import expected_files, is_sealed, seal_kind, sealed_notebooks
 from runbook_lib.evidence.records import Receipt, load_receipt
-from runbook_lib.evidence.signing import signed_by
+from runbook_lib.evidence.resolve import standing
+from runbook_lib.evidence.signing import envelope_keyids, record_envelope, signed_by
+from runbook_lib.layout import RESOLUTION
 
 COLORS = {"source": "#4c72b0", "target": "#dd8452"}
 VERDICT_COLORS = {"PASS": "#c8e6c9", "FAIL": "#ffcdd2", "INCONCLUSIVE": "#fff9c4", "ERROR": "#e1bee7",
@@ -326,7 +329,8 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
     seal = SealStatus(kind=seal_kind(run_dir), files=len(expected_files(run_dir) or {}), problems=tuple(unverified),
                       signed_by=tuple(signed_by(run_dir)))
     head = (f"<header id='runbook-head'>{stamp}<h1>Migration report: {_html.escape(receipt.migration or run_dir.name)}"
-            f"</h1><p>Run <code>{_html.escape(run_dir.name)}</code></p>{first_page(receipt, seal, sections)}</header>")
+            f"</h1><p>Run <code>{_html.escape(run_dir.name)}</code></p>"
+            f"{first_page(receipt, seal, sections, decision_shown(run_dir, run_signed=bool(seal.signed_by)))}</header>")
     doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
            f"<title>{_html.escape(run_dir.name)}</title>"
@@ -397,3 +401,18 @@ def write_pdf(html_path: Path, out: Path, *, chromium: str) -> Path:
             browser.close()
     atomic_write(out, [data])
     return out
+
+
+def decision_shown(run_dir: Path, *, run_signed: bool) -> DecisionShown:
+    """What the report leads with: the run's effective decision as ``runbook list`` shows it
+    (:func:`runbook_lib.evidence.resolve.standing`: a resolution that may apply, else NO-GO for an
+    expired HOLD, else the sealed decision), with who signed the resolution."""
+    st = standing(run_dir)
+    env = record_envelope(run_dir / RESOLUTION)
+    keys: tuple[str, ...] = ()
+    if st.resolution is not None and env.is_file():
+        try:
+            keys = tuple(envelope_keyids(json.loads(env.read_text())))
+        except ValueError:
+            keys = ()
+    return DecisionShown(st.decision, st.note, st.resolution, keys, run_signed)
