@@ -269,3 +269,19 @@ def no_process_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
             break
         time.sleep(0.2)
     assert left == [], "processes this case started are still running"
+
+
+OLD_RUN_ID = "20261202T043936Z-demo-checkpoint-01a1e9"
+OLD_RUN = ROOT / "tests" / "fixtures" / OLD_RUN_ID
+"""A sealed GO run made at 96aee4a (tests/fixtures/README.md): the old evidence every later
+runbook must still read."""
+
+
+@pytest.fixture
+def old_run(tmp_path: Path) -> Path:
+    """A copy of the 96aee4a run under ``<tmp>/reports/`` (the fixture itself is never written)."""
+    import shutil
+
+    dest = tmp_path / "reports" / OLD_RUN_ID
+    shutil.copytree(OLD_RUN, dest)
+    return dest

@@ -6,7 +6,6 @@ named, never misread."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,10 @@ from runbook_lib.errors import EXIT_USAGE, EvidenceError
 from runbook_lib.evidence import records
 from runbook_lib.evidence.manifest import read_chain
 
-from .conftest import ROOT
+from .conftest import OLD_RUN, OLD_RUN_ID
 
-RUN_ID = "20261202T043936Z-demo-checkpoint-01a1e9"
-FIXTURE = ROOT / "tests" / "fixtures" / RUN_ID
-
-
-@pytest.fixture
-def old_run(tmp_path: Path) -> Path:
-    """A copy of the 96aee4a run under ``<tmp>/reports/`` (the fixture itself is never written)."""
-    dest = tmp_path / "reports" / RUN_ID
-    shutil.copytree(FIXTURE, dest)
-    return dest
+RUN_ID = OLD_RUN_ID
+FIXTURE = OLD_RUN
 
 
 def test_the_fixture_predates_schema_versions() -> None:

@@ -16,18 +16,13 @@ from runbook_lib.cli import main as cli_main
 from runbook_lib.evidence.records import load_receipt
 from runbook_lib.evidence.resolve import go_refusal
 
-from .conftest import ROOT, reseal
-
-RUN_ID = "20261202T043936Z-demo-checkpoint-01a1e9"
-FIXTURE = ROOT / "tests" / "fixtures" / RUN_ID
+from .conftest import reseal
 
 
 @pytest.fixture
-def sealed_go(tmp_path: Path) -> Path:
+def sealed_go(old_run: Path) -> Path:
     """A copy of a sealed GO run (the old-evidence fixture, decided GO at 96aee4a)."""
-    dest = tmp_path / "reports" / RUN_ID
-    shutil.copytree(FIXTURE, dest)
-    return dest
+    return old_run
 
 
 def test_a_manifest_edited_to_another_decision_and_resealed_fails_recompute(sealed_go: Path, capsys) -> None:
