@@ -604,3 +604,23 @@ def test_an_approval_on_record_is_never_rewritten_so_a_later_cleanup_adds_a_vali
     assert _bad(run) == {}
     with pytest.raises(ValueError, match=f"replaces the sealed approvals/{sealed.name}"):  # a writer bug, named
         append_link(run, "cleanup", [f"approvals/{sealed.name}"])
+
+
+def test_a_styler_tables_css_never_reaches_the_report_as_text(tmp_path: Path) -> None:
+    """A pandas Styler table carries its colours in a <style> element; nbconvert's sanitiser would
+    drop the tag and keep the rules as a paragraph of text (issue 47). The report drops the rules."""
+    import nbformat
+    import pandas as pd
+
+    from runbook_lib.evidence.report import _exported
+
+    styled = pd.DataFrame({"gate": ["error_rate"], "verdict": ["PASS"]}).style.map(
+        lambda v: "background-color: #c8e6c9" if v == "PASS" else "")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("table", outputs=[nbformat.v4.new_output(
+        "display_data", data={"text/html": styled.to_html(), "text/plain": "table"})])])
+    path = tmp_path / "04_compare_production.ipynb"
+    nbformat.write(nb, path)
+    assert "background-color" in styled.to_html()  # the Styler does write rules
+    body = _exported(path)
+    assert "background-color" not in body and "#T_" not in body
+    assert "error_rate" in body and "PASS" in body  # the table itself stays

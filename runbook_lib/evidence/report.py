@@ -253,11 +253,33 @@ def _exported(nb_path: Path) -> str:
     first = {"*": ["class", "title", "colspan", "rowspan", "align"], "a": ["href"], "img": ["src", "alt", "width", "height"]}
     raw = nbformat.read(nb_path, as_version=4)
     _refuse_remote(nb_path, raw_remote_references(raw))  # before any sanitiser drops them: what the notebook says
-    nb, _ = SanitizeHTML(tags=sorted(SAFE_TAGS), attributes=first, strip=True).preprocess(raw, {})
+    nb, _ = SanitizeHTML(tags=sorted(SAFE_TAGS), attributes=first, strip=True).preprocess(without_style_blocks(raw), {})
     body, _ = exporter.from_notebook_node(nb)
     _refuse_remote(nb_path, remote_references(re.sub(r"<script\b.*?</script\s*>", "", body,
                                                      flags=re.DOTALL | re.IGNORECASE)))
     return sanitize_fragment(body)
+
+
+STYLE_BLOCK = re.compile(r"<style\b[^>]*>.*?</style\s*>", re.DOTALL | re.IGNORECASE)
+"""A ``<style>`` element with its rules (a pandas Styler table carries its colours this way)."""
+
+
+def without_style_blocks(nb: Any) -> Any:
+    """``nb`` with every ``<style>`` element removed from its HTML outputs, rules included.
+
+    nbconvert's :class:`~nbconvert.preprocessors.sanitize.SanitizeHTML` with ``strip=True`` drops a
+    tag it does not allow but keeps the tag's text, so a Styler table's ``#T_9365b_row0_col2 {
+    background-color: ... }`` would reach the report as a paragraph of CSS. The report styles
+    tables with its own stylesheet; a notebook's rules are never carried into it."""
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []):
+            data = out.get("data") or {}
+            html_ = data.get("text/html")
+            if html_ is None:
+                continue
+            text = "".join(html_) if isinstance(html_, list) else str(html_)
+            data["text/html"] = STYLE_BLOCK.sub("", text)
+    return nb
 
 
 def _refuse_remote(nb_path: Path, remote: list[str]) -> None:
