@@ -612,7 +612,7 @@ def test_a_styler_tables_css_never_reaches_the_report_as_text(tmp_path: Path) ->
     import nbformat
     import pandas as pd
 
-    from runbook_lib.evidence.report import _exported
+    from runbook_lib.evidence.report import exported_notebook
 
     styled = pd.DataFrame({"gate": ["error_rate"], "verdict": ["PASS"]}).style.map(
         lambda v: "background-color: #c8e6c9" if v == "PASS" else "")
@@ -621,6 +621,6 @@ def test_a_styler_tables_css_never_reaches_the_report_as_text(tmp_path: Path) ->
     path = tmp_path / "04_compare_production.ipynb"
     nbformat.write(nb, path)
     assert "background-color" in styled.to_html()  # the Styler does write rules
-    body = _exported(path)
+    body = exported_notebook(path)
     assert "background-color" not in body and "#T_" not in body
     assert "error_rate" in body and "PASS" in body  # the table itself stays

@@ -234,7 +234,7 @@ def sanitize_fragment(fragment: str) -> str:
                         strip=True, strip_comments=True))
 
 
-def _exported(nb_path: Path) -> str:
+def exported_notebook(nb_path: Path) -> str:
     """The notebook at ``nb_path`` rendered (nbconvert's ``basic`` template, code hidden, script
     outputs dropped by nbconvert's SanitizeHTML) and then sanitised whole
     (:func:`sanitize_fragment`): Markdown becomes HTML only in the exporter, so a ``javascript:``
@@ -310,7 +310,7 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
     to its phase), then each executed phase notebook the seal covers (:func:`runbook_lib.evidence.closedworld.sealed_notebooks`; every phase
     notebook in the directory for an unsealed run written with ``--allow-unverified``), code
     hidden and plots inline. Executed notebooks are shared with auditors, so every output is
-    untrusted: it is sanitised whole (:func:`_exported`: no script, no CSS, no ``id``, safe link
+    untrusted: it is sanitised whole (:func:`exported_notebook`: no script, no CSS, no ``id``, safe link
     schemes, inline raster images only), boxed so it cannot draw outside itself, and the page
     carries a Content-Security-Policy (:data:`CSP`) that forbids all script and every fetch. Every
     name and string from the run is escaped.
@@ -347,7 +347,7 @@ def write_html(run_dir: Path, out: Path | None = None, *, unverified: Sequence[s
         sections[nb_path.name[:2]] = f"phase-{nb_path.stem}"
         parts.append(f'<section class="phase" id="phase-{_html.escape(nb_path.stem, quote=True)}">{stamp}'
                      f'<h2>Phase {_html.escape(nb_path.name[:2])}: <code>{name}</code></h2>'
-                     f'<div class="phase-output">{_exported(nb_path)}</div></section>')
+                     f'<div class="phase-output">{exported_notebook(nb_path)}</div></section>')
     seal = SealStatus(kind=seal_kind(run_dir), files=len(expected_files(run_dir) or {}), problems=tuple(unverified),
                       signed_by=tuple(signed_by(run_dir)))
     head = (f"<header id='runbook-head'>{stamp}<h1>Migration report: {_html.escape(receipt.migration or run_dir.name)}"
