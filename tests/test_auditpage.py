@@ -126,3 +126,19 @@ def test_the_first_page_leads_with_a_resolution_and_says_when_it_is_unsigned_on_
                          DecisionShown("NO-GO", "hold expired at 2026-03-01T13:00:00Z"))
     assert "Decision: <b>NO-GO</b> (hold expired at 2026-03-01T13:00:00Z)" in expired
     assert "Sealed by phase 06 as <b>HOLD</b>" in expired
+
+
+def test_a_tables_row_labels_become_a_labelled_first_column_and_row_numbers_stay_out() -> None:
+    import pandas as pd
+
+    from runbook_lib.phases.results import table_bundle
+
+    by_side = pd.DataFrame.from_dict({"source": {"usd_per_hour": 0.2}, "target": {"usd_per_hour": 0.1}},
+                                     orient="index")  # labels in the index, as a dict-built table has them
+    lines = table_bundle(by_side)["text/plain"].splitlines()
+    assert lines[0].split() == ["item", "usd_per_hour"] and lines[1].split()[0] == "source"
+    named = table_bundle(by_side.rename_axis("side"))["text/plain"].splitlines()
+    assert named[0].split() == ["side", "usd_per_hour"]
+    filtered = pd.DataFrame({"gate": ["a", "b", "c"], "verdict": ["PASS", "FAIL", "PASS"]})
+    filtered = filtered[filtered["verdict"] == "PASS"]  # keeps row numbers 0 and 2
+    assert table_bundle(filtered)["text/plain"].splitlines()[0].split() == ["gate", "verdict"]

@@ -33,12 +33,20 @@ class Shown(ABC):
 
 
 def table_bundle(part: Any) -> dict[str, str] | None:
-    """A DataFrame as the notebook shows it: HTML and text without the index column (row numbers
-    are not evidence); None for anything else, displayed as it is."""
+    """A DataFrame as the notebook shows it: HTML and text without row numbers (they are not
+    evidence), but with row labels kept: a table built from a dict (cost at traffic per side, the
+    declared requirements) keeps its labels in the index, which becomes a labelled first column
+    (named by the index, else ``item``); an unnamed integer index is row numbers and is dropped.
+    None for anything else, displayed as it is."""
     import pandas as pd
 
     if not isinstance(part, pd.DataFrame):
         return None
+    labelled = any(n is not None for n in part.index.names) or not pd.api.types.is_integer_dtype(part.index.dtype)
+    if labelled:  # an unnamed integer index is row numbers (a filtered table keeps its old ones): dropped
+        names = [n or ("item" if len(part.index.names) == 1 else f"item {i + 1}")
+                 for i, n in enumerate(part.index.names)]
+        part = part.rename_axis(names).reset_index()
     return {"text/html": part.to_html(index=False), "text/plain": part.to_string(index=False)}
 
 
