@@ -148,12 +148,16 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px so
 img{max-width:100%}section.phase{border-top:2px solid #444;margin-top:2em}#runbook-first-page .decision{font-size:1.4em}
 #runbook-first-page h3{margin:1.2em 0 .3em}#runbook-first-page table{font-size:.9em}
 pre{white-space:pre-wrap}.runbook-unverified{border:3px solid #b00020;background:#ffebee;padding:.5em 1em;margin:1em 0}
-.phase-output{overflow:hidden;contain:paint}""" + "".join(
+.phase-output{overflow-x:auto;overflow-y:hidden;contain:paint}
+@media print{.phase-output{overflow:visible}.phase-output table{width:100%;table-layout:fixed}
+.phase-output td,.phase-output th{overflow-wrap:anywhere}}""" + "".join(
     f"\n.phase-output td.verdict-{v},#runbook-first-page .verdict-{v}{{background-color:{c}}}"
     for v, c in VERDICT_COLORS.items())
 """The report's own stylesheet: its head and banners are styled by id and by classes no output can
 reach (an output's ``class`` is kept, its CSS is not), verdict cells by ``verdict-<VERDICT>``
-(:func:`gates_table`), and every output box clips what it draws (``contain: paint``)."""
+(:func:`gates_table`), and every output box clips what it draws (``contain: paint``) and scrolls
+sideways when a table is wider than the page; printed (the PDF), tables take the page's width and
+their cells wrap, since a printed page cannot scroll."""
 
 
 def remote_references(html: str) -> list[str]:
