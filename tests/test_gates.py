@@ -183,6 +183,11 @@ def test_noise_floor_and_shift() -> None:
     a, b = _lat(3000, 1), _lat(3000, 2)
     assert g.noise_floor(a, b, max_ratio=1.5).verdict == "PASS"
     assert g.noise_floor(a[:20], b[:20] * 1.3, max_ratio=1.1).verdict == "INCONCLUSIVE"  # too noisy, not FAIL
+    # A narrow interval that lies outside the band is said to lie outside it, not to be wider than it
+    below = g.noise_floor(a, b * 0.27, max_ratio=2.0)
+    assert below.verdict == "INCONCLUSIVE" and below.interval is not None and below.interval[1] < 0.5
+    assert "wholly below 1 +/- 0.500" in below.detail and "wider" not in below.detail, below.detail
+    assert "wholly above" in g.noise_floor(a, b * 2, max_ratio=1.5).detail
     shifted = g.latency_shift(a, b * 1.5, max_ratio=1.1)
     assert shifted.verdict == "FAIL" and not shifted.blocking and shifted.observed > 0.005
     assert g.latency_shift(a, b, max_ratio=1.1).verdict == "PASS"

@@ -332,6 +332,19 @@ def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, f
                       source="Kayenta MannWhitneyClassifier, with an absolute floor", phase=phase)
 
 
+def _outside_band(ci: tuple[float, float], half: float) -> str:
+    """How an interval misses the band 1 +/- ``half``: wider than it (both ends out), or partly or
+    wholly above or below it; the words :func:`noise_floor` puts before the band."""
+    lo, hi = ci
+    if lo < 1 - half and hi > 1 + half:
+        return "wider than"
+    if lo > 1 + half:
+        return "wholly above"
+    if hi < 1 - half:
+        return "wholly below"
+    return "reaching above" if hi > 1 + half else "reaching below"
+
+
 def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q: float = 95,
                 phase: str = "") -> GateResult:
     """A/A check on two source rounds: the 90 % bootstrap interval of the ratio of their ``q``-th
@@ -360,8 +373,10 @@ def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q
     ok = 1 - half <= ci[0] and ci[1] <= 1 + half
     return GateResult("noise_floor", "PASS" if ok else "INCONCLUSIVE", True, ratio, half, "ratio - 1", method,
                       f"A/A {label} ratio {ratio:.3f}, interval [{ci[0]:.3f}, {ci[1]:.3f}] within 1 +/- {half:.3f}" if ok
-                      else f"A/A {label} ratio interval [{ci[0]:.3f}, {ci[1]:.3f}] is wider than 1 +/- {half:.3f}: the "
-                           "setup is too noisy for this margin; measure more or on quieter hosts",
+                      else f"A/A {label} ratio {ratio:.3f}, interval [{ci[0]:.3f}, {ci[1]:.3f}], "
+                           f"{_outside_band(ci, half)} 1 +/- {half:.3f}: two rounds of the same source differ by "
+                           "more than this margin allows, so the setup is too noisy to judge it; measure more or on "
+                           "quieter hosts",
                       samples=n, interval=ci, source="A/A noise floor: half the comparison margin", phase=phase)
 
 
