@@ -287,6 +287,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from runbook_lib.audit.verify import unreadable_manifest
     from runbook_lib.evidence.records import load_manifest, load_receipt
     from runbook_lib.evidence.resolve import printable, standing
+    from runbook_lib.evidence.signing import record_envelope, signed_by
+    from runbook_lib.layout import RESOLUTION
 
     rows = []
     for d in sorted(Path(args.reports).glob("*/")):
@@ -302,29 +304,48 @@ def _cmd_list(args: argparse.Namespace) -> int:
         manifest = load_manifest(d)
         note = f"  [{printable(st.note)}]" if st.note else ""  # an older run's free text is shown, never obeyed
         kind = "REHEARSAL: " if manifest and manifest.rehearsal else ""  # never mistaken for a real migration
+        if evidence == "verified" and st.resolution is not None and signed_by(d) and not record_envelope(
+                d / RESOLUTION).is_file():
+            evidence = "UNSIGNED"  # the seal is signed; the decision shown is a person's unsigned word
+        complete = complete and evidence != "INCOMPLETE"
         rows.append(printable(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} "
-                              f"{evidence:<9} {kind}{src} -> {tgt}") + note)
+                              f"{evidence:<10} {kind}{src} -> {tgt}") + note)
     if rows:
-        print(f"{'run id':<55} {'decision':<8} {'state':<10} {'evidence':<9} source -> target")
+        print(f"{'run id':<55} {'decision':<8} {'state':<10} {'evidence':<10} source -> target")
     print("\n".join(rows) if rows else f"no runs under {args.reports}/")
-    if any(" ALTERED " in r for r in rows):
-        print("ALTERED: a file differs from the seal, or was added or removed; `runbook verify RUN` names it")
+    for word, meaning in LIST_WORDS.items():
+        if any(f" {word} " in r for r in rows):
+            print(f"{word}: {meaning}")
     return 0
+
+
+LIST_WORDS = {
+    "ALTERED": "a file differs from the seal, or was added or removed; `runbook verify RUN` names it",
+    "INCOMPLETE": "the run lacks an executed notebook, its provenance, a secret scan or a host-lock record (its "
+                  "notebooks ran without `runbook run` or `runbook phase`); `runbook verify RUN` names each",
+    "UNSIGNED": "the run's seal is signed but the resolution deciding it is not: a person's word, not verified "
+                "evidence; `runbook resolve --key` signs one",
+}
+"""The evidence words of ``runbook list`` that need a line saying what they mean."""
 
 
 def _evidence_state(run_dir: Path) -> str:
     """What ``runbook list`` says of a run's evidence: ``verified`` (a closed-world seal, every
-    file as sealed), ``legacy`` (an older open-world seal, its listed files as sealed),
-    ``ALTERED`` (:func:`runbook_lib.audit.verify.verify_run` found a file changed, added or missing)
-    or ``unsealed`` (no manifest: still running, or stopped before its seal)."""
+    file as sealed, nothing the runner writes missing), ``legacy`` (an older open-world seal, its
+    listed files as sealed), ``ALTERED`` (:func:`runbook_lib.audit.verify.verify_run` found a file
+    changed, added or missing), ``INCOMPLETE`` (every file as sealed, but a phase's notebook,
+    provenance, secret scan or host-lock record is missing:
+    :func:`runbook_lib.audit.verify.incomplete_rows`) or ``unsealed`` (no manifest: still running,
+    or stopped before its seal)."""
     from runbook_lib.audit.verify import verify_run
     from runbook_lib.evidence.closedworld import seal_kind
 
     kind = seal_kind(run_dir)
     if kind == "none":
         return "unsealed"
-    if any(r["status"] != "intact" for r in verify_run(run_dir)):
-        return "ALTERED"
+    problems = {r["status"] for r in verify_run(run_dir)} - {"intact"}
+    if problems:
+        return "INCOMPLETE" if problems == {"incomplete"} else "ALTERED"
     return "legacy" if kind == "legacy" else "verified"
 
 
@@ -440,7 +461,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(f"{r['status']:<12} {r['path']:<45} ({r['by']})")
     print(f"{len(rows) - len(bad)} intact, {sum(r['status'] == 'altered' for r in rows)} altered, "
           f"{sum(r['status'] == 'missing' for r in rows)} missing, "
-          f"{sum(r['status'] == 'broken-link' for r in rows)} broken links")
+          f"{sum(r['status'] == 'broken-link' for r in rows)} broken links"
+          + (f", {sum(r['status'] == 'incomplete' for r in rows)} phases incomplete: not every phase ran through "
+             "`runbook run` or `runbook phase`, so the run is not verified" if any(r['status'] == 'incomplete'
+                                                                                 for r in rows) else ""))
     if not args.recompute:
         return 1 if bad else 0
     from runbook_lib.audit.recompute import recompute_run

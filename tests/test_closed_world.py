@@ -288,6 +288,13 @@ def test_a_signed_run_verifies_with_its_public_key_from_a_copy_elsewhere(tmp_pat
     assert "(not checked: pass --key PUBKEY" in capsys.readouterr().out
     resolve_run(elsewhere, decision="NO-GO", by="alice", now=DECIDED)  # a link after the seal: still signed
     assert cli_main(["verify", "--key", str(public), str(elsewhere)]) == 0
+    capsys.readouterr()
+    # the decision now comes from a resolution the seal's signature does not cover: never "verified"
+    assert cli_main(["list", "--reports", str(elsewhere.parent)]) == 0
+    listed = capsys.readouterr().out
+    row = next(x for x in listed.splitlines() if x.startswith(elsewhere.name)).split()
+    assert row[1:4] == ["NO-GO", "complete", "UNSIGNED"], row
+    assert "UNSIGNED: the run's seal is signed but the resolution deciding it is not" in listed
 
 
 def test_a_run_resealed_without_the_key_unsigned_or_signed_by_another_key_fails_verify_key(

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from runbook_lib.audit.recompute import recompute_run
+from runbook_lib.audit.verify import incomplete_rows
 from runbook_lib.cli import main as cli_main
 from runbook_lib.evidence.records import load_receipt
 from runbook_lib.evidence.resolve import go_refusal
 
-from .conftest import reseal
+from .conftest import ROOT, reseal
 
 
 @pytest.fixture
@@ -72,3 +73,59 @@ def test_an_unreadable_manifest_is_altered_and_named_and_list_shows_every_run(se
     assert sealed_go.name in listed and "GO" in listed  # the intact run is still listed
     line = next(x for x in listed.splitlines() if other.name in x)
     assert "ALTERED" in line and "manifest.json cannot be read" in line
+
+
+def _one_phase_run(tmp_path: Path, *, stamped: bool, notebook: bool = True) -> Path:
+    """A closed-world sealed run of phase 01 alone, sealed as `runbook phase` seals (the manifest's
+    phases from the records): the notebook stamped by the runner's own stamp, or left as papermill
+    alone leaves it (no stamp), or missing from the run."""
+    import nbformat
+
+    from runbook_lib.evidence.rundir import RunDir
+    from runbook_lib.evidence.seal import seal_run
+    from runbook_lib.params import load_params
+    from runbook_lib.run.runner import stamp_provenance
+
+    (tmp_path / "params").mkdir()
+    shutil.copy(ROOT / "params" / "demo.yaml", tmp_path / "params" / "demo.yaml")
+    params = tmp_path / "params" / "demo.yaml"
+    run = RunDir.create(params, reports_dir=tmp_path / "reports")
+    nb = run.path / "01_freeze_source.ipynb"
+    if notebook:
+        nbformat.write(nbformat.v4.new_notebook(), nb)
+    if stamped:
+        stamp_provenance(nb, notebook_source={"origin": "packaged", "phase": "01"},
+                         host_lock={"mode": "shared", "waited_s": 0.25},
+                         secret_scan={"phase": "01", "findings": [], "scanned_files": 2})
+    run.write_record("01", status="completed", data={}, files=[], started="2026-12-05T14:00:00.000Z")
+    seal_run(run.path, load_params(params), params, decision="FAILED")
+    return run.path
+
+
+def test_a_run_sealed_phase_by_phase_carries_each_phases_provenance_from_its_notebook(tmp_path: Path, capsys) -> None:
+    run = _one_phase_run(tmp_path, stamped=True)
+    manifest = json.loads((run / "manifest.json").read_text())
+    [entry] = manifest["phases"]
+    assert entry["notebook_source"]["phase"] == "01" and entry["lock_wait_s"] == 0.25
+    assert [s["phase"] for s in manifest["secret_scans"]] == ["01"]
+    assert incomplete_rows(run) == []
+    assert cli_main(["verify", str(run)]) == 0
+
+
+@pytest.mark.parametrize("notebook", [True, False], ids=["notebooks-run-by-papermill-alone", "notebook-missing"])
+def test_a_run_without_the_runners_provenance_is_incomplete_naming_each_item(tmp_path: Path, capsys,
+                                                                            notebook: bool) -> None:
+    run = _one_phase_run(tmp_path, stamped=False, notebook=notebook)
+    [row] = incomplete_rows(run)
+    assert row["path"] == "01_freeze_source.ipynb" and row["status"] == "incomplete"
+    for item in ("notebook_source", "lock_wait_s", "secret_scans"):
+        assert item in row["by"], row
+    assert ("executed notebook, beside its record" in row["by"]) is not notebook
+    assert cli_main(["verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "incomplete   01_freeze_source.ipynb" in out and "1 phases incomplete" in out
+    assert cli_main(["list", "--reports", str(run.parent)]) == 0
+    listed = capsys.readouterr().out
+    line = next(x for x in listed.splitlines() if run.name in x)
+    assert "INCOMPLETE" in line and "verified" not in line and "incomplete" in line
+    assert "INCOMPLETE: the run lacks" in listed

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EvidenceError
-from runbook_lib.evidence.closedworld import closed_world_rows, read_json_object
-from runbook_lib.evidence.manifest import sha256_file, verify_evidence
+from runbook_lib.evidence.closedworld import closed_world_rows, read_json_object, seal_kind
+from runbook_lib.evidence.manifest import PHASES, sha256_file, verify_evidence
 from runbook_lib.evidence.records import load_manifest
 from runbook_lib.evidence.resolve import verify_resolution
 from runbook_lib.evidence.signing import envelope_keyids, record_envelope, record_signature_problems
@@ -33,6 +33,47 @@ def unreadable_manifest(run_dir: str | Path) -> str | None:
     return None
 
 
+def incomplete_rows(run_dir: str | Path) -> list[dict[str, str]]:
+    """What a closed-world sealed run lacks of the evidence the headless runner writes for every
+    phase that ran (each phase with a record): its executed notebook beside its record
+    (``NN_<phase>.ipynb``), and in ``manifest.json`` which notebook ran it (``notebook_source``),
+    its wait for the host lock (``lock_wait_s``) and its secret scan (``secret_scans``). A run
+    whose notebooks papermill or JupyterLab ran without the runner lacks them: its hashes may all
+    agree, but nothing says its notebooks were the ones shown, its files were scanned for
+    credentials, or its timed phases ran alone.
+
+    Returns:
+        Rows ``{"path": "NN_<phase>.ipynb", "status": "incomplete", "by"}``, one per phase that
+        lacks something, ``by`` naming each missing item;
+        empty for a complete run, an unsealed one, or an older open-world (legacy) seal, whose
+        runner did not write all of these yet.
+    """
+    run_dir = Path(run_dir)
+    if seal_kind(run_dir) != "closed":
+        return []
+    manifest = read_json_object(run_dir / MANIFEST) or {}
+    entries = {str(p.get("phase")): p for p in manifest.get("phases") or [] if isinstance(p, dict)}
+    scanned = {str(x.get("phase")) for x in manifest.get("secret_scans") or [] if isinstance(x, dict)}
+    rows = []
+    for pid, name in PHASES:
+        if not (run_dir / f"{pid}_{name}.json").is_file():
+            continue
+        entry = entries.get(pid, {})
+        if entry.get("status") == "interrupted" and not (run_dir / f"{pid}_{name}.ipynb").exists():
+            continue  # stopped by a signal while it waited for the host lock: no notebook ever ran
+        missing = [f"phase {pid}'s executed notebook, beside its record"] if not (
+            run_dir / f"{pid}_{name}.ipynb").is_file() else []
+        missing += [f"phase {pid}'s {what} in {MANIFEST}" for key, what in (
+            ("notebook_source", "notebook provenance (notebook_source: which notebook ran it)"),
+            ("lock_wait_s", "host-lock record (lock_wait_s)")) if entry.get(key) is None]
+        if pid not in scanned:
+            missing.append(f"phase {pid}'s secret scan (secret_scans) in {MANIFEST}")
+        if missing:
+            rows.append({"path": f"{pid}_{name}.ipynb", "status": "incomplete",
+                         "by": "missing " + "; ".join(missing) + " (`runbook run` and `runbook phase` write them)"})
+    return rows
+
+
 def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
     """Recompute every hash a run's evidence names, offline, without stopping at the first problem.
 
@@ -42,9 +83,11 @@ def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
     seal, and a HOLD run's ``resolution.json`` when there is one (its content hash, the manifest it
     names, and whether it may resolve this run at all).
 
+    A run that lacks what the runner writes for every phase is ``incomplete`` (:func:`incomplete_rows`).
+
     Returns:
-        Rows ``{"path", "status", "by"}`` with status ``intact``, ``altered``, ``missing`` or
-        ``broken-link``, and ``by`` naming the record or file that vouches for it; one row per
+        Rows ``{"path", "status", "by"}`` with status ``intact``, ``altered``, ``missing``,
+        ``broken-link`` or ``incomplete``, and ``by`` naming the record or file that vouches for it; one row per
         path and status (several vouchers are joined in ``by``). A file that is both ``intact``
         by one voucher and not by another keeps both rows.
     """
@@ -52,7 +95,8 @@ def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
     unreadable = unreadable_manifest(run_dir)
     if unreadable:
         return [{"path": MANIFEST, "status": "altered", "by": unreadable}]
-    rows = verify_evidence(run_dir) + closed_world_rows(run_dir) + verify_resolution(run_dir)
+    rows = (verify_evidence(run_dir) + closed_world_rows(run_dir) + verify_resolution(run_dir)
+            + incomplete_rows(run_dir))
     seen: dict[tuple[str, str], dict[str, str]] = {}
     for r in rows:
         key = (r["path"], r["status"])

@@ -9,6 +9,7 @@ by the person afterwards, so its hash cannot be in the manifest).
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
 import platform
 import subprocess
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from runbook_lib import __version__
 from runbook_lib._time import utc_now
 from runbook_lib.evidence.closedworld import ATTESTATION, seal_listing
-from runbook_lib.evidence.manifest import read_chain, sha256_file, write_completion_marker, write_json_atomic
+from runbook_lib.evidence.manifest import PHASES, read_chain, sha256_file, write_completion_marker, write_json_atomic
 from runbook_lib.evidence.records import Chain, FreezeSource
 from runbook_lib.evidence.signing import load_signer, sign_run
 from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, RECEIPT, params_sha256, project_root
@@ -58,6 +59,42 @@ def rehearsal_of(chain: Chain, mig: Migration) -> dict[str, Any] | None:
     if not sims and mig.rehearsal is None:
         return None
     return {"simulators": sims, "params": mig.rehearsal.model_dump() if mig.rehearsal is not None else None}
+
+
+def notebook_provenance(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """What the headless runner wrote into each executed notebook of the run about how its phase
+    ran (``metadata.runbook``: ``notebook_source``, ``host_lock``, ``secret_scan``;
+    :func:`runbook_lib.run.runner.stamp_provenance`), by phase id. A phase whose notebook is not in
+    the run, does not read, or was not run by the runner (papermill alone, JupyterLab) has none."""
+    out: dict[str, dict[str, Any]] = {}
+    for pid, name in PHASES:
+        nb = run_dir / f"{pid}_{name}.ipynb"
+        try:
+            meta = json.loads(nb.read_text()).get("metadata", {}).get("runbook", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(meta, dict) and meta:
+            out[pid] = meta
+    return out
+
+
+def _with_provenance(phases: list[dict[str, Any]], scans: list[dict[str, Any]] | None,
+                     stamped: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The manifest's phases and secret scans, each phase's missing provenance (which notebook
+    ran it, its wait for the host lock, its scan) filled from its notebook's stamp: a run made
+    phase by phase has each phase's provenance in its own notebook, not in the sealing process."""
+    phases = [dict(p) for p in phases]
+    for entry in phases:
+        meta = stamped.get(str(entry.get("phase")), {})
+        if entry.get("notebook_source") is None and meta.get("notebook_source"):
+            entry["notebook_source"] = meta["notebook_source"]
+        lock = meta.get("host_lock")
+        if entry.get("lock_wait_s") is None and isinstance(lock, dict) and lock.get("waited_s") is not None:
+            entry["lock_wait_s"] = lock["waited_s"]
+    have = {str(x.get("phase")) for x in scans or []}
+    scans = list(scans or []) + [meta["secret_scan"] for pid, meta in sorted(stamped.items())
+                                 if pid not in have and isinstance(meta.get("secret_scan"), dict)]
+    return phases, sorted(scans, key=lambda x: str(x.get("phase")))
 
 
 def sealed_decision(decision: str | None, *, failed: bool) -> str:
@@ -117,6 +154,9 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
         "finished": utc_now(),
         **(extra or {}),
     }
+    manifest["phases"], scans = _with_provenance(phases, (extra or {}).get("secret_scans"), notebook_provenance(run_dir))
+    if scans:
+        manifest["secret_scans"] = scans
     (run_dir / COMPLETION_MARKER).unlink(missing_ok=True)
     (run_dir / ATTESTATION).unlink(missing_ok=True)
     manifest["seal"] = seal_listing(run_dir)

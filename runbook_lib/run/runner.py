@@ -138,6 +138,26 @@ def _stamp(output: Path, *, status: str, cell_index: int, ename: str, evalue: st
     nbformat.write(nb, output)
 
 
+def stamp_provenance(nb_path: Path, **fields: Any) -> None:
+    """Write the runner's provenance of a phase into its executed notebook's
+    ``metadata.runbook`` (beside ``notebook_source``, :func:`scrub_paths`): ``host_lock`` (``mode``
+    ``exclusive`` or ``shared``, ``waited_s`` seconds) and ``secret_scan`` (the scan summary of
+    :func:`runbook_lib.phases.context.scan_phase`: names and paths, never a value). The seal reads them
+    back (:func:`runbook_lib.evidence.seal.notebook_provenance`), so a run made phase by phase, each
+    phase in its own process, is sealed with every phase's provenance. Nothing is written for a
+    notebook that does not exist or does not read (cut off by a full disk)."""
+    import nbformat
+
+    if not nb_path.exists():
+        return
+    try:
+        nb = nbformat.read(nb_path, as_version=4)
+    except nbformat.reader.NotJSONError:
+        return
+    nb.metadata.setdefault("runbook", {}).update(fields)
+    nbformat.write(nb, nb_path)
+
+
 def scrub_paths(nb_path: Path, root: Path, source: NotebookSource | None = None) -> None:
     """Make the paths papermill writes into an executed notebook's metadata (parameters, input and
     output paths) relative to the project, so reports do not carry usernames or home directories;
@@ -412,8 +432,11 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
             finally:
                 if interrupts is not None:
                     interrupts.phase_ended()
-                scrub_paths(run.path / f"{phase_name(phase)}.ipynb", run.project, source)
+                nb_path = run.path / f"{phase_name(phase)}.ipynb"
+                scrub_paths(nb_path, run.project, source)
                 scan = scan_phase(run, phase)
+                stamp_provenance(nb_path, host_lock={"mode": "exclusive" if held.exclusive else "shared",
+                                                     "waited_s": waited}, secret_scan=scan)
                 if scans is not None:
                     scans.append(scan)
         if scan["findings"]:
