@@ -396,28 +396,35 @@ SEAL_LINES = {
 
 
 def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> list[dict[str, str]]:
-    """Prints whether the run is signed; with ``key_path`` (``--key PUBKEY``), rows for
-    ``attestation.dsse.json``: ``intact`` when the seal is signed by that key over the files as they
-    are, else ``altered`` naming why (an unsigned run, or another key, fails: no downgrade)."""
-    from runbook_lib.evidence.closedworld import ATTESTATION, read_links
-    from runbook_lib.evidence.signing import load_public_key, signature_problems, signed_by
+    """Prints whether the run is signed; rows for its attestation: without ``key_path``, whether
+    its in-toto statements (``attestation.intoto.jsonl``, signed or not) attest the run as it is;
+    with ``key_path`` (``--key PUBKEY``), also that every statement is signed by that key (an
+    unsigned run, or another key, fails: no downgrade)."""
+    from runbook_lib.evidence.attestation import attestation_problems
+    from runbook_lib.evidence.closedworld import read_links
+    from runbook_lib.evidence.signing import load_public_key, signed_by
 
     keys = signed_by(run_dir)
-    if key_path is None:
+    if legacy:
+        print("signature: NOT SIGNED (a legacy seal is never signed)")
+        return [] if key_path is None else [{"path": MANIFEST, "status": "altered", "by": "a legacy seal is never signed"}]
+    key = load_public_key(Path(key_path)) if key_path is not None else None
+    name, problems = attestation_problems(run_dir, key)
+    if key is None:
         print(f"signature: signed by key {', '.join(keys)} (not checked: pass --key PUBKEY to check it)" if keys
-              else "signature: NOT SIGNED (integrity only: anyone who can write the directory could reseal it)")
-        return []
-    key = load_public_key(Path(key_path))
-    problems = (["a legacy seal is never signed"] if legacy else signature_problems(run_dir, key))
-    print(f"signature: {'signed by key ' + key.keyid + ', verified' if not problems else 'DOES NOT VERIFY with key ' + key.keyid}")
-    links = read_links(run_dir)
-    if links:
-        print(f"signature: does not cover the {len(links)} link(s) written after the seal "
-              f"({', '.join(link.path for link in links)}): each may hold only its command's own files (a person's "
-              "resolution is checked by --person-key)")
+              else f"signature: NOT SIGNED (integrity only: anyone who can write the directory could reseal it; the "
+                   f"statements in {name} are written unsigned)")
+    else:
+        print(f"signature: {'signed by key ' + key.keyid + ', verified' if not problems else 'DOES NOT VERIFY with key ' + key.keyid}")
+        links = read_links(run_dir)
+        if links:
+            print(f"signature: does not cover the {len(links)} link(s) written after the seal "
+                  f"({', '.join(link.path for link in links)}): each may hold only its command's own files (a person's "
+                  "resolution is checked by --person-key)")
     if not problems:
-        return [{"path": ATTESTATION, "status": "intact", "by": f"ed25519 key {key.keyid} (--key)"}]
-    return [{"path": ATTESTATION, "status": "altered", "by": p} for p in problems]
+        by = f"ed25519 key {key.keyid} (--key)" if key is not None else "its statements attest the run as it is"
+        return [{"path": name, "status": "intact", "by": by}] if (run_dir / name).is_file() else []
+    return [{"path": name, "status": "altered", "by": p} for p in problems]
 
 
 def _person_rows(run_dir: Path, key_paths: list[str]) -> list[dict[str, str]]:

@@ -272,14 +272,15 @@ def test_a_signed_run_verifies_with_its_public_key_from_a_copy_elsewhere(tmp_pat
 
     private, public = _keys(tmp_path)
     run = _sealed(tmp_path, "HOLD", signing_key=f"file:{private}")
-    envelope = json.loads((run / "attestation.dsse.json").read_text())
+    [envelope] = [json.loads(line) for line in (run / "attestation.intoto.jsonl").read_text().splitlines()]
     assert envelope["payloadType"] == "application/vnd.in-toto+json" and len(envelope["signatures"]) == 1
-    stmt = json.loads(base64.b64decode(envelope["payload"]))
+    stmt = json.loads(base64.b64decode(envelope["payload"]))  # no phase records here: the decision's alone
     assert stmt["_type"] == "https://in-toto.io/Statement/v1"
     subjects = {x["name"]: x["digest"]["sha256"] for x in stmt["subject"]}
     assert subjects["manifest.json"] == sha256_file(run / "manifest.json")
     assert subjects["04/throughput.csv"] == sha256_file(run / "04" / "throughput.csv")
-    assert stmt["predicate"]["decision"] == "HOLD"
+    assert stmt["predicateType"] == "https://in-toto.io/attestation/svr/v0.1"
+    assert "RUNBOOK_DECISION_HOLD" in stmt["predicate"]["properties"]
     elsewhere = tmp_path / "auditor" / run.name
     shutil.copytree(run, elsewhere)
     assert cli_main(["verify", "--key", str(public), str(elsewhere)]) == 0
@@ -318,7 +319,7 @@ def test_a_run_resealed_without_the_key_unsigned_or_signed_by_another_key_fails_
     assert "DOES NOT VERIFY" in out and "manifest.json: not what the signed statement names" in out
     unsigned = _sealed(tmp_path / "u", "GO")
     assert cli_main(["verify", "--key", str(public), str(unsigned)]) == 1
-    assert "not signed: attestation.dsse.json is missing" in capsys.readouterr().out
+    assert "line 1: not signed, and --key asks for a signed run" in capsys.readouterr().out
     _, other = _keys(tmp_path, "other.key")
     assert cli_main(["verify", "--key", str(other), str(_sealed(tmp_path / "o", "GO", signing_key=f"file:{private}"))]) == 1
     assert "no signature verifies with key" in capsys.readouterr().out
@@ -631,3 +632,25 @@ def test_a_styler_tables_css_never_reaches_the_report_as_text(tmp_path: Path) ->
     body = exported_notebook(path)
     assert "background-color" not in body and "#T_" not in body
     assert "error_rate" in body and "PASS" in body  # the table itself stays
+
+
+def test_an_older_runs_single_signed_statement_still_verifies_with_its_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Runs sealed before the bundle hold attestation.dsse.json: one statement with the package's own
+    # predicate over every sealed file. Written here as that code wrote it (signing.statement and
+    # signed_envelope are kept for it), it verifies with its key, and an edit resealed without it fails.
+    from runbook_lib.evidence.closedworld import seal_listing
+    from runbook_lib.evidence.signing import signed_envelope, statement
+
+    private, public = _keys(tmp_path)
+    run = _sealed(tmp_path, "GO")
+    (run / "attestation.intoto.jsonl").unlink()
+    write_json_atomic(run / "attestation.dsse.json", signed_envelope(statement(run), load_signer(f"file:{private}")))
+    assert cli_main(["verify", "--key", str(public), str(run)]) == 0
+    assert "intact       attestation.dsse.json" in capsys.readouterr().out
+    receipt = json.loads((run / "receipt.json").read_text())
+    write_json_atomic(run / "receipt.json", {**receipt, "decision": "NO-GO"})
+    manifest = json.loads((run / "manifest.json").read_text())
+    write_json_atomic(run / "manifest.json", {**manifest, "seal": seal_listing(run)})
+    assert cli_main(["verify", "--key", str(public), str(run)]) == 1
+    assert "receipt.json: not what the signed statement names" in capsys.readouterr().out

@@ -31,9 +31,10 @@ LAYERS: list[set[str]] = [
     {"evidence", "measure", "traffic", "portability", "audit", "run"},  # packages' docstrings only
     {"run.hostlock", "run.fulldisk"},
     {"__init__"},  # the package itself: __version__
-    {"evidence.manifest", "secret_refs", "offer_query"},
+    {"evidence.manifest", "evidence.cells", "secret_refs", "offer_query"},
     {"evidence.closedworld"},
     {"evidence.signing"},
+    {"evidence.attestation"},
     {"params"},
     {"service"},
     {"evidence.rundir", "run.phase_notebooks"},

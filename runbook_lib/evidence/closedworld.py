@@ -50,9 +50,14 @@ LINKS_DIR = "links"
 """Sealed links, one file per write after the seal: ``links/0001-resolution.json``."""
 UNSEALED = frozenset({MANIFEST, COMPLETION_MARKER})
 """Files of the seal itself, which cannot list their own hashes."""
-ATTESTATION = "attestation.dsse.json"
-"""The seal's signed in-toto statement (:mod:`runbook_lib.evidence.signing`); it names every sealed file's
+BUNDLE = "attestation.intoto.jsonl"
+"""The run's in-toto attestation bundle (:mod:`runbook_lib.evidence.attestation`): a Test Result
+statement per phase and a Simple Verification Result for the decision; it names sealed files'
 sha256, so it is not one of them."""
+ATTESTATION = "attestation.dsse.json"
+"""The one signed statement of runs sealed before :data:`BUNDLE` (:func:`runbook_lib.evidence.signing.statement`)."""
+ATTESTATIONS = frozenset({BUNDLE, ATTESTATION})
+"""The attestation files a run may hold, outside the seal they attest."""
 
 
 LINK_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -105,14 +110,14 @@ def refuse_symlinks(run_dir: Path) -> None:
 
 def seal_listing(run_dir: Path) -> dict[str, Any]:
     """The ``seal`` section of a manifest being written now: every file of the run but the seal's
-    own (:data:`UNSEALED`, :data:`ATTESTATION`), each by sha256.
+    own (:data:`UNSEALED`, :data:`ATTESTATIONS`), each by sha256.
 
     Raises:
         EvidenceError: a symlink in the run directory (a sealed file must be the file itself).
     """
     files: dict[str, str] = {}
     for rel in run_files(run_dir):
-        if rel in UNSEALED or rel == ATTESTATION:
+        if rel in UNSEALED or rel in ATTESTATIONS:
             continue
         p = run_dir / rel
         if p.is_symlink():
@@ -279,7 +284,7 @@ def closed_world_rows(run_dir: Path) -> list[dict[str, str]]:
         rows.append({"path": rel, "status": status, "by": "the seal (closed world)"})
     linked = {link.path for link in links}
     for rel in run_files(run_dir):
-        if rel in expected or rel in UNSEALED or rel in linked or rel == ATTESTATION:
+        if rel in expected or rel in UNSEALED or rel in linked or rel in ATTESTATIONS:
             continue
         rows.append({"path": rel, "status": "altered",
                      "by": "not in the seal or any valid link: added after the seal (an addition is an alteration)"})

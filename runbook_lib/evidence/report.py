@@ -18,6 +18,7 @@ import pandas as pd
 from runbook_lib._fs import atomic_write
 from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.evidence.auditpage import DecisionShown, SealStatus, first_page
+from runbook_lib.evidence.cells import readable
 from runbook_lib.evidence.closedworld import expected_files, is_sealed, seal_kind, sealed_notebooks
 from runbook_lib.evidence.records import Receipt, load_receipt
 from runbook_lib.evidence.resolve import standing
@@ -121,7 +122,8 @@ def gates_frame(gates: Sequence[Any]) -> pd.DataFrame:
 
 
 def gates_table(gates: Sequence[Any]) -> Any:
-    """:func:`gates_frame` with verdicts coloured (a pandas Styler for notebook display). Each
+    """:func:`gates_frame` with verdicts coloured (a pandas Styler for notebook display), its flags
+    and numbers as words and plain numbers (:func:`runbook_lib.evidence.cells.readable`). Each
     verdict cell also carries the class ``verdict-<VERDICT>``: the HTML report drops an output's
     own CSS and colours these classes from its own stylesheet."""
     df = gates_frame(gates)
@@ -130,7 +132,8 @@ def gates_table(gates: Sequence[Any]) -> Any:
     classes = pd.DataFrame("", index=df.index, columns=df.columns)
     classes["verdict"] = [f"verdict-{v}" for v in df["verdict"]]
     return (df.style.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, '')}", subset=["verdict"])
-            .set_td_classes(classes).hide(axis="index"))
+            .set_td_classes(classes).hide(axis="index")
+            .format({c: (lambda v, c=c: readable(v, c)) for c in ("blocking", "observed", "threshold")}))
 
 
 _REMOTE = re.compile(

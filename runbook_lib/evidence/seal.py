@@ -17,10 +17,11 @@ from typing import Any
 
 from runbook_lib import __version__
 from runbook_lib._time import utc_now
-from runbook_lib.evidence.closedworld import ATTESTATION, seal_listing
+from runbook_lib.evidence.attestation import write_bundle
+from runbook_lib.evidence.closedworld import ATTESTATIONS, seal_listing
 from runbook_lib.evidence.manifest import PHASES, read_chain, sha256_file, write_completion_marker, write_json_atomic
 from runbook_lib.evidence.records import Chain, FreezeSource
-from runbook_lib.evidence.signing import load_signer, sign_run
+from runbook_lib.evidence.signing import load_signer
 from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, RECEIPT, params_sha256, project_root
 from runbook_lib.params import Migration
 
@@ -158,11 +159,13 @@ def seal_run(run_dir: Path, mig: Migration, params_path: Path, *, decision: str,
     if scans:
         manifest["secret_scans"] = scans
     (run_dir / COMPLETION_MARKER).unlink(missing_ok=True)
-    (run_dir / ATTESTATION).unlink(missing_ok=True)
+    for name in ATTESTATIONS:
+        (run_dir / name).unlink(missing_ok=True)
     manifest["seal"] = seal_listing(run_dir)
     write_json_atomic(run_dir / MANIFEST, manifest)
-    if mig.evidence.signing_key:  # an in-toto statement of the seal in a DSSE envelope (runbook_lib.evidence.signing)
-        sign_run(run_dir, load_signer(mig.evidence.signing_key))
+    # in-toto statements of each phase and of the decision (runbook_lib.evidence.attestation), signed
+    # with evidence.signing_key, else written unsigned
+    write_bundle(run_dir, load_signer(mig.evidence.signing_key) if mig.evidence.signing_key else None)
     if complete:  # the completion marker is the last file written, after the signature too
         files = {p: sha256_file(run_dir / p) for p in (MANIFEST, RECEIPT) if (run_dir / p).exists()}
         write_completion_marker(run_dir, files)

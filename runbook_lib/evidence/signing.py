@@ -1,17 +1,18 @@
-"""A run's seal, signed: an in-toto Statement in a DSSE envelope, signed with an ed25519 key.
+"""Keys and DSSE envelopes: ed25519 key pairs, in-toto Statements signed in DSSE envelopes, and
+the signatures people put on their own records.
 
-The attestation (``attestation.dsse.json`` in the run directory) is the format the supply-chain
-world already verifies:
-
-- the payload is an in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md):
-  one subject per file of the closed-world seal (:mod:`runbook_lib.evidence.closedworld`) and one for
-  ``manifest.json`` itself, each named by its path in the run directory with its sha256; the
-  predicate (:data:`PREDICATE_TYPE`) carries the decision, each gate's verdict and each phase's
-  status, as the in-toto Test Result and SLSA verification-summary predicates carry a result;
 - the envelope is DSSE v1 (https://github.com/secure-systems-lab/dsse/blob/master/envelope.md),
   payload type ``application/vnd.in-toto+json``, built, signed and verified by securesystemslib's
   ``dsse.Envelope`` and ``CryptoSigner`` (pyca/cryptography's Ed25519 underneath): no signing code
-  of ours.
+  of ours;
+- a run's seal is attested by :mod:`runbook_lib.evidence.attestation` (a bundle of Test Result and
+  Simple Verification Result statements). Runs sealed before it hold ``attestation.dsse.json``:
+  one in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md)
+  with one subject per file of the closed-world seal (:mod:`runbook_lib.evidence.closedworld`) and
+  one for ``manifest.json``, and this package's own predicate (:data:`PREDICATE_TYPE`);
+  :func:`statement` and :func:`signature_problems` still check those;
+- a person's record (a resolution, an approval file) is signed into ``<stem>.dsse.json``
+  (:func:`sign_record`).
 
 ``runbook keygen`` writes a key pair; params name the private key by reference
 (``evidence.signing_key``); ``runbook verify --key PUBKEY`` checks the signature offline, and
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import AuthError, EvidenceError, UsageError
-from runbook_lib.evidence.closedworld import ATTESTATION, seal_of
+from runbook_lib.evidence.closedworld import ATTESTATION, BUNDLE, seal_of
 from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
 from runbook_lib.layout import MANIFEST, RECEIPT
 from runbook_lib.secret_refs import resolve
@@ -157,13 +158,6 @@ def statement(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def sign_run(run_dir: Path, signer: Any) -> Path:
-    """Write ``attestation.dsse.json``: the run's :func:`statement` in a DSSE envelope signed by
-    ``signer`` (a securesystemslib ``Signer``). Returns its path."""
-    write_json_atomic(run_dir / ATTESTATION, signed_envelope(statement(run_dir), signer))
-    return run_dir / ATTESTATION
-
-
 def signed_envelope(body: dict[str, Any], signer: Any) -> dict[str, Any]:
     """An in-toto Statement ``body`` in a DSSE envelope signed by ``signer`` (securesystemslib's
     ``Envelope``: the signature is over DSSE's pre-authentication encoding), as a dict."""
@@ -177,13 +171,22 @@ def signed_envelope(body: dict[str, Any], signer: Any) -> dict[str, Any]:
 
 
 def signed_by(run_dir: Path) -> list[str]:
-    """The key ids the run's attestation names (unchecked); empty when it has none or it is not
-    readable."""
-    try:
-        body = json.loads((run_dir / ATTESTATION).read_text())
-        return sorted({str(s.get("keyid")) for s in body.get("signatures", [])})
-    except (OSError, ValueError, AttributeError):
-        return []
+    """The key ids the run's attestations name (unchecked): every envelope of its bundle
+    (``attestation.intoto.jsonl``, one per line), or an older run's ``attestation.dsse.json``;
+    empty when none is signed or none is readable."""
+    ids: set[str] = set()
+    for name in (BUNDLE, ATTESTATION):
+        try:
+            lines = (run_dir / name).read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        text = "\n".join(lines)
+        for chunk in (lines if name == BUNDLE else [text]):
+            try:
+                ids.update(envelope_keyids(json.loads(chunk)))
+            except (ValueError, AttributeError):
+                continue
+    return sorted(ids)
 
 
 def signature_problems(run_dir: Path, key: Any) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from runbook_lib.errors import EvidenceError
 from runbook_lib.evidence import approvals, report
+from runbook_lib.evidence.cells import readable_frame
 from runbook_lib.evidence.manifest import Record
 from runbook_lib.evidence.records import PhaseData
 from runbook_lib.gates import GateResult
@@ -37,7 +38,8 @@ def table_bundle(part: Any) -> dict[str, str] | None:
     evidence), but with row labels kept: a table built from a dict (cost at traffic per side, the
     declared requirements) keeps its labels in the index, which becomes a labelled first column
     (named by the index, else ``item``); an unnamed integer index is row numbers and is dropped.
-    None for anything else, displayed as it is."""
+    Cells read as words and units (:func:`runbook_lib.evidence.cells.readable_frame`). None for
+    anything else, displayed as it is."""
     import pandas as pd
 
     if not isinstance(part, pd.DataFrame):
@@ -47,6 +49,7 @@ def table_bundle(part: Any) -> dict[str, str] | None:
         names = [n or ("item" if len(part.index.names) == 1 else f"item {i + 1}")
                  for i, n in enumerate(part.index.names)]
         part = part.rename_axis(names).reset_index()
+    part = readable_frame(part)  # money, times, flags and missing values as an auditor reads them
     return {"text/html": part.to_html(index=False), "text/plain": part.to_string(index=False)}
 
 
