@@ -32,3 +32,12 @@ def test_a_labelled_table_reads_each_row_by_its_label() -> None:
     assert "$0.00232" in text and "$0.00000634" in text and "18.96" in text and "compute_usd" in text
     frame = readable_frame(pd.DataFrame([{"item": "compute_usd", "value": 2.5}]))
     assert frame.iat[0, 1] == "$2.50"
+
+
+def test_the_throughput_plots_band_is_the_90_percent_t_interval_over_rounds() -> None:
+    from runbook_lib.evidence.report import mean_interval
+
+    # n = 3, mean 2, s = 1: t(0.95; 2) = 2.920 (Student-t table), so 2 +/- 2.920 / sqrt(3) = 2 +/- 1.686
+    mean, lo, hi = mean_interval(np.array([1.0, 2.0, 3.0]))
+    assert mean == 2.0 and abs(lo - 0.314) < 1e-3 and abs(hi - 3.686) < 1e-3
+    assert mean_interval(np.array([5.0])) == (5.0, 5.0, 5.0)  # one round: no interval to draw

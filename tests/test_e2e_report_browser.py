@@ -180,3 +180,44 @@ def test_the_report_prints_to_a_pdf_that_opens_with_its_decision_on_the_first_pa
     assert "Decision: GO" in first and "Acceptance deltas" in first and "latency_p95_ratio" in first
     everything = subprocess.run([str(pdftotext), str(pdf), "-"], capture_output=True, text=True, check=True).stdout
     assert "Phase 06" in everything  # the phases follow the first page
+
+
+@pytest.mark.measure  # reads the shared GO run, a judged migration
+@pytest.mark.usefixtures("beside_untimed_phases")
+def test_the_demo_report_reads_as_an_audit_in_chromium(sealed_run: Path, browser: Any, tmp_path: Path) -> None:
+    # What an auditor sees in the first screen and in every table: the decision; no Styler CSS as
+    # text; no table cut off (one wider than its box scrolls inside it); no number in exponent form.
+    out = tmp_path / "report.html"
+    assert cli_main(["report", str(sealed_run), "-o", str(out)]) == 0
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.goto(out.as_uri())
+    page.wait_for_load_state("load")
+    seen = page.evaluate("""() => {
+        const text = document.body.innerText;
+        const decision = document.querySelector('#runbook-first-page .decision');
+        const box = decision ? decision.getBoundingClientRect() : null;
+        const clipped = [];
+        for (const t of document.querySelectorAll('table')) {
+            let el = t.parentElement, scrolls = false;
+            for (; el && el !== document.body; el = el.parentElement) {
+                const ox = getComputedStyle(el).overflowX;
+                if (t.scrollWidth > el.clientWidth + 1) {
+                    if (ox === 'auto' || ox === 'scroll') { scrolls = true; break; }
+                    if (ox === 'hidden' || ox === 'clip') break;
+                }
+            }
+            if (!scrolls && t.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+                clipped.push(t.innerText.slice(0, 80));
+        }
+        const cells = [...document.querySelectorAll('td')].map(td => td.innerText.trim());
+        return {styler: (text.match(/#T_[0-9a-f]+_row\\d+_col\\d+/g) || []).length,
+                decision: decision ? decision.innerText : null, top: box ? box.top : null,
+                bottom: box ? box.bottom : null, clipped,
+                exponents: cells.filter(c => /^-?\\d+(\\.\\d+)?e[+-]\\d+$/i.test(c)).slice(0, 5)};
+    }""")
+    page.screenshot(path=str(tmp_path / "first-screen.png"))
+    page.close()
+    assert seen["styler"] == 0, seen
+    assert seen["decision"] and seen["decision"].startswith("Decision: GO") and 0 <= seen["top"] < seen["bottom"] <= 900
+    assert seen["clipped"] == [], seen["clipped"]
+    assert seen["exponents"] == [], seen["exponents"]

@@ -41,15 +41,25 @@ def _plt() -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
+    fig.tight_layout()  # makes room for a legend placed below the axes
     fig.savefig(path, dpi=DPI, metadata={"Software": None})
     return path
 
 
+def _legend_below(ax: Any, **kwargs: Any) -> None:
+    """The legend under the axes, outside the data (it never covers a bar or a curve)."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, fontsize=8, frameon=False, **kwargs)
+
+
 def latency_cdf(samples: pd.DataFrame, path: Path, *, unit_label: str = "request") -> Any:
-    """Empirical CDF of total latency (seconds, from intended arrival) per side, with p50/p95/p99."""
+    """Empirical CDF of total latency (seconds, from intended arrival) per side, with p50/p95/p99
+    as vertical lines (dotted, dashed, dash-dotted) whose values, in ms, are in each side's legend
+    entry: no label is drawn on the data, so close percentiles never overlap."""
+    from matplotlib.lines import Line2D
+
     plt = _plt()
     fig, ax = plt.subplots(figsize=FIGSIZE)
+    styles: tuple[tuple[int, Any], ...] = ((50, ":"), (95, "--"), (99, "-."))
     for side in ("source", "target"):
         v = np.sort(samples[(samples["side"] == side) & (samples["status"] == "COMPLETED")]["total_s"].astype(float))
         if v.size == 0:
@@ -60,36 +70,63 @@ def latency_cdf(samples: pd.DataFrame, path: Path, *, unit_label: str = "request
             xs, ys = v[keep], frac[keep]
         else:
             xs, ys = v, frac
-        ax.step(xs * 1e3, ys, where="post", color=COLORS[side], label=f"{side} (n={v.size})")
-        for q, ls in ((50, ":"), (95, "--"), (99, "-.")):
-            x = float(np.percentile(v, q)) * 1e3
-            ax.axvline(x, color=COLORS[side], linestyle=ls, linewidth=1)
-            ax.annotate(f"p{q} {x:.0f} ms", (x, q / 100), fontsize=7, color=COLORS[side], rotation=90,
-                        va="top", ha="right")
+        ps = {q: float(np.percentile(v, q)) * 1e3 for q, _ in styles}
+        ax.step(xs * 1e3, ys, where="post", color=COLORS[side],
+                label=f"{side} (n={v.size}): " + ", ".join(f"p{q} {ps[q]:.0f}" for q, _ in styles) + " ms")
+        for q, ls in styles:
+            ax.axvline(ps[q], color=COLORS[side], linestyle=ls, linewidth=1)
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="#555", linestyle=ls) for _, ls in styles]  # what each line style marks
+    labels += [f"p{q}" for q, _ in styles]
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False)
     ax.set_xlabel(f"total latency per {unit_label} (ms): queue + init + execution")
     ax.set_ylabel("fraction of requests")
     ax.set_title("Latency CDF, source vs target")
-    ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     _save(fig, path)
     return fig
 
 
+def mean_interval(values: np.ndarray, *, level: float = 0.90) -> tuple[float, float, float]:
+    """Mean of per-round values and its two-sided ``level`` Student-t interval (the throughput
+    gate compares mean throughput per round; the t interval over rounds is the textbook one,
+    e.g. NIST/SEMATECH e-Handbook of Statistical Methods, 7.2.2.1). With fewer than two rounds,
+    the interval is the mean itself."""
+    from scipy import stats
+
+    v = np.asarray(values, dtype=float)
+    m = float(v.mean()) if v.size else float("nan")
+    if v.size < 2 or float(v.std(ddof=1)) == 0:
+        return m, m, m
+    lo, hi = stats.t.interval(level, v.size - 1, loc=m, scale=float(v.std(ddof=1)) / np.sqrt(v.size))
+    return m, float(lo), float(hi)
+
+
 def throughput_plot(throughput: pd.DataFrame, path: Path, *, unit: str = "requests/s") -> Any:
-    """Throughput per round (bars, interleaved order) with each side's mean (line)."""
+    """Throughput per round (bars, interleaved order), with each side's mean (dashed line) and its
+    90 % interval over rounds (:func:`mean_interval`, the shaded band): the quantity the
+    throughput gate compares. Round labels are two-line and thinned when many; the legend sits
+    below the axes."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=FIGSIZE)
     for _, r in throughput.iterrows():
-        ax.bar(int(r["round"]), r["throughput_units_per_s"], color=COLORS[r["side"]])
+        ax.bar(int(r["round"]), r["throughput_units_per_s"], color=COLORS[r["side"]], alpha=0.85)
     for side in ("source", "target"):
-        mean = throughput[throughput["side"] == side]["throughput_units_per_s"].mean()
-        ax.axhline(mean, color=COLORS[side], linestyle="--", label=f"{side} mean {mean:.1f} {unit}")
-    ax.set_xticks([int(r) for r in throughput["round"]],
-                  [f"{int(r)}: {sd}" for r, sd in zip(throughput["round"], throughput["side"], strict=True)])
-    ax.set_xlabel("round (interleaved source, target, target, source)")
+        values = throughput[throughput["side"] == side]["throughput_units_per_s"].astype(float).to_numpy()
+        if values.size == 0:
+            continue
+        mean, lo, hi = mean_interval(values)
+        ax.axhspan(lo, hi, color=COLORS[side], alpha=0.18)
+        ax.axhline(mean, color=COLORS[side], linestyle="--",
+                   label=f"{side} mean {mean:.1f} {unit}, 90 % interval [{lo:.1f}, {hi:.1f}]")
+    rounds = [int(r) for r in throughput["round"]]
+    step = max(1, int(np.ceil(len(rounds) / 12)))  # at most 12 labels on a 7-inch axis
+    ax.set_xticks(rounds[::step], [f"{r}\n{sd}" for r, sd in list(zip(rounds, throughput["side"], strict=True))[::step]],
+                  fontsize=7)
+    ax.set_xlabel("round (interleaved: source, target, target, source, ...)", fontsize=8)
     ax.set_ylabel(f"throughput ({unit})")
     ax.set_title("Throughput at saturation per round")
-    ax.legend(loc="lower right")
+    _legend_below(ax)
     _save(fig, path)
     return fig
 
