@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from runbook_lib.evidence.cells import money, number
 from runbook_lib.evidence.records import Delta, Receipt
 
 METRIC_UNITS: dict[str, str] = {
@@ -45,21 +46,22 @@ class SealStatus:
 
 
 def fmt(value: float | None, unit: str) -> str:
-    """``value`` with its unit for a reader: seconds under one as milliseconds, USD with a dollar
-    sign and four significant digits, rates per second, ratios as ``x``; None or NaN as a dash."""
+    """``value`` with its unit for a reader: seconds under one as milliseconds, USD as currency
+    (:func:`runbook_lib.evidence.cells.money`: cents from a dollar up, else three significant
+    digits, never an exponent), rates per second, ratios as ``x``; None or NaN as a dash."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if unit == "s":
         return f"{value * 1000:.1f} ms" if abs(value) < 1 else f"{value:.2f} s"
     if unit == "USD":
-        return f"${value:.4g}"
+        return money(value)
     if unit == "/s":
         return f"{value:.2f} /s"
     if unit == "ratio":
         return f"{value:.3f}x"
     if unit == "fraction":
         return f"{value * 100:.1f} %"
-    return f"{value:.4g} {unit}".strip()
+    return f"{number(value)} {unit}".strip()
 
 
 def _e(value: Any) -> str:

@@ -189,7 +189,7 @@ img{max-width:100%}section.phase{border-top:2px solid #444;margin-top:2em}#runbo
 #runbook-first-page h3{margin:1.2em 0 .3em}#runbook-first-page table{font-size:.9em}
 pre{white-space:pre-wrap}.runbook-unverified{border:3px solid #b00020;background:#ffebee;padding:.5em 1em;margin:1em 0}
 .phase-output{overflow-x:auto;overflow-y:hidden;contain:paint}
-@media print{.phase-output{overflow:visible}.phase-output table{width:100%;table-layout:fixed}
+@media print{#runbook-first-page{break-after:page}.phase-output{overflow:visible}.phase-output table{width:100%;table-layout:fixed}
 .phase-output td,.phase-output th{overflow-wrap:anywhere}}""" + "".join(
     f"\n.phase-output td.verdict-{v},#runbook-first-page .verdict-{v}{{background-color:{c}}}"
     for v, c in VERDICT_COLORS.items())
@@ -437,9 +437,16 @@ def pdf_problem(chromium: str) -> str:
     return ""
 
 
+PDF_FOOTER = ("<div style='font-size:8px;width:100%;text-align:center;color:#555'><span class='title'></span> · "
+              "page <span class='pageNumber'></span> of <span class='totalPages'></span></div>")
+"""Each PDF page's footer: the report's title and ``page N of M`` (Chromium fills the spans: Playwright
+``page.pdf``'s ``footer_template``)."""
+
+
 def write_pdf(html_path: Path, out: Path, *, chromium: str) -> Path:
     """Print the report at ``html_path`` to a PDF at ``out`` (A4, backgrounds printed, so verdict
-    colours show), with the Chromium at ``chromium`` driven by Playwright: no browser is
+    colours show; the first page is the decision page alone, every page numbered ``page N of M``
+    in its footer), with the Chromium at ``chromium`` driven by Playwright: no browser is
     downloaded. The page's Content-Security-Policy holds while it prints. Written atomically (a
     symlink at ``out`` is replaced, never followed).
 
@@ -461,8 +468,9 @@ def write_pdf(html_path: Path, out: Path, *, chromium: str) -> Path:
             page = browser.new_page()
             page.goto(html_path.resolve().as_uri())
             page.wait_for_load_state("load")
-            data = page.pdf(format="A4", print_background=True,
-                            margin={"top": "12mm", "bottom": "12mm", "left": "10mm", "right": "10mm"})
+            data = page.pdf(format="A4", print_background=True, display_header_footer=True,
+                            header_template="<span></span>", footer_template=PDF_FOOTER,
+                            margin={"top": "12mm", "bottom": "16mm", "left": "10mm", "right": "10mm"})
         finally:
             browser.close()
     atomic_write(out, [data])
