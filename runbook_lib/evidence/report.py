@@ -131,20 +131,40 @@ def throughput_plot(throughput: pd.DataFrame, path: Path, *, unit: str = "reques
     return fig
 
 
-def cost_plot(costs: dict[str, Any], path: Path, *, unit: str = "request") -> Any:
-    """USD per accepted unit per side (bars), with the billed total in the label."""
+def cost_plot(costs: dict[str, Any], path: Path, *, unit: str = "request",
+              judged: dict[str, float] | None = None, rounds: dict[str, list[float]] | None = None,
+              basis: str = "over the measurement window") -> Any:
+    """USD per accepted unit per side (bars, micro-USD), as the ``cost_per_accepted_unit`` gate
+    prices it, each with the 90 % interval of its per-round values (:func:`mean_interval`; error
+    bars) when there are two or more finite rounds, and the billed total of the measurement
+    window above it.
+
+    Args:
+        costs: per side, the measurement window's :class:`runbook_lib.measure.cost.CostBreakdown`.
+        judged: per side, USD per accepted unit as the gate prices it (at the declared traffic,
+            for an endpoint); default each side's measurement-window value.
+        rounds: per side, USD per accepted unit priced round by round the same way
+            (:func:`runbook_lib.phases.compare.judge.round_costs`), for the intervals.
+        basis: how the bars are priced, for the title.
+    """
     plt = _plt()
     fig, ax = plt.subplots(figsize=FIGSIZE)
     sides = list(costs)
-    vals = [costs[s].usd_per_accepted_unit * 1e6 if np.isfinite(costs[s].usd_per_accepted_unit) else 0 for s in sides]
-    bars = ax.bar(sides, vals, color=[COLORS[s] for s in sides])
+    value = {s: (judged or {}).get(s, costs[s].usd_per_accepted_unit) for s in sides}
+    vals = [value[s] * 1e6 if np.isfinite(value[s]) else 0 for s in sides]
+    errs: list[list[float]] = [[0.0] * len(sides), [0.0] * len(sides)]
+    for i, s in enumerate(sides):
+        finite = np.array([x for x in (rounds or {}).get(s, []) if np.isfinite(x)], dtype=float)
+        if finite.size >= 2 and vals[i] > 0:
+            _, lo, hi = mean_interval(finite * 1e6)
+            errs[0][i], errs[1][i] = max(vals[i] - lo, 0.0), max(hi - vals[i], 0.0)
+    bars = ax.bar(sides, vals, color=[COLORS[s] for s in sides], yerr=errs, capsize=6, ecolor="#333")
     for b, s in zip(bars, sides, strict=True):
         c = costs[s]
-        ax.annotate(f"{c.total_usd:.5f} USD / {c.accepted_units} units", (b.get_x() + b.get_width() / 2, b.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(f"window: {c.total_usd:.5f} USD / {c.accepted_units} units", (b.get_x() + b.get_width() / 2, 0),
+                    xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=8, color="white")
     ax.set_ylabel(f"micro-USD per accepted {unit}")
-    ax.set_title("Cost per accepted unit over the measurement window (price x billed time + storage + egress)",
-                 fontsize=9)
+    ax.set_title(f"Cost per accepted unit, {basis}\n(error bars: 90 % interval over rounds)", fontsize=9)
     _save(fig, path)
     return fig
 

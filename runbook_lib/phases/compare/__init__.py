@@ -38,6 +38,7 @@ from runbook_lib.phases.compare.judge import (
     compare_gates,
     costs,
     record_data,
+    round_costs,
     store_to_pod_summary,
     summary,
     traffic_costs,
@@ -139,7 +140,11 @@ def evaluate(ctx: PhaseContext, measured: Measurement, drills: DrillsResult | No
     figs = [report.latency_cdf(res.samples, ctx.evidence.path(latency_png), unit_label=unit),
             report.throughput_plot(res.throughput, ctx.evidence.path(throughput_png),
                                    unit={"request": "requests/s", "restore": "restores/s"}.get(unit, "samples/s")),
-            report.cost_plot(costs_, ctx.evidence.path(cost_png), unit=unit)]
+            report.cost_plot(costs_, ctx.evidence.path(cost_png), unit=unit,
+                             judged={s: c.usd_per_accepted_unit for s, c in at_traffic.items()} if at_traffic else None,
+                             rounds=round_costs(ctx.mig, res, costs_, at_traffic),
+                             basis=(f"at the declared traffic ({at_traffic['source'].traffic_per_s:g} requests/s)"
+                                    if at_traffic else "over the measurement window"))]
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
         plt.close(fig)
     compare_gates(ctx, res, costs_, at_traffic)
