@@ -92,7 +92,8 @@ def _evidence(seal: SealStatus) -> str:
     checked = ("Every hash of this run's evidence verified (<code>runbook verify</code>) when this report was written"
                if not seal.problems else
                f"<b>{len(seal.problems)} verify problem(s)</b> when this report was written")
-    signed = (f"signed (in-toto Statement in a DSSE envelope) by key id(s) {', '.join(f'<code>{_e(k)}</code>' for k in seal.signed_by)}"
+    signed = ("signed (in-toto statements in DSSE envelopes: a Test Result per phase, a Simple Verification Result "
+              f"for the decision) by key id(s) {', '.join(f'<code>{_e(k)}</code>' for k in seal.signed_by)}"
               "; check it with <code>runbook verify --key PUBKEY</code>" if seal.signed_by else
               "<b>not signed</b>: integrity only, anyone who can write the run directory could reseal it")
     return f"<h3>Evidence</h3><ul><li>{kind}</li><li>{checked}</li><li>{signed}</li></ul>"
