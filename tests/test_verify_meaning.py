@@ -129,3 +129,12 @@ def test_a_run_without_the_runners_provenance_is_incomplete_naming_each_item(tmp
     line = next(x for x in listed.splitlines() if run.name in x)
     assert "INCOMPLETE" in line and "verified" not in line and "incomplete" in line
     assert "INCOMPLETE: the run lacks" in listed
+
+
+def test_a_record_cut_off_after_the_seal_is_named_by_the_attestation_check_not_a_crash(tmp_path: Path,
+                                                                                     capsys) -> None:
+    run = _one_phase_run(tmp_path, stamped=True)
+    (run / "01_freeze_source.json").write_text('{"phase": "01", "sta')  # as a full disk leaves it
+    assert cli_main(["verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert "01_freeze_source.json: not what the signed statement names (phase 01's test result)" in out
