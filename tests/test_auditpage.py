@@ -48,10 +48,12 @@ def test_the_first_page_says_what_an_auditor_needs_escaped_and_linked() -> None:
     assert "<script" not in page and "&lt;i&gt;start&lt;/i&gt;" in page and "&lt;b&gt;slower&lt;/b&gt;" in page
     assert "closed-world seal over 41 files" in page and "<code>ab12cd</code>" in page and "verify --key" in page
     assert "Every hash of this run's evidence verified" in page
-    # p95: 123.4 ms -> 129.6 ms, ratio 1.050x, the gate's interval [0.980x, 1.120x], linked to phase 04
-    assert ("<td>total p95 (s)</td><td>123.4 ms</td><td>129.6 ms</td><td>1.050x</td><td>[0.980x, 1.120x]</td>"
-            "<td><a href='#phase-04_x'>latency_p95_ratio</a></td>") in page
-    assert "<td>41.50 /s</td><td>40.25 /s</td><td>0.970x</td><td>-</td>" in page  # throughput: its gate not in the receipt
+    # p95: 123.4 ms -> 129.6 ms, overall ratio 1.050x, the gate's own estimate 1.050x and its interval
+    # [0.980x, 1.120x], linked to phase 04
+    assert ("<td>total p95 (s)</td><td>123.4 ms</td><td>129.6 ms</td><td>1.050x</td><td>1.050x</td>"
+            "<td>[0.980x, 1.120x]</td><td><a href='#phase-04_x'>latency_p95_ratio</a></td>") in page
+    assert "<td>41.50 /s</td><td>40.25 /s</td><td>0.970x</td><td>-</td><td>-</td>" in page  # its gate not in the receipt
+    assert "as the gate judged it" in page
     assert "per accepted unit: source $0.0012, target $0.00096 (0.800x)" in page
     assert "2 gates: 1 FAIL, 1 PASS" in page and "cold_start_ratio</a></td><td><span class='verdict verdict-FAIL'>" in page
     assert "<a href='#phase-04_x'>redeliver</a>" in page and "<a href='#phase-05_x'>Rollback point</a>" in page

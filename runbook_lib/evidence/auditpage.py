@@ -108,12 +108,18 @@ def _deltas(receipt: Receipt, sections: dict[str, str]) -> str:
         gate = gates.get(name) if name else None
         interval = (f"[{fmt(gate.interval[0], 'ratio')}, {fmt(gate.interval[1], 'ratio')}]"
                     if gate is not None and gate.interval else "-")
-        rows.append([_e(d.metric), fmt(d.source, unit), fmt(d.target, unit), fmt(d.ratio, "ratio"), interval,
+        judged = (fmt(float(gate.observed), "ratio") if gate is not None and gate.interval
+                  and isinstance(gate.observed, (int, float)) and not isinstance(gate.observed, bool) else "-")
+        rows.append([_e(d.metric), fmt(d.source, unit), fmt(d.target, unit), fmt(d.ratio, "ratio"), judged, interval,
                      _link(sections, gate.phase if gate else "04", name) if name else "-", _verdict(d.verdict)])
     if not rows:
         return "<h3>Acceptance deltas</h3><p>none: the run did not reach the comparison (phase 04)</p>"
-    return ("<h3>Acceptance deltas</h3><p>target against source; the interval is the gate's, on the ratio</p>"
-            + _table(["metric", "source", "target", "target / source", "interval", "gate", "verdict"], rows))
+    return ("<h3>Acceptance deltas</h3><p>source and target over every completed request of the measurement; the "
+            "gate judges its own statistic (for a sequential gate, the rounds' ratios up to where it stopped), so its "
+            "estimate and its interval are given beside the overall ratio, and one slow round can move the overall "
+            "ratio far more than the gate's</p>"
+            + _table(["metric", "source", "target", "target / source (overall)", "as the gate judged it",
+                      "gate's interval", "gate", "verdict"], rows))
 
 
 def _gate_name(d: Delta) -> str | None:
