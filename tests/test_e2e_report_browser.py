@@ -189,7 +189,8 @@ def test_the_report_prints_to_a_pdf_that_opens_with_its_decision_on_the_first_pa
 @pytest.mark.usefixtures("beside_untimed_phases")
 def test_the_demo_report_reads_as_an_audit_in_chromium(sealed_run: Path, browser: Any, tmp_path: Path) -> None:
     # What an auditor sees in the first screen and in every table: the decision; no Styler CSS as
-    # text; no table cut off (one wider than its box scrolls inside it); no number in exponent form.
+    # text; no table cut off (one wider than its box scrolls inside it); no number in exponent form; no
+    # table numbered by row instead of labelled.
     out = tmp_path / "report.html"
     assert cli_main(["report", str(sealed_run), "-o", str(out)]) == 0
     page = browser.new_page(viewport={"width": 1200, "height": 900})
@@ -212,10 +213,16 @@ def test_the_demo_report_reads_as_an_audit_in_chromium(sealed_run: Path, browser
             if (!scrolls && t.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
                 clipped.push(t.innerText.slice(0, 80));
         }
+        const numbered = [];  // a table whose first column is row numbers 0..n-1 (no labels)
+        for (const t of document.querySelectorAll('table')) {
+            const first = [...t.querySelectorAll('tbody tr')].map(r => (r.cells[0] || {}).innerText);
+            if (first.length > 1 && first.every((x, i) => (x || '').trim() === String(i)))
+                numbered.push(t.innerText.slice(0, 80));
+        }
         const cells = [...document.querySelectorAll('td')].map(td => td.innerText.trim());
         return {styler: (text.match(/#T_[0-9a-f]+_row\\d+_col\\d+/g) || []).length,
                 decision: decision ? decision.innerText : null, top: box ? box.top : null,
-                bottom: box ? box.bottom : null, clipped,
+                bottom: box ? box.bottom : null, clipped, numbered,
                 exponents: cells.filter(c => /^-?\\d+(\\.\\d+)?e[+-]\\d+$/i.test(c)).slice(0, 5)};
     }""")
     page.screenshot(path=str(tmp_path / "first-screen.png"))
@@ -224,3 +231,4 @@ def test_the_demo_report_reads_as_an_audit_in_chromium(sealed_run: Path, browser
     assert seen["decision"] and seen["decision"].startswith("Decision: GO") and 0 <= seen["top"] < seen["bottom"] <= 900
     assert seen["clipped"] == [], seen["clipped"]
     assert seen["exponents"] == [], seen["exponents"]
+    assert seen["numbered"] == [], seen["numbered"]  # row labels, never bare row numbers
