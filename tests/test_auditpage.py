@@ -94,6 +94,7 @@ def test_a_gate_table_marks_each_verdict_in_colour_and_in_text() -> None:
     for v, colour in VERDICT_COLORS.items():
         assert f">{v}</td>" in html and f"background-color: {colour}" in html and f"verdict-{v}" in html
     assert len(set(VERDICT_COLORS.values())) == len(VERDICT_COLORS)  # no two verdicts share a colour
+    assert "<style" not in html and "#T_" not in html  # colours inline: no stylesheet that could show as text
 
 
 def test_the_first_page_carries_the_savings_forecast() -> None:

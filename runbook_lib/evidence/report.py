@@ -18,7 +18,7 @@ import pandas as pd
 from runbook_lib._fs import atomic_write
 from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.evidence.auditpage import DecisionShown, SealStatus, first_page
-from runbook_lib.evidence.cells import readable
+from runbook_lib.evidence.cells import readable_frame
 from runbook_lib.evidence.closedworld import expected_files, is_sealed, seal_kind, sealed_notebooks
 from runbook_lib.evidence.records import Receipt, load_receipt
 from runbook_lib.evidence.resolve import standing
@@ -178,19 +178,53 @@ def gates_frame(gates: Sequence[Any]) -> pd.DataFrame:
     } for x in gates])
 
 
+class GatesTable:
+    """The gates as a notebook shows them: an HTML table whose verdict cells carry the class
+    ``verdict-<VERDICT>`` and their colour as an inline ``style`` attribute, and no ``<style>``
+    block, so no CSS can ever show as text (a viewer that drops a ``<style>`` tag may keep its
+    text); the HTML report strips ``style`` attributes and colours the classes from its own
+    stylesheet. Cells read as words and plain numbers (:func:`runbook_lib.evidence.cells.readable_frame`).
+
+    Attributes:
+        frame: :func:`gates_frame`'s table, one row per gate.
+    """
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame
+
+    def to_html(self) -> str:
+        """The table as HTML (escaped cells; a header row; no index column)."""
+        import html
+
+        shown = readable_frame(self.frame)
+        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
+        rows = []
+        for i in range(len(shown)):
+            cells = []
+            for j, col in enumerate(shown.columns):
+                text = html.escape(str(shown.iat[i, j]))
+                if col == "verdict":
+                    colour = VERDICT_COLORS.get(str(self.frame.iat[i, j]), "")
+                    cells.append(f'<td class="verdict verdict-{text}" style="background-color: {colour}">{text}</td>')
+                else:
+                    cells.append(f"<td>{text}</td>")
+            rows.append(f"<tr>{''.join(cells)}</tr>")
+        return f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def __repr__(self) -> str:
+        return str(readable_frame(self.frame).to_string(index=False))
+
+
 def gates_table(gates: Sequence[Any]) -> Any:
-    """:func:`gates_frame` with verdicts coloured (a pandas Styler for notebook display), its flags
-    and numbers as words and plain numbers (:func:`runbook_lib.evidence.cells.readable`). Each
-    verdict cell also carries the class ``verdict-<VERDICT>``: the HTML report drops an output's
-    own CSS and colours these classes from its own stylesheet."""
+    """:func:`gates_frame` with verdicts coloured, for notebook display (:class:`GatesTable`); an
+    empty DataFrame when there are no gates."""
     df = gates_frame(gates)
     if df.empty:
         return df
-    classes = pd.DataFrame("", index=df.index, columns=df.columns)
-    classes["verdict"] = [f"verdict-{v}" for v in df["verdict"]]
-    return (df.style.map(lambda v: f"background-color: {VERDICT_COLORS.get(v, '')}", subset=["verdict"])
-            .set_td_classes(classes).hide(axis="index")
-            .format({c: (lambda v, c=c: readable(v, c)) for c in ("blocking", "observed", "threshold")}))
+    return GatesTable(df)
 
 
 _REMOTE = re.compile(
