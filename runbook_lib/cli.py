@@ -401,7 +401,7 @@ def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> lis
     with ``key_path`` (``--key PUBKEY``), also that every statement is signed by that key (an
     unsigned run, or another key, fails: no downgrade)."""
     from runbook_lib.evidence.attestation import attestation_problems
-    from runbook_lib.evidence.closedworld import read_links
+    from runbook_lib.evidence.closedworld import BUNDLE, read_links
     from runbook_lib.evidence.signing import load_public_key, signed_by
 
     keys = signed_by(run_dir)
@@ -409,21 +409,25 @@ def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> lis
         print("signature: NOT SIGNED (a legacy seal is never signed)")
         return [] if key_path is None else [{"path": MANIFEST, "status": "altered", "by": "a legacy seal is never signed"}]
     key = load_public_key(Path(key_path)) if key_path is not None else None
-    name, problems = attestation_problems(run_dir, key)
+    name, problems = attestation_problems(run_dir, key) if key is not None else (BUNDLE, [])
     if key is None:
         print(f"signature: signed by key {', '.join(keys)} (not checked: pass --key PUBKEY to check it)" if keys
               else f"signature: NOT SIGNED (integrity only: anyone who can write the directory could reseal it; the "
                    f"statements in {name} are written unsigned)")
     else:
-        print(f"signature: {'signed by key ' + key.keyid + ', verified' if not problems else 'DOES NOT VERIFY with key ' + key.keyid}")
+        stale = problems and not any("signature verifies" in p or "not signed" in p for p in problems)
+        print(f"signature: signed by key {key.keyid}, verified" if not problems else
+              f"signature: signed by key {key.keyid}, but its statements no longer match the run" if stale else
+              f"signature: DOES NOT VERIFY with key {key.keyid}")
         links = read_links(run_dir)
         if links:
             print(f"signature: does not cover the {len(links)} link(s) written after the seal "
                   f"({', '.join(link.path for link in links)}): each may hold only its command's own files (a person's "
                   "resolution is checked by --person-key)")
+    if key is None:  # the statements themselves are checked by verify_run (audit.verify.attestation_rows)
+        return []
     if not problems:
-        by = f"ed25519 key {key.keyid} (--key)" if key is not None else "its statements attest the run as it is"
-        return [{"path": name, "status": "intact", "by": by}] if (run_dir / name).is_file() else []
+        return [{"path": name, "status": "intact", "by": f"ed25519 key {key.keyid} (--key)"}]
     return [{"path": name, "status": "altered", "by": p} for p in problems]
 
 

@@ -46,7 +46,8 @@ def make_params(tmp_path: Path) -> Callable[..., Path]:
 def reseal(run_dir: Path) -> None:
     """Recompute every hash that vouches for a sealed run's receipt and notebooks (phase 06's
     record, the manifest, the completion marker), as someone with write access could after
-    editing them: ``runbook verify`` then finds nothing wrong (without a key it cannot)."""
+    editing them, the in-toto bundle's statements included (unsigned: the editor has no key):
+    ``runbook verify`` then finds nothing wrong (without a key it cannot)."""
     import json
 
     from runbook_lib.evidence.manifest import sha256_file
@@ -66,6 +67,10 @@ def reseal(run_dir: Path) -> None:
     marker = json.loads((run_dir / "_SUCCESS").read_text())
     marker["files"] = {k: sha256_file(run_dir / k) for k in marker["files"]}
     (run_dir / "_SUCCESS").write_text(json.dumps(marker, indent=2))
+    if (run_dir / "attestation.intoto.jsonl").exists():  # its statements rebuilt too, unsigned: no key here
+        from runbook_lib.evidence.attestation import write_bundle
+
+        write_bundle(run_dir, None)
 
 
 @pytest.fixture(scope="module")

@@ -300,6 +300,7 @@ def test_a_signed_run_verifies_with_its_public_key_from_a_copy_elsewhere(tmp_pat
 
 def test_a_run_resealed_without_the_key_unsigned_or_signed_by_another_key_fails_verify_key(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from runbook_lib.evidence.attestation import write_bundle
     from runbook_lib.evidence.closedworld import seal_listing
 
     private, public = _keys(tmp_path)
@@ -312,11 +313,14 @@ def test_a_run_resealed_without_the_key_unsigned_or_signed_by_another_key_fails_
     write_json_atomic(run / "manifest.json", {**manifest, "seal": seal_listing(run)})  # as anyone who can
     marker = json.loads((run / "_SUCCESS").read_text())  # write the directory can
     write_json_atomic(run / "_SUCCESS", {**marker, "files": {k: sha256_file(run / k) for k in marker["files"]}})
+    stale = {r["path"]: r["status"] for r in verify_run(run) if r["status"] != "intact"}
+    assert stale == {"attestation.intoto.jsonl": "altered"}, stale  # the statements still name the old receipt
+    write_bundle(run, None)  # rebuilt too, unsigned: the editor has no key
     assert {r["status"] for r in verify_run(run)} == {"intact"}  # integrity alone cannot tell
     capsys.readouterr()
     assert cli_main(["verify", "--key", str(public), str(run)]) == 1
     out = capsys.readouterr().out
-    assert "DOES NOT VERIFY" in out and "manifest.json: not what the signed statement names" in out
+    assert "line 1: not signed, and --key asks for a signed run" in out and "DOES NOT VERIFY" in out
     unsigned = _sealed(tmp_path / "u", "GO")
     assert cli_main(["verify", "--key", str(public), str(unsigned)]) == 1
     assert "line 1: not signed, and --key asks for a signed run" in capsys.readouterr().out

@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
     {"__init__"},  # the package itself: __version__
     {"evidence.manifest", "evidence.cells", "secret_refs", "offer_query"},
     {"evidence.closedworld"},
+    {"evidence.completeness"},
     {"evidence.signing"},
     {"evidence.attestation"},
     {"params"},

@@ -5,6 +5,7 @@ whose phases never ran, GO over a blocking FAIL) is named by ``verify``, one rul
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
@@ -86,15 +87,16 @@ def _one_phase_run(tmp_path: Path, *, stamped: bool, notebook: bool = True) -> P
     from runbook_lib.params import load_params
     from runbook_lib.run.runner import stamp_provenance
 
-    (tmp_path / "params").mkdir()
+    (tmp_path / "params").mkdir(parents=True)
     shutil.copy(ROOT / "params" / "demo.yaml", tmp_path / "params" / "demo.yaml")
     params = tmp_path / "params" / "demo.yaml"
     run = RunDir.create(params, reports_dir=tmp_path / "reports")
     nb = run.path / "01_freeze_source.ipynb"
     if notebook:
-        nbformat.write(nbformat.v4.new_notebook(), nb)
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Phase 01")]), nb)
     if stamped:
-        stamp_provenance(nb, notebook_source={"origin": "packaged", "phase": "01"},
+        stamp_provenance(nb, notebook_source={"origin": "packaged", "phase": "01", "sha256": "ab" * 32,
+                                              "path": "runbook_lib/notebooks/01_freeze_source.ipynb"},
                          host_lock={"mode": "shared", "waited_s": 0.25},
                          secret_scan={"phase": "01", "findings": [], "scanned_files": 2})
     run.write_record("01", status="completed", data={}, files=[], started="2026-12-05T14:00:00.000Z")
@@ -138,3 +140,66 @@ def test_a_record_cut_off_after_the_seal_is_named_by_the_attestation_check_not_a
     assert cli_main(["verify", str(run)]) == 1
     out = capsys.readouterr().out
     assert "01_freeze_source.json: not what the signed statement names (phase 01's test result)" in out
+
+
+def test_the_bundle_is_exactly_what_the_seal_wrote_so_a_replayed_or_added_statement_fails(tmp_path: Path,
+                                                                                          capsys) -> None:
+    # A signed GO decision replayed from another run into this run's bundle verifies by its
+    # signature alone; the bundle check names it. So do a duplicated line, an added field, a line
+    # that is not an envelope and the statements out of order, with the key and without it.
+    from runbook_lib.evidence.attestation import write_bundle
+    from runbook_lib.evidence.signing import generate_key, load_signer
+
+    private, public = generate_key(tmp_path / "keys" / "seal.key")
+    signer = load_signer(f"file:{private}")
+    run = _one_phase_run(tmp_path / "held", stamped=True)  # sealed FAILED: the decision attested is FAILED
+    other = _one_phase_run(tmp_path / "other", stamped=True)
+    manifest = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**manifest, "decision": "GO"}))
+    for r in (run, other):
+        write_bundle(r, signer)
+    bundle = run / "attestation.intoto.jsonl"
+    lines = bundle.read_text().splitlines()
+    assert len(lines) == 2 and cli_main(["verify", "--key", str(public), str(run)]) == 0
+    replayed = (other / "attestation.intoto.jsonl").read_text().splitlines()[-1]  # its signed GO decision
+    stmt = json.loads(base64.b64decode(json.loads(lines[0])["payload"]))
+    extra = json.dumps({**json.loads(lines[0]), "payload": base64.b64encode(json.dumps(
+        {**stmt, "note": "decision overridden"}).encode()).decode()})
+    cases = {"replayed": [replayed] + lines, "duplicated": lines + [lines[1]], "reordered": lines[::-1],
+             "added field": [extra, lines[1]], "not an envelope": lines + ["[1, 2]"]}
+    said = {"replayed": "a second statement of the decision", "duplicated": "a second statement of the decision",
+            "reordered": "out of order", "added field": "fields the seal did not write",
+            "not an envelope": "line 3: not a DSSE envelope"}
+    for case, body in cases.items():
+        bundle.write_text("\n".join(body) + "\n")
+        for args in (["verify", str(run)], ["verify", "--key", str(public), str(run)]):
+            assert cli_main(args) == 1, (case, args)
+            assert said[case] in capsys.readouterr().out, (case, args)
+
+
+def test_provenance_that_is_there_but_says_nothing_is_incomplete_and_the_attestation_does_not_claim_it(
+        tmp_path: Path) -> None:
+    import nbformat
+
+    from runbook_lib.evidence.attestation import decision_statement
+
+    run = _one_phase_run(tmp_path, stamped=True)
+    assert "RUNBOOK_PROVENANCE_COMPLETE" in decision_statement(run)["predicate"]["properties"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    bad = {"notebook_source": ("trust me", "notebook provenance"), "lock_wait_s": ("never", "host-lock record")}
+    for key, (value, named) in bad.items():
+        edited = json.loads(json.dumps(manifest))
+        edited["phases"][0][key] = value
+        (run / "manifest.json").write_text(json.dumps(edited))
+        [row] = incomplete_rows(run)
+        assert named in row["by"], row
+    edited = json.loads(json.dumps(manifest))
+    edited["secret_scans"][0]["findings"] = [{"what": "AWS_SECRET_ACCESS_KEY", "path": "01/x.json"}]
+    (run / "manifest.json").write_text(json.dumps(edited))
+    [row] = incomplete_rows(run)
+    assert "found 1 credential(s)" in row["by"]
+    assert "RUNBOOK_PROVENANCE_COMPLETE" not in decision_statement(run)["predicate"]["properties"]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    nbformat.write(nbformat.v4.new_notebook(), run / "01_freeze_source.ipynb")  # a notebook with no cells
+    [row] = incomplete_rows(run)
+    assert "holds no cells" in row["by"]

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import EvidenceError
-from runbook_lib.evidence.closedworld import closed_world_rows, read_json_object, seal_kind
+from runbook_lib.evidence.attestation import attestation_problems
+from runbook_lib.evidence.closedworld import BUNDLE, closed_world_rows, read_json_object, seal_kind
+from runbook_lib.evidence.completeness import missing_provenance
 from runbook_lib.evidence.manifest import PHASES, sha256_file, verify_evidence
 from runbook_lib.evidence.records import load_manifest
 from runbook_lib.evidence.resolve import verify_resolution
@@ -35,43 +37,34 @@ def unreadable_manifest(run_dir: str | Path) -> str | None:
 
 def incomplete_rows(run_dir: str | Path) -> list[dict[str, str]]:
     """What a closed-world sealed run lacks of the evidence the headless runner writes for every
-    phase that ran (each phase with a record): its executed notebook beside its record
-    (``NN_<phase>.ipynb``), and in ``manifest.json`` which notebook ran it (``notebook_source``),
-    its wait for the host lock (``lock_wait_s``) and its secret scan (``secret_scans``). A run
-    whose notebooks papermill or JupyterLab ran without the runner lacks them: its hashes may all
-    agree, but nothing says its notebooks were the ones shown, its files were scanned for
-    credentials, or its timed phases ran alone.
+    phase that ran (:func:`runbook_lib.evidence.completeness.missing_provenance`: the executed
+    notebook, its provenance, its host-lock wait, a clean secret scan).
 
     Returns:
         Rows ``{"path": "NN_<phase>.ipynb", "status": "incomplete", "by"}``, one per phase that
-        lacks something, ``by`` naming each missing item;
-        empty for a complete run, an unsealed one, or an older open-world (legacy) seal, whose
-        runner did not write all of these yet.
+        lacks something, ``by`` naming each missing item; empty for a complete run, an unsealed
+        one, or an older open-world (legacy) seal.
     """
+    return [{"path": f"{pid}_{dict(PHASES)[pid]}.ipynb", "status": "incomplete",
+             "by": "missing " + "; ".join(f"phase {pid}'s {m}" for m in missing)
+                   + " (`runbook run` and `runbook phase` write them)"}
+            for pid, missing in missing_provenance(Path(run_dir)).items()]
+
+
+def attestation_rows(run_dir: str | Path) -> list[dict[str, str]]:
+    """Rows for a closed-world sealed run's in-toto bundle (:mod:`runbook_lib.evidence.attestation`),
+    checked without a key: ``intact`` when every statement is the one the run's files give now,
+    else ``altered`` naming each difference (a statement edited, added, replayed, dropped or
+    reordered). A run sealed before the bundle (its one statement is checked with ``verify --key``)
+    and an unsealed or legacy run have none."""
     run_dir = Path(run_dir)
     if seal_kind(run_dir) != "closed":
         return []
-    manifest = read_json_object(run_dir / MANIFEST) or {}
-    entries = {str(p.get("phase")): p for p in manifest.get("phases") or [] if isinstance(p, dict)}
-    scanned = {str(x.get("phase")) for x in manifest.get("secret_scans") or [] if isinstance(x, dict)}
-    rows = []
-    for pid, name in PHASES:
-        if not (run_dir / f"{pid}_{name}.json").is_file():
-            continue
-        entry = entries.get(pid, {})
-        if entry.get("status") == "interrupted" and not (run_dir / f"{pid}_{name}.ipynb").exists():
-            continue  # stopped by a signal while it waited for the host lock: no notebook ever ran
-        missing = [f"phase {pid}'s executed notebook, beside its record"] if not (
-            run_dir / f"{pid}_{name}.ipynb").is_file() else []
-        missing += [f"phase {pid}'s {what} in {MANIFEST}" for key, what in (
-            ("notebook_source", "notebook provenance (notebook_source: which notebook ran it)"),
-            ("lock_wait_s", "host-lock record (lock_wait_s)")) if entry.get(key) is None]
-        if pid not in scanned:
-            missing.append(f"phase {pid}'s secret scan (secret_scans) in {MANIFEST}")
-        if missing:
-            rows.append({"path": f"{pid}_{name}.ipynb", "status": "incomplete",
-                         "by": "missing " + "; ".join(missing) + " (`runbook run` and `runbook phase` write them)"})
-    return rows
+    name, problems = attestation_problems(run_dir, None)
+    if not problems:
+        return [{"path": name, "status": "intact", "by": "its statements attest the run as it is"}] if name == BUNDLE \
+            else []
+    return [{"path": name, "status": "altered", "by": p} for p in problems]
 
 
 def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
@@ -80,8 +73,9 @@ def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
     Checks each phase record's link to the record before it, every file a record lists, the
     manifest's records and executed notebooks, the completion marker's files, for a closed-world
     seal every file of the run directory (an unlisted file is ``altered``) and each link after the
-    seal, and a HOLD run's ``resolution.json`` when there is one (its content hash, the manifest it
-    names, and whether it may resolve this run at all).
+    seal, a HOLD run's ``resolution.json`` when there is one (its content hash, the manifest it
+    names, and whether it may resolve this run at all), and the run's in-toto bundle
+    (:func:`attestation_rows`).
 
     A run that lacks what the runner writes for every phase is ``incomplete`` (:func:`incomplete_rows`).
 
@@ -96,7 +90,7 @@ def verify_run(run_dir: str | Path) -> list[dict[str, str]]:
     if unreadable:
         return [{"path": MANIFEST, "status": "altered", "by": unreadable}]
     rows = (verify_evidence(run_dir) + closed_world_rows(run_dir) + verify_resolution(run_dir)
-            + incomplete_rows(run_dir))
+            + attestation_rows(run_dir) + incomplete_rows(run_dir))
     seen: dict[tuple[str, str], dict[str, str]] = {}
     for r in rows:
         key = (r["path"], r["status"])

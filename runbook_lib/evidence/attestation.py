@@ -16,8 +16,9 @@ attestation spec v1, ``spec/v1/bundle.md``: JSON Lines, one DSSE envelope per li
   (``https://in-toto.io/attestation/svr/v0.1``, ``spec/predicates/svr.md``, version 0.1): the
   verifier is this package at its version, with the params file as its ``policy`` (the
   extension field the SVR spec's policy example uses), ``timeCreated`` the seal's time, and the
-  properties verified: the decision, the closed-world seal, each phase completed and each blocking
-  gate passed; its subjects are every file of the closed-world seal and ``manifest.json``, so it
+  properties verified: the decision, the closed-world seal, ``RUNBOOK_PROVENANCE_COMPLETE`` when
+  every phase ran through the runner (:mod:`runbook_lib.evidence.completeness`: a policy should
+  require it), each phase completed and each blocking gate passed; its subjects are every file of the closed-world seal and ``manifest.json``, so it
   binds the whole run.
 
 With ``evidence.signing_key`` every envelope is signed (ed25519, by securesystemslib's DSSE
@@ -43,6 +44,7 @@ from runbook_lib import __version__
 from runbook_lib._fs import atomic_write
 from runbook_lib.errors import EvidenceError
 from runbook_lib.evidence.closedworld import ATTESTATION, BUNDLE, seal_of
+from runbook_lib.evidence.completeness import missing_provenance
 from runbook_lib.evidence.manifest import PHASES, sha256_file
 from runbook_lib.evidence.signing import PAYLOAD_TYPE, STATEMENT_TYPE, signature_problems, signed_envelope
 from runbook_lib.layout import KEPT_PARAMS, MANIFEST
@@ -138,6 +140,8 @@ def decision_statement(run_dir: Path) -> dict[str, Any]:
     subjects = {**{str(k): str(v) for k, v in seal["files"].items()}, MANIFEST: sha256_file(run_dir / MANIFEST)}
     decision = str(manifest.get("decision") or "?")
     properties = [f"RUNBOOK_DECISION_{_token(decision)}", "RUNBOOK_SEAL_CLOSED_WORLD"]
+    if not missing_provenance(run_dir):  # every phase ran through the runner: notebook, provenance, scan, lock
+        properties.append("RUNBOOK_PROVENANCE_COMPLETE")
     properties += [f"RUNBOOK_PHASE_{p.get('phase')}_COMPLETED" for p in manifest.get("phases") or []
                    if isinstance(p, dict) and p.get("status") == "completed"]
     for pid, name in PHASES:
@@ -192,28 +196,6 @@ def write_bundle(run_dir: Path, signer: Any | None) -> Path:
     return path
 
 
-def read_bundle(run_dir: Path) -> list[dict[str, Any]]:
-    """The bundle's envelopes, as dicts, in file order; lines that are not JSON objects are
-    skipped, as the bundle spec asks of consumers (unrecognised lines are ignored).
-
-    Raises:
-        EvidenceError: the bundle cannot be read.
-    """
-    try:
-        text = (run_dir / BUNDLE).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EvidenceError(f"{BUNDLE} cannot be read ({exc})") from None
-    out = []
-    for line in text.splitlines():
-        try:
-            env = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(env, dict):
-            out.append(env)
-    return out
-
-
 def payload_of(envelope: dict[str, Any]) -> dict[str, Any] | None:
     """The statement an envelope carries, or None when its payload is not a JSON object."""
     try:
@@ -226,45 +208,85 @@ def payload_of(envelope: dict[str, Any]) -> dict[str, Any] | None:
 def bundle_problems(run_dir: Path, key: Any | None) -> list[str]:
     """Why the run's bundle does not attest the run as it is now; empty when it does.
 
-    Every statement is rebuilt from the run (:func:`statements`) and must equal a line's statement
-    (types, subjects with their sha256, predicate); there must be no other statement; with ``key``
-    (a securesystemslib ``Key``) every envelope must carry a signature by it over DSSE's
-    pre-authentication encoding, so an unsigned bundle, or one signed by another key, fails (no
-    downgrade)."""
-    from securesystemslib.dsse import Envelope
-    from securesystemslib.exceptions import VerificationError
-
+    The bundle must be exactly what the seal writes: one line per statement of :func:`statements`,
+    in their order (each phase's Test Result in phase order, then the decision's SVR), each line a
+    DSSE envelope (``payload``, ``payloadType``, ``signatures`` and nothing else) whose statement
+    equals the one rebuilt from the run, field for field. A line that is not such an envelope, a
+    second statement of a phase or of the decision (a statement replayed from another run), one
+    out of order, or any field added or changed is named. The bundle spec lets a general consumer
+    skip lines it does not recognise; this check is the producer's, so it skips nothing. Signed
+    lines and unsigned lines never mix. With ``key`` (a securesystemslib ``Key``) every line must
+    carry a signature by it over DSSE's pre-authentication encoding, so an unsigned bundle, or one
+    signed by another key, fails (no downgrade)."""
     if not (run_dir / BUNDLE).is_file():
         return [f"{BUNDLE} is missing: the seal writes it (signed with evidence.signing_key, else unsigned)"]
     try:
-        envelopes = read_bundle(run_dir)
+        lines = (run_dir / BUNDLE).read_text().splitlines()
         want = statements(run_dir)
-    except EvidenceError as exc:
-        return [str(exc)]
-    problems = []
-    have = []
-    for i, env in enumerate(envelopes, 1):
-        body = payload_of(env)
-        if env.get("payloadType") != PAYLOAD_TYPE or body is None or body.get("_type") != STATEMENT_TYPE:
-            problems.append(f"{BUNDLE} line {i}: not an in-toto Statement v1 in a DSSE envelope")
-            continue
-        have.append(body)
-        if key is None:
-            continue
-        if not env.get("signatures"):
-            problems.append(f"{BUNDLE} line {i}: not signed, and --key asks for a signed run (an unsigned run never "
-                            "passes a key check)")
-            continue
+    except (OSError, UnicodeDecodeError, EvidenceError) as exc:
+        return [f"{BUNDLE} cannot be read ({exc})"]
+    problems: list[str] = []
+    have: list[tuple[int, dict[str, Any]]] = []
+    signed_lines = 0
+    for i, line in enumerate(lines, 1):
         try:
-            Envelope.from_dict(env).verify([key], 1)
-        except (VerificationError, ValueError, KeyError, TypeError):
-            problems.append(f"{BUNDLE} line {i}: no signature verifies with key {key.keyid}; the seal was made or "
-                            "remade without that key")
-    by_key = {_key(s): s for s in have}
+            env = json.loads(line)
+        except ValueError:
+            env = None
+        body = payload_of(env) if isinstance(env, dict) else None
+        if (not isinstance(env, dict) or set(env) != {"payload", "payloadType", "signatures"}
+                or env.get("payloadType") != PAYLOAD_TYPE or body is None or body.get("_type") != STATEMENT_TYPE
+                or not isinstance(env.get("signatures"), list)):
+            problems.append(f"{BUNDLE} line {i}: not a DSSE envelope of an in-toto Statement v1 as the seal writes it")
+            continue
+        have.append((i, body))
+        signed_lines += bool(env["signatures"])
+        if key is not None:
+            problems += _key_problems(env, key, i)
+    if 0 < signed_lines < len(have):
+        problems.append(f"{BUNDLE}: {signed_lines} of {len(have)} statements are signed: a signed seal signs every one")
+    problems += _order_problems(have, want)
+    return problems
+
+
+def _key_problems(env: dict[str, Any], key: Any, line: int) -> list[str]:
+    """Why envelope ``env`` (bundle line ``line``) is not signed by ``key``; empty when it is."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+
+    if not env.get("signatures"):
+        return [f"{BUNDLE} line {line}: not signed, and --key asks for a signed run (an unsigned run never passes a "
+                "key check)"]
+    try:
+        Envelope.from_dict(env).verify([key], 1)
+    except (VerificationError, ValueError, KeyError, TypeError, AttributeError):
+        return [f"{BUNDLE} line {line}: no signature verifies with key {key.keyid}; the seal was made or remade "
+                "without that key"]
+    return []
+
+
+def _order_problems(have: list[tuple[int, dict[str, Any]]], want: list[dict[str, Any]]) -> list[str]:
+    """How the bundle's statements (``(line, statement)``) differ from ``want`` in number, order
+    and content: each wanted statement must be there once, at its place, equal field for field."""
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for line, stmt in have:
+        k = _key(stmt)
+        if k in seen:
+            problems.append(f"{BUNDLE} line {line}: a second statement of {k} (the first is on line {seen[k]}): a "
+                            "statement added or replayed from another run")
+        else:
+            seen[k] = line
+    order = [_key(s) for s in want]
+    first = {_key(stmt): stmt for _, stmt in reversed(have)}  # the first of each, for the comparison
     for stmt in want:
-        got = by_key.pop(_key(stmt), None)
+        got = first.get(_key(stmt))
         problems += ([f"{BUNDLE}: no statement of {_key(stmt)}"] if got is None else _differences(_key(stmt), got, stmt))
-    problems += [f"{BUNDLE}: a statement of {k}, which the run does not hold" for k in by_key]
+    problems += [f"{BUNDLE}: a statement of {k}, which the run does not hold" for k in seen if k not in order]
+    placed = [k for k in dict.fromkeys(_key(stmt) for _, stmt in have) if k in order]
+    if placed != [k for k in order if k in placed]:
+        problems.append(f"{BUNDLE}: the statements are out of order ({', '.join(placed)}); the seal writes each phase's "
+                        "in phase order, then the decision's")
     return problems
 
 
@@ -292,6 +314,8 @@ def _differences(what: str, have: dict[str, Any], want: dict[str, Any]) -> list[
     out += [f"{name}: in the statement of {what}, not in the run's seal" for name in sorted(h.keys() - w.keys())]
     if have.get("predicateType") != want.get("predicateType") or have.get("predicate") != want.get("predicate"):
         out.append(f"{BUNDLE}: the predicate of {what} is not what the run's records say now")
+    elif not out and have != want:
+        out.append(f"{BUNDLE}: the statement of {what} has fields the seal did not write")
     return out
 
 
