@@ -304,9 +304,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
         manifest = load_manifest(d)
         note = f"  [{printable(st.note)}]" if st.note else ""  # an older run's free text is shown, never obeyed
         kind = "REHEARSAL: " if manifest and manifest.rehearsal else ""  # never mistaken for a real migration
-        if evidence == "verified" and st.resolution is not None and signed_by(d) and not record_envelope(
-                d / RESOLUTION).is_file():
-            evidence = "UNSIGNED"  # the seal is signed; the decision shown is a person's unsigned word
+        if evidence == "verified" and st.resolution is not None and signed_by(d):
+            # the seal is signed, and the decision shown is a person's: unsigned, or signed by a key that
+            # list cannot check (anyone can make one; verify --person-key checks it against the people's keys)
+            evidence = "UNCHECKED" if record_envelope(d / RESOLUTION).is_file() else "UNSIGNED"
         complete = complete and evidence != "INCOMPLETE"
         rows.append(printable(f"{d.name:<55} {st.decision:<8} {'complete' if complete else 'incomplete':<10} "
                               f"{evidence:<10} {kind}{src} -> {tgt}") + note)
@@ -325,6 +326,8 @@ LIST_WORDS = {
                   "notebooks ran without `runbook run` or `runbook phase`); `runbook verify RUN` names each",
     "UNSIGNED": "the run's seal is signed but the resolution deciding it is not: a person's word, not verified "
                 "evidence; `runbook resolve --key` signs one",
+    "UNCHECKED": "the decision comes from a resolution signed by a person's key, which list does not check (any key "
+                 "can sign); `runbook verify --person-key KEY.pub RUN` checks it against the people who may decide",
 }
 """The evidence words of ``runbook list`` that need a line saying what they mean."""
 

@@ -50,7 +50,7 @@ def test_the_first_page_says_what_an_auditor_needs_escaped_and_linked() -> None:
     assert "Every hash of this run's evidence verified" in page
     # p95: 123.4 ms -> 129.6 ms, overall ratio 1.050x, the gate's own estimate 1.050x and its interval
     # [0.980x, 1.120x], linked to phase 04
-    assert ("<td>total p95 (s)</td><td>123.4 ms</td><td>129.6 ms</td><td>1.050x</td><td>1.050x</td>"
+    assert ("<td>total p95</td><td>123.4 ms</td><td>129.6 ms</td><td>1.050x</td><td>1.050x</td>"
             "<td>[0.980x, 1.120x]</td><td><a href='#phase-04_x'>latency_p95_ratio</a></td>") in page
     assert "<td>41.50 /s</td><td>40.25 /s</td><td>0.970x</td><td>-</td><td>-</td>" in page  # its gate not in the receipt
     assert "as the gate judged it" in page
@@ -104,7 +104,7 @@ def test_the_first_page_carries_the_savings_forecast() -> None:
                         saving_usd_per_month=121.67, saving_fraction=0.0833, saving_interval=(-0.004, 0.164),
                         cheaper_at_traffic="target", break_even_per_s=11.0)
     page = first_page(_receipt(forecast=f), SealStatus(kind="closed", files=41), SECTIONS)
-    assert ("Forecast at 20 requests/s: source 1,460.00 USD a month, target 1,338.33 USD a month; saving 121.67 USD "
+    assert ("Forecast at 20 requests/s: source $1,460.00 a month, target $1,338.33 a month; saving $121.67 "
             "a month, 8.3% per accepted unit (90 % interval over rounds -0.4% to 16.4%); cheaper there: target; the "
             "costs per accepted unit cross at 11 requests/s") in page
     assert "Forecast" not in first_page(_receipt(), SealStatus(kind="closed", files=41), SECTIONS)

@@ -296,6 +296,16 @@ def test_a_signed_run_verifies_with_its_public_key_from_a_copy_elsewhere(tmp_pat
     row = next(x for x in listed.splitlines() if x.startswith(elsewhere.name)).split()
     assert row[1:4] == ["NO-GO", "complete", "UNSIGNED"], row
     assert "UNSIGNED: the run's seal is signed but the resolution deciding it is not" in listed
+    # signed by a key anyone can make: list cannot check whose it is, so it never says verified
+    mallory, _ = _keys(tmp_path, "mallory.key")
+    keyed = tmp_path / "keyed" / run.name
+    shutil.copytree(run, keyed)
+    resolve_run(keyed, decision="GO", by="mallory", now=DECIDED, signer=load_signer(f"file:{mallory}", what="--key"))
+    assert cli_main(["list", "--reports", str(keyed.parent)]) == 0
+    listed = capsys.readouterr().out
+    row = next(x for x in listed.splitlines() if x.startswith(keyed.name)).split()
+    assert row[1:4] == ["GO", "complete", "UNCHECKED"], row
+    assert "verify --person-key" in listed
 
 
 def test_a_run_resealed_without_the_key_unsigned_or_signed_by_another_key_fails_verify_key(

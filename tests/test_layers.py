@@ -10,7 +10,7 @@ from pathlib import Path
 from .conftest import ROOT
 
 PACKAGES: list[set[str]] = [
-    {"errors", "_fs", "_http", "_time", "layout"},
+    {"errors", "_fs", "_fmt", "_http", "_time", "layout"},
     {"__init__", "secret_refs", "offer_query"},
     {"params"},
     {"service"},
@@ -27,7 +27,7 @@ PACKAGES: list[set[str]] = [
 what is in a band below it. docs/explanation/architecture.md draws these bands."""
 
 LAYERS: list[set[str]] = [
-    {"errors", "_fs", "_http", "_time", "layout"},
+    {"errors", "_fs", "_fmt", "_http", "_time", "layout"},
     {"evidence", "measure", "traffic", "portability", "audit", "run"},  # packages' docstrings only
     {"run.hostlock", "run.fulldisk"},
     {"__init__"},  # the package itself: __version__

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from runbook_lib.evidence.cells import money, number
+from runbook_lib._fmt import money, number
 from runbook_lib.evidence.records import Delta, Receipt
 
 METRIC_UNITS: dict[str, str] = {
@@ -110,7 +110,8 @@ def _deltas(receipt: Receipt, sections: dict[str, str]) -> str:
                     if gate is not None and gate.interval else "-")
         judged = (fmt(float(gate.observed), "ratio") if gate is not None and gate.interval
                   and isinstance(gate.observed, (int, float)) and not isinstance(gate.observed, bool) else "-")
-        rows.append([_e(d.metric), fmt(d.source, unit), fmt(d.target, unit), fmt(d.ratio, "ratio"), judged, interval,
+        shown = d.metric.removesuffix(" (s)").removesuffix(" (units/s)")  # the values carry their units
+        rows.append([_e(shown), fmt(d.source, unit), fmt(d.target, unit), fmt(d.ratio, "ratio"), judged, interval,
                      _link(sections, gate.phase if gate else "04", name) if name else "-", _verdict(d.verdict)])
     if not rows:
         return "<h3>Acceptance deltas</h3><p>none: the run did not reach the comparison (phase 04)</p>"
@@ -146,8 +147,8 @@ def _forecast(receipt: Receipt) -> str:
                 if f.saving_interval else "")
     even = (f"the costs per accepted unit cross at {f.break_even_per_s:.3g} requests/s" if f.break_even_per_s is not None
             else "one side is cheaper at every traffic both can serve")
-    return (f"<p>Forecast at {f.traffic_per_s:.3g} requests/s: source {f.source_usd_per_month:,.2f} USD a month, target "
-            f"{f.target_usd_per_month:,.2f} USD a month; saving {f.saving_usd_per_month:,.2f} USD a month, {_e(share)} "
+    return (f"<p>Forecast at {f.traffic_per_s:.3g} requests/s: source {money(f.source_usd_per_month)} a month, target "
+            f"{money(f.target_usd_per_month)} a month; saving {money(f.saving_usd_per_month)} a month, {_e(share)} "
             f"per accepted unit{interval}; cheaper there: {_e(f.cheaper_at_traffic)}; {even}</p>")
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from runbook_lib._fmt import money, number
+
 MISSING = "none"
 """What a missing value (None, NaN, NaT) reads as."""
 
@@ -41,24 +43,6 @@ def is_time(key: str) -> bool:
     return k in _TIME_NAMES or k.endswith("_at")
 
 
-def number(x: float) -> str:
-    """A float without an exponent: 4 significant digits (``0.1511``, ``18.96``, ``321.3``),
-    thousands separated from 10,000 up (``18,961``), trailing zeros dropped."""
-    if x == 0:
-        return "0"
-    if abs(x) >= 1e4:
-        return f"{x:,.0f}"
-    return str(np.format_float_positional(x, precision=4, unique=False, fractional=False, trim="-"))
-
-
-def money(x: float) -> str:
-    """US dollars: cents from a dollar up (``$1,234.56``), else 3 significant digits
-    (``$0.00232``, ``$0.00000634``), never an exponent."""
-    if abs(x) >= 1 or x == 0:
-        return f"${x:,.2f}"
-    return "$" + str(np.format_float_positional(x, precision=3, unique=False, fractional=False, trim="-"))
-
-
 def when(x: float) -> str:
     """Seconds since 1970 as ISO 8601 UTC to the second (``2026-12-05T13:44:33Z``)."""
     return _dt.datetime.fromtimestamp(x, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -68,13 +52,16 @@ def readable(value: Any, key: str = "") -> str:
     """One cell as text (``key``: its column's name or its row's label).
 
     Returns:
-        ``yes``/``no`` for a flag; :data:`MISSING` for None, NaN or NaT; ``key: value`` pairs for
+        ``yes``/``no`` for a flag; :data:`MISSING` for None, NaN or NaT (or an empty, ``None`` or
+        ``nan`` string, a missing value already written as text); ``key: value`` pairs for
         a mapping and ``; ``-joined items for a list or tuple; :func:`money` for a number under a
         money key; :func:`when` for a number under a time key within :data:`EPOCH_MIN` ..
         :data:`EPOCH_MAX`; :func:`number` for any other float; anything else as ``str``.
     """
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
+    if isinstance(value, str) and value.strip() in ("", "None", "nan", "NaN"):  # a missing value written as text
+        return MISSING
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NaT:
         return MISSING
     if isinstance(value, dict):

@@ -46,6 +46,13 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _no_data(ax: Any, why: str) -> None:
+    """An empty plot that says why it is empty, instead of axes that read as zero."""
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="#555")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
 def _legend_below(ax: Any, **kwargs: Any) -> None:
     """The legend under the axes, outside the data (it never covers a bar or a curve)."""
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, fontsize=8, frameon=False, **kwargs)
@@ -109,6 +116,11 @@ def throughput_plot(throughput: pd.DataFrame, path: Path, *, unit: str = "reques
     below the axes."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=FIGSIZE)
+    if throughput.empty:
+        _no_data(ax, "no round was measured")
+        ax.set_title("Throughput at saturation per round")
+        _save(fig, path)
+        return fig
     for _, r in throughput.iterrows():
         ax.bar(int(r["round"]), r["throughput_units_per_s"], color=COLORS[r["side"]], alpha=0.85)
     for side in ("source", "target"):
@@ -158,6 +170,11 @@ def cost_plot(costs: dict[str, Any], path: Path, *, unit: str = "request",
         if finite.size >= 2 and vals[i] > 0:
             _, lo, hi = mean_interval(finite * 1e6)
             errs[0][i], errs[1][i] = max(vals[i] - lo, 0.0), max(hi - vals[i], 0.0)
+    if not any(vals):  # nothing was accepted on either side: a zero bar would read as free
+        _no_data(ax, "no accepted units on either side: nothing to price")
+        ax.set_title(f"Cost per accepted unit, {basis}", fontsize=9)
+        _save(fig, path)
+        return fig
     bars = ax.bar(sides, vals, color=[COLORS[s] for s in sides], yerr=errs, capsize=6, ecolor="#333")
     for b, s in zip(bars, sides, strict=True):
         c = costs[s]
@@ -243,15 +260,18 @@ img{max-width:100%}section.phase{border-top:2px solid #444;margin-top:2em}#runbo
 #runbook-first-page h3{margin:1.2em 0 .3em}#runbook-first-page table{font-size:.9em}
 pre{white-space:pre-wrap}.runbook-unverified{border:3px solid #b00020;background:#ffebee;padding:.5em 1em;margin:1em 0}
 .phase-output{overflow-x:auto;overflow-y:hidden;contain:paint}
-@media print{#runbook-first-page{break-after:page}.phase-output{overflow:visible}.phase-output table{width:100%;table-layout:fixed}
-.phase-output td,.phase-output th{overflow-wrap:anywhere}}""" + "".join(
+.phase-output table,#runbook-first-page table{display:block;max-width:100%;overflow-x:auto}
+@media print{#runbook-first-page{break-after:page}.phase-output{overflow:visible}
+.phase-output table,#runbook-first-page table{display:table;width:100%;table-layout:fixed}
+.phase-output td,.phase-output th,#runbook-first-page td,#runbook-first-page th{overflow-wrap:anywhere}}""" + "".join(
     f"\n.phase-output td.verdict-{v},#runbook-first-page .verdict-{v}{{background-color:{c}}}"
     for v, c in VERDICT_COLORS.items())
 """The report's own stylesheet: its head and banners are styled by id and by classes no output can
 reach (an output's ``class`` is kept, its CSS is not), verdict cells by ``verdict-<VERDICT>``
-(:func:`gates_table`), and every output box clips what it draws (``contain: paint``) and scrolls
-sideways when a table is wider than the page; printed (the PDF), tables take the page's width and
-their cells wrap, since a printed page cannot scroll."""
+(:func:`gates_table`), and every output box clips what it draws (``contain: paint``); a table
+wider than the page scrolls sideways in its own box (the first page's too), so the rest of its
+section stays put; printed (the PDF), tables take the page's width and their cells wrap, since a
+printed page cannot scroll."""
 
 
 def remote_references(html: str) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from runbook_lib._fmt import money
 from runbook_lib.gates.result import GateResult, Verdict, threshold_source
 from runbook_lib.gates.stats import (
     BOOTSTRAP_RESAMPLES,
@@ -217,7 +218,7 @@ def cost_per_unit(source_usd: float | None, target_usd: float | None, *, require
         return GateResult("cost_per_accepted_unit", "INCONCLUSIVE", True, target_usd, thr, "USD/unit",
                           "billed cost / accepted units", "no accepted units on a side", phase=phase)
     assert thr is not None
-    detail = (f"source {source_usd:.3g} USD/unit, target {target_usd:.3g} USD/unit, required saving "
+    detail = (f"source {money(source_usd)} per unit, target {money(target_usd)} per unit, required saving "
               f"{required_saving:.0%}")
     if accepted_rounds is None:
         return GateResult("cost_per_accepted_unit", "PASS" if target_usd <= thr else "FAIL", True, target_usd, thr,

@@ -132,7 +132,7 @@ class PlanShown:
         head = f"<p>{html.escape(self.note)}</p>" if self.note else ""
         if not rows:
             return head or "<p>This step applies no plan.</p>"
-        return head + str(table(rows).to_html(index=False))
+        return head + str(readable_frame(table(rows)).to_html(index=False))
 
 
 @dataclass(frozen=True)
