@@ -150,7 +150,10 @@ def _styles(browser: Any, page_path: Path) -> dict[str, Any]:
 def test_hostile_css_in_an_output_leaves_the_reports_own_page_styled_as_a_clean_runs(
         sealed_run: Path, browser: Any, tmp_path: Path) -> None:
     clean, hostile = tmp_path / "clean.html", tmp_path / "hostile.html"
-    assert cli_main(["report", str(sealed_run), "-o", str(clean)]) == 0
+    resealed = tmp_path / "clean-run"  # resealed as the hostile copy is (unsigned after it), nothing added
+    shutil.copytree(sealed_run, resealed)
+    reseal_run(resealed)
+    assert cli_main(["report", str(resealed), "-o", str(clean)]) == 0
     run = _with_hostile_output(sealed_run, tmp_path / "run", reseal=True, markup=HOSTILE_CSS)
     assert cli_main(["report", str(run), "-o", str(hostile)]) == 0
     assert "cover" in hostile.read_text()  # the output is there, as text

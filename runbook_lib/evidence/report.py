@@ -262,8 +262,8 @@ pre{white-space:pre-wrap}.runbook-unverified{border:3px solid #b00020;background
 .phase-output{overflow-x:auto;overflow-y:hidden;contain:paint}
 .phase-output table,#runbook-first-page table{display:block;max-width:100%;overflow-x:auto}
 @media print{#runbook-first-page{break-after:page}.phase-output{overflow:visible}
-.phase-output table,#runbook-first-page table{display:table;width:100%;table-layout:fixed}
-.phase-output td,.phase-output th,#runbook-first-page td,#runbook-first-page th{overflow-wrap:anywhere}}""" + "".join(
+.phase-output table{display:table;width:100%;table-layout:fixed}#runbook-first-page table{display:table;width:100%}
+.phase-output td,.phase-output th{overflow-wrap:anywhere}#runbook-first-page td,#runbook-first-page th{overflow-wrap:break-word}}""" + "".join(
     f"\n.phase-output td.verdict-{v},#runbook-first-page .verdict-{v}{{background-color:{c}}}"
     for v, c in VERDICT_COLORS.items())
 """The report's own stylesheet: its head and banners are styled by id and by classes no output can
