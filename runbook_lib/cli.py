@@ -411,24 +411,22 @@ def _signature_rows(run_dir: Path, key_path: str | None, *, legacy: bool) -> lis
     if legacy:
         print("signature: NOT SIGNED (a legacy seal is never signed)")
         return [] if key_path is None else [{"path": MANIFEST, "status": "altered", "by": "a legacy seal is never signed"}]
-    key = load_public_key(Path(key_path)) if key_path is not None else None
-    name, problems = attestation_problems(run_dir, key) if key is not None else (BUNDLE, [])
-    if key is None:
+    if key_path is None:  # the statements themselves are checked by verify_run (audit.verify.attestation_rows)
         print(f"signature: signed by key {', '.join(keys)} (not checked: pass --key PUBKEY to check it)" if keys
               else f"signature: NOT SIGNED (integrity only: anyone who can write the directory could reseal it; the "
-                   f"statements in {name} are written unsigned)")
-    else:
-        stale = problems and not any("signature verifies" in p or "not signed" in p for p in problems)
-        print(f"signature: signed by key {key.keyid}, verified" if not problems else
-              f"signature: signed by key {key.keyid}, but its statements no longer match the run" if stale else
-              f"signature: DOES NOT VERIFY with key {key.keyid}")
-        links = read_links(run_dir)
-        if links:
-            print(f"signature: does not cover the {len(links)} link(s) written after the seal "
-                  f"({', '.join(link.path for link in links)}): each may hold only its command's own files (a person's "
-                  "resolution is checked by --person-key)")
-    if key is None:  # the statements themselves are checked by verify_run (audit.verify.attestation_rows)
+                   f"statements in {BUNDLE} are written unsigned)")
         return []
+    key = load_public_key(Path(key_path))
+    name, problems = attestation_problems(run_dir, key)
+    stale = problems and not any("signature verifies" in p or "not signed" in p for p in problems)
+    print(f"signature: signed by key {key.keyid}, verified" if not problems else
+          f"signature: signed by key {key.keyid}, but its statements no longer match the run" if stale else
+          f"signature: DOES NOT VERIFY with key {key.keyid}")
+    links = read_links(run_dir)
+    if links:
+        print(f"signature: does not cover the {len(links)} link(s) written after the seal "
+              f"({', '.join(link.path for link in links)}): each may hold only its command's own files (a person's "
+              "resolution is checked by --person-key)")
     if not problems:
         return [{"path": name, "status": "intact", "by": f"ed25519 key {key.keyid} (--key)"}]
     return [{"path": name, "status": "altered", "by": p} for p in problems]

@@ -46,7 +46,13 @@ from runbook_lib.errors import EvidenceError
 from runbook_lib.evidence.closedworld import ATTESTATION, BUNDLE, seal_of
 from runbook_lib.evidence.completeness import missing_provenance
 from runbook_lib.evidence.manifest import PHASES, sha256_file
-from runbook_lib.evidence.signing import PAYLOAD_TYPE, STATEMENT_TYPE, signature_problems, signed_envelope
+from runbook_lib.evidence.signing import (
+    PAYLOAD_TYPE,
+    STATEMENT_TYPE,
+    signature_problems,
+    signed_envelope,
+    unsigned_envelope,
+)
 from runbook_lib.layout import KEPT_PARAMS, MANIFEST
 
 TEST_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
@@ -126,9 +132,11 @@ def phase_statement(run_dir: Path, pid: str, name: str) -> dict[str, Any] | None
                           "warnedTests": tests["warned"], "failedTests": tests["failed"]}}
 
 
-def decision_statement(run_dir: Path) -> dict[str, Any]:
+def decision_statement(run_dir: Path, phases: list[tuple[str, dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The decision's Simple Verification Result statement over every file of the closed-world
-    seal and ``manifest.json`` as they are now.
+    seal and ``manifest.json`` as they are now; ``phases`` are ``(phase id, Test Result
+    statement)`` pairs (:func:`phase_statement`, built here when not given), whose passed blocking
+    gates it names.
 
     Raises:
         EvidenceError: the run has no closed-world seal.
@@ -144,11 +152,9 @@ def decision_statement(run_dir: Path) -> dict[str, Any]:
         properties.append("RUNBOOK_PROVENANCE_COMPLETE")
     properties += [f"RUNBOOK_PHASE_{p.get('phase')}_COMPLETED" for p in manifest.get("phases") or []
                    if isinstance(p, dict) and p.get("status") == "completed"]
-    for pid, name in PHASES:
-        stmt = phase_statement(run_dir, pid, name)
-        if stmt is not None:
-            properties += [f"RUNBOOK_GATE_{pid}_{_token(t.split(' ')[0])}_PASSED"
-                           for t in stmt["predicate"]["passedTests"] if t.endswith("(blocking)")]
+    for pid, stmt in _phase_statements(run_dir) if phases is None else phases:
+        properties += [f"RUNBOOK_GATE_{pid}_{_token(t.split(' ')[0])}_PASSED"
+                       for t in stmt["predicate"]["passedTests"] if t.endswith("(blocking)")]
     verifier: dict[str, Any] = {"id": VERIFIER_ID}
     policy = _params_descriptor(run_dir)
     if policy:
@@ -172,14 +178,13 @@ def statements(run_dir: Path) -> list[dict[str, Any]]:
     Raises:
         EvidenceError: the run has no closed-world seal.
     """
-    out = [s for pid, name in PHASES if (s := phase_statement(run_dir, pid, name)) is not None]
-    return out + [decision_statement(run_dir)]
+    phases = _phase_statements(run_dir)
+    return [stmt for _, stmt in phases] + [decision_statement(run_dir, phases)]
 
 
-def _unsigned(body: dict[str, Any]) -> dict[str, Any]:
-    """A DSSE envelope of ``body`` with no signature (an unsigned run's statement)."""
-    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return {"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE, "signatures": []}
+def _phase_statements(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(phase id, Test Result statement)`` in phase order (a phase without a record has none)."""
+    return [(pid, s) for pid, name in PHASES if (s := phase_statement(run_dir, pid, name)) is not None]
 
 
 def write_bundle(run_dir: Path, signer: Any | None) -> Path:
@@ -189,7 +194,7 @@ def write_bundle(run_dir: Path, signer: Any | None) -> Path:
     Raises:
         EvidenceError: the run has no closed-world seal.
     """
-    lines = [json.dumps(signed_envelope(s, signer) if signer is not None else _unsigned(s), sort_keys=True)
+    lines = [json.dumps(signed_envelope(s, signer) if signer is not None else unsigned_envelope(s), sort_keys=True)
              for s in statements(run_dir)]
     path = run_dir / BUNDLE
     atomic_write(path, [("\n".join(lines) + "\n").encode()])

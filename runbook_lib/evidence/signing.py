@@ -158,30 +158,34 @@ def statement(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def unsigned_envelope(body: dict[str, Any]) -> dict[str, Any]:
+    """An in-toto Statement ``body`` in a DSSE envelope with no signature yet, as a dict: the
+    payload is the statement's canonical JSON (sorted keys, no spaces), base64."""
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return {"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE, "signatures": []}
+
+
 def signed_envelope(body: dict[str, Any], signer: Any) -> dict[str, Any]:
-    """An in-toto Statement ``body`` in a DSSE envelope signed by ``signer`` (securesystemslib's
-    ``Envelope``: the signature is over DSSE's pre-authentication encoding), as a dict."""
+    """:func:`unsigned_envelope`, signed by ``signer`` (securesystemslib's ``Envelope``: the
+    signature is over DSSE's pre-authentication encoding), as a dict."""
     from securesystemslib.dsse import Envelope
 
-    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    envelope = Envelope.from_dict({"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
-                                   "signatures": []})
+    envelope = Envelope.from_dict(unsigned_envelope(body))
     envelope.sign(signer)
     return dict(envelope.to_dict())
 
 
 def signed_by(run_dir: Path) -> list[str]:
     """The key ids the run's attestations name (unchecked): every envelope of its bundle
-    (``attestation.intoto.jsonl``, one per line), or an older run's ``attestation.dsse.json``;
-    empty when none is signed or none is readable."""
+    (``attestation.intoto.jsonl``, one per line), or an older run's ``attestation.dsse.json`` (one
+    envelope); empty when none is signed or none is readable."""
     ids: set[str] = set()
     for name in (BUNDLE, ATTESTATION):
         try:
-            lines = (run_dir / name).read_text().splitlines()
+            text = (run_dir / name).read_text()
         except (OSError, UnicodeDecodeError):
             continue
-        text = "\n".join(lines)
-        for chunk in (lines if name == BUNDLE else [text]):
+        for chunk in text.splitlines() if name == BUNDLE else [text]:
             try:
                 ids.update(envelope_keyids(json.loads(chunk)))
             except (ValueError, AttributeError):
