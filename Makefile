@@ -15,7 +15,7 @@ SERVE_STAMP := .venv-serve/.installed
 DOCS_STAMP := .venv-docs/.installed
 CHAT_MODELS := .runbook/models
 
-.PHONY: docs demo demo-train demo-checkpoint demo-s3 demo-service demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
+.PHONY: docs demo demo-train demo-checkpoint demo-s3 demo-service demo-service-router demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
 	browser haproxy bench bench-streaming soak clean lab strip-filter lock
 
 # Every environment installs exact versions from its lock (locks/*.txt, `make lock` writes them
@@ -67,6 +67,12 @@ demo-s3: $(STAMP)
 DEMO_SERVICE_PARAMS ?= params/demo-service.yaml
 demo-service: $(STAMP) demo-service-models
 	@$(VENV)/bin/runbook run $(DEMO_SERVICE_PARAMS) || { $(DECIDED); }
+
+# The chat service's cutover through a real router (params/demo-service-router.yaml): Debian's
+# HAProxy in front of both service pods, at least 1,000 of the service's own streamed requests
+# replayed through it while the weights move (`make haproxy` installs it, as root).
+demo-service-router: $(STAMP) demo-service-models haproxy
+	@$(VENV)/bin/runbook run params/demo-service-router.yaml || { $(DECIDED); }
 
 # A team's Runpod Serverless handler migrated unchanged: the official runpod SDK's local API serves
 # it from its own environment (.venv-runpod); stream and readiness at the protocol's defaults.

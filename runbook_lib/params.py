@@ -1003,9 +1003,14 @@ class RouterParams(_Model):
             sides, as before a router exists; ``haproxy``: HAProxy driven through its runtime API,
             started on loopback in front of phase 04's two endpoints or, with ``socket``, one
             already running; ``command``: a user's router, driven by ``set_command`` and
-            ``read_command``. A real router carries a background replay the whole phase, and
-            needs both sides' ``endpoint_mode: load_balancing`` (each request stands alone; a
-            job API's status polls would reach the other side) and ``cutover.mode: drain``.
+            ``read_command``. A real router carries a background replay the whole phase and
+            needs ``cutover.mode: drain`` (dual_run sends each request to both sides itself).
+            For ``kind: inference`` it needs both sides' ``endpoint_mode: load_balancing`` (a
+            queue endpoint's job API polls ``/status/{id}``, which the router could send to the
+            other side); for ``kind: service`` every protocol is routed request by request:
+            openai-chat (streamed or whole), http-json, and runpod-handler through ``/runsync``
+            (a job still running when ``/runsync`` returns is not polled through the router:
+            it fails, named). Training and checkpoint cutovers move pods, not requests.
         binary: the HAProxy executable the runbook starts (Debian's ``haproxy``).
         socket: an existing HAProxy's admin socket (``stats socket ... level admin``); empty:
             the runbook starts its own.
@@ -1025,6 +1030,9 @@ class RouterParams(_Model):
         rollback_within_s: after a failing step, the source must serve every replayed request
             within this many seconds (the migration design's "source restoration remains
             provable").
+        arrival_rate_per_s: the replay's offered load through the router, requests per second
+            (Poisson arrivals); each window is ``cutover.requests_per_step`` requests at this
+            rate. None: ``measure.arrival_rate_per_s``, phase 04's load.
     """
 
     kind: Literal["client", "haproxy", "command"] = "client"
@@ -1039,6 +1047,7 @@ class RouterParams(_Model):
     drain_command: tuple[str, ...] = ()
     share_tolerance: float = Field(default=0.05, ge=0, le=0.5)
     rollback_within_s: float = Field(default=5.0, gt=0, le=600)
+    arrival_rate_per_s: float | None = Field(default=None, gt=0, le=10_000)
 
     @model_validator(mode="after")
     def _complete(self) -> "RouterParams":
@@ -1248,13 +1257,10 @@ class Migration(_Model):
                              "leave it out")
         router = self.cutover.router.kind
         if router != "client":
-            modes = {side: getattr(getattr(self, side), "endpoint_mode", None) for side in ("source", "target")}
-            if kind != "inference" or any(m != "load_balancing" for m in modes.values()) or mode == "dual_run":
-                raise ValueError(f"cutover.router.kind {router!r} routes real traffic between two load-balancing "
-                                 f"endpoints: it needs workload.kind inference (is {kind!r}), source and target "
-                                 f"endpoint_mode load_balancing (are {modes['source']!r} and {modes['target']!r}: a "
-                                 f"job API's status polls would reach the other side) and cutover.mode drain (is "
-                                 f"{mode!r}); change those, or use router kind client")
+            why = self._unroutable()
+            if why:
+                raise ValueError(f"cutover.router.kind {router!r} cannot route this cutover: {why}; change that, or "
+                                 "use router kind client (the runbook's own split of its test requests)")
         fixed_only, sequential_only = {"rounds", "max_extra_rounds"}, {"min_rounds", "max_rounds", "max_seconds"}
         unread = (fixed_only if self.gates.method == "sequential" else sequential_only) & self.measure.model_fields_set
         if unread:
@@ -1269,6 +1275,24 @@ class Migration(_Model):
                              "drain (finish in-flight work, then switch) or dual_run (both sides serve the window); "
                              "set one of those or leave it out (drain)")
         return self
+
+    def _unroutable(self) -> str:
+        """Why a real router (HAProxy, a command router) cannot carry this cutover's traffic, or
+        empty: it routes requests one by one, each to either side (:class:`RouterParams`)."""
+        mode, kind = self.cutover.mode, self.workload.kind
+        if kind not in ("inference", "service"):
+            return f"a {kind} cutover moves pods, not requests (workload.kind is {kind!r})"
+        if mode == "dual_run":
+            return ("cutover.mode dual_run sends every request to both sides itself, so no router splits them; set "
+                    "cutover.mode drain")
+        if kind == "inference":
+            modes = {side: getattr(getattr(self, side), "endpoint_mode", None) for side in ("source", "target")}
+            if any(m != "load_balancing" for m in modes.values()):
+                return (f"an inference endpoint is routed only between load-balancing endpoints; source and target "
+                        f"endpoint_mode are {modes['source']!r} and {modes['target']!r} (a queue endpoint's job "
+                        "is polled at /status/{id}, and nothing in that path lets the router keep the poll on the "
+                        "side that holds the job)")
+        return ""
 
     @property
     def cutover_mode(self) -> str:

@@ -4,7 +4,8 @@ streamed as server-sent events or whole), scripted to each way a service's answe
 The fault comes from the prompt (in-process tests send it as the message) or, for whole runs,
 from the ``FAULT`` environment variable of the process (the service pod's environment), with
 ``FAULT_AFTER`` clean answers first (phase 03's canary answers cleanly, then phase 04 sees the
-fault) and ``FAULT_EVERY`` (one answer in N faulty after that):
+fault) and ``FAULT_EVERY`` (one answer in N faulty after that), or from the file ``FAULT_FILE``
+names, read at each request (absent or empty: no fault), so a test can turn a fault on mid-phase:
 
 ==============  ===================================================================================
 fault           what the server does
@@ -58,6 +59,12 @@ class Faulty(BaseHTTPRequestHandler):
         self._json(404, {"detail": "Not Found"})
 
     def fault(self, prompt: str) -> str:
+        if os.environ.get("FAULT_FILE"):
+            try:
+                with open(os.environ["FAULT_FILE"]) as f:
+                    return f.read().strip()
+            except FileNotFoundError:
+                return ""
         env = os.environ.get("FAULT", "")
         if not env:
             return prompt if prompt in FAULTS else ""

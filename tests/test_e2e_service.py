@@ -29,7 +29,7 @@ from runbook_lib.run.runner import RunResult, run_migration
 from runbook_lib.service import compare, protocols
 
 from .conftest import ROOT
-from .runs import phase_statuses, receipt, run_phases, write_params
+from .runs import phase_statuses, receipt, require_haproxy, run_phases, write_params
 
 pytestmark = pytest.mark.e2e
 
@@ -62,8 +62,12 @@ def _stderr(nb: Path) -> list[str]:
 
 
 @pytest.mark.measure
-def test_a_chat_service_moves_unchanged_judged_over_its_own_api(tmp_path: Path) -> None:
-    res = _run(_service_params(tmp_path, "demo-service.yaml"))
+def test_a_chat_service_moves_unchanged_judged_over_its_own_api_its_traffic_cut_over_through_haproxy(
+        tmp_path: Path) -> None:
+    # `make demo-service-router`: demo-service.yaml's whole migration with its cutover through
+    # Debian's HAProxy (the client split of a service's requests is the runpod-handler run's).
+    require_haproxy()
+    res = _run(_service_params(tmp_path, "demo-service-router.yaml"))
     d = res.run_dir
     r = receipt(d)
     assert (res.decision, res.exit_code) == ("GO", EXIT_GO), r["reasons"]
@@ -96,6 +100,16 @@ def test_a_chat_service_moves_unchanged_judged_over_its_own_api(tmp_path: Path) 
     assert r["resources"]["remaining"] == [] and r["resources"]["created"]
     assert {r["status"] for r in verify_run(d)} == {"intact"}
     assert [x for x in recompute_run(d) if not x.same] == []  # every gate derives again from the raw samples
+    # phase 05: the service's own streamed requests through HAProxy, at least 1,000, none lost
+    router = json.loads((d / "05_cutover.json").read_text())["data"]["cutover"]["router"]
+    assert router["kind"] == "haproxy" and router["requests"] >= 1000 and router["lost"] == 0, router
+    assert [w["window"] for w in router["windows"]] == ["steady state before the first step", "step 1", "step 2",
+                                                        "step 3"]
+    assert all(w["passed"] and w["target_failures"] == 0 for w in router["windows"]), router["windows"]
+    assert gates["routed_requests_lost"]["verdict"] == "PASS" and gates["routed_requests_lost"]["observed"] == 0
+    rows = pd.read_csv(d / "05" / "routed_samples.csv")
+    assert len(rows) == router["requests"] and set(rows["status"]) == {"COMPLETED"}
+    assert set(rows["server"]) == {"source", "target"} and rows["failure"].isna().all()
 
 
 def test_a_target_serving_another_model_is_no_go_on_parity_naming_the_first_difference(tmp_path: Path) -> None:

@@ -7,13 +7,17 @@ a cell timeout.
 - a target that sends its headers and then only keep-alive comments: phase 03, NO-GO, each
   stalled request ended at ``measure.request_timeout_s``;
 - a target that answers cleanly through phase 03 and then one request in three with a 200 error
-  body: phase 04's ``error_rate``, NO-GO, under the fixed and the sequential method.
+  body: phase 04's ``error_rate``, NO-GO, under the fixed and the sequential method;
+- a target that starts answering 200 error bodies at the 50 % step of a cutover through HAProxy:
+  the step fails on the target's failed answers and the source takes all traffic back under the
+  replay, nothing lost, NO-GO (needs Debian's haproxy: fails, not skips, in CI).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from runbook_lib.run.runner import run_migration
 
 from .conftest import ROOT
 from .faulty_service import ERROR_TEXT
-from .runs import merged, phase_statuses, receipt, write_params
+from .runs import UNJUDGED, merged, phase_statuses, receipt, require_haproxy, write_params
 
 pytestmark = pytest.mark.e2e
 
@@ -119,3 +123,63 @@ def test_a_target_answering_one_request_in_three_with_a_200_error_after_phase_03
     assert (tgt["status"] == "ERROR_BODY").sum() > 0 and tgt.loc[tgt["status"] == "ERROR_BODY", "error"].str.contains(
         "CUDA error").all()
     assert r04["summary"]["target"]["failed"] == int((tgt["status"] != "COMPLETED").sum())
+
+
+def test_a_target_answering_200_error_bodies_at_the_50_percent_step_rolls_back_under_load_with_nothing_lost(
+        tmp_path: Path) -> None:
+    # Phases 01-04 unjudged (this case is about phase 05); the target's stand-in reads its fault
+    # from a file, written the moment phase 05's route reaches 50 %: from then on every answer it
+    # gives is a 200 stream carrying an error object.
+    from runbook_lib.cli import main as cli_main
+    from runbook_lib.layout import ROUTE
+
+    require_haproxy()
+    fault = tmp_path / "fault"
+    over = merged(UNJUDGED, {"measure": {"requests_per_round": 24}},
+                  {"target": {"service_env": {"FAULT_FILE": str(fault)}},
+                   "cutover": {"requests_per_step": 80, "router": {"kind": "haproxy"}}})
+    params = _params(tmp_path, "", **over)
+    run_dir = tmp_path / "reports" / "routed-error-bodies"
+    args = [str(params), str(run_dir), "--notebooks", str(ROOT / "notebooks")]
+    for pid in ("01", "02", "03", "04"):
+        assert cli_main(["phase", pid, *args]) == 0, pid
+    stop = threading.Event()
+
+    def at_half() -> None:
+        while not stop.wait(0.02):
+            route = run_dir / ROUTE
+            if route.exists() and json.loads(route.read_text()).get("target_percent") == 50:
+                fault.write_text("error200")
+                return
+
+    watcher = threading.Thread(target=at_half, daemon=True)
+    watcher.start()
+    try:
+        assert cli_main(["phase", "05", *args]) == 0
+    finally:
+        stop.set()
+        watcher.join()
+    assert fault.read_text() == "error200"
+    cut = json.loads((run_dir / "05_cutover.json").read_text())["data"]["cutover"]
+    router, steps = cut["router"], cut["steps"]
+    windows = {w["window"]: w for w in router["windows"]}
+    assert [s["passed"] for s in steps] == [True, False]  # 10 % clean, 50 % fails
+    step2 = windows["step 2"]
+    assert step2["target_failures"] > 0 and step2["lost"] == 0, step2
+    assert any(p.startswith(f"the target failed {step2['target_failures']}") for p in step2["problems"])
+    back = windows["rollback"]
+    assert back["passed"] and back["lost"] == 0 and back["source_serves_all_after_s"] <= back["rollback_within_s"]
+    assert router["lost"] == 0 and cut["route"]["target_percent"] == 0
+    assert cut["route"]["history"][-1]["reason"].startswith("rollback: step 2")
+    import pandas as pd
+
+    rows = pd.read_csv(run_dir / "05" / "routed_samples.csv")
+    failed = rows[rows["status"] == "FAILED"]
+    assert len(failed) and set(failed["server"]) == {"target"} and set(failed["failure"]) == {"ERROR_BODY"}
+    assert failed["error"].str.contains("CUDA error").all()  # the server's own words, per request
+    assert (rows["status"] != "LOST").all()
+    assert cli_main(["phase", "06", *args]) == 0
+    r = receipt(run_dir)
+    assert r["decision"] == "NO-GO" and any(x.startswith("cutover_slices FAIL") for x in r["reasons"])
+    assert {g["name"]: g["verdict"] for g in r["gates"]}["routed_requests_lost"] == "PASS"
+    assert r["resources"]["remaining"] == []

@@ -348,19 +348,27 @@ def test_a_mutated_params_file_is_loaded_or_refused_in_one_line_with_exit_2_at_o
 
 def test_a_real_router_is_refused_where_it_cannot_route_and_a_command_router_needs_its_commands(make_params) -> None:
     # demo.yaml's endpoints are queue endpoints: a job's status polls would reach the other side
-    with pytest.raises(ParamsError, match=r"endpoint_mode load_balancing \(are 'queue' and 'queue'") as ei:
+    with pytest.raises(ParamsError, match=r"endpoint_mode are 'queue' and 'queue' \(a queue endpoint's job is "
+                                          r"polled at /status/\{id\}") as ei:
         load_params(make_params(cutover={"router": {"kind": "haproxy"}}))
     assert ei.value.exit_code == EXIT_USAGE
-    with pytest.raises(ParamsError, match=r"cutover.mode drain \(is 'dual_run'\)"):
+    with pytest.raises(ParamsError, match=r"cutover.mode dual_run sends every request to both sides itself"):
         load_params(make_params("demo-haproxy.yaml", cutover={"mode": "dual_run"}))
+    with pytest.raises(ParamsError, match=r"cutover.mode dual_run sends every request to both sides itself"):
+        load_params(make_params("demo-service.yaml", cutover={"mode": "dual_run", "router": {"kind": "haproxy"}}))
     with pytest.raises(ParamsError, match="needs set_command, read_command and url"):
         load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "command", "set_command": ["x"]}}))
     with pytest.raises(ParamsError, match="are for router kind 'command', not 'haproxy'"):
         load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "read_command": ["x"]}}))
     with pytest.raises(ParamsError, match="give its front URL in router.url"):
         load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "socket": "/run/h.sock"}}))
-    with pytest.raises(ParamsError, match=r"needs workload.kind inference \(is 'training'\)"):
-        load_params(make_params("demo-train.yaml", cutover={"router": {"kind": "haproxy"}}))  # pods, not requests
+    with pytest.raises(ParamsError, match=r"a training cutover moves pods, not requests"):
+        load_params(make_params("demo-train.yaml", cutover={"router": {"kind": "haproxy"}}))
+    # a service is routed request by request in every protocol it can speak
+    for params in ("demo-service.yaml", "demo-runpod-handler.yaml", "demo-service-router.yaml"):
+        mig = load_params(make_params(params, cutover={"router": {"kind": "haproxy"}}))
+        assert mig.cutover.router.kind == "haproxy" and mig.cutover_mode == "drain"
+    assert load_params(ROOT / "params" / "demo-service-router.yaml").cutover.router.arrival_rate_per_s == 12.5
     ok = load_params(make_params("demo-haproxy.yaml", cutover={"router": {
         "kind": "command", "url": "http://127.0.0.1:9000", "set_command": ["gw", "{source}", "{target}"],
         "read_command": ["gw", "get"]}}))

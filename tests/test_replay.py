@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 
 from runbook_lib.measure.timing import poisson_schedule
-from runbook_lib.traffic.replay import Replay, classify
+from runbook_lib.params import Service
+from runbook_lib.traffic.replay import Replay, classify, classify_answer
 from runbook_lib.traffic.router import SERVER_HEADER
+
+from . import faulty_service
 
 
 @pytest.fixture
@@ -99,3 +102,88 @@ def test_a_replay_that_cannot_start_says_why(tmp_path, monkeypatch: pytest.Monke
     monkeypatch.setattr("runbook_lib.traffic.replay.sys.executable", str(tmp_path / "no-python"))
     with pytest.raises(ProviderError, match="could not start"):
         Replay("http://127.0.0.1:9", [(0, "x")], rate_per_s=1.0, timeout_s=1.0, seed=0).start()
+
+
+class _Named(faulty_service.Faulty):
+    """The misbehaving chat server with every answer named ``target``, as the router names it;
+    a prompt ``anon`` gets an answer with no name (the router answering on its own)."""
+
+    def end_headers(self) -> None:
+        if "anon" not in getattr(self, "_prompt", ""):
+            self.send_header(SERVER_HEADER, "target")
+        super().end_headers()
+
+    def fault(self, prompt: str) -> str:
+        self._prompt = prompt
+        return super().fault(prompt)
+
+
+@pytest.fixture
+def chat() -> Iterator[str]:
+    srv = faulty_service.Server(("127.0.0.1", 0), _Named)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_service_is_replayed_over_its_own_protocol_and_each_failure_is_lost_or_failed_by_name(chat: str) -> None:
+    # The chat service's own streamed request through the replay: a whole answer completes; an
+    # error object in a 200 stream is an answer (FAILED, ERROR_BODY); a cut stream or a stall past
+    # the gap never answered (LOST, named); an answer no server named is the router's own (LOST).
+    service = Service(image="x", protocol="openai-chat", samples="s.jsonl", max_gap_s=1.0)
+    prompts = ["hello", "error200", "cut", "gap", "html502", "anon"]
+    picks = [(i, [{"role": "user", "content": p}]) for i, p in enumerate(prompts)]
+    replay = Replay(chat, picks, rate_per_s=20.0, timeout_s=5.0, seed=3, service=service.model_dump(mode="json"))
+    replay.start()
+    time.sleep(1.0)
+    replay.stop()
+    by = {prompts[r["input_index"]]: r for r in sorted(replay.rows, key=lambda r: -r["request"])}
+    assert set(by) == set(prompts), by.keys()
+    assert by["hello"]["status"] == "COMPLETED" and by["hello"]["server"] == "target"
+    assert by["hello"]["output"]["text"] == "Hello world!" and by["hello"]["failure"] == ""
+    assert (by["error200"]["status"], by["error200"]["failure"]) == ("FAILED", "ERROR_BODY")
+    assert faulty_service.ERROR_TEXT in by["error200"]["error"] and by["error200"]["output"] is None
+    assert (by["html502"]["status"], by["html502"]["failure"]) == ("FAILED", "WRONG_CONTENT_TYPE")
+    assert (by["cut"]["status"], by["cut"]["failure"]) == ("LOST", "STREAM_CUT")
+    assert (by["gap"]["status"], by["gap"]["failure"]) == ("LOST", "TIMED_OUT")
+    assert by["anon"]["status"] == "LOST" and "no server named" in by["anon"]["error"]
+
+
+def test_a_runpod_job_unfinished_at_runsync_is_not_polled_through_a_router() -> None:
+    # Its /status/{id} poll could reach the other side: named, and never sent.
+    from runbook_lib.service.protocols import RunpodHandler
+
+    polls: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            polls.append(self.path)
+            faulty_service.send_json(self, 200, {"id": "job-1", "status": "IN_PROGRESS"})
+
+        do_GET = do_POST
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    service = Service(image="x", protocol="runpod-handler", samples="s.jsonl")
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        with RunpodHandler(service, url, timeout_s=2.0, server_header=SERVER_HEADER) as routed:
+            got = routed.runsync({"x": 1})
+        assert (got["status"], got["stage"]) == ("TIMED_OUT", "status poll") and "is not sent" in got["error"]
+        assert polls == ["/runsync"] and classify_answer(got)["status"] == "LOST"
+        polls.clear()
+        with RunpodHandler(service, url, timeout_s=0.5) as direct:  # no router: polled to the deadline
+            assert direct.runsync({"x": 1})["status"] == "TIMED_OUT"
+        assert polls[0] == "/runsync" and polls[1:] and set(polls[1:]) == {"/status/job-1"}
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

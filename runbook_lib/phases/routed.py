@@ -5,8 +5,14 @@ time, and each step is judged on that traffic.
 * Before the first step the router is started (or attached) and must read back all traffic on
   the source; anything else stops the phase before a weight moves (fail closed).
 * The replay (:class:`runbook_lib.traffic.replay.Replay`) is phase 04's open-loop generator in its own
-  process: Poisson arrivals at ``measure.arrival_rate_per_s`` of the workload's sample inputs,
-  from a steady window before the first step until after the last. It never resends a request.
+  process: Poisson arrivals at ``cutover.router.arrival_rate_per_s`` (default
+  ``measure.arrival_rate_per_s``) of the workload's sample inputs, from a steady window before
+  the first step until after the last. It never resends a request. An endpoint is sent ``POST
+  /infer``; a service its own protocol's request (openai-chat streamed or whole, http-json,
+  runpod-handler's ``/runsync``), each failure named as in phase 04: a stream cut, a stall or
+  no connection is a lost request, an error answer (a 200 error body included) a failed one.
+  HAProxy checks each server as the workload is checked for readiness (an endpoint's
+  ``/ping``; a service's ``readiness.path`` and ``status``).
 * Each step sets the weights, reads them back (a difference fails the step), lets one window of
   ``cutover.requests_per_step`` requests pass, and judges: no request lost (sent, never
   answered), the target's answers all completed and accepted, its p95 within phase 04's bound,
@@ -89,9 +95,12 @@ def build_router(ctx: PhaseContext, urls: dict[str, str]) -> Router:
     owned = owned_router(rp, ctx.run.project)
     if owned is not None:
         return owned
+    svc = ctx.mig.workload.service if ctx.mig.workload.kind == "service" else None
     return HAProxyRouter.start(urls["source"], urls["target"], binary=rp.binary,
                                timeout_s=ctx.mig.measure.request_timeout_s * 4,
-                               workdir=ctx.run.project / ".runbook" / "routers" / ctx.run_id)
+                               workdir=ctx.run.project / ".runbook" / "routers" / ctx.run_id,
+                               check_path=svc.readiness.path if svc else "/ping",
+                               check_status=svc.readiness.status if svc else 200)
 
 
 @dataclass
@@ -338,7 +347,9 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
     rec04 = ctx.records.need_compare()
     m, rp = ctx.mig.measure, ctx.mig.cutover.router
     serving = serving_for(ctx)
-    rule = StepRule(window_s=ctx.mig.cutover.requests_per_step / m.arrival_rate_per_s, tolerance=rp.share_tolerance,
+    rate = rp.arrival_rate_per_s or m.arrival_rate_per_s
+    svc = ctx.mig.workload.service if ctx.mig.workload.kind == "service" else None
+    rule = StepRule(window_s=ctx.mig.cutover.requests_per_step / rate, tolerance=rp.share_tolerance,
                     bound_s=bound_s, accepted=serving.accepted, rollback_within_s=rp.rollback_within_s,
                     timeout_s=m.request_timeout_s * 4)
     router = build_router(ctx, dict(rec04.endpoint_urls))
@@ -354,7 +365,8 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
         all_on_source(router)
         route.set(0, f"cutover start: all traffic on source, through the {rp.kind} router at {router.url}")
         replay = Replay(router.url, serving.request_inputs(max(4 * ctx.mig.cutover.requests_per_step, 200), seed=5000),
-                        rate_per_s=m.arrival_rate_per_s, timeout_s=rule.timeout_s, seed=6000)
+                        rate_per_s=rate, timeout_s=rule.timeout_s, seed=6000,
+                        service=svc.model_dump(mode="json") if svc else None)
         replay.start()
         try:
             windows = move(replay, router, [sl.target_percent for sl in steps_plan], rule, before_step=before_step,

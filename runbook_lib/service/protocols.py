@@ -181,6 +181,7 @@ class _Watch:
         self.last: float | None = None  # the last streamed event; the gap applies from the first
         self.stage = "connect"
         self.why: str | None = None
+        self.server = ""  # who answered, from the router's header (ServiceClient.server_header)
         self.lock = threading.Lock()  # the socket is shut down only while this request holds it
 
     def remaining(self) -> float:
@@ -291,6 +292,12 @@ class ServiceClient:
             (``measure.request_timeout_s``).
         project: the project root, where ``service.tokenizer`` is relative to (None: no
             tokenizer is loaded, as for a readiness probe, which counts no tokens).
+        server_header: the service is behind a router that names the server of each answer in
+            this response header (phase 05's router, :data:`runbook_lib.traffic.router.SERVER_HEADER`):
+            each answer carries it as ``server`` (empty when the header was absent: the router
+            answered on its own), and a ``runpod-handler`` job still running when ``/runsync``
+            returns is not polled (:class:`RunpodHandler`). Empty: a direct client.
+        max_connections: the most connections the client opens at once (httpx's pool limit).
 
     Raises:
         ParamsError: ``service.tokenizer`` names no ``tokenizer.json``.
@@ -298,11 +305,15 @@ class ServiceClient:
 
     protocol = ""
 
-    def __init__(self, service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None) -> None:
+    def __init__(self, service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None,
+                 server_header: str = "", max_connections: int = 100) -> None:
         self.service = service
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self.http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        self.server_header = server_header
+        self.http = httpx.Client(base_url=self.url, timeout=timeout_s,
+                                 limits=httpx.Limits(max_connections=max_connections,
+                                                     max_keepalive_connections=max_connections))
         self._lock = threading.Lock()
         self._watchdog = _Watchdog()
         self.in_flight = 0
@@ -366,6 +377,8 @@ class ServiceClient:
                 self.in_flight -= 1
         out.setdefault("execution_s", time.perf_counter() - t0)
         out.setdefault("metrics", {})
+        if self.server_header:
+            out["server"] = w.server
         return out
 
     def _transport_failure(self, exc: httpx.HTTPError, w: _Watch) -> dict[str, Any]:
@@ -399,6 +412,8 @@ class ServiceClient:
             w.stage = "connect"
         w.max_gap_s = self.service.max_gap_s if gap else None
         with self.http.stream(method, path, timeout=timeout, **kw) as resp:
+            if self.server_header:
+                w.server = resp.headers.get(self.server_header, "")
             stream = resp.extensions.get("network_stream")
             w.sock = stream.get_extra_info("socket") if stream is not None else None
             self._watchdog.add(w)
@@ -682,7 +697,9 @@ class RunpodHandler(ServiceClient):
     """``runpod-handler``: a Runpod Serverless worker as the official ``runpod`` SDK runs it, over
     its job API: ``POST /runsync`` with ``{"input": <sample>}``; a job still ``IN_QUEUE`` or
     ``IN_PROGRESS`` when ``/runsync`` returns is polled at ``/status/{id}`` until it ends or the
-    deadline passes (never submitted again). ``output`` is the job's output; queue and execution
+    deadline passes (never submitted again), except behind a router (``server_header``): there
+    the poll could reach the other side, so such a job fails TIMED_OUT at ``status poll``, named.
+    ``output`` is the job's output; queue and execution
     seconds come from the job's own ``delayTime`` and ``executionTime`` (milliseconds,
     docs/reference/providers.md 2.4) where the API reports them (Runpod's does; the SDK's local
     ``--rp_serve_api`` does not: NaN). A job ``FAILED``, ``CANCELLED`` or ``TIMED_OUT`` is a
@@ -714,6 +731,12 @@ class RunpodHandler(ServiceClient):
 
     def _call(self, payload: Any, t0: float, w: _Watch) -> dict[str, Any]:
         job = self._job(w, "POST", "/runsync", json={"input": payload})
+        if self.server_header and not isinstance(job, _Failed) and job.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
+            return failed("TIMED_OUT", "status poll",
+                          f"{self.where()}: job {job.get('id')} was still {job.get('status')} when /runsync returned; "
+                          "behind a router its /status/{id} poll is not sent (the job's id is in the path, nothing "
+                          "the router can keep on the worker that holds it, so the poll could reach the other "
+                          "side): the request has no whole answer")
         while not isinstance(job, _Failed) and job.get("status") in ("IN_QUEUE", "IN_PROGRESS") and job.get("id"):
             if time.perf_counter() + self.POLL_S >= w.deadline:
                 return failed("TIMED_OUT", "status poll", f"{self.where()}: job {job.get('id')} still "
@@ -742,8 +765,11 @@ class RunpodHandler(ServiceClient):
                 "queue_s": timing.get("queue_s", math.nan), "execution_s": timing.get("execution_s", time.perf_counter() - t0)}
 
 
-def client_for(service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None) -> ServiceClient:
-    """The client of ``service.protocol`` on ``url``; ``timeout_s`` is each request's deadline."""
+def client_for(service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None,
+               server_header: str = "", max_connections: int = 100) -> ServiceClient:
+    """The client of ``service.protocol`` on ``url``; ``timeout_s`` is each request's deadline;
+    ``server_header`` and ``max_connections`` as :class:`ServiceClient` takes them."""
     cls: type[ServiceClient] = {"openai-chat": OpenAIChat, "runpod-handler": RunpodHandler}.get(service.protocol,
                                                                                                 HttpJson)
-    return cls(service, url, timeout_s=timeout_s, project=project)
+    return cls(service, url, timeout_s=timeout_s, project=project, server_header=server_header,
+               max_connections=max_connections)

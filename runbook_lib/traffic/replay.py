@@ -13,6 +13,12 @@ The child appends one JSON line per event to ``EVENTS``: ``{"e": "start", "t0": 
 every process), then ``{"e": "sent", "request": i, "sent_s": s}`` as each request leaves and
 ``{"e": "done", ...row}`` when it ends, and ``{"e": "end"}`` once SIGTERM or SIGINT stopped it
 and every request in flight has ended. :class:`Replay` is the parent's handle.
+
+An endpoint (``kind: inference``) is sent ``POST /infer`` with ``{"input": ...}``. A service
+(``kind: service``) is sent its own protocol's request by its own client
+(:func:`runbook_lib.service.protocols.client_for`, told the router's :data:`SERVER_HEADER`), so
+a routed request fails in the same named ways as in phase 04, and :func:`classify_answer`
+sorts each named failure into lost or failed.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from typing import Any, TypedDict
 
 from runbook_lib.errors import ProviderError
 from runbook_lib.measure.timing import Request, dispatch, poisson_requests, send_at
+from runbook_lib.params import Service
+from runbook_lib.service.protocols import client_for
 from runbook_lib.traffic.router import SERVER_HEADER
 
 REPLAY_MAX_IN_FLIGHT = 128
@@ -51,6 +59,7 @@ class ReplayRow(TypedDict, total=False):
     http_status: int | None
     output: Any
     error: str
+    failure: str
 
 
 def classify(status_code: int | None, server: str, body: dict[str, Any], error: str = "") -> dict[str, Any]:
@@ -58,12 +67,44 @@ def classify(status_code: int | None, server: str, body: dict[str, Any], error: 
     server), ``FAILED`` (a server answered, with an error), or ``LOST`` (no server answered: the
     connection was refused, reset or timed out, or the router answered on its own)."""
     if status_code is None:
-        return {"status": "LOST", "server": "", "http_status": None, "output": None, "error": error}
+        return {"status": "LOST", "server": "", "http_status": None, "output": None, "error": error,
+                "failure": "TIMED_OUT" if "Timeout" in error.split(":")[0] else "CLIENT_ERROR"}
     out = {"server": server, "http_status": status_code, "output": body.get("output")}
     out["status"] = "COMPLETED" if status_code == 200 and body.get("output") is not None else \
         "FAILED" if server else "LOST"
+    out["failure"] = "" if out["status"] == "COMPLETED" else "HTTP_STATUS" if status_code != 200 else "BAD_BODY"
     if not server:
         out["error"] = f"HTTP {status_code} from the router, no server named: {error[:120]}"
+    return out
+
+
+LOST_KINDS = ("STREAM_CUT", "TIMED_OUT", "CLIENT_ERROR")
+"""A service's named failures that leave a request unanswered (:data:`runbook_lib.service.protocols.FAILURE_KINDS`):
+a stream cut (by a weight change or a server that went away), no whole answer in time, or no
+connection. Every other named failure is an answer, an error one."""
+
+
+def classify_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """How a replayed service request ended, from its client's answer
+    (:meth:`runbook_lib.service.protocols.ServiceClient.runsync` behind a router, so it carries
+    ``server``): ``COMPLETED`` (the protocol's whole answer from a named server), ``LOST`` (one of
+    :data:`LOST_KINDS`, or nothing named a server: the router answered on its own) or ``FAILED``
+    (a server answered with an error: an error object in a 200 body, an error status, a body that
+    is not the protocol's). ``failure`` keeps the named kind, ``error`` the client's words."""
+    server, status = str(answer.get("server") or ""), str(answer.get("status"))
+    error = str(answer.get("error") or "")
+    out: dict[str, Any] = {"server": server, "http_status": answer.get("http_status"), "output": answer.get("output"),
+                           "failure": "" if status == "COMPLETED" else status, "error": error}
+    if status == "COMPLETED" and server:
+        out["status"] = "COMPLETED"
+    elif status in LOST_KINDS or not server:
+        out["status"] = "LOST"
+        if not server and status not in LOST_KINDS:
+            out["error"] = f"{status} from the router, no server named: {error[:160]}"
+    else:
+        out["status"] = "FAILED"
+    if out["status"] != "COMPLETED":
+        out["output"] = None
     return out
 
 
@@ -79,6 +120,22 @@ def _child(config_path: Path, events_path: Path) -> int:
     http = httpx.Client(base_url=cfg["url"], timeout=cfg["timeout_s"],
                         limits=httpx.Limits(max_connections=REPLAY_MAX_IN_FLIGHT,
                                             max_keepalive_connections=REPLAY_MAX_IN_FLIGHT))
+    service = None
+    if cfg.get("service") is not None:
+        service = client_for(Service.model_validate(cfg["service"]), cfg["url"], timeout_s=cfg["timeout_s"],
+                             server_header=SERVER_HEADER, max_connections=REPLAY_MAX_IN_FLIGHT)
+
+    def send(payload: Any) -> dict[str, Any]:
+        """One request, classified (:func:`classify_answer` or :func:`classify`)."""
+        if service is not None:
+            return classify_answer(service.runsync(payload))
+        try:
+            r = http.post(cfg["path"], json={"input": payload})
+            is_json = r.headers.get("content-type", "").startswith("application/json")
+            return classify(r.status_code, r.headers.get(SERVER_HEADER, ""), r.json() if is_json else {}, r.text)
+        except (httpx.HTTPError, ValueError) as exc:
+            return classify(None, "", {}, f"{type(exc).__name__}: {exc}")
+
     with open(events_path, "a", buffering=1) as events:
         def write(event: dict[str, Any]) -> None:
             with lock:
@@ -90,12 +147,7 @@ def _child(config_path: Path, events_path: Path) -> int:
         def one(req: Request) -> None:
             sent = send_at(req.intended_s, t0)
             write({"e": "sent", "request": req.index, "sent_s": sent})
-            try:
-                r = http.post(cfg["path"], json={"input": req.payload})
-                is_json = r.headers.get("content-type", "").startswith("application/json")
-                ended = classify(r.status_code, r.headers.get(SERVER_HEADER, ""), r.json() if is_json else {}, r.text)
-            except (httpx.HTTPError, ValueError) as exc:
-                ended = classify(None, "", {}, f"{type(exc).__name__}: {exc}")
+            ended = send(req.payload)
             done = time.perf_counter() - t0
             write({"e": "done", "request": req.index, "input_index": req.input_index, "intended_s": req.intended_s,
                    "sent_s": sent, "done_s": done, "total_s": done - req.intended_s, **ended})
@@ -103,6 +155,8 @@ def _child(config_path: Path, events_path: Path) -> int:
         dispatch(poisson_requests(picks, cfg["rate_per_s"], cfg["seed"]), one, t0=t0,
                  max_in_flight=REPLAY_MAX_IN_FLIGHT, stop=stop)
         http.close()
+        if service is not None:
+            service.close()
         write({"e": "end"})
     return 0
 
@@ -110,15 +164,19 @@ def _child(config_path: Path, events_path: Path) -> int:
 class Replay:
     """Traffic through the router from its own process (module docstring): open-loop Poisson
     arrivals at ``rate_per_s`` of ``picks`` (``(golden index, payload)``, cycled), each sent once
-    as ``POST path`` with a ``timeout_s`` second limit. Rows (:class:`ReplayRow`): ``request``,
+    as ``POST path`` with a ``timeout_s`` second limit, or, given ``service`` (a
+    :class:`runbook_lib.params.Service` as ``model_dump(mode="json")`` gives it), as that
+    service's protocol request with ``timeout_s`` as its deadline. Rows (:class:`ReplayRow`): ``request``,
     ``input_index``, ``intended_s``, ``sent_s`` and ``done_s`` (seconds since the schedule's
     start), ``total_s`` (from intended), ``status`` (:func:`classify`), ``server`` (who
-    answered), ``output``."""
+    answered), ``output``, ``failure`` (the named kind of a request not completed: a service's
+    :data:`runbook_lib.service.protocols.FAILURE_KINDS`, an endpoint's ``HTTP_STATUS``,
+    ``BAD_BODY``, ``TIMED_OUT`` or ``CLIENT_ERROR``) and ``error``."""
 
     def __init__(self, url: str, picks: list[tuple[int, Any]], *, rate_per_s: float, timeout_s: float,
-                 seed: int, path: str = "/infer") -> None:
+                 seed: int, path: str = "/infer", service: dict[str, Any] | None = None) -> None:
         self.config = {"url": url, "picks": picks, "rate_per_s": rate_per_s, "timeout_s": timeout_s, "seed": seed,
-                       "path": path}
+                       "path": path, "service": service}
         self.timeout_s = timeout_s
         self.rows: list[ReplayRow] = []
         self._sent: dict[int, float] = {}  # request -> sent_s, until it ends
@@ -218,7 +276,8 @@ class Replay:
         self._poll()
         for i, sent in sorted(self._sent.items()):
             self.rows.append({"request": i, "sent_s": sent, "status": "LOST", "server": "", "http_status": None,
-                              "output": None, "error": "the replay process ended before this request did"})
+                              "output": None, "error": "the replay process ended before this request did",
+                              "failure": "TIMED_OUT"})
         self._sent.clear()
         self._cleanup()
 

@@ -96,11 +96,12 @@ def _host_port(url: str) -> str:
 
 
 def haproxy_config(*, frontend_port: int, socket_path: Path, source: str, target: str, backend: str = "migration",
-                   timeout_s: float = 30.0, check_path: str = "/ping") -> str:
+                   timeout_s: float = 30.0, check_path: str = "/ping", check_status: int = 200) -> str:
     """An HAProxy configuration in front of ``source`` and ``target`` (``host:port``): a loopback
-    frontend, one backend with both servers (source weight 100, target 0), health checks on
-    ``check_path`` every second, connection-failure retries only, the serving server named in
-    :data:`SERVER_HEADER`, and an admin-level runtime socket at ``socket_path``."""
+    frontend, one backend with both servers (source weight 100, target 0), health checks of
+    ``GET check_path`` expecting ``check_status`` every second, connection-failure retries only,
+    the serving server named in :data:`SERVER_HEADER`, and an admin-level runtime socket at
+    ``socket_path``."""
     return f"""global
     stats socket {socket_path} mode 600 level admin
     maxconn 1024
@@ -121,6 +122,7 @@ frontend runbook_front
 backend {backend}
     balance roundrobin
     option httpchk GET {check_path}
+    http-check expect status {check_status}
     http-response set-header {SERVER_HEADER} %s
     server source {source} weight {MAX_WEIGHT} check inter 1s fall 2 rise 1
     server target {target} weight 0 check inter 1s fall 2 rise 1
@@ -152,9 +154,10 @@ class HAProxyRouter:
 
     @classmethod
     def start(cls, source_url: str, target_url: str, *, binary: str = "haproxy", timeout_s: float = 30.0,
-              workdir: Path | None = None) -> HAProxyRouter:
+              workdir: Path | None = None, check_path: str = "/ping", check_status: int = 200) -> HAProxyRouter:
         """Run HAProxy on loopback in front of ``source_url`` and ``target_url`` (all traffic on the
-        source), wait for its admin socket, and return it.
+        source, each server checked by ``GET check_path`` answering ``check_status``: an endpoint's
+        ``/ping``, a service's readiness), wait for its admin socket, and return it.
 
         Raises:
             ProviderError: no HAProxy binary (Debian: ``apt-get install haproxy``), its
@@ -174,7 +177,8 @@ class HAProxyRouter:
         port = free_port()
         cfg = work / "haproxy.cfg"
         cfg.write_text(haproxy_config(frontend_port=port, socket_path=sock, source=_host_port(source_url),
-                                      target=_host_port(target_url), timeout_s=timeout_s))
+                                      target=_host_port(target_url), timeout_s=timeout_s, check_path=check_path,
+                                      check_status=check_status))
         log = open(work / "haproxy.log", "wb")  # noqa: SIM115 - handed to the process
         proc = subprocess.Popen([exe, "-db", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
