@@ -166,7 +166,8 @@ def test_a_target_answering_200_error_bodies_at_the_50_percent_step_rolls_back_u
     assert [s["passed"] for s in steps] == [True, False]  # 10 % clean, 50 % fails
     step2 = windows["step 2"]
     assert step2["target_failures"] > 0 and step2["lost"] == 0, step2
-    assert any(p.startswith(f"the target failed {step2['target_failures']}") for p in step2["problems"])
+    [failed_p] = [p for p in step2["problems"] if p.startswith(f"the target failed {step2['target_failures']}")]
+    assert f"ERROR_BODY x{step2['target_failures']}" in failed_p and ERROR_TEXT in failed_p, failed_p
     back = windows["rollback"]
     assert back["passed"] and back["lost"] == 0 and back["source_serves_all_after_s"] <= back["rollback_within_s"]
     assert router["lost"] == 0 and cut["route"]["target_percent"] == 0

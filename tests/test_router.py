@@ -250,8 +250,8 @@ def test_a_routed_window_fails_closed_on_each_thing_it_checks() -> None:
     silent = judge(_rows(90, 10), delta={"source": 0, "target": 0})
     assert any("the router counted no request while the replay had 100 answered" in p for p in silent.problems)
     src_fail = _rows(90, 10)
-    src_fail[0]["status"] = "FAILED"
-    assert "the source failed 1 request(s)" in judge(src_fail).problems
+    src_fail[0].update(status="FAILED", failure="ERROR_BODY", error="CUDA error: out of memory")
+    assert "the source failed 1 request(s); ERROR_BODY x1; first: CUDA error: out of memory" in judge(src_fail).problems
     # The rollback window: the target's falling share and its own failures are not judged there,
     # the rest is (weights all-source, the source up).
     w = Window("rollback", 0, 0.0, 10.0, _rows(95, 5), {"source": 95, "target": 5},  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -143,6 +144,17 @@ def _p(rows: list[ReplayRow], q: float) -> float:
     return float(np.percentile(vals, q)) if vals else math.nan
 
 
+def by_kind(rows: list[ReplayRow]) -> str:
+    """The named failures of ``rows``, most frequent first, and the first one's words:
+    ``"; ERROR_BODY x12, STREAM_CUT x1; first: POST http://...: CUDA error: out of memory"``
+    (empty for no rows)."""
+    if not rows:
+        return ""
+    kinds = Counter(str(r.get("failure") or r["status"]) for r in rows)
+    first = str(rows[0].get("error") or "")[:160]
+    return "; " + ", ".join(f"{k} x{n}" for k, n in kinds.most_common()) + (f"; first: {first}" if first else "")
+
+
 def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Callable[[Any], bool],
                  before: Window | None, rollback: bool = False) -> RoutedWindow:
     """Judge one window: requests were sent and none lost, the source failed none, the target's
@@ -168,11 +180,13 @@ def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Calla
         problems.append("no replayed request was sent in the window: nothing shows what the router did")
     if lost:
         problems.append(f"{len(lost)} request(s) lost (first sent at {lost[0]['sent_s']:.2f} s: "
-                        f"{lost[0].get('error', '')[:160]})")
+                        f"{lost[0].get('error', '')[:160]}){by_kind(lost)}")
     if src_failed:
-        problems.append(f"the source failed {src_failed} request(s)")
+        src = [r for r in w.rows if r.get("server") == "source" and r["status"] != "COMPLETED"]
+        problems.append(f"the source failed {src_failed} request(s){by_kind(src)}")
     if not rollback and (failures or rejected):
-        problems.append(f"the target failed {failures} and answered {rejected} unacceptably")
+        bad = [r for r in tgt if r["status"] != "COMPLETED"]
+        problems.append(f"the target failed {failures} and answered {rejected} unacceptably{by_kind(bad)}")
     if not rollback and len(tgt) >= MIN_STEP_LATENCY_SAMPLES and not p95 <= bound_s:
         problems.append(f"the target's p95 {p95:.3f} s is above the bound {bound_s:.3f} s")
     down = {s: st for s, st in w.states.items() if is_down(st) and (s == "source" or (w.target_percent > 0 and not rollback))}
