@@ -140,6 +140,7 @@ def test_a_target_answering_200_error_bodies_at_the_50_percent_step_rolls_back_u
                    "cutover": {"requests_per_step": 80, "router": {"kind": "haproxy"}}})
     params = _params(tmp_path, "", **over)
     run_dir = tmp_path / "reports" / "routed-error-bodies"
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     args = [str(params), str(run_dir), "--notebooks", str(ROOT / "notebooks")]
     for pid in ("01", "02", "03", "04"):
         assert cli_main(["phase", pid, *args]) == 0, pid

@@ -46,6 +46,7 @@ from runbook_lib.traffic.route import Route
 from runbook_lib.traffic.router import CommandRouter, HAProxyRouter, Router, ServerStat
 
 MIN_STEP_LATENCY_SAMPLES = 5
+"""Completed target requests a window needs before its p95 is held to the bound."""
 EDGE_REQUESTS = 2
 """Requests at each edge of a window that the replay and the router may count on different sides
 of it (sent before a snapshot, counted by the router after it)."""
@@ -187,7 +188,8 @@ def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Calla
     if not rollback and (failures or rejected):
         bad = [r for r in tgt if r["status"] != "COMPLETED"]
         problems.append(f"the target failed {failures} and answered {rejected} unacceptably{by_kind(bad)}")
-    if not rollback and len(tgt) >= MIN_STEP_LATENCY_SAMPLES and not p95 <= bound_s:
+    completed = sum(1 for r in tgt if r["status"] == "COMPLETED")  # a failed request has no latency
+    if not rollback and completed >= MIN_STEP_LATENCY_SAMPLES and not p95 <= bound_s:
         problems.append(f"the target's p95 {p95:.3f} s is above the bound {bound_s:.3f} s")
     down = {s: st for s, st in w.states.items() if is_down(st) and (s == "source" or (w.target_percent > 0 and not rollback))}
     if down:
