@@ -1014,7 +1014,9 @@ class RouterParams(_Model):
         binary: the HAProxy executable the runbook starts (Debian's ``haproxy``).
         socket: an existing HAProxy's admin socket (``stats socket ... level admin``); empty:
             the runbook starts its own.
-        url: the existing router's front URL (with ``socket``, and for ``command``).
+        url: the existing router's front URL (with ``socket``, and for ``command``); it must name
+            the server of each answer in the ``X-Runbook-Server`` header (``source`` or
+            ``target``), or the answer counts as the router's own, a lost request.
         backend: the HAProxy backend holding the two servers.
         source_server: the source's server name in that backend.
         target_server: the target's server name in that backend.
