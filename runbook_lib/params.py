@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -995,6 +996,22 @@ class Drills(_Model):
         return self
 
 
+def _url_problem(url: str) -> str:
+    """Why ``url`` cannot be sent requests to (scheme, host, port, spaces), or empty."""
+    if any(c.isspace() for c in url):
+        return "it contains a space"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https"):
+        return f"its scheme is {parts.scheme or 'missing'!r}, not http or https"
+    if not parts.hostname:
+        return "it names no host"
+    return "" if port is None or 0 < port < 65536 else f"port {port} is out of range"
+
+
 class RouterParams(_Model):
     """Phase 05's router (:mod:`runbook_lib.traffic.router`): what moves an inference cutover's traffic.
 
@@ -1060,8 +1077,15 @@ class RouterParams(_Model):
                              f"{self.kind!r}; remove them")
         if self.socket and not self.url:
             raise ValueError("router.socket names an existing HAProxy: give its front URL in router.url too")
-        if self.url and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"router.url {self.url!r} must be an http(s) URL")
+        if self.kind == "haproxy" and self.url and not self.socket:
+            raise ValueError(f"router.url {self.url!r} names an existing router's front, but router.socket is empty, "
+                             "so the runbook would start its own HAProxy on loopback and never use that URL; give "
+                             "the existing HAProxy's admin socket in router.socket, or remove router.url")
+        if self.url:
+            why = _url_problem(self.url)
+            if why:
+                raise ValueError(f"router.url {self.url!r} is not a usable http(s) URL: {why}; give the router's "
+                                 "front as http://host:port")
         return self
 
 
@@ -1261,8 +1285,16 @@ class Migration(_Model):
         if router != "client":
             why = self._unroutable()
             if why:
-                raise ValueError(f"cutover.router.kind {router!r} cannot route this cutover: {why}; change that, or "
-                                 "use router kind client (the runbook's own split of its test requests)")
+                raise ValueError(f"cutover.router.kind {router!r} cannot route this cutover: {why}")
+            rate = self.cutover.router.arrival_rate_per_s or self.measure.arrival_rate_per_s
+            windows = len(self.cutover.steps_percent) + 1  # the steady state, then each step
+            least_s = windows * self.cutover.requests_per_step / rate
+            if least_s > self.run.cell_timeout_s:
+                raise ValueError(
+                    f"the routed cutover's replay needs at least {least_s:.0f} s ({windows} windows of "
+                    f"cutover.requests_per_step = {self.cutover.requests_per_step} requests at {rate:g}/s), more than "
+                    f"run.cell_timeout_s = {self.run.cell_timeout_s} s allows phase 05's cell; raise "
+                    "cutover.router.arrival_rate_per_s or run.cell_timeout_s, or lower cutover.requests_per_step")
         fixed_only, sequential_only = {"rounds", "max_extra_rounds"}, {"min_rounds", "max_rounds", "max_seconds"}
         unread = (fixed_only if self.gates.method == "sequential" else sequential_only) & self.measure.model_fields_set
         if unread:
@@ -1283,17 +1315,18 @@ class Migration(_Model):
         empty: it routes requests one by one, each to either side (:class:`RouterParams`)."""
         mode, kind = self.cutover.mode, self.workload.kind
         if kind not in ("inference", "service"):
-            return f"a {kind} cutover moves pods, not requests (workload.kind is {kind!r})"
+            return (f"a {kind} cutover moves pods, not requests (workload.kind is {kind!r}); remove cutover.router")
         if mode == "dual_run":
             return ("cutover.mode dual_run sends every request to both sides itself, so no router splits them; set "
-                    "cutover.mode drain")
+                    "cutover.mode drain, or router kind client (the runbook's own split of its test requests)")
         if kind == "inference":
             modes = {side: getattr(getattr(self, side), "endpoint_mode", None) for side in ("source", "target")}
             if any(m != "load_balancing" for m in modes.values()):
                 return (f"an inference endpoint is routed only between load-balancing endpoints; source and target "
                         f"endpoint_mode are {modes['source']!r} and {modes['target']!r} (a queue endpoint's job "
                         "is polled at /status/{id}, and nothing in that path lets the router keep the poll on the "
-                        "side that holds the job)")
+                        "side that holds the job); set both sides' endpoint_mode: load_balancing, or router kind "
+                        "client (the runbook's own split of its test requests)")
         return ""
 
     @property

@@ -362,6 +362,20 @@ def test_a_real_router_is_refused_where_it_cannot_route_and_a_command_router_nee
         load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "read_command": ["x"]}}))
     with pytest.raises(ParamsError, match="give its front URL in router.url"):
         load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "socket": "/run/h.sock"}}))
+    # a router URL requests cannot be sent to, or one the runbook would never use, is refused here,
+    # not in phase 05 after phases 01-04 rented and measured
+    for url, says in (("http://[::1", "not a usable http(s) URL"), ("http://", "names no host"),
+                      ("http://a b:9", "contains a space"), ("ftp://gw:9", "its scheme is 'ftp'")):
+        with pytest.raises(ParamsError, match=re.escape(says)):
+            load_params(make_params("demo-haproxy.yaml", cutover={"router": {
+                "kind": "command", "url": url, "set_command": ["gw"], "read_command": ["gw"]}}))
+    with pytest.raises(ParamsError, match=r"router.socket is empty, so the runbook would start its own HAProxy"):
+        load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "url": "http://gw:80"}}))
+    # windows that cannot fit phase 05's cell are refused with the arithmetic and the three fixes
+    with pytest.raises(ParamsError, match=r"needs at least 600 s \(4 windows of cutover.requests_per_step = 300 "
+                                          r"requests at 2/s\), more than run.cell_timeout_s = 120 s"):
+        load_params(make_params("demo-service-router.yaml", run={"cell_timeout_s": 120},
+                                cutover={"router": {"arrival_rate_per_s": 2}}))
     with pytest.raises(ParamsError, match=r"a training cutover moves pods, not requests"):
         load_params(make_params("demo-train.yaml", cutover={"router": {"kind": "haproxy"}}))
     # a service is routed request by request in every protocol it can speak
