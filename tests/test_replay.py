@@ -8,6 +8,7 @@ import json
 import os
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
@@ -47,7 +48,13 @@ def server() -> Iterator[str]:
             self.end_headers()
             self.wfile.write(data)
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield url
+
+
+@contextmanager
+def serving(httpd: ThreadingHTTPServer) -> Iterator[str]:
+    """``httpd`` serving from a daemon thread, as its loopback URL; shut down and closed after."""
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
@@ -120,13 +127,8 @@ class _Named(faulty_service.Faulty):
 
 @pytest.fixture
 def chat() -> Iterator[str]:
-    srv = faulty_service.Server(("127.0.0.1", 0), _Named)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(faulty_service.Server(("127.0.0.1", 0), _Named)) as url:
+        yield url
 
 
 def test_a_service_is_replayed_over_its_own_protocol_and_each_failure_is_lost_or_failed_by_name(chat: str) -> None:
@@ -171,11 +173,8 @@ def test_a_runpod_job_unfinished_at_runsync_is_not_polled_through_a_router() -> 
 
         do_GET = do_POST
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     service = Service(image="x", protocol="runpod-handler", samples="s.jsonl")
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
         with RunpodHandler(service, url, timeout_s=2.0, server_header=SERVER_HEADER) as routed:
             got = routed.runsync({"x": 1})
         assert (got["status"], got["stage"]) == ("TIMED_OUT", "status poll") and "is not sent" in got["error"]
@@ -184,6 +183,3 @@ def test_a_runpod_job_unfinished_at_runsync_is_not_polled_through_a_router() -> 
         with RunpodHandler(service, url, timeout_s=0.5) as direct:  # no router: polled to the deadline
             assert direct.runsync({"x": 1})["status"] == "TIMED_OUT"
         assert polls[0] == "/runsync" and polls[1:] and set(polls[1:]) == {"/status/job-1"}
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
