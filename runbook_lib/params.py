@@ -392,6 +392,55 @@ class VastProfile(RemoteProfile):
     endpoint_mode: Literal["queue", "load_balancing"] = "load_balancing"
 
 
+class LiveDeclared(_Model):
+    """What params declare about a live source that the runbook cannot observe over its API; each
+    is recorded as *declared*, never as observed.
+
+    Attributes:
+        image: the image the team says runs there (the target runs ``workload.service.image``).
+        digest: its digest (``sha256:<64 hex>``), when the team knows it.
+        provider: where it runs (free text: ``aws eks us-east-1``, ``runpod pod abc``).
+        gpu: the GPU model it runs on, as the team knows it.
+        throughput_units_per_s: its saturation throughput, requests per second, as the team
+            measured it elsewhere: ``throughput_ratio`` compares the target's bursts with it
+            (empty: the target's throughput is shown target-only, never a PASS).
+        cold_start_s: its cold start (launch to first served answer), seconds: ``cold_start_ratio``
+            compares the target's with it (empty: target-only).
+    """
+
+    image: str = Field(default="", max_length=512, pattern=r"^[^\s]*$")
+    digest: str = Field(default="", pattern=r"^(|sha256:[0-9a-f]{64})$")
+    provider: str = Field(default="", max_length=200)
+    gpu: str = Field(default="", max_length=200)
+    throughput_units_per_s: float | None = Field(default=None, gt=0, le=1e9)
+    cold_start_s: float | None = Field(default=None, gt=0, le=86400)
+
+
+class LiveProfile(ProfileBase):
+    """``provider: live``: the service the team runs today, reached at ``url``, which the runbook
+    did not start and must not change (source only, ``workload.kind: service``). Nothing is
+    rented or launched for it: it is the baseline. Phase 01 reads what it can over the wire and
+    asks it the sample inputs for the golden; phases 04 and 05 send it requests paced at no more
+    than ``max_rate_per_s``; no saturation burst, drill or cold start touches it; phase 06 lists it
+    as not ours. Its protocol and readiness are ``workload.service``'s.
+
+    Attributes:
+        url: the base URL of its API (the protocol's paths are appended).
+        max_rate_per_s: the most requests a second the runbook may send it, every request
+            counted (readiness checks, the golden, warm-up, rounds, cutover slices); requests are
+            spaced at least ``1/max_rate_per_s`` seconds apart (:mod:`runbook_lib.service.pacing`).
+        auth_ref: reference of a bearer token its API needs (``env:VAR`` / ``file:/path``), sent
+            as ``Authorization: Bearer ...``; empty: none. Resolved at run time, never recorded.
+        declared: :class:`LiveDeclared`.
+    """
+
+    provider: Literal["live"] = "live"
+    url: str = Field(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048)
+    max_rate_per_s: float = Field(gt=0, le=10_000)
+    auth_ref: str = Field(default="", pattern=r"^(|env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
+    declared: LiveDeclared = LiveDeclared()
+
+
 @dataclass(frozen=True)
 class ProviderEntry:
     """One provider: its registry name, the params model of a side it runs, the module whose
@@ -407,6 +456,7 @@ PROVIDER_TABLE: tuple[ProviderEntry, ...] = (
     ProviderEntry("local", LocalProfile, "runbook_lib.providers.local", remote=False),
     ProviderEntry("runpod", RunpodProfile, "runbook_lib.providers.runpod", remote=True),
     ProviderEntry("vast", VastProfile, "runbook_lib.providers.vast", remote=True),
+    ProviderEntry("live", LiveProfile, "runbook_lib.providers.live", remote=False),
 )
 """The one table of providers: it feeds the registry (:mod:`runbook_lib.providers`), the params
 schema (:data:`Profile`), and the tests. Adding a provider: ``runbook_lib/providers/GUIDE.md``."""
@@ -420,7 +470,7 @@ def _provider_of(v: Any) -> str:
     return str(v.get("provider", "local") if isinstance(v, dict) else getattr(v, "provider", "local"))
 
 
-AnyProfile = Union[LocalProfile, RunpodProfile, VastProfile]
+AnyProfile = Union[LocalProfile, RunpodProfile, VastProfile, LiveProfile]
 """The profile models of :data:`PROVIDER_TABLE`, spelled out for type checkers (which cannot read
 a union built from the table); a test holds the two equal."""
 
@@ -1217,7 +1267,8 @@ class Migration(_Model):
         migration: the migration's name (lowercase letters, digits, dashes); in every run id.
         description: free text, shown in the report.
         workload: what moves (:class:`Workload`).
-        source: where it runs today: a ``local``, ``runpod`` or ``vast`` profile.
+        source: where it runs today: a ``local``, ``runpod`` or ``vast`` profile, or ``live``: a
+            running service at a URL that the runbook did not start (:class:`LiveProfile`).
         target: where it moves: a ``local``, ``runpod`` or ``vast`` profile.
         storage: where checkpoints, golden outputs and results go (:class:`Storage`).
         measure: phase 04's protocol (:class:`Measure`).
@@ -1257,6 +1308,40 @@ class Migration(_Model):
         if isinstance(self.source, LocalProfile) and self.source.offers:
             raise ValueError("source.offers: the source is the machine that runs today, so nothing ranks or uses "
                              "offers there; move them to target.offers or remove them")
+        return self
+
+    @model_validator(mode="after")
+    def _live_source(self) -> "Migration":
+        if isinstance(self.target, LiveProfile):
+            raise ValueError("target.provider is 'live': the target is what the runbook launches, measures and "
+                             "tears down; a live service (url) can only be the source. Give the target a local, "
+                             "runpod or vast profile")
+        src = self.source
+        if not isinstance(src, LiveProfile):
+            return self
+        if self.workload.kind != "service":
+            raise ValueError(f"source.provider 'live' is a team's running service, judged over its own API; "
+                             f"workload.kind is {self.workload.kind!r}. Use kind: service with workload.service, or "
+                             "a local, runpod or vast source")
+        svc = self.workload.service
+        if svc is not None and src.declared.image and src.declared.image != svc.image:
+            raise ValueError(f"source.declared.image {src.declared.image!r} differs from workload.service.image "
+                             f"{svc.image!r}: the target runs workload.service.image unchanged, so it must be what the "
+                             "live source runs; make them the same or leave source.declared.image out")
+        cap = src.max_rate_per_s
+        if self.measure.arrival_rate_per_s > cap:
+            raise ValueError(f"measure.arrival_rate_per_s = {self.measure.arrival_rate_per_s:g} exceeds "
+                             f"source.max_rate_per_s = {cap:g}: phase 04's rounds send the live source that rate; "
+                             f"lower measure.arrival_rate_per_s to at most {cap:g} (both sides get the same schedule)")
+        if self.cutover.router.kind != "client":
+            rate = self.cutover.router.arrival_rate_per_s or self.measure.arrival_rate_per_s
+            checks = 1.0 if self.cutover.router.kind == "haproxy" else 0.0
+            if rate + checks > cap:
+                raise ValueError(
+                    f"the routed cutover sends the live source up to {rate:g} requests/s (all of them before the first "
+                    "step and after a rollback)" + (" plus HAProxy's health check, 1/s" if checks else "")
+                    + f", more than source.max_rate_per_s = {cap:g}; lower cutover.router.arrival_rate_per_s to at "
+                    f"most {cap - checks:g}")
         return self
 
     @model_validator(mode="after")

@@ -26,6 +26,12 @@ nousage         the normal stream without ``usage``
 empty           a finish_reason with no content
 ==============  ===================================================================================
 
+As a team's live service (a source the runbook must not change), three more variables:
+``REQUEST_LOG`` names a file that gets one JSON line per request as it arrives (``t``, Unix
+seconds; ``method``; ``path``), ``SIGNAL_LOG`` one that gets the name of every signal the process
+receives (it exits on SIGTERM and SIGINT after writing it), and ``REQUIRE_TOKEN`` makes every
+request without ``Authorization: Bearer <that token>`` answer 401.
+
 Run as a stand-in: ``python tests/faulty_service.py PORT``.
 """
 
@@ -53,7 +59,26 @@ class Faulty(BaseHTTPRequestHandler):
     def log_message(self, *a: Any) -> None:
         pass
 
+    def _logged(self) -> bool:
+        """Log the request (``REQUEST_LOG``) and check its token (``REQUIRE_TOKEN``): False when
+        it was answered 401."""
+        if os.environ.get("REQUEST_LOG"):
+            line = json.dumps({"t": time.time(), "method": self.command, "path": self.path}) + "\n"
+            with Faulty.lock, open(os.environ["REQUEST_LOG"], "a") as f:
+                f.write(line)
+        token = os.environ.get("REQUIRE_TOKEN")
+        if token and self.headers.get("Authorization") != f"Bearer {token}":
+            if self.command == "POST":
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._json(401, {"error": {"message": "missing or wrong bearer token"}})
+            return False
+        return True
+
     def do_GET(self) -> None:
+        if not self._logged():
+            return
+        if self.path == "/v1/models":
+            return self._json(200, {"object": "list", "data": [{"id": "faulty-chat", "object": "model"}]})
         if self.path == "/health":
             return self._json(200, {"status": "ok"})
         self._json(404, {"detail": "Not Found"})
@@ -75,6 +100,8 @@ class Faulty(BaseHTTPRequestHandler):
         return env if n >= after and (n - after) % every == 0 else ""
 
     def do_POST(self) -> None:
+        if not self._logged():
+            return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path != "/v1/chat/completions":
             return self._json(404, {"detail": "Not Found"})
@@ -179,5 +206,20 @@ def serve(port: int = 0) -> ThreadingHTTPServer:
     return srv
 
 
+def _log_signals(path: str) -> None:
+    import signal
+
+    def note(signum: int, _frame: Any) -> None:
+        with open(path, "a") as f:
+            f.write(signal.Signals(signum).name + "\n")
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            os._exit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
+        signal.signal(sig, note)
+
+
 if __name__ == "__main__":
+    if os.environ.get("SIGNAL_LOG"):
+        _log_signals(os.environ["SIGNAL_LOG"])
     Server(("127.0.0.1", int(sys.argv[1])), Faulty).serve_forever()

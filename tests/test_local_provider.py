@@ -35,7 +35,7 @@ def _pod(prov: LocalProvider, tmp_path: Path, code: str, **kw) -> object:
 
 
 def test_registry_names_valid_providers() -> None:
-    with pytest.raises(Exception, match=r"unknown provider 'nope'; known providers: \['local', 'runpod', 'vast'\]"):
+    with pytest.raises(Exception, match=r"unknown provider 'nope'; known providers: \['live', 'local', 'runpod', 'vast'\]"):
         create_provider("nope")
 
 

@@ -97,7 +97,7 @@ def test_a_side_accepts_only_its_providers_fields(make_params) -> None:
         load_params(make_params(target={"image": "ghcr.io/example/agent:1"}))
     with pytest.raises(ParamsError, match=r"target.runpod_graphql_spot: Extra inputs are not permitted"):
         load_params(make_params("runpod-to-vast.yaml", target={"runpod_graphql_spot": True}))
-    with pytest.raises(ParamsError, match=r"source: provider must be one of local, runpod, vast \(got"):
+    with pytest.raises(ParamsError, match=r"source: provider must be one of local, runpod, vast, live \(got"):
         load_params(make_params(source={"provider": "lambda"}))
     with pytest.raises(ParamsError, match=r"source.fault: Extra inputs are not permitted"):
         load_params(make_params("runpod-to-vast.yaml", source={"fault": "worker_crash"}))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
@@ -332,6 +332,26 @@ class PreflightCheck(_Model):
     detail: str = ""
 
 
+class LiveFact(_Model):
+    """One fact about a live source (``source.provider: live``), marked as ``observed`` (read over
+    its API by the runbook, with how) or ``declared`` (written in params by the team, unverified)."""
+
+    name: str
+    value: str
+    basis: Literal["observed", "declared"]
+    how: str = ""
+
+
+class LiveSource(_Model):
+    """A live source as phase 01 found it: its URL, the rate the runbook held itself to, the
+    seconds until it answered ready, and each fact observed or declared."""
+
+    url: str
+    max_rate_per_s: float
+    ready_s: float | None = None
+    facts: tuple[LiveFact, ...] = ()
+
+
 class ServiceFreeze(_Model):
     """Phase 01 of a service: the protocol, the image and its risk findings, the source pod as
     launched, the sample inputs (count, sha256 of the file), the golden answers (sha256 of
@@ -349,6 +369,7 @@ class ServiceFreeze(_Model):
     failed_samples: tuple[int, ...] = ()
     self_divergent: tuple[ServiceAnswerRow, ...] = ()
     preflight: tuple[PreflightCheck, ...] = ()
+    live: LiveSource | None = None
 
 
 class ServiceCanary(_Model):
@@ -1010,9 +1031,11 @@ class ResourceRow(_Model):
 
 
 class ReceiptResources(_Model):
-    """What the run created, the ids destroyed, and what is still there after phase 06's teardown."""
+    """What the run created, the ids destroyed, what is still there after phase 06's teardown, and
+    what the run used and must not touch (``not_ours``: a live source, by URL and why)."""
 
     created: tuple[ResourceRow, ...] = ()
+    not_ours: tuple[str, ...] = ()
     destroyed: tuple[str, ...] = ()
     remaining: tuple[ResourceRow, ...] = ()
 

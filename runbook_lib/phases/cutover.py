@@ -45,8 +45,9 @@ from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
 from runbook_lib.measure.timing import Request, ServingClient, poisson_schedule, run_open_loop
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases.routed import routed_cutover
-from runbook_lib.phases.serving import Served, failures_named, serving_for
+from runbook_lib.phases.serving import Served, failures_named, serving_for, source_gap_s
 from runbook_lib.providers.base import Plan
+from runbook_lib.service.pacing import spaced
 from runbook_lib.traffic.route import Route
 from runbook_lib.traffic.router import ClientRouter
 from runbook_lib.workload import make_workload
@@ -217,7 +218,7 @@ def cutover_inference(ctx: PhaseContext) -> Moved:
         route.set(pct, f"slice step {k + 1}" + (" (dual run: both sides serve, the target's answer served for this "
                                                   "share)" if dual else " (drained: nothing in flight)"))
         picks = serving.request_inputs(n, seed=5000 + k)
-        sched = poisson_schedule(n, ctx.mig.measure.arrival_rate_per_s, seed=6000 + k)
+        sched = spaced(poisson_schedule(n, ctx.mig.measure.arrival_rate_per_s, seed=6000 + k), source_gap_s(ctx))
         router.set_weights(100 - pct, pct)
         to_target = router.pick(n)
         step_rows = []

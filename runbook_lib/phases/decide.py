@@ -40,7 +40,7 @@ from runbook_lib.evidence.records import (
 from runbook_lib.evidence.resolve import hold_deadline
 from runbook_lib.evidence.seal import rehearsal_of, seal_run, sealed_decision
 from runbook_lib.layout import RECEIPT, ROLLBACK_POINT, ROUTE, params_sha256
-from runbook_lib.params import AnyProfile, RemoteProfile
+from runbook_lib.params import AnyProfile, LiveProfile, RemoteProfile
 from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
 from runbook_lib.phases.routed import restore_source
 from runbook_lib.traffic.route import Route
@@ -130,6 +130,7 @@ class Actions:
     route: dict[str, Any] | None
     created: list[ResourceRow]
     reconciliation: Reconciliation | None = None
+    not_ours: tuple[str, ...] = ()
 
     @property
     def remaining(self) -> list[ResourceRow]:
@@ -138,7 +139,8 @@ class Actions:
 
     def resources(self) -> ReceiptResources:
         return ReceiptResources(created=tuple(self.created), remaining=tuple(self.remaining),
-                                destroyed=tuple(c.id for c in self.created if c.state == "DESTROYED"))
+                                destroyed=tuple(c.id for c in self.created if c.state == "DESTROYED"),
+                                not_ours=self.not_ours)
 
 
 def act(ctx: PhaseContext, decision: str) -> Actions:
@@ -186,14 +188,18 @@ def act(ctx: PhaseContext, decision: str) -> Actions:
                                        created_at=res.created_at, ended_at=after.ended_at if after else None,
                                        state=state, should_be_gone=must_go,
                                        teardown=asdict(done) if done is not None else None))
-    actions = Actions(route, created)
+    lp = ctx.mig.source if isinstance(ctx.mig.source, LiveProfile) else None
+    not_ours = (f"source {lp.url}: the live service the team runs (source.provider live); not created, stopped or "
+                "destroyed by the run, only sent requests paced at source.max_rate_per_s",) if lp is not None else ()
+    actions = Actions(route, created, not_ours=not_ours)
     remaining = actions.remaining
     blind = [u for u in unlisted if "nothing to tear down" not in u]
     ok = None if blind and not remaining else not remaining
     detail = (f"still present: {[c.id for c in remaining]}" if remaining else
               f"could not list: {blind}" if blind else
               f"{len(created) - len(remaining)} of {len(created)} resources created by the run are destroyed and "
-              f"verified gone" + (f"; {'; '.join(unlisted)}" if unlisted else ""))
+              f"verified gone" + (f"; {'; '.join(unlisted)}" if unlisted else "")
+              + (f"; not ours, untouched: {'; '.join(not_ours)}" if not_ours else ""))
     ctx.evidence.add_gates(g.boolean_gate("teardown_verified", ok, phase="06", detail=detail))
     return actions
 
@@ -463,7 +469,9 @@ class DecisionResult(PhaseResult):
                 md(f"## Decision: **{self.decision}**\n\n" + "\n".join(f"- {r}" for r in self.reasons)),
                 *([md(guidance)] if guidance else []),
                 md("**Acceptance deltas**"), table(self.receipt.acceptance_deltas),
-                md("**Resources this run created**"), table(self.actions.created)]
+                md("**Resources this run created**"), table(self.actions.created),
+                *([md("**Not ours** (used, never changed)"), table([{"resource": x} for x in self.actions.not_ours])]
+                  if self.actions.not_ours else [])]
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from runbook_lib.evidence.records import (
 from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.params import Migration, RemoteProfile, Storage
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
+from runbook_lib.phases import service_pods as pods
 from runbook_lib.portability import checkpoint
 from runbook_lib.portability.checkpoint import Finding
 from runbook_lib.portability.inventory import probe
@@ -404,6 +405,10 @@ def inventory_rows(host: Inventory, source_env: Inventory) -> list[dict[str, obj
 def plan(ctx: PhaseContext) -> PlanShown:
     """The freeze pod's launch plan (a service: the source service pod's), for display before its
     approval cell."""
+    if ctx.mig.workload.kind == "service" and pods.live(ctx.mig) is not None:
+        return PlanShown((), (), note="The source is a live service (source.provider live): phase 01 launches nothing; "
+                                      "it asks the running service every sample input twice, paced at "
+                                      "source.max_rate_per_s.")
     if ctx.mig.workload.kind == "service":
         return PlanShown((service.plan_freeze(ctx),), ("source",),
                          note="Phase 01 launches the source image as it runs today, asks it every sample input twice "

@@ -24,7 +24,7 @@ from runbook_lib.evidence.records import (
     SourcePod,
 )
 from runbook_lib.gates import GateResult
-from runbook_lib.params import Profile, RemoteProfile
+from runbook_lib.params import LiveProfile, Profile, RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Capabilities, Capability
@@ -79,8 +79,8 @@ def target_offers(ctx: PhaseContext) -> Offers | None:
         per offer seen (accepted, reasons, unverified) and ``target.offer`` as judged.
     """
     prof = ctx.mig.target
-    if not isinstance(prof, RemoteProfile) and not getattr(prof, "offers", ()):
-        return None
+    if isinstance(prof, LiveProfile) or (not isinstance(prof, RemoteProfile) and not getattr(prof, "offers", ())):
+        return None  # a live target is refused in params; a local one without offers is this host
     req = prof.offer
     offers = ctx.resources.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
     ranked, table = filter_offers(offers, req)

@@ -23,6 +23,8 @@ from runbook_lib.errors import EvidenceError, ProviderError
 from runbook_lib.evidence.records import (
     FreezeSource,
     Golden,
+    LiveFact,
+    LiveSource,
     ParityData,
     PreflightCheck,
     ServiceAnswerRow,
@@ -31,13 +33,13 @@ from runbook_lib.evidence.records import (
     ServiceLaunch,
 )
 from runbook_lib.layout import SERVICE_GOLDEN
-from runbook_lib.params import Migration, Service
+from runbook_lib.params import LiveProfile, Migration, Service
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases import service_pods as pods
 from runbook_lib.providers.base import Plan
 from runbook_lib.service import compare, samples
 from runbook_lib.service.preflight import preflight
-from runbook_lib.service.protocols import Answer, ServiceClient
+from runbook_lib.service.protocols import Answer, ServiceClient, listed_models, peek
 
 CANARY_ANSWERS = "03/canary_answers.json"
 """The canary's answer to each sample input, as its client returned them (status, output, metrics)."""
@@ -105,7 +107,11 @@ def image_findings(ctx: PhaseContext, launch: ServiceLaunch) -> tuple[tuple[str,
         return (), svc.image.rsplit("@", 1)[1]
     out = [f"risk: image {svc.image!r} is a tag, not a digest: the registry can move it; pin "
            f"{svc.image.split(':')[0]}@sha256:<digest>"]
-    if launch.digest:
+    if pods.live(ctx.mig) is not None:
+        out.append(f"declared, not observed: the live source is said to run digest {launch.digest}; the canary must "
+                   "run that digest" if launch.digest else
+                   "not pinned: the live source's image is declared, not observed, and source.declared.digest is empty")
+    elif launch.digest:
         out.append(f"pinned: the provider reports digest {launch.digest}; the canary must run that digest")
     elif launch.stand_in:
         out.append("not pinned: a local stand-in ran for the image, so no registry digest exists to pin")
@@ -168,17 +174,94 @@ def _rows(svc: Any, golden: list[Any], answers: list[Answer]) -> list[ServiceAns
     return rows
 
 
+SERVER_HEADERS = ("server", "x-powered-by", "via")
+"""Response headers phase 01 records from a live source: what it says serves it."""
+
+
+def observe_live(ctx: PhaseContext, prof: LiveProfile, c: ServiceClient, ready_s: float) -> LiveSource:
+    """What phase 01 can read of a live source over its API, each fact marked ``observed`` with
+    how, beside what params declare about it (``source.declared``, ``price_usd_per_hour``),
+    marked ``declared``: the readiness answer and its server headers, and for ``openai-chat`` the
+    models ``GET /v1/models`` lists (the OpenAI API's model list). Every request is paced."""
+    svc = pods.service_of(ctx.mig)
+    facts: list[LiveFact] = []
+    paths = [svc.readiness.path] + (["/v1/models"] if svc.protocol == "openai-chat" else [])
+    for path in paths:
+        try:
+            status, headers, body = peek(c, path)
+        except ProviderError as exc:
+            facts.append(LiveFact(name=f"GET {path}", value=f"unreachable: {exc}"[:300], basis="observed",
+                                  how="one GET over its API"))
+            continue
+        facts.append(LiveFact(name=f"GET {path}", value=f"HTTP {status}", basis="observed", how="one GET over its API"))
+        facts += [LiveFact(name=f"{h} header", value=headers[h][:200], basis="observed", how=f"GET {path}")
+                  for h in SERVER_HEADERS if h in headers]
+        if path == "/v1/models" and status == 200:
+            ids = listed_models(body)
+            facts.append(LiveFact(name="models served", value=", ".join(ids) or "none listed", basis="observed",
+                                  how="GET /v1/models (OpenAI API: list models)"))
+    d = prof.declared
+    for name, value in (("image", d.image or svc.image), ("digest", d.digest), ("provider", d.provider),
+                        ("GPU", d.gpu), ("price (USD/hour)", f"{prof.price_usd_per_hour:g}"),
+                        ("throughput (requests/s)", "" if d.throughput_units_per_s is None else f"{d.throughput_units_per_s:g}"),
+                        ("cold start (s)", "" if d.cold_start_s is None else f"{d.cold_start_s:g}")):
+        facts.append(LiveFact(name=name, value=value or "not declared", basis="declared",
+                              how="source.declared" if name not in ("image", "price (USD/hour)") else
+                              ("source.declared.image, else workload.service.image" if name == "image"
+                               else "source.price_usd_per_hour")))
+    return LiveSource(url=prof.url, max_rate_per_s=prof.max_rate_per_s, ready_s=round(ready_s, 3), facts=tuple(facts))
+
+
+def ask_live(ctx: PhaseContext, prof: LiveProfile, inputs: list[Any]) -> tuple[Asked, LiveSource]:
+    """Phase 01 on a live source: nothing is launched. Wait until it answers ready, read what it
+    says about itself (:func:`observe_live`), then ask every sample input twice with the service
+    preflight first, every request paced at ``source.max_rate_per_s``.
+
+    Raises:
+        NotReady: it never answered ready. ProtocolMismatch, ServicePreflightFailed: as :func:`ask`.
+    """
+    ready_s = pods.live_ready(ctx.resources, prof)
+    svc = pods.service_of(ctx.mig)
+    with pods.live_client(ctx.mig, prof, timeout_s=ctx.mig.measure.request_timeout_s, project=ctx.run.project) as c:
+        seen = observe_live(ctx, prof, c, ready_s)
+        found, first = preflight(c, svc, inputs[0])
+        rest = [not_sent(0, first) for _ in inputs[1:]] if stalled(first) else answer_all(c, inputs[1:], first=1)
+        again = answer_all(c, inputs)
+    launch = ServiceLaunch(pod=f"{pods.LIVE_ID} {prof.url}", image=prof.declared.image or svc.image,
+                           digest=prof.declared.digest or None, ready_s=round(ready_s, 3))
+    checks = tuple(PreflightCheck(name=x.name, ok=x.ok, detail=x.detail) for x in found)
+    return Asked(launch, [first, *rest], again, checks), seen
+
+
+def live_gates(prof: LiveProfile, phase: str) -> tuple[g.GateResult, g.GateResult]:
+    """``launched_as_declared`` and ``no_runbook_inside`` for a live source: NOT_APPLICABLE and
+    not blocking, with the reason: the runbook launched nothing there, so no launch can be
+    compared with params and no process of its own can be inside."""
+    why = (f"the source is a live service at {prof.url} (source.provider live): the runbook did not launch it, so its "
+           "image and command are declared, not observed")
+    return (g.not_applicable("launched_as_declared", False, why, threshold="True", unit="bool", method="check",
+                             phase=phase, source="params source.provider: live"),
+            g.not_applicable("no_runbook_inside", False, why + "; the runbook runs nothing inside it", threshold="True",
+                             unit="bool", method="check", phase=phase, source="params source.provider: live"))
+
+
 def freeze_service(ctx: PhaseContext) -> FreezeSource:
     """Phase 01 for a service: the source pod launched as it runs today, its launch as the
     provider reports it, the golden answers (``01/service_golden.json``) and the source against
-    itself. Nothing is rented in a dry-run: the plan is recorded."""
+    itself. Nothing is rented in a dry-run: the plan is recorded. A live source
+    (``source.provider: live``) is not launched: it is asked as it runs (:func:`ask_live`)."""
     svc = pods.service_of(ctx.mig)
     inputs = samples.load_samples(svc, ctx.params_path)
-    plan = plan_freeze(ctx)
-    if plan.dry_run:
-        ctx.resources.apply_plan("source", plan)
-        return FreezeSource(plan=plan.to_dict(), dry_run=True)
-    asked, _ = ask(ctx, "source", FREEZE_ROLE, inputs, twice=True, check=True)
+    lp = pods.live(ctx.mig)
+    seen: LiveSource | None = None
+    if lp is not None:
+        asked, seen = ask_live(ctx, lp, inputs)
+    else:
+        plan = plan_freeze(ctx)
+        if plan.dry_run:
+            ctx.resources.apply_plan("source", plan)
+            return FreezeSource(plan=plan.to_dict(), dry_run=True)
+        asked, _ = ask(ctx, "source", FREEZE_ROLE, inputs, twice=True, check=True)
     golden = [a.get("output") if a.get("status") == "COMPLETED" else None for a in asked.answers]
     divergent = [r for r in _rows(svc, golden, asked.again) if not r.match]
     path = ctx.evidence.write_json(SERVICE_GOLDEN, {"protocol": svc.protocol, "answers": golden,
@@ -190,7 +273,7 @@ def freeze_service(ctx: PhaseContext) -> FreezeSource:
                        samples_sha256=hashlib.sha256(sample_file.read_bytes()).hexdigest(),
                        golden_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
                        failed_samples=tuple(i for i, a in enumerate(golden) if a is None),
-                       self_divergent=tuple(divergent), preflight=asked.preflight)
+                       self_divergent=tuple(divergent), preflight=asked.preflight, live=seen)
     first_failed = next((a for a in asked.answers if a.get("status") != "COMPLETED"), None)
     ctx.evidence.add_gates(
         g.boolean_gate("source_answers", not sf.failed_samples, phase="01",
@@ -199,7 +282,8 @@ def freeze_service(ctx: PhaseContext) -> FreezeSource:
                                           f"{first_failed.get('status')} at {first_failed.get('stage')}: "
                                           f"{first_failed.get('error')}" if sf.failed_samples and first_failed
                                           else "")),
-        launch_gate(asked.launch, "01"), runbook_free_gate(asked.launch, "01"))
+        *(live_gates(lp, "01") if lp is not None else
+          (launch_gate(asked.launch, "01"), runbook_free_gate(asked.launch, "01"))))
     golden_rec = Golden(prefix=SERVICE_GOLDEN, shape=[len(golden)], dtype="json", outputs_sha256=sf.golden_sha256)
     return FreezeSource(golden=golden_rec, identity={"image": svc.image, "pinned_digest": digest,
                                                      "samples_sha256": sf.samples_sha256},
@@ -391,16 +475,29 @@ class ServiceParityResult(PhaseResult):
 def service_freeze_parts(sf: ServiceFreeze) -> list[Any]:
     """Phase 01's display of a service: its launch as reported, the image findings, the golden."""
     ln = sf.launch
+    if sf.live is not None:
+        lv = sf.live
+        head = [md(f"**Source service**: the live service at `{lv.url}` ({sf.protocol}), not launched by the runbook "
+                   f"and not changed by it; ready in {lv.ready_s} s; every request paced at no more than "
+                   f"{lv.max_rate_per_s:g}/s (source.max_rate_per_s)"),
+                md("**What it is**: observed over its API, or declared in params (unverified)"),
+                table([f.model_dump() for f in lv.facts])]
+        return head + _golden_parts(sf)
     return [md(f"**Source service** `{ln.pod}`: {'a stand-in for ' if ln.stand_in else ''}`{sf.image}` "
                f"({sf.protocol}), ready in {ln.ready_s} s; command `{' '.join(ln.command)}`; environment names "
                f"{list(ln.env_names)}; ports {ln.ports}"),
-            md("**Image findings**"), table([{"finding": f} for f in sf.image_findings] or [{"finding": "none"}]),
-            md("**Service preflight** (the first sample input, checked against what params claim)"),
-            table([c.model_dump() for c in sf.preflight] or [{"name": "-", "ok": None, "detail": "not recorded"}]),
-            md(f"**Golden answers** for {sf.samples} sample inputs (samples sha256 `{sf.samples_sha256[:16]}`, "
-               f"golden sha256 `{sf.golden_sha256[:16]}`); asked twice, the source differed from itself on "
-               f"{len(sf.self_divergent)}"),
+            *_golden_parts(sf),
             md("**Processes in the service** (as the provider reports them)"),
             table([{"pid": p.get("pid"), "command": " ".join(p.get("cmdline") or [])[:120],
                     "RUNBOOK_* variables": ", ".join(p.get("runbook_env") or []) or "none"}
                    for p in ln.processes] or [{"pid": "-", "command": "not reported by the provider"}])]
+
+
+def _golden_parts(sf: ServiceFreeze) -> list[Any]:
+    """The image findings, the preflight and the golden answers (phase 01's display)."""
+    return [md("**Image findings**"), table([{"finding": f} for f in sf.image_findings] or [{"finding": "none"}]),
+            md("**Service preflight** (the first sample input, checked against what params claim)"),
+            table([c.model_dump() for c in sf.preflight] or [{"name": "-", "ok": None, "detail": "not recorded"}]),
+            md(f"**Golden answers** for {sf.samples} sample inputs (samples sha256 `{sf.samples_sha256[:16]}`, "
+               f"golden sha256 `{sf.golden_sha256[:16]}`); asked twice, the source differed from itself on "
+               f"{len(sf.self_divergent)}")]

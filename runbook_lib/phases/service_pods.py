@@ -18,10 +18,12 @@ from typing import Any, Callable
 from runbook_lib.errors import ProviderError, ProviderTimeout
 from runbook_lib.evidence.records import ServiceLaunch
 from runbook_lib.layout import project_root
-from runbook_lib.params import READINESS_PATHS, Migration, RemoteProfile, Service
+from runbook_lib.params import READINESS_PATHS, LiveProfile, Migration, RemoteProfile, Service
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
 from runbook_lib.providers.base import Plan, Pod, PodSpec, http_port, http_url
+from runbook_lib.secret_refs import resolve
+from runbook_lib.service.pacing import Pacer, pacer_for
 from runbook_lib.service.protocols import ServiceClient, client_for
 
 SERVICE_ROLE_PREFIX = "service-"
@@ -211,6 +213,66 @@ def client(res: Resources, ready: Ready) -> ServiceClient:
     """
     return client_for(service_of(res.mig), ready.url, timeout_s=res.mig.measure.request_timeout_s,
                       project=res.run.project)
+
+
+LIVE_ID = "live"
+"""The id a live source's serving side is recorded under (it has no pod or endpoint id)."""
+
+
+def live(mig: Migration, side: str = "source") -> LiveProfile | None:
+    """``side``'s profile when it is a live service (``provider: live``), else None."""
+    prof = mig.source if side == "source" else mig.target
+    return prof if isinstance(prof, LiveProfile) else None
+
+
+def live_pacer(prof: LiveProfile) -> Pacer:
+    """The process's pacer of the live source (:func:`runbook_lib.service.pacing.pacer_for`)."""
+    return pacer_for(prof.url, prof.max_rate_per_s)
+
+
+def live_client(mig: Migration, prof: LiveProfile, *, timeout_s: float, project: Any = None) -> ServiceClient:
+    """The protocol's client of a live source: paced at ``max_rate_per_s``, with its bearer token
+    (``auth_ref``, resolved now and never recorded) when it needs one.
+
+    Raises:
+        AuthError: ``auth_ref`` is not set on this machine (named, never its value).
+    """
+    headers = {"Authorization": f"Bearer {resolve('source.auth_ref', prof.auth_ref)}"} if prof.auth_ref else None
+    return client_for(service_of(mig), prof.url, timeout_s=timeout_s, project=project, pacer=live_pacer(prof),
+                      headers=headers)
+
+
+def live_ready(res: Resources, prof: LiveProfile, *, clock: Callable[[], float] = time.perf_counter,
+               sleep: Callable[[float], None] = time.sleep) -> float:
+    """Wait until the live source answers ``GET readiness.path`` with ``readiness.status`` (paced
+    like every request to it), at most ``readiness.timeout_s``; nothing is launched.
+
+    Returns:
+        Seconds until it answered ready.
+
+    Raises:
+        NotReady: no ready answer in time (the last answer named).
+    """
+    svc = service_of(res.mig)
+    r = svc.readiness
+    t0 = clock()
+    last, checks = "no answer yet", 0
+    with live_client(res.mig, prof, timeout_s=max(1.0, r.interval_s * 4)) as c:
+        while True:
+            checks += 1
+            try:
+                got = c.health()
+                if got["status"] == r.status:
+                    return clock() - t0
+                last = f"HTTP {got['status']}: {got['body'][:120]!r}"
+            except ProviderError as exc:
+                last = str(exc)
+            if clock() - t0 > r.timeout_s:
+                raise NotReady(f"the live source at {prof.url} is not ready: no {r.status} on GET {r.path} within "
+                               f"readiness.timeout_s = {r.timeout_s:g} s ({checks} checks); the last answer: {last}. "
+                               "It is the team's running service: check source.url and workload.service.readiness",
+                               provider="live", resource_id=prof.url)
+            sleep(r.interval_s)
 
 
 def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:

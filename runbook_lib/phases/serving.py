@@ -24,14 +24,18 @@ from runbook_lib.phases import PhaseContext
 from runbook_lib.phases import service_pods as pods
 from runbook_lib.providers.base import Plan
 from runbook_lib.service import compare, samples
+from runbook_lib.service.pacing import SCHEDULE_MARGIN
 from runbook_lib.service.protocols import client_for
 from runbook_lib.workload import make_workload
+
+LIVE_MODE = "live"
+"""The mode of a live source's serving side: a running service the runbook did not create."""
 
 
 @dataclass(frozen=True)
 class Served:
     """A side's serving resource as phase 04 created it: id, base URL, mode (``queue``,
-    ``load_balancing`` or ``service``), and the seconds from the create call to ready
+    ``load_balancing``, ``service`` or ``live``), and the seconds from the create call to ready
     (a service pod's readiness; None for endpoints, which report ready when created)."""
 
     id: str
@@ -112,13 +116,24 @@ class ServiceServing(Serving):
         return pods.plan_service(self.ctx.resources, side, role)
 
     def create(self, side: str, role: str) -> Served:
+        """``side``'s service pod, launched and ready; a live source (``source.provider: live``)
+        is only waited for (:func:`~runbook_lib.phases.service_pods.live_ready`): nothing is
+        launched, and its ``ready_s`` is None (it was running before the runbook came)."""
+        lp = pods.live(self.ctx.mig, side)
+        if lp is not None:
+            pods.live_ready(self.ctx.resources, lp)
+            return Served(pods.LIVE_ID, lp.url, LIVE_MODE, None)
         ready = pods.launch_ready(self.ctx.resources, side, role)
         return Served(ready.pod.id, ready.url, "service", ready.ready_s)
 
     def client(self, side: str, served: Served, *, timeout_s: float) -> ServingClient:
         """The protocol's client; each request's deadline is ``measure.request_timeout_s`` whatever
         ``timeout_s`` (an endpoint client's per-call wait) says: a service answers a request
-        whole or fails it."""
+        whole or fails it. A live source's client is paced at ``source.max_rate_per_s``."""
+        lp = pods.live(self.ctx.mig, side)
+        if lp is not None:
+            return pods.live_client(self.ctx.mig, lp, timeout_s=self.ctx.mig.measure.request_timeout_s,
+                                    project=self.ctx.run.project)
         return client_for(self.service, served.url, timeout_s=self.ctx.mig.measure.request_timeout_s,
                           project=self.ctx.run.project)
 
@@ -161,6 +176,20 @@ def failures_named(s: pd.DataFrame, mask: np.ndarray, bursts: pd.DataFrame | Non
         if by:
             parts.append("saturation bursts: " + ", ".join(f"{k} x{v}" for k, v in sorted(by.items())))
     return "; ".join(parts)
+
+
+def creates(ctx: PhaseContext, side: str) -> bool:
+    """Whether phases 04 and 05 create ``side``'s serving resource (False for a live source)."""
+    return pods.live(ctx.mig, side) is None
+
+
+def source_gap_s(ctx: PhaseContext) -> float:
+    """The least gap between two arrivals of an open-loop schedule, seconds: for a live source
+    :data:`runbook_lib.service.pacing.SCHEDULE_MARGIN` / ``max_rate_per_s`` (a little wider than
+    its pacing gap), else 0. Both sides get the same spaced schedule, so they are still compared
+    like with like."""
+    lp = pods.live(ctx.mig)
+    return SCHEDULE_MARGIN / lp.max_rate_per_s if lp is not None else 0.0
 
 
 def serving_for(ctx: PhaseContext) -> Serving:

@@ -49,6 +49,7 @@ from runbook_lib.errors import ParamsError, ProviderError
 from runbook_lib.params import Service
 from runbook_lib.secret_refs import KEY_PATTERNS
 from runbook_lib.service.compare import MISSING, at_path
+from runbook_lib.service.pacing import Pacer
 
 PROTOCOL_PATHS = {"openai-chat": "/v1/chat/completions", "runpod-handler": "/runsync"}
 """The path each protocol calls (``http-json``: its declared ``request.path``)."""
@@ -298,6 +299,10 @@ class ServiceClient:
             answered on its own), and a ``runpod-handler`` job still running when ``/runsync``
             returns is not polled (:class:`RunpodHandler`). Empty: a direct client.
         max_connections: the most connections the client opens at once (httpx's pool limit).
+        pacer: every request (a readiness check, a call, a job's status poll) first waits for a
+            slot of this :class:`~runbook_lib.service.pacing.Pacer` (a live source's
+            ``max_rate_per_s``); the wait is part of the request's latency. None: unpaced.
+        headers: sent with every request (a live source's ``Authorization``); never recorded.
 
     Raises:
         ParamsError: ``service.tokenizer`` names no ``tokenizer.json``.
@@ -306,12 +311,14 @@ class ServiceClient:
     protocol = ""
 
     def __init__(self, service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None,
-                 server_header: str = "", max_connections: int = 100) -> None:
+                 server_header: str = "", max_connections: int = 100, pacer: Pacer | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         self.service = service
+        self.pacer = pacer
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.server_header = server_header
-        self.http = httpx.Client(base_url=self.url, timeout=timeout_s,
+        self.http = httpx.Client(base_url=self.url, timeout=timeout_s, headers=headers or {},
                                  limits=httpx.Limits(max_connections=max_connections,
                                                      max_keepalive_connections=max_connections))
         self._lock = threading.Lock()
@@ -347,6 +354,8 @@ class ServiceClient:
             ProviderError: the service cannot be reached (connection refused, timed out).
         """
         r = self.service.readiness
+        if self.pacer is not None:
+            self.pacer.wait()
         try:
             got = self.http.get(r.path, timeout=min(self.timeout_s, 10.0))
         except httpx.HTTPError as exc:
@@ -366,6 +375,8 @@ class ServiceClient:
         with self._lock:
             self.in_flight += 1
         t0 = time.perf_counter()
+        if self.pacer is not None:  # the wait for a slot is the request's own time, as a queue's is
+            self.pacer.wait()
         w = _Watch(t0 + self.timeout_s, None)
         try:
             out = self._call(payload, t0, w)
@@ -410,6 +421,8 @@ class ServiceClient:
         timeout = httpx.Timeout(left, connect=min(CONNECT_S, left))
         if w.stage != "status poll":  # a queued job's polls fail as polls, wherever they stall
             w.stage = "connect"
+        elif self.pacer is not None:  # a poll is one more request to a paced service
+            self.pacer.wait()
         w.max_gap_s = self.service.max_gap_s if gap else None
         with self.http.stream(method, path, timeout=timeout, **kw) as resp:
             if self.server_header:
@@ -765,11 +778,41 @@ class RunpodHandler(ServiceClient):
                 "queue_s": timing.get("queue_s", math.nan), "execution_s": timing.get("execution_s", time.perf_counter() - t0)}
 
 
+def peek(client: ServiceClient, path: str) -> tuple[int, dict[str, str], str]:
+    """``GET path`` on ``client``'s service (paced like its every request): the status, the
+    response headers (lower-case names) and the first 2,000 characters of the body, scrubbed
+    (:func:`scrub`).
+
+    Raises:
+        ProviderError: the service cannot be reached.
+    """
+    if client.pacer is not None:
+        client.pacer.wait()
+    try:
+        got = client.http.get(path, timeout=min(client.timeout_s, 10.0))
+    except httpx.HTTPError as exc:
+        raise ProviderError(f"service at {client.url} cannot be reached for GET {path}: {exc}") from exc
+    return got.status_code, {k.lower(): v for k, v in got.headers.items()}, scrub(got.text[:2000])
+
+
+def listed_models(body: str) -> list[str]:
+    """The model ids of an OpenAI ``GET /v1/models`` answer (``{"object": "list", "data": [{"id":
+    ...}]}``, the OpenAI API reference's "List models"); empty when the body is not that shape."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return []
+    items = doc.get("data") if isinstance(doc, dict) else None
+    return [str(m.get("id")) for m in items if isinstance(m, dict)] if isinstance(items, list) else []
+
+
 def client_for(service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None,
-               server_header: str = "", max_connections: int = 100) -> ServiceClient:
+               server_header: str = "", max_connections: int = 100, pacer: Pacer | None = None,
+               headers: dict[str, str] | None = None) -> ServiceClient:
     """The client of ``service.protocol`` on ``url``; ``timeout_s`` is each request's deadline;
-    ``server_header`` and ``max_connections`` as :class:`ServiceClient` takes them."""
+    ``server_header``, ``max_connections``, ``pacer`` and ``headers`` as :class:`ServiceClient`
+    takes them."""
     cls: type[ServiceClient] = {"openai-chat": OpenAIChat, "runpod-handler": RunpodHandler}.get(service.protocol,
                                                                                                 HttpJson)
     return cls(service, url, timeout_s=timeout_s, project=project, server_header=server_header,
-               max_connections=max_connections)
+               max_connections=max_connections, pacer=pacer, headers=headers)

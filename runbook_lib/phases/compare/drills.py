@@ -45,7 +45,7 @@ from runbook_lib.evidence.records import DrillRow, Offers
 from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.measure import cost
 from runbook_lib.measure.timing import JobAnswer, JobClient, JobClocks, ServingClient, served_status
-from runbook_lib.params import RemoteProfile
+from runbook_lib.params import LiveProfile, RemoteProfile
 from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases.compare.judge import Measurement
 from runbook_lib.phases.compare.raw import Measured
@@ -235,6 +235,7 @@ def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], An
 
 def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
     prof = ctx.mig.target
+    assert not isinstance(prof, LiveProfile)  # params refuse a live target
     mapping = ctx.records.mapping
     offers = (mapping.offers if mapping is not None else None) or Offers()
     remote = isinstance(prof, RemoteProfile)

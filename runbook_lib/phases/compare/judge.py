@@ -24,7 +24,7 @@ from runbook_lib.evidence.records import (
 )
 from runbook_lib.measure import cost
 from runbook_lib.measure.timing import INIT_PARTS
-from runbook_lib.params import Migration, operator_set
+from runbook_lib.params import LiveProfile, Migration, operator_set
 from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases.compare import forecast, goodput, sequential
 from runbook_lib.phases.compare.protocol import lost_measurements
@@ -224,7 +224,56 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
             results += token_gates(mig, s, rounds, on, done)
         gp = goodput.goodput_gate(mig, s)
         results += [gp] if gp is not None else []
+    results = live_source_gates(mig, results, thr["target"], cold["target"])
     return qualified(mig, res, [unmeasured_tpot(mig, s, r) for r in results])
+
+
+def live_source_gates(mig: Migration, results: list[g.GateResult], target_thr: list[float],
+                      target_cold: list[float]) -> list[g.GateResult]:
+    """``throughput_ratio`` and ``cold_start_ratio`` when the source is live
+    (``source.provider: live``): no saturation burst or cold start touches it, so the target's
+    figures are compared with what params declare (``source.declared.throughput_units_per_s``,
+    ``source.declared.cold_start_s``; marked declared in the method), or, where nothing is
+    declared, shown target-only: NOT_APPLICABLE and not blocking, with the target's figure and
+    the reason (never a PASS). Every other gate, and any source that is not live, as it is."""
+    lp = mig.source if isinstance(mig.source, LiveProfile) else None
+    if lp is None:
+        return results
+    gc, d = mig.gates, lp.declared
+    out = []
+    for r in results:
+        if r.name == "throughput_ratio":
+            if d.throughput_units_per_s is not None:
+                got = g.throughput_ratio([d.throughput_units_per_s], target_thr, min_ratio=gc.throughput_ratio_min,
+                                         phase="04")
+                r = replace(got, method=got.method + "; the source's throughput is declared "
+                            "(source.declared.throughput_units_per_s), not measured: it is live and never saturated")
+            else:
+                mean = f"{sum(target_thr) / len(target_thr):.3f} requests/s over {len(target_thr)} bursts" \
+                    if target_thr else "not measured"
+                r = g.not_applicable("throughput_ratio", False,
+                                     f"the source is live (source.url): no saturation burst is sent to it, so there "
+                                     f"is no source throughput to compare; target-only: {mean}. Declare "
+                                     "source.declared.throughput_units_per_s to compare", threshold=gc.throughput_ratio_min,
+                                     unit="ratio", method="target / source mean throughput", phase="04",
+                                     source="params source.provider: live")
+        elif r.name == "cold_start_ratio":
+            if d.cold_start_s is not None:
+                got = g.cold_start_ratio([d.cold_start_s], target_cold, max_ratio=gc.cold_start_ratio_max, phase="04",
+                                         what="launch to first served response; the source's is declared "
+                                              "(source.declared.cold_start_s), not measured")
+                r = got
+            else:
+                med = f"target median {sorted(target_cold)[len(target_cold) // 2]:.2f} s" if target_cold \
+                    else "not measured"
+                r = g.not_applicable("cold_start_ratio", False,
+                                     f"the source is live (source.url): it was running before the runbook came and is "
+                                     f"never restarted, so it has no cold start to compare; target-only: {med}. "
+                                     "Declare source.declared.cold_start_s to compare",
+                                     threshold=gc.cold_start_ratio_max, unit="ratio", method="median cold start ratio",
+                                     phase="04", source="params source.provider: live")
+        out.append(r)
+    return out
 
 
 def unmeasured_tpot(mig: Migration, s: pd.DataFrame, r: g.GateResult) -> g.GateResult:

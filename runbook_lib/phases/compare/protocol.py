@@ -49,8 +49,9 @@ from runbook_lib.phases.compare.raw import (
     load_tables,
     write_tables,
 )
-from runbook_lib.phases.serving import Served, Serving, serving_for
+from runbook_lib.phases.serving import LIVE_MODE, Served, Serving, creates, serving_for, source_gap_s
 from runbook_lib.providers.base import Endpoint, Plan, Pod
+from runbook_lib.service.pacing import spaced
 
 ROUND_PATTERN = ("source", "target", "target", "source")
 
@@ -275,7 +276,7 @@ def planned(ctx: PhaseContext) -> list[tuple[str, Plan, str]]:
         return ([(side, cold_start_plan(ctx, side), f"cold starts from zero ({m.cold_starts} per side)")
                  for side in cold_start_sides(ctx)]
                 + [(side, serving.plan(side, f"endpoint-{side}"), "always")
-                   for side in ("source", "target")])
+                   for side in ("source", "target") if creates(ctx, side)])
     if ctx.mig.gates.method == "sequential":
         return [(ROUND_PATTERN[r % 4], bench_plan(ctx, ROUND_PATTERN[r % 4], str(r)),
                  "always" if r < 2 * m.min_rounds else "only while a blocking gate is undecided (gates.method: "
@@ -391,8 +392,9 @@ def _start_endpoint(ctx: PhaseContext, side: str, serving: Serving, meter: cost.
     ready = time.perf_counter()
     status = served_status(first.value) if first.value is not None else "MEASUREMENT_ERROR"
     # Create to first served response (a job that expired or failed was not served); the
-    # waits between retries are not the side's own time.
-    cold_s = ready - t0 - first.waited_s if first.ok and status == "COMPLETED" else math.nan
+    # waits between retries are not the side's own time. A live source was running before the
+    # runbook came: it has no cold start here.
+    cold_s = ready - t0 - first.waited_s if first.ok and status == "COMPLETED" and ep.mode != LIVE_MODE else math.nan
     health = measured_with_retries(ctx, lambda _k: client.health(), log, what=f"cold start {side} worker report",
                                    kind="cold_start", side=side, sleep=sleep)
     starts = health.value.get("cold_starts", []) if health.value is not None else []
@@ -421,6 +423,25 @@ def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, serving: Servi
     return w.value or []
 
 
+def settle(client: ServingClient) -> None:
+    """Before an open-loop round: wait until a paced client (a live source's) could send at once,
+    so the round's first arrival does not queue behind the round before it; others go at once."""
+    pacer = getattr(client, "pacer", None)
+    if pacer is not None:
+        pacer.settle()
+
+
+def _saturate(ctx: PhaseContext, serving: Serving, client: ServingClient, side: str, r: int,
+              log: list[Attempted[Any]], *, sleep: Callable[[float], None]) -> list[TableRow]:
+    """Round ``r``'s saturation burst on ``side`` (``measure.throughput_requests`` at once, drawn
+    with the round's block seed): one throughput row, or none when every attempt failed (the
+    attempts are in ``log``)."""
+    burst = serving.request_inputs(ctx.mig.measure.throughput_requests, seed=3000 + round_block(r))
+    sat = measured_with_retries(ctx, lambda _k: run_saturation(client, [p for _, p in burst]), log,
+                                what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
+    return [{"side": side, "round": r, **sat.value}] if sat.value is not None else []
+
+
 def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> Measured:
     m = ctx.mig.measure
     serving = serving_for(ctx)
@@ -444,16 +465,18 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
                  for row in _warm_up(ctx, side, clients[side], serving, log, sleep=sleep)]
     round_s: list[float] = []
     stops: list[cost.SpendStop] = []
+    gap_s = source_gap_s(ctx)  # a live source's pacing: both sides get the same spaced schedule
 
     def one_round(r: int, side: str) -> int:
         picks = serving.request_inputs(m.requests_per_round, seed=1000 + round_block(r))
-        sched = poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + round_block(r))
+        sched = spaced(poisson_schedule(len(picks), m.arrival_rate_per_s, seed=2000 + round_block(r)), gap_s)
         # Stop before a round that could cross gates.spend_limit_usd: expected to last as long as
         # the longest so far, or, before any, its schedule plus one request timeout.
         stop = meter.check(f"round {r} {side}", max(round_s, default=float(sched[-1]) + m.request_timeout_s))
         if stop is not None:
             stops.append(stop)
             return 0
+        settle(clients[side])
         started = time.perf_counter()
         reqs = [Request(i, float(sched[i]), payload, idx) for i, (idx, payload) in enumerate(picks)]
         got = measured_with_retries(ctx, lambda _k: run_open_loop(clients[side], reqs, side=side, round_id=r), log,
@@ -468,11 +491,8 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         egress[side] += sent
         live.add(rows)
         sink.write(rows)
-        burst = serving.request_inputs(m.throughput_requests, seed=3000 + round_block(r))
-        sat = measured_with_retries(ctx, lambda _k: run_saturation(clients[side], [p for _, p in burst]), log,
-                     what=f"round {r} {side} saturation", kind="saturation", side=side, sleep=sleep)
-        if sat.value is not None:
-            live.throughput.append({"side": side, "round": r, **sat.value})
+        if endpoints[side].mode != LIVE_MODE:  # a live source is never saturated: only its declared rate
+            live.throughput.extend(_saturate(ctx, serving, clients[side], side, r, log, sleep=sleep))
         meter.charge(sent / cost.BYTES_PER_GB * ctx.resources.profile(side).egress_usd_per_gb)
         round_s.append(time.perf_counter() - started)
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
