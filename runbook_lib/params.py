@@ -444,19 +444,22 @@ class LiveProfile(ProfileBase):
 @dataclass(frozen=True)
 class ProviderEntry:
     """One provider: its registry name, the params model of a side it runs, the module whose
-    ``create(**kwargs)`` builds its adapter, and whether it rents real machines."""
+    ``create(**kwargs)`` builds its adapter, whether it rents real machines, and whether it
+    creates anything at all (``live`` does not: it refuses every plan, so the provider contract,
+    which launches and destroys, is not its test)."""
 
     name: str
     profile: type[ProfileBase]
     adapter: str
     remote: bool
+    creates: bool = True
 
 
 PROVIDER_TABLE: tuple[ProviderEntry, ...] = (
     ProviderEntry("local", LocalProfile, "runbook_lib.providers.local", remote=False),
     ProviderEntry("runpod", RunpodProfile, "runbook_lib.providers.runpod", remote=True),
     ProviderEntry("vast", VastProfile, "runbook_lib.providers.vast", remote=True),
-    ProviderEntry("live", LiveProfile, "runbook_lib.providers.live", remote=False),
+    ProviderEntry("live", LiveProfile, "runbook_lib.providers.live", remote=False, creates=False),
 )
 """The one table of providers: it feeds the registry (:mod:`runbook_lib.providers`), the params
 schema (:data:`Profile`), and the tests. Adding a provider: ``runbook_lib/providers/GUIDE.md``."""
@@ -1256,8 +1259,10 @@ class Rehearsal(_Model):
     stand_ins: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
 
-DIGEST_FIELDS = frozenset({"rehearsal.sha256"})
-"""Fields that hold a sha256 digest by definition: 64 hex digits there are a checksum, not a key."""
+DIGEST_FIELDS = frozenset({"rehearsal.sha256", "source.declared.digest", "source.declared.image", "source.image",
+                           "target.image", "workload.service.image"})
+"""Fields that hold a sha256 digest by definition (an image named ``name@sha256:<64 hex>`` among
+them): 64 hex digits there are a checksum, not a key."""
 
 
 class Migration(_Model):

@@ -1,4 +1,5 @@
-"""Providers: one contract suite for local, runpod and vast, then each remote provider's failure
+"""Providers: one contract suite for local, runpod and vast (``live`` creates nothing: its refusals
+are tests/test_live_source.py's), then each remote provider's failure
 shapes against recorded-shape fixtures served through an injected httpx transport (no network;
 polling and backoff use an injected clock and sleep)."""
 
@@ -80,9 +81,10 @@ def remote_endpoint_spec(offers: tuple[str, ...]) -> Any:
 
 
 class TestContract(ProviderContract):
-    """Every provider in the table passes the contract suite."""
+    """Every provider in the table that creates resources passes the contract suite."""
 
-    @pytest.fixture(params=PROVIDER_TABLE, ids=[e.name for e in PROVIDER_TABLE])
+    @pytest.fixture(params=[e for e in PROVIDER_TABLE if e.creates],
+                    ids=[e.name for e in PROVIDER_TABLE if e.creates])
     def env(self, request: pytest.FixtureRequest, tmp_path: Path, make_params: Any) -> ProviderEnv:
         if not request.param.remote:  # the machine the runbook runs on
             params = make_params(workload={"entry_point": "tests.fixture_workloads:SleepWorkload"},

@@ -50,7 +50,7 @@ from runbook_lib.layout import (
     GOLDEN_OUTPUTS,
     KEPT_PARAMS,
 )
-from runbook_lib.params import load_params
+from runbook_lib.params import LiveProfile, load_params
 from runbook_lib.phases import service as service_phase
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.raw import load_measurement
@@ -167,6 +167,11 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
     elif "03" in records:
         for x in _parity_gates(mig, run_dir, records.parity):
             derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
+    r01 = records.freeze
+    if r01 is not None and r01.freeze.service is not None and r01.freeze.service.live is not None \
+            and isinstance(mig.source, LiveProfile):  # the record says the source was live: nothing launched
+        for x in service_phase.live_gates(mig.source, "01"):
+            derived[("01", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
     for key, d in recorded.items():
         if key in derived:
             continue

@@ -1122,6 +1122,9 @@ class ServiceReceipt(_Model):
     latency: dict[str, dict[str, Number]] = Field(default_factory=dict)
     """Phase 04's per-side service latency (TTFT, TPOT, ITL and E2E p50/p95/p99, output tokens per
     second, goodput; ``CompareData.token_metrics``)."""
+    live_source: LiveSource | None = None
+    """The live source (``source.provider: live``): its URL, the rate held to, what was observed of
+    it over its API and what params declare."""
 
 
 class Receipt(_Model):

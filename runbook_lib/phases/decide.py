@@ -384,14 +384,16 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
 def service_receipt(ctx: PhaseContext) -> ServiceReceipt | None:
     """For ``kind: service``: the image (or the stand-in that ran for it), the digest phase 01
     pinned, the protocol, whether every service pod the run launched ran as declared, and any
-    runbook code found inside one (phases 01 and 03's launches, as the provider reported them)."""
+    runbook code found inside one (phases 01 and 03's launches, as the provider reported them);
+    a live source is named with what was observed and declared of it, and is not a launch."""
     svc = ctx.mig.workload.service
     if ctx.mig.workload.kind != "service" or svc is None:
         return None
     r01, r03 = ctx.records.freeze, ctx.records.parity
     frozen = r01.freeze.service if r01 is not None else None
     canary = r03.service if r03 is not None else None
-    launches = [x for x in (frozen.launch if frozen else None, canary.launch if canary else None,
+    live = frozen.live if frozen is not None else None  # a live source was not launched: not a launch
+    launches = [x for x in (frozen.launch if frozen and live is None else None, canary.launch if canary else None,
                             canary.recovered_launch if canary else None) if x is not None]
     stand_in = any(x.stand_in for x in launches)
     return ServiceReceipt(image=svc.image, digest=frozen.pinned_digest if frozen else None, stand_in=stand_in,
@@ -400,7 +402,8 @@ def service_receipt(ctx: PhaseContext) -> ServiceReceipt | None:
                           runbook_code_inside=tuple(i for x in launches for i in x.runbook_inside),
                           recovery_s=canary.recovery_s if canary else None,
                           exact_match_rate=canary.exact_match_rate if canary else None,
-                          latency=ctx.records.compare.token_metrics if ctx.records.compare is not None else {})
+                          latency=ctx.records.compare.token_metrics if ctx.records.compare is not None else {},
+                          live_source=live)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,232 @@
+"""A live source (``source.provider: live``): the team's running service, which the runbook did
+not start and must not change. Its pacing (checked by hand-worked schedules and by a real
+loopback server's own arrival log), the provider that refuses everything, the params that refuse
+what cannot be kept to the declared rate, and the gates that never compare what was not measured.
+The whole six-phase run against a live server is tests/test_e2e_service_faults.py's."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runbook_lib import gates as g
+from runbook_lib.errors import NotFound, ParamsError, ProviderError
+from runbook_lib.params import Service, load_params
+from runbook_lib.phases.compare.judge import live_source_gates
+from runbook_lib.providers import create_provider
+from runbook_lib.providers.base import EndpointSpec, PodSpec
+from runbook_lib.service.pacing import PACE_MARGIN, Pacer, pacer_for, spaced
+from runbook_lib.service.protocols import client_for, listed_models
+
+from .test_replay import serving
+
+LIVE = {"provider": "live", "name": "source-live", "release": "chat 1.4 (live)", "price_usd_per_hour": 0.44,
+        "url": "http://127.0.0.1:9/", "max_rate_per_s": 10}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.t += s
+
+
+# -- pacing ----------------------------------------------------------------------------------------
+
+def test_a_pacer_spaces_request_starts_by_its_margin_over_the_rate() -> None:
+    clock = Clock()
+    p = Pacer(10.0, clock=clock, sleep=clock.sleep)
+    starts = []
+    for _ in range(4):
+        p.wait()
+        starts.append(clock.t)
+    # 10/s with a 5 % margin: 0.105 s apart, the first at once
+    assert [round(b - a, 6) for a, b in zip(starts, starts[1:], strict=False)] == [0.105, 0.105, 0.105]
+    assert clock.slept == pytest.approx([0.105, 0.105, 0.105]) and p.sent == 4
+    clock.t += 1.0  # idle: the next goes at once
+    assert p.wait() == 0.0
+    assert p.settle() == pytest.approx(0.105) and clock.t == pytest.approx(starts[-1] + 1.105)
+
+
+def test_one_pacer_per_url_whose_rate_only_goes_down() -> None:
+    a = pacer_for("http://live.test:1/", 20.0)
+    assert pacer_for("http://live.test:1", 50.0) is a and a.rate_per_s == 20.0
+    assert pacer_for("http://live.test:1", 5.0) is a and a.gap_s == pytest.approx(PACE_MARGIN / 5.0)
+    with pytest.raises(ValueError, match="positive rate"):
+        Pacer(0.0)
+
+
+def test_a_schedule_is_spaced_without_reordering_or_moving_what_is_far_enough_apart() -> None:
+    # worked by hand: 0.00 stays; 0.01 -> 0.10; 0.15 -> 0.20; 0.50 stays; 0.52 -> 0.60
+    assert spaced([0.0, 0.01, 0.15, 0.5, 0.52], 0.1) == pytest.approx([0.0, 0.1, 0.2, 0.5, 0.6])
+    assert spaced([0.0, 0.01], 0.0) == [0.0, 0.01]
+
+
+class _Logged(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    arrivals: list[float] = []
+    auth: list[str] = []
+
+    def log_message(self, *a: Any) -> None:
+        pass
+
+    def _answer(self, code: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        _Logged.arrivals.append(time.time())
+        self._answer(200, {"status": "ok"})
+
+    def do_POST(self) -> None:
+        _Logged.arrivals.append(time.time())
+        _Logged.auth.append(self.headers.get("Authorization", ""))
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._answer(200, {"echo": body})
+
+
+def test_a_paced_client_never_gets_past_the_rate_at_the_server_even_from_many_threads() -> None:
+    """40 requests from 8 threads at once through one client paced at 20/s: the server's own
+    arrival log holds no more than 20 in any one-second window, and every request carried the
+    bearer token."""
+    _Logged.arrivals, _Logged.auth = [], []
+    svc = Service(image="acme/echo:1", protocol="http-json", samples="-", readiness={"path": "/health"})
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _Logged)) as url:
+        with client_for(svc, url, timeout_s=5.0, pacer=Pacer(20.0), headers={"Authorization": "Bearer t0k"}) as c:
+            assert c.health()["workers"]["idle"] == 1
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                answers = list(pool.map(lambda i: c.runsync({"i": i}), range(40)))
+    assert [a["status"] for a in answers] == ["COMPLETED"] * 40
+    ts = sorted(_Logged.arrivals)
+    assert len(ts) == 41
+    most = max(bisect.bisect_left(ts, t + 1.0) - i for i, t in enumerate(ts))
+    assert most <= 20, most
+    assert ts[-1] - ts[0] >= 40 * PACE_MARGIN / 20.0 - 0.05  # 41 starts, 40 gaps of 52.5 ms
+    assert set(_Logged.auth) == {"Bearer t0k"}
+
+
+def test_the_openai_model_list_is_read_or_nothing() -> None:
+    body = json.dumps({"object": "list", "data": [{"id": "llama-3-8b", "object": "model"}, {"id": "x"}]})
+    assert listed_models(body) == ["llama-3-8b", "x"]
+    assert listed_models("<html>") == [] and listed_models('{"data": 3}') == [] and listed_models("[1]") == []
+
+
+# -- the provider ----------------------------------------------------------------------------------
+
+def test_the_live_provider_plans_nothing_lists_nothing_and_refuses_every_change(tmp_path: Path) -> None:
+    prov = create_provider("live", profile=load_params(_params(tmp_path)).source)
+    spec = PodSpec(name="x", command=("serve",), device="cpu", price_usd_per_hour=0.1, labels=())
+    for call in (lambda: prov.plan_launch(spec),
+                 lambda: prov.plan_endpoint(EndpointSpec(name="e", params_path="p", side="source", workers=1,
+                                                         price_usd_per_hour=0.1, labels=())),
+                 lambda: prov.plan_destroy("anything"), lambda: prov.lifecycle.launch(spec),
+                 lambda: prov.lifecycle.stop("x"), lambda: prov.lifecycle.destroy("x"),
+                 lambda: prov.lifecycle.start("x")):
+        with pytest.raises(ProviderError, match="live source: a live service .* did not start it and changes nothing"):
+            call()
+    assert prov.list(labels={"run_id": "r"}) == []
+    with pytest.raises(NotFound):
+        prov.get("live")
+    caps = prov.capabilities()
+    assert not caps.load_balancing.supported and not caps.restart.supported and "127.0.0.1:9" in caps.network
+
+
+# -- params ----------------------------------------------------------------------------------------
+
+def _params(tmp_path: Path, **over: Any) -> Path:
+    """demo-service.yaml with a live source (rate 10/s, phase 04 at 5/s) and ``over`` merged in;
+    a side's key set to None is removed."""
+    import yaml
+
+    from runbook_lib.params import dump_yaml
+
+    from .runs import merged, write_params
+
+    p = write_params(tmp_path, "demo-service.yaml", "m.yaml", **merged({"source": LIVE,
+                                                                       "measure": {"arrival_rate_per_s": 5}}, over))
+    data = yaml.safe_load(p.read_text())
+    for side in ("source", "target"):
+        data[side] = {k: v for k, v in data[side].items() if v is not None}
+    p.write_text(dump_yaml(data))
+    return p
+
+
+def test_a_live_source_loads_with_its_declarations_a_digest_not_taken_for_a_key(tmp_path: Path) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    mig = load_params(_params(tmp_path, source={"declared": {"digest": digest, "gpu": "L4",
+                                                             "throughput_units_per_s": 12.5}},
+                              workload={"service": {"image": f"ghcr.io/example/chat-server@{digest}"}}))
+    assert mig.source.provider == "live" and mig.source.declared.throughput_units_per_s == 12.5
+    assert mig.workload.service is not None and mig.workload.service.tag_is_digest
+
+
+@pytest.mark.parametrize(("over", "says"), [
+    ({"target": {**LIVE, "name": "target-live", "offers": None, "offer": None}},
+     r"target.provider is 'live'.*can only be the source"),
+    ({"measure": {"arrival_rate_per_s": 12}},
+     r"measure.arrival_rate_per_s = 12 exceeds source.max_rate_per_s = 10.*at most 10"),
+    ({"cutover": {"router": {"kind": "haproxy", "arrival_rate_per_s": 9.5}}},
+     r"up to 9.5 requests/s .* plus HAProxy's health check, 1/s, more than source.max_rate_per_s = 10; lower "
+     r"cutover.router.arrival_rate_per_s to at most 9"),
+    ({"source": {"declared": {"image": "acme/other:2"}}},
+     r"source.declared.image 'acme/other:2' differs from workload.service.image"),
+    ({"source": {"max_rate_per_s": 0}}, r"source.max_rate_per_s: Input should be greater than 0"),
+    ({"source": {"url": "127.0.0.1:8000"}}, r"source.url: String should match pattern"),
+    ({"source": {"auth_ref": "s3cr3t-token"}}, r"source.auth_ref: String should match pattern"),
+    ({"source": {"pod_id": "abc"}}, r"source.pod_id: Extra inputs are not permitted"),
+])
+def test_what_cannot_keep_a_live_source_safe_is_refused_with_its_fix(tmp_path: Path, over: dict[str, Any],
+                                                                    says: str) -> None:
+    with pytest.raises(ParamsError, match=says):
+        load_params(_params(tmp_path, **over))
+
+
+def test_a_live_source_is_only_for_a_service(tmp_path: Path, make_params: Any) -> None:
+    with pytest.raises(ParamsError, match=r"source.provider 'live' is a team's running service.*'inference'"):
+        load_params(make_params(source={**LIVE, "provider": "live"}))
+
+
+# -- the gates it cannot have ----------------------------------------------------------------------
+
+def _gates() -> list[g.GateResult]:
+    return [g.throughput_ratio([], [10.0, 11.0], min_ratio=0.95, phase="04"),
+            g.cold_start_ratio([], [2.0], max_ratio=1.25, phase="04"),
+            g.boolean_gate("error_rate", True, phase="04", detail="none failed")]
+
+
+def test_throughput_and_cold_start_are_target_only_unless_declared(tmp_path: Path) -> None:
+    mig = load_params(_params(tmp_path))
+    out = {r.name: r for r in live_source_gates(mig, _gates(), [10.0, 11.0], [2.0])}
+    for name in ("throughput_ratio", "cold_start_ratio"):
+        assert out[name].verdict == "NOT_APPLICABLE" and not out[name].blocking
+    assert "target-only: 10.500 requests/s over 2 bursts" in out["throughput_ratio"].detail
+    assert "target-only: target median 2.00 s" in out["cold_start_ratio"].detail
+    assert out["error_rate"].verdict == "PASS"  # every other gate as it was
+
+
+def test_declared_source_figures_are_compared_and_marked_declared(tmp_path: Path) -> None:
+    mig = load_params(_params(tmp_path, source={"declared": {"throughput_units_per_s": 20.0, "cold_start_s": 1.0}},
+                              gates={"throughput_ratio_min": 0.5}))
+    out = {r.name: r for r in live_source_gates(mig, _gates(), [10.0, 11.0], [2.0])}
+    # 10.5 / 20 = 0.525 >= 0.5; 2.0 / 1.0 = 2.0 > 1.25 (by hand)
+    assert out["throughput_ratio"].verdict == "PASS" and out["throughput_ratio"].observed == pytest.approx(0.525)
+    assert "declared (source.declared.throughput_units_per_s), not measured" in out["throughput_ratio"].method
+    assert out["cold_start_ratio"].verdict == "FAIL" and out["cold_start_ratio"].observed == pytest.approx(2.0)
+    assert "declared (source.declared.cold_start_s)" in out["cold_start_ratio"].method
