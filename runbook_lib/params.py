@@ -9,6 +9,7 @@ The YAML is read with a loader that keeps ``no``/``yes``/``on``/``off`` and date
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
@@ -1338,6 +1339,17 @@ class Migration(_Model):
             raise ValueError(f"measure.arrival_rate_per_s = {self.measure.arrival_rate_per_s:g} exceeds "
                              f"source.max_rate_per_s = {cap:g}: phase 04's rounds send the live source that rate; "
                              f"lower measure.arrival_rate_per_s to at most {cap:g} (both sides get the same schedule)")
+        if self.cutover.router.kind == "haproxy":
+            parts = urllib.parse.urlsplit(src.url)
+            why = ("it is https (the runbook's HAProxy speaks plain HTTP to its servers)" if parts.scheme != "http"
+                   else "it has a path (HAProxy forwards to a host and port, not a path prefix)"
+                   if parts.path.strip("/") else
+                   "it needs a bearer token (source.auth_ref), which the replay through the router does not send"
+                   if src.auth_ref else "")
+            if why:
+                raise ValueError(f"cutover.router.kind 'haproxy' cannot route to the live source {src.url!r}: {why}; "
+                                 "use router kind command with the team's own gateway in front of it, or kind client "
+                                 "(the runbook's own split of its test requests)")
         if self.cutover.router.kind != "client":
             rate = self.cutover.router.arrival_rate_per_s or self.measure.arrival_rate_per_s
             checks = 1.0 if self.cutover.router.kind == "haproxy" else 0.0

@@ -185,6 +185,12 @@ def test_a_live_source_loads_with_its_declarations_a_digest_not_taken_for_a_key(
     ({"cutover": {"router": {"kind": "haproxy", "arrival_rate_per_s": 9.5}}},
      r"up to 9.5 requests/s .* plus HAProxy's health check, 1/s, more than source.max_rate_per_s = 10; lower "
      r"cutover.router.arrival_rate_per_s to at most 9"),
+    ({"source": {"url": "https://chat.example.com"}, "cutover": {"router": {"kind": "haproxy"}}},
+     r"cannot route to the live source 'https://chat.example.com': it is https .* use router kind command"),
+    ({"source": {"url": "http://gw.example.com/chat"}, "cutover": {"router": {"kind": "haproxy"}}},
+     r"it has a path \(HAProxy forwards to a host and port"),
+    ({"source": {"auth_ref": "env:CHAT_TOKEN"}, "cutover": {"router": {"kind": "haproxy"}}},
+     r"it needs a bearer token \(source.auth_ref\), which the replay through the router does not send"),
     ({"source": {"declared": {"image": "acme/other:2"}}},
      r"source.declared.image 'acme/other:2' differs from workload.service.image"),
     ({"source": {"max_rate_per_s": 0}}, r"source.max_rate_per_s: Input should be greater than 0"),
