@@ -1126,6 +1126,16 @@ class RouterParams(_Model):
     def _complete(self) -> "RouterParams":
         if self.kind == "command" and not (self.set_command and self.read_command and self.url):
             raise ValueError("router kind 'command' needs set_command, read_command and url (the router's front URL)")
+        if self.kind == "command":
+            text = " ".join(self.set_command)
+            unfilled = [k for k in ("{source}", "{target}") if k not in text]
+            if unfilled:
+                raise ValueError(f"router.set_command {list(self.set_command)} has no {' or '.join(unfilled)}: the "
+                                 "runbook fills them with the weights (percent) of each step, so without them every "
+                                 "step would set the same weights; put both placeholders in the argv")
+            if self.drain_command and "{side}" not in " ".join(self.drain_command):
+                raise ValueError(f"router.drain_command {list(self.drain_command)} has no {{side}}: the runbook fills "
+                                 "it with the side to drain; put the placeholder in the argv or remove drain_command")
         if self.kind != "command" and (self.set_command or self.read_command or self.drain_command):
             raise ValueError(f"set_command, read_command and drain_command are for router kind 'command', not "
                              f"{self.kind!r}; remove them")

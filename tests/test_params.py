@@ -368,7 +368,7 @@ def test_a_real_router_is_refused_where_it_cannot_route_and_a_command_router_nee
                       ("http://a b:9", "contains a space"), ("ftp://gw:9", "its scheme is 'ftp'")):
         with pytest.raises(ParamsError, match=re.escape(says)):
             load_params(make_params("demo-haproxy.yaml", cutover={"router": {
-                "kind": "command", "url": url, "set_command": ["gw"], "read_command": ["gw"]}}))
+                "kind": "command", "url": url, "set_command": ["gw", "{source}", "{target}"], "read_command": ["gw"]}}))
     with pytest.raises(ParamsError, match=r"router.socket is empty, so the runbook would start its own HAProxy"):
         load_params(make_params("demo-haproxy.yaml", cutover={"router": {"kind": "haproxy", "url": "http://gw:80"}}))
     # windows that cannot fit phase 05's cell are refused with the arithmetic and the three fixes
@@ -387,3 +387,36 @@ def test_a_real_router_is_refused_where_it_cannot_route_and_a_command_router_nee
         "kind": "command", "url": "http://127.0.0.1:9000", "set_command": ["gw", "{source}", "{target}"],
         "read_command": ["gw", "get"]}}))
     assert ok.cutover.router.set_command == ("gw", "{source}", "{target}")
+    # a set_command without the weights' placeholders would set the same weights at every step
+    with pytest.raises(ParamsError, match=r"router.set_command \['gw', 'set', '\{source\}'\] has no \{target\}"):
+        load_params(make_params("demo-haproxy.yaml", cutover={"router": {
+            "kind": "command", "url": "http://127.0.0.1:9000", "set_command": ["gw", "set", "{source}"],
+            "read_command": ["gw", "get"]}}))
+    with pytest.raises(ParamsError, match=r"router.drain_command \['gw', 'drain'\] has no \{side\}"):
+        load_params(make_params("demo-haproxy.yaml", cutover={"router": {
+            "kind": "command", "url": "http://127.0.0.1:9000", "set_command": ["gw", "{source}", "{target}"],
+            "read_command": ["gw", "get"], "drain_command": ["gw", "drain"]}}))
+
+
+def test_a_router_executable_missing_here_stops_the_run_before_phase_01_with_exit_2(tmp_path: Path,
+                                                                                  make_params) -> None:
+    """The HAProxy binary or a command router's program, looked up on this machine by the runner's
+    preflight: missing, `runbook run` exits 2 at once with one line naming the field, and no run
+    directory is created."""
+    import io
+    from contextlib import redirect_stderr
+
+    from runbook_lib.cli import main as cli_main
+
+    cases = [({"router": {"kind": "haproxy", "binary": "haproxy-not-installed"}},
+              "cutover.router.binary: no executable 'haproxy-not-installed' on this machine"),
+             ({"router": {"kind": "command", "url": "http://127.0.0.1:9000",
+                          "set_command": [str(tmp_path / "gw"), "{source}", "{target}"], "read_command": ["true"]}},
+              f"cutover.router.set_command: no executable '{tmp_path / 'gw'}' on this machine")]
+    for i, (cut, says) in enumerate(cases):
+        params = make_params("demo-haproxy.yaml", f"m{i}.yaml", cutover=cut)
+        err = io.StringIO()
+        with redirect_stderr(err):
+            code = cli_main(["run", str(params)])
+        assert code == 2 and says in err.getvalue() and "Traceback" not in err.getvalue(), err.getvalue()
+        assert not (params.parent.parent / "reports").exists()

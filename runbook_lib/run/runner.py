@@ -52,6 +52,7 @@ from runbook_lib.run.hostlock import Held, LockWaitStopped, exclusive_for, host_
 from runbook_lib.run.interrupt import Interrupts, exit_code
 from runbook_lib.run.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
 from runbook_lib.service import samples
+from runbook_lib.traffic.router import executable
 from runbook_lib.workload import put_project_on_path, request_payload_problems, workload_class
 
 KERNEL_NAME = "python3"
@@ -532,6 +533,32 @@ def service_preflight(mig: Migration, project: Path) -> None:
             raise ParamsError(f"{exc}; nothing was run", field="workload.service.stand_in") from None
 
 
+def router_preflight(mig: Migration) -> None:
+    """Phase 05's router, checked on this machine before anything runs: the HAProxy the runbook
+    would start (``cutover.router.binary``, when no ``socket`` names a running one) and each
+    command of a command router (``set_command``, ``read_command``, ``drain_command``) can be
+    executed here, so a missing one stops the run at once instead of after phases 01-04.
+
+    Raises:
+        ParamsError: an executable is not found (named, with where it was looked for).
+    """
+    r = mig.cutover.router
+    need: list[tuple[str, str]] = []
+    if r.kind == "haproxy" and not r.socket:
+        need.append(("cutover.router.binary", r.binary))
+    if r.kind == "command":
+        need += [(f"cutover.router.{name}", argv[0]) for name, argv in
+                 (("set_command", r.set_command), ("read_command", r.read_command), ("drain_command", r.drain_command))
+                 if argv]
+    for name, exe in need:
+        if executable(exe) is None:
+            fix = ("install Debian's haproxy package (`make haproxy` as root) or name the binary there"
+                   if name.endswith("binary") else "give a path or a command on PATH")
+            raise ParamsError(f"{name}: no executable {exe!r} on this machine (looked on PATH and in /usr/sbin, "
+                              f"/usr/local/sbin); phase 05 would fail after phases 01-04 ran: {fix}; nothing was run",
+                              field=name, value=exe)
+
+
 def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) -> list[NotebookSource]:
     """Checks that need no resources, before a run directory exists.
 
@@ -545,9 +572,11 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
             class for its kind, or a serving workload's golden request is not a JSON value.
         AuthError: ``evidence.signing_key`` is set and names no readable ed25519 private key (the
             run would otherwise end sealed but unsigned).
+        ParamsError: also, an executable phase 05's router needs is missing (:func:`router_preflight`).
     """
     if mig.evidence.signing_key:
         load_signer(mig.evidence.signing_key)
+    router_preflight(mig)
     if mig.workload.kind == "service":
         service_preflight(mig, project)
         return phase_notebooks(project=project, given=notebooks_dir)

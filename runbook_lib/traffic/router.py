@@ -95,6 +95,16 @@ def _host_port(url: str) -> str:
     return rest
 
 
+def executable(name: str) -> str | None:
+    """The path of executable ``name``: on PATH, in ``/usr/sbin`` or ``/usr/local/sbin`` (where
+    Debian puts HAProxy, off a user's PATH), or ``name`` itself when it is an executable file;
+    None when there is none."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
+    if found:
+        return found
+    return name if Path(name).is_file() and os.access(name, os.X_OK) else None
+
+
 def haproxy_config(*, frontend_port: int, socket_path: Path, source: str, target: str, backend: str = "migration",
                    timeout_s: float = 30.0, check_path: str = "/ping", check_status: int = 200) -> str:
     """An HAProxy configuration in front of ``source`` and ``target`` (``host:port``): a loopback
@@ -164,8 +174,7 @@ class HAProxyRouter:
                 configuration was refused, or its socket did not answer within
                 :data:`START_TIMEOUT_S` (its output is named).
         """
-        exe = (shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/usr/local/sbin")  # Debian's, off a user's PATH
-               or (binary if Path(binary).is_file() else None))
+        exe = executable(binary)
         if exe is None:
             raise ProviderError(f"router haproxy: no {binary!r} binary on this machine; install Debian's haproxy "
                                 "package (`make haproxy` as root) or name the binary in cutover.router.binary")
