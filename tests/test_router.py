@@ -264,6 +264,38 @@ def test_a_routed_window_fails_closed_on_each_thing_it_checks() -> None:
     assert any("weights read back {'source': 90, 'target': 10}" in p for p in back.problems)
 
 
+def test_a_window_whose_replay_fell_behind_is_judged_only_on_failures_and_holds_the_cutover() -> None:
+    """A replay that sends later than measure.max_send_lateness_s puts requests in the wrong window:
+    its shares then disagree with the router's counters for no fault of the router's. The window
+    fails on that alone (lost and failed requests still count), naming the lateness and the fix."""
+    from runbook_lib.phases.routed import Window, judge_window
+
+    rows = _rows(60, 40)  # 40 % on the target at a 10 % weight: what a slipping schedule looks like
+    for r in rows:
+        r["intended_s"] = r["sent_s"] - (0.5 if r["request"] % 2 else 0.0)  # half sent 0.5 s late
+    w = Window("step 1", 10, 0.0, 10.0, rows, {"source": 90, "target": 10},  # type: ignore[arg-type]
+               {"source": "UP", "target": "UP"}, {"source": 90, "target": 10})
+    got = judge_window(w, tolerance=0.05, bound_s=1.0, accepted=lambda r: True, before=None, max_lateness_s=0.1,
+                       rate_per_s=800.0)
+    assert not got.passed and got.problems == (got.replay_behind,)
+    assert got.replay_behind.startswith("the replay fell behind its schedule: 50 of 100 requests sent more than "
+                                        "0.1 s late (worst 0.50 s)")
+    assert "lower cutover.router.arrival_rate_per_s (now 800/s)" in got.replay_behind
+    rows[3].update(status="FAILED", failure="ERROR_BODY", error="boom", server="source")
+    both = judge_window(w, tolerance=0.05, bound_s=1.0, accepted=lambda r: True, before=None, max_lateness_s=0.1)
+    assert both.problems[0].startswith("the source failed 1 request(s)") and both.problems[-1] == both.replay_behind
+    on_time = judge_window(w, tolerance=0.05, bound_s=1.0, accepted=lambda r: True, before=None, max_lateness_s=1.0)
+    assert on_time.replay_behind == "" and any("share 0.400 is not its weight 10 %" in p for p in on_time.problems)
+    # phase 05's gate: a cutover whose only failing windows fell behind is INCONCLUSIVE (HOLD), not FAIL
+    from runbook_lib.evidence.records import InferenceStep
+    from runbook_lib.phases.cutover import slices_verdict
+
+    step = [InferenceStep(step=1, target_percent=10, mode="drain (haproxy router)", passed=False)]
+    assert slices_verdict(step, [got]) is None
+    assert slices_verdict(step, [both]) is False and slices_verdict(step, [on_time]) is False
+    assert slices_verdict([step[0].model_copy(update={"passed": True})], []) is True
+
+
 def test_every_replayed_request_is_counted_in_exactly_one_window() -> None:
     # Windows start before their weights change and run to the next window's start: a request
     # lost while a step was being judged (after its judged part) is counted in that step, and

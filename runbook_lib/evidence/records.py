@@ -951,6 +951,10 @@ class RoutedWindow(_Model):
     weights_read: dict[str, int] = Field(default_factory=dict)
     source_serves_all_after_s: float | None = None
     rollback_within_s: float | None = None
+    replay_behind: str = ""
+    """When the replay sent requests later than ``measure.max_send_lateness_s`` after their
+    intended times in the window: how many and how late. Such a window's shares and counts do not
+    show what the router did, so it is judged only on lost and failed requests (never PASS)."""
 
 
 class RoutedCutover(_Model):

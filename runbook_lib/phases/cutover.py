@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,7 @@ from runbook_lib.evidence.records import (
     InferenceStep,
     RollbackPoint,
     RoutedCutover,
+    RoutedWindow,
     SliceStep,
     TrainingStep,
 )
@@ -384,12 +385,15 @@ def cutover(ctx: PhaseContext) -> Cutover:
                   checkpoint_moved=moved.checkpoint_moved, final_target_percent=moved.route.target_percent,
                   route=moved.route.state, router=moved.router, routing=routing(ctx))
     ctx.evidence.write_json("05/route_history.json", res.route)
-    all_ok = bool(res.steps) and all(s.passed for s in res.steps)
-    steady = moved.router.windows[0] if moved.router is not None and moved.router.windows else None
+    windows = moved.router.windows if moved.router is not None else ()
+    all_ok = slices_verdict(res.steps, windows)
+    steady = windows[0] if windows else None
+    failing = [w for w in windows if not w.passed]
     why = (f"; the steady window before the first step failed, so no weight moved: {'; '.join(steady.problems)}"
            if steady is not None and not steady.passed else "")
     failed_as = next((s.target_failed_as for s in res.steps if isinstance(s, InferenceStep) and s.target_failed_as), "")
     why += f"; the target's failed requests: {failed_as}" if failed_as else ""
+    why += (f"; not judged: {failing[0].window}: {failing[0].replay_behind}" if all_ok is None else "")
     ctx.evidence.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",
         detail=f"{sum(s.passed for s in res.steps)} of {len(slices(ctx))} slice steps passed; "
@@ -402,6 +406,17 @@ def cutover(ctx: PhaseContext) -> Cutover:
                                    "detail": "source reloads the target's checkpoint: " + rev.detail}))
     ctx.evidence.write_json("05/cutover.json", res)
     return res
+
+
+def slices_verdict(steps: Sequence[SliceStep], windows: Sequence[RoutedWindow]) -> bool | None:
+    """``cutover_slices``: True when there were steps and every one passed; None (INCONCLUSIVE,
+    HOLD) when every routed window that failed did so only because the replay fell behind its
+    schedule (:func:`runbook_lib.phases.routed.behind`): the load generator, not the target, so
+    nothing shows either way; else False."""
+    failing = [w for w in windows if not w.passed]
+    if failing and all(w.replay_behind and w.problems == (w.replay_behind,) for w in failing):
+        return None
+    return bool(steps) and all(s.passed for s in steps)
 
 
 def routing(ctx: PhaseContext) -> str:

@@ -156,14 +156,31 @@ def by_kind(rows: list[ReplayRow]) -> str:
     return "; " + ", ".join(f"{k} x{n}" for k, n in kinds.most_common()) + (f"; first: {first}" if first else "")
 
 
+def behind(rows: list[ReplayRow], max_lateness_s: float, rate_per_s: float) -> str:
+    """Why the replay's own schedule cannot be trusted over ``rows``: how many were sent more than
+    ``max_lateness_s`` seconds after their intended time (a load generator that fell behind sends
+    them in a later window than planned); empty when none was."""
+    late = [r["sent_s"] - r["intended_s"] for r in rows if "intended_s" in r and
+            r["sent_s"] - r["intended_s"] > max_lateness_s]
+    if not late:
+        return ""
+    return (f"the replay fell behind its schedule: {len(late)} of {len(rows)} requests sent more than "
+            f"{max_lateness_s:g} s late (worst {max(late):.2f} s), so this window's shares and counts do not show what "
+            f"the router did; lower cutover.router.arrival_rate_per_s (now {rate_per_s:g}/s) or run the replay on a "
+            "quieter host")
+
+
 def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Callable[[Any], bool],
-                 before: Window | None, rollback: bool = False) -> RoutedWindow:
+                 before: Window | None, rollback: bool = False, max_lateness_s: float = math.inf,
+                 rate_per_s: float = math.nan) -> RoutedWindow:
     """Judge one window: requests were sent and none lost, the source failed none, the target's
     answers completed and accepted, its p95 within ``bound_s``, neither server down, weights as
     set, the router's counters read, and the target's share from the replay and from the
     counters within ``tolerance`` (plus :data:`EDGE_REQUESTS` each) of each other and of the
     weight. ``rollback``: the window in which the target is taken out, so its answers, its state
-    and its share (still falling) are not judged; the rest is."""
+    and its share (still falling) are not judged; the rest is. A window in which the replay fell
+    behind (:func:`behind`, ``max_lateness_s``) fails on that alone, beside lost and failed
+    requests: its shares and counts are not evidence either way."""
     lost = [r for r in w.rows if r["status"] == "LOST"]
     tgt = [r for r in w.rows if r.get("server") == "target"]
     src_failed = sum(1 for r in w.rows if r.get("server") == "source" and r["status"] != "COMPLETED")
@@ -206,6 +223,10 @@ def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Calla
                         f"{share_router:.3f} differ by more than {slack:.3f}")
     if not rollback and answered and not abs(share_replay - w.target_percent / 100) <= slack:
         problems.append(f"the target's share {share_replay:.3f} is not its weight {w.target_percent} %")
+    late = behind(w.rows, max_lateness_s, rate_per_s)
+    if late:  # what the router did cannot be read from a schedule that slipped: only real failures stand
+        problems = [p for p in problems if p.startswith(("no replayed request", f"{len(lost)} request(s) lost",
+                                                         "the source failed", "the target failed"))] + [late]
 
     def finite(x: float) -> float | None:
         return None if math.isnan(x) else round(x, 6)
@@ -219,7 +240,7 @@ def judge_window(w: Window, *, tolerance: float, bound_s: float, accepted: Calla
         target_p95_s=finite(p95), p95_bound_s=bound_s, router_share_replay=finite(share_replay),
         router_share_counters=finite(share_router), p99_s=finite(_p(w.rows, 99)),
         p99_before_s=finite(_p(before.rows, 99)) if before else None, router_requests=dict(w.router_delta),
-        states=dict(w.states), weights_read=dict(w.weights_read))
+        states=dict(w.states), weights_read=dict(w.weights_read), replay_behind=late)
 
 
 Mark = tuple[float, dict[str, ServerStat]]
@@ -297,10 +318,12 @@ class StepRule:
     accepted: Callable[[Any], bool]
     rollback_within_s: float
     timeout_s: float
+    max_lateness_s: float = math.inf
+    rate_per_s: float = math.nan
 
     def judge(self, w: Window, before: Window | None, *, rollback: bool = False) -> RoutedWindow:
         return judge_window(w, tolerance=self.tolerance, bound_s=self.bound_s, accepted=self.accepted, before=before,
-                            rollback=rollback)
+                            rollback=rollback, max_lateness_s=self.max_lateness_s, rate_per_s=self.rate_per_s)
 
 
 def move(replay: Replay, router: Router, percents: list[int], rule: StepRule, *,
@@ -367,7 +390,7 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
     svc = ctx.mig.workload.service if ctx.mig.workload.kind == "service" else None
     rule = StepRule(window_s=ctx.mig.cutover.requests_per_step / rate, tolerance=rp.share_tolerance,
                     bound_s=bound_s, accepted=serving.accepted, rollback_within_s=rp.rollback_within_s,
-                    timeout_s=m.request_timeout_s * 4)
+                    timeout_s=m.request_timeout_s * 4, max_lateness_s=m.max_send_lateness_s, rate_per_s=rate)
     router = build_router(ctx, dict(rec04.endpoint_urls))
 
     def before_step(k: int, pct: int) -> None:
