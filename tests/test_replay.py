@@ -144,7 +144,7 @@ def test_a_service_is_replayed_over_its_own_protocol_and_each_failure_is_lost_or
     replay.stop()
     by = {prompts[r["input_index"]]: r for r in sorted(replay.rows, key=lambda r: -r["request"])}
     assert set(by) == set(prompts), by.keys()
-    assert by["hello"]["status"] == "COMPLETED" and by["hello"]["server"] == "target"
+    assert by["hello"]["status"] == "COMPLETED" and by["hello"]["server"] == "target" and by["hello"]["http_status"] == 200
     assert by["hello"]["output"]["text"] == "Hello world!" and by["hello"]["failure"] == ""
     assert (by["error200"]["status"], by["error200"]["failure"]) == ("FAILED", "ERROR_BODY")
     assert faulty_service.ERROR_TEXT in by["error200"]["error"] and by["error200"]["output"] is None

@@ -183,6 +183,7 @@ class _Watch:
         self.stage = "connect"
         self.why: str | None = None
         self.server = ""  # who answered, from the router's header (ServiceClient.server_header)
+        self.http_status: int | None = None  # the last response's status line
         self.lock = threading.Lock()  # the socket is shut down only while this request holds it
 
     def remaining(self) -> float:
@@ -370,8 +371,8 @@ class ServiceClient:
         (a request that reached the service is not resent). Returns ``status`` (``COMPLETED``,
         a kind of :data:`FAILURE_KINDS`, or a Runpod job's terminal status) with ``stage`` and
         ``error`` when it failed, ``output`` (None unless completed), ``execution_s`` (send to
-        last byte, seconds) and ``metrics`` (the protocol's per-request figures, seconds and
-        counts)."""
+        last byte, seconds), ``metrics`` (the protocol's per-request figures, seconds and
+        counts) and ``http_status`` (the last response's status line; absent when none came)."""
         with self._lock:
             self.in_flight += 1
         t0 = time.perf_counter()
@@ -388,6 +389,8 @@ class ServiceClient:
                 self.in_flight -= 1
         out.setdefault("execution_s", time.perf_counter() - t0)
         out.setdefault("metrics", {})
+        if w.http_status is not None:  # a whole answer's status line too, not only a failure's
+            out.setdefault("http_status", w.http_status)
         if self.server_header:
             out["server"] = w.server
         return out
@@ -425,6 +428,7 @@ class ServiceClient:
             self.pacer.wait()
         w.max_gap_s = self.service.max_gap_s if gap else None
         with self.http.stream(method, path, timeout=timeout, **kw) as resp:
+            w.http_status = resp.status_code
             if self.server_header:
                 w.server = resp.headers.get(self.server_header, "")
             stream = resp.extensions.get("network_stream")
