@@ -25,23 +25,12 @@ from runbook_lib.providers.base import EndpointSpec, PodSpec
 from runbook_lib.service.pacing import PACE_MARGIN, Pacer, pacer_for, spaced
 from runbook_lib.service.protocols import client_for, listed_models
 
+from .faulty_service import send_json
+from .test_providers import Clock
 from .test_replay import serving
 
 LIVE = {"provider": "live", "name": "source-live", "release": "chat 1.4 (live)", "price_usd_per_hour": 0.44,
         "url": "http://127.0.0.1:9/", "max_rate_per_s": 10}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.t += s
 
 
 # -- pacing ----------------------------------------------------------------------------------------
@@ -83,23 +72,15 @@ class _Logged(BaseHTTPRequestHandler):
     def log_message(self, *a: Any) -> None:
         pass
 
-    def _answer(self, code: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def do_GET(self) -> None:
         _Logged.arrivals.append(time.time())
-        self._answer(200, {"status": "ok"})
+        send_json(self, 200, {"status": "ok"})
 
     def do_POST(self) -> None:
         _Logged.arrivals.append(time.time())
         _Logged.auth.append(self.headers.get("Authorization", ""))
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self._answer(200, {"echo": body})
+        send_json(self, 200, {"echo": body})
 
 
 def test_a_paced_client_never_gets_past_the_rate_at_the_server_even_from_many_threads() -> None:
