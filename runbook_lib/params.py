@@ -9,10 +9,9 @@ The YAML is read with a loader that keeps ``no``/``yes``/``on``/``off`` and date
 from __future__ import annotations
 
 import re
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 from urllib.parse import urlsplit
 
 import yaml
@@ -440,6 +439,29 @@ class LiveProfile(ProfileBase):
     max_rate_per_s: float = Field(gt=0, le=10_000)
     auth_ref: str = Field(default="", pattern=r"^(|env:[A-Za-z_][A-Za-z0-9_]*|file:.+)$")
     declared: LiveDeclared = LiveDeclared()
+
+    NOT_FOR_LIVE: ClassVar[tuple[str, ...]] = (
+        "device", "dtype", "threads", "batch_size", "workers", "active_workers", "idle_timeout_s", "model_cache",
+        "gpu_priority", "endpoint_mode", "storage_usd_per_gb_month", "secrets", "service_env")
+    """Profile fields that describe what the runbook runs on a side; a live source runs nothing of
+    the runbook's, so setting one is refused, not ignored (its GPU is ``declared.gpu``)."""
+
+    @model_validator(mode="after")
+    def _only_what_applies(self) -> "LiveProfile":
+        unread = sorted(set(self.NOT_FOR_LIVE) & self.model_fields_set)
+        if unread:
+            raise ValueError(f"{', '.join(unread)} {'does' if len(unread) == 1 else 'do'} not apply to a live source: "
+                             "the runbook runs nothing there and changes nothing about it; remove "
+                             f"{'it' if len(unread) == 1 else 'them'} (what it runs on is source.declared)")
+        parts = urlsplit(self.url)
+        if "@" in parts.netloc:
+            raise ValueError("url carries credentials (user:password@): they would be written wherever the URL is; "
+                             "remove them and name a bearer token by reference in auth_ref")
+        why = _url_problem(self.url)
+        if why:
+            raise ValueError(f"url {self.url!r} is not a usable http(s) URL: {why}; give the live service's base "
+                             "URL as http(s)://host[:port][/prefix]")
+        return self
 
 
 @dataclass(frozen=True)
@@ -1066,6 +1088,11 @@ def _url_problem(url: str) -> str:
     return "" if port is None or 0 < port < 65536 else f"port {port} is out of range"
 
 
+HAPROXY_CHECKS_PER_S = 1.0
+"""Health checks a second the runbook's HAProxy sends each server (``check inter 1s``,
+:func:`runbook_lib.traffic.router.haproxy_config`): load a live source gets beside the replay."""
+
+
 class RouterParams(_Model):
     """Phase 05's router (:mod:`runbook_lib.traffic.router`): what moves an inference cutover's traffic.
 
@@ -1340,6 +1367,10 @@ class Migration(_Model):
                              f"workload.kind is {self.workload.kind!r}. Use kind: service with workload.service, or "
                              "a local, runpod or vast source")
         svc = self.workload.service
+        if svc is not None and svc.protocol == "openai-chat" and src.url.rstrip("/").endswith("/v1"):
+            raise ValueError(f"source.url {src.url!r} ends in /v1, and the openai-chat paths (/v1/chat/completions, "
+                             "/v1/models) already start with it: requests would go to /v1/v1/...; give the base URL "
+                             "without /v1")
         if svc is not None and src.declared.image and src.declared.image != svc.image:
             raise ValueError(f"source.declared.image {src.declared.image!r} differs from workload.service.image "
                              f"{svc.image!r}: the target runs workload.service.image unchanged, so it must be what the "
@@ -1350,7 +1381,7 @@ class Migration(_Model):
                              f"source.max_rate_per_s = {cap:g}: phase 04's rounds send the live source that rate; "
                              f"lower measure.arrival_rate_per_s to at most {cap:g} (both sides get the same schedule)")
         if self.cutover.router.kind == "haproxy":
-            parts = urllib.parse.urlsplit(src.url)
+            parts = urlsplit(src.url)
             why = ("it is https (the runbook's HAProxy speaks plain HTTP to its servers)" if parts.scheme != "http"
                    else "it has a path (HAProxy forwards to a host and port, not a path prefix)"
                    if parts.path.strip("/") else
@@ -1362,7 +1393,7 @@ class Migration(_Model):
                                  "(the runbook's own split of its test requests)")
         if self.cutover.router.kind != "client":
             rate = self.cutover.router.arrival_rate_per_s or self.measure.arrival_rate_per_s
-            checks = 1.0 if self.cutover.router.kind == "haproxy" else 0.0
+            checks = HAPROXY_CHECKS_PER_S if self.cutover.router.kind == "haproxy" else 0.0
             if rate + checks > cap:
                 raise ValueError(
                     f"the routed cutover sends the live source up to {rate:g} requests/s (all of them before the first "

@@ -1,8 +1,10 @@
 """A live service as the source (``source.provider: live``): a chat server the test starts and
-owns (:mod:`tests.faulty_service`, answering cleanly, keeping its own request and signal logs and
-requiring a bearer token), which the runbook did not start and must not change, migrated to a
-target the runbook launches, through all six phases. Afterwards the server is the same process,
-never signalled, and its own log shows no more than the declared rate in any second."""
+owns (:mod:`tests.faulty_service`, answering cleanly, keeping its own request and signal logs),
+which the runbook did not start and must not change, migrated to a target the runbook launches
+through all six phases, its traffic cut over through Debian's HAProxy. Afterwards the server is
+the same process, never signalled, and its own log shows no more than the declared rate in any
+second, the replay through the router and HAProxy's health checks included. (Its bearer token is
+tests/test_live_source.py's: HAProxy is refused for a token-guarded live source.)"""
 
 from __future__ import annotations
 
@@ -27,12 +29,11 @@ from runbook_lib.providers.local.lifecycle import free_port
 from runbook_lib.run.runner import run_migration
 
 from .conftest import ROOT
-from .runs import deep_merge, phase_statuses, receipt
+from .runs import deep_merge, phase_statuses, receipt, require_haproxy
 
 pytestmark = pytest.mark.e2e
 
 RATE = 20.0  # source.max_rate_per_s
-TOKEN = "live-token-7f3a9c"  # what the server requires; it must never be written anywhere in the run
 
 
 def _live_params(tmp_path: Path, url: str) -> Path:
@@ -41,7 +42,7 @@ def _live_params(tmp_path: Path, url: str) -> Path:
     image on the target; a small measurement at 15/s, under the source's 20/s."""
     data = yaml.safe_load((ROOT / "params" / "demo-service.yaml").read_text())
     data["source"] = {"name": "source-live", "provider": "live", "release": "chat-server 1.4 (live, the team's)",
-                      "price_usd_per_hour": 0.44, "url": url, "max_rate_per_s": RATE, "auth_ref": "env:LIVE_TOKEN",
+                      "price_usd_per_hour": 0.44, "url": url, "max_rate_per_s": RATE,
                       "declared": {"provider": "the team's own cluster", "gpu": "none (CPU)"}}
     service = {"samples": str(ROOT / "examples" / "chat-samples.jsonl"), "env": {},
                "stand_in": {"command": [sys.executable, str(ROOT / "tests" / "faulty_service.py"), "{port}"]},
@@ -51,7 +52,9 @@ def _live_params(tmp_path: Path, url: str) -> Path:
                                          "throughput_requests": 8, "cold_starts": 0, "request_timeout_s": 2.0,
                                          "exclusive": False},
                              "gates": {"min_latency_samples": 20},
-                             "cutover": {"requests_per_step": 10}})
+                             # HAProxy's replay at phase 04's 15/s, spaced for 19/s (one check a second
+                             # beside it); 80 requests a window judge the shares
+                             "cutover": {"requests_per_step": 80, "router": {"kind": "haproxy"}}})
     (tmp_path / "params").mkdir(parents=True)
     p = tmp_path / "params" / "m.yaml"
     p.write_text(dump_yaml(data))
@@ -59,14 +62,12 @@ def _live_params(tmp_path: Path, url: str) -> Path:
 
 
 def _start(port: int, logs: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "REQUEST_LOG": str(logs / "requests.jsonl"), "SIGNAL_LOG": str(logs / "signals.txt"),
-           "REQUIRE_TOKEN": TOKEN}
+    env = {**os.environ, "REQUEST_LOG": str(logs / "requests.jsonl"), "SIGNAL_LOG": str(logs / "signals.txt")}
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "faulty_service.py"), str(port)], env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", headers={"Authorization": f"Bearer {TOKEN}"},
-                         timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                 return proc
         except httpx.HTTPError:
             time.sleep(0.1)
@@ -81,7 +82,8 @@ def _started_at(pid: int) -> str:
 
 
 def test_a_live_service_is_the_source_of_all_six_phases_untouched_and_never_loaded_past_its_rate(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
+    require_haproxy()
     logs = tmp_path / "live"
     logs.mkdir()
     port = free_port()
@@ -89,7 +91,6 @@ def test_a_live_service_is_the_source_of_all_six_phases_untouched_and_never_load
     proc = _start(port, logs)
     born = _started_at(proc.pid)
     (logs / "requests.jsonl").write_text("")  # the test's own readiness probe is not the runbook's
-    monkeypatch.setenv("LIVE_TOKEN", TOKEN)
     try:
         res = run_migration(_live_params(tmp_path, url), reports_dir=tmp_path / "reports", echo=print)
         still = proc.poll() is None and _started_at(proc.pid) == born
@@ -106,7 +107,7 @@ def test_a_live_service_is_the_source_of_all_six_phases_untouched_and_never_load
     # ... and never asked more than 20 requests in any one second, by its own clock
     ts = sorted(json.loads(line)["t"] for line in (logs / "requests.jsonl").read_text().splitlines())
     most = max(bisect.bisect_left(ts, t + 1.0) - i for i, t in enumerate(ts))
-    assert len(ts) > 100 and most <= RATE, (len(ts), most)
+    assert len(ts) > 300 and most <= RATE, (len(ts), most)  # ~150 in phases 01-04, ~200 through HAProxy
     # what phase 01 read of it, observed, beside what params declare
     facts = {f["name"]: f for f in r["service"]["live_source"]["facts"]}
     assert facts["models served"] == {"name": "models served", "value": "faulty-chat", "basis": "observed",
@@ -123,7 +124,7 @@ def test_a_live_service_is_the_source_of_all_six_phases_untouched_and_never_load
     gates = {g["name"]: g for g in r["gates"]}
     assert "target-only" in gates["throughput_ratio"]["detail"]
     for name in ("source_answers", "service_parity", "recovery", "latency_p95_ratio", "noise_floor", "error_rate",
-                 "baseline_health", "cutover_slices", "teardown_verified"):
+                 "baseline_health", "cutover_slices", "routed_requests_lost", "teardown_verified"):
         assert gates[name]["verdict"] == "PASS", gates[name]
     # nothing was created on the source; it is named as not ours
     res_ = r["resources"]
@@ -137,8 +138,10 @@ def test_a_live_service_is_the_source_of_all_six_phases_untouched_and_never_load
     assert set(thr["side"]) == {"target"}
     samples = pd.read_parquet(d / "04" / "samples.parquet")
     assert (samples["side"] == "source").sum() >= 96 and set(samples["status"]) == {"COMPLETED"}
-    # the token the server required is in no file the run wrote
-    leaked = [p for p in d.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
-    assert leaked == []
+    # phase 05: the team's traffic through HAProxy, none lost, the live source taking its share
+    router = json.loads((d / "05_cutover.json").read_text())["data"]["cutover"]["router"]
+    assert router["kind"] == "haproxy" and router["lost"] == 0 and all(w["passed"] for w in router["windows"])
+    rows = pd.read_csv(d / "05" / "routed_samples.csv")
+    assert set(rows["server"]) == {"source", "target"} and set(rows["status"]) == {"COMPLETED"}
     assert {x["status"] for x in verify_run(d)} == {"intact"}
     assert [x for x in recompute_run(d) if not x.same] == []

@@ -30,7 +30,8 @@ from .test_providers import Clock
 from .test_replay import serving
 
 LIVE = {"provider": "live", "name": "source-live", "release": "chat 1.4 (live)", "price_usd_per_hour": 0.44,
-        "url": "http://127.0.0.1:9/", "max_rate_per_s": 10}
+        "url": "http://127.0.0.1:9/", "max_rate_per_s": 10,
+        "storage_usd_per_gb_month": None}  # demo-service's source declares it; a live one may not (None: removed)
 
 
 # -- pacing ----------------------------------------------------------------------------------------
@@ -178,6 +179,11 @@ def test_a_live_source_loads_with_its_declarations_a_digest_not_taken_for_a_key(
     ({"source": {"url": "127.0.0.1:8000"}}, r"source.url: String should match pattern"),
     ({"source": {"auth_ref": "s3cr3t-token"}}, r"source.auth_ref: String should match pattern"),
     ({"source": {"pod_id": "abc"}}, r"source.pod_id: Extra inputs are not permitted"),
+    ({"source": {"workers": 4, "secrets": [{"name": "HF_TOKEN", "ref": "env:HF_TOKEN"}]}},
+     r"secrets, workers do not apply to a live source: the runbook runs nothing there"),
+    ({"source": {"url": "http://admin:pw@127.0.0.1:9"}}, r"url carries credentials \(user:password@\).*auth_ref"),
+    ({"source": {"url": "http://127.0.0.1:99999"}}, r"url 'http://127.0.0.1:99999' is not a usable http\(s\) URL"),
+    ({"source": {"url": "http://127.0.0.1:9/v1/"}}, r"ends in /v1, and the openai-chat paths .* /v1/v1/"),
 ])
 def test_what_cannot_keep_a_live_source_safe_is_refused_with_its_fix(tmp_path: Path, over: dict[str, Any],
                                                                     says: str) -> None:
@@ -185,9 +191,17 @@ def test_what_cannot_keep_a_live_source_safe_is_refused_with_its_fix(tmp_path: P
         load_params(_params(tmp_path, **over))
 
 
-def test_a_live_source_is_only_for_a_service(tmp_path: Path, make_params: Any) -> None:
+def test_a_live_source_is_only_for_a_service(make_params: Any) -> None:
+    import yaml
+
+    from runbook_lib.params import dump_yaml
+
+    p = make_params()  # the inference demo, its source replaced whole by a live one
+    data = yaml.safe_load(p.read_text())
+    data["source"] = {k: v for k, v in LIVE.items() if v is not None}
+    p.write_text(dump_yaml(data))
     with pytest.raises(ParamsError, match=r"source.provider 'live' is a team's running service.*'inference'"):
-        load_params(make_params(source={**LIVE, "provider": "live"}))
+        load_params(p)
 
 
 # -- the gates it cannot have ----------------------------------------------------------------------
@@ -217,3 +231,78 @@ def test_declared_source_figures_are_compared_and_marked_declared(tmp_path: Path
     assert "declared (source.declared.throughput_units_per_s), not measured" in out["throughput_ratio"].method
     assert out["cold_start_ratio"].verdict == "FAIL" and out["cold_start_ratio"].observed == pytest.approx(2.0)
     assert "declared (source.declared.cold_start_s)" in out["cold_start_ratio"].method
+
+
+# -- what a live source's token, rate and refusals must never do -----------------------------------
+
+def test_a_token_that_cannot_be_a_header_is_refused_by_name_never_shown(tmp_path: Path) -> None:
+    from runbook_lib.errors import AuthError
+    from runbook_lib.phases.service_pods import bearer_token
+
+    tok = tmp_path / "token"
+    tok.write_text("live-token-7f3a9c\nSECRETLINE2-abcdef\n")
+    mig = load_params(_params(tmp_path, source={"auth_ref": f"file:{tok}"}))
+    with pytest.raises(AuthError, match=r"source.auth_ref \(file:.*token\) holds a value that cannot be a bearer") as e:
+        bearer_token(mig.source)  # type: ignore[arg-type]
+    assert "live-token" not in str(e.value) and "SECRETLINE2" not in str(e.value)
+    tok.write_text("live-token-7f3a9c\n")  # one line, its newline ending it: the token
+    assert bearer_token(mig.source) == "live-token-7f3a9c"  # type: ignore[arg-type]
+
+
+def test_the_runs_leak_scan_looks_for_the_live_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runbook_lib.phases.scan import resolved_secrets
+
+    monkeypatch.setenv("LIVE_TOKEN", "live-token-0123456789abcdef")
+    values, _ = resolved_secrets(load_params(_params(tmp_path, source={"auth_ref": "env:LIVE_TOKEN"})))
+    assert values["source.auth_ref"] == "live-token-0123456789abcdef"
+
+
+def test_a_refused_token_stops_at_the_first_answer_naming_the_reference(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from runbook_lib.errors import AuthError
+    from runbook_lib.phases.service_pods import live_ready
+
+    from .faulty_service import serve
+
+    log = tmp_path / "requests.jsonl"
+    monkeypatch.setenv("REQUEST_LOG", str(log))
+    monkeypatch.setenv("REQUIRE_TOKEN", "the-right-token")
+    monkeypatch.setenv("LIVE_TOKEN", "a-wrong-token")
+    srv = serve()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        mig = load_params(_params(tmp_path, source={"url": url, "auth_ref": "env:LIVE_TOKEN"}))
+        with pytest.raises(AuthError, match=r"answered HTTP 401 to GET .*/health: its token, source.auth_ref "
+                                            r"\(env:LIVE_TOKEN\), is refused.*nothing more was sent") as e:
+            live_ready(SimpleNamespace(mig=mig), mig.source)  # type: ignore[arg-type]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "a-wrong-token" not in str(e.value)
+    assert len(log.read_text().splitlines()) == 1  # one knock, not one per readiness interval
+
+
+def test_pacing_delays_a_request_but_never_ends_it() -> None:
+    """At 0.5/s a request waits 2.1 s for its slot; its deadline (1 s here) runs from the send,
+    so it completes, the wait counted in its latency."""
+    svc = Service(image="acme/echo:1", protocol="http-json", samples="-", readiness={"path": "/health"})
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _Logged)) as url:
+        with client_for(svc, url, timeout_s=1.0, pacer=Pacer(0.5)) as c:
+            first, second = c.runsync({"i": 1}), c.runsync({"i": 2})
+    assert first["status"] == second["status"] == "COMPLETED"
+    assert first["execution_s"] < 1.0 and 2.0 <= second["execution_s"] < 3.0
+
+
+def test_a_replay_schedule_spaced_for_a_live_source_keeps_its_order_and_gap() -> None:
+    from itertools import islice
+
+    from runbook_lib.measure.timing import poisson_requests
+
+    picks = [(i, f"p{i}") for i in range(5)]
+    bare = [r.intended_s for r in islice(poisson_requests(picks, 50.0, 7), 300)]
+    paced = [r.intended_s for r in islice(poisson_requests(picks, 50.0, 7, min_gap_s=0.05), 300)]
+    assert min(b - a for a, b in zip(bare, bare[1:], strict=False)) < 0.05  # Poisson clusters at 50/s
+    assert min(b - a for a, b in zip(paced, paced[1:], strict=False)) >= 0.05 - 1e-9
+    assert paced[0] == bare[0] and all(p >= b for p, b in zip(paced, bare, strict=True))

@@ -442,17 +442,20 @@ def run_open_loop(client: ServingClient, requests: list[Request], *, side: str, 
 
 
 def poisson_requests(picks: list[tuple[int, Any]], rate_per_s: float, seed: int, *,
-                     chunk: int = 1000) -> Iterator[Request]:
+                     chunk: int = 1000, min_gap_s: float = 0.0) -> Iterator[Request]:
     """An endless open-loop schedule of ``picks`` (``(input index, payload)``, cycled): Poisson
     arrivals at ``rate_per_s``, :func:`poisson_schedule` chunk by chunk (seeds ``seed``,
-    ``seed + 1``, ...), each chunk after the last."""
+    ``seed + 1``, ...), each chunk after the last; with ``min_gap_s`` each arrival is moved later,
+    when needed, to come at least that long after the one before (a paced live source's schedule,
+    as :func:`runbook_lib.service.pacing.spaced` does)."""
     offset, i, k = 0.0, 0, 0
     while True:
         for t in poisson_schedule(chunk, rate_per_s, seed + k) + offset:
+            at = max(float(t), offset + min_gap_s) if min_gap_s > 0 and i else float(t)
             idx, payload = picks[i % len(picks)]
-            yield Request(i, float(t), payload, idx)
+            yield Request(i, at, payload, idx)
             i += 1
-            offset = float(t)
+            offset = at
         k += 1
 
 

@@ -348,6 +348,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
     held = decision == "HOLD"  # a person decides by the deadline (`runbook resolve`); after it, NO-GO
     failed = any(r.status == "failed" for r in phase_status(ctx))
     point = cut.rollback_point if cut else None
+    live_src = isinstance(ctx.mig.source, LiveProfile)
     receipt = Receipt(
         run_id=ctx.run_id, migration=ctx.mig.migration, decided_at=decided_at, decision=decision,
         hold_deadline=hold_deadline(decided_at, ctx.mig.gates.hold_deadline_s) if held else None,
@@ -355,7 +356,8 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         run_status="failed" if failed else "completed", exit_code=EXIT_FAILED if failed else EXIT_BY_DECISION[decision],
         reasons=reasons,
         source=Side(release=ctx.mig.source.release, provider=ctx.mig.source.provider,
-                    profile=ctx.mig.source.model_dump(exclude={"secrets"})),
+                    profile=ctx.mig.source.model_dump(exclude={"secrets", *LiveProfile.NOT_FOR_LIVE}) if live_src
+                    else ctx.mig.source.model_dump(exclude={"secrets"})),
         target=Side(release=ctx.mig.target.release, provider=ctx.mig.target.provider,
                     profile=ctx.mig.target.model_dump(exclude={"secrets"})),
         identities={"params_sha256": params_sha256(ctx.params_path), "runbook_lib_version": __version__,
@@ -372,8 +374,10 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         service=service_receipt(ctx),
         forecast=ctx.records.compare.forecast if ctx.records.compare else None,
         teardown=TeardownNote(
-            teardown_source=ctx.mig.run.teardown_source,
-            note=("the embedded run owns both sides: after the decision it destroys every resource it created, so the "
+            teardown_source=ctx.mig.run.teardown_source and not live_src,
+            note=("the source is a live service, not ours: it is never torn down, so the rollback point stays valid "
+                  "until the window closes (run.teardown_source does not apply to it)") if live_src else
+                 ("the embedded run owns both sides: after the decision it destroys every resource it created, so the "
                   "rollback point above was valid until teardown") if ctx.mig.run.teardown_source else
                  "source kept: the rollback point stays valid until the window closes"),
         resources=actions.resources(), gates=tuple(gates))

@@ -352,7 +352,12 @@ def secrets_table(ctx: PhaseContext) -> list[SecretRow]:
         for s in ctx.resources.profile(side).secrets:
             present = secret_refs.resolve(s.name, s.ref, required=False) is not None
             rows.append(SecretRow(side=side, name=s.name, ref=s.ref, required=s.required, resolves_here=present))
-    ambient = secret_refs.names_present()
+    lp = pods.live(ctx.mig)
+    if lp is not None and lp.auth_ref:  # the live source's own token, sent as a bearer header, never to a pod
+        rows.append(SecretRow(side="source", name="source.auth_ref", ref=lp.auth_ref, required=True,
+                              resolves_here=secret_refs.resolve("source.auth_ref", lp.auth_ref, required=False)
+                              is not None))
+    ambient = [n for n in secret_refs.names_present() if not (lp is not None and lp.auth_ref == f"env:{n}")]
     for name in ambient:
         rows.append(SecretRow(side="environment", name=name, ref="(ambient, not injected into pods)", required=False,
                               resolves_here=True))

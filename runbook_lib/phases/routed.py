@@ -38,9 +38,9 @@ import pandas as pd
 
 from runbook_lib.errors import ProviderError
 from runbook_lib.evidence.records import InferenceStep, RoutedCutover, RoutedWindow
-from runbook_lib.params import RouterParams
+from runbook_lib.params import HAPROXY_CHECKS_PER_S, RouterParams
 from runbook_lib.phases import PhaseContext
-from runbook_lib.phases.serving import serving_for
+from runbook_lib.phases.serving import serving_for, source_gap_s
 from runbook_lib.traffic.replay import Replay, ReplayRow
 from runbook_lib.traffic.route import Route
 from runbook_lib.traffic.router import CommandRouter, HAProxyRouter, Router, ServerStat
@@ -405,7 +405,11 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
         route.set(0, f"cutover start: all traffic on source, through the {rp.kind} router at {router.url}")
         replay = Replay(router.url, serving.request_inputs(max(4 * ctx.mig.cutover.requests_per_step, 200), seed=5000),
                         rate_per_s=rate, timeout_s=rule.timeout_s, seed=6000,
-                        service=svc.model_dump(mode="json") if svc else None)
+                        service=svc.model_dump(mode="json") if svc else None,
+                        # a live source can get every request (all of them before the first step):
+                        # its pacing, less HAProxy's health checks of it (HAPROXY_CHECKS_PER_S)
+                        min_gap_s=source_gap_s(ctx, reserved_per_s=HAPROXY_CHECKS_PER_S if rp.kind == "haproxy"
+                                               else 0.0))
         replay.start()
         try:
             windows = move(replay, router, [sl.target_percent for sl in steps_plan], rule, before_step=before_step,

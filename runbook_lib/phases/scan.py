@@ -39,7 +39,8 @@ def resolved_secrets(mig: Migration) -> tuple[dict[str, str], list[str]]:
                       ("storage.secret_access_key", mig.storage.secret_access_key_ref),
                       ("workload.checkpoint_store.access_key_id", bucket.access_key_id_ref if bucket else ""),
                       ("workload.checkpoint_store.secret_access_key", bucket.secret_access_key_ref if bucket else ""),
-                      ("evidence.signing_key", mig.evidence.signing_key)):
+                      ("evidence.signing_key", mig.evidence.signing_key),
+                      ("source.auth_ref", getattr(mig.source, "auth_ref", ""))):  # a live source's token
         if ref:
             refs.append((name, ref))
     values: dict[str, str] = {}

@@ -194,8 +194,9 @@ def observe_live(ctx: PhaseContext, prof: LiveProfile, c: ServiceClient, ready_s
                                   how="one GET over its API"))
             continue
         facts.append(LiveFact(name=f"GET {path}", value=f"HTTP {status}", basis="observed", how="one GET over its API"))
+        seen = {f.name for f in facts}
         facts += [LiveFact(name=f"{h} header", value=headers[h][:200], basis="observed", how=f"GET {path}")
-                  for h in SERVER_HEADERS if h in headers]
+                  for h in SERVER_HEADERS if h in headers and f"{h} header" not in seen]
         if path == "/v1/models" and status == 200:
             ids = listed_models(body)
             facts.append(LiveFact(name="models served", value=", ".join(ids) or "none listed", basis="observed",

@@ -11,11 +11,12 @@ rehearsal the simulators run the same stand-in for the image (``rehearsal.stand_
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from runbook_lib.errors import ProviderError, ProviderTimeout
+from runbook_lib.errors import AuthError, ProviderError, ProviderTimeout
 from runbook_lib.evidence.records import ServiceLaunch
 from runbook_lib.layout import project_root
 from runbook_lib.params import READINESS_PATHS, LiveProfile, Migration, RemoteProfile, Service
@@ -230,6 +231,27 @@ def live_pacer(prof: LiveProfile) -> Pacer:
     return pacer_for(prof.url, prof.max_rate_per_s)
 
 
+TOKEN_CHARS = re.compile(r"[!-~]+")
+"""What a bearer token may hold: visible ASCII, no space or control character (RFC 6750's
+``b64token`` is narrower still); anything else cannot go in a header and is refused by name."""
+
+
+def bearer_token(prof: LiveProfile) -> str:
+    """The live source's bearer token (``source.auth_ref``), resolved now.
+
+    Raises:
+        AuthError: the reference is not set here, or its value holds a character a header cannot
+            carry (a second line, a space, a control or non-ASCII character); named by reference,
+            never by value.
+    """
+    value = str(resolve("source.auth_ref", prof.auth_ref))
+    if not TOKEN_CHARS.fullmatch(value):
+        raise AuthError(f"source.auth_ref ({prof.auth_ref}) holds a value that cannot be a bearer token: it has a "
+                        "space, a second line, a control or a non-ASCII character. Put the token alone on one line "
+                        "(the value is not shown)")
+    return value
+
+
 def live_client(mig: Migration, prof: LiveProfile, *, timeout_s: float, project: Any = None) -> ServiceClient:
     """The protocol's client of a live source: paced at ``max_rate_per_s``, with its bearer token
     (``auth_ref``, resolved now and never recorded) when it needs one.
@@ -237,7 +259,7 @@ def live_client(mig: Migration, prof: LiveProfile, *, timeout_s: float, project:
     Raises:
         AuthError: ``auth_ref`` is not set on this machine (named, never its value).
     """
-    headers = {"Authorization": f"Bearer {resolve('source.auth_ref', prof.auth_ref)}"} if prof.auth_ref else None
+    headers = {"Authorization": f"Bearer {bearer_token(prof)}"} if prof.auth_ref else None
     return client_for(service_of(mig), prof.url, timeout_s=timeout_s, project=project, pacer=live_pacer(prof),
                       headers=headers)
 
@@ -252,9 +274,11 @@ def live_ready(res: Resources, prof: LiveProfile, *, clock: Callable[[], float] 
 
     Raises:
         NotReady: no ready answer in time (the last answer named).
+        AuthError: it answered 401 or 403 (its token is missing or refused): at once, not retried.
     """
     svc = service_of(res.mig)
     r = svc.readiness
+    where = prof.url.rstrip("/") + r.path
     t0 = clock()
     last, checks = "no answer yet", 0
     with live_client(res.mig, prof, timeout_s=max(1.0, r.interval_s * 4)) as c:
@@ -267,8 +291,13 @@ def live_ready(res: Resources, prof: LiveProfile, *, clock: Callable[[], float] 
                 last = f"HTTP {got['status']}: {got['body'][:120]!r}"
             except ProviderError as exc:
                 last = str(exc)
+            if last.startswith(("HTTP 401", "HTTP 403")):  # asking again would only knock again
+                raise AuthError(f"the live source answered {last[:8]} to GET {where}: "
+                                + (f"its token, source.auth_ref ({prof.auth_ref}), is refused; check the token"
+                                   if prof.auth_ref else "it needs a token: set source.auth_ref (env:VAR or file:/path)")
+                                + f"; nothing more was sent. Its answer: {last[10:]}")
             if clock() - t0 > r.timeout_s:
-                raise NotReady(f"the live source at {prof.url} is not ready: no {r.status} on GET {r.path} within "
+                raise NotReady(f"the live source at {prof.url} is not ready: no {r.status} on GET {where} within "
                                f"readiness.timeout_s = {r.timeout_s:g} s ({checks} checks); the last answer: {last}. "
                                "It is the team's running service: check source.url and workload.service.readiness",
                                provider="live", resource_id=prof.url)

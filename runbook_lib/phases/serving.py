@@ -183,13 +183,14 @@ def creates(ctx: PhaseContext, side: str) -> bool:
     return pods.live(ctx.mig, side) is None
 
 
-def source_gap_s(ctx: PhaseContext) -> float:
+def source_gap_s(ctx: PhaseContext, *, reserved_per_s: float = 0.0) -> float:
     """The least gap between two arrivals of an open-loop schedule, seconds: for a live source
-    :data:`runbook_lib.service.pacing.SCHEDULE_MARGIN` / ``max_rate_per_s`` (a little wider than
-    its pacing gap), else 0. Both sides get the same spaced schedule, so they are still compared
-    like with like."""
+    :data:`runbook_lib.service.pacing.SCHEDULE_MARGIN` / (``max_rate_per_s`` less
+    ``reserved_per_s``, requests a second something else sends it: HAProxy's health checks), a
+    little wider than its pacing gap; else 0. Both sides get the same spaced schedule, so they are
+    still compared like with like."""
     lp = pods.live(ctx.mig)
-    return SCHEDULE_MARGIN / lp.max_rate_per_s if lp is not None else 0.0
+    return SCHEDULE_MARGIN / (lp.max_rate_per_s - reserved_per_s) if lp is not None else 0.0
 
 
 def serving_for(ctx: PhaseContext) -> Serving:

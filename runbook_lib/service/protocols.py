@@ -302,7 +302,7 @@ class ServiceClient:
         max_connections: the most connections the client opens at once (httpx's pool limit).
         pacer: every request (a readiness check, a call, a job's status poll) first waits for a
             slot of this :class:`~runbook_lib.service.pacing.Pacer` (a live source's
-            ``max_rate_per_s``); the wait is part of the request's latency. None: unpaced.
+            ``max_rate_per_s``); the wait is part of the request's latency, not of its deadline (timeout_s runs from the send). None: unpaced.
         headers: sent with every request (a live source's ``Authorization``); never recorded.
 
     Raises:
@@ -360,7 +360,7 @@ class ServiceClient:
         try:
             got = self.http.get(r.path, timeout=min(self.timeout_s, 10.0))
         except httpx.HTTPError as exc:
-            raise ProviderError(f"service at {self.url} cannot be reached for GET {r.path}: {exc}") from exc
+            raise ProviderError(f"service at {self.url} cannot be reached for GET {r.path}: {scrub(str(exc))}") from exc
         ok = got.status_code == r.status
         return {"status": got.status_code, "body": got.text[:200],
                 "workers": {"idle": 1 if ok else 0, "running": 0, "unhealthy": 0 if ok else 1},
@@ -376,9 +376,9 @@ class ServiceClient:
         with self._lock:
             self.in_flight += 1
         t0 = time.perf_counter()
-        if self.pacer is not None:  # the wait for a slot is the request's own time, as a queue's is
-            self.pacer.wait()
-        w = _Watch(t0 + self.timeout_s, None)
+        if self.pacer is not None:  # the wait for a slot is the request's latency, as a queue's is; its
+            self.pacer.wait()       # deadline runs from when it may be sent, so pacing never ends it
+        w = _Watch(time.perf_counter() + self.timeout_s, None)
         try:
             out = self._call(payload, t0, w)
         except httpx.HTTPError as exc:
@@ -795,7 +795,7 @@ def peek(client: ServiceClient, path: str) -> tuple[int, dict[str, str], str]:
     try:
         got = client.http.get(path, timeout=min(client.timeout_s, 10.0))
     except httpx.HTTPError as exc:
-        raise ProviderError(f"service at {client.url} cannot be reached for GET {path}: {exc}") from exc
+        raise ProviderError(f"service at {client.url} cannot be reached for GET {path}: {scrub(str(exc))}") from exc
     return got.status_code, {k.lower(): v for k, v in got.headers.items()}, scrub(got.text[:2000])
 
 

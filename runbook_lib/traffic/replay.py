@@ -152,7 +152,7 @@ def _child(config_path: Path, events_path: Path) -> int:
             write({"e": "done", "request": req.index, "input_index": req.input_index, "intended_s": req.intended_s,
                    "sent_s": sent, "done_s": done, "total_s": done - req.intended_s, **ended})
 
-        dispatch(poisson_requests(picks, cfg["rate_per_s"], cfg["seed"]), one, t0=t0,
+        dispatch(poisson_requests(picks, cfg["rate_per_s"], cfg["seed"], min_gap_s=cfg.get("min_gap_s", 0.0)), one, t0=t0,
                  max_in_flight=REPLAY_MAX_IN_FLIGHT, stop=stop)
         http.close()
         if service is not None:
@@ -166,7 +166,8 @@ class Replay:
     arrivals at ``rate_per_s`` of ``picks`` (``(golden index, payload)``, cycled), each sent once
     as ``POST path`` with a ``timeout_s`` second limit, or, given ``service`` (a
     :class:`runbook_lib.params.Service` as ``model_dump(mode="json")`` gives it), as that
-    service's protocol request with ``timeout_s`` as its deadline. Rows (:class:`ReplayRow`): ``request``,
+    service's protocol request with ``timeout_s`` as its deadline; ``min_gap_s``: no two arrivals
+    closer than that (a live source's pacing, the whole schedule being able to reach it). Rows (:class:`ReplayRow`): ``request``,
     ``input_index``, ``intended_s``, ``sent_s`` and ``done_s`` (seconds since the schedule's
     start), ``total_s`` (from intended), ``status`` (:func:`classify`), ``server`` (who
     answered), ``output``, ``failure`` (the named kind of a request not completed: a service's
@@ -174,9 +175,10 @@ class Replay:
     ``BAD_BODY``, ``TIMED_OUT`` or ``CLIENT_ERROR``) and ``error``."""
 
     def __init__(self, url: str, picks: list[tuple[int, Any]], *, rate_per_s: float, timeout_s: float,
-                 seed: int, path: str = "/infer", service: dict[str, Any] | None = None) -> None:
+                 seed: int, path: str = "/infer", service: dict[str, Any] | None = None,
+                 min_gap_s: float = 0.0) -> None:
         self.config = {"url": url, "picks": picks, "rate_per_s": rate_per_s, "timeout_s": timeout_s, "seed": seed,
-                       "path": path, "service": service}
+                       "path": path, "service": service, "min_gap_s": min_gap_s}
         self.timeout_s = timeout_s
         self.rows: list[ReplayRow] = []
         self._sent: dict[int, float] = {}  # request -> sent_s, until it ends

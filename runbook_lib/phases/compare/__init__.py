@@ -59,6 +59,7 @@ from runbook_lib.phases.compare.protocol import (
     wait_for_zero,
 )
 from runbook_lib.phases.compare.raw import THROUGHPUT_COLUMNS, Measured
+from runbook_lib.phases.serving import creates
 
 __all__ = [
     "EXPECTATIONS", "DrillsResult", "guarded", "run_drills", "cold_start_samples", "cold_start_summary",
@@ -113,7 +114,10 @@ class CompareResult(PhaseResult):
 def plan(ctx: PhaseContext) -> PlanShown:
     """Phase 04's plans (:func:`planned`), for display before its approval cell: the endpoints or
     round pods the measurement rents, with when each is applied."""
-    kind = ("the measured service pods of both sides" if ctx.mig.workload.kind == "service" else
+    live = ctx.mig.workload.kind == "service" and not creates(ctx, "source")
+    kind = ("the target's measured service pod (the live source is measured as it runs, paced at "
+            "source.max_rate_per_s)" if live else
+            "the measured service pods of both sides" if ctx.mig.workload.kind == "service" else
             "the cold-start and measured endpoints of both sides" if ctx.mig.workload.kind == "inference"
             else f"one pod per measured round, both sides ({ctx.mig.workload.unit}s timed in each)")
     return PlanShown.of(planned(ctx), note=f"Phase 04 rents {kind}; each is torn down when measured (the measured "

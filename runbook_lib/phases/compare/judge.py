@@ -194,7 +194,10 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     if mig.workload.serves:
         extra.append(g.baseline_health(_source_statuses(res, on["source"], zero), max_rate=gc.error_rate_max,
                                        phase="04"))
-    extra.append(g.spend_limit(sum(c.total_usd for c in costs_.values()), limit_usd=gc.spend_limit_usd, phase="04",
+    # a live source runs, and is paid for, whatever the run does: its declared price prices its
+    # accepted units, and nothing of it is spent by the run
+    spent = sum(c.total_usd for side, c in costs_.items() if not (side == "source" and isinstance(mig.source, LiveProfile)))
+    extra.append(g.spend_limit(spent, limit_usd=gc.spend_limit_usd, phase="04",
                                stopped=[stop.step for stop in res.spend.stops]))
     accepted = s["accepted"].to_numpy(dtype=float)
     # The sequential method judges cost per pair of rounds (sequential.cost_trace): the point

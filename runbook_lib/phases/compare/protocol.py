@@ -382,9 +382,10 @@ def _start_endpoint(ctx: PhaseContext, side: str, serving: Serving, meter: cost.
     t0 = time.perf_counter()
     ep = serving.create(side, f"endpoint-{side}")
     prof = ctx.resources.profile(side)
-    meter.start(side, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
-                                        storage_gb=ctx.mig.workload.requirements.disk_gb,
-                                        storage_usd_per_gb_month=prof.storage_usd_per_gb_month), at=t0)
+    if ep.mode != LIVE_MODE:  # a live source is the team's, paid for whatever the run does: not the run's spend
+        meter.start(side, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
+                                            storage_gb=ctx.mig.workload.requirements.disk_gb,
+                                            storage_usd_per_gb_month=prof.storage_usd_per_gb_month), at=t0)
     client = serving.client(side, ep, timeout_s=m.request_timeout_s * 4)
     payload0 = serving.request_inputs(1, seed=0)[0][1]
     first = measured_with_retries(ctx, lambda _k: client.runsync(payload0), log, what=f"cold start {side}",
@@ -493,7 +494,8 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         sink.write(rows)
         if endpoints[side].mode != LIVE_MODE:  # a live source is never saturated: only its declared rate
             live.throughput.extend(_saturate(ctx, serving, clients[side], side, r, log, sleep=sleep))
-        meter.charge(sent / cost.BYTES_PER_GB * ctx.resources.profile(side).egress_usd_per_gb)
+        if endpoints[side].mode != LIVE_MODE:
+            meter.charge(sent / cost.BYTES_PER_GB * ctx.resources.profile(side).egress_usd_per_gb)
         round_s.append(time.perf_counter() - started)
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
 
