@@ -306,3 +306,24 @@ def test_a_replay_schedule_spaced_for_a_live_source_keeps_its_order_and_gap() ->
     assert min(b - a for a, b in zip(bare, bare[1:], strict=False)) < 0.05  # Poisson clusters at 50/s
     assert min(b - a for a, b in zip(paced, paced[1:], strict=False)) >= 0.05 - 1e-9
     assert paced[0] == bare[0] and all(p >= b for p, b in zip(paced, bare, strict=True))
+
+
+def test_a_rate_too_slow_for_a_cell_is_refused_before_anything_runs_with_the_arithmetic(tmp_path: Path) -> None:
+    """0.5 requests/s: phase 01's 27 paced requests (12 samples twice, readiness, two reads) take at
+    least 57 s, more than a 30 s cell; `runbook run` exits 2 at once, sending nothing."""
+    import io
+    from contextlib import redirect_stderr
+
+    from runbook_lib.cli import main as cli_main
+
+    from .conftest import ROOT
+
+    params = _params(tmp_path, source={"max_rate_per_s": 0.5}, measure={"arrival_rate_per_s": 0.5},
+                     run={"cell_timeout_s": 30},
+                     workload={"service": {"samples": str(ROOT / "examples" / "chat-samples.jsonl")}})
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = cli_main(["run", str(params)])
+    assert code == 2, err.getvalue()
+    assert ("paced at source.max_rate_per_s = 0.5/s, so phase 01's 27 requests one at a time (readiness, two reads, "
+            "12 samples twice) take at least 57 s, more than run.cell_timeout_s = 30 s") in err.getvalue()

@@ -44,7 +44,7 @@ from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.evidence.seal import seal_run, sealed_decision
 from runbook_lib.evidence.signing import load_signer
 from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, REPORTS_DIR, project_root
-from runbook_lib.params import Migration, load_params
+from runbook_lib.params import LiveProfile, Migration, load_params
 from runbook_lib.phases import leak_message, scan_phase, service_pods
 from runbook_lib.run.cleanup import CleanupAborted, cleanup_run, summary
 from runbook_lib.run.fulldisk import NO_SPACE, full_disk_error, remove_partial
@@ -52,6 +52,7 @@ from runbook_lib.run.hostlock import Held, LockWaitStopped, exclusive_for, host_
 from runbook_lib.run.interrupt import Interrupts, exit_code
 from runbook_lib.run.phase_notebooks import NotebookSource, phase_notebook, phase_notebooks
 from runbook_lib.service import samples
+from runbook_lib.service.pacing import PACE_MARGIN, SCHEDULE_MARGIN
 from runbook_lib.traffic.router import executable
 from runbook_lib.workload import put_project_on_path, request_payload_problems, workload_class
 
@@ -525,12 +526,43 @@ def service_preflight(mig: Migration, project: Path) -> None:
     """
     assert mig.workload.service is not None
     params_path = project / "params" / "_.yaml"  # samples and {project} resolve against the project root
-    samples.load_samples(mig.workload.service, params_path)
+    inputs = samples.load_samples(mig.workload.service, params_path)
+    live_source_fits(mig, len(inputs))
     for side in ("source", "target"):
         try:
             service_pods.command_for(mig, side, params_path)
         except ProviderError as exc:
             raise ParamsError(f"{exc}; nothing was run", field="workload.service.stand_in") from None
+
+
+def live_source_fits(mig: Migration, n_samples: int) -> None:
+    """A live source's paced phases, checked against ``run.cell_timeout_s`` before anything runs:
+    phase 01 sends it its readiness check, two reads of what it is and every sample twice, one at
+    a time; phase 04 its warm-up one at a time and each source round's requests no closer than the
+    schedule's gap. At ``source.max_rate_per_s`` those take at least the seconds computed here
+    (:data:`~runbook_lib.service.pacing.PACE_MARGIN`, :data:`~runbook_lib.service.pacing.SCHEDULE_MARGIN`
+    gaps); a cell that cannot hold them would end the run on its timeout, blaming nothing.
+
+    Raises:
+        ParamsError: a phase's paced requests cannot fit one cell (the arithmetic and the fixes).
+    """
+    lp = mig.source if isinstance(mig.source, LiveProfile) else None
+    if lp is None:
+        return
+    m, limit = mig.measure, mig.run.cell_timeout_s
+    rounds = (m.rounds + m.max_extra_rounds) if mig.gates.method == "fixed" else 2 * m.max_rounds
+    need = {"01": ((3 + 2 * n_samples) * PACE_MARGIN / lp.max_rate_per_s,
+                   f"{3 + 2 * n_samples} requests one at a time (readiness, two reads, {n_samples} samples twice)"),
+            "04": ((m.warmup_requests + 1) * PACE_MARGIN / lp.max_rate_per_s
+                   + (rounds // 2) * m.requests_per_round * SCHEDULE_MARGIN / lp.max_rate_per_s,
+                   f"the warm-up and up to {rounds // 2} source rounds of {m.requests_per_round} requests")}
+    for phase, (least_s, what) in need.items():
+        if least_s > limit:
+            raise ParamsError(f"the live source is paced at source.max_rate_per_s = {lp.max_rate_per_s:g}/s, so phase "
+                              f"{phase}'s {what} take at least {least_s:.0f} s, more than run.cell_timeout_s = {limit} "
+                              "s allows one cell; raise run.cell_timeout_s or source.max_rate_per_s (if the service "
+                              "can take it), or send fewer requests; nothing was run", field="source.max_rate_per_s",
+                              value=lp.max_rate_per_s)
 
 
 def router_preflight(mig: Migration) -> None:
