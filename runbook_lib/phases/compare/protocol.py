@@ -492,9 +492,8 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         egress[side] += sent
         live.add(rows)
         sink.write(rows)
-        if endpoints[side].mode != LIVE_MODE:  # a live source is never saturated: only its declared rate
+        if endpoints[side].mode != LIVE_MODE:  # a live source is never saturated, and is not the run's spend
             live.throughput.extend(_saturate(ctx, serving, clients[side], side, r, log, sleep=sleep))
-        if endpoints[side].mode != LIVE_MODE:
             meter.charge(sent / cost.BYTES_PER_GB * ctx.resources.profile(side).egress_usd_per_gb)
         round_s.append(time.perf_counter() - started)
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
