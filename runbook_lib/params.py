@@ -1088,9 +1088,10 @@ def _url_problem(url: str) -> str:
     return "" if port is None or 0 < port < 65536 else f"port {port} is out of range"
 
 
-HAPROXY_CHECKS_PER_S = 1.0
-"""Health checks a second the runbook's HAProxy sends each server (``check inter 1s``,
-:func:`runbook_lib.traffic.router.haproxy_config`): load a live source gets beside the replay."""
+HAPROXY_CHECKS_PER_S = 2.0
+"""HAProxy's health checks of a server that can land in one second: one every second (``check
+inter 1s``, :func:`runbook_lib.traffic.router.haproxy_config`), and with its jitter two can share a
+one-second window (seen: checks 0.99999 s apart). The load a live source gets beside the replay."""
 
 
 class RouterParams(_Model):
@@ -1375,6 +1376,10 @@ class Migration(_Model):
             raise ValueError(f"source.declared.image {src.declared.image!r} differs from workload.service.image "
                              f"{svc.image!r}: the target runs workload.service.image unchanged, so it must be what the "
                              "live source runs; make them the same or leave source.declared.image out")
+        if self.gates.method == "sequential":
+            raise ValueError("gates.method 'sequential' is not built for a live source: its per-pair throughput and "
+                             "cost traces need the source's saturation bursts, which a live source never gets, so it "
+                             "would run to its last pair and HOLD; use gates.method: fixed")
         cap = src.max_rate_per_s
         if self.measure.arrival_rate_per_s > cap:
             raise ValueError(f"measure.arrival_rate_per_s = {self.measure.arrival_rate_per_s:g} exceeds "
@@ -1397,7 +1402,7 @@ class Migration(_Model):
             if rate + checks > cap:
                 raise ValueError(
                     f"the routed cutover sends the live source up to {rate:g} requests/s (all of them before the first "
-                    "step and after a rollback)" + (" plus HAProxy's health check, 1/s" if checks else "")
+                    "step and after a rollback)" + (f" plus HAProxy's health checks, up to {checks:g} in a second" if checks else "")
                     + f", more than source.max_rate_per_s = {cap:g}; lower cutover.router.arrival_rate_per_s to at "
                     f"most {cap - checks:g}")
         return self

@@ -134,7 +134,7 @@ def test_the_live_provider_plans_nothing_lists_nothing_and_refuses_every_change(
 
 def _params(tmp_path: Path, **over: Any) -> Path:
     """demo-service.yaml with a live source (rate 10/s, phase 04 at 5/s) and ``over`` merged in;
-    a side's key set to None is removed."""
+    a key set to None is removed."""
     import yaml
 
     from runbook_lib.params import dump_yaml
@@ -143,10 +143,10 @@ def _params(tmp_path: Path, **over: Any) -> Path:
 
     p = write_params(tmp_path, "demo-service.yaml", "m.yaml", **merged({"source": LIVE,
                                                                        "measure": {"arrival_rate_per_s": 5}}, over))
-    data = yaml.safe_load(p.read_text())
-    for side in ("source", "target"):
-        data[side] = {k: v for k, v in data[side].items() if v is not None}
-    p.write_text(dump_yaml(data))
+    def kept(d: Any) -> Any:
+        return {k: kept(v) for k, v in d.items() if v is not None} if isinstance(d, dict) else d
+
+    p.write_text(dump_yaml(kept(yaml.safe_load(p.read_text()))))
     return p
 
 
@@ -165,8 +165,10 @@ def test_a_live_source_loads_with_its_declarations_a_digest_not_taken_for_a_key(
     ({"measure": {"arrival_rate_per_s": 12}},
      r"measure.arrival_rate_per_s = 12 exceeds source.max_rate_per_s = 10.*at most 10"),
     ({"cutover": {"router": {"kind": "haproxy", "arrival_rate_per_s": 9.5}}},
-     r"up to 9.5 requests/s .* plus HAProxy's health check, 1/s, more than source.max_rate_per_s = 10; lower "
-     r"cutover.router.arrival_rate_per_s to at most 9"),
+     r"up to 9.5 requests/s .* plus HAProxy's health checks, up to 2 in a second, more than source.max_rate_per_s "
+     r"= 10; lower cutover.router.arrival_rate_per_s to at most 8"),
+    ({"gates": {"method": "sequential"}, "measure": {"rounds": None}},
+     r"gates.method 'sequential' is not built for a live source.*use gates.method: fixed"),
     ({"source": {"url": "https://chat.example.com"}, "cutover": {"router": {"kind": "haproxy"}}},
      r"cannot route to the live source 'https://chat.example.com': it is https .* use router kind command"),
     ({"source": {"url": "http://gw.example.com/chat"}, "cutover": {"router": {"kind": "haproxy"}}},
@@ -210,6 +212,13 @@ def _gates() -> list[g.GateResult]:
     return [g.throughput_ratio([], [10.0, 11.0], min_ratio=0.95, phase="04"),
             g.cold_start_ratio([], [2.0], max_ratio=1.25, phase="04"),
             g.boolean_gate("error_rate", True, phase="04", detail="none failed")]
+
+
+def test_a_failing_live_source_is_named_as_the_teams_service_not_a_job_of_ours() -> None:
+    got = g.baseline_health({"COMPLETED": 5, "CLIENT_ERROR": 5}, max_rate=0.0, phase="04", live_url="http://chat:8000")
+    assert got.verdict == "INCONCLUSIVE" and "5 of 10 source requests failed (CLIENT_ERROR x5)" in got.detail
+    assert "The live source at http://chat:8000 is the team's running service" in got.detail
+    assert "TTL" not in got.detail  # a job's TTL is the runbook's endpoints' advice, not a live service's
 
 
 def test_throughput_and_cold_start_are_target_only_unless_declared(tmp_path: Path) -> None:

@@ -168,7 +168,7 @@ def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", u
                       phase=phase)
 
 
-def baseline_health(statuses: dict[str, int], *, max_rate: float, phase: str = "") -> GateResult:
+def baseline_health(statuses: dict[str, int], *, max_rate: float, phase: str = "", live_url: str = "") -> GateResult:
     """The source's own failures during the measurement (its cold-start job, warm rounds and
     bursts), by status, against the same limit as the target's ``error_rate``. A baseline that
     fails requests (jobs that outlived their TTL, timed out or crashed) flatters every comparison
@@ -178,6 +178,8 @@ def baseline_health(statuses: dict[str, int], *, max_rate: float, phase: str = "
     Args:
         statuses: served status -> count over the source's requests (``COMPLETED`` counts as served).
         max_rate: ``gates.error_rate_max`` (fraction).
+        live_url: the source is a live service at this URL (``source.provider: live``): beyond the
+            limit the detail says the team's running service failed, not a job of the runbook's.
     """
     total = sum(statuses.values())
     failed = {k: v for k, v in sorted(statuses.items()) if k != "COMPLETED" and v}
@@ -192,8 +194,12 @@ def baseline_health(statuses: dict[str, int], *, max_rate: float, phase: str = "
                       "source failures / source requests, by status",
                       f"{n} of {total} source requests failed ({what})" if ok else
                       f"{n} of {total} source requests failed ({what}): a comparison against a failing baseline "
-                      "proves nothing. Fix the source (an EXPIRED job outlived its TTL: raise the job TTL above the "
-                      "cold start and the queue wait; TIMED_OUT: its execution timeout) and measure again",
+                      "proves nothing. " + (f"The live source at {live_url} is the team's running service, not the "
+                                           "runbook's: check that it answers (CLIENT_ERROR: it refused connections; "
+                                           "TIMED_OUT: it stalled), then measure again" if live_url else
+                                           "Fix the source (an EXPIRED job outlived its TTL: raise the job TTL above "
+                                           "the cold start and the queue wait; TIMED_OUT: its execution timeout) and "
+                                           "measure again"),
                       samples={"requests": total}, source=threshold_source("error_rate_max", max_rate, "no failed request"),
                       phase=phase)
 
@@ -382,8 +388,9 @@ def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q
 
 
 def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "",
-                stopped: list[str] | None = None) -> GateResult:
-    """What the measurement cost (both sides), USD, must stay within the operator's limit.
+                stopped: list[str] | None = None, sides: str = "both sides") -> GateResult:
+    """What the measurement cost (``sides``: both, or the target alone beside a live source the
+    run does not pay for), USD, must stay within the operator's limit.
     ``stopped``: the steps the run refused to start because they could have crossed the limit
     (:class:`runbook_lib.measure.cost.SpendMeter`); the gates those steps would have fed judge fewer samples."""
     if limit_usd is None:
@@ -392,7 +399,7 @@ def spend_limit(total_usd: float, *, limit_usd: float | None, phase: str = "",
     cut = (f"; stopped before {', '.join(stopped)} to stay within it (raise the limit or measure less to take "
            "them)") if stopped else ""
     return GateResult("spend_limit", "PASS" if total_usd <= limit_usd else "FAIL", True, total_usd, limit_usd, "USD",
-                      "sum of billed cost of both sides; each round is started only if it fits",
+                      f"sum of billed cost of {sides}; each round is started only if it fits",
                       f"spent {total_usd:.5f} USD of {limit_usd} USD allowed{cut}",
                       source="params gates.spend_limit_usd", phase=phase)
 

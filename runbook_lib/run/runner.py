@@ -550,12 +550,12 @@ def live_source_fits(mig: Migration, n_samples: int) -> None:
     if lp is None:
         return
     m, limit = mig.measure, mig.run.cell_timeout_s
-    rounds = (m.rounds + m.max_extra_rounds) if mig.gates.method == "fixed" else 2 * m.max_rounds
+    rounds = m.rounds + m.max_extra_rounds  # the fixed method: params refuse the sequential one for a live source
     need = {"01": ((3 + 2 * n_samples) * PACE_MARGIN / lp.max_rate_per_s,
                    f"{3 + 2 * n_samples} requests one at a time (readiness, two reads, {n_samples} samples twice)"),
             "04": ((m.warmup_requests + 1) * PACE_MARGIN / lp.max_rate_per_s
                    + (rounds // 2) * m.requests_per_round * SCHEDULE_MARGIN / lp.max_rate_per_s,
-                   f"the warm-up and up to {rounds // 2} source rounds of {m.requests_per_round} requests")}
+                   f"warm-up and up to {rounds // 2} source rounds of {m.requests_per_round} requests")}
     for phase, (least_s, what) in need.items():
         if least_s > limit:
             raise ParamsError(f"the live source is paced at source.max_rate_per_s = {lp.max_rate_per_s:g}/s, so phase "

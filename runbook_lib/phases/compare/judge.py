@@ -193,12 +193,15 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     if mig.workload.serves:
         extra.append(g.baseline_health(_source_statuses(res, on["source"], zero), max_rate=gc.error_rate_max,
-                                       phase="04"))
+                                       phase="04", live_url=getattr(mig.source, "url", "")))
     # a live source runs, and is paid for, whatever the run does: its declared price prices its
     # accepted units, and nothing of it is spent by the run
-    spent = sum(c.total_usd for side, c in costs_.items() if not (side == "source" and isinstance(mig.source, LiveProfile)))
+    live_src = isinstance(mig.source, LiveProfile)
+    spent = sum(c.total_usd for side, c in costs_.items() if not (side == "source" and live_src))
     extra.append(g.spend_limit(spent, limit_usd=gc.spend_limit_usd, phase="04",
-                               stopped=[stop.step for stop in res.spend.stops]))
+                               stopped=[stop.step for stop in res.spend.stops],
+                               sides="the target (the live source is not the run's spend)" if live_src
+                               else "both sides"))
     accepted = s["accepted"].to_numpy(dtype=float)
     # The sequential method judges cost per pair of rounds (sequential.cost_trace): the point
     # comparison here gives it the prices and basis, no bootstrap.
