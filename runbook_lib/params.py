@@ -427,8 +427,9 @@ class LiveProfile(ProfileBase):
     Attributes:
         url: the base URL of its API (the protocol's paths are appended).
         max_rate_per_s: the most requests a second the runbook may send it, every request
-            counted (readiness checks, the golden, warm-up, rounds, cutover slices); requests are
-            spaced at least ``1/max_rate_per_s`` seconds apart (:mod:`runbook_lib.service.pacing`).
+            counted (readiness checks, the golden, warm-up, rounds, cutover slices); request starts
+            are at least ``1.05 / max_rate_per_s`` seconds apart (:mod:`runbook_lib.service.pacing`),
+            and a router's rate plus HAProxy's health checks (up to two in a second) must fit it.
         auth_ref: reference of a bearer token its API needs (``env:VAR`` / ``file:/path``), sent
             as ``Authorization: Bearer ...``; empty: none. Resolved at run time, never recorded.
         declared: :class:`LiveDeclared`.
