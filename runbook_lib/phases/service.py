@@ -120,6 +120,26 @@ def image_findings(ctx: PhaseContext, launch: ServiceLaunch) -> tuple[tuple[str,
     return tuple(out), launch.digest
 
 
+def ask_each(c: ServiceClient, svc: Service, inputs: list[Any], *, twice: bool,
+             check: bool) -> tuple[list[Answer], list[Answer], tuple[PreflightCheck, ...]]:
+    """Every sample input's answer from ``c`` (:func:`answer_all`), the first one through the
+    service preflight when ``check`` (else the protocol check), and all of them again when
+    ``twice``: ``(answers, again, preflight checks)``.
+
+    Raises:
+        ProtocolMismatch: the service answers 404 on the protocol's path.
+        ServicePreflightFailed: with ``check``, it does not answer as params say.
+    """
+    checks: tuple[PreflightCheck, ...] = ()
+    if check:
+        found, first = preflight(c, svc, inputs[0])
+        checks = tuple(PreflightCheck(name=x.name, ok=x.ok, detail=x.detail) for x in found)
+    else:
+        first = c.check_protocol(inputs[0])
+    rest = [not_sent(0, first) for _ in inputs[1:]] if stalled(first) else answer_all(c, inputs[1:], first=1)
+    return [first, *rest], answer_all(c, inputs) if twice else [], checks
+
+
 @dataclass(frozen=True)
 class Asked:
     """A service pod asked every sample input: its launch as reported, and its answers."""
@@ -145,15 +165,7 @@ def ask(ctx: PhaseContext, side: str, role: str, inputs: list[Any], *, twice: bo
     try:
         launch = pods.launched(ctx.resources, side, ready)
         with pods.client(ctx.resources, ready) as c:
-            checks: tuple[PreflightCheck, ...] = ()
-            if check:
-                found, first = preflight(c, pods.service_of(ctx.mig), inputs[0])
-                checks = tuple(PreflightCheck(name=x.name, ok=x.ok, detail=x.detail) for x in found)
-            else:
-                first = c.check_protocol(inputs[0])
-            rest = [not_sent(0, first) for _ in inputs[1:]] if stalled(first) else answer_all(c, inputs[1:], first=1)
-            answers = [first, *rest]
-            again = answer_all(c, inputs) if twice else []
+            answers, again, checks = ask_each(c, pods.service_of(ctx.mig), inputs, twice=twice, check=check)
     except BaseException:
         ctx.resources.destroy(side, ready.pod.id, labels=ready.pod.labels)
         raise
@@ -225,13 +237,10 @@ def ask_live(ctx: PhaseContext, prof: LiveProfile, inputs: list[Any]) -> tuple[A
     svc = pods.service_of(ctx.mig)
     with pods.live_client(ctx.mig, prof, timeout_s=ctx.mig.measure.request_timeout_s, project=ctx.run.project) as c:
         seen = observe_live(ctx, prof, c, ready_s)
-        found, first = preflight(c, svc, inputs[0])
-        rest = [not_sent(0, first) for _ in inputs[1:]] if stalled(first) else answer_all(c, inputs[1:], first=1)
-        again = answer_all(c, inputs)
+        answers, again, checks = ask_each(c, svc, inputs, twice=True, check=True)
     launch = ServiceLaunch(pod=f"{pods.LIVE_ID} {prof.url}", image=prof.declared.image or svc.image,
                            digest=prof.declared.digest or None, ready_s=round(ready_s, 3))
-    checks = tuple(PreflightCheck(name=x.name, ok=x.ok, detail=x.detail) for x in found)
-    return Asked(launch, [first, *rest], again, checks), seen
+    return Asked(launch, answers, again, checks), seen
 
 
 def live_gates(prof: LiveProfile, phase: str) -> tuple[g.GateResult, g.GateResult]:

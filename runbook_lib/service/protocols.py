@@ -355,14 +355,9 @@ class ServiceClient:
             ProviderError: the service cannot be reached (connection refused, timed out).
         """
         r = self.service.readiness
-        if self.pacer is not None:
-            self.pacer.wait()
-        try:
-            got = self.http.get(r.path, timeout=min(self.timeout_s, 10.0))
-        except httpx.HTTPError as exc:
-            raise ProviderError(f"service at {self.url} cannot be reached for GET {r.path}: {scrub(str(exc))}") from exc
-        ok = got.status_code == r.status
-        return {"status": got.status_code, "body": got.text[:200],
+        status, _, body = peek(self, r.path)
+        ok = status == r.status
+        return {"status": status, "body": body[:200],
                 "workers": {"idle": 1 if ok else 0, "running": 0, "unhealthy": 0 if ok else 1},
                 "jobs": {"inQueue": 0, "inProgress": self.in_flight}}
 
