@@ -359,10 +359,48 @@ class RemoteProfile(ProfileBase):
         return True
 
 
+class RunpodServerless(_Model):
+    """A Runpod Serverless endpoint that serves this side's service (``workload.kind: service``
+    with ``protocol: runpod-handler``): the team's handler image as Runpod runs it, its queue fed
+    by the job API (``https://api.runpod.ai/v2/{endpoint_id}/runsync``, the Runpod API key as
+    Bearer auth) instead of a pod's ``--rp_serve_api`` port. The endpoint's scaling is the
+    profile's: ``workers`` is ``workers.max``, ``active_workers`` ``workers.min`` (None: 0, scale
+    to zero), ``idle_timeout_s`` ``workers.idleTimeout``, ``gpu_priority`` the GPU pools
+    (REST v2 ``POST /v2/serverless``, docs/reference/providers.md 2.2).
+
+    The endpoint runs the image's own entry point (its handler calling
+    ``runpod.serverless.start``): ``POST /v2/serverless`` takes no command, so
+    ``workload.service.command`` applies to pod sides only, and the launch record says so.
+
+    Attributes:
+        type: ``QUEUE`` (jobs through ``/run``, ``/runsync`` and ``/status/{id}``). Runpod's
+            ``LOAD_BALANCER`` endpoints are not built for a service yet, and are refused by name.
+        execution_timeout_s: the endpoint's ``timeout``: a job running longer is TIMED_OUT and its
+            worker replaced, seconds (Runpod: 5 s to 7 days).
+        flashboot: Runpod's ``flashboot`` setting (``OFF``, ``FLASHBOOT``,
+            ``PRIORITY_FLASHBOOT``), sent as is and frozen as Runpod reports it.
+    """
+
+    type: Literal["QUEUE"] = "QUEUE"
+    execution_timeout_s: float = Field(default=600.0, ge=5, le=7 * 86_400)
+    flashboot: Literal["OFF", "FLASHBOOT", "PRIORITY_FLASHBOOT"] = "OFF"
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _queue_only(cls, v: Any) -> Any:
+        if v == "LOAD_BALANCER":
+            raise ValueError("Runpod LOAD_BALANCER endpoints are not built for a service yet: a service runs on a "
+                             "QUEUE endpoint (protocol runpod-handler) or on a pod (openai-chat, http-json, served "
+                             "through the pod's HTTP proxy); set type: QUEUE or remove serverless")
+        return v
+
+
 class RunpodProfile(RemoteProfile):
     """Runpod (REST v2 pods and serverless endpoints).
 
     Attributes:
+        serverless: ``kind: service`` only: the service runs on a Runpod Serverless endpoint
+            (:class:`RunpodServerless`), not on a pod; None: on a pod.
         runpod_graphql_spot: allow spot pods through the deprecated GraphQL API (retiring early
             2027); a warning is recorded.
         job_api_url: base URL of the serverless job API; empty: ``RUNBOOK_RUNPOD_JOB_API_URL``,
@@ -372,6 +410,7 @@ class RunpodProfile(RemoteProfile):
     """
 
     provider: Literal["runpod"] = "runpod"
+    serverless: RunpodServerless | None = None
     runpod_graphql_spot: bool = False
     job_api_url: str = Field(default="", pattern=r"^(|https?://[^\s]+)$")
     proxy_url: str = Field(default="", pattern=r"^(|https?://[^\s]*\{pod_id\}[^\s]*)$")
@@ -1409,6 +1448,30 @@ class Migration(_Model):
         return self
 
     @model_validator(mode="after")
+    def _serverless_services(self) -> "Migration":
+        svc = self.workload.service
+        for side, prof in (("source", self.source), ("target", self.target)):
+            if getattr(prof, "serverless", None) is None:
+                continue
+            if svc is None or svc.protocol != "runpod-handler":
+                raise ValueError(
+                    f"{side}.serverless runs a team's Runpod handler (workload.kind service, protocol runpod-handler) "
+                    "on a Runpod Serverless queue endpoint; this workload is "
+                    + (f"kind {self.workload.kind!r}" if svc is None else f"protocol {svc.protocol!r}")
+                    + (". An inference workload's endpoint follows endpoint_mode: remove serverless" if svc is None
+                       else ", which a queue endpoint cannot serve: remove serverless to run it on a pod"))
+            if svc.private_image:
+                raise ValueError(f"{side}.serverless with a private image: POST /v2/serverless has no registry "
+                                 "credential field (a Runpod template carries it), and templates are not built here; "
+                                 "use a public image or a pod side")
+            if self.measure.cold_starts and "cold_starts" in self.measure.model_fields_set:
+                raise ValueError(f"measure.cold_starts = {self.measure.cold_starts}: cold starts from zero are not "
+                                 f"measured yet for a service on a Runpod Serverless endpoint ({side}); set "
+                                 "measure.cold_starts: 0 (the first job after creation still pays the endpoint's cold "
+                                 "start, recorded as the launch's ready time)")
+        return self
+
+    @model_validator(mode="after")
     def _images(self) -> "Migration":
         svc = self.workload.service
         for side, prof in (("source", self.source), ("target", self.target)):
@@ -1468,6 +1531,11 @@ class Migration(_Model):
         if mode == "dual_run":
             return ("cutover.mode dual_run sends every request to both sides itself, so no router splits them; set "
                     "cutover.mode drain, or router kind client (the runbook's own split of its test requests)")
+        for side in ("source", "target"):
+            if getattr(getattr(self, side), "serverless", None) is not None:
+                return (f"the {side} is a Runpod Serverless endpoint: its job API is Runpod's, over https with the "
+                        "Runpod API key, and a job's /status/{id} poll carries nothing a router can keep on the side "
+                        "that holds it; use router kind client (the runbook's own split of its test requests)")
         if kind == "inference":
             modes = {side: getattr(getattr(self, side), "endpoint_mode", None) for side in ("source", "target")}
             if any(m != "load_balancing" for m in modes.values()):

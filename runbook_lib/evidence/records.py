@@ -294,7 +294,13 @@ class ServiceLaunch(_Model):
     (:func:`runbook_lib.phases.service_pods.launched`): its image (a stand-in's is the image it stands
     in for), the digest where the provider reports one, the command, environment variable names
     and published ports, the processes it runs (the local provider reports them) and what was
-    found of the runbook in them (``RUNBOOK_*`` variables, a ``runbook_lib`` command line)."""
+    found of the runbook in them (``RUNBOOK_*`` variables, a ``runbook_lib`` command line).
+
+    A service on a serverless endpoint (``serverless`` in the side's profile) has ``pod`` the
+    endpoint's id, ``endpoint`` its settings as the provider reports them (type, template and
+    version, image, workers min and max, idle timeout, GPU pools, network volumes, execution
+    timeout, flashboot: :func:`runbook_lib.providers.runpod.endpoint_settings`), ``entry_point``
+    what it runs in place of a command, and ``url`` its job API; None and empty for a pod."""
 
     pod: str = ""
     image: str = ""
@@ -309,6 +315,9 @@ class ServiceLaunch(_Model):
     mismatches: tuple[str, ...] = ()
     runbook_inside: tuple[str, ...] = ()
     ready_s: float | None = None
+    endpoint: dict[str, Any] | None = None
+    entry_point: str = ""
+    url: str = ""
 
 
 class ServiceAnswerRow(_Model):

@@ -210,8 +210,14 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
     rows = [_row("device", src.device, tgt.device, EQUIVALENT if src.device.split(":")[0] == tgt.device.split(":")[0]
                  else ADAPTER, "the service's own device selection runs on both; parity decides in phase 03"),
             _row("image and command", svc.image, svc.image, EQUIVALENT,
-                 "the same image and command on both sides, unchanged (no runbook code inside)")]
+                 "the same image and command on both sides, unchanged (no runbook code inside)"
+                 + ("; a Runpod Serverless side runs the image's entry point (POST /v2/serverless takes no command), "
+                    "so workload.service.command applies to its pod side only" if _on_serverless(src) or
+                    _on_serverless(tgt) else "")),
+            serving_row(src, tgt)]
     limit, need = caps.max_request_s, ctx.mig.workload.requirements.max_request_s
+    if _on_serverless(tgt):  # the job API, not a pod's proxy: the endpoint's execution timeout bounds a job
+        limit = tgt.serverless.execution_timeout_s  # type: ignore[union-attr]
     how = "streamed (server-sent events)" if svc.protocol == "openai-chat" and svc.stream else "one answer per request"
     if limit is not None and need > limit:
         rows.append(_row(f"protocol {svc.protocol}", f"{how}, answers within {need:g} s", f"proxy ends requests "
@@ -237,6 +243,62 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
     else:
         rows.append(_row("registry credential", "public image", "public image", EQUIVALENT, "no registry login needed"))
     return rows
+
+
+def _on_serverless(prof: Any) -> bool:
+    return getattr(prof, "serverless", None) is not None
+
+
+def serving_shown(prof: Any) -> str:
+    """Where one side's service runs, as phase 02 shows it: a pod, a live URL, or a Runpod
+    Serverless endpoint with its scaling and limits."""
+    sv = getattr(prof, "serverless", None)
+    if sv is None:
+        return "a live service (not ours)" if isinstance(prof, LiveProfile) else f"a {prof.provider} pod"
+    return (f"Runpod Serverless {sv.type}: workers {prof.active_workers or 0} min of {prof.workers} max, idle timeout "
+            f"{prof.idle_timeout_s:g} s, execution timeout {sv.execution_timeout_s:g} s, flashboot {sv.flashboot}, "
+            f"GPU pools {list(prof.gpu_priority) or 'of offer.gpu_names'}")
+
+
+POD_HAS_NO = ("scale to zero and min/max workers (one pod, always on, billed while it exists)",
+              "idle timeout", "the execution timeout (a pod's HTTP proxy cuts a request at its own limit instead)",
+              "flashboot", "the job queue and its retries")
+"""What a pod has no equivalent for when a service leaves a Runpod Serverless endpoint
+(docs/reference/providers.md 2.2, "Endpoint management (v2)")."""
+
+
+def serving_row(src: Any, tgt: Any) -> DependencyRow:
+    """Where the service runs on each side (:func:`serving_shown`): a pod on both is equivalent;
+    a Runpod Serverless endpoint on both maps its settings one to one (an adapter naming each that
+    changes: cold starts and idle cost follow them); an endpoint against a pod is an adapter that
+    names what the other side has no equivalent for (:data:`POD_HAS_NO`) and how the request path
+    changes (the job API with the Runpod key, against the handler's ``--rp_serve_api`` on the
+    pod's port: the same ``/runsync`` contract)."""
+    a, b = serving_shown(src), serving_shown(tgt)
+    on_a, on_b = _on_serverless(src), _on_serverless(tgt)
+    if not on_a and not on_b:
+        return _row("serving", a, b, EQUIVALENT, "the service runs the same way on both sides")
+    if on_a and on_b:
+        changed = [name for name, x, y in (
+            ("min workers", src.active_workers or 0, tgt.active_workers or 0), ("max workers", src.workers, tgt.workers),
+            ("idle timeout", src.idle_timeout_s, tgt.idle_timeout_s),
+            ("execution timeout", src.serverless.execution_timeout_s, tgt.serverless.execution_timeout_s),
+            ("flashboot", src.serverless.flashboot, tgt.serverless.flashboot),
+            ("GPU pools", src.gpu_priority, tgt.gpu_priority)) if x != y]
+        if not changed:
+            return _row("serving", a, b, EQUIVALENT, "the same endpoint type and settings on both sides")
+        return _row("serving", a, b, ADAPTER, f"{', '.join(changed)} change: cold starts and idle cost follow them; "
+                    "phase 04 measures the target as configured")
+    if on_a:
+        return _row("serving", a, b, ADAPTER,
+                    "the handler leaves Runpod's job API (https://api.runpod.ai/v2/{endpoint}/runsync with the Runpod "
+                    "key) for its own --rp_serve_api on the pod's HTTP port: the same /runsync contract, requested "
+                    "straight. No equivalent on a pod: " + "; ".join(POD_HAS_NO)
+                    + ". Callers must be pointed at the new URL; phase 03 proves the answers")
+    return _row("serving", a, b, ADAPTER,
+                "the handler moves behind Runpod's job API: callers send /runsync to https://api.runpod.ai/v2/{endpoint} "
+                "with the Runpod key, jobs queue and are retried by Runpod, workers scale as configured, and the image's "
+                "entry point runs (workload.service.command does not); phase 03 proves the answers")
 
 
 def _semantics_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities) -> list[DependencyRow]:

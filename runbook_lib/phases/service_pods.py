@@ -19,10 +19,10 @@ from typing import Any, Callable
 from runbook_lib.errors import AuthError, ProviderError, ProviderTimeout
 from runbook_lib.evidence.records import ServiceLaunch
 from runbook_lib.layout import project_root
-from runbook_lib.params import READINESS_PATHS, LiveProfile, Migration, RemoteProfile, Service
+from runbook_lib.params import READINESS_PATHS, LiveProfile, Migration, RemoteProfile, RunpodServerless, Service
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
-from runbook_lib.providers.base import Plan, Pod, PodSpec, http_port, http_url
+from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, http_port, http_url
 from runbook_lib.secret_refs import resolve
 from runbook_lib.service.pacing import Pacer, pacer_for
 from runbook_lib.service.protocols import ServiceClient, client_for
@@ -87,6 +87,37 @@ class _Keep(dict[str, str]):
         raise KeyError(f"no service variable {key!r}")
 
 
+def serverless(mig: Migration, side: str) -> RunpodServerless | None:
+    """``side``'s Runpod Serverless settings when its service runs on a Runpod Serverless
+    endpoint (:class:`~runbook_lib.params.RunpodServerless`), else None (a pod, or a live source)."""
+    prof = mig.source if side == "source" else mig.target
+    return getattr(prof, "serverless", None)
+
+
+ENTRY_POINT = "the image's entry point (a Runpod Serverless endpoint takes no command)"
+"""What a service's endpoint runs, as its launch record says: ``POST /v2/serverless`` has no
+command field, so ``workload.service.command`` applies to pod sides only."""
+
+
+def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless) -> Plan:
+    """The creation plan of ``side``'s service endpoint in role ``role`` (pure): the image, the
+    service's environment values and secrets by reference, the side's scaling (``workers`` as
+    ``workers.max``, ``active_workers`` as ``workers.min``, 0 when unset: scale to zero;
+    ``idle_timeout_s``), its GPU pools (``gpu_priority``, else the pools of ``offer.gpu_names``,
+    resolved by the provider's :meth:`plan_endpoint`), ``sv.execution_timeout_s`` and
+    ``sv.flashboot``, priced per worker at the profile's price."""
+    mig = res.mig
+    svc = service_of(mig)
+    prof = res.profile(side)
+    spec = EndpointSpec(name=f"{mig.migration}-{role}", params_path="", side=side, workers=prof.workers,
+                        price_usd_per_hour=prof.price_usd_per_hour, labels=res.labels(side, role),
+                        execution_timeout_s=sv.execution_timeout_s, env=tuple(sorted(service_env(mig, side).items())),
+                        secret_refs=pod_secret_refs(mig, side), image=svc.image, gpu_types=prof.gpu_priority,
+                        mode="queue", active_workers=prof.active_workers or 0, idle_timeout_s=prof.idle_timeout_s,
+                        service=True, flashboot=sv.flashboot)
+    return res.provider(side).plan_endpoint(spec, dry_run=res.dry_run(side))
+
+
 def plan_service(res: Resources, side: str, role: str) -> Plan:
     """The launch plan of ``side``'s service pod in role ``role`` (pure: shown and approved by
     fingerprint): the image, its command (or stand-in), its environment values and secrets by
@@ -94,8 +125,12 @@ def plan_service(res: Resources, side: str, role: str) -> Plan:
     remote provider also the ranked offers it may try (:meth:`~runbook_lib.phases.offerbook.OfferBook.ids`,
     a remote source's from :func:`source_offer_ids`), their price and bid, the container disk,
     and the registry login of a private image (``workload.service.registry_credential``, sent in
-    the create request, not in the environment)."""
+    the create request, not in the environment). A side on a Runpod Serverless endpoint plans
+    the endpoint instead (:func:`plan_endpoint`)."""
     mig = res.mig
+    sv = serverless(mig, side)
+    if sv is not None:
+        return plan_endpoint(res, side, role, sv)
     svc = service_of(mig)
     prof = res.profile(side)
     prov = res.provider(side)
@@ -136,10 +171,11 @@ def source_offer_ids(res: Resources, prof: RemoteProfile) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Ready:
-    """A service pod that answered its readiness check: the pod, its base URL, the seconds from
-    the launch call to the first ready answer, the checks made."""
+    """A service pod (or a service's serverless endpoint) that answered its readiness check: the
+    pod or endpoint, its base URL (an endpoint's: its job API, ``.../v2/{endpoint_id}``), the
+    seconds from the launch call to the first ready answer, the checks made."""
 
-    pod: Pod
+    pod: Pod | Endpoint
     url: str
     ready_s: float
     checks: int
@@ -149,10 +185,34 @@ class NotReady(ProviderTimeout):
     """A service pod never answered its readiness check in time (its last answer is named)."""
 
 
-def wait_ready(res: Resources, side: str, pod: Pod, *, started: float,
+ENDPOINT_READINESS = "/health"
+"""A service endpoint's readiness check: the job API's ``GET /health`` (docs/reference/providers.md
+2.2) answering 200 means the endpoint accepts jobs. A scale-to-zero endpoint has no worker yet;
+the first job pays its cold start, which the first answer's latency carries."""
+
+
+def job_api_headers(res: Resources, side: str) -> dict[str, str]:
+    """The headers of ``side``'s service endpoint's job API: the provider's API key as Bearer
+    auth, resolved now and never recorded (empty for a pod side, reached over its own port)."""
+    if serverless(res.mig, side) is None:
+        return {}
+    return res.provider(side).job_api_headers()
+
+
+def side_client(res: Resources, side: str, url: str, *, timeout_s: float, project: Any = None) -> ServiceClient:
+    """The protocol's client of ``side``'s service at ``url``: a pod's port, or a serverless
+    endpoint's job API with the provider's key (:func:`job_api_headers`)."""
+    endpoint = serverless(res.mig, side) is not None
+    return client_for(service_of(res.mig), url, timeout_s=timeout_s, project=project,
+                      headers=job_api_headers(res, side) or None,
+                      readiness=(ENDPOINT_READINESS, 200) if endpoint else None)
+
+
+def wait_ready(res: Resources, side: str, pod: Pod | Endpoint, *, started: float,
                clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> Ready:
     """Poll ``GET readiness.path`` until it answers ``readiness.status``, at most
-    ``readiness.timeout_s`` seconds from ``started`` (``clock`` seconds).
+    ``readiness.timeout_s`` seconds from ``started`` (``clock`` seconds); a serverless endpoint's
+    job API is polled at :data:`ENDPOINT_READINESS` for 200 instead.
 
     Raises:
         NotReady: no ready answer in time, or the pod's process exited; the message has the last
@@ -161,15 +221,17 @@ def wait_ready(res: Resources, side: str, pod: Pod, *, started: float,
     svc = service_of(res.mig)
     r = svc.readiness
     prov = res.provider(side)
-    url = http_url(prov, pod, svc.port)
+    endpoint = isinstance(pod, Endpoint)
+    url = pod.url if isinstance(pod, Endpoint) else http_url(prov, pod, svc.port)
+    path, status = (ENDPOINT_READINESS, 200) if endpoint else (r.path, r.status)
     last = "no answer yet"
     checks = 0
-    with client_for(svc, url, timeout_s=max(1.0, r.interval_s * 4)) as c:
+    with side_client(res, side, url, timeout_s=max(1.0, r.interval_s * 4)) as c:
         while True:
             checks += 1
             try:
                 got = c.health()
-                if got["status"] == r.status:
+                if got["status"] == status:
                     return Ready(pod, url, clock() - started, checks)
                 last = f"HTTP {got['status']}: {got['body'][:120]!r}"
             except ProviderError as exc:
@@ -177,12 +239,12 @@ def wait_ready(res: Resources, side: str, pod: Pod, *, started: float,
             now = prov.get(pod.id)
             if now.state != "RUNNING" or clock() - started > r.timeout_s:
                 why = (f"its process exited ({now.state})" if now.state != "RUNNING" else
-                       f"no {r.status} within readiness.timeout_s = {r.timeout_s:g} s")
-                if last.startswith("HTTP 404"):
+                       f"no {status} on GET {path} within readiness.timeout_s = {r.timeout_s:g} s")
+                if last.startswith("HTTP 404") and not endpoint:
                     why += (f"; GET {r.path} answers 404: the service serves no such path, set "
                             f"workload.service.readiness.path to one it serves (the {svc.protocol} default is "
                             f"{READINESS_PATHS[svc.protocol]})")
-                raise NotReady(f"service pod {pod.id} ({side}) is not ready: {why}; GET {r.path} was checked {checks} "
+                raise NotReady(f"service pod {pod.id} ({side}) is not ready: {why}; GET {path} was checked {checks} "
                                f"times, the last answer: {last}. Log tail:\n{prov.log_tail(pod.id, 1200)}",
                                provider=prov.name, resource_id=pod.id)
             sleep(r.interval_s)
@@ -197,7 +259,7 @@ def launch_ready(res: Resources, side: str, role: str) -> Ready:
         NotReady: as :func:`wait_ready` (the pod destroyed).
     """
     t0 = time.perf_counter()
-    pod: Pod = res.apply_plan(side, plan_service(res, side, role))
+    pod: Pod | Endpoint = res.apply_plan(side, plan_service(res, side, role))
     try:
         return wait_ready(res, side, pod, started=t0)
     except NotReady:
@@ -212,8 +274,8 @@ def client(res: Resources, ready: Ready) -> ServiceClient:
     Raises:
         ParamsError: ``workload.service.tokenizer`` names no ``tokenizer.json``.
     """
-    return client_for(service_of(res.mig), ready.url, timeout_s=res.mig.measure.request_timeout_s,
-                      project=res.run.project)
+    side = ready.pod.labels.get("side", "")
+    return side_client(res, side, ready.url, timeout_s=res.mig.measure.request_timeout_s, project=res.run.project)
 
 
 LIVE_ID = "live"
@@ -309,7 +371,8 @@ def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:
     against what params declare: the image, the command (the stand-in's on the local provider),
     the environment names (``workload.service.env``, the side's ``service_env`` and its secrets)
     and the API port; and any runbook code found in its processes (a ``RUNBOOK_*`` variable or a
-    ``runbook_lib`` command line), where the provider reports processes.
+    ``runbook_lib`` command line), where the provider reports processes. A service's serverless
+    endpoint is read as :func:`launched_endpoint` reads it.
 
     Raises:
         ProviderError: the provider cannot describe the pod.
@@ -317,6 +380,9 @@ def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:
     mig = res.mig
     svc = service_of(mig)
     seen = res.provider(side).describe(ready.pod.id)
+    sv = serverless(mig, side)
+    if sv is not None:
+        return launched_endpoint(res, side, ready, seen, sv)
     want_cmd, stand_in = command_for(mig, side, res.params_path)
     want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)} -
                       {svc.registry_credential})
@@ -345,3 +411,42 @@ def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:
                          ports=dict(seen.get("ports") or {}), processes=procs_seen,
                          processes_reported="processes" in seen, as_declared=not mismatches,
                          mismatches=tuple(mismatches), runbook_inside=tuple(inside), ready_s=round(ready.ready_s, 3))
+
+
+def endpoint_asked(res: Resources, side: str, sv: RunpodServerless) -> dict[str, Any]:
+    """The endpoint settings ``side``'s params ask for, in :func:`~runbook_lib.providers.runpod.endpoint_settings`'s
+    words: type, workers min and max, idle timeout (whole seconds, as Runpod takes it), execution
+    timeout (ms) and flashboot."""
+    prof = res.profile(side)
+    return {"type": sv.type, "workers_min": prof.active_workers or 0, "workers_max": prof.workers,
+            "idle_timeout_s": max(1, round(prof.idle_timeout_s)), "execution_timeout_ms": int(sv.execution_timeout_s * 1000),
+            "flashboot": sv.flashboot}
+
+
+def launched_endpoint(res: Resources, side: str, ready: Ready, seen: dict[str, Any],
+                      sv: RunpodServerless) -> ServiceLaunch:
+    """What Runpod reports a service's serverless endpoint runs (``GET /v2/serverless/{id}``),
+    against what params declare: the image, the environment names, and the endpoint's settings
+    (:func:`endpoint_asked`), each mismatch named. It runs the image's entry point
+    (:data:`ENTRY_POINT`): no command is compared; the endpoint reports no processes."""
+    mig = res.mig
+    svc = service_of(mig)
+    want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)})
+    settings = dict(seen.get("endpoint") or {})
+    mismatches = []
+    if seen.get("image") != svc.image:
+        mismatches.append(f"image {seen.get('image')!r} != params {svc.image!r}")
+    if sorted(seen.get("env_names") or ()) != want_env:
+        mismatches.append(f"environment names {sorted(seen.get('env_names') or ())} != params {want_env}")
+    for key, want in endpoint_asked(res, side, sv).items():
+        if settings.get(key) != want:
+            mismatches.append(f"endpoint {key} {settings.get(key)!r} != params {want!r}")
+    env_inside = [n for n in seen.get("env_names") or () if n.startswith("RUNBOOK_")]
+    stand_in = mig.rehearsal is not None and svc.image in mig.rehearsal.stand_ins
+    return ServiceLaunch(pod=ready.pod.id, image=str(seen.get("image") or ""), digest=seen.get("digest"),
+                         stand_in=stand_in, command=(), env_names=tuple(sorted(seen.get("env_names") or ())),
+                         ports={}, processes=(), processes_reported=False, as_declared=not mismatches,
+                         mismatches=tuple(mismatches),
+                         runbook_inside=(f"environment: {', '.join(env_inside)}",) if env_inside else (),
+                         ready_s=round(ready.ready_s, 3), endpoint=settings, entry_point=ENTRY_POINT,
+                         url=ready.url)

@@ -25,7 +25,6 @@ from runbook_lib.phases import service_pods as pods
 from runbook_lib.providers.base import Plan
 from runbook_lib.service import compare, samples
 from runbook_lib.service.pacing import SCHEDULE_MARGIN
-from runbook_lib.service.protocols import client_for
 from runbook_lib.workload import make_workload
 
 LIVE_MODE = "live"
@@ -129,13 +128,15 @@ class ServiceServing(Serving):
     def client(self, side: str, served: Served, *, timeout_s: float) -> ServingClient:
         """The protocol's client; each request's deadline is ``measure.request_timeout_s`` whatever
         ``timeout_s`` (an endpoint client's per-call wait) says: a service answers a request
-        whole or fails it. A live source's client is paced at ``source.max_rate_per_s``."""
+        whole or fails it. A live source's client is paced at ``source.max_rate_per_s``; a
+        serverless endpoint's speaks its job API with the provider's key
+        (:func:`~runbook_lib.phases.service_pods.side_client`)."""
         lp = pods.live(self.ctx.mig, side)
         if lp is not None:
             return pods.live_client(self.ctx.mig, lp, timeout_s=self.ctx.mig.measure.request_timeout_s,
                                     project=self.ctx.run.project)
-        return client_for(self.service, served.url, timeout_s=self.ctx.mig.measure.request_timeout_s,
-                          project=self.ctx.run.project)
+        return pods.side_client(self.ctx.resources, side, served.url, timeout_s=self.ctx.mig.measure.request_timeout_s,
+                                project=self.ctx.run.project)
 
     def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:
         return samples.draw(self.samples, n, seed)

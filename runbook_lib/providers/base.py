@@ -111,6 +111,12 @@ class EndpointSpec:
         idle_timeout_s: seconds an idle worker beyond the active ones keeps running (Runpod's
             ``idleTimeout``, default 5 s).
         store_grant: what the workers may reach in the run's S3 store (as for :class:`PodSpec`).
+        service: the endpoint runs a team's own handler image unchanged (``workload.kind:
+            service`` on a Runpod Serverless endpoint, :class:`runbook_lib.params.RunpodServerless`):
+            its environment is the service's alone (no ``RUNBOOK_*`` variable; the labels go in
+            its name), and it runs the image's own entry point.
+        flashboot: the provider's ``flashboot`` setting (Runpod: ``OFF``, ``FLASHBOOT``,
+            ``PRIORITY_FLASHBOOT``); empty: the provider's default.
     """
 
     name: str
@@ -133,6 +139,17 @@ class EndpointSpec:
     active_workers: int | None = None
     idle_timeout_s: float = 5.0
     store_grant: GrantScope | None = None
+    service: bool = False
+    flashboot: str = ""
+
+
+NEWER_SPEC_FIELDS: dict[str, dict[str, Any]] = {
+    "PodSpec": {"store_grant": None},
+    "EndpointSpec": {"store_grant": None, "service": False, "flashboot": ""},
+}
+"""Spec fields added after plans were first approved, with their defaults, by spec type: a spec
+that leaves one at its default fingerprints as it did before the field existed, so earlier
+approvals still name it."""
 
 
 @dataclass(frozen=True)
@@ -174,8 +191,8 @@ class Plan:
         (replaced by ``<run_id>`` wherever it appears), the params copy a remote pod carries
         in ``RUNBOOK_PARAMS_YAML`` (it holds ``dry_run`` itself), and the store grant in
         ``RUNBOOK_STORE_GRANT`` (its URLs differ per launch and per second; the approved
-        ``store_grant`` scope it is built from is fingerprinted). A spec without a store grant
-        fingerprints as it did before the field existed.
+        ``store_grant`` scope it is built from is fingerprinted). A spec that leaves a field of
+        :data:`NEWER_SPEC_FIELDS` at its default fingerprints as it did before the field existed.
         """
         d = asdict(self)
         d.pop("dry_run")
@@ -183,8 +200,9 @@ class Plan:
         if d["spec"] is not None:
             run_id = dict(self.spec.labels).get("run_id", "") if self.spec else ""
             d["spec"]["env"] = [kv for kv in d["spec"]["env"] if kv[0] not in (POD_PARAMS_ENV, GRANT_ENV)]
-            if d["spec"].get("store_grant") is None:
-                d["spec"].pop("store_grant", None)
+            for name, default in NEWER_SPEC_FIELDS[type(self.spec).__name__].items():
+                if name in d["spec"] and d["spec"][name] == default:
+                    d["spec"].pop(name)
         text = json.dumps(d, sort_keys=True, default=str)
         if run_id:
             text = text.replace(run_id, "<run_id>")
@@ -542,6 +560,15 @@ class Provider(ABC):
         """
         raise ProviderError(f"{self.name} has no offer marketplace: its pods run on the machine the profile names; "
                             "offer requirements apply to remote targets", provider=self.name)
+
+    def job_api_headers(self) -> dict[str, str]:
+        """The headers a client of this provider's serverless job API sends (its API key).
+
+        Raises:
+            ProviderError: the provider has no serverless job API a service can run behind.
+        """
+        raise ProviderError(f"{self.name} has no serverless job API a service runs behind; a service runs on a "
+                            "pod here", provider=self.name)
 
     def withdraw_offer(self, offer_id: str) -> None:
         """Make ``offer_id`` unavailable to later searches (a drill). Only a provider whose offers

@@ -139,18 +139,20 @@ class MachineBacked:
         self.stand_ins: dict[str, tuple[str, ...]] = {}  # image -> the local command that serves for it
 
     def machine_command(self, image: str, command: str | list[str], env: dict[str, str],
-                        port: int | None) -> tuple[list[str] | str, bool]:
+                        port: int | None, *, keep_port: bool = False) -> tuple[list[str] | str, bool]:
         """What a machine created for ``image`` runs, and whether it is a stand-in: the command it
         was given, or, when a stand-in is declared for ``image`` (:func:`stand_in_problems`), the
         stand-in with ``{port}`` set to the local port that serves the published API port and
         ``{NAME}`` to the machine's environment value of NAME. A stand-in naming a variable the
         machine does not have runs as a command that exits with that error (the launch's
-        readiness then reports it), as an image that cannot start would."""
+        readiness then reports it), as an image that cannot start would. ``keep_port``: ``{port}``
+        stays in the argv, for a worker runtime that starts the stand-in on a port of its own
+        (:mod:`runbook_lib.providers.runpod.handler_worker`)."""
         argv = self.stand_ins.get(image)
         if argv is None:
             return command, False
         try:
-            return [a.format_map({**env, "port": str(port or "")}) for a in argv], True
+            return [a.format_map({**env, "port": "{port}" if keep_port else str(port or "")}) for a in argv], True
         except (KeyError, ValueError, IndexError) as exc:
             why = f"stand-in for {image}: placeholder {exc} is not in the machine's environment ({sorted(env)})"
             return [sys.executable, "-c", f"import sys; sys.exit({why!r})"], True

@@ -304,6 +304,9 @@ class ServiceClient:
             slot of this :class:`~runbook_lib.service.pacing.Pacer` (a live source's
             ``max_rate_per_s``); the wait is part of the request's latency, not of its deadline (timeout_s runs from the send). None: unpaced.
         headers: sent with every request (a live source's ``Authorization``); never recorded.
+        readiness: ``(path, status)`` of the readiness check (:meth:`health`); None:
+            ``service.readiness``'s. A serverless endpoint's job API is checked at its own
+            ``/health`` (:data:`runbook_lib.phases.service_pods.ENDPOINT_READINESS`).
 
     Raises:
         ParamsError: ``service.tokenizer`` names no ``tokenizer.json``.
@@ -313,8 +316,9 @@ class ServiceClient:
 
     def __init__(self, service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None,
                  server_header: str = "", max_connections: int = 100, pacer: Pacer | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, readiness: tuple[str, int] | None = None) -> None:
         self.service = service
+        self.readiness = readiness or (service.readiness.path, service.readiness.status)
         self.pacer = pacer
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
@@ -348,15 +352,16 @@ class ServiceClient:
 
     def health(self) -> dict[str, Any]:
         """The readiness check's answer in an endpoint's health shape: one worker, ``idle`` when
-        ``GET readiness.path`` answers the declared status, else ``unhealthy``; jobs in progress
-        are the requests this client has in flight (a service has no queue the runbook can see).
+        ``GET`` of the readiness path (:attr:`readiness`) answers its status, else ``unhealthy``;
+        jobs in progress are the requests this client has in flight (a service has no queue the
+        runbook can see).
 
         Raises:
             ProviderError: the service cannot be reached (connection refused, timed out).
         """
-        r = self.service.readiness
-        status, _, body = peek(self, r.path)
-        ok = status == r.status
+        path, want = self.readiness
+        status, _, body = peek(self, path)
+        ok = status == want
         return {"status": status, "body": body[:200],
                 "workers": {"idle": 1 if ok else 0, "running": 0, "unhealthy": 0 if ok else 1},
                 "jobs": {"inQueue": 0, "inProgress": self.in_flight}}
@@ -807,11 +812,11 @@ def listed_models(body: str) -> list[str]:
 
 def client_for(service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None,
                server_header: str = "", max_connections: int = 100, pacer: Pacer | None = None,
-               headers: dict[str, str] | None = None) -> ServiceClient:
+               headers: dict[str, str] | None = None, readiness: tuple[str, int] | None = None) -> ServiceClient:
     """The client of ``service.protocol`` on ``url``; ``timeout_s`` is each request's deadline;
-    ``server_header``, ``max_connections``, ``pacer`` and ``headers`` as :class:`ServiceClient`
-    takes them."""
+    ``server_header``, ``max_connections``, ``pacer``, ``headers`` and ``readiness`` as
+    :class:`ServiceClient` takes them."""
     cls: type[ServiceClient] = {"openai-chat": OpenAIChat, "runpod-handler": RunpodHandler}.get(service.protocol,
                                                                                                 HttpJson)
     return cls(service, url, timeout_s=timeout_s, project=project, server_header=server_header,
-               max_connections=max_connections, pacer=pacer, headers=headers)
+               max_connections=max_connections, pacer=pacer, headers=headers, readiness=readiness)

@@ -461,6 +461,14 @@ def serve(args: argparse.Namespace) -> int:
     url = f"http://127.0.0.1:{server.server_address[1]}"
     worker_argv = [sys.executable, "-m", "runbook_lib.providers.local.endpoint", "work", "--params", args.params,
                    "--side", args.side, "--url", url]
+    return run_front_door(server, worker_argv, args)
+
+
+def run_front_door(server: ThreadingHTTPServer, worker_argv: list[str], args: argparse.Namespace) -> int:
+    """Serve a :class:`FrontDoor` over workers started as ``worker_argv`` on ``server`` (bound,
+    not yet serving) until killed; its port is written to ``args.port_file`` (atomically) once it
+    listens. ``args`` carries ``workers``, ``active_workers``, ``idle_timeout_s``,
+    ``execution_timeout_s`` and ``ttl_s`` as ``serve`` parses them."""
     door = FrontDoor(worker_argv=worker_argv, workers=args.workers,
                      execution_timeout_s=args.execution_timeout_s, ttl_s=args.ttl_s,
                      active=args.active_workers, idle_timeout_s=args.idle_timeout_s)

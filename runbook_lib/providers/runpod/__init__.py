@@ -159,14 +159,34 @@ def pod_from_api(p: dict[str, Any], proxy_url: str) -> Pod:
 
 
 def endpoint_from_api(e: dict[str, Any], job_url: str) -> Endpoint:
-    """A queue endpoint as ``GET /v2/serverless/{id}`` answers it; its URL is the job API's
-    ``/run`` address less ``/run``, else ``<job_url>/v2/{id}``."""
-    urls = e.get("requestUrls") or {}
-    url = urls.get("run", "").rsplit("/run", 1)[0] or f"{job_url}/v2/{e['id']}"
-    labels = decode_labels((e.get("env") or {}).get(LABELS_ENV))
+    """A queue endpoint as ``GET /v2/serverless/{id}`` answers it; its URL is
+    ``<job_url>/v2/{id}``, the job API's base as the adapter reaches it (``requestUrls`` name
+    Runpod's own address, which params or the environment may replace, as for
+    :meth:`RunpodProvider.job_client`). Its labels are in ``RUNBOOK_LABELS``, or (a service's
+    endpoint) in its name after :data:`NAME_LABELS_SEP`."""
+    url = f"{job_url}/v2/{e['id']}"
+    name, _, in_name = str(e.get("name", "")).partition(NAME_LABELS_SEP)
+    labels = decode_labels((e.get("env") or {}).get(LABELS_ENV)) or decode_labels(in_name)
     workers = int((e.get("workers") or {}).get("max", 0))
-    return Endpoint(str(e["id"]), str(e.get("name", "")), "RUNNING", url, workers, labels, 0.0,
-                    _epoch(e.get("createdAt")))
+    return Endpoint(str(e["id"]), name, "RUNNING", url, workers, labels, 0.0, _epoch(e.get("createdAt")))
+
+
+def endpoint_settings(e: dict[str, Any]) -> dict[str, Any]:
+    """What ``GET /v2/serverless/{id}`` reports of an endpoint's settings, in the runbook's words
+    (values as Runpod gives them; environment variable *names* only): type, template and its
+    version, image, workers min and max, idle timeout (s), GPU pools and count, network volumes,
+    execution timeout (ms), flashboot, scaling, data centers. A field Runpod does not report is
+    None (docs/reference/providers.md 2.2, "Endpoint management (v2)")."""
+    workers = e.get("workers") or {}
+    gpu = e.get("gpu") or {}
+    return {"type": e.get("type"), "template": e.get("templateId") or e.get("template"),
+            "template_version": e.get("version"), "image": e.get("image"),
+            "workers_min": workers.get("min"), "workers_max": workers.get("max"),
+            "idle_timeout_s": workers.get("idleTimeout"), "gpu_pools": list(gpu.get("pools") or []),
+            "gpu_count": gpu.get("count"), "network_volumes": list(e.get("networkVolumes") or []),
+            "execution_timeout_ms": e.get("timeout"), "flashboot": e.get("flashboot"),
+            "scaling": e.get("scaling"), "data_centers": list(e.get("dataCenterIds") or []),
+            "env_names": sorted((e.get("env") or {}).keys())}
 
 
 class RunpodProvider(RemoteProvider):
@@ -288,6 +308,33 @@ class RunpodProvider(RemoteProvider):
             raise NotFound(f"runpod: no pod or endpoint {resource_id} (terminated or never created)",
                            provider=self.name, resource_id=resource_id) from None
 
+    def describe(self, resource_id: str) -> dict[str, Any]:
+        """As :meth:`Provider.describe` for a pod; for a serverless endpoint, what
+        ``GET /v2/serverless/{id}`` reports (:func:`endpoint_settings`) under ``endpoint``, its
+        image and environment names beside the pod keys, and no command or ports (an endpoint
+        runs its image's entry point and is reached over the job API).
+
+        Raises:
+            NotFound: neither a pod nor an endpoint has that id.
+        """
+        try:
+            pod = self.fetch(resource_id)
+        except NotFound:
+            pass
+        else:
+            return {"provider": self.name, "id": pod.id, "name": pod.name, "state": pod.state,
+                    "price_usd_per_hour": pod.price_usd_per_hour, **pod.host}
+        try:
+            e = self.wire.get_endpoint(resource_id)
+        except NotFound:
+            raise NotFound(f"runpod: no pod or endpoint {resource_id} (terminated or never created)",
+                           provider=self.name, resource_id=resource_id) from None
+        ep = endpoint_from_api(e, self.job_url)
+        settings = endpoint_settings(e)
+        return {"provider": self.name, "id": ep.id, "name": ep.name, "state": ep.state, "price_usd_per_hour": 0.0,
+                "image": settings["image"] or "", "command": [], "env_names": settings["env_names"],
+                "ports": {}, "url": ep.url, "endpoint": settings}
+
     # -- endpoints -------------------------------------------------------------------------------
 
     def proxy(self, pod_id: str, port: int) -> str:
@@ -337,6 +384,15 @@ class RunpodProvider(RemoteProvider):
                          "in the endpoint's pools; widen gpu pools or wait", provider=self.name,
                          resource_id=endpoint_id)
 
+    def job_api_headers(self) -> dict[str, str]:
+        """The job API's auth: the Runpod API key as Bearer (runpod/docs
+        ``serverless/endpoints/send-requests.mdx``), resolved now; never recorded.
+
+        Raises:
+            AuthError: the key is not set (named by reference, never by value).
+        """
+        return {"Authorization": f"Bearer {self.api.key.resolve()}"}
+
     def job_client(self, endpoint_id: str, url: str = "", *, timeout_s: float = 120.0,
                    mode: str = "queue", clocks: JobClocks | None = None) -> JobClient | WorkerClient:
         """A :class:`runbook_lib.measure.timing.JobClient` for ``<job API>/v2/{endpoint_id}`` (the job
@@ -350,7 +406,7 @@ class RunpodProvider(RemoteProvider):
 
         base = f"{self.job_url}/v2/{endpoint_id}"
         http = httpx.Client(base_url=base, transport=self.api.transport, timeout=timeout_s,
-                            headers={"Authorization": f"Bearer {self.api.key.resolve()}"},
+                            headers=self.job_api_headers(),
                             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
         return JobClient(base, http=http, **(clocks or {}))
 
@@ -446,6 +502,8 @@ class RunpodLifecycle(RemoteLifecycle):
     def create_endpoint(self, spec: EndpointSpec) -> Endpoint:
         """A queue endpoint (``POST /v2/serverless``, workers on ``spec.gpu_types`` pools), adopted
         by its labels after an unclear answer; a ``load_balancing`` one is a pod (:meth:`_create_direct`).
+        A service's endpoint (``spec.service``) gets the service's environment only, its labels
+        in its name after :data:`NAME_LABELS_SEP` (as a service pod's).
 
         Raises:
             ProviderError: what an unclear answer left is not one endpoint (:meth:`adopt`).
@@ -453,12 +511,18 @@ class RunpodLifecycle(RemoteLifecycle):
         prov = self.provider
         if spec.mode == "load_balancing":
             return self._create_direct(spec)
-        env = {**launch_env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
-        body = {"name": spec.name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types),
-                                                                                 "count": 1},
-                "workers": {"min": spec.active_workers or 0, "max": spec.workers,
-                            "idleTimeout": max(1, round(spec.idle_timeout_s))},
-                "timeout": int(spec.execution_timeout_s * 1000), "env": env}
+        name = spec.name
+        if spec.service:  # a team's handler gets its own environment only; its labels go in its name
+            name, env = f"{spec.name}{NAME_LABELS_SEP}{encode_labels(dict(spec.labels))}", launch_env(spec)
+        else:
+            env = {**launch_env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
+        body: dict[str, Any] = {
+            "name": name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types), "count": 1},
+            "workers": {"min": spec.active_workers or 0, "max": spec.workers,
+                        "idleTimeout": max(1, round(spec.idle_timeout_s))},
+            "timeout": int(spec.execution_timeout_s * 1000), "env": env}
+        if spec.flashboot:
+            body["flashboot"] = spec.flashboot
         try:
             return endpoint_from_api(prov.wire.create_endpoint(body), prov.job_url)
         except CreateOutcomeUnknown as exc:

@@ -95,7 +95,8 @@ class FakeApi(FixtureApi):
             eid = f"fx{next(self._ids):04d}ep"
             ep = load("runpod", "endpoint_create.json", id=eid, name=body["name"], image=body["image"])
             ep.update(env=body.get("env", {}), workers=body.get("workers", ep["workers"]),
-                      timeout=body.get("timeout", ep["timeout"]))
+                      timeout=body.get("timeout", ep["timeout"]), gpu=body.get("gpu", ep["gpu"]),
+                      flashboot=body.get("flashboot", ep["flashboot"]))
             self.state[eid] = ep
             if self._next("endpoint", "ok") == "created_then_502":
                 return self._json(502, {"title": "Bad Gateway", "status": 502, "detail": "upstream timed out"})

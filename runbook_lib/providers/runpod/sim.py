@@ -31,6 +31,7 @@ state (the caller must poll ``/status``), ``completed_empty`` drops a COMPLETED 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -172,13 +173,18 @@ class SimApi(MachineBacked, FakeApi):
             env[POD_FAULT_ENV] = "worker_crash"
         scaling = ep.get("workers") or {}
         workers = max(1, int(scaling.get("max") or 1))
-        command = ["python", "-m", "runbook_lib.providers.local.endpoint", "serve", "--params",
-                   f"env:{POD_PARAMS_ENV}", "--side", env.get(POD_SIDE_ENV, "source"), "--workers", str(workers),
-                   "--active-workers", str(int(scaling.get("min") or 0)),
-                   "--idle-timeout-s", str(float(scaling.get("idleTimeout") or 5)),
-                   "--port-file", str(self._port_file(eid)),
-                   "--execution-timeout-s", str(float(ep.get("timeout") or 600_000) / 1000),
-                   "--ttl-s", str(self.limits["job_ttl_s"])]
+        door = ["--workers", str(workers), "--active-workers", str(int(scaling.get("min") or 0)),
+                "--idle-timeout-s", str(float(scaling.get("idleTimeout") or 5)),
+                "--port-file", str(self._port_file(eid)),
+                "--execution-timeout-s", str(float(ep.get("timeout") or 600_000) / 1000),
+                "--ttl-s", str(self.limits["job_ttl_s"])]
+        if str(ep.get("image", "")) in self.stand_ins:  # a team's handler: its stand-in under Runpod's worker runtime
+            stand_in, _ = self.machine_command(str(ep["image"]), "", env, None, keep_port=True)
+            command = ["python", "-m", "runbook_lib.providers.runpod.handler_worker", "serve",
+                       "--command", json.dumps(stand_in), *door]
+        else:
+            command = ["python", "-m", "runbook_lib.providers.local.endpoint", "serve", "--params",
+                       f"env:{POD_PARAMS_ENV}", "--side", env.get(POD_SIDE_ENV, "source"), *door]
         self._port_file(eid).unlink(missing_ok=True)
         self.machines.start(eid, command, env)
 
