@@ -90,10 +90,11 @@ $(SERVE_STAMP): locks/serve.txt
 
 # A real Runpod-to-Vast.ai migration rehearsed offline: loopback simulators of both APIs and of S3,
 # all six phases through the real adapters, evidence marked as a rehearsal.
-# The service rehearsal's simulated machines run the chat server's stand-in (.venv-serve, the models).
-rehearse: $(STAMP) demo-service-models
+# The service rehearsals' simulated machines run the chat server's stand-in (.venv-serve, the models)
+# and the Runpod handler's (.venv-runpod: the official SDK serving examples/runpod_handler.py).
+rehearse: $(STAMP) demo-service-models $(RUNPOD_STAMP)
 	$(VENV)/bin/runbook rehearse params/runpod-to-vast.yaml params/runpod-to-vast-train.yaml \
-		params/runpod-to-vast-service.yaml
+		params/runpod-to-vast-service.yaml params/runpod-serverless-to-vast-handler.yaml
 
 # Lint, types, the unit and contract tests, and one whole migration through every phase
 # (under 5 minutes on 2 cores). The other end-to-end cases are `make test-e2e`.

@@ -27,7 +27,8 @@ from runbook_lib.errors import EXIT_FAILED, EXIT_USAGE, RunbookError, UsageError
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST
 from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
 
-REHEARSED = ("params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml", "params/runpod-to-vast-service.yaml")
+REHEARSED = ("params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml", "params/runpod-to-vast-service.yaml",
+             "params/runpod-serverless-to-vast-handler.yaml")
 """What ``runbook rehearse`` (and ``make rehearse``) runs by default: the inference endpoint, the
 training job and the team's own chat service, each from Runpod to Vast.ai."""
 

@@ -1,11 +1,14 @@
-"""`runbook rehearse` end to end, as `make rehearse` runs it: params/runpod-to-vast-train.yaml
-and params/runpod-to-vast-service.yaml (a team's own chat image on a Runpod pod to a Vast.ai
-instance, the simulators running its stand-in, `transformers serve`) run all six phases through
-the real Runpod and Vast.ai adapters against the loopback simulators and moto's S3, end GO, and
-their evidence says they were rehearsals. The third migration `make rehearse` runs,
-params/runpod-to-vast.yaml, is rehearsed to GO by test_e2e_drills.py's money-safety drill with its
-own drills on (one whole migration fewer in CI); that the default runs all three is
-test_simulator.py's. Slow (about four minutes on 2 cores): `make test-e2e`."""
+"""`runbook rehearse` end to end, as `make rehearse` runs it: params/runpod-to-vast-train.yaml,
+params/runpod-to-vast-service.yaml (a team's own chat image on a Runpod pod to a Vast.ai
+instance, the simulators running its stand-in, `transformers serve`) and
+params/runpod-serverless-to-vast-handler.yaml (a team's Runpod handler on a Runpod Serverless
+queue endpoint, the simulator running its stand-in under Runpod's worker runtime, to a Vast.ai
+instance serving the SDK's HTTP API) run all six phases through the real Runpod and Vast.ai
+adapters against the loopback simulators and moto's S3, end GO, and their evidence says they were
+rehearsals. The fourth migration `make rehearse` runs, params/runpod-to-vast.yaml, is rehearsed to
+GO by test_e2e_drills.py's money-safety drill with its own drills on (one whole migration fewer
+in CI); that the default runs all four is test_simulator.py's. Slow (about five minutes on 2
+cores): `make test-e2e`."""
 
 from __future__ import annotations
 
@@ -27,11 +30,11 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
     (tmp_path / "params").mkdir()
-    for shared in (".venv-serve", "examples"):  # the chat server's stand-in and its sample prompts
+    for shared in (".venv-serve", ".venv-runpod", "examples"):  # the stand-ins and their sample inputs
         (tmp_path / shared).symlink_to(ROOT / shared)
     (tmp_path / ".runbook").mkdir()
     (tmp_path / ".runbook" / "models").symlink_to(ROOT / ".runbook" / "models")
-    names = ("runpod-to-vast-train.yaml", "runpod-to-vast-service.yaml")
+    names = ("runpod-to-vast-train.yaml", "runpod-to-vast-service.yaml", "runpod-serverless-to-vast-handler.yaml")
     for name in names:
         (tmp_path / "params" / name).write_text((ROOT / "params" / name).read_text())
     before = {n: (tmp_path / "params" / n).read_bytes() for n in names}
@@ -41,12 +44,12 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
     code = cli_main(["rehearse", *(f"params/{n}" for n in names)])
     out = capsys.readouterr().out
     assert code == EXIT_GO, out
-    assert out.count(": GO (exit 0)") == 2 and "rehearse_s=" in out
+    assert out.count(": GO (exit 0)") == 3 and "rehearse_s=" in out
     assert "POST /proxy/{id}/v1/chat/completions x" in out  # the source service answered through Runpod's proxy
     assert {n: (tmp_path / "params" / n).read_bytes() for n in names} == before  # committed params untouched
-    by_kind = {("train" if "digits" in d.name else "service" if "chat" in d.name else "other"): d
-               for d in (tmp_path / "reports").iterdir() if d.is_dir()}
-    assert set(by_kind) == {"train", "service"}
+    by_kind = {("train" if "digits" in d.name else "service" if "chat" in d.name else "handler" if "handler" in d.name
+                else "other"): d for d in (tmp_path / "reports").iterdir() if d.is_dir()}
+    assert set(by_kind) == {"train", "service", "handler"}
     for kind, run_dir in by_kind.items():
         receipt = json.loads((run_dir / "receipt.json").read_text())
         assert receipt["decision"] == "GO", kind
@@ -62,8 +65,9 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
             if f.is_file():
                 assert b"sim-rp-" not in f.read_bytes() and b"sim-vast-" not in f.read_bytes(), f
     _the_service_ran_unchanged_on_both_adapters(by_kind["service"])
+    _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_instance(by_kind["handler"], out)
     assert cli_main(["list", "--reports", str(tmp_path / "reports")]) == 0
-    assert capsys.readouterr().out.count("REHEARSAL: ") == 2
+    assert capsys.readouterr().out.count("REHEARSAL: ") == 3
 
 
 def _the_service_ran_unchanged_on_both_adapters(run_dir: Path) -> None:
@@ -90,3 +94,26 @@ def _the_service_ran_unchanged_on_both_adapters(run_dir: Path) -> None:
     assert "REGISTRY_LOGIN" not in freeze["env_names"] + canary["env_names"]
     tokens = json.loads((run_dir / "04_compare_production.json").read_text())["data"]["token_metrics"]
     assert all(tokens[side]["ttft p50 (s)"] < tokens[side]["e2e p50 (s)"] for side in ("source", "target"))
+
+
+def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_instance(run_dir: Path, out: str) -> None:
+    """The handler's rehearsal: its source a Runpod Serverless queue endpoint created as declared
+    (Runpod's own report of its settings, its image's entry point, no runbook variable), every
+    request through the job API; its canary a Vast.ai instance running the SDK's HTTP API, with
+    the move's adapter named in phase 02."""
+    receipt = json.loads((run_dir / "receipt.json").read_text())
+    svc = receipt["service"]
+    assert (svc["image"], svc["protocol"], svc["stand_in"]) == ("ghcr.io/example/text-handler:2.1", "runpod-handler",
+                                                                True)
+    assert svc["launches_as_declared"] and svc["runbook_code_inside"] == [] and svc["exact_match_rate"] == 1.0
+    freeze = json.loads((run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]["service"]["launch"]
+    canary = json.loads((run_dir / "03_prove_parity.json").read_text())["data"]["service"]["launch"]
+    ep = freeze["endpoint"]
+    assert (ep["type"], ep["workers_min"], ep["workers_max"], ep["idle_timeout_s"], ep["gpu_pools"],
+            ep["execution_timeout_ms"], ep["flashboot"]) == ("QUEUE", 1, 1, 5, ["ADA_24"], 60_000, "FLASHBOOT")
+    assert freeze["as_declared"] and freeze["command"] == [] and "entry point" in freeze["entry_point"]
+    assert freeze["url"].endswith(f"/v2/{freeze['pod']}") and freeze["env_names"] == []
+    assert canary["endpoint"] is None and "--rp_serve_api" in canary["command"]
+    rows = {r["dependency"]: r for r in json.loads((run_dir / "02_map_target.json").read_text())["data"]["dependency_map"]}
+    assert rows["serving"]["status"] == "adapter needed" and "scale to zero" in rows["serving"]["reason"]
+    assert "POST /v2/{id}/runsync x" in out  # the source answered through Runpod's job API

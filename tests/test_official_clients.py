@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import KeySource
 from runbook_lib.providers.base import EndpointSpec, PodSpec
 from runbook_lib.providers.simulator import simulate
+from runbook_lib.service.protocols import client_for
 from runbook_lib.workload import make_workload
 
 from .conftest import ROOT
@@ -130,6 +132,51 @@ def test_the_runpod_client_runs_jobs_on_the_simulators_serverless_workers(tmp_pa
             assert client.health()["jobs"]["completed"] == 2
         finally:
             client.close()
+    finally:
+        prov.close()
+        srv.close()
+
+
+HANDLER_IMAGE = "ghcr.io/example/text-handler:2.1"
+
+
+def test_the_runpod_client_runs_a_teams_handler_on_a_service_endpoint_that_scales_to_zero(tmp_path: Path) -> None:
+    """A team's handler image on a Runpod Serverless queue endpoint (``serverless`` in params):
+    the simulator runs its stand-in (examples/runpod_handler.py under the SDK) as the endpoint's
+    worker; the official client's ``run_sync`` and ``run`` get the handler's own answer; once the
+    idle worker has stopped, the next job waits for a new one, and its ``delayTime`` carries that
+    cold start."""
+    assert RUNPOD_PYTHON.exists(), "the official client is missing: `make test-e2e` installs it into .venv-runpod"
+    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY)
+    srv.api.stand_ins[HANDLER_IMAGE] = (str(RUNPOD_PYTHON), str(ROOT / "examples" / "runpod_handler.py"),  # type: ignore[attr-defined]
+                                        "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", "{port}")
+    mig = load_params(ROOT / "params" / "runpod-serverless-to-vast-handler.yaml")
+    prof = mig.source.model_copy(update={"api_url": srv.url, "job_api_url": srv.url})
+    prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        spec = EndpointSpec(name="handler", params_path="", side="source", workers=1, price_usd_per_hour=0.99,
+                            labels=(("run_id", "official"),), image=HANDLER_IMAGE, gpu_types=("ADA_24",),
+                            active_workers=0, idle_timeout_s=1.0, execution_timeout_s=60.0, service=True)
+        plan = prov.plan_endpoint(spec, dry_run=False)
+        ep = prov.apply(plan, Approval(plan.fingerprint, "test", "2026-11-30T00:00:00Z", "test"))
+        r = subprocess.run([str(RUNPOD_PYTHON), "-c", RUNPOD_SCRIPT, KEY, ep.id, json.dumps({"text": "to be or not"})],
+                           capture_output=True, text=True, timeout=300,
+                           env={"RUNPOD_ENDPOINT_BASE_URL": f"{srv.url}/v2", "PATH": "/usr/bin:/bin",
+                                "HOME": str(tmp_path)})
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        by_hand = {"words": 4, "chars": 12, "reversed": ["not", "or", "be", "to"]}  # "to be or not", counted
+        assert got["run_sync"] == got["output"] == by_hand and got["status"] == "COMPLETED"
+        assert got["health"]["jobs"]["completed"] == 2
+        with client_for(mig.workload.service, ep.url, timeout_s=60, headers=prov.job_api_headers(),  # type: ignore[arg-type]
+                        readiness=("/health", 200)) as c:
+            deadline = time.monotonic() + 30
+            while sum(c.http.get("/health").json()["workers"].values()) and time.monotonic() < deadline:
+                time.sleep(0.2)  # the idle worker stops after its 1 s idle timeout: scaled to zero
+            assert sum(c.http.get("/health").json()["workers"].values()) == 0
+            cold = c.runsync({"text": "a b"})
+        assert cold["status"] == "COMPLETED" and cold["output"] == {"words": 2, "chars": 3, "reversed": ["b", "a"]}
+        assert cold["queue_s"] > 0.3, cold  # a new worker's start (the SDK's import and server) in delayTime
     finally:
         prov.close()
         srv.close()

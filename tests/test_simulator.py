@@ -343,13 +343,14 @@ def test_a_rehearsal_shortens_a_measurement_and_never_lengthens_one() -> None:
     assert shorter({"workload": {"kind": "checkpoint"}}) == {}
 
 
-def test_rehearse_by_default_runs_the_three_migrations_make_rehearse_names() -> None:
-    # The e2e cases rehearse them in two runs (test_e2e_rehearse.py: training and service;
-    # test_e2e_drills.py's money drill: inference); the default names all three, as the Makefile.
+def test_rehearse_by_default_runs_the_four_migrations_make_rehearse_names() -> None:
+    # The e2e cases rehearse them in two runs (test_e2e_rehearse.py: training and both services;
+    # test_e2e_drills.py's money drill: inference); the default names all four, as the Makefile.
     from runbook_lib.cli import REHEARSED, build_parser
 
     args = build_parser().parse_args(["rehearse"])
     assert args.params == list(REHEARSED) == ["params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml",
-                                              "params/runpod-to-vast-service.yaml"]
+                                              "params/runpod-to-vast-service.yaml",
+                                              "params/runpod-serverless-to-vast-handler.yaml"]
     rule = (ROOT / "Makefile").read_text().split("\nrehearse:", 1)[1].split("\n\n", 1)[0]
     assert all(p in rule for p in REHEARSED) and all((ROOT / p).is_file() for p in REHEARSED)

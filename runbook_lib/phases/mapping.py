@@ -210,10 +210,10 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
     rows = [_row("device", src.device, tgt.device, EQUIVALENT if src.device.split(":")[0] == tgt.device.split(":")[0]
                  else ADAPTER, "the service's own device selection runs on both; parity decides in phase 03"),
             _row("image and command", svc.image, svc.image, EQUIVALENT,
-                 "the same image and command on both sides, unchanged (no runbook code inside)"
-                 + ("; a Runpod Serverless side runs the image's entry point (POST /v2/serverless takes no command), "
-                    "so workload.service.command applies to its pod side only" if _on_serverless(src) or
-                    _on_serverless(tgt) else "")),
+                 "the same image on both sides, unchanged (no runbook code inside); a Runpod Serverless side runs "
+                 "the image's entry point (POST /v2/serverless takes no command), so workload.service.command "
+                 "applies to the pod side only" if _on_serverless(src) or _on_serverless(tgt) else
+                 "the same image and command on both sides, unchanged (no runbook code inside)"),
             serving_row(src, tgt)]
     limit, need = caps.max_request_s, ctx.mig.workload.requirements.max_request_s
     if _on_serverless(tgt):  # the job API, not a pod's proxy: the endpoint's execution timeout bounds a job
@@ -261,7 +261,8 @@ def serving_shown(prof: Any) -> str:
 
 
 POD_HAS_NO = ("scale to zero and min/max workers (one pod, always on, billed while it exists)",
-              "idle timeout", "the execution timeout (a pod's HTTP proxy cuts a request at its own limit instead)",
+              "idle timeout", "the execution timeout (a pod has no per-job limit: each request's deadline, "
+              "measure.request_timeout_s, and any HTTP proxy's limit bound it)",
               "flashboot", "the job queue and its retries")
 """What a pod has no equivalent for when a service leaves a Runpod Serverless endpoint
 (docs/reference/providers.md 2.2, "Endpoint management (v2)")."""

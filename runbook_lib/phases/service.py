@@ -417,7 +417,9 @@ def kill_and_recover(ctx: PhaseContext, ready: pods.Ready, inputs: list[Any]) ->
     res.destroy("target", ready.pod.id, labels=ready.pod.labels)
     asked, _ = ask(ctx, "target", RECOVERED_ROLE, inputs[:1])
     first_answer_s = time.perf_counter() - t_kill
-    how = ("the canary's processes were killed (destroyed); a replacement pod of the same image and command was "
+    how = ("the canary endpoint was destroyed (its workers with it); a replacement endpoint of the same image and "
+           "settings was created and answered the first sample input" if pods.serverless(ctx.mig, "target") else
+           "the canary's processes were killed (destroyed); a replacement pod of the same image and command was "
            "launched and answered the first sample input")
     return first_answer_s, asked, how
 

@@ -193,10 +193,20 @@ the first job pays its cold start, which the first answer's latency carries."""
 
 def job_api_headers(res: Resources, side: str) -> dict[str, str]:
     """The headers of ``side``'s service endpoint's job API: the provider's API key as Bearer
-    auth, resolved now and never recorded (empty for a pod side, reached over its own port)."""
+    auth, resolved now and never recorded (empty for a pod side, reached over its own port).
+
+    Raises:
+        ProviderError: the side's provider has no job API (only Runpod's adapter has one).
+        AuthError: the provider's key is not set.
+    """
     if serverless(res.mig, side) is None:
         return {}
-    return res.provider(side).job_api_headers()
+    prov = res.provider(side)
+    headers = getattr(prov, "job_api_headers", None)
+    if headers is None:
+        raise ProviderError(f"{prov.name} has no serverless job API a service runs behind ({side}.serverless); "
+                            "run the service on a pod there", provider=prov.name)
+    return dict(headers())
 
 
 def side_client(res: Resources, side: str, url: str, *, timeout_s: float, project: Any = None) -> ServiceClient:
@@ -244,7 +254,7 @@ def wait_ready(res: Resources, side: str, pod: Pod | Endpoint, *, started: float
                     why += (f"; GET {r.path} answers 404: the service serves no such path, set "
                             f"workload.service.readiness.path to one it serves (the {svc.protocol} default is "
                             f"{READINESS_PATHS[svc.protocol]})")
-                raise NotReady(f"service pod {pod.id} ({side}) is not ready: {why}; GET {path} was checked {checks} "
+                raise NotReady(f"service {'endpoint' if endpoint else 'pod'} {pod.id} ({side}) is not ready: {why}; GET {path} was checked {checks} "
                                f"times, the last answer: {last}. Log tail:\n{prov.log_tail(pod.id, 1200)}",
                                provider=prov.name, resource_id=pod.id)
             sleep(r.interval_s)

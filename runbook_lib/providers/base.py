@@ -561,15 +561,6 @@ class Provider(ABC):
         raise ProviderError(f"{self.name} has no offer marketplace: its pods run on the machine the profile names; "
                             "offer requirements apply to remote targets", provider=self.name)
 
-    def job_api_headers(self) -> dict[str, str]:
-        """The headers a client of this provider's serverless job API sends (its API key).
-
-        Raises:
-            ProviderError: the provider has no serverless job API a service can run behind.
-        """
-        raise ProviderError(f"{self.name} has no serverless job API a service runs behind; a service runs on a "
-                            "pod here", provider=self.name)
-
     def withdraw_offer(self, offer_id: str) -> None:
         """Make ``offer_id`` unavailable to later searches (a drill). Only a provider whose offers
         this runbook owns (the local provider's declared machines) can.

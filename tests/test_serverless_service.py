@@ -1,0 +1,119 @@
+"""A team's Runpod handler on a Runpod Serverless queue endpoint (``source.serverless`` /
+``target.serverless``): what is refused before anything runs, what the Runpod adapter sends and
+reads back (against the recorded shapes, through the fake API), that plans approved before the
+endpoint spec grew its service fields keep their fingerprints, and what phase 02 says when the
+service changes where it runs. The whole migration is rehearsed by tests/test_e2e_rehearse.py;
+the official ``runpod`` client runs jobs on such an endpoint in tests/test_official_clients.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from runbook_lib.errors import ParamsError
+from runbook_lib.params import dump_yaml, load_params
+from runbook_lib.phases.mapping import ADAPTER, EQUIVALENT, POD_HAS_NO, serving_row
+from runbook_lib.providers.base import EndpointSpec, Plan
+
+from .conftest import ROOT
+from .runs import merged, write_params
+from .test_providers import approve, remote
+
+HANDLER = "runpod-serverless-to-vast-handler.yaml"
+
+
+def _params(tmp_path: Path, **over: Any) -> Path:
+    return write_params(tmp_path, HANDLER, "m.yaml", **over)
+
+
+@pytest.mark.parametrize(("over", "says"), [
+    ({"workload": {"service": {"protocol": "http-json"}}},
+     r"source.serverless runs a team's Runpod handler .* protocol 'http-json', which a queue endpoint cannot serve"),
+    ({"workload": {"service": {"private_image": True, "registry_credential": "REG"}}},
+     r"source.serverless with a private image: POST /v2/serverless has no registry credential field"),
+    ({"measure": {"cold_starts": 3}}, r"measure.cold_starts = 3: cold starts from zero are not measured yet"),
+    ({"source": {"serverless": {"type": "LOAD_BALANCER"}}}, r"Runpod LOAD_BALANCER endpoints are not built for a "
+                                                            r"service yet"),
+    ({"cutover": {"router": {"kind": "haproxy"}}},
+     r"cutover.router.kind 'haproxy' cannot route this cutover: the source is a Runpod Serverless endpoint"),
+])
+def test_what_a_service_endpoint_cannot_do_is_refused_with_its_fix(tmp_path: Path, over: dict[str, Any],
+                                                                   says: str) -> None:
+    with pytest.raises(ParamsError, match=says):
+        load_params(_params(tmp_path, **over))
+
+
+def test_the_rehearsed_params_load_and_an_inference_workload_cannot_take_serverless(tmp_path: Path) -> None:
+    mig = load_params(ROOT / "params" / HANDLER)
+    assert mig.source.serverless is not None and mig.source.serverless.flashboot == "FLASHBOOT"  # type: ignore[union-attr]
+    data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    p = write_params(tmp_path, "runpod-to-vast.yaml", "inf.yaml",
+                     **merged({"source": {"serverless": {"type": "QUEUE"}}}))
+    assert data["workload"]["kind"] == "inference"
+    with pytest.raises(ParamsError, match=r"this workload is kind 'inference'.*follows endpoint_mode"):
+        load_params(p)
+
+
+def _service_spec(**over: Any) -> EndpointSpec:
+    base = dict(name="m-endpoint-source", params_path="", side="source", workers=3, price_usd_per_hour=0.99,
+                labels=(("run_id", "r-7"), ("side", "source"), ("role", "endpoint-source")),
+                execution_timeout_s=60.0, env=(("MODEL_DIR", "/models/a"),), image="ghcr.io/example/text-handler:2.1",
+                gpu_types=("ADA_24",), active_workers=1, idle_timeout_s=7.0, service=True, flashboot="FLASHBOOT")
+    return EndpointSpec(**{**base, **over})  # type: ignore[arg-type]
+
+
+def test_a_service_endpoint_gets_the_services_environment_only_and_is_read_back_as_runpod_reports_it() -> None:
+    prof = load_params(ROOT / "params" / HANDLER).source
+    prov, fake, _ = remote("runpod", profile=prof)
+    plan = prov.plan_endpoint(_service_spec(), dry_run=False)
+    ep = prov.apply(plan, approve(plan))
+    body = next(b for m, path, b in fake.requests if m == "POST" and path.endswith("/v2/serverless"))
+    # the team's handler sees its own variables and nothing of the runbook; the labels ride in the name
+    assert body["env"] == {"MODEL_DIR": "/models/a"}
+    assert body["name"].startswith("m-endpoint-source | ") and "r-7" in body["name"]
+    assert (body["type"], body["gpu"], body["workers"], body["timeout"], body["flashboot"]) == (
+        "QUEUE", {"pools": ["ADA_24"], "count": 1}, {"min": 1, "max": 3, "idleTimeout": 7}, 60_000, "FLASHBOOT")
+    assert ep.name == "m-endpoint-source" and ep.labels == {"run_id": "r-7", "side": "source",
+                                                           "role": "endpoint-source"}
+    assert ep.url.endswith(f"/v2/{ep.id}")  # the job API as the adapter reaches it
+    seen = prov.describe(ep.id)
+    assert seen["image"] == "ghcr.io/example/text-handler:2.1" and seen["env_names"] == ["MODEL_DIR"]
+    assert seen["command"] == [] and seen["ports"] == {}
+    s = seen["endpoint"]
+    assert (s["type"], s["workers_min"], s["workers_max"], s["idle_timeout_s"], s["gpu_pools"],
+            s["execution_timeout_ms"], s["flashboot"]) == ("QUEUE", 1, 3, 7, ["ADA_24"], 60_000, "FLASHBOOT")
+    assert [r.id for r in prov.list(labels={"run_id": "r-7"})] == [ep.id]  # found again by its labels
+
+
+def test_an_endpoint_plan_without_the_service_fields_keeps_the_fingerprint_it_was_approved_by() -> None:
+    spec = EndpointSpec(name="m-endpoint-target", params_path="params/demo.yaml", side="target", workers=2,
+                        price_usd_per_hour=0.5, labels=(("run_id", "r1"), ("side", "target")), image="img:1",
+                        gpu_types=("ADA_24",), active_workers=0, idle_timeout_s=5.0)
+    plan = Plan("runpod", "create_endpoint", "m-endpoint-target", spec, 1.0, False)
+    # computed with the code at 667cde4, before EndpointSpec had ``service`` and ``flashboot``
+    assert plan.fingerprint == "aebe15245c1ab32c05dfcaa7effaaabefa7229df150c27c6f7f9c7ca35ae4e8a"
+    served = Plan("runpod", "create_endpoint", "m-endpoint-target", _service_spec(), 1.0, False)
+    assert served.fingerprint != Plan("runpod", "create_endpoint", "m-endpoint-target",
+                                      _service_spec(flashboot="OFF"), 1.0, False).fingerprint
+
+
+def test_phase_02_names_what_a_pod_has_no_equivalent_for_and_each_changed_endpoint_setting(tmp_path: Path) -> None:
+    mig = load_params(ROOT / "params" / HANDLER)
+    row = serving_row(mig.source, mig.target)
+    assert row.status == ADAPTER and row.target == "a vast pod"
+    assert all(item in row.reason for item in POD_HAS_NO) and "--rp_serve_api" in row.reason
+    assert "workers 1 min of 1 max, idle timeout 5 s, execution timeout 60 s" in row.source
+    back = serving_row(mig.target, mig.source)
+    assert back.status == ADAPTER and "entry point runs (workload.service.command does not)" in back.reason
+    data = yaml.safe_load((ROOT / "params" / HANDLER).read_text())
+    data["target"] = {**data["source"], "name": "runpod-handler-b", "release": "text-handler 2.1 (B)",
+                      "idle_timeout_s": 30, "serverless": {"type": "QUEUE"}}
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "both.yaml").write_text(dump_yaml(data))
+    both = load_params(tmp_path / "params" / "both.yaml")
+    changed = serving_row(both.source, both.target)
+    assert changed.status == ADAPTER and changed.reason.startswith("idle timeout, execution timeout, flashboot change")
+    assert serving_row(both.source, both.source).status == EQUIVALENT
