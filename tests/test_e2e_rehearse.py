@@ -78,6 +78,8 @@ def _the_service_ran_unchanged_on_both_adapters(run_dir: Path) -> None:
     svc = receipt["service"]
     assert (svc["image"], svc["protocol"], svc["stand_in"]) == ("ghcr.io/example/chat-server:1.4", "openai-chat", True)
     assert svc["launches_as_declared"] and svc["runbook_code_inside"] == [] and svc["exact_match_rate"] == 1.0
+    assert [svc["serving"][s]["where"] for s in ("source", "target")] == ["a runpod pod", "a vast pod"]
+    assert svc["adapter"] == ""  # a pod on both sides
     stand_ins = receipt["rehearsal"]["params"]["stand_ins"]["ghcr.io/example/chat-server:1.4"]
     assert stand_ins[0].endswith("/.venv-serve/bin/transformers") and "{port}" in stand_ins
     assert any("registry login" in o for o in receipt["rehearsal"]["params"]["overrides"])
@@ -117,3 +119,9 @@ def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_instance(run_di
     rows = {r["dependency"]: r for r in json.loads((run_dir / "02_map_target.json").read_text())["data"]["dependency_map"]}
     assert rows["serving"]["status"] == "adapter needed" and "scale to zero" in rows["serving"]["reason"]
     assert "POST /v2/{id}/runsync x" in out  # the source answered through Runpod's job API
+    # the receipt names both sides' serving, the endpoint's settings as Runpod reported them, and the adapter
+    serving = svc["serving"]
+    assert serving["source"]["id"] == freeze["pod"] and serving["source"]["endpoint"] == ep
+    assert serving["source"]["where"].startswith("Runpod Serverless QUEUE: workers 1 min of 1 max")
+    assert serving["target"] == {"where": "a vast pod", "id": canary["pod"], "endpoint": None}
+    assert svc["adapter"] == rows["serving"]["reason"] and "--rp_serve_api" in svc["adapter"]

@@ -485,6 +485,11 @@ class FreezeData(PhaseData):
 
 # -- phase 02 ------------------------------------------------------------------------------------
 
+EQUIVALENT, ADAPTER, NONE = "equivalent", "adapter needed", "no equivalent"
+"""The statuses of a :class:`DependencyRow` (seed 001's "Source dependency has no target
+equivalent: design and test an adapter before cutover")."""
+
+
 class DependencyRow(_Model):
     """One row of phase 02's dependency map (:func:`runbook_lib.phases.mapping.dependency_map`):
     what the source has, what the target has, and whether that is ``equivalent``, ``adapter
@@ -1118,6 +1123,17 @@ class TeardownNote(_Model):
     note: str = ""
 
 
+class ServingSide(_Model):
+    """Where one side's service ran, as the receipt names it: ``where`` in words (a pod, a Runpod
+    Serverless endpoint with its settings, a live service), the id of what served phase 01's
+    golden (source) or phase 03's canary (target), and an endpoint's settings as the provider
+    reported them (:attr:`ServiceLaunch.endpoint`)."""
+
+    where: str = ""
+    id: str = ""
+    endpoint: dict[str, Any] | None = None
+
+
 class ServiceReceipt(_Model):
     """What a service migration moved (``kind: service``): the image (or the stand-in that ran
     for it), the digest where the provider reported one, the protocol, whether every launch ran as
@@ -1138,6 +1154,12 @@ class ServiceReceipt(_Model):
     live_source: LiveSource | None = None
     """The live source (``source.provider: live``): its URL, the rate held to, what was observed of
     it over its API and what params declare."""
+    serving: dict[str, ServingSide] = Field(default_factory=dict)
+    """Where each side's service ran (``source``, ``target``): a pod, a serverless endpoint with its
+    reported settings, or a live service."""
+    adapter: str = ""
+    """Phase 02's adapter between where the source serves and where the target does (its
+    ``serving`` row, when that is ``adapter needed``); empty when both serve the same way."""
 
 
 class Receipt(_Model):

@@ -21,6 +21,7 @@ from runbook_lib.evidence import report
 from runbook_lib.evidence.approvals import plans_awaiting
 from runbook_lib.evidence.manifest import PHASES
 from runbook_lib.evidence.records import (
+    ADAPTER,
     AcceptanceJob,
     CheckpointMoved,
     DecideData,
@@ -33,6 +34,7 @@ from runbook_lib.evidence.records import (
     ResourceRow,
     RollbackPoint,
     ServiceReceipt,
+    ServingSide,
     Side,
     TeardownNote,
     TimelineEvent,
@@ -43,6 +45,7 @@ from runbook_lib.layout import RECEIPT, ROLLBACK_POINT, ROUTE, params_sha256
 from runbook_lib.params import AnyProfile, LiveProfile, RemoteProfile
 from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
 from runbook_lib.phases.routed import restore_source
+from runbook_lib.phases.service_pods import serving_shown
 from runbook_lib.traffic.route import Route
 
 
@@ -407,7 +410,26 @@ def service_receipt(ctx: PhaseContext) -> ServiceReceipt | None:
                           recovery_s=canary.recovery_s if canary else None,
                           exact_match_rate=canary.exact_match_rate if canary else None,
                           latency=ctx.records.compare.token_metrics if ctx.records.compare is not None else {},
-                          live_source=live)
+                          live_source=live, serving=serving_sides(ctx, frozen, canary), adapter=serving_adapter(ctx))
+
+
+def serving_sides(ctx: PhaseContext, frozen: Any, canary: Any) -> dict[str, ServingSide]:
+    """Where each side's service ran (:class:`~runbook_lib.evidence.records.ServingSide`): phase
+    02's words for it, and the launch phase 01 (source) and phase 03 (target) recorded."""
+    out = {}
+    for side, launch in (("source", frozen.launch if frozen is not None else None),
+                         ("target", canary.launch if canary is not None else None)):
+        prof = ctx.mig.source if side == "source" else ctx.mig.target
+        out[side] = ServingSide(where=serving_shown(prof), id=launch.pod if launch is not None else "",
+                                endpoint=launch.endpoint if launch is not None else None)
+    return out
+
+
+def serving_adapter(ctx: PhaseContext) -> str:
+    """Phase 02's ``serving`` row's reason when it is an adapter, else empty."""
+    m = ctx.records.mapping
+    row = next((r for r in m.dependency_map if r.dependency == "serving"), None) if m is not None else None
+    return row.reason if row is not None and row.status == ADAPTER else ""
 
 
 @dataclass(frozen=True)

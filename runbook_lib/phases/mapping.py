@@ -13,6 +13,9 @@ from typing import Any, Sequence
 from runbook_lib import secret_refs
 from runbook_lib.errors import RunbookError
 from runbook_lib.evidence.records import (
+    ADAPTER,
+    EQUIVALENT,
+    NONE,
     DeclaredRequirements,
     DependencyRow,
     FreezeData,
@@ -26,12 +29,12 @@ from runbook_lib.evidence.records import (
 from runbook_lib.gates import GateResult
 from runbook_lib.params import LiveProfile, Profile, RemoteProfile
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.phases.service_pods import serving_shown
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Capabilities, Capability
 from runbook_lib.providers.offers import filter_offers, version_tuple
 from runbook_lib.storage import GrantScope, build_grant
 
-EQUIVALENT, ADAPTER, NONE = "equivalent", "adapter needed", "no equivalent"
 GIB = 2**30
 
 
@@ -247,17 +250,6 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
 
 def _on_serverless(prof: Any) -> bool:
     return getattr(prof, "serverless", None) is not None
-
-
-def serving_shown(prof: Any) -> str:
-    """Where one side's service runs, as phase 02 shows it: a pod, a live URL, or a Runpod
-    Serverless endpoint with its scaling and limits."""
-    sv = getattr(prof, "serverless", None)
-    if sv is None:
-        return "a live service (not ours)" if isinstance(prof, LiveProfile) else f"a {prof.provider} pod"
-    return (f"Runpod Serverless {sv.type}: workers {prof.active_workers or 0} min of {prof.workers} max, idle timeout "
-            f"{prof.idle_timeout_s:g} s, execution timeout {sv.execution_timeout_s:g} s, flashboot {sv.flashboot}, "
-            f"GPU pools {list(prof.gpu_priority) or 'of offer.gpu_names'}")
 
 
 POD_HAS_NO = ("scale to zero and min/max workers (one pod, always on, billed while it exists)",

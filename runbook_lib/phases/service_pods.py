@@ -94,6 +94,17 @@ def serverless(mig: Migration, side: str) -> RunpodServerless | None:
     return getattr(prof, "serverless", None)
 
 
+def serving_shown(prof: Any) -> str:
+    """Where one side's service runs, as phase 02 shows it: a pod, a live URL, or a Runpod
+    Serverless endpoint with its scaling and limits."""
+    sv = getattr(prof, "serverless", None)
+    if sv is None:
+        return "a live service (not ours)" if isinstance(prof, LiveProfile) else f"a {prof.provider} pod"
+    return (f"Runpod Serverless {sv.type}: workers {prof.active_workers or 0} min of {prof.workers} max, idle timeout "
+            f"{prof.idle_timeout_s:g} s, execution timeout {sv.execution_timeout_s:g} s, flashboot {sv.flashboot}, "
+            f"GPU pools {list(prof.gpu_priority) or 'of offer.gpu_names'}")
+
+
 ENTRY_POINT = "the image's entry point (a Runpod Serverless endpoint takes no command)"
 """What a service's endpoint runs, as its launch record says: ``POST /v2/serverless`` has no
 command field, so ``workload.service.command`` applies to pod sides only."""
