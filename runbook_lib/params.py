@@ -423,12 +423,85 @@ class RunpodProfile(RemoteProfile):
         return self
 
 
+class PyWorkerAdapter(_Model):
+    """The adapter a Vast.ai Serverless worker needs in front of a team's server: Vast's PyWorker
+    (docs.vast.ai "The PyWorker"; ``vastai`` 1.9.1 ``serverless/server/worker.py``), from the
+    team's PyWorker repository, whose ``worker.py`` builds a ``WorkerConfig`` with one
+    ``HandlerConfig``. Clients no longer call the server: they ask the autoscaler's ``/route/``
+    for a worker, then POST ``{"auth_data", "payload"}`` to that worker's ``route``; the PyWorker
+    checks the autoscaler's signature and forwards ``payload`` to the server's same route.
+
+    The runbook passes these to the worker's environment (the template's ``env``):
+    ``PYWORKER_REPO``, ``PYWORKER_ROUTE`` and ``PYWORKER_HEALTHCHECK``, for its ``worker.py`` to
+    read, and phase 02 names them as the adapter; phase 03 proves the image with it.
+
+    Attributes:
+        repo: the git URL of the PyWorker repository the worker starts (Vast's ``PYWORKER_REPO``).
+        route: ``HandlerConfig.route``: the path clients POST to, forwarded to the server's same
+            path (``/runsync`` for a Runpod handler under the SDK's HTTP API).
+        healthcheck: ``WorkerConfig.model_healthcheck_url``'s path on the server: the worker is
+            loaded once it answers 200 (``/`` for the SDK's HTTP API).
+    """
+
+    repo: str = Field(min_length=1, max_length=512, pattern=r"^(https://|git@)[^\s]+$")
+    route: str = Field(default="/runsync", pattern=r"^/[^\s]*$")
+    healthcheck: str = Field(default="/", pattern=r"^/[^\s]*$")
+
+
+class VastServerless(_Model):
+    """A Vast.ai Serverless endpoint and its workergroup that serve this side's service
+    (``workload.kind: service`` with ``protocol: runpod-handler``; the target only): the endpoint
+    (``POST /api/v0/endptjobs/``) with these scaling parameters, a template of the service's
+    image and environment with the PyWorker adapter (``POST /api/v0/template/``), and a
+    workergroup (``POST /api/v0/autojobs/``) that rents workers matching the profile's
+    ``offer`` (docs.vast.ai "Serverless Parameters", "Create Endpoints and Workergroups";
+    ``vastai`` 1.9.1 ``api/endpoints.py``).
+
+    Attributes:
+        max_workers: the most workers, active and inactive.
+        cold_workers: workers kept loaded (active or stopped) when there is no load (the
+            console's "minimum workers").
+        min_load: the floor of active capacity, perf units per second.
+        min_cold_load: the floor of total capacity, independent of ``cold_mult``.
+        target_util: anticipated load over active capacity (0.9 leaves 11 % headroom).
+        cold_mult: total capacity as a multiple of active capacity.
+        gpu_ram_gb: the workergroup's estimated GPU memory need, GB.
+        pyworker: the adapter (:class:`PyWorkerAdapter`).
+    """
+
+    max_workers: int = Field(default=2, ge=1, le=256)
+    cold_workers: int = Field(default=1, ge=0, le=256)
+    min_load: float = Field(default=1.0, ge=0)
+    min_cold_load: float = Field(default=0.0, ge=0)
+    target_util: float = Field(default=0.9, gt=0, le=1.0)
+    cold_mult: float = Field(default=2.5, ge=1.0, le=100)
+    gpu_ram_gb: float = Field(default=24.0, gt=0, le=1024)
+    pyworker: PyWorkerAdapter
+
+    @model_validator(mode="after")
+    def _cold_within_max(self) -> "VastServerless":
+        if self.cold_workers > self.max_workers:
+            raise ValueError(f"cold_workers ({self.cold_workers}) exceeds max_workers ({self.max_workers}); lower "
+                             "cold_workers or raise max_workers")
+        return self
+
+
 class VastProfile(RemoteProfile):
     """Vast.ai (offers searched and rented as instances; no queue endpoints in this runbook, so
-    an inference workload is served ``load_balancing``: from an instance's mapped HTTP port)."""
+    an inference workload is served ``load_balancing``: from an instance's mapped HTTP port).
+
+    Attributes:
+        serverless: ``kind: service`` only: the service runs on a Vast.ai Serverless endpoint
+            through the PyWorker adapter (:class:`VastServerless`); None: on an instance.
+        autoscaler_url: the Serverless autoscaler's base URL (``/route/``); empty:
+            ``RUNBOOK_VAST_AUTOSCALER_URL``, else ``https://run.vast.ai``. A rehearsal points it
+            at the simulator.
+    """
 
     provider: Literal["vast"] = "vast"
     endpoint_mode: Literal["queue", "load_balancing"] = "load_balancing"
+    serverless: VastServerless | None = None
+    autoscaler_url: str = Field(default="", pattern=r"^(|https?://[^\s]+)$")
 
 
 class LiveDeclared(_Model):
@@ -1460,10 +1533,14 @@ class Migration(_Model):
                     + (f"kind {self.workload.kind!r}" if svc is None else f"protocol {svc.protocol!r}")
                     + (". An inference workload's endpoint follows endpoint_mode: remove serverless" if svc is None
                        else ", which a queue endpoint cannot serve: remove serverless to run it on a pod"))
+            if isinstance(prof, VastProfile) and side == "source":
+                raise ValueError("source.serverless on Vast.ai: a Vast.ai Serverless endpoint is built as a target "
+                                 "only (the service moves onto it); give the source a pod, a Runpod endpoint or a "
+                                 "live URL")
             if svc.private_image:
-                raise ValueError(f"{side}.serverless with a private image: POST /v2/serverless has no registry "
-                                 "credential field (a Runpod template carries it), and templates are not built here; "
-                                 "use a public image or a pod side")
+                raise ValueError(f"{side}.serverless with a private image: the endpoint's create request has no "
+                                 "registry login field here (a provider template carries it, and private templates "
+                                 "are not built); use a public image or a pod side")
             if self.measure.cold_starts and "cold_starts" in self.measure.model_fields_set:
                 raise ValueError(f"measure.cold_starts = {self.measure.cold_starts}: cold starts from zero are not "
                                  f"measured yet for a service on a Runpod Serverless endpoint ({side}); set "
@@ -1533,9 +1610,11 @@ class Migration(_Model):
                     "cutover.mode drain, or router kind client (the runbook's own split of its test requests)")
         for side in ("source", "target"):
             if getattr(getattr(self, side), "serverless", None) is not None:
-                return (f"the {side} is a Runpod Serverless endpoint: its job API is Runpod's, over https with the "
-                        "Runpod API key, and a job's /status/{id} poll carries nothing a router can keep on the side "
-                        "that holds it; use router kind client (the runbook's own split of its test requests)")
+                return (f"the {side} is a serverless endpoint, reached through its provider's own front door (Runpod's "
+                        "job API with the Runpod key, whose /status/{id} poll carries nothing a router can keep on the "
+                        "side that holds it; Vast.ai's /route/ then a signed call to the worker it names), not a host "
+                        "and port a router forwards to; use router kind client (the runbook's own split of its test "
+                        "requests)")
         if kind == "inference":
             modes = {side: getattr(getattr(self, side), "endpoint_mode", None) for side in ("source", "target")}
             if any(m != "load_balancing" for m in modes.values()):

@@ -38,7 +38,7 @@ def _params(tmp_path: Path, **over: Any) -> Path:
     ({"source": {"serverless": {"type": "LOAD_BALANCER"}}}, r"Runpod LOAD_BALANCER endpoints are not built for a "
                                                             r"service yet"),
     ({"cutover": {"router": {"kind": "haproxy"}}},
-     r"cutover.router.kind 'haproxy' cannot route this cutover: the source is a Runpod Serverless endpoint"),
+     r"cutover.router.kind 'haproxy' cannot route this cutover: the source is a serverless endpoint"),
 ])
 def test_what_a_service_endpoint_cannot_do_is_refused_with_its_fix(tmp_path: Path, over: dict[str, Any],
                                                                    says: str) -> None:

@@ -27,7 +27,7 @@ from runbook_lib.evidence.records import (
     SourcePod,
 )
 from runbook_lib.gates import GateResult
-from runbook_lib.params import LiveProfile, Profile, RemoteProfile
+from runbook_lib.params import LiveProfile, Profile, RemoteProfile, VastServerless
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.phases.service_pods import serving_shown
 from runbook_lib.providers import REMOTE
@@ -219,8 +219,8 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
                  "the same image and command on both sides, unchanged (no runbook code inside)"),
             serving_row(src, tgt)]
     limit, need = caps.max_request_s, ctx.mig.workload.requirements.max_request_s
-    if _on_serverless(tgt):  # the job API, not a pod's proxy: the endpoint's execution timeout bounds a job
-        limit = tgt.serverless.execution_timeout_s  # type: ignore[union-attr]
+    if _on_serverless(tgt):  # no pod proxy: a Runpod endpoint's execution timeout bounds a job, a Vast.ai worker none
+        limit = getattr(tgt.serverless, "execution_timeout_s", None)  # type: ignore[union-attr]
     how = "streamed (server-sent events)" if svc.protocol == "openai-chat" and svc.stream else "one answer per request"
     if limit is not None and need > limit:
         rows.append(_row(f"protocol {svc.protocol}", f"{how}, answers within {need:g} s", f"proxy ends requests "
@@ -260,6 +260,24 @@ POD_HAS_NO = ("scale to zero and min/max workers (one pod, always on, billed whi
 (docs/reference/providers.md 2.2, "Endpoint management (v2)")."""
 
 
+def vast_adapter(src: Any, sv: VastServerless) -> str:
+    """The adapter a service needs on a Vast.ai Serverless endpoint, named: which PyWorker fronts
+    which server, and what changes in the request path (seed 001: "Source dependency has no target
+    equivalent: design and test an adapter before cutover"; docs.vast.ai "The PyWorker")."""
+    p = sv.pyworker
+    was = ("Runpod's job API (POST https://api.runpod.ai/v2/{endpoint}/runsync with the Runpod key)"
+           if _on_serverless(src) else "the service's own port")
+    lost = ("; no equivalent on Vast.ai for Runpod's execution timeout, flashboot, the job queue's /status and "
+            "retries (a worker answers one request at a time in order; a failed call is the client's to retry)"
+            if _on_serverless(src) else "")
+    return (f"the image does not run there unchanged: Vast.ai's PyWorker (from {p.repo}, a WorkerConfig whose "
+            f"HandlerConfig route is {p.route} and whose model_healthcheck_url is {p.healthcheck}) fronts the "
+            f"service's own server on workload.service.port inside the worker. Callers leave {was} "
+            f"for two calls: POST https://run.vast.ai/route/ (the endpoint name and its own key) for a worker, then "
+            f"POST <worker url>{p.route} with the signed route as auth_data and the job as payload, forwarded to the "
+            f"server's {p.route}{lost}. Phase 03 proves the image with this adapter against the golden")
+
+
 def serving_row(src: Any, tgt: Any) -> DependencyRow:
     """Where the service runs on each side (:func:`serving_shown`): a pod on both is equivalent;
     a Runpod Serverless endpoint on both maps its settings one to one (an adapter naming each that
@@ -269,6 +287,8 @@ def serving_row(src: Any, tgt: Any) -> DependencyRow:
     pod's port: the same ``/runsync`` contract)."""
     a, b = serving_shown(src), serving_shown(tgt)
     on_a, on_b = _on_serverless(src), _on_serverless(tgt)
+    if isinstance(getattr(tgt, "serverless", None), VastServerless):
+        return _row("serving", a, b, ADAPTER, vast_adapter(src, tgt.serverless))
     if not on_a and not on_b:
         return _row("serving", a, b, EQUIVALENT, "the service runs the same way on both sides")
     if on_a and on_b:

@@ -12,6 +12,7 @@ rehearsal the simulators run the same stand-in for the image (``rehearsal.stand_
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -19,13 +20,23 @@ from typing import Any, Callable
 from runbook_lib.errors import AuthError, ProviderError, ProviderTimeout
 from runbook_lib.evidence.records import ServiceLaunch
 from runbook_lib.layout import project_root
-from runbook_lib.params import READINESS_PATHS, LiveProfile, Migration, RemoteProfile, RunpodServerless, Service
+from runbook_lib.params import (
+    READINESS_PATHS,
+    LiveProfile,
+    Migration,
+    RemoteProfile,
+    RunpodServerless,
+    Service,
+    VastServerless,
+)
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, http_port, http_url
+from runbook_lib.providers.vast import PYWORKER_ENV
+from runbook_lib.providers.vast import search_params as vast_search_params
 from runbook_lib.secret_refs import resolve
 from runbook_lib.service.pacing import Pacer, pacer_for
-from runbook_lib.service.protocols import ServiceClient, client_for
+from runbook_lib.service.protocols import ServiceClient, VastRouted, client_for
 
 SERVICE_ROLE_PREFIX = "service-"
 """Role label prefix of the pods phases 01 and 03 launch (phase 04's are ``endpoint-<side>``)."""
@@ -87,9 +98,10 @@ class _Keep(dict[str, str]):
         raise KeyError(f"no service variable {key!r}")
 
 
-def serverless(mig: Migration, side: str) -> RunpodServerless | None:
-    """``side``'s Runpod Serverless settings when its service runs on a Runpod Serverless
-    endpoint (:class:`~runbook_lib.params.RunpodServerless`), else None (a pod, or a live source)."""
+def serverless(mig: Migration, side: str) -> RunpodServerless | VastServerless | None:
+    """``side``'s Serverless settings when its service runs on a Runpod Serverless endpoint
+    (:class:`~runbook_lib.params.RunpodServerless`) or a Vast.ai one
+    (:class:`~runbook_lib.params.VastServerless`), else None (a pod, or a live source)."""
     prof = mig.source if side == "source" else mig.target
     return getattr(prof, "serverless", None)
 
@@ -100,17 +112,56 @@ def serving_shown(prof: Any) -> str:
     sv = getattr(prof, "serverless", None)
     if sv is None:
         return "a live service (not ours)" if isinstance(prof, LiveProfile) else f"a {prof.provider} pod"
+    if isinstance(sv, VastServerless):
+        return (f"Vast.ai Serverless endpoint: workers {sv.cold_workers} cold of {sv.max_workers} max, min load "
+                f"{sv.min_load:g}, target utilisation {sv.target_util:g}, cold multiple {sv.cold_mult:g}, behind the "
+                f"PyWorker of {sv.pyworker.repo} (route {sv.pyworker.route}, health check {sv.pyworker.healthcheck})")
     return (f"Runpod Serverless {sv.type}: workers {prof.active_workers or 0} min of {prof.workers} max, idle timeout "
             f"{prof.idle_timeout_s:g} s, execution timeout {sv.execution_timeout_s:g} s, flashboot {sv.flashboot}, "
             f"GPU pools {list(prof.gpu_priority) or 'of offer.gpu_names'}")
 
 
+VAST_ENTRY_POINT = ("the template's onstart runs workload.service.command in the background; Vast.ai's start script "
+                    "runs the PyWorker from PYWORKER_REPO in front of it")
+"""What a service's Vast.ai Serverless worker runs, as its launch record says."""
 ENTRY_POINT = "the image's entry point (a Runpod Serverless endpoint takes no command)"
 """What a service's endpoint runs, as its launch record says: ``POST /v2/serverless`` has no
 command field, so ``workload.service.command`` applies to pod sides only."""
 
 
-def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless) -> Plan:
+def vast_settings(res: Resources, side: str, sv: VastServerless) -> tuple[tuple[str, Any], ...]:
+    """A Vast.ai Serverless endpoint's settings as its plan shows them and the adapter sends them:
+    the endpoint's scaling parameters, the workergroup's offer search (the profile's ``offer``,
+    :func:`~runbook_lib.providers.vast.search_params`) and GPU memory, the template's ``onstart``
+    (the service's command, in the background) and the PyWorker adapter."""
+    svc = service_of(res.mig)
+    prof = res.profile(side)
+    assert isinstance(prof, RemoteProfile)  # serverless is a Vast.ai profile's field
+    onstart = f"{shlex.join(svc.command)} &" if svc.command else ""
+    return (("max_workers", sv.max_workers), ("cold_workers", sv.cold_workers), ("min_load", sv.min_load),
+            ("min_cold_load", sv.min_cold_load), ("target_util", sv.target_util), ("cold_mult", sv.cold_mult),
+            ("search_params", vast_search_params(prof.offer)), ("gpu_ram", sv.gpu_ram_gb), ("onstart", onstart),
+            ("pyworker", (("repo", sv.pyworker.repo), ("route", sv.pyworker.route),
+                          ("healthcheck", sv.pyworker.healthcheck))))
+
+
+def plan_vast_endpoint(res: Resources, side: str, role: str, sv: VastServerless) -> Plan:
+    """The creation plan of ``side``'s Vast.ai Serverless endpoint (pure): the image, the
+    service's environment and secrets by reference, its API port, and :func:`vast_settings`,
+    priced per worker at the profile's price."""
+    mig = res.mig
+    svc = service_of(mig)
+    prof = res.profile(side)
+    assert isinstance(prof, RemoteProfile)  # serverless is a Vast.ai profile's field
+    spec = EndpointSpec(name=f"{mig.migration}-{role}", params_path="", side=side, workers=sv.max_workers,
+                        price_usd_per_hour=prof.price_usd_per_hour, labels=res.labels(side, role),
+                        env=tuple(sorted(service_env(mig, side).items())), secret_refs=pod_secret_refs(mig, side),
+                        image=svc.image, mode="serverless", port=svc.port, disk_gb=prof.offer.disk_gb,
+                        active_workers=sv.cold_workers, service=True, settings=vast_settings(res, side, sv))
+    return res.provider(side).plan_endpoint(spec, dry_run=res.dry_run(side))
+
+
+def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless | VastServerless) -> Plan:
     """The creation plan of ``side``'s service endpoint in role ``role`` (pure): the image, the
     service's environment values and secrets by reference, the side's scaling (``workers`` as
     ``workers.max``, ``active_workers`` as ``workers.min``, 0 when unset: scale to zero;
@@ -120,6 +171,8 @@ def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless) ->
     mig = res.mig
     svc = service_of(mig)
     prof = res.profile(side)
+    if isinstance(sv, VastServerless):
+        return plan_vast_endpoint(res, side, role, sv)
     spec = EndpointSpec(name=f"{mig.migration}-{role}", params_path="", side=side, workers=prof.workers,
                         price_usd_per_hour=prof.price_usd_per_hour, labels=res.labels(side, role),
                         execution_timeout_s=sv.execution_timeout_s, env=tuple(sorted(service_env(mig, side).items())),
@@ -220,10 +273,23 @@ def job_api_headers(res: Resources, side: str) -> dict[str, str]:
     return dict(headers())
 
 
-def side_client(res: Resources, side: str, url: str, *, timeout_s: float, project: Any = None) -> ServiceClient:
-    """The protocol's client of ``side``'s service at ``url``: a pod's port, or a serverless
-    endpoint's job API with the provider's key (:func:`job_api_headers`)."""
-    endpoint = serverless(res.mig, side) is not None
+def side_client(res: Resources, side: str, url: str, *, timeout_s: float, project: Any = None,
+                endpoint_id: str = "") -> ServiceClient:
+    """The protocol's client of ``side``'s service at ``url``: a pod's port, a Runpod Serverless
+    endpoint's job API with the provider's key (:func:`job_api_headers`), or a Vast.ai Serverless
+    endpoint ``endpoint_id`` through its autoscaler and PyWorker
+    (:class:`~runbook_lib.service.protocols.VastRouted`, with the endpoint's own key, read now).
+
+    Raises:
+        NotFound: the Vast.ai endpoint is gone. AuthError: the provider's key is not set.
+    """
+    sv = serverless(res.mig, side)
+    if isinstance(sv, VastServerless):
+        prov = res.provider(side)
+        name, key = prov.route_auth(endpoint_id)  # type: ignore[attr-defined]
+        return VastRouted(service_of(res.mig), url, endpoint_name=name, endpoint_key=key,
+                          worker_route=sv.pyworker.route, timeout_s=timeout_s, project=project)
+    endpoint = sv is not None
     return client_for(service_of(res.mig), url, timeout_s=timeout_s, project=project,
                       headers=job_api_headers(res, side) or None,
                       readiness=(ENDPOINT_READINESS, 200) if endpoint else None)
@@ -247,7 +313,7 @@ def wait_ready(res: Resources, side: str, pod: Pod | Endpoint, *, started: float
     path, status = (ENDPOINT_READINESS, 200) if endpoint else (r.path, r.status)
     last = "no answer yet"
     checks = 0
-    with side_client(res, side, url, timeout_s=max(1.0, r.interval_s * 4)) as c:
+    with side_client(res, side, url, timeout_s=max(1.0, r.interval_s * 4), endpoint_id=pod.id) as c:
         while True:
             checks += 1
             try:
@@ -296,7 +362,8 @@ def client(res: Resources, ready: Ready) -> ServiceClient:
         ParamsError: ``workload.service.tokenizer`` names no ``tokenizer.json``.
     """
     side = ready.pod.labels.get("side", "")
-    return side_client(res, side, ready.url, timeout_s=res.mig.measure.request_timeout_s, project=res.run.project)
+    return side_client(res, side, ready.url, timeout_s=res.mig.measure.request_timeout_s, project=res.run.project,
+                       endpoint_id=ready.pod.id)
 
 
 LIVE_ID = "live"
@@ -434,25 +501,32 @@ def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:
                          mismatches=tuple(mismatches), runbook_inside=tuple(inside), ready_s=round(ready.ready_s, 3))
 
 
-def endpoint_asked(res: Resources, side: str, sv: RunpodServerless) -> dict[str, Any]:
+def endpoint_asked(res: Resources, side: str, sv: RunpodServerless | VastServerless) -> dict[str, Any]:
     """The endpoint settings ``side``'s params ask for, in :func:`~runbook_lib.providers.runpod.endpoint_settings`'s
     words: type, workers min and max, idle timeout (whole seconds, as Runpod takes it), execution
     timeout (ms) and flashboot."""
     prof = res.profile(side)
+    if isinstance(sv, VastServerless):
+        s = dict(vast_settings(res, side, sv))
+        return {"type": "vast serverless", **{k: s[k] for k in ("max_workers", "cold_workers", "min_load",
+                                                                 "min_cold_load", "target_util", "cold_mult",
+                                                                 "search_params")},
+                "gpu_ram": sv.gpu_ram_gb, "pyworker": dict(s["pyworker"])}
     return {"type": sv.type, "workers_min": prof.active_workers or 0, "workers_max": prof.workers,
             "idle_timeout_s": max(1, round(prof.idle_timeout_s)), "execution_timeout_ms": int(sv.execution_timeout_s * 1000),
             "flashboot": sv.flashboot}
 
 
 def launched_endpoint(res: Resources, side: str, ready: Ready, seen: dict[str, Any],
-                      sv: RunpodServerless) -> ServiceLaunch:
+                      sv: RunpodServerless | VastServerless) -> ServiceLaunch:
     """What Runpod reports a service's serverless endpoint runs (``GET /v2/serverless/{id}``),
     against what params declare: the image, the environment names, and the endpoint's settings
     (:func:`endpoint_asked`), each mismatch named. It runs the image's entry point
     (:data:`ENTRY_POINT`): no command is compared; the endpoint reports no processes."""
     mig = res.mig
     svc = service_of(mig)
-    want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)})
+    adapter_env = set(PYWORKER_ENV) if isinstance(sv, VastServerless) else set()
+    want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)} | adapter_env)
     settings = dict(seen.get("endpoint") or {})
     mismatches = []
     if seen.get("image") != svc.image:
@@ -469,5 +543,6 @@ def launched_endpoint(res: Resources, side: str, ready: Ready, seen: dict[str, A
                          ports={}, processes=(), processes_reported=False, as_declared=not mismatches,
                          mismatches=tuple(mismatches),
                          runbook_inside=(f"environment: {', '.join(env_inside)}",) if env_inside else (),
-                         ready_s=round(ready.ready_s, 3), endpoint=settings, entry_point=ENTRY_POINT,
+                         ready_s=round(ready.ready_s, 3), endpoint=settings,
+                         entry_point=VAST_ENTRY_POINT if isinstance(sv, VastServerless) else ENTRY_POINT,
                          url=ready.url)

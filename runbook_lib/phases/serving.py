@@ -136,7 +136,7 @@ class ServiceServing(Serving):
             return pods.live_client(self.ctx.mig, lp, timeout_s=self.ctx.mig.measure.request_timeout_s,
                                     project=self.ctx.run.project)
         return pods.side_client(self.ctx.resources, side, served.url, timeout_s=self.ctx.mig.measure.request_timeout_s,
-                                project=self.ctx.run.project)
+                                project=self.ctx.run.project, endpoint_id=served.id)
 
     def request_inputs(self, n: int, seed: int) -> list[tuple[int, Any]]:
         return samples.draw(self.samples, n, seed)

@@ -117,6 +117,9 @@ class EndpointSpec:
             its name), and it runs the image's own entry point.
         flashboot: the provider's ``flashboot`` setting (Runpod: ``OFF``, ``FLASHBOOT``,
             ``PRIORITY_FLASHBOOT``); empty: the provider's default.
+        settings: a service endpoint's provider-specific settings as ``(name, value)`` pairs,
+            shown in the plan and sent as they are (Vast.ai Serverless: the endpoint's scaling
+            parameters, the workergroup's offer search and GPU memory, the PyWorker adapter).
     """
 
     name: str
@@ -141,11 +144,12 @@ class EndpointSpec:
     store_grant: GrantScope | None = None
     service: bool = False
     flashboot: str = ""
+    settings: tuple[tuple[str, Any], ...] = ()
 
 
 NEWER_SPEC_FIELDS: dict[str, dict[str, Any]] = {
     "PodSpec": {"store_grant": None},
-    "EndpointSpec": {"store_grant": None, "service": False, "flashboot": ""},
+    "EndpointSpec": {"store_grant": None, "service": False, "flashboot": "", "settings": ()},
 }
 """Spec fields added after plans were first approved, with their defaults, by spec type: a spec
 that leaves one at its default fingerprints as it did before the field existed, so earlier
@@ -474,6 +478,13 @@ class Provider(ABC):
                 or ``capabilities().load_balancing``).
         """
         caps = self.capabilities()
+        if spec.mode == "serverless":  # a service's endpoint behind the provider's own router (Vast.ai)
+            cap = caps.extra.get("serverless") or Capability(False, "no Serverless endpoint for a service", "")
+            if not cap.supported:
+                raise ProviderError(f"{self.name} cannot serve a service on a Serverless endpoint in this runbook "
+                                    f"({cap.detail}); run it on a pod", provider=self.name)
+            return Plan(self.name, "create_endpoint", spec.name, spec, spec.price_usd_per_hour * spec.workers,
+                        _dry(self, dry_run))
         cap = caps.load_balancing if spec.mode == "load_balancing" else caps.queue_endpoints
         if not cap.supported:
             other = "queue" if spec.mode == "load_balancing" else "load_balancing"

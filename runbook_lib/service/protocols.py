@@ -765,10 +765,17 @@ class RunpodHandler(ServiceClient):
             if isinstance(got, _Failed) and got.answer.get("status") == "RETRY_POST":
                 got = self._job(w, "POST", f"/status/{job['id']}")  # the SDK's local API answers status to POST only
             job = got
+        return self._judged(job, t0)
+
+    def _judged(self, job: dict[str, Any] | _Failed, t0: float, routed_s: float = 0.0) -> dict[str, Any]:
+        """A finished job's answer: COMPLETED with its output and timings, else the named failure
+        (the class docstring says which); ``routed_s`` seconds spent finding a worker count as queue."""
         if isinstance(job, _Failed):
             return job.answer
         timing = {k: float(job[src]) / 1000.0 for k, src in (("queue_s", "delayTime"), ("execution_s", "executionTime"))
                   if job.get(src) is not None}
+        if routed_s:
+            timing["queue_s"] = timing.get("queue_s", 0.0) + routed_s
         status = str(job.get("status") or "")
         if status != "COMPLETED":
             kind = status if status in ("FAILED", "CANCELLED", "TIMED_OUT") else "BAD_BODY"
@@ -780,6 +787,84 @@ class RunpodHandler(ServiceClient):
             return {**failed("EMPTY", "body", f"job {job.get('id')} COMPLETED with no output"), **timing}
         return {"status": "COMPLETED", "output": job.get("output"), "job_id": job.get("id"),
                 "queue_s": timing.get("queue_s", math.nan), "execution_s": timing.get("execution_s", time.perf_counter() - t0)}
+
+
+class VastRouted(RunpodHandler):
+    """``runpod-handler`` on a Vast.ai Serverless endpoint through its PyWorker adapter
+    (:class:`runbook_lib.params.PyWorkerAdapter`), as the ``vastai`` 1.9.1 client calls one
+    (``serverless/client/client.py``, ``endpoint.py``): ``POST {autoscaler}/route/`` with
+    ``{"endpoint", "api_key", "cost", "request_idx", "replay_timeout"}`` (the endpoint's own key,
+    also as Bearer auth) until the answer carries a worker ``url`` (no ``url``: no worker ready
+    yet, asked again after :data:`ROUTE_POLL_S`), then ``POST {url}{route}`` with ``{"auth_data":
+    <that answer>, "session_id": null, "payload": {"input": <sample>}}``. The PyWorker forwards the
+    payload to the handler's ``/runsync`` and passes its job back, judged as
+    :class:`RunpodHandler` judges one; the seconds spent routing count as queue time. A job still
+    running when the worker answers cannot be polled (``/status/{id}`` is no PyWorker route): it
+    fails TIMED_OUT, named. Readiness (:meth:`health`) is a ``/route/`` of cost 0 that names a
+    worker."""
+
+    ROUTE_POLL_S = 0.2
+    COST = 100  # the vastai client's default cost of a request (serverless/client/client.py)
+
+    def __init__(self, service: Service, url: str, *, endpoint_name: str, endpoint_key: str, worker_route: str,
+                 **kw: Any) -> None:
+        super().__init__(service, url, headers={"Authorization": f"Bearer {endpoint_key}"}, **kw)
+        self.endpoint_name, self._key, self.worker_route = endpoint_name, endpoint_key, worker_route
+        self.request_idx = 0
+
+    def where(self, path: str | None = None) -> str:
+        return f"POST {self.url}/route/ then the worker's {self.worker_route}"
+
+    def _route(self, w: _Watch, cost: float, *, once: bool = False) -> dict[str, Any] | _Failed:
+        """The autoscaler's answer naming a worker, or the failure (once: the first answer, ready or not)."""
+        last: Any = None
+        while True:
+            body = {"endpoint": self.endpoint_name, "api_key": self._key, "cost": cost, "request_idx": 0,
+                    "replay_timeout": 60.0}
+            got = self._job(w, "POST", "/route/", json=body)
+            if isinstance(got, _Failed) or "url" in got or once:
+                return got
+            last = got.get("status")
+            if time.perf_counter() + self.ROUTE_POLL_S >= w.deadline:
+                return _Failed(failed("TIMED_OUT", "route", f"{self.where()}: no worker of endpoint "
+                                                            f"{self.endpoint_name!r} was ready within "
+                                                            f"measure.request_timeout_s ({self.timeout_s:g} s); "
+                                                            f"workers by status: {last}"))
+            time.sleep(self.ROUTE_POLL_S)
+
+    def _call(self, payload: Any, t0: float, w: _Watch) -> dict[str, Any]:
+        auth = self._route(w, self.COST)
+        if isinstance(auth, _Failed):
+            return auth.answer
+        routed_s = time.perf_counter() - t0
+        w.stage = "connect"
+        job = self._job(w, "POST", f"{str(auth['url']).rstrip('/')}{self.worker_route}",
+                        json={"auth_data": auth, "session_id": None, "payload": {"input": payload}})
+        if not isinstance(job, _Failed) and job.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
+            return failed("TIMED_OUT", "status poll", f"{self.where()}: job {job.get('id')} was still "
+                                                      f"{job.get('status')} when the worker answered; a PyWorker has "
+                                                      "no /status/{id} route, so it cannot be polled")
+        return self._judged(job, t0, routed_s)
+
+    def health(self) -> dict[str, Any]:
+        """Ready when a ``/route/`` of cost 0 names a worker (status 200), else 503 with the
+        workers by status.
+
+        Raises:
+            ProviderError: the autoscaler cannot be reached.
+        """
+        w = _Watch(time.perf_counter() + min(self.timeout_s, 10.0), None)
+        try:
+            got = self._route(w, 0.0, once=True)
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"the autoscaler at {self.url} cannot be reached: {scrub(str(exc))}") from exc
+        if isinstance(got, _Failed):
+            return {"status": int(got.answer.get("http_status") or 503), "body": str(got.answer.get("error"))[:200],
+                    "workers": {"idle": 0, "running": 0, "unhealthy": 1}, "jobs": {"inQueue": 0, "inProgress": 0}}
+        ok = "url" in got
+        return {"status": 200 if ok else 503, "body": json.dumps(got.get("status") or {})[:200],
+                "workers": {"idle": 1 if ok else 0, "running": 0, "unhealthy": 0},
+                "jobs": {"inQueue": 0, "inProgress": self.in_flight}}
 
 
 def peek(client: ServiceClient, path: str) -> tuple[int, dict[str, str], str]:

@@ -22,65 +22,23 @@ started by the simulator, with the stand-in's argv as JSON, ``{port}`` in it fil
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from typing import Any
 
+import httpx
+
 from runbook_lib.providers.local.endpoint import SPAWNED_AT_ENV, _Server, run_front_door
-from runbook_lib.providers.local.lifecycle import free_port
+from runbook_lib.providers.stand_in import start_stand_in, wait_ready
 
 READY_PATH = "/"  # what the SDK's local API answers 200 once it serves (its Swagger page)
-READY_WAIT_S = 120.0  # a stand-in that does not answer within this is a worker that never starts
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _die_with_parent() -> None:
-    """In the stand-in's child process, before exec: be killed when the worker dies (Linux
-    ``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so a worker stopped by its front door leaves nothing."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def start_stand_in(argv: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the stand-in with ``{port}`` set to a free port; returns the process and its URL."""
-    port = free_port()
-    cmd = [a.replace("{port}", str(port)) for a in argv]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)  # noqa: PLW1509
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def wait_ready(http: Any, proc: subprocess.Popen[bytes], url: str) -> None:
-    """Until the stand-in answers ``GET /`` with 200.
-
-    Raises:
-        SystemExit: it exited, or did not answer within :data:`READY_WAIT_S` (the worker exits
-            and its front door replaces it, as Runpod replaces a worker whose image fails).
-    """
-    import httpx
-
-    deadline = time.monotonic() + READY_WAIT_S
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"handler stand-in exited with code {proc.returncode} before it served")
-        try:
-            if http.get(f"{url}{READY_PATH}", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"handler stand-in did not answer GET {url}{READY_PATH} within {READY_WAIT_S:g} s")
-        time.sleep(0.05)
 
 
 def relay(http: Any, url: str, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """One job through the stand-in's ``POST /runsync``: ``{"id", "output", "execution_s"}``, or
     ``{"id", "error"}`` when the handler failed or answered no whole job."""
-    import httpx
-
     t0 = time.perf_counter()
     try:
         r = http.post(f"{url}/runsync", json={"input": job["input"]}, timeout=timeout_s)
@@ -98,13 +56,11 @@ def relay(http: Any, url: str, job: dict[str, Any], timeout_s: float) -> dict[st
 def work(args: argparse.Namespace) -> int:
     """A worker: start the stand-in, report ready with its start time as ``init_s``, then take
     one job at a time and relay it (:func:`relay`)."""
-    import httpx
-
     spawned = float(os.environ.get(SPAWNED_AT_ENV) or time.time())
     argv = json.loads(args.command)
     proc, url = start_stand_in(argv)
     with httpx.Client(timeout=30.0) as http:
-        wait_ready(http, proc, url)
+        wait_ready(http, proc, url, READY_PATH)
         init_s = time.time() - spawned
         http.post(f"{args.url}/worker/ready", json={"worker": args.worker_id, "init_s": init_s,
                                                     "process_start_s": init_s})

@@ -18,6 +18,7 @@ dstack ``backends/vastai``. Where the docs and the working clients disagree (``e
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from typing import Any
 
@@ -34,10 +35,31 @@ from runbook_lib.providers.base import (
     payload_capabilities,
 )
 from runbook_lib.providers.offers import VRAM_SLACK, Offer, canonical_gpu
-from runbook_lib.providers.remote import RemoteLifecycle, RemoteProvider, decode_labels, encode_labels, registry_login
-from runbook_lib.providers.vast.wire import BASE_URL, VastWire
+from runbook_lib.providers.remote import (
+    RemoteLifecycle,
+    RemoteProvider,
+    decode_labels,
+    encode_labels,
+    launch_env,
+    registry_login,
+)
+from runbook_lib.providers.vast.wire import BASE_URL, VastWire, docker_env
 
 BASE_URL_ENV = "RUNBOOK_VAST_API_URL"  # overrides BASE_URL unless params set api_url
+AUTOSCALER_URL = "https://run.vast.ai"
+"""The Serverless autoscaler: ``/route/``, ``/pubkey/``, ``/get_endpoint_workers/`` (vastai 1.9.1
+``api/endpoints.py``, ``serverless/client/endpoint.py``)."""
+AUTOSCALER_URL_ENV = "RUNBOOK_VAST_AUTOSCALER_URL"  # overrides AUTOSCALER_URL unless params set autoscaler_url
+ENDPOINT_PREFIX = "ept-"
+"""A Serverless endpoint's id in the runbook (``ept-<endptjob id>``): apart from instance ids,
+which are numbers too."""
+NAME_LABELS_SEP = " | "
+"""A service endpoint carries the run's labels in its ``endpoint_name`` after this separator
+(endpoints have no label field) [unverified: which characters Vast.ai accepts in a name]."""
+PYWORKER_ENV = ("PYWORKER_REPO", "PYWORKER_ROUTE", "PYWORKER_HEALTHCHECK")
+"""The adapter's variables a Serverless worker gets beside the service's own (the template's
+``env``): the PyWorker repository Vast's start script runs, and the route and health check its
+``worker.py`` configures."""
 NAME_LABEL = "name"  # Vast instances have no name field: the runbook keeps the pod name among its labels
 OFFER_LIMIT = 64
 SEARCH_DEFAULTS: dict[str, Any] = {"verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
@@ -82,6 +104,29 @@ def search_body(req: Any, *, ports: int = 0) -> dict[str, Any]:
     q["type"] = "bid" if req.interruptible else "on-demand"
     q["allocated_storage"] = req.disk_gb
     return q
+
+
+def search_params(req: Any) -> str:
+    """A workergroup's ``search_params`` for requirement ranges ``req``, in the CLI's query
+    language (vast-ai/docs ``cli/reference/search-offers``: ``field op value``, space-separated;
+    a GPU name's spaces become underscores), then the operator's ``query``. The autoscaler rents
+    workers on offers that match it (the CLI appends ``verified=True rentable=True
+    rented=False``, as this does)."""
+    parts = [f"num_gpus>={req.gpu_count_min}", f"num_gpus<={req.gpu_count_max}"]
+    if req.gpu_names:
+        names = [canonical_gpu(n).replace(" ", "_") for n in req.gpu_names]
+        parts.append(f"gpu_name={names[0]}" if len(names) == 1 else f"gpu_name in [{','.join(names)}]")
+    if req.vram_gib_min:
+        parts.append(f"gpu_ram>={req.vram_gib_min:g}")
+    if req.cuda_min:
+        parts.append(f"cuda_max_good>={req.cuda_min}")
+    if req.reliability_min:
+        parts.append(f"reliability>={req.reliability_min:g}")
+    if req.max_usd_per_hour:
+        parts.append(f"dph_total<={req.max_usd_per_hour:g}")
+    if req.query:
+        parts.append(req.query)
+    return " ".join([*parts, "verified=True rentable=True rented=False"])
 
 
 def _classify(status: int, body: Any, text: str) -> ProviderError | None:
@@ -146,6 +191,10 @@ def pod_from_api(i: dict[str, Any], rid: str = "") -> Pod:
                i.get("end_date"), None, "", "", status_detail=detail, host=host, interrupted=outbid)
 
 
+ENDPOINT_FIELDS = ("max_workers", "cold_workers", "min_load", "min_cold_load", "target_util", "cold_mult")
+"""A Serverless endpoint's scaling parameters, as ``POST /api/v0/endptjobs/`` takes and lists them."""
+
+
 class VastProvider(RemoteProvider):
     """Vast.ai instances rented from offers; what creates, stops and destroys them is its
     :attr:`lifecycle` (:class:`VastLifecycle`)."""
@@ -155,6 +204,7 @@ class VastProvider(RemoteProvider):
     PROBE_PATH = "/api/v0/users/current/"
     TERMINAL_BAD = ("oci runtime", "error response from daemon", "unsatisfied condition")
     wire: VastWire  # every Vast.ai request (providers/vast/wire.py); create() builds it over the adapter's api
+    autoscaler_url = AUTOSCALER_URL  # the Serverless autoscaler; create() sets it from params or the environment
 
     def capabilities(self) -> Capabilities:
         src = "vast-ai/docs guides/instances; docs/reference/providers.md 3.8"
@@ -183,6 +233,10 @@ class VastProvider(RemoteProvider):
                 "interruptible": Capability(True, "bids at or above min_bid; outbid instances stop and keep data",
                                             "vast-ai/docs guides/instances/choosing/instance-types.mdx"),
                 "cross_host_volumes": Capability(False, "move data through object storage", src),
+                "serverless": Capability(True, "a service on a Serverless endpoint and workergroup: clients ask the "
+                                               "autoscaler's /route/ for a worker, whose PyWorker checks the signed "
+                                               "route and forwards to the service (an adapter the image must run)",
+                                         "docs.vast.ai serverless/overview (The PyWorker), serverless/route"),
                 **payload_capabilities(queue=False, load_balancing=False,
                                        lb_detail="the worker's own HTTP server on a mapped port: no platform limit"),
             },
@@ -201,8 +255,76 @@ class VastProvider(RemoteProvider):
         return pod_from_api(inst, resource_id)
 
     def _list_raw(self) -> list[Pod | Endpoint]:
-        """Every instance, following ``next_token`` pages of ``/api/v1/instances/``."""
-        return [pod_from_api(i) for i in self.wire.instances()]
+        """Every instance, following ``next_token`` pages of ``/api/v1/instances/``, then every
+        Serverless endpoint (``GET /api/v0/endptjobs/``)."""
+        out: list[Pod | Endpoint] = [pod_from_api(i) for i in self.wire.instances()]
+        return out + [self._endpoint(e) for e in self.wire.endpoints()]
+
+    def _endpoint(self, e: dict[str, Any]) -> Endpoint:
+        name, _, in_name = str(e.get("endpoint_name", "")).partition(NAME_LABELS_SEP)
+        return Endpoint(f"{ENDPOINT_PREFIX}{e['id']}", name, "RUNNING", self.autoscaler_url,
+                        int(e.get("max_workers") or 0), decode_labels(in_name), 0.0, float(e.get("created_at") or 0),
+                        mode="serverless")
+
+    def _endpoint_row(self, resource_id: str) -> dict[str, Any]:
+        eid = resource_id.removeprefix(ENDPOINT_PREFIX)
+        row = next((e for e in self.wire.endpoints() if str(e.get("id")) == eid), None)
+        if row is None:
+            raise NotFound(f"vast: no Serverless endpoint {eid} (deleted or never created)", provider=self.name,
+                           resource_id=resource_id)
+        return row
+
+    def get(self, resource_id: str) -> Pod | Endpoint:
+        """An instance, or a Serverless endpoint (``ept-<id>``).
+
+        Raises:
+            NotFound: no such instance or endpoint.
+        """
+        if resource_id.startswith(ENDPOINT_PREFIX):
+            return self._endpoint(self._endpoint_row(resource_id))
+        return self.fetch(resource_id)
+
+    def describe(self, resource_id: str) -> dict[str, Any]:
+        """As :meth:`Provider.describe` for an instance; for a Serverless endpoint, what the
+        console reports of it under ``endpoint`` (its scaling parameters; its workergroup's
+        template, offer search and GPU memory; the template's image and environment names, the
+        PyWorker adapter's variables among them) and no command or ports (it is reached through
+        ``/route/``).
+
+        Raises:
+            NotFound: no such instance or endpoint.
+        """
+        if not resource_id.startswith(ENDPOINT_PREFIX):
+            return super().describe(resource_id)
+        row = self._endpoint_row(resource_id)
+        group = next((w for w in self.wire.workergroups() if str(w.get("endpoint_id")) == str(row["id"])), {})
+        template = self.wire.template(str(group.get("template_hash"))) if group else {}
+        env, _ = docker_env(str(template.get("env", "")))
+        env_names = sorted(env)
+        settings = {"type": "vast serverless", **{k: row.get(k) for k in ENDPOINT_FIELDS},
+                    "workergroup": group.get("id"), "template_hash": group.get("template_hash"),
+                    "search_params": group.get("search_params"), "gpu_ram": group.get("gpu_ram"),
+                    "image": template.get("image"), "env_names": env_names,
+                    "pyworker": {"repo": env.get("PYWORKER_REPO"), "route": env.get("PYWORKER_ROUTE"),
+                                 "healthcheck": env.get("PYWORKER_HEALTHCHECK")}}
+        return {"provider": self.name, "id": resource_id, "name": self._endpoint(row).name, "state": "RUNNING",
+                "price_usd_per_hour": 0.0, "image": template.get("image", ""), "command": [], "env_names": env_names,
+                "ports": {}, "url": self.autoscaler_url, "endpoint": settings}
+
+    def route_auth(self, resource_id: str) -> tuple[str, str]:
+        """What ``/route/`` takes for a Serverless endpoint: its ``endpoint_name`` and its own
+        ``api_key`` (the row's, not the account's: vastai 1.9.1 ``serverless/client/endpoint.py``),
+        read now and never recorded.
+
+        Raises:
+            NotFound: no such endpoint.
+        """
+        row = self._endpoint_row(resource_id)
+        return str(row["endpoint_name"]), str(row.get("api_key") or "")
+
+    def endpoint_workers(self, resource_id: str) -> list[dict[str, Any]]:
+        """The workers of a Serverless endpoint, each with its instance ``id`` and ``status``."""
+        return self.wire.endpoint_workers(self.autoscaler_url, resource_id.removeprefix(ENDPOINT_PREFIX))
 
 
 class VastLifecycle(RemoteLifecycle):
@@ -245,6 +367,8 @@ class VastLifecycle(RemoteLifecycle):
         Raises:
             NoCapacity: no ranked offer became ready (the tries are in the provider's ``attempts``).
         """
+        if spec.service:
+            return self._create_serverless(spec)
         port = f"{spec.port}/tcp"
         pod = self.launch_direct_worker(spec, port)
         return Endpoint(pod.id, pod.name, pod.state, f"http://{pod.host['ports'][port]}", 1, pod.labels,
@@ -260,8 +384,79 @@ class VastLifecycle(RemoteLifecycle):
         higher-priority renter."""
         self.provider.wire.set_state(resource_id, "running")
 
+    def _create_serverless(self, spec: EndpointSpec) -> Endpoint:
+        """A service's Vast.ai Serverless endpoint: a private template of ``spec.image`` whose
+        environment is the service's plus the PyWorker adapter's (:data:`PYWORKER_ENV`) with its
+        port published, the endpoint with ``spec.settings``' scaling parameters (the run's labels
+        in its name), and a workergroup of that template on offers matching the settings'
+        ``search_params`` (docs.vast.ai "Create Endpoints and Workergroups"). What an earlier step
+        made is deleted when a later one fails.
+
+        Raises:
+            ProviderError: a create was refused (what was made is deleted), or its answer
+                carried no id.
+        """
+        prov, wire = self.provider, self.provider.wire
+        s = dict(spec.settings)
+        adapter = dict(s["pyworker"])
+        env = {**launch_env(spec), "PYWORKER_REPO": adapter["repo"], "PYWORKER_ROUTE": adapter["route"],
+               "PYWORKER_HEALTHCHECK": adapter["healthcheck"]}
+        flags = " ".join([*(f"-e {shlex.quote(f'{k}={v}')}" for k, v in env.items()), f"-p {spec.port}:{spec.port}"])
+        made = wire.create_template({"name": spec.name, "image": spec.image, "env": flags, "runtype": "args",
+                                     "onstart": s["onstart"], "private": True, "docker_login_repo": "",
+                                     "docker_login_user": "", "docker_login_pass": "",
+                                     "recommended_disk_space": spec.disk_gb})
+        template = made.get("template") or {}
+        if not made.get("success") or not template.get("hash_id"):
+            raise ProviderError(f"vast: creating the template of {spec.name!r} answered {made.get('msg') or made}",
+                                provider=prov.name)
+        try:
+            name = f"{spec.name}{NAME_LABELS_SEP}{encode_labels(dict(spec.labels))}"
+            ep = wire.create_endpoint({"client_id": "me", "endpoint_name": name, "autoscaler_instance": "prod",
+                                       **{k: s[k] for k in ENDPOINT_FIELDS}})
+            eid = ep.get("result") or ep.get("id")
+            if not ep.get("success") or not eid:
+                raise ProviderError(f"vast: creating endpoint {spec.name!r} answered {ep.get('msg') or ep}",
+                                    provider=prov.name)
+        except ProviderError:
+            wire.delete_template(str(template["hash_id"]))
+            raise
+        try:
+            group = wire.create_workergroup({"client_id": "me", "endpoint_id": int(eid),
+                                             "template_hash": template["hash_id"], "search_params": s["search_params"],
+                                             "gpu_ram": s["gpu_ram"], "autoscaler_instance": "prod"})
+            if not group.get("success") or not (group.get("id") or group.get("result")):
+                raise ProviderError(f"vast: creating the workergroup of {spec.name!r} answered "
+                                    f"{group.get('msg') or group}", provider=prov.name)
+        except ProviderError:
+            self.destroy(f"{ENDPOINT_PREFIX}{eid}")
+            raise
+        return Endpoint(f"{ENDPOINT_PREFIX}{eid}", spec.name, "RUNNING", prov.autoscaler_url, int(s["max_workers"]),
+                        dict(spec.labels), spec.price_usd_per_hour, time.time(), mode="serverless")
+
+    def _destroy_serverless(self, eid: str) -> dict[str, Any]:
+        """A Serverless endpoint's teardown (:meth:`destroy`)."""
+        wire = self.provider.wire
+        hashes = [str(w.get("template_hash")) for w in wire.workergroups() if str(w.get("endpoint_id")) == eid]
+        req = f"DELETE /api/v0/endptjobs/{eid}/"
+        try:
+            out = wire.delete_endpoint(eid)
+            answer = f"deleted, with workers {out.get('deleted_workers') or []}"
+        except NotFound:
+            answer = "404: already gone"
+        for h in hashes:
+            try:
+                wire.delete_template(h)
+            except NotFound:
+                pass
+        return {"request": req + (f", DELETE /api/v0/template/ {hashes}" if hashes else ""), "answer": answer}
+
     def destroy(self, resource_id: str) -> dict[str, Any]:
-        """``DELETE /api/v0/instances/{id}/``; a 404 means it is already gone."""
+        """``DELETE /api/v0/instances/{id}/``; a 404 means it is already gone. A Serverless
+        endpoint (``ept-<id>``): ``DELETE /api/v0/endptjobs/{id}/``, which deletes its workergroups
+        and their workers (the answer's ``deleted_workers``), then its templates."""
+        if resource_id.startswith(ENDPOINT_PREFIX):
+            return self._destroy_serverless(resource_id.removeprefix(ENDPOINT_PREFIX))
         req = f"DELETE /api/v0/instances/{resource_id}/"
         try:
             self.provider.wire.destroy(resource_id)
@@ -279,4 +474,6 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
     prov = VastProvider(api=api, profile=profile, **kwargs)
     prov.wire = VastWire(api)
     prov.lifecycle = VastLifecycle(prov)
+    prov.autoscaler_url = api_url(getattr(profile, "autoscaler_url", ""), AUTOSCALER_URL_ENV, AUTOSCALER_URL)
     return prov
+

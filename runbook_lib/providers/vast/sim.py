@@ -19,14 +19,23 @@ stand-in, told its first mapped port. See :mod:`runbook_lib.providers.simulator`
 
 from __future__ import annotations
 
+import base64
+import json
+import socket
 import time
+import uuid
 from typing import Any
+
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from runbook_lib.layout import POD_FAULT_ENV
 from runbook_lib.providers.fixtures import load
 from runbook_lib.providers.local.endpoint import BIND_ENV
 from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
 from runbook_lib.providers.vast.fake import FakeApi
+from runbook_lib.providers.vast.pyworker import signed_message
+from runbook_lib.providers.vast.wire import docker_env
 
 LIMITS: dict[str, float] = {"outbid_after_s": 3.0}
 """The waits a test or user may set when the simulator starts (seconds), with their defaults:
@@ -47,18 +56,33 @@ KEY_PREFIX = "sim-vast-"  # a simulator key's prefix: evidence can be searched f
 
 def exports(url: str, key: str) -> dict[str, str]:
     """The environment that points the Vast.ai adapter at a simulator at ``url`` accepting ``key``."""
-    return {"RUNBOOK_VAST_API_URL": url, KEY_ENV: key}
+    return {"RUNBOOK_VAST_API_URL": url, "RUNBOOK_VAST_AUTOSCALER_URL": url, KEY_ENV: key}
 
 
 def overrides(url: str) -> dict[str, str]:
     """A Vast.ai profile's params fields that point it at a simulator at ``url``."""
-    return {"api_url": url}
+    return {"api_url": url, "autoscaler_url": url}
+
+
+ROUTE_PATHS = ("/route/", "/pubkey/", "/get_endpoint_workers/")
+"""The autoscaler's paths (``https://run.vast.ai`` on Vast.ai; the simulator's own URL here,
+``autoscaler_url`` in params): served outside the lock, each with its own key check."""
 
 
 class SimApi(MachineBacked, FakeApi):
-    """Vast.ai's answers with real processes behind its instances (arguments: :class:`MachineBacked`)."""
+    """Vast.ai's answers with real processes behind its instances (arguments: :class:`MachineBacked`).
+
+    A Serverless workergroup's workers are machines too: each runs Vast's PyWorker
+    (:mod:`runbook_lib.providers.vast.pyworker`: the adapter) in front of the template image's
+    stand-in, ``max(1, cold_workers)`` of them (at most the endpoint's ``max_workers``), started
+    when the workergroup is created and destroyed with it or its endpoint. They are not listed
+    among the account's instances. The autoscaler (``/route/``) hands out an idle worker's URL
+    with the simulator's RSA signature of it (``/pubkey/`` serves the key); a worker is
+    ``loading`` until its PyWorker listens (it listens once its server answers its health check
+    and it has the key), then ``idle``."""
 
     def answer(self, request: Any, body: Any) -> Any:
+        self.base_url = f"{request.url.scheme}://{request.url.host}:{request.url.port}"
         m, parts = request.method, request.url.path.strip("/").split("/")
         known = parts[:3] == ["api", "v0", "instances"] and len(parts) == 4 and parts[3] in self.state \
             and not self.state[parts[3]].get("destroyed")
@@ -120,3 +144,88 @@ class SimApi(MachineBacked, FakeApi):
         elif state != "RUNNING" and inst.get("actual_status") == "running":
             inst.update(actual_status="exited", status_msg=f"container exited (code {code})")
         return inst
+
+    # -- Serverless ---------------------------------------------------------------------------------
+
+    @property
+    def key_pair(self) -> Any:
+        """The autoscaler's RSA key (made on first use)."""
+        if getattr(self, "_rsa", None) is None:
+            self._rsa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        return self._rsa
+
+    def workergroup_created(self, row: dict[str, Any]) -> None:
+        """Start the workergroup's workers (the class docstring says how many and what runs)."""
+        ep = self.serverless["endptjobs"][str(row["endpoint_id"])]
+        template = next((t for t in self.serverless.get("template", {}).values()
+                         if t["hash_id"] == row.get("template_hash")), None)
+        if template is None:
+            return
+        env, _ = docker_env(str(template.get("env", "")))
+        stand_in, _ = self.machine_command(str(template.get("image", "")), "", env, None, keep_port=True)
+        count = min(max(1, int(ep.get("cold_workers") or 0)), max(1, int(ep.get("max_workers") or 1)))
+        workers = self.serverless.setdefault("workers", {})
+        for _ in range(count):
+            wid = str(8_000_000 + next(self._ids))
+            port = free_port()
+            command = ["python", "-m", "runbook_lib.providers.vast.pyworker", "--port", str(port),
+                       "--route", env.get("PYWORKER_ROUTE", "/"), "--pubkey-url", f"{self.base_url}/pubkey/",
+                       "--ready-path", env.get("PYWORKER_HEALTHCHECK", "/"), "--command", json.dumps(stand_in)]
+            workers[wid] = {"id": int(wid), "endpoint_id": row["endpoint_id"], "workergroup_id": row["id"],
+                            "url": f"http://{HOST}:{port}", "started_at": time.time()}
+            self.machines.start(wid, command, env)
+
+    def workergroup_deleted(self, row: dict[str, Any]) -> list[int]:
+        workers = self.serverless.get("workers", {})
+        gone = [wid for wid, w in workers.items() if w["workergroup_id"] == row["id"]]
+        for wid in gone:
+            self.machines.destroy(wid)
+            del workers[wid]
+        return [int(w) for w in gone]
+
+    def _worker_status(self, w: dict[str, Any]) -> str:
+        if self.machines.state(str(w["id"]))[0] != "RUNNING":
+            return "error"
+        try:
+            with socket.create_connection((HOST, int(w["url"].rsplit(":", 1)[1])), timeout=0.5):
+                return "idle"
+        except OSError:
+            return "loading"
+
+    def passthrough(self, request: Any) -> Any:
+        """The autoscaler's ``/route/``, ``/pubkey/`` and ``/get_endpoint_workers/`` (docs.vast.ai
+        "Route" and "Worker List"); anything else is None (the console API, under the lock)."""
+        import httpx
+
+        path = request.url.path
+        if path not in ROUTE_PATHS:
+            return None
+        self.requests.append((request.method, request.url.host + path, None))
+        if path == "/pubkey/":
+            pem = self.key_pair.public_key().public_bytes(serialization.Encoding.PEM,
+                                                          serialization.PublicFormat.SubjectPublicKeyInfo)
+            return httpx.Response(200, content=pem, headers={"content-type": "text/plain"})
+        body = json.loads(request.content or b"{}")
+        workers = list(self.serverless.get("workers", {}).values())
+        if path == "/get_endpoint_workers/":
+            if request.headers.get("authorization") != f"Bearer {self.key}" and body.get("api_key") != self.key:
+                return self.unauthorized()
+            return self._json(200, [{"id": w["id"], "status": self._worker_status(w), "started_at": w["started_at"],
+                                     "reqs_working": 0} for w in workers if str(w["endpoint_id"]) == str(body.get("id"))])
+        ep = next((e for e in self.serverless.get("endptjobs", {}).values()
+                   if e.get("endpoint_name") == body.get("endpoint")), None)
+        if ep is None or body.get("api_key") != ep["api_key"]:
+            return httpx.Response(401, json={"error": "invalid endpoint or api_key"})
+        mine = [w for w in workers if w["endpoint_id"] == ep["id"]]
+        ready = [w for w in mine if self._worker_status(w) == "idle"]
+        if not ready:
+            counts: dict[str, int] = {}
+            for w in mine:
+                counts[self._worker_status(w)] = counts.get(self._worker_status(w), 0) + 1
+            return self._json(200, {"endpoint": ep["endpoint_name"], "status": counts})
+        self._reqnum = getattr(self, "_reqnum", 0) + 1
+        w = ready[self._reqnum % len(ready)]
+        signature = self.key_pair.sign(signed_message(w["url"]), padding.PKCS1v15(), hashes.SHA256())
+        return self._json(200, {"endpoint": ep["endpoint_name"], "url": w["url"], "cost": body.get("cost", 100),
+                                "reqnum": self._reqnum, "request_idx": self._reqnum,
+                                "signature": base64.b64encode(signature).decode(), "__request_id": str(uuid.uuid4())})
