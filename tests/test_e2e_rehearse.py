@@ -3,7 +3,8 @@ params/runpod-to-vast-service.yaml (a team's own chat image on a Runpod pod to a
 instance, the simulators running its stand-in, `transformers serve`) and
 params/runpod-serverless-to-vast-handler.yaml (a team's Runpod handler on a Runpod Serverless
 queue endpoint, the simulator running its stand-in under Runpod's worker runtime, to a Vast.ai
-instance serving the SDK's HTTP API) run all six phases through the real Runpod and Vast.ai
+Serverless endpoint, its workers running the stand-in behind a PyWorker that checks the
+autoscaler's signature) run all six phases through the real Runpod and Vast.ai
 adapters against the loopback simulators and moto's S3, end GO, and their evidence says they were
 rehearsals. The fourth migration `make rehearse` runs, params/runpod-to-vast.yaml, is rehearsed to
 GO by test_e2e_drills.py's money-safety drill with its own drills on (one whole migration fewer
@@ -65,7 +66,7 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
             if f.is_file():
                 assert b"sim-rp-" not in f.read_bytes() and b"sim-vast-" not in f.read_bytes(), f
     _the_service_ran_unchanged_on_both_adapters(by_kind["service"])
-    _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_instance(by_kind["handler"], out)
+    _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(by_kind["handler"], out)
     assert cli_main(["list", "--reports", str(tmp_path / "reports")]) == 0
     assert capsys.readouterr().out.count("REHEARSAL: ") == 3
 
@@ -98,11 +99,12 @@ def _the_service_ran_unchanged_on_both_adapters(run_dir: Path) -> None:
     assert all(tokens[side]["ttft p50 (s)"] < tokens[side]["e2e p50 (s)"] for side in ("source", "target"))
 
 
-def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_instance(run_dir: Path, out: str) -> None:
+def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(run_dir: Path, out: str) -> None:
     """The handler's rehearsal: its source a Runpod Serverless queue endpoint created as declared
     (Runpod's own report of its settings, its image's entry point, no runbook variable), every
-    request through the job API; its canary a Vast.ai instance running the SDK's HTTP API, with
-    the move's adapter named in phase 02."""
+    request through the job API; its canary a Vast.ai Serverless endpoint created as declared
+    (template, endpoint, workergroup as Vast.ai lists them), every request routed by the
+    autoscaler to a worker's PyWorker, the adapter named in phase 02 and in the receipt."""
     receipt = json.loads((run_dir / "receipt.json").read_text())
     svc = receipt["service"]
     assert (svc["image"], svc["protocol"], svc["stand_in"]) == ("ghcr.io/example/text-handler:2.1", "runpod-handler",
@@ -115,13 +117,20 @@ def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_instance(run_di
             ep["execution_timeout_ms"], ep["flashboot"]) == ("QUEUE", 1, 1, 5, ["ADA_24"], 60_000, "FLASHBOOT")
     assert freeze["as_declared"] and freeze["command"] == [] and "entry point" in freeze["entry_point"]
     assert freeze["url"].endswith(f"/v2/{freeze['pod']}") and freeze["env_names"] == []
-    assert canary["endpoint"] is None and "--rp_serve_api" in canary["command"]
+    vast = canary["endpoint"]
+    assert canary["as_declared"] and canary["pod"].startswith("ept-") and canary["command"] == []
+    assert (vast["type"], vast["max_workers"], vast["cold_workers"], vast["pyworker"]) == (
+        "vast serverless", 1, 1, {"repo": "https://github.com/example/text-handler-pyworker", "route": "/runsync",
+                                  "healthcheck": "/"})
+    assert canary["env_names"] == ["PYWORKER_HEALTHCHECK", "PYWORKER_REPO", "PYWORKER_ROUTE"]
     rows = {r["dependency"]: r for r in json.loads((run_dir / "02_map_target.json").read_text())["data"]["dependency_map"]}
-    assert rows["serving"]["status"] == "adapter needed" and "scale to zero" in rows["serving"]["reason"]
+    assert rows["serving"]["status"] == "adapter needed" and "PyWorker" in rows["serving"]["reason"]
     assert "POST /v2/{id}/runsync x" in out  # the source answered through Runpod's job API
+    assert "POST /route x" in out and "GET /pubkey x" in out  # the target's requests were routed by the autoscaler
     # the receipt names both sides' serving, the endpoint's settings as Runpod reported them, and the adapter
     serving = svc["serving"]
     assert serving["source"]["id"] == freeze["pod"] and serving["source"]["endpoint"] == ep
     assert serving["source"]["where"].startswith("Runpod Serverless QUEUE: workers 1 min of 1 max")
-    assert serving["target"] == {"where": "a vast pod", "id": canary["pod"], "endpoint": None}
-    assert svc["adapter"] == rows["serving"]["reason"] and "--rp_serve_api" in svc["adapter"]
+    assert serving["target"]["id"] == canary["pod"] and serving["target"]["endpoint"] == vast
+    assert serving["target"]["where"].startswith("Vast.ai Serverless endpoint")
+    assert svc["adapter"] == rows["serving"]["reason"] and "HandlerConfig route is /runsync" in svc["adapter"]

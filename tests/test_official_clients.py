@@ -180,3 +180,79 @@ def test_the_runpod_client_runs_a_teams_handler_on_a_service_endpoint_that_scale
     finally:
         prov.close()
         srv.close()
+
+
+VASTAI_PYTHON = ROOT / ".venv-vastai" / "bin" / "python"
+VAST_SERVERLESS_SCRIPT = """
+import asyncio, json, ssl, sys
+from vastai.serverless.client.client import Serverless
+
+async def main(key, url, name, payload):
+    client = Serverless(api_key=key, autoscaler_url=url, webserver_url=url)
+    client._ssl_context = ssl.create_default_context()  # no network: Vast.ai's root certificate is not fetched
+    try:
+        endpoint = await client.get_endpoint(name=name)
+        out = await endpoint.request("/runsync", {"input": payload})
+        print(json.dumps({k: out[k] for k in ("response", "ok", "status", "url", "auth_data")}))
+    finally:
+        await client.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])))
+"""
+
+
+def test_the_vastai_serverless_client_is_routed_to_a_pyworker_the_adapter_created(tmp_path: Path) -> None:
+    """A Vast.ai Serverless endpoint the adapter created (template, endpoint, workergroup) for a
+    team's handler: the official ``vastai`` serverless client finds it by name, asks the
+    simulator's ``/route/`` for a worker and calls it; the PyWorker checks the autoscaler's
+    signature and answers with the handler's job, as counted by hand. A forged signature is
+    refused (401), the CLI lists the endpoint, and the adapter's teardown leaves nothing."""
+    import base64
+
+    import httpx
+
+    assert VASTAI_PYTHON.exists(), "the official client is missing: `make test-e2e` installs it into .venv-vastai"
+    srv = simulate("vast", state_dir=tmp_path / "sim", key=KEY)
+    srv.api.stand_ins[HANDLER_IMAGE] = (str(RUNPOD_PYTHON), str(ROOT / "examples" / "runpod_handler.py"),  # type: ignore[attr-defined]
+                                        "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", "{port}")
+    mig = load_params(ROOT / "params" / "runpod-serverless-to-vast-handler.yaml")
+    prof = mig.target.model_copy(update={"api_url": srv.url, "autoscaler_url": srv.url})
+    prov = create_provider("vast", profile=prof, key=KeySource("vast", ("env:NONE",), _value=KEY), poll_s=0.1)
+    settings = (("max_workers", 1), ("cold_workers", 1), ("min_load", 1.0), ("min_cold_load", 0.0),
+                ("target_util", 0.9), ("cold_mult", 2.5), ("search_params", "gpu_name=RTX_4090"), ("gpu_ram", 24.0),
+                ("onstart", ""), ("pyworker", (("repo", "https://github.com/example/pw"), ("route", "/runsync"),
+                                               ("healthcheck", "/"))))
+    try:
+        spec = EndpointSpec(name="handler", params_path="", side="target", workers=1, price_usd_per_hour=0.45,
+                            labels=(("run_id", "official"),), image=HANDLER_IMAGE, mode="serverless", port=8000,
+                            service=True, settings=settings)
+        plan = prov.plan_endpoint(spec, dry_run=False)
+        ep = prov.apply(plan, Approval(plan.fingerprint, "test", "2026-11-30T00:00:00Z", "test"))
+        name, _ = prov.route_auth(ep.id)  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 60
+        while not any(w["status"] == "idle" for w in prov.endpoint_workers(ep.id)):  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, prov.endpoint_workers(ep.id)  # type: ignore[attr-defined]
+            time.sleep(0.2)
+        r = subprocess.run([str(VASTAI_PYTHON), "-c", VAST_SERVERLESS_SCRIPT, KEY, srv.url, name,
+                            json.dumps({"text": "to be or not"})], capture_output=True, text=True, timeout=120,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert got["ok"] and got["status"] == 200 and got["response"]["status"] == "COMPLETED"
+        assert got["response"]["output"] == {"words": 4, "chars": 12, "reversed": ["not", "or", "be", "to"]}
+        forged = {**got["auth_data"], "signature": base64.b64encode(b"\0" * 256).decode()}
+        assert httpx.post(f"{got['url']}/runsync", json={"auth_data": forged, "payload": {"input": {}}}).status_code == 401
+        short = {k: v for k, v in got["auth_data"].items() if k != "reqnum"}
+        refused = httpx.post(f"{got['url']}/runsync", json={"auth_data": short, "payload": {"input": {}}})
+        assert refused.status_code == 422 and refused.json() == {"auth_data": {"reqnum": "missing parameter"}}
+        assert name in {e["endpoint_name"] for e in _vastai(srv.url, "show", "endpoints")}
+        gone = prov.apply(prov.plan_destroy(ep.id, dry_run=False),
+                          Approval(prov.plan_destroy(ep.id, dry_run=False).fingerprint, "test", "2026-11-30T00:00:00Z",
+                                   "test"))
+        assert gone is not None and name not in {e["endpoint_name"] for e in _vastai(srv.url, "show", "endpoints")}
+        assert _vastai(srv.url, "show", "workergroups") == []
+        with pytest.raises(httpx.ConnectError):  # its worker is gone with it
+            httpx.post(f"{got['url']}/runsync", json={}, timeout=5)
+    finally:
+        prov.close()
+        srv.close()

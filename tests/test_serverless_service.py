@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from runbook_lib.errors import ParamsError
+from runbook_lib.errors import ParamsError, ProviderError
 from runbook_lib.params import dump_yaml, load_params
 from runbook_lib.phases.mapping import ADAPTER, EQUIVALENT, POD_HAS_NO, serving_row
 from runbook_lib.providers.base import EndpointSpec, Plan
+from runbook_lib.providers.vast import search_params as vast_search_params
 
 from .conftest import ROOT
 from .runs import merged, write_params
@@ -33,7 +34,7 @@ def _params(tmp_path: Path, **over: Any) -> Path:
     ({"workload": {"service": {"protocol": "http-json"}}},
      r"source.serverless runs a team's Runpod handler .* protocol 'http-json', which a queue endpoint cannot serve"),
     ({"workload": {"service": {"private_image": True, "registry_credential": "REG"}}},
-     r"source.serverless with a private image: POST /v2/serverless has no registry credential field"),
+     r"source.serverless with a private image: the endpoint.s create request has no registry login field"),
     ({"measure": {"cold_starts": 3}}, r"measure.cold_starts = 3: cold starts from zero are not measured yet"),
     ({"source": {"serverless": {"type": "LOAD_BALANCER"}}}, r"Runpod LOAD_BALANCER endpoints are not built for a "
                                                             r"service yet"),
@@ -101,19 +102,90 @@ def test_an_endpoint_plan_without_the_service_fields_keeps_the_fingerprint_it_wa
 
 
 def test_phase_02_names_what_a_pod_has_no_equivalent_for_and_each_changed_endpoint_setting(tmp_path: Path) -> None:
-    mig = load_params(ROOT / "params" / HANDLER)
+    data = yaml.safe_load((ROOT / "params" / HANDLER).read_text())
+    del data["target"]["serverless"]  # the handler on a Vast.ai instance, its SDK's HTTP API on a mapped port
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "pod.yaml").write_text(dump_yaml(data))
+    mig = load_params(tmp_path / "params" / "pod.yaml")
     row = serving_row(mig.source, mig.target)
     assert row.status == ADAPTER and row.target == "a vast pod"
     assert all(item in row.reason for item in POD_HAS_NO) and "--rp_serve_api" in row.reason
     assert "workers 1 min of 1 max, idle timeout 5 s, execution timeout 60 s" in row.source
     back = serving_row(mig.target, mig.source)
     assert back.status == ADAPTER and "entry point runs (workload.service.command does not)" in back.reason
-    data = yaml.safe_load((ROOT / "params" / HANDLER).read_text())
     data["target"] = {**data["source"], "name": "runpod-handler-b", "release": "text-handler 2.1 (B)",
                       "idle_timeout_s": 30, "serverless": {"type": "QUEUE"}}
-    (tmp_path / "params").mkdir()
     (tmp_path / "params" / "both.yaml").write_text(dump_yaml(data))
     both = load_params(tmp_path / "params" / "both.yaml")
     changed = serving_row(both.source, both.target)
     assert changed.status == ADAPTER and changed.reason.startswith("idle timeout, execution timeout, flashboot change")
     assert serving_row(both.source, both.source).status == EQUIVALENT
+
+
+def _vast_spec() -> EndpointSpec:
+    settings = (("max_workers", 2), ("cold_workers", 1), ("min_load", 1.0), ("min_cold_load", 0.0),
+                ("target_util", 0.9), ("cold_mult", 2.5), ("search_params", "gpu_name=RTX_4090"), ("gpu_ram", 24.0),
+                ("onstart", "python -u /handler.py --rp_serve_api &"),
+                ("pyworker", (("repo", "https://github.com/example/pw"), ("route", "/runsync"), ("healthcheck", "/"))))
+    return EndpointSpec(name="m-endpoint-target", params_path="", side="target", workers=2, price_usd_per_hour=0.45,
+                        labels=(("run_id", "r-9"), ("side", "target")), env=(("MODEL_DIR", "/models/a b"),),
+                        image="ghcr.io/example/text-handler:2.1", mode="serverless", port=8000, service=True,
+                        settings=settings)
+
+
+def test_a_vast_serverless_endpoint_is_a_template_an_endpoint_and_a_workergroup_read_back_and_deleted() -> None:
+    prof = load_params(ROOT / "params" / HANDLER).target
+    prov, fake, _ = remote("vast", profile=prof)
+    plan = prov.plan_endpoint(_vast_spec(), dry_run=False)
+    ep = prov.apply(plan, approve(plan))
+    sent = {path.split("/api/v0/")[-1]: b for m, path, b in fake.requests if m == "POST"}
+    # the template: the service's environment, the adapter's, the API port published; private
+    assert sent["template/"]["env"] == ("-e 'MODEL_DIR=/models/a b' -e PYWORKER_REPO=https://github.com/example/pw "
+                                        "-e PYWORKER_ROUTE=/runsync -e PYWORKER_HEALTHCHECK=/ -p 8000:8000")
+    assert sent["template/"]["private"] is True and sent["template/"]["onstart"].endswith("--rp_serve_api &")
+    assert sent["endptjobs/"]["endpoint_name"].startswith("m-endpoint-target | ") and "r-9" in \
+        sent["endptjobs/"]["endpoint_name"]
+    assert (sent["endptjobs/"]["max_workers"], sent["endptjobs/"]["cold_workers"]) == (2, 1)
+    group = sent["autojobs/"]
+    assert (group["endpoint_id"], group["search_params"], group["gpu_ram"]) == (int(ep.id[4:]), "gpu_name=RTX_4090",
+                                                                                24.0)
+    assert group["template_hash"] == fake.serverless["template"][next(iter(fake.serverless["template"]))]["hash_id"]
+    seen = prov.describe(ep.id)
+    assert seen["image"] == "ghcr.io/example/text-handler:2.1" and seen["command"] == []
+    assert seen["env_names"] == ["MODEL_DIR", "PYWORKER_HEALTHCHECK", "PYWORKER_REPO", "PYWORKER_ROUTE"]
+    assert seen["endpoint"]["pyworker"] == {"repo": "https://github.com/example/pw", "route": "/runsync",
+                                            "healthcheck": "/"}
+    assert [r.id for r in prov.list(labels={"run_id": "r-9"})] == [ep.id]  # found again by its labels
+    prov.apply(prov.plan_destroy(ep.id, dry_run=False), approve(prov.plan_destroy(ep.id, dry_run=False)))
+    assert all(not fake.serverless.get(t) for t in ("template", "endptjobs", "autojobs"))
+
+
+def test_a_vast_workergroup_refused_leaves_no_endpoint_or_template() -> None:
+    prof = load_params(ROOT / "params" / HANDLER).target
+    prov, fake, _ = remote("vast", profile=prof, script={"workergroup": ["invalid"]})
+    plan = prov.plan_endpoint(_vast_spec(), dry_run=False)
+    with pytest.raises(ProviderError, match="valid endpoint identifier"):
+        prov.apply(plan, approve(plan))
+    assert all(not fake.serverless.get(t) for t in ("template", "endptjobs", "autojobs"))
+
+
+def test_the_workergroups_offer_search_is_the_profiles_offer_in_the_clis_query_language() -> None:
+    req = load_params(ROOT / "params" / HANDLER).target.offer
+    assert vast_search_params(req) == ("num_gpus>=1 num_gpus<=1 gpu_name=RTX_4090 gpu_ram>=24 cuda_max_good>=12.4 "
+                                       "reliability>=0.98 dph_total<=0.6 verified=True rentable=True rented=False")
+
+
+def test_phase_02_names_the_pyworker_adapter_a_vast_serverless_target_needs(tmp_path: Path) -> None:
+    mig = load_params(ROOT / "params" / HANDLER)
+    row = serving_row(mig.source, mig.target)
+    assert row.status == ADAPTER and row.target.startswith("Vast.ai Serverless endpoint: workers 1 cold of 1 max")
+    for said in ("does not run there unchanged", "HandlerConfig route is /runsync", "model_healthcheck_url is /",
+                 "POST https://run.vast.ai/route/", "auth_data", "Phase 03 proves the image with this adapter"):
+        assert said in row.reason, said
+    data = yaml.safe_load((ROOT / "params" / HANDLER).read_text())
+    data["source"], data["target"] = data["target"], {**data["source"], "name": "back", "release": "b"}
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "back.yaml").write_text(dump_yaml(data))
+    with pytest.raises(ParamsError, match="source.serverless on Vast.ai: a Vast.ai Serverless endpoint is built as a "
+                                          "target only"):
+        load_params(tmp_path / "params" / "back.yaml")

@@ -430,6 +430,10 @@ class VastLifecycle(RemoteLifecycle):
                                     f"{group.get('msg') or group}", provider=prov.name)
         except ProviderError:
             self.destroy(f"{ENDPOINT_PREFIX}{eid}")
+            try:
+                wire.delete_template(str(template["hash_id"]))
+            except NotFound:
+                pass
             raise
         return Endpoint(f"{ENDPOINT_PREFIX}{eid}", spec.name, "RUNNING", prov.autoscaler_url, int(s["max_workers"]),
                         dict(spec.labels), spec.price_usd_per_hour, time.time(), mode="serverless")

@@ -126,7 +126,7 @@ class FakeApi(FixtureApi):
                 table[str(new)] = row
                 return self._json(200, {"success": True, "result": new})
             ep = self.serverless.get("endptjobs", {}).get(str(body.get("endpoint_id")))
-            if ep is None:
+            if ep is None or self._next("workergroup", "ok") == "invalid":
                 return self._json(400, {"success": False, "error": "invalid_args",
                                         "msg": "Please assign your workergroup to a valid endpoint identifier"})
             row.update(endpoint_name=ep["endpoint_name"], api_key=ep["api_key"])

@@ -46,6 +46,7 @@ SCRIPTS: dict[str, frozenset[str]] = {
     "create": frozenset({"ok", "gone", "bid_fail", "rate", "created_then_502", "worker_crash", "outbid"}),
     "poll": frozenset({"null_status", "loading", "running", "exited_oci_error", "outbid_stopped"}),
     "search": frozenset({"ok", "rate"}),
+    "workergroup": frozenset({"ok", "invalid"}),
 }
 """The operations a ``script`` may name and the answers each may serve
 (:class:`runbook_lib.providers.fixtures.FixtureApi` describes them)."""
