@@ -339,7 +339,8 @@ def _until(q: queue.Queue[str], found: Callable[[str], bool], timeout_s: float) 
 @pytest.mark.parametrize(("provider", "names", "probe"), [
     ("runpod", ["RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL", "RUNBOOK_RUNPOD_PROXY_URL", "RUNPOD_API_KEY"],
      ("RUNBOOK_RUNPOD_API_URL", "/v2/pods")),
-    ("vast", ["RUNBOOK_VAST_API_URL", "VAST_API_KEY"], ("RUNBOOK_VAST_API_URL", "/api/v0/users/current/")),
+    ("vast", ["RUNBOOK_VAST_API_URL", "RUNBOOK_VAST_AUTOSCALER_URL", "VAST_API_KEY"],
+     ("RUNBOOK_VAST_API_URL", "/api/v0/users/current/")),
 ])
 def test_runbook_simulate_serves_until_ctrl_c_and_prints_the_exports(
         tmp_path: Path, provider: str, names: list[str], probe: tuple[str, str]) -> None:

@@ -258,7 +258,7 @@ class VastProvider(RemoteProvider):
         """Every instance, following ``next_token`` pages of ``/api/v1/instances/``, then every
         Serverless endpoint (``GET /api/v0/endptjobs/``)."""
         out: list[Pod | Endpoint] = [pod_from_api(i) for i in self.wire.instances()]
-        return out + [self._endpoint(e) for e in self.wire.endpoints()]
+        return out + [self._endpoint(e) for e in self.wire.serverless.endpoints()]
 
     def _endpoint(self, e: dict[str, Any]) -> Endpoint:
         name, _, in_name = str(e.get("endpoint_name", "")).partition(NAME_LABELS_SEP)
@@ -268,7 +268,7 @@ class VastProvider(RemoteProvider):
 
     def _endpoint_row(self, resource_id: str) -> dict[str, Any]:
         eid = resource_id.removeprefix(ENDPOINT_PREFIX)
-        row = next((e for e in self.wire.endpoints() if str(e.get("id")) == eid), None)
+        row = next((e for e in self.wire.serverless.endpoints() if str(e.get("id")) == eid), None)
         if row is None:
             raise NotFound(f"vast: no Serverless endpoint {eid} (deleted or never created)", provider=self.name,
                            resource_id=resource_id)
@@ -297,8 +297,8 @@ class VastProvider(RemoteProvider):
         if not resource_id.startswith(ENDPOINT_PREFIX):
             return super().describe(resource_id)
         row = self._endpoint_row(resource_id)
-        group = next((w for w in self.wire.workergroups() if str(w.get("endpoint_id")) == str(row["id"])), {})
-        template = self.wire.template(str(group.get("template_hash"))) if group else {}
+        group = next((w for w in self.wire.serverless.workergroups() if str(w.get("endpoint_id")) == str(row["id"])), {})
+        template = self.wire.serverless.template(str(group.get("template_hash"))) if group else {}
         env, _ = docker_env(str(template.get("env", "")))
         env_names = sorted(env)
         settings = {"type": "vast serverless", **{k: row.get(k) for k in ENDPOINT_FIELDS},
@@ -324,7 +324,7 @@ class VastProvider(RemoteProvider):
 
     def endpoint_workers(self, resource_id: str) -> list[dict[str, Any]]:
         """The workers of a Serverless endpoint, each with its instance ``id`` and ``status``."""
-        return self.wire.endpoint_workers(self.autoscaler_url, resource_id.removeprefix(ENDPOINT_PREFIX))
+        return self.wire.serverless.endpoint_workers(self.autoscaler_url, resource_id.removeprefix(ENDPOINT_PREFIX))
 
 
 class VastLifecycle(RemoteLifecycle):
@@ -402,7 +402,7 @@ class VastLifecycle(RemoteLifecycle):
         env = {**launch_env(spec), "PYWORKER_REPO": adapter["repo"], "PYWORKER_ROUTE": adapter["route"],
                "PYWORKER_HEALTHCHECK": adapter["healthcheck"]}
         flags = " ".join([*(f"-e {shlex.quote(f'{k}={v}')}" for k, v in env.items()), f"-p {spec.port}:{spec.port}"])
-        made = wire.create_template({"name": spec.name, "image": spec.image, "env": flags, "runtype": "args",
+        made = wire.serverless.create_template({"name": spec.name, "image": spec.image, "env": flags, "runtype": "args",
                                      "onstart": s["onstart"], "private": True, "docker_login_repo": "",
                                      "docker_login_user": "", "docker_login_pass": "",
                                      "recommended_disk_space": spec.disk_gb})
@@ -412,17 +412,17 @@ class VastLifecycle(RemoteLifecycle):
                                 provider=prov.name)
         try:
             name = f"{spec.name}{NAME_LABELS_SEP}{encode_labels(dict(spec.labels))}"
-            ep = wire.create_endpoint({"client_id": "me", "endpoint_name": name, "autoscaler_instance": "prod",
+            ep = wire.serverless.create_endpoint({"client_id": "me", "endpoint_name": name, "autoscaler_instance": "prod",
                                        **{k: s[k] for k in ENDPOINT_FIELDS}})
             eid = ep.get("result") or ep.get("id")
             if not ep.get("success") or not eid:
                 raise ProviderError(f"vast: creating endpoint {spec.name!r} answered {ep.get('msg') or ep}",
                                     provider=prov.name)
         except ProviderError:
-            wire.delete_template(str(template["hash_id"]))
+            wire.serverless.delete_template(str(template["hash_id"]))
             raise
         try:
-            group = wire.create_workergroup({"client_id": "me", "endpoint_id": int(eid),
+            group = wire.serverless.create_workergroup({"client_id": "me", "endpoint_id": int(eid),
                                              "template_hash": template["hash_id"], "search_params": s["search_params"],
                                              "gpu_ram": s["gpu_ram"], "autoscaler_instance": "prod"})
             if not group.get("success") or not (group.get("id") or group.get("result")):
@@ -431,7 +431,7 @@ class VastLifecycle(RemoteLifecycle):
         except ProviderError:
             self.destroy(f"{ENDPOINT_PREFIX}{eid}")
             try:
-                wire.delete_template(str(template["hash_id"]))
+                wire.serverless.delete_template(str(template["hash_id"]))
             except NotFound:
                 pass
             raise
@@ -441,16 +441,16 @@ class VastLifecycle(RemoteLifecycle):
     def _destroy_serverless(self, eid: str) -> dict[str, Any]:
         """A Serverless endpoint's teardown (:meth:`destroy`)."""
         wire = self.provider.wire
-        hashes = [str(w.get("template_hash")) for w in wire.workergroups() if str(w.get("endpoint_id")) == eid]
+        hashes = [str(w.get("template_hash")) for w in wire.serverless.workergroups() if str(w.get("endpoint_id")) == eid]
         req = f"DELETE /api/v0/endptjobs/{eid}/"
         try:
-            out = wire.delete_endpoint(eid)
+            out = wire.serverless.delete_endpoint(eid)
             answer = f"deleted, with workers {out.get('deleted_workers') or []}"
         except NotFound:
             answer = "404: already gone"
         for h in hashes:
             try:
-                wire.delete_template(h)
+                wire.serverless.delete_template(h)
             except NotFound:
                 pass
         return {"request": req + (f", DELETE /api/v0/template/ {hashes}" if hashes else ""), "answer": answer}

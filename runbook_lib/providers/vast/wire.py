@@ -39,6 +39,7 @@ class VastWire:
 
     def __init__(self, api: ApiClient) -> None:
         self.api = api
+        self.serverless = ServerlessWire(api)
 
     def search(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """``POST /api/v0/bundles/``: the offers a search body selects."""
@@ -75,7 +76,18 @@ class VastWire:
         """``DELETE /api/v0/instances/{id}/``. Raises NotFound: no such instance."""
         self.api.request("DELETE", f"/api/v0/instances/{instance_id}/", body={})
 
-    # -- Serverless (console API; the autoscaler's base URL is passed in) ---------------------------
+
+class ServerlessWire:
+    """One method per Vast.ai Serverless request: templates, endpoints and workergroups on the
+    console API, the worker list on the autoscaler (whose base URL is passed in). Reached as
+    :attr:`VastWire.serverless`.
+
+    Args:
+        api: the REST client, as :class:`VastWire`'s.
+    """
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
 
     def create_template(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /api/v0/template/``: ``{"success", "template": {"id", "hash_id", ...}}``; a
