@@ -9,12 +9,14 @@ simulator is wrong."""
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -140,6 +142,16 @@ def test_the_runpod_client_runs_jobs_on_the_simulators_serverless_workers(tmp_pa
 HANDLER_IMAGE = "ghcr.io/example/text-handler:2.1"
 
 
+def _handler_simulator(provider: str, tmp_path: Path) -> tuple[Any, Any]:
+    """``provider``'s simulator running the handler's stand-in (examples/runpod_handler.py under
+    the SDK's HTTP API, in its own environment) for :data:`HANDLER_IMAGE`, and the handler
+    migration's params."""
+    srv = simulate(provider, state_dir=tmp_path / "sim", key=KEY)
+    srv.api.stand_ins[HANDLER_IMAGE] = (str(RUNPOD_PYTHON), str(ROOT / "examples" / "runpod_handler.py"),  # type: ignore[attr-defined]
+                                        "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", "{port}")
+    return srv, load_params(ROOT / "params" / "runpod-serverless-to-vast-handler.yaml")
+
+
 def test_the_runpod_client_runs_a_teams_handler_on_a_service_endpoint_that_scales_to_zero(tmp_path: Path) -> None:
     """A team's handler image on a Runpod Serverless queue endpoint (``serverless`` in params):
     the simulator runs its stand-in (examples/runpod_handler.py under the SDK) as the endpoint's
@@ -147,10 +159,7 @@ def test_the_runpod_client_runs_a_teams_handler_on_a_service_endpoint_that_scale
     idle worker has stopped, the next job waits for a new one, and its ``delayTime`` carries that
     cold start."""
     assert RUNPOD_PYTHON.exists(), "the official client is missing: `make test-e2e` installs it into .venv-runpod"
-    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY)
-    srv.api.stand_ins[HANDLER_IMAGE] = (str(RUNPOD_PYTHON), str(ROOT / "examples" / "runpod_handler.py"),  # type: ignore[attr-defined]
-                                        "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", "{port}")
-    mig = load_params(ROOT / "params" / "runpod-serverless-to-vast-handler.yaml")
+    srv, mig = _handler_simulator("runpod", tmp_path)
     prof = mig.source.model_copy(update={"api_url": srv.url, "job_api_url": srv.url})
     prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
     try:
@@ -207,15 +216,8 @@ def test_the_vastai_serverless_client_is_routed_to_a_pyworker_the_adapter_create
     simulator's ``/route/`` for a worker and calls it; the PyWorker checks the autoscaler's
     signature and answers with the handler's job, as counted by hand. A forged signature is
     refused (401), the CLI lists the endpoint, and the adapter's teardown leaves nothing."""
-    import base64
-
-    import httpx
-
     assert VASTAI_PYTHON.exists(), "the official client is missing: `make test-e2e` installs it into .venv-vastai"
-    srv = simulate("vast", state_dir=tmp_path / "sim", key=KEY)
-    srv.api.stand_ins[HANDLER_IMAGE] = (str(RUNPOD_PYTHON), str(ROOT / "examples" / "runpod_handler.py"),  # type: ignore[attr-defined]
-                                        "--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", "{port}")
-    mig = load_params(ROOT / "params" / "runpod-serverless-to-vast-handler.yaml")
+    srv, mig = _handler_simulator("vast", tmp_path)
     prof = mig.target.model_copy(update={"api_url": srv.url, "autoscaler_url": srv.url})
     prov = create_provider("vast", profile=prof, key=KeySource("vast", ("env:NONE",), _value=KEY), poll_s=0.1)
     settings = (("max_workers", 1), ("cold_workers", 1), ("min_load", 1.0), ("min_cold_load", 0.0),
