@@ -7,6 +7,12 @@ a stand-in (its ``{project}`` and ``{NAME}`` placeholders are filled here, ``{po
 provider at launch). On Runpod and Vast.ai the image runs with its own command on a rented pod or
 instance, reached on its published HTTP port (Runpod's proxy, a Vast.ai port mapping); in a
 rehearsal the simulators run the same stand-in for the image (``rehearsal.stand_ins``).
+
+A side with ``serverless`` runs the service on a Serverless endpoint instead of a pod, planned,
+created, waited for and read back the same way (:func:`plan_endpoint`, :func:`launched_endpoint`):
+a Runpod queue endpoint reached through its job API with the Runpod key, or a Vast.ai endpoint and
+workergroup reached through the autoscaler's ``/route/`` and the PyWorker adapter
+(:func:`side_client`).
 """
 
 from __future__ import annotations
@@ -162,17 +168,18 @@ def plan_vast_endpoint(res: Resources, side: str, role: str, sv: VastServerless)
 
 
 def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless | VastServerless) -> Plan:
-    """The creation plan of ``side``'s service endpoint in role ``role`` (pure): the image, the
-    service's environment values and secrets by reference, the side's scaling (``workers`` as
-    ``workers.max``, ``active_workers`` as ``workers.min``, 0 when unset: scale to zero;
-    ``idle_timeout_s``), its GPU pools (``gpu_priority``, else the pools of ``offer.gpu_names``,
-    resolved by the provider's :meth:`plan_endpoint`), ``sv.execution_timeout_s`` and
-    ``sv.flashboot``, priced per worker at the profile's price."""
+    """The creation plan of ``side``'s service endpoint in role ``role`` (pure). A Vast.ai one is
+    :func:`plan_vast_endpoint`'s. A Runpod one: the image, the service's environment values and
+    secrets by reference, the side's scaling (``workers`` as ``workers.max``, ``active_workers``
+    as ``workers.min``, 0 when unset: scale to zero; ``idle_timeout_s``), its GPU pools
+    (``gpu_priority``, else the pools of ``offer.gpu_names``, resolved by the provider's
+    :meth:`plan_endpoint`), ``sv.execution_timeout_s`` and ``sv.flashboot``, priced per worker
+    at the profile's price."""
+    if isinstance(sv, VastServerless):
+        return plan_vast_endpoint(res, side, role, sv)
     mig = res.mig
     svc = service_of(mig)
     prof = res.profile(side)
-    if isinstance(sv, VastServerless):
-        return plan_vast_endpoint(res, side, role, sv)
     spec = EndpointSpec(name=f"{mig.migration}-{role}", params_path="", side=side, workers=prof.workers,
                         price_usd_per_hour=prof.price_usd_per_hour, labels=res.labels(side, role),
                         execution_timeout_s=sv.execution_timeout_s, env=tuple(sorted(service_env(mig, side).items())),
@@ -189,8 +196,8 @@ def plan_service(res: Resources, side: str, role: str) -> Plan:
     remote provider also the ranked offers it may try (:meth:`~runbook_lib.phases.offerbook.OfferBook.ids`,
     a remote source's from :func:`source_offer_ids`), their price and bid, the container disk,
     and the registry login of a private image (``workload.service.registry_credential``, sent in
-    the create request, not in the environment). A side on a Runpod Serverless endpoint plans
-    the endpoint instead (:func:`plan_endpoint`)."""
+    the create request, not in the environment). A side on a Serverless endpoint (Runpod or
+    Vast.ai) plans the endpoint instead (:func:`plan_endpoint`)."""
     mig = res.mig
     sv = serverless(mig, side)
     if sv is not None:
@@ -502,9 +509,11 @@ def launched(res: Resources, side: str, ready: Ready) -> ServiceLaunch:
 
 
 def endpoint_asked(res: Resources, side: str, sv: RunpodServerless | VastServerless) -> dict[str, Any]:
-    """The endpoint settings ``side``'s params ask for, in :func:`~runbook_lib.providers.runpod.endpoint_settings`'s
-    words: type, workers min and max, idle timeout (whole seconds, as Runpod takes it), execution
-    timeout (ms) and flashboot."""
+    """The endpoint settings ``side``'s params ask for, in the words the provider's describe reports
+    them: Runpod (:func:`~runbook_lib.providers.runpod.endpoint_settings`) type, workers min and
+    max, idle timeout (whole seconds, as Runpod takes it), execution timeout (ms) and flashboot;
+    Vast.ai (:meth:`~runbook_lib.providers.vast.VastProvider.describe`) the endpoint's scaling
+    parameters, the workergroup's offer search and GPU memory, and the PyWorker adapter."""
     prof = res.profile(side)
     if isinstance(sv, VastServerless):
         s = dict(vast_settings(res, side, sv))
@@ -519,10 +528,11 @@ def endpoint_asked(res: Resources, side: str, sv: RunpodServerless | VastServerl
 
 def launched_endpoint(res: Resources, side: str, ready: Ready, seen: dict[str, Any],
                       sv: RunpodServerless | VastServerless) -> ServiceLaunch:
-    """What Runpod reports a service's serverless endpoint runs (``GET /v2/serverless/{id}``),
-    against what params declare: the image, the environment names, and the endpoint's settings
-    (:func:`endpoint_asked`), each mismatch named. It runs the image's entry point
-    (:data:`ENTRY_POINT`): no command is compared; the endpoint reports no processes."""
+    """What the provider reports a service's serverless endpoint runs (Runpod ``GET
+    /v2/serverless/{id}``; Vast.ai its endpoint, workergroup and template), against what params
+    declare: the image, the environment names (the PyWorker adapter's too on Vast.ai), and the
+    endpoint's settings (:func:`endpoint_asked`), each mismatch named. No command is compared
+    (:data:`ENTRY_POINT`, :data:`VAST_ENTRY_POINT` say what runs); an endpoint reports no processes."""
     mig = res.mig
     svc = service_of(mig)
     adapter_env = set(PYWORKER_ENV) if isinstance(sv, VastServerless) else set()
