@@ -354,3 +354,66 @@ def test_rehearse_by_default_runs_the_four_migrations_make_rehearse_names() -> N
                                               "params/runpod-serverless-to-vast-handler.yaml"]
     rule = (ROOT / "Makefile").read_text().split("\nrehearse:", 1)[1].split("\n\n", 1)[0]
     assert all(p in rule for p in REHEARSED) and all((ROOT / p).is_file() for p in REHEARSED)
+
+
+HANDLER_SERVER = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def _send(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send({})
+
+    def do_POST(self):
+        job = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._send({"id": "local", "status": "COMPLETED", "output": {"twice": job["input"]["n"] * 2}})
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_handler_endpoints_worker_that_dies_holding_a_job_is_replaced_and_the_job_delivered_again(
+        tmp_path: Path) -> None:
+    """A team's handler on a Runpod Serverless endpoint under the ``endpoint: worker_crash``
+    fault: its worker dies holding its eighth job; the endpoint starts another worker and delivers
+    the job again, so every job completes with the handler's answer, the first seven from one
+    worker and the rest from its replacement (``workerId``, as Runpod's job API reports it)."""
+    import httpx
+
+    from runbook_lib.providers.base import EndpointSpec
+    from runbook_lib.providers.local.endpoint import CRASH_EVERY
+
+    image = "ghcr.io/example/handler:1"
+    (tmp_path / "handler.py").write_text(HANDLER_SERVER)
+    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY, script={"endpoint": ["worker_crash"]},
+                   stand_ins={image: ["python", str(tmp_path / "handler.py"), "{port}"]})
+    prof = PARAMS.source.model_copy(update={"api_url": srv.url, "job_api_url": srv.url})
+    prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
+    try:
+        spec = EndpointSpec(name="handler", params_path="", side="source", workers=1, price_usd_per_hour=0.5,
+                            labels=(("run_id", "crash"),), image=image, gpu_types=("ADA_24",), active_workers=1,
+                            service=True)
+        plan = prov.plan_endpoint(spec, dry_run=False)
+        ep = prov.apply(plan, _ok(plan))
+        jobs = [httpx.post(f"{srv.url}/v2/{ep.id}/runsync", json={"input": {"n": n}}, timeout=120,
+                           headers={"Authorization": f"Bearer {KEY}"}).json() for n in range(10)]
+        assert [j["status"] for j in jobs] == ["COMPLETED"] * 10
+        assert [j["output"] for j in jobs] == [{"twice": 2 * n} for n in range(10)]
+        workers = [j["workerId"] for j in jobs]
+        assert len(set(workers[:CRASH_EVERY])) == 1 and len(set(workers[CRASH_EVERY:])) == 1
+        assert workers[CRASH_EVERY] != workers[0]  # the eighth job was delivered again, to the replacement
+        assert jobs[CRASH_EVERY]["delayTime"] > jobs[1]["delayTime"]  # it waited for the new worker to start
+    finally:
+        prov.close()
+        srv.close()

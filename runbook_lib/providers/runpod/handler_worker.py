@@ -30,7 +30,8 @@ from typing import Any
 
 import httpx
 
-from runbook_lib.providers.local.endpoint import SPAWNED_AT_ENV, _Server, run_front_door
+from runbook_lib.layout import POD_FAULT_ENV
+from runbook_lib.providers.local.endpoint import CRASH_EVERY, SPAWNED_AT_ENV, _Server, run_front_door
 from runbook_lib.providers.stand_in import start_stand_in, wait_ready
 
 READY_PATH = "/"  # what the SDK's local API answers 200 once it serves (its Swagger page)
@@ -55,7 +56,13 @@ def relay(http: Any, url: str, job: dict[str, Any], timeout_s: float) -> dict[st
 
 def work(args: argparse.Namespace) -> int:
     """A worker: start the stand-in, report ready with its start time as ``init_s``, then take
-    one job at a time and relay it (:func:`relay`)."""
+    one job at a time and relay it (:func:`relay`). Under the simulator's ``endpoint:
+    worker_crash`` fault (``RUNBOOK_FAULT=worker_crash`` in the endpoint's environment) it
+    dies holding the job it takes after :data:`~runbook_lib.providers.local.endpoint.CRASH_EVERY`
+    jobs, so its front door replaces it and delivers that job again, as Runpod retries a job whose
+    worker died (docs.runpod.io/serverless/endpoints/overview)."""
+    crash_after = CRASH_EVERY if os.environ.get(POD_FAULT_ENV) == "worker_crash" else 0
+    served = 0
     spawned = float(os.environ.get(SPAWNED_AT_ENV) or time.time())
     argv = json.loads(args.command)
     proc, url = start_stand_in(argv)
@@ -66,7 +73,10 @@ def work(args: argparse.Namespace) -> int:
                                                     "process_start_s": init_s})
         while proc.poll() is None:
             jobs = http.post(f"{args.url}/worker/take", json={"worker": args.worker_id, "max": 1}).json()["jobs"]
+            if jobs and crash_after and served >= crash_after:
+                os._exit(3)  # the fault: dead while holding the job
             if jobs:
+                served += len(jobs)
                 results = [relay(http, url, j, args.execution_timeout_s) for j in jobs]
                 http.post(f"{args.url}/worker/done", json={"worker": args.worker_id, "results": results})
     return 3  # the stand-in died: the worker dies too, and its front door replaces it
