@@ -1524,29 +1524,60 @@ class Migration(_Model):
     def _serverless_services(self) -> "Migration":
         svc = self.workload.service
         for side, prof in (("source", self.source), ("target", self.target)):
-            if getattr(prof, "serverless", None) is None:
+            sv = getattr(prof, "serverless", None)
+            if sv is None:
                 continue
+            where = "a Vast.ai Serverless endpoint" if isinstance(prof, VastProfile) else \
+                "a Runpod Serverless queue endpoint"
             if svc is None or svc.protocol != "runpod-handler":
                 raise ValueError(
                     f"{side}.serverless runs a team's Runpod handler (workload.kind service, protocol runpod-handler) "
-                    "on a Runpod Serverless queue endpoint; this workload is "
+                    f"on {where}; this workload is "
                     + (f"kind {self.workload.kind!r}" if svc is None else f"protocol {svc.protocol!r}")
                     + (". An inference workload's endpoint follows endpoint_mode: remove serverless" if svc is None
-                       else ", which a queue endpoint cannot serve: remove serverless to run it on a pod"))
+                       else f", which {where} is not built to serve here: remove serverless to run it on a pod"))
             if isinstance(prof, VastProfile) and side == "source":
                 raise ValueError("source.serverless on Vast.ai: a Vast.ai Serverless endpoint is built as a target "
                                  "only (the service moves onto it); give the source a pod, a Runpod endpoint or a "
                                  "live URL")
             if svc.private_image:
-                raise ValueError(f"{side}.serverless with a private image: the endpoint's create request has no "
-                                 "registry login field here (a provider template carries it, and private templates "
-                                 "are not built); use a public image or a pod side")
+                raise ValueError(f"{side}.serverless with a private image: the runbook sends no registry login for "
+                                 f"{where} (" + ("its template's docker_login fields are sent empty" if
+                                                 isinstance(prof, VastProfile) else
+                                                 "POST /v2/serverless has no registry field; a Runpod template "
+                                                 "carries it, and templates are not built here")
+                                 + "); use a public image or a pod side")
             if self.measure.cold_starts and "cold_starts" in self.measure.model_fields_set:
                 raise ValueError(f"measure.cold_starts = {self.measure.cold_starts}: cold starts from zero are not "
-                                 f"measured yet for a service on a Runpod Serverless endpoint ({side}); set "
-                                 "measure.cold_starts: 0 (the first job after creation still pays the endpoint's cold "
-                                 "start, recorded as the launch's ready time)")
+                                 f"measured yet for a service on {where} ({side}); set measure.cold_starts: 0 (the "
+                                 "first job after creation still pays the endpoint's cold start, recorded as the "
+                                 "launch's ready time)")
+            if isinstance(prof, RemoteProfile) and prof.pod_id:
+                raise ValueError(f"{side}.pod_id names a pod, but {side}.serverless runs the service on {where}: the "
+                                 "pod would be described and the endpoint never read. Remove pod_id (an endpoint "
+                                 "serving today is not read yet: params declare its settings)")
+            self._serverless_settings(side, prof, sv, svc)
         return self
+
+    def _serverless_settings(self, side: str, prof: Any, sv: Any, svc: Service) -> None:
+        """What a serverless side would otherwise accept and ignore, refused with its fix."""
+        if isinstance(sv, VastServerless):
+            unread = {"workers", "active_workers", "idle_timeout_s", "gpu_priority"} & prof.model_fields_set
+            if unread:
+                raise ValueError(f"{', '.join(f'{side}.{n}' for n in sorted(unread))} {'is' if len(unread) == 1 else 'are'} "
+                                 f"not read for a Vast.ai Serverless side: its scaling is {side}.serverless "
+                                 "(max_workers, cold_workers, min_load, target_util, cold_mult) and its GPUs are "
+                                 f"{side}.offer; remove them")
+            if not svc.command:
+                raise ValueError(f"{side}.serverless on Vast.ai runs workload.service.command as its template's "
+                                 "onstart, in front of which the PyWorker forwards requests; it is empty, so nothing "
+                                 "would start the service's server. Give the command that serves "
+                                 f"{sv.pyworker.route} on workload.service.port")
+        elif self.workload.requirements.max_request_s > sv.execution_timeout_s:
+            raise ValueError(f"workload.requirements.max_request_s = {self.workload.requirements.max_request_s:g} "
+                             f"exceeds {side}.serverless.execution_timeout_s = {sv.execution_timeout_s:g}: the "
+                             "endpoint would end a request that long TIMED_OUT; raise execution_timeout_s or lower "
+                             "max_request_s")
 
     @model_validator(mode="after")
     def _images(self) -> "Migration":

@@ -10,11 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 
 from runbook_lib.errors import ParamsError, ProviderError
 from runbook_lib.params import dump_yaml, load_params
+from runbook_lib.phases.compare import goodput
 from runbook_lib.phases.mapping import ADAPTER, EQUIVALENT, POD_HAS_NO, serving_row
 from runbook_lib.providers.base import EndpointSpec, Plan
 from runbook_lib.providers.vast import search_params as vast_search_params
@@ -32,14 +34,26 @@ def _params(tmp_path: Path, **over: Any) -> Path:
 
 @pytest.mark.parametrize(("over", "says"), [
     ({"workload": {"service": {"protocol": "http-json"}}},
-     r"source.serverless runs a team's Runpod handler .* protocol 'http-json', which a queue endpoint cannot serve"),
+     r"source.serverless runs a team's Runpod handler .* on a Runpod Serverless queue endpoint; this workload is "
+     r"protocol 'http-json'"),
     ({"workload": {"service": {"private_image": True, "registry_credential": "REG"}}},
-     r"source.serverless with a private image: the endpoint.s create request has no registry login field"),
-    ({"measure": {"cold_starts": 3}}, r"measure.cold_starts = 3: cold starts from zero are not measured yet"),
+     r"source.serverless with a private image: the runbook sends no registry login for a Runpod Serverless queue "
+     r"endpoint \(POST /v2/serverless has no registry field"),
+    ({"measure": {"cold_starts": 3}}, r"measure.cold_starts = 3: cold starts from zero are not measured yet for a "
+                                      r"service on a Runpod Serverless queue endpoint \(source\)"),
     ({"source": {"serverless": {"type": "LOAD_BALANCER"}}}, r"Runpod LOAD_BALANCER endpoints are not built for a "
                                                             r"service yet"),
     ({"cutover": {"router": {"kind": "haproxy"}}},
      r"cutover.router.kind 'haproxy' cannot route this cutover: the source is a serverless endpoint"),
+    ({"source": {"pod_id": "abc123"}}, r"source.pod_id names a pod, but source.serverless runs the service on a Runpod "
+                                       r"Serverless queue endpoint"),
+    ({"workload": {"requirements": {"max_request_s": 90}}},
+     r"max_request_s = 90 exceeds source.serverless.execution_timeout_s = 60: the endpoint would end a request that "
+     r"long TIMED_OUT"),
+    ({"target": {"workers": 3, "gpu_priority": ["ADA_24"]}},
+     r"target.gpu_priority, target.workers are not read for a Vast.ai Serverless side"),
+    ({"workload": {"service": {"command": []}}},
+     r"target.serverless on Vast.ai runs workload.service.command as its template's onstart.*it is empty"),
 ])
 def test_what_a_service_endpoint_cannot_do_is_refused_with_its_fix(tmp_path: Path, over: dict[str, Any],
                                                                    says: str) -> None:
@@ -189,3 +203,10 @@ def test_phase_02_names_the_pyworker_adapter_a_vast_serverless_target_needs(tmp_
     with pytest.raises(ParamsError, match="source.serverless on Vast.ai: a Vast.ai Serverless endpoint is built as a "
                                           "target only"):
         load_params(tmp_path / "params" / "back.yaml")
+
+
+def test_e2e_latency_runs_from_the_send_to_the_answer_not_the_endpoints_execution_time() -> None:
+    # a serverless endpoint's executionTime leaves out its queue, a cold start and a Vast.ai /route/
+    d = pd.DataFrame({"sent_s": [1.0, 2.0], "done_s": [1.5, 2.25], "execution_s": [0.02, 0.02]})
+    assert list(goodput.e2e_seconds(d)) == [0.5, 0.25]
+    assert list(goodput.e2e_seconds(d.drop(columns=["sent_s"]))) == [0.02, 0.02]  # no send time: what was measured

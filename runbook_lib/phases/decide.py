@@ -500,7 +500,20 @@ class DecisionResult(PhaseResult):
                 md("**Acceptance deltas**"), table(self.receipt.acceptance_deltas),
                 md("**Resources this run created**"), table(self.actions.created),
                 *([md("**Not ours** (used, never changed)"), table([{"resource": x} for x in self.actions.not_ours])]
-                  if self.actions.not_ours else [])]
+                  if self.actions.not_ours else []),
+                *self.serving_parts()]
+
+    def serving_parts(self) -> list[Any]:
+        """Where a service ran on each side and phase 02's adapter between them (the receipt's
+        ``service.serving`` and ``service.adapter``), shown when a side ran on an endpoint or an
+        adapter was needed; nothing for a pod on both sides or another workload."""
+        svc = self.receipt.service
+        if svc is None or not (svc.adapter or any(s.endpoint for s in svc.serving.values())):
+            return []
+        rows = [{"side": side, "where": s.where, "id": s.id} for side, s in svc.serving.items()]
+        return [md("**Where the service ran**"), table(rows),
+                *([md(f"**Adapter** (phase 02's `serving` row, proven by phase 03): {svc.adapter}")] if svc.adapter
+                  else [])]
 
 
 @dataclass(frozen=True)

@@ -213,9 +213,10 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
     rows = [_row("device", src.device, tgt.device, EQUIVALENT if src.device.split(":")[0] == tgt.device.split(":")[0]
                  else ADAPTER, "the service's own device selection runs on both; parity decides in phase 03"),
             _row("image and command", svc.image, svc.image, EQUIVALENT,
-                 "the same image on both sides, unchanged (no runbook code inside); a Runpod Serverless side runs "
-                 "the image's entry point (POST /v2/serverless takes no command), so workload.service.command "
-                 "applies to the pod side only" if _on_serverless(src) or _on_serverless(tgt) else
+                 "the same image on both sides, unchanged (no runbook code inside); workload.service.command is a "
+                 "pod's command, a Vast.ai Serverless template's onstart, and not run on a Runpod Serverless "
+                 "endpoint, which runs the image's entry point (POST /v2/serverless takes no command)"
+                 if _on_serverless(src) or _on_serverless(tgt) else
                  "the same image and command on both sides, unchanged (no runbook code inside)"),
             serving_row(src, tgt)]
     limit, need = caps.max_request_s, ctx.mig.workload.requirements.max_request_s
@@ -226,6 +227,11 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
         rows.append(_row(f"protocol {svc.protocol}", f"{how}, answers within {need:g} s", f"proxy ends requests "
                          f"after {limit:g} s", NONE, "answers can outlive the target's HTTP proxy: lower "
                          "workload.requirements.max_request_s or serve through a direct port"))
+    elif _on_serverless(tgt):
+        rows.append(_row(f"protocol {svc.protocol}", how, "the same job contract behind the endpoint", EQUIVALENT,
+                         "requests reach the service through the endpoint's front door (the serving row says how)"
+                         + ("" if limit is None else f", each ended at {limit:g} s") + "; the canary's answers are "
+                         "compared with the golden in phase 03"))
     else:
         rows.append(_row(f"protocol {svc.protocol}", how, "the same protocol over HTTP", EQUIVALENT,
                          f"requests reach the service directly{'' if limit is None else f' through a {limit:g} s proxy'}; "

@@ -127,8 +127,9 @@ def serving_shown(prof: Any) -> str:
             f"GPU pools {list(prof.gpu_priority) or 'of offer.gpu_names'}")
 
 
-VAST_ENTRY_POINT = ("the template's onstart runs workload.service.command in the background; Vast.ai's start script "
-                    "runs the PyWorker from PYWORKER_REPO in front of it")
+VAST_ENTRY_POINT = ("the template's onstart runs workload.service.command in the background; the PyWorker from "
+                    "PYWORKER_REPO must be started in front of it (Vast.ai's serverless images do; for another image, "
+                    "how is unverified and no simulator checks it)")
 """What a service's Vast.ai Serverless worker runs, as its launch record says."""
 ENTRY_POINT = "the image's entry point (a Runpod Serverless endpoint takes no command)"
 """What a service's endpoint runs, as its launch record says: ``POST /v2/serverless`` has no

@@ -456,7 +456,7 @@ def token_summary(res: Measured, mig: Migration) -> dict[str, dict[str, Number]]
     for side in ("source", "target"):
         d = s[(s["side"] == side) & (s["status"] == "COMPLETED")]
         row: dict[str, Number] = {"requests": len(d)}
-        cols = {"e2e": d["execution_s"]}
+        cols = {"e2e": goodput.e2e_seconds(d)}
         if svc.stream:
             cols = {"ttft": d["ttft_s"], "tpot": d["tpot_s"], "itl": pd.Series(dtype=float), **cols}
             if itl is not None and len(itl):

@@ -390,7 +390,10 @@ class VastLifecycle(RemoteLifecycle):
         port published, the endpoint with ``spec.settings``' scaling parameters (the run's labels
         in its name), and a workergroup of that template on offers matching the settings'
         ``search_params`` (docs.vast.ai "Create Endpoints and Workergroups"). What an earlier step
-        made is deleted when a later one fails.
+        made is deleted when a later one fails. Unverified: Vast.ai's docs tie ``onstart`` to the
+        SSH and Jupyter launch modes, and a template of Vast.ai's own serverless images provides
+        the script that starts the PyWorker from ``PYWORKER_REPO``; whether a team's image started
+        in ``args`` mode runs both is not checked by any simulator.
 
         Raises:
             ProviderError: a create was refused (what was made is deleted), or its answer
