@@ -280,7 +280,7 @@ def vast_adapter(src: Any, sv: VastServerless) -> str:
             f"HandlerConfig route is {p.route} and whose model_healthcheck_url is {p.healthcheck}) fronts the "
             f"service's own server on workload.service.port inside the worker. Callers leave {was} "
             f"for two calls: POST https://run.vast.ai/route/ (the endpoint name and its own key) for a worker, then "
-            f"POST <worker url>{p.route} with the signed route as auth_data and the job as payload, forwarded to the "
+            f"POST {{the worker's URL}}{p.route} with the signed route as auth_data and the job as payload, forwarded to the "
             f"server's {p.route}{lost}. Phase 03 proves the image with this adapter against the golden")
 
 
