@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,8 +27,12 @@ from .conftest import ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.measure]  # both migrations must GO on their measurements
 
 
-def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsals(tmp_path: Path, capsys,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def _rehearsed(tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch,
+               names: tuple[str, ...]) -> tuple[str, dict[str, Path]]:
+    """``runbook rehearse`` of ``params/<names>`` in a project of its own, as `make rehearse` runs
+    them: every one GO, its committed params untouched, its evidence marked as a rehearsal and
+    verified, no simulator key in it. Returns the command's output and the run directories by
+    kind (``train``, ``service``, ``handler``)."""
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
     (tmp_path / "params").mkdir()
@@ -35,7 +40,6 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
         (tmp_path / shared).symlink_to(ROOT / shared)
     (tmp_path / ".runbook").mkdir()
     (tmp_path / ".runbook" / "models").symlink_to(ROOT / ".runbook" / "models")
-    names = ("runpod-to-vast-train.yaml", "runpod-to-vast-service.yaml", "runpod-serverless-to-vast-handler.yaml")
     for name in names:
         (tmp_path / "params" / name).write_text((ROOT / "params" / name).read_text())
     before = {n: (tmp_path / "params" / n).read_bytes() for n in names}
@@ -45,12 +49,10 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
     code = cli_main(["rehearse", *(f"params/{n}" for n in names)])
     out = capsys.readouterr().out
     assert code == EXIT_GO, out
-    assert out.count(": GO (exit 0)") == 3 and "rehearse_s=" in out
-    assert "POST /proxy/{id}/v1/chat/completions x" in out  # the source service answered through Runpod's proxy
+    assert out.count(": GO (exit 0)") == len(names) and "rehearse_s=" in out
     assert {n: (tmp_path / "params" / n).read_bytes() for n in names} == before  # committed params untouched
     by_kind = {("train" if "digits" in d.name else "service" if "chat" in d.name else "handler" if "handler" in d.name
                 else "other"): d for d in (tmp_path / "reports").iterdir() if d.is_dir()}
-    assert set(by_kind) == {"train", "service", "handler"}
     for kind, run_dir in by_kind.items():
         receipt = json.loads((run_dir / "receipt.json").read_text())
         assert receipt["decision"] == "GO", kind
@@ -65,10 +67,26 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
         for f in run_dir.rglob("*"):  # the simulators' keys never reach the evidence
             if f.is_file():
                 assert b"sim-rp-" not in f.read_bytes() and b"sim-vast-" not in f.read_bytes(), f
-    _the_service_ran_unchanged_on_both_adapters(by_kind["service"])
-    _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(by_kind["handler"], out)
     assert cli_main(["list", "--reports", str(tmp_path / "reports")]) == 0
-    assert capsys.readouterr().out.count("REHEARSAL: ") == 3
+    assert capsys.readouterr().out.count("REHEARSAL: ") == len(names)
+    return out, by_kind
+
+
+def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsals(tmp_path: Path, capsys,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    out, by_kind = _rehearsed(tmp_path, capsys, monkeypatch,
+                              ("runpod-to-vast-train.yaml", "runpod-to-vast-service.yaml"))
+    assert set(by_kind) == {"train", "service"}
+    assert "POST /proxy/{id}/v1/chat/completions x" in out  # the source service answered through Runpod's proxy
+    _the_service_ran_unchanged_on_both_adapters(by_kind["service"])
+
+
+def test_a_handler_rehearses_from_runpod_serverless_to_vast_serverless_go(tmp_path: Path, capsys,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # its own case, so it runs beside the two above on CI's other worker
+    out, by_kind = _rehearsed(tmp_path, capsys, monkeypatch, ("runpod-serverless-to-vast-handler.yaml",))
+    assert set(by_kind) == {"handler"}
+    _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(by_kind["handler"], out)
 
 
 def _the_service_ran_unchanged_on_both_adapters(run_dir: Path) -> None:
