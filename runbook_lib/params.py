@@ -1027,7 +1027,9 @@ class Measure(_Model):
     worker that stops 1 s after each job: each start is timed from submission to answer and
     split into queue, init and inference (the serverless guidance: "Measure p95 queue plus
     initialization plus inference", docs/reference/providers.md 2.3a). A load-balancing side
-    does not scale to zero; its one cold start is its creation.
+    does not scale to zero; its one cold start is its creation. A service's starts are measured
+    when both sides are Serverless endpoints (``serverless``), on an endpoint of one worker
+    that nothing keeps running; its queue holds the worker's start.
 
     ``traffic_per_s`` is the production traffic the cost per accepted unit is judged at
     (requests per second; None: ``arrival_rate_per_s``), with each side's warm workers
@@ -1060,7 +1062,7 @@ class Measure(_Model):
     request_timeout_s: float = Field(default=30.0, gt=0, le=86_400)
     job_ttl_s: float | None = Field(default=None, ge=10, le=7 * 86_400)
     client_timeout_s: float = Field(default=300.0, gt=0, le=7 * 86_400)
-    cold_starts: int = Field(default=5, ge=0, le=100)  # scale-from-zero starts per queue side; 0: none
+    cold_starts: int = Field(default=5, ge=0, le=100)  # scale-from-zero starts per side that scales to zero; 0: none
     traffic_per_s: float | None = Field(default=None, gt=0, le=10_000_000)  # declared traffic; None: arrival_rate_per_s
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
     # Phases 04 and 05 hold the host lock exclusively: no other runbook run on this machine runs a
@@ -1547,11 +1549,14 @@ class Migration(_Model):
                                                  "POST /v2/serverless has no registry field; a Runpod template "
                                                  "carries it, and templates are not built here")
                                  + "); use a public image or a pod side")
-            if self.measure.cold_starts and "cold_starts" in self.measure.model_fields_set:
-                raise ValueError(f"measure.cold_starts = {self.measure.cold_starts}: cold starts from zero are not "
-                                 f"measured yet for a service on {where} ({side}); set measure.cold_starts: 0 (the "
-                                 "first job after creation still pays the endpoint's cold start, recorded as the "
-                                 "launch's ready time)")
+            other = "target" if side == "source" else "source"
+            if self.measure.cold_starts and "cold_starts" in self.measure.model_fields_set \
+                    and getattr(getattr(self, other), "serverless", None) is None:
+                raise ValueError(f"measure.cold_starts = {self.measure.cold_starts}: cold starts from zero are "
+                                 f"compared between two Serverless endpoints, and the {other} is "
+                                 + ("a live service" if isinstance(getattr(self, other), LiveProfile) else "a pod")
+                                 + ", which does not scale to zero; set measure.cold_starts: 0 (each side's first "
+                                 "job after its launch still pays its cold start, judged as the launch's)")
             if isinstance(prof, RemoteProfile) and prof.pod_id:
                 raise ValueError(f"{side}.pod_id names a pod, but {side}.serverless runs the service on {where}: the "
                                  "pod would be described and the endpoint never read. Remove pod_id (an endpoint "

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from runbook_lib.cli import main as cli_main
@@ -152,3 +153,11 @@ def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(run_dir: Pa
     assert serving["target"]["id"] == canary["pod"] and serving["target"]["endpoint"] == vast
     assert serving["target"]["where"].startswith("Vast.ai Serverless endpoint")
     assert svc["adapter"] == rows["serving"]["reason"] and "HandlerConfig route is /runsync" in svc["adapter"]
+    # cold starts from zero on both sides: each side's idle worker stopped before each start (Runpod:
+    # its idle timeout; Vast.ai: no load kept), the start's wait for a worker is its queue time
+    zero = pd.read_csv(run_dir / "04" / "cold_starts_from_zero.csv")
+    assert sorted(zero["side"]) == ["source"] * 3 + ["target"] * 3 and set(zero["status"]) == {"COMPLETED"}
+    assert (zero["queue_s"] > 0.5 * zero["total_s"]).all() and (zero["execution_s"] < zero["total_s"]).all()
+    cold = next(d for d in receipt["acceptance_deltas"] if d["gate"] == "cold_start_ratio")
+    assert cold["source"] == zero[zero["side"] == "source"]["total_s"].median()
+    assert [d["drill"] for d in receipt["drills"]] == ["spend_limit"]

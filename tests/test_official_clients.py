@@ -215,12 +215,14 @@ def test_the_vastai_serverless_client_is_routed_to_a_pyworker_the_adapter_create
     team's handler: the official ``vastai`` serverless client finds it by name, asks the
     simulator's ``/route/`` for a worker and calls it; the PyWorker checks the autoscaler's
     signature and answers with the handler's job, as counted by hand. A forged signature is
-    refused (401), the CLI lists the endpoint, and the adapter's teardown leaves nothing."""
+    refused (401). The endpoint keeps no load (``min_load`` 0): its idle worker is stopped, and
+    the client's next request waits while ``/route/`` starts it again (a cold start from zero).
+    The CLI lists the endpoint, and the adapter's teardown leaves nothing."""
     assert VASTAI_PYTHON.exists(), "the official client is missing: `make test-e2e` installs it into .venv-vastai"
     srv, mig = _handler_simulator("vast", tmp_path)
     prof = mig.target.model_copy(update={"api_url": srv.url, "autoscaler_url": srv.url})
     prov = create_provider("vast", profile=prof, key=KeySource("vast", ("env:NONE",), _value=KEY), poll_s=0.1)
-    settings = (("max_workers", 1), ("cold_workers", 1), ("min_load", 1.0), ("min_cold_load", 0.0),
+    settings = (("max_workers", 1), ("cold_workers", 1), ("min_load", 0.0), ("min_cold_load", 0.0),
                 ("target_util", 0.9), ("cold_mult", 2.5), ("search_params", "gpu_name=RTX_4090"), ("gpu_ram", 24.0),
                 ("onstart", ""), ("pyworker", (("repo", "https://github.com/example/pw"), ("route", "/runsync"),
                                                ("healthcheck", "/"))))
@@ -235,18 +237,28 @@ def test_the_vastai_serverless_client_is_routed_to_a_pyworker_the_adapter_create
         while not any(w["status"] == "idle" for w in prov.endpoint_workers(ep.id)):  # type: ignore[attr-defined]
             assert time.monotonic() < deadline, prov.endpoint_workers(ep.id)  # type: ignore[attr-defined]
             time.sleep(0.2)
-        r = subprocess.run([str(VASTAI_PYTHON), "-c", VAST_SERVERLESS_SCRIPT, KEY, srv.url, name,
-                            json.dumps({"text": "to be or not"})], capture_output=True, text=True, timeout=120,
-                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-        assert r.returncode == 0, r.stderr[-3000:]
-        got = json.loads(r.stdout.strip().splitlines()[-1])
-        assert got["ok"] and got["status"] == 200 and got["response"]["status"] == "COMPLETED"
-        assert got["response"]["output"] == {"words": 4, "chars": 12, "reversed": ["not", "or", "be", "to"]}
+
+        def official_request() -> dict[str, Any]:
+            r = subprocess.run([str(VASTAI_PYTHON), "-c", VAST_SERVERLESS_SCRIPT, KEY, srv.url, name,
+                                json.dumps({"text": "to be or not"})], capture_output=True, text=True, timeout=120,
+                               env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+            assert r.returncode == 0, r.stderr[-3000:]
+            got: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+            assert got["ok"] and got["status"] == 200 and got["response"]["status"] == "COMPLETED"
+            assert got["response"]["output"] == {"words": 4, "chars": 12, "reversed": ["not", "or", "be", "to"]}
+            return got
+
+        got = official_request()
         forged = {**got["auth_data"], "signature": base64.b64encode(b"\0" * 256).decode()}
         assert httpx.post(f"{got['url']}/runsync", json={"auth_data": forged, "payload": {"input": {}}}).status_code == 401
         short = {k: v for k, v in got["auth_data"].items() if k != "reqnum"}
         refused = httpx.post(f"{got['url']}/runsync", json={"auth_data": short, "payload": {"input": {}}})
         assert refused.status_code == 422 and refused.json() == {"auth_data": {"reqnum": "missing parameter"}}
+        while [w["status"] for w in prov.endpoint_workers(ep.id)] != ["stopped"]:  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline + 60, prov.endpoint_workers(ep.id)  # type: ignore[attr-defined]
+            time.sleep(0.2)  # no load is kept: the idle worker is stopped (Vast.ai's Inactive)
+        official_request()  # the route starts the stopped worker; the client waits for it
+        assert [w["status"] for w in prov.endpoint_workers(ep.id)] == ["idle"]  # type: ignore[attr-defined]
         assert name in {e["endpoint_name"] for e in _vastai(srv.url, "show", "endpoints")}
         gone = prov.apply(prov.plan_destroy(ep.id, dry_run=False),
                           Approval(prov.plan_destroy(ep.id, dry_run=False).fingerprint, "test", "2026-11-30T00:00:00Z",

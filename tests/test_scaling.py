@@ -41,7 +41,7 @@ def test_an_endpoint_with_no_active_worker_scales_from_zero_and_back(tmp_path: P
         assert cold["status"] == "COMPLETED" and cold["init_s"] > 0.05  # it waited for a worker to start
         warm = client.runsync(0.01)
         assert warm["init_s"] == 0.0 and warm["worker"] == cold["worker"]  # the same worker, still warm
-        wait_for_zero(client, timeout_s=30)  # stopped after 0.5 s idle
+        wait_for_zero(lambda: client.health()["workers"], timeout_s=30)  # stopped after 0.5 s idle
         again = client.runsync(0.01, client_timeout_s=60)
         assert again["init_s"] > 0.05 and again["worker"] != cold["worker"]  # a new cold start
         both = [client.run(0.5), client.run(0.5)]  # two waiting jobs: a second worker is started for them

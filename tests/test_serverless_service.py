@@ -39,8 +39,9 @@ def _params(tmp_path: Path, **over: Any) -> Path:
     ({"workload": {"service": {"private_image": True, "registry_credential": "REG"}}},
      r"source.serverless with a private image: the runbook sends no registry login for a Runpod Serverless queue "
      r"endpoint \(POST /v2/serverless has no registry field"),
-    ({"measure": {"cold_starts": 3}}, r"measure.cold_starts = 3: cold starts from zero are not measured yet for a "
-                                      r"service on a Runpod Serverless queue endpoint \(source\)"),
+    ({"measure": {"cold_starts": 3}, "target": {"serverless": None}},
+     r"measure.cold_starts = 3: cold starts from zero are compared between two Serverless endpoints, and the target "
+     r"is a pod"),
     ({"source": {"serverless": {"type": "LOAD_BALANCER"}}}, r"Runpod LOAD_BALANCER endpoints are not built for a "
                                                             r"service yet"),
     ({"cutover": {"router": {"kind": "haproxy"}}},
@@ -118,6 +119,7 @@ def test_an_endpoint_plan_without_the_service_fields_keeps_the_fingerprint_it_wa
 def test_phase_02_names_what_a_pod_has_no_equivalent_for_and_each_changed_endpoint_setting(tmp_path: Path) -> None:
     data = yaml.safe_load((ROOT / "params" / HANDLER).read_text())
     del data["target"]["serverless"]  # the handler on a Vast.ai instance, its SDK's HTTP API on a mapped port
+    data["measure"]["cold_starts"] = 0  # a pod does not scale to zero
     (tmp_path / "params").mkdir()
     (tmp_path / "params" / "pod.yaml").write_text(dump_yaml(data))
     mig = load_params(tmp_path / "params" / "pod.yaml")

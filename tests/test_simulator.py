@@ -194,7 +194,7 @@ def test_an_offer_that_lies_about_its_machine_is_caught_by_readiness(tmp_path: P
     ({"vast": {"script": "outbid"}}, "script must be an object"),
     ({"vast": {"lies": [1]}}, "lies must be an object"),
     ({"vast": {"limits": {"outbid_after": 2}}}, "unknown limits ['outbid_after']; the vast simulator has "
-                                                "['outbid_after_s']"),
+                                                "['outbid_after_s', 'serverless_idle_s']"),
     ({"runpod": {"limits": {"job_ttl_s": "2"}}}, "limit job_ttl_s must be a positive number of seconds, got '2'"),
     ({"runpod": {"limits": {"proxy_timeout_s": 0}}}, "limit proxy_timeout_s must be a positive number"),
     ({"runpod": {"limits": {"proxy_timeout_s": float("inf")}}}, "limit proxy_timeout_s must be a positive number"),
@@ -227,7 +227,7 @@ def test_an_instance_outbid_mid_run_stops_its_process_and_reads_interrupted(tmp_
 
 
 def test_unknown_simulator_limits_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"unknown limits \['proxy_s'\]; the vast simulator has \['outbid_after_s'\]"):
+    with pytest.raises(ValueError, match=r"unknown limits \['proxy_s'\]; the vast simulator has \['outbid_after_s', 'serverless_idle_s'\]"):
         simulate("vast", state_dir=tmp_path, key=KEY, limits={"proxy_s": 1})
 
 

@@ -17,6 +17,7 @@ workergroup reached through the autoscaler's ``/route/`` and the PyWorker adapte
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
@@ -42,7 +43,7 @@ from runbook_lib.providers.vast import PYWORKER_ENV
 from runbook_lib.providers.vast import search_params as vast_search_params
 from runbook_lib.secret_refs import resolve
 from runbook_lib.service.pacing import Pacer, pacer_for
-from runbook_lib.service.protocols import ServiceClient, VastRouted, client_for
+from runbook_lib.service.protocols import ServiceClient, VastRouted, client_for, peek
 
 SERVICE_ROLE_PREFIX = "service-"
 """Role label prefix of the pods phases 01 and 03 launch (phase 04's are ``endpoint-<side>``)."""
@@ -168,26 +169,73 @@ def plan_vast_endpoint(res: Resources, side: str, role: str, sv: VastServerless)
     return res.provider(side).plan_endpoint(spec, dry_run=res.dry_run(side))
 
 
-def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless | VastServerless) -> Plan:
+def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless | VastServerless, *,
+                  scale_to_zero_s: float | None = None) -> Plan:
     """The creation plan of ``side``'s service endpoint in role ``role`` (pure). A Vast.ai one is
     :func:`plan_vast_endpoint`'s. A Runpod one: the image, the service's environment values and
     secrets by reference, the side's scaling (``workers`` as ``workers.max``, ``active_workers``
     as ``workers.min``, 0 when unset: scale to zero; ``idle_timeout_s``), its GPU pools
     (``gpu_priority``, else the pools of ``offer.gpu_names``, resolved by the provider's
     :meth:`plan_endpoint`), ``sv.execution_timeout_s`` and ``sv.flashboot``, priced per worker
-    at the profile's price."""
+    at the profile's price.
+
+    Args:
+        scale_to_zero_s: None: the side's own scaling. Else the endpoint of phase 04's cold starts
+            from zero, one worker that nothing keeps running: on Runpod ``workers.max`` 1,
+            ``workers.min`` 0 and this idle timeout (seconds); on Vast.ai ``max_workers`` 1,
+            ``cold_workers`` 1 (one stopped worker to start), ``min_load`` and ``min_cold_load``
+            0 (Vast.ai's engine decides when an idle worker stops; no timeout is sent).
+    """
     if isinstance(sv, VastServerless):
+        if scale_to_zero_s is not None:
+            sv = sv.model_copy(update={"max_workers": 1, "cold_workers": 1, "min_load": 0.0, "min_cold_load": 0.0})
         return plan_vast_endpoint(res, side, role, sv)
     mig = res.mig
     svc = service_of(mig)
     prof = res.profile(side)
-    spec = EndpointSpec(name=f"{mig.migration}-{role}", params_path="", side=side, workers=prof.workers,
+    zero = scale_to_zero_s is not None
+    spec = EndpointSpec(name=f"{mig.migration}-{role}", params_path="", side=side, workers=1 if zero else prof.workers,
                         price_usd_per_hour=prof.price_usd_per_hour, labels=res.labels(side, role),
                         execution_timeout_s=sv.execution_timeout_s, env=tuple(sorted(service_env(mig, side).items())),
                         secret_refs=pod_secret_refs(mig, side), image=svc.image, gpu_types=prof.gpu_priority,
-                        mode="queue", active_workers=prof.active_workers or 0, idle_timeout_s=prof.idle_timeout_s,
+                        mode="queue", active_workers=0 if zero else prof.active_workers or 0,
+                        idle_timeout_s=prof.idle_timeout_s if scale_to_zero_s is None else scale_to_zero_s,
                         service=True, flashboot=sv.flashboot)
     return res.provider(side).plan_endpoint(spec, dry_run=res.dry_run(side))
+
+
+VAST_WORKERS_UP = {"idle": "idle", "running": "running", "loading": "initializing", "model_loading": "initializing",
+                   "creating": "initializing", "starting": "initializing", "rebooting": "initializing",
+                   "updating": "initializing"}
+"""Vast.ai Serverless worker states (docs.vast.ai "Worker states", the CLI's names, lowercased)
+that hold a worker up, as the job API's worker counts name them; ``stopped`` (Inactive),
+``destroying`` and ``error`` hold none."""
+
+
+def endpoint_workers(res: Resources, side: str, ep: Endpoint) -> dict[str, int]:
+    """How many workers of ``side``'s service endpoint are ``idle``, ``running`` and
+    ``initializing`` now: a Runpod endpoint's job API ``GET /health`` ``workers`` (with the
+    Runpod key), a Vast.ai endpoint's ``/get_endpoint_workers/`` states
+    (:data:`VAST_WORKERS_UP`).
+
+    Raises:
+        ProviderError: the provider could not be asked (its message says why).
+    """
+    counts = {"idle": 0, "running": 0, "initializing": 0}
+    if isinstance(serverless(res.mig, side), VastServerless):
+        for w in res.provider(side).endpoint_workers(ep.id):  # type: ignore[attr-defined]
+            state = VAST_WORKERS_UP.get(str(w.get("status", "")).lower())
+            if state is not None:
+                counts[state] += 1
+        return counts
+    with side_client(res, side, ep.url, timeout_s=10.0, endpoint_id=ep.id) as c:
+        status, _, body = peek(c, ENDPOINT_READINESS)
+    try:
+        seen = json.loads(body).get("workers") or {}
+    except (ValueError, AttributeError) as exc:
+        raise ProviderError(f"{ep.url}{ENDPOINT_READINESS} answered HTTP {status} without a workers report: "
+                            f"{body[:200]!r}", resource_id=ep.id) from exc
+    return {k: int(seen.get(k) or 0) for k in counts}
 
 
 def plan_service(res: Resources, side: str, role: str) -> Plan:

@@ -785,8 +785,10 @@ class RunpodHandler(ServiceClient):
             return {**failed("ERROR_BODY", "body", f"job {job.get('id')}: {said(error_text(job))}"), **timing}
         if job.get("output") is None:
             return {**failed("EMPTY", "body", f"job {job.get('id')} COMPLETED with no output"), **timing}
+        # where the job reports no executionTime, execution runs from the call that reached a worker
         return {"status": "COMPLETED", "output": job.get("output"), "job_id": job.get("id"),
-                "queue_s": timing.get("queue_s", math.nan), "execution_s": timing.get("execution_s", time.perf_counter() - t0)}
+                "queue_s": timing.get("queue_s", math.nan),
+                "execution_s": timing.get("execution_s", time.perf_counter() - t0 - routed_s)}
 
 
 class VastRouted(RunpodHandler):

@@ -9,7 +9,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -33,6 +33,7 @@ from runbook_lib.measure.timing import (
 )
 from runbook_lib.params import Measure
 from runbook_lib.phases import PhaseContext
+from runbook_lib.phases import service_pods as pods
 from runbook_lib.phases.compare import sequential
 from runbook_lib.phases.compare.raw import (
     ATTEMPTS_FILE,
@@ -107,16 +108,17 @@ COLD_COLUMNS = ["side", "start", "status", "total_s", "queue_s", "init_s", "exec
 """Columns of ``04/cold_starts_from_zero.csv``: one scale-from-zero start per row, seconds."""
 
 
-def wait_for_zero(client: ServingClient, *, timeout_s: float = SCALE_TO_ZERO_WAIT_S,
+def wait_for_zero(workers_now: Callable[[], Mapping[str, int]], *, timeout_s: float = SCALE_TO_ZERO_WAIT_S,
                   sleep: Callable[[float], None] = time.sleep) -> None:
-    """Wait until the endpoint reports no worker idle, running or initialising.
+    """Wait until ``workers_now()`` (an endpoint's worker counts by state, as its job API's
+    ``/health`` reports them) has no worker idle, running or initialising.
 
     Raises:
         ProviderTimeout: workers still up after ``timeout_s`` seconds (named, with their states).
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        workers = client.health()["workers"]
+        workers = workers_now()
         if workers.get("idle", 0) + workers.get("running", 0) + workers.get("initializing", 0) == 0:
             return
         if time.monotonic() > deadline:
@@ -128,13 +130,14 @@ def wait_for_zero(client: ServingClient, *, timeout_s: float = SCALE_TO_ZERO_WAI
 def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any]], meter: cost.SpendMeter,
                         stops: list[cost.SpendStop], *, expected_s: dict[str, float] | None = None,
                         sleep: Callable[[float], None] = time.sleep) -> list[TableRow]:
-    """``measure.cold_starts`` scale-from-zero starts per side when both sides are queue endpoints
-    (a load-balancing worker does not scale to zero, so there would be nothing to compare with),
-    alternating sides (S, T, T, S, ...), on a dedicated endpoint per side (one worker, none kept
-    running, idle timeout :data:`COLD_IDLE_TIMEOUT_S`), destroyed afterwards. Each start waits for
-    zero workers, then times one job from submission to answer, split as the endpoint reports it
-    (queue, init, inference) and, where its health report carries them, the worker's
-    initialisation parts. ``meter`` guards the spend limit: the endpoints are created only if
+    """``measure.cold_starts`` scale-from-zero starts per side when both sides scale to zero
+    (:func:`cold_start_sides`), alternating sides (S, T, T, S, ...), on a dedicated endpoint per
+    side (:func:`cold_start_plan`: one worker, none kept running), destroyed afterwards. Each start
+    waits for zero workers, then times one job from submission to answer, split as the endpoint
+    reports it (queue, init, inference) and, where its health report carries them, the worker's
+    initialisation parts. A team's service reports no init of its own: its queue (Runpod's
+    ``delayTime``; on Vast.ai the wait for ``/route/`` to name a worker) holds the worker's start,
+    and init is NaN. ``meter`` guards the spend limit: the endpoints are created only if
     every start, expected to take as long as that side's creation cold start (``expected_s``,
     seconds; a request timeout where unknown) plus the idle timeout, fits, and each start only if
     it still fits (refusals appended to ``stops``).
@@ -160,12 +163,12 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
         stops.append(stop)
         return []
     took: list[float] = []
+    counts: dict[str, Callable[[], Mapping[str, int]]] = {}
     try:
         for side in sides:
             ep = endpoints[side] = ctx.resources.apply_plan(side, cold_start_plan(ctx, side))
             meter.start(f"coldstart-{side}", rates[side])
-            clients[side] = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
-                                                                    clocks=job_clocks(m), mode=ep.mode)
+            clients[side], counts[side] = _cold_client(ctx, side, ep)
         for k in range(n):
             for side in (("source", "target") if k % 2 == 0 else ("target", "source")):
                 stop = meter.check(f"cold start {k} {side}", max(took, default=each[side]))
@@ -175,11 +178,12 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
 
                 def start(_a: int, side: str = side, k: int = k) -> TableRow:
                     c = clients[side]
-                    wait_for_zero(c, sleep=sleep)
+                    wait_for_zero(counts[side], sleep=sleep)
                     t0 = time.perf_counter()
                     job = c.runsync(payload)
                     total = time.perf_counter() - t0
-                    reported = c.health().get("cold_starts") or [{}]
+                    service = ctx.mig.workload.kind == "service"  # its health report has no init parts
+                    reported = ([{}] if service else c.health().get("cold_starts")) or [{}]
                     return {"side": side, "start": k, "status": served_status(job), "total_s": total,
                             **job_timings(job), **{p: float(reported[-1].get(p, math.nan)) for p in INIT_PARTS}}
 
@@ -238,19 +242,42 @@ def lost_measurements(attempts: list[Attempted[Any]]) -> dict[str, list[str]]:
 
 def cold_start_sides(ctx: PhaseContext) -> list[str]:
     """The sides whose cold starts from zero are measured: both, when ``measure.cold_starts`` is
-    above 0 and both sides are queue endpoints (a load-balancing worker does not scale to zero,
-    so there would be nothing to compare with); else none."""
-    if ctx.mig.workload.kind != "inference":  # a service pod does not scale to zero on the local provider
+    above 0 and both sides scale to zero: queue endpoints for an inference workload, Serverless
+    endpoints (Runpod or Vast.ai) for a service (a load-balancing worker, a pod or a live service
+    does not scale to zero, so there would be nothing to compare with); else none."""
+    if ctx.mig.workload.kind == "service":
+        sides = [side for side in ("source", "target") if pods.serverless(ctx.mig, side) is not None]
+    elif ctx.mig.workload.kind == "inference":
+        sides = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
+    else:
         return []
-    sides = [side for side in ("source", "target") if ctx.resources.profile(side).endpoint_mode == "queue"]
     return sides if ctx.mig.measure.cold_starts > 0 and len(sides) == 2 else []
 
 
 def cold_start_plan(ctx: PhaseContext, side: str) -> Plan:
     """The plan of ``side``'s cold-start endpoint: one worker, none kept running, idle timeout
-    :data:`COLD_IDLE_TIMEOUT_S` seconds."""
+    :data:`COLD_IDLE_TIMEOUT_S` seconds (a service's: :func:`runbook_lib.phases.service_pods.plan_endpoint`
+    with ``scale_to_zero_s``)."""
+    sv = pods.serverless(ctx.mig, side)
+    if ctx.mig.workload.kind == "service" and sv is not None:
+        return pods.plan_endpoint(ctx.resources, side, f"coldstart-{side}", sv, scale_to_zero_s=COLD_IDLE_TIMEOUT_S)
     return ctx.endpoints.plan(side, f"coldstart-{side}", workers=1, active_workers=0,
                                        idle_timeout_s=COLD_IDLE_TIMEOUT_S)
+
+
+def _cold_client(ctx: PhaseContext, side: str, ep: Endpoint) -> tuple[ServingClient, Callable[[], Mapping[str, int]]]:
+    """The client of ``side``'s cold-start endpoint and what counts its workers: the job API and
+    its ``/health`` for the runbook's own endpoint; the service's protocol client
+    (:func:`runbook_lib.phases.service_pods.side_client`) and
+    :func:`runbook_lib.phases.service_pods.endpoint_workers` for a service's."""
+    m = ctx.mig.measure
+    if ctx.mig.workload.kind == "service":
+        c: ServingClient = pods.side_client(ctx.resources, side, ep.url, timeout_s=m.request_timeout_s * 4,
+                                            project=ctx.resources.run.project, endpoint_id=ep.id)
+        return c, lambda: pods.endpoint_workers(ctx.resources, side, ep)
+    job = ctx.resources.provider(side).job_client(ep.id, ep.url, timeout_s=m.request_timeout_s * 4,
+                                                  clocks=job_clocks(m), mode=ep.mode)
+    return job, lambda: job.health()["workers"]
 
 
 def bench_plan(ctx: PhaseContext, side: str, tag: str) -> Plan:

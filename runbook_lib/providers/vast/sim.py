@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import threading
 import time
 import uuid
 from typing import Any
@@ -37,10 +38,12 @@ from runbook_lib.providers.vast.fake import FakeApi
 from runbook_lib.providers.vast.pyworker import signed_message
 from runbook_lib.providers.vast.wire import docker_env
 
-LIMITS: dict[str, float] = {"outbid_after_s": 3.0}
+LIMITS: dict[str, float] = {"outbid_after_s": 3.0, "serverless_idle_s": 2.0}
 """The waits a test or user may set when the simulator starts (seconds), with their defaults:
 ``outbid_after_s``, how long after it starts running an instance created under the ``create:
-outbid`` fault is outbid."""
+outbid`` fault is outbid; ``serverless_idle_s``, how long a Serverless worker of an endpoint with
+``min_load`` 0 may go without a routed request before the simulator's autoscaler stops it
+(Vast.ai's engine decides that from its own load history, which nothing here models)."""
 
 SCRIPTS: dict[str, frozenset[str]] = {
     "create": frozenset({"ok", "gone", "bid_fail", "rate", "created_then_502", "worker_crash", "outbid"}),
@@ -80,7 +83,13 @@ class SimApi(MachineBacked, FakeApi):
     among the account's instances. The autoscaler (``/route/``) hands out an idle worker's URL
     with the simulator's RSA signature of it (``/pubkey/`` serves the key); a worker is
     ``loading`` until its PyWorker listens (it listens once its server answers its health check
-    and it has the key), then ``idle``."""
+    and it has the key), then ``idle``. An endpoint with ``min_load`` 0 scales to zero: a worker
+    no request was routed to for ``serverless_idle_s`` (:data:`LIMITS`) is stopped (``stopped``,
+    Vast.ai's Inactive), and a ``/route/`` of positive cost finding no worker up starts a stopped
+    one, which loads as a new one does (docs.vast.ai "Worker states": Inactive is "created but
+    stopped"; "Serverless architecture": the engine activates inactive workers)."""
+
+    _scaling = threading.Lock()  # the autoscaler's answers run outside the API's lock, one at a time
 
     def answer(self, request: Any, body: Any) -> Any:
         self.base_url = f"{request.url.scheme}://{request.url.host}:{request.url.port}"
@@ -173,7 +182,8 @@ class SimApi(MachineBacked, FakeApi):
                        "--route", env.get("PYWORKER_ROUTE", "/"), "--pubkey-url", f"{self.base_url}/pubkey/",
                        "--ready-path", env.get("PYWORKER_HEALTHCHECK", "/"), "--command", json.dumps(stand_in)]
             workers[wid] = {"id": int(wid), "endpoint_id": row["endpoint_id"], "workergroup_id": row["id"],
-                            "url": f"http://{HOST}:{port}", "started_at": time.time()}
+                            "url": f"http://{HOST}:{port}", "started_at": time.time(), "routed_at": time.time(),
+                            "stopped": False}
             self.machines.start(wid, command, env)
 
     def workergroup_deleted(self, row: dict[str, Any]) -> list[int]:
@@ -185,10 +195,13 @@ class SimApi(MachineBacked, FakeApi):
         return [int(w) for w in gone]
 
     def _worker_status(self, w: dict[str, Any]) -> str:
+        if w.get("stopped"):
+            return "stopped"
         if self.machines.state(str(w["id"]))[0] != "RUNNING":
             return "error"
         try:
             with socket.create_connection((HOST, int(w["url"].rsplit(":", 1)[1])), timeout=0.5):
+                w.setdefault("ready_at", time.time())
                 return "idle"
         except OSError:
             return "loading"
@@ -207,6 +220,13 @@ class SimApi(MachineBacked, FakeApi):
                                                           serialization.PublicFormat.SubjectPublicKeyInfo)
             return httpx.Response(200, content=pem, headers={"content-type": "text/plain"})
         body = json.loads(request.content or b"{}")
+        with self._scaling:
+            return self._autoscaler(request, path, body)
+
+    def _autoscaler(self, request: Any, path: str, body: dict[str, Any]) -> Any:
+        import httpx
+
+        self._scale_down()
         workers = list(self.serverless.get("workers", {}).values())
         if path == "/get_endpoint_workers/":
             if request.headers.get("authorization") != f"Bearer {self.key}" and body.get("api_key") != self.key:
@@ -219,6 +239,9 @@ class SimApi(MachineBacked, FakeApi):
             return httpx.Response(401, json={"error": "invalid endpoint or api_key"})
         mine = [w for w in workers if w["endpoint_id"] == ep["id"]]
         ready = [w for w in mine if self._worker_status(w) == "idle"]
+        if not ready and float(body.get("cost") or 0) > 0 and \
+                not any(self._worker_status(w) == "loading" for w in mine):
+            self._activate(next((w for w in mine if w.get("stopped")), None))
         if not ready:
             counts: dict[str, int] = {}
             for w in mine:
@@ -226,7 +249,28 @@ class SimApi(MachineBacked, FakeApi):
             return self._json(200, {"endpoint": ep["endpoint_name"], "status": counts})
         self._reqnum = getattr(self, "_reqnum", 0) + 1
         w = ready[self._reqnum % len(ready)]
+        w["routed_at"] = time.time()
         signature = self.key_pair.sign(signed_message(w["url"]), padding.PKCS1v15(), hashes.SHA256())
         return self._json(200, {"endpoint": ep["endpoint_name"], "url": w["url"], "cost": body.get("cost", 100),
                                 "reqnum": self._reqnum, "request_idx": self._reqnum,
                                 "signature": base64.b64encode(signature).decode(), "__request_id": str(uuid.uuid4())})
+
+    def _scale_down(self) -> None:
+        """Stop each idle worker of a ``min_load`` 0 endpoint that no request was routed to for
+        ``serverless_idle_s`` (checked whenever the autoscaler is asked, which is when it could
+        be seen)."""
+        idle_s = self.limits["serverless_idle_s"]
+        for w in self.serverless.get("workers", {}).values():
+            ep = self.serverless.get("endptjobs", {}).get(str(w["endpoint_id"]), {})
+            if float(ep.get("min_load") or 0) == 0 and self._worker_status(w) == "idle" \
+                    and time.time() - max(w["routed_at"], w["ready_at"]) > idle_s:
+                self.machines.stop(str(w["id"]))
+                w["stopped"] = True
+
+    def _activate(self, w: dict[str, Any] | None) -> None:
+        """Start a stopped worker again (it loads, then serves, as a new one does)."""
+        if w is None:
+            return
+        self.machines.restart(str(w["id"]))
+        w.update(stopped=False, started_at=time.time(), routed_at=time.time())
+        w.pop("ready_at", None)
