@@ -774,6 +774,37 @@ class ServiceParity(_Model):
     min_exact_match: float = Field(default=0.9, ge=0, le=1)
 
 
+class ServiceDrills(_Model):
+    """What lets phase 04's job drills reach a team's ``runpod-handler`` service, which the runbook
+    cannot make fail from outside: each names something the team's handler already honours.
+
+    Attributes:
+        idempotency_key: the field of a job's ``input`` (top level) the handler keys its
+            idempotency record on. The ``redeliver`` drill sends one sample job twice under one
+            fresh key, as a platform delivers a job again (Runpod redelivers a job whose worker
+            was lost; Vast.ai's client resends a request that failed, ``retry=True``); empty:
+            the drill is NOT_APPLICABLE.
+        replayed: the path (:class:`JsonCheck` syntax) of the output field that is true when the
+            handler answered from its record rather than running the job; empty: only the two
+            answers are compared, and a handler that runs the job twice with the same answer
+            passes.
+        hang: a job ``input`` the handler keeps working on for longer than
+            ``drills.hang_timeout_s``. The ``hung_worker`` drill sends it with that execution
+            timeout (Runpod's per-job ``policy.executionTimeout``); None: NOT_APPLICABLE.
+    """
+
+    idempotency_key: str = Field(default="", max_length=128, pattern=r"^(|[A-Za-z_][A-Za-z0-9_.-]*)$")
+    replayed: str = Field(default="", max_length=256, pattern=r"^(|[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)$")
+    hang: Any = None
+
+    @model_validator(mode="after")
+    def _replayed_needs_a_key(self) -> "ServiceDrills":
+        if self.replayed and not self.idempotency_key:
+            raise ValueError("workload.service.drills.replayed names where the handler says it answered from its "
+                             "record, but idempotency_key is empty: name the input field the record is keyed on")
+        return self
+
+
 class Service(_Model):
     """``kind: service``: a team's own service, judged from outside over its own API. Phases run
     the image unchanged with its own command; no runbook code runs inside it.
@@ -820,6 +851,8 @@ class Service(_Model):
         tokenizer: a local directory holding the model's ``tokenizer.json`` (relative to the
             project), used to count output tokens when the server sends no ``usage``; empty:
             such a server's TPOT, ITL and goodput are recorded as not measurable.
+        drills: what phase 04's ``redeliver`` and ``hung_worker`` drills send a
+            ``runpod-handler`` service (:class:`ServiceDrills`).
     """
 
     image: str = Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")
@@ -845,6 +878,7 @@ class Service(_Model):
     max_answer_bytes: int = Field(default=10_000_000, ge=1024, le=1_000_000_000)
     max_gap_s: float = Field(default=10.0, gt=0, le=3600)
     tokenizer: str = Field(default="", max_length=1024)
+    drills: ServiceDrills = ServiceDrills()
 
     @field_validator("env")
     @classmethod
@@ -864,6 +898,14 @@ class Service(_Model):
         if ready is None or (isinstance(ready, dict) and "path" not in ready):
             out["readiness"] = {**(ready or {}), "path": READINESS_PATHS[out["protocol"]]}
         return out
+
+    @model_validator(mode="after")
+    def _drills_where_built(self) -> "Service":
+        d = self.drills
+        if (d.idempotency_key or d.hang is not None) and self.protocol != "runpod-handler":
+            raise ValueError(f"workload.service.drills is set for protocol {self.protocol!r}: the redeliver and "
+                             "hung_worker drills reach a service through a job API (runpod-handler) only; remove it")
+        return self
 
     @model_validator(mode="after")
     def _streams_where_built(self) -> "Service":

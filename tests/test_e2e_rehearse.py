@@ -160,4 +160,9 @@ def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(run_dir: Pa
     assert (zero["queue_s"] > 0.5 * zero["total_s"]).all() and (zero["execution_s"] < zero["total_s"]).all()
     cold = next(d for d in receipt["acceptance_deltas"] if d["gate"] == "cold_start_ratio")
     assert cold["source"] == zero[zero["side"] == "source"]["total_s"].median()
-    assert [d["drill"] for d in receipt["drills"]] == ["spend_limit"]
+    # the job drills that reach a handler: redelivery under its idempotency key, through the PyWorker
+    drills = {d["drill"]: d for d in receipt["drills"]}
+    assert [(n, d["verdict"]) for n, d in drills.items()] == [("spend_limit", "PASS"), ("redeliver", "PASS"),
+                                                              ("hung_worker", "NOT_APPLICABLE")]
+    assert "replayed: first False, second True" in drills["redeliver"]["observation"]
+    assert "Vast.ai Serverless endpoint sets no execution timeout" in drills["hung_worker"]["observation"]

@@ -33,9 +33,16 @@ def _params(tmp_path: Path, **over: Any) -> Path:
 
 
 @pytest.mark.parametrize(("over", "says"), [
-    ({"workload": {"service": {"protocol": "http-json"}}},
+    ({"workload": {"service": {"protocol": "http-json", "drills": {"idempotency_key": "", "replayed": "",
+                                                                    "hang": None}}}},
      r"source.serverless runs a team's Runpod handler .* on a Runpod Serverless queue endpoint; this workload is "
      r"protocol 'http-json'"),
+    ({"workload": {"service": {"protocol": "http-json"}}},
+     r"workload.service.drills is set for protocol 'http-json': the redeliver and hung_worker drills reach a service "
+     r"through a job API \(runpod-handler\) only"),
+    ({"workload": {"service": {"drills": {"idempotency_key": ""}}}},
+     r"workload.service.drills.replayed names where the handler says it answered from its record, but "
+     r"idempotency_key is empty"),
     ({"workload": {"service": {"private_image": True, "registry_credential": "REG"}}},
      r"source.serverless with a private image: the runbook sends no registry login for a Runpod Serverless queue "
      r"endpoint \(POST /v2/serverless has no registry field"),

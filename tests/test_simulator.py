@@ -417,3 +417,88 @@ def test_a_handler_endpoints_worker_that_dies_holding_a_job_is_replaced_and_the_
     finally:
         prov.close()
         srv.close()
+
+
+DRILL_HANDLER = """
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+records = {}
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self):
+        job = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["input"]
+        key = job.get("request_id")
+        if key in records:
+            out = {**records[key], "replayed": True}
+        else:
+            time.sleep(job.get("hold_s", 0))
+            out = {"twice": job["n"] * 2}
+            if key:
+                records[key] = out
+                out = {**out, "replayed": False}
+        data = json.dumps({"id": "local", "status": "COMPLETED", "output": out}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_handlers_job_drills_pass_where_it_honours_them_and_fail_where_it_does_not(tmp_path: Path) -> None:
+    """Phase 04's job drills against a team's handler on a Runpod Serverless endpoint (the
+    simulator's front door, the handler's stand-in behind it): one job delivered twice under one
+    idempotency key is answered from the handler's record (PASS), and FAILs when the handler does
+    not mark the replay where params say; a job the handler keeps working on is ended TIMED_OUT
+    by its per-job execution timeout and the next job is served (PASS), and a job that finishes
+    inside the timeout FAILs the drill."""
+    from runbook_lib.phases.compare.drills import hung_then_served, redelivered
+    from runbook_lib.providers.base import EndpointSpec
+    from runbook_lib.service.protocols import client_for
+
+    image = "ghcr.io/example/handler:1"
+    (tmp_path / "handler.py").write_text(DRILL_HANDLER)
+    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY,
+                   stand_ins={image: ["python", str(tmp_path / "handler.py"), "{port}"]})
+    prof = PARAMS.source.model_copy(update={"api_url": srv.url, "job_api_url": srv.url})
+    prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
+    svc = load_params(ROOT / "params" / "runpod-serverless-to-vast-handler.yaml").workload.service
+    assert svc is not None
+
+    def golden(out: Any) -> bool:
+        return bool(out == {"twice": 6})
+
+    try:
+        spec = EndpointSpec(name="handler", params_path="", side="target", workers=1, price_usd_per_hour=0.5,
+                            labels=(("run_id", "drills"),), image=image, gpu_types=("ADA_24",), active_workers=1,
+                            execution_timeout_s=60.0, service=True)
+        plan = prov.plan_endpoint(spec, dry_run=False)
+        ep = prov.apply(plan, _ok(plan))
+        kw: dict[str, Any] = {"headers": prov.job_api_headers(), "readiness": ("/health", 200)}  # type: ignore[attr-defined]
+        with client_for(svc, ep.url, timeout_s=60, **kw) as c, \
+                client_for(svc, ep.url, timeout_s=60, policy={"executionTimeout": 1000}, **kw) as hang:
+            ok = redelivered(c, {"n": 3}, key_field="request_id", key="k-1", replayed="replayed", matches=golden)
+            assert ok.verdict == "PASS" and "replayed: first False, second True" in ok.observation
+            unmarked = redelivered(c, {"n": 3}, key_field="request_id", key="k-2", replayed="cached", matches=golden)
+            assert unmarked.verdict == "FAIL" and "runs twice" in unmarked.observation
+            wrong = redelivered(c, {"n": 3}, key_field="request_id", key="k-3", replayed="replayed",
+                                matches=lambda out: False)
+            assert wrong.verdict == "FAIL" and "does not match the golden" in wrong.observation
+            hung = hung_then_served(hang, {"n": 1, "hold_s": 30}, c, {"n": 3}, limit_s=1.0, matches=golden)
+            assert hung.verdict == "PASS" and "TIMED_OUT by the endpoint" in hung.observation, hung.observation
+            quick = hung_then_served(hang, {"n": 1, "hold_s": 0.1}, c, {"n": 3}, limit_s=1.0, matches=golden)
+            assert quick.verdict == "FAIL" and "hung job COMPLETED" in quick.observation
+    finally:
+        prov.close()
+        srv.close()

@@ -43,7 +43,7 @@ from runbook_lib.providers.vast import PYWORKER_ENV
 from runbook_lib.providers.vast import search_params as vast_search_params
 from runbook_lib.secret_refs import resolve
 from runbook_lib.service.pacing import Pacer, pacer_for
-from runbook_lib.service.protocols import ServiceClient, VastRouted, client_for, peek
+from runbook_lib.service.protocols import JobPolicy, ServiceClient, VastRouted, client_for, peek
 
 SERVICE_ROLE_PREFIX = "service-"
 """Role label prefix of the pods phases 01 and 03 launch (phase 04's are ``endpoint-<side>``)."""
@@ -330,16 +330,21 @@ def job_api_headers(res: Resources, side: str) -> dict[str, str]:
 
 
 def side_client(res: Resources, side: str, url: str, *, timeout_s: float, project: Any = None,
-                endpoint_id: str = "") -> ServiceClient:
+                endpoint_id: str = "", policy: JobPolicy | None = None) -> ServiceClient:
     """The protocol's client of ``side``'s service at ``url``: a pod's port, a Runpod Serverless
     endpoint's job API with the provider's key (:func:`job_api_headers`), or a Vast.ai Serverless
     endpoint ``endpoint_id`` through its autoscaler and PyWorker
     (:class:`~runbook_lib.service.protocols.VastRouted`, with the endpoint's own key, read now).
+    ``policy``: Runpod's per-job execution policy (a Runpod Serverless side only).
 
     Raises:
         NotFound: the Vast.ai endpoint is gone. AuthError: the provider's key is not set.
+        ProviderError: ``policy`` for a side that is not a Runpod Serverless endpoint.
     """
     sv = serverless(res.mig, side)
+    if policy is not None and not isinstance(sv, RunpodServerless):
+        raise ProviderError(f"the {side}'s service has no job execution policy (only a Runpod Serverless endpoint's "
+                            "job API takes one)")
     if isinstance(sv, VastServerless):
         prov = res.provider(side)
         name, key = prov.route_auth(endpoint_id)  # type: ignore[attr-defined]
@@ -348,7 +353,7 @@ def side_client(res: Resources, side: str, url: str, *, timeout_s: float, projec
     endpoint = sv is not None
     return client_for(service_of(res.mig), url, timeout_s=timeout_s, project=project,
                       headers=job_api_headers(res, side) or None,
-                      readiness=(ENDPOINT_READINESS, 200) if endpoint else None)
+                      readiness=(ENDPOINT_READINESS, 200) if endpoint else None, policy=policy)
 
 
 def wait_ready(res: Resources, side: str, pod: Pod | Endpoint, *, started: float,

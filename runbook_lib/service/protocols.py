@@ -41,7 +41,7 @@ import time
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TypedDict
 
 import httpx
 
@@ -710,6 +710,14 @@ class HttpJson(ServiceClient):
         return {"status": "COMPLETED", "output": data}
 
 
+class JobPolicy(TypedDict, total=False):
+    """Runpod's per-job execution policy, milliseconds (``policy`` of ``/run`` and ``/runsync``,
+    docs/reference/providers.md 2.2): ``executionTimeout`` (min 5 s, max 7 days) and ``ttl``."""
+
+    executionTimeout: int
+    ttl: int
+
+
 class RunpodHandler(ServiceClient):
     """``runpod-handler``: a Runpod Serverless worker as the official ``runpod`` SDK runs it, over
     its job API: ``POST /runsync`` with ``{"input": <sample>}``; a job still ``IN_QUEUE`` or
@@ -733,6 +741,13 @@ class RunpodHandler(ServiceClient):
     protocol = "runpod-handler"
     POLL_S = 0.05
 
+    def __init__(self, service: Service, url: str, *, policy: JobPolicy | None = None, **kw: Any) -> None:
+        """``policy``: Runpod's per-job execution policy sent with every job (``executionTimeout``
+        in ms, ``ttl``; docs/reference/providers.md 2.4); None: the endpoint's own. The other
+        arguments as :class:`ServiceClient` takes them."""
+        super().__init__(service, url, **kw)
+        self.policy = policy
+
     def _job(self, w: _Watch, method: str, path: str, **kw: Any) -> dict[str, Any] | _Failed:
         with self._open(w, method, path, **kw) as resp:
             if resp.status_code == 405 and path.startswith("/status/"):
@@ -747,7 +762,8 @@ class RunpodHandler(ServiceClient):
         return data
 
     def _call(self, payload: Any, t0: float, w: _Watch) -> dict[str, Any]:
-        job = self._job(w, "POST", "/runsync", json={"input": payload})
+        body: dict[str, Any] = {"input": payload} if self.policy is None else {"input": payload, "policy": self.policy}
+        job = self._job(w, "POST", "/runsync", json=body)
         if self.server_header and not isinstance(job, _Failed) and job.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
             return failed("TIMED_OUT", "status poll",
                           f"{self.where()}: job {job.get('id')} was still {job.get('status')} when /runsync returned; "
@@ -899,11 +915,20 @@ def listed_models(body: str) -> list[str]:
 
 def client_for(service: Service, url: str, *, timeout_s: float = 60.0, project: Path | None = None,
                server_header: str = "", max_connections: int = 100, pacer: Pacer | None = None,
-               headers: dict[str, str] | None = None, readiness: tuple[str, int] | None = None) -> ServiceClient:
+               headers: dict[str, str] | None = None, readiness: tuple[str, int] | None = None,
+               policy: JobPolicy | None = None) -> ServiceClient:
     """The client of ``service.protocol`` on ``url``; ``timeout_s`` is each request's deadline;
     ``server_header``, ``max_connections``, ``pacer``, ``headers`` and ``readiness`` as
-    :class:`ServiceClient` takes them."""
-    cls: type[ServiceClient] = {"openai-chat": OpenAIChat, "runpod-handler": RunpodHandler}.get(service.protocol,
-                                                                                                HttpJson)
-    return cls(service, url, timeout_s=timeout_s, project=project, server_header=server_header,
-               max_connections=max_connections, pacer=pacer, headers=headers, readiness=readiness)
+    :class:`ServiceClient` takes them, ``policy`` as :class:`RunpodHandler` does (another
+    protocol has no job policy: it must be None).
+
+    Raises:
+        ValueError: ``policy`` given for a protocol that is not ``runpod-handler``.
+    """
+    kw: dict[str, Any] = dict(timeout_s=timeout_s, project=project, server_header=server_header,
+                              max_connections=max_connections, pacer=pacer, headers=headers, readiness=readiness)
+    if service.protocol == "runpod-handler":
+        return RunpodHandler(service, url, policy=policy, **kw)
+    if policy is not None:
+        raise ValueError(f"a {service.protocol} service has no job policy to send")
+    return (OpenAIChat if service.protocol == "openai-chat" else HttpJson)(service, url, **kw)

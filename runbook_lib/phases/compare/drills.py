@@ -20,6 +20,14 @@ limits, and output durability"):
   offer search; the plan takes the next qualifying offer under the unchanged requirements, or
   delays when none qualifies (planned, not rented: phase 03's capacity tries rent fallbacks).
 
+A team's ``runpod-handler`` service cannot be made to fail from outside, so its ``redeliver`` and
+``hung_worker`` drills send what its params say the handler honours
+(:class:`runbook_lib.params.ServiceDrills`): one sample job twice under one fresh idempotency key
+(:func:`redelivered`; the same job as a platform delivers it again), and a job the handler keeps
+working on, with the drill's execution timeout as Runpod's per-job policy (:func:`hung_then_served`;
+a Runpod Serverless target only: a pod's SDK API and a Vast.ai endpoint have no execution
+timeout). Undeclared, each is NOT_APPLICABLE with what to declare.
+
 A drill whose property the target does not have (a ``load_balancing`` endpoint has no job API
 to redeliver, time out or record jobs; a local target that declares no offers is this one
 machine; a training job has no endpoint to send a request to; a team's service has no worker of
@@ -33,9 +41,11 @@ the local provider withdraws the first-ranked one.
 from __future__ import annotations
 
 import json
+import math
 import time
+import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -45,12 +55,16 @@ from runbook_lib.evidence.records import DrillRow, Offers
 from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.measure import cost
 from runbook_lib.measure.timing import JobAnswer, JobClient, JobClocks, ServingClient, served_status
-from runbook_lib.params import LiveProfile, RemoteProfile
+from runbook_lib.params import LiveProfile, RemoteProfile, RunpodServerless
 from runbook_lib.phases import PhaseContext, Shown, md, table
+from runbook_lib.phases import service_pods as pods
 from runbook_lib.phases.compare.judge import Measurement
 from runbook_lib.phases.compare.raw import Measured
-from runbook_lib.phases.serving import Served, serving_for
+from runbook_lib.phases.serving import Served, ServiceServing, serving_for
 from runbook_lib.providers.offers import filter_offers
+from runbook_lib.service.compare import MISSING, at_path
+from runbook_lib.service.compare import compare as compare_service
+from runbook_lib.service.protocols import JobPolicy, ServiceClient
 from runbook_lib.workload import make_workload
 from runbook_lib.workload.records import DRILL_KEY, JobRecords
 
@@ -77,6 +91,16 @@ SERVICE_NOT_APPLICABLE: dict[str, str] = {
 (``kind: service``): recorded NOT_APPLICABLE with this reason, never a PASS. Kill-and-recover is
 phase 03's ``recovery`` gate; ``spend_limit`` and ``preferred_offer_removed`` run as for any
 workload."""
+SERVICE_EXPECTATIONS: dict[str, str] = {
+    "redeliver": "one job delivered twice under one idempotency key, as a platform delivers it again: both "
+                 "COMPLETED with the golden answer, the second the first's, answered from the handler's record",
+    "hung_worker": "a job the handler keeps working on ends TIMED_OUT at its execution timeout, and the next job is "
+                   "served with the golden answer",
+}
+"""What a service's job drills expect, in place of :data:`EXPECTATIONS` (its job is the team's)."""
+RUNPOD_MIN_EXECUTION_TIMEOUT_S = 5.0
+"""The shortest per-job ``policy.executionTimeout`` Runpod takes, seconds (docs/reference/providers.md
+2.4, Timeouts/TTL: "min 5 s")."""
 HUNG_GRACE_S = 10.0
 """Seconds past ``drills.hang_timeout_s`` the hung job may take to be reported TIMED_OUT (the
 endpoint's reaper interval and one status poll)."""
@@ -136,6 +160,14 @@ class _Target:
         if not isinstance(c, JobClient):
             raise ProviderError(f"endpoint {self.id} answered with a {type(c).__name__}, not a job API")
         return c
+
+    def service_client(self, *, timeout_s: float | None = None, policy: JobPolicy | None = None) -> ServiceClient:
+        """A team's service's protocol client on the target (each request's deadline ``timeout_s``,
+        default ``measure.request_timeout_s``; ``policy`` as
+        :func:`runbook_lib.phases.service_pods.side_client` takes it)."""
+        m = self.ctx.mig.measure
+        return pods.side_client(self.ctx.resources, "target", self.url, timeout_s=timeout_s or m.request_timeout_s,
+                                project=self.ctx.resources.run.project, endpoint_id=self.id, policy=policy)
 
     def serving_client(self) -> ServingClient:
         """The endpoint's client in its own mode (a job API, a load-balancing worker, or a service
@@ -224,6 +256,120 @@ def _spend_limit(ctx: PhaseContext, t: _Target, meter: cost.SpendMeter) -> Drill
     return Drilled("PASS" if stop is not None and not sent and not moved else "FAIL", seen)
 
 
+def _without(value: Any, path: str) -> Any:
+    """``value`` with the field at dotted ``path`` left out (a copy; ``value`` as it is when absent)."""
+    if not path or not isinstance(value, dict):
+        return value
+    head, _, rest = path.partition(".")
+    if head not in value:
+        return value
+    out = dict(value)
+    if rest:
+        out[head] = _without(out[head], rest)
+    else:
+        del out[head]
+    return out
+
+
+def redelivered(c: ServingClient, job_input: Mapping[str, Any], *, key_field: str, key: str, replayed: str,
+                matches: Callable[[Any], bool]) -> Drilled:
+    """Send ``job_input`` with ``key_field`` = ``key`` twice through ``c`` and judge the second
+    delivery: both COMPLETED, both answers equal (``replayed``'s field left out) and accepted by
+    ``matches`` (the golden comparison), and, where ``replayed`` names the handler's own marker
+    (a dotted output path), the first not answered from its record and the second answered from
+    it. Returns the drill's verdict and observation."""
+    job = {**job_input, key_field: key}
+    first, second = c.runsync(job), c.runsync(job)
+    s1, s2 = served_status(first), served_status(second)
+    seen = f"{key_field}={key}: first delivery {s1} in {first.get('execution_s', math.nan):.2f} s, second {s2}"
+    if s1 != "COMPLETED" or s2 != "COMPLETED":
+        bad = first if s1 != "COMPLETED" else second
+        return Drilled("FAIL", f"{seen}: {bad.get('error', '')}"[:400])
+    o1, o2 = first.get("output"), second.get("output")
+    if replayed:
+        r1, r2 = at_path(o1, replayed), at_path(o2, replayed)
+        seen += f"; {replayed}: first {r1 if r1 is not MISSING else 'absent'}, second {r2 if r2 is not MISSING else 'absent'}"
+        if r2 is not True:
+            return Drilled("FAIL", f"{seen}: the handler ran the second delivery again instead of answering from its "
+                                   "record, so a job the platform delivers twice runs twice")
+        if r1 is True:
+            return Drilled("FAIL", f"{seen}: the first delivery of a fresh key was already answered from a record")
+    if _without(o1, replayed) != _without(o2, replayed):
+        return Drilled("FAIL", f"{seen}: the second answer differs from the first: {str(o2)[:160]} vs {str(o1)[:160]}")
+    if not matches(_without(o1, replayed)):
+        return Drilled("FAIL", f"{seen}: the answer does not match the golden: {str(o1)[:200]}")
+    return Drilled("PASS", f"{seen}; the same answer, the golden's" +
+                   ("" if replayed else " (the handler reports no replay marker: workload.service.drills.replayed)"))
+
+
+def hung_then_served(hang: ServingClient, hang_input: Any, nxt: ServingClient, next_input: Any, *, limit_s: float,
+                     matches: Callable[[Any], bool]) -> Drilled:
+    """Send ``hang_input`` through ``hang`` (whose jobs carry an execution timeout of ``limit_s``
+    seconds) and judge it: the endpoint ends it TIMED_OUT (the job's own status, not the client's
+    deadline) within ``limit_s`` + :data:`HUNG_GRACE_S`; then ``next_input`` through ``nxt`` is
+    COMPLETED and accepted by ``matches``. Returns the drill's verdict and observation."""
+    t0 = time.perf_counter()
+    hung = hang.runsync(hang_input)
+    hung_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    then = nxt.runsync(next_input)
+    then_s = time.perf_counter() - t1
+    by_endpoint = served_status(hung) == "TIMED_OUT" and hung.get("stage") == "body"
+    seen = (f"hung job {served_status(hung)}{' by the endpoint' if by_endpoint else ''} after {hung_s:.1f} s "
+            f"(execution timeout {limit_s:g} s); next job {served_status(then)} in {then_s:.1f} s")
+    if not by_endpoint or hung_s > limit_s + HUNG_GRACE_S:
+        return Drilled("FAIL", f"{seen}: the execution timeout did not end the hung job in time "
+                               f"({str(hung.get('error', ''))[:160]})")
+    if served_status(then) != "COMPLETED" or not matches(then.get("output")):
+        return Drilled("FAIL", f"{seen}: the endpoint did not serve the next job after the timeout "
+                               f"({str(then.get('error') or then.get('output'))[:160]})")
+    return Drilled("PASS", seen)
+
+
+def _service_drill(ctx: PhaseContext, name: str, t: _Target) -> Drilled:
+    """``redeliver`` or ``hung_worker`` against the target's ``runpod-handler`` service, from what
+    ``workload.service.drills`` declares (the module docstring says how); else NOT_APPLICABLE."""
+    svc = pods.service_of(ctx.mig)
+    d = svc.drills
+    serving = serving_for(ctx)
+    assert isinstance(serving, ServiceServing)  # a service's drills
+    idx, payload = serving.request_inputs(1, seed=4000)[0]
+    golden = serving.golden()[idx]
+
+    def matches(output: Any) -> bool:
+        return compare_service(svc, golden, output).match
+
+    if name == "redeliver":
+        if not d.idempotency_key:
+            return Drilled("NOT_APPLICABLE", f"{SERVICE_NOT_APPLICABLE['redeliver']} (declare "
+                                             "workload.service.drills.idempotency_key, the input field the handler "
+                                             "keys its record on, to run it)")
+        if not isinstance(payload, dict):
+            return Drilled("NOT_APPLICABLE", f"sample input {idx} is not a JSON object: no field can carry the "
+                                             "idempotency key")
+        with t.service_client() as c:
+            return redelivered(c, payload, key_field=d.idempotency_key, key=f"runbook-drill-{uuid.uuid4().hex[:12]}",
+                               replayed=d.replayed, matches=matches)
+    sv = pods.serverless(ctx.mig, "target")
+    if not isinstance(sv, RunpodServerless):
+        where = ("a Vast.ai Serverless endpoint sets no execution timeout on a request" if sv is not None else
+                 "the handler's SDK HTTP API on a pod sets no execution timeout on a job")
+        return Drilled("NOT_APPLICABLE", f"not applicable to this target: {where}; a hung request holds its worker "
+                                         "until the caller gives up (measure.request_timeout_s), a failed request in "
+                                         "phases 03-05")
+    if d.hang is None:
+        return Drilled("NOT_APPLICABLE", "declare workload.service.drills.hang, a job input the handler keeps working "
+                                         "on longer than drills.hang_timeout_s, to run it")
+    limit = max(ctx.mig.drills.hang_timeout_s, RUNPOD_MIN_EXECUTION_TIMEOUT_S)
+    with t.service_client(timeout_s=limit + HUNG_GRACE_S + ctx.mig.measure.request_timeout_s,
+                          policy={"executionTimeout": int(limit * 1000)}) as hang, t.service_client() as nxt:
+        out = hung_then_served(hang, d.hang, nxt, payload, limit_s=limit, matches=matches)
+    if limit > ctx.mig.drills.hang_timeout_s:
+        out = Drilled(out.verdict, f"{out.observation} (drills.hang_timeout_s {ctx.mig.drills.hang_timeout_s:g} s "
+                                   f"raised to Runpod's minimum per-job timeout)")
+    return out
+
+
 def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], Any]) -> cost.SpendStop | None:
     """Run ``fn`` only when ``step`` (``est_s`` seconds) fits under the meter's limit; returns the
     stop record when it was refused (:meth:`runbook_lib.measure.cost.SpendMeter.check`), else None."""
@@ -296,6 +442,9 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
             elif name == "spend_limit":
                 out = _spend_limit(ctx, endpoint, raw.meter) if endpoint is not None and raw.meter is not None \
                     else Drilled("NOT_APPLICABLE", no_jobs)
+            elif mode == "service" and name in SERVICE_EXPECTATIONS and endpoint is not None \
+                    and pods.service_of(ctx.mig).protocol == "runpod-handler":
+                out = _service_drill(ctx, name, endpoint)
             elif mode == "service":
                 out = Drilled("NOT_APPLICABLE", SERVICE_NOT_APPLICABLE[name])
             elif target is None:
@@ -305,18 +454,19 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
                        "output_durability": _output_durability}[name](ctx, target)
         except (ProviderError, RunbookError) as exc:  # the drill could not be carried out: not a verdict on the target
             out = Drilled("INCONCLUSIVE", f"the drill could not run: {type(exc).__name__}: {exc}"[:400])
-        rows.append(DrillRow(drill=name, expectation=EXPECTATIONS[name], observation=out.observation,
+        expected = SERVICE_EXPECTATIONS.get(name, EXPECTATIONS[name]) if mode == "service" else EXPECTATIONS[name]
+        rows.append(DrillRow(drill=name, expectation=expected, observation=out.observation,
                              verdict=out.verdict, blocking=name in blocking, seconds=round(time.perf_counter() - t0, 3)))
         source = "params drills.blocking" if name in blocking else "scored: not in params drills.blocking"
         if out.verdict == "NOT_APPLICABLE":
             results.append(g.not_applicable(f"drill_{name}", name in blocking, out.observation,
-                                            threshold=EXPECTATIONS[name], unit="", method="fault drill against the target",
+                                            threshold=expected, unit="", method="fault drill against the target",
                                             phase="04", source=source))
             continue
         results.append(g.GateResult(f"drill_{name}", out.verdict, name in blocking, out.observation,  # type: ignore[arg-type]
-                                    EXPECTATIONS[name], "", "fault drill against the target",
+                                    expected, "", "fault drill against the target",
                                     f"{out.observation}" if out.verdict == "PASS" else
-                                    f"expected: {EXPECTATIONS[name]}; observed: {out.observation}",
+                                    f"expected: {expected}; observed: {out.observation}",
                                     source=source, phase="04"))
     ctx.evidence.write_json("04/drills.json", rows)
     ctx.evidence.add_gates(*results)
