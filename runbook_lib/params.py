@@ -359,40 +359,45 @@ class RemoteProfile(ProfileBase):
         return True
 
 
-class RunpodServerless(_Model):
-    """A Runpod Serverless endpoint that serves this side's service (``workload.kind: service``
-    with ``protocol: runpod-handler``): the team's handler image as Runpod runs it, its queue fed
-    by the job API (``https://api.runpod.ai/v2/{endpoint_id}/runsync``, the Runpod API key as
-    Bearer auth) instead of a pod's ``--rp_serve_api`` port. The endpoint's scaling is the
-    profile's: ``workers`` is ``workers.max``, ``active_workers`` ``workers.min`` (None: 0, scale
-    to zero), ``idle_timeout_s`` ``workers.idleTimeout``, ``gpu_priority`` the GPU pools
-    (REST v2 ``POST /v2/serverless``, docs/reference/providers.md 2.2).
+LB_MAX_REQUEST_S = 330.0
+"""The longest request a Runpod load-balancing endpoint serves before it answers 524, seconds
+(docs.runpod.io/serverless/load-balancing/overview: "longer than 5.5 minutes")."""
+LB_PING = "/ping"
+"""A Runpod load-balancing worker's health route, on port ``PORT_HEALTH``: 200 healthy, 204
+initializing, anything else unhealthy (the same page)."""
 
-    The endpoint runs the image's own entry point (its handler calling
-    ``runpod.serverless.start``): ``POST /v2/serverless`` takes no command, so
+
+class RunpodServerless(_Model):
+    """A Runpod Serverless endpoint that serves this side's service (``workload.kind: service``),
+    created with REST v2 ``POST /v2/serverless`` (docs/reference/providers.md 2.2) from the team's
+    image. The endpoint's scaling is the profile's: ``workers`` is ``workers.max``,
+    ``active_workers`` ``workers.min`` (None: 0, scale to zero), ``idle_timeout_s``
+    ``workers.idleTimeout``, ``gpu_priority`` the GPU pools.
+
+    * ``QUEUE`` (``protocol: runpod-handler``): the team's handler image as Runpod runs it, its
+      queue fed by the job API (``https://api.runpod.ai/v2/{endpoint_id}/runsync``, the Runpod API
+      key as Bearer auth) instead of a pod's ``--rp_serve_api`` port.
+    * ``LOAD_BALANCER`` (``openai-chat`` or ``http-json``): Runpod routes each HTTP request
+      straight to a worker's server at ``https://{endpoint_id}.api.runpod.ai/<path>`` (the same
+      Bearer auth), no queue and no retries; a worker gets requests once ``GET /ping`` on its
+      ``PORT_HEALTH`` answers 200 (:data:`LB_PING`), and the endpoint sets ``PORT`` and
+      ``PORT_HEALTH`` to ``workload.service.port``. A request longer than 5.5 min is cut (524).
+
+    The endpoint runs the image's own entry point: ``POST /v2/serverless`` takes no command, so
     ``workload.service.command`` applies to pod sides only, and the launch record says so.
 
     Attributes:
-        type: ``QUEUE`` (jobs through ``/run``, ``/runsync`` and ``/status/{id}``). Runpod's
-            ``LOAD_BALANCER`` endpoints are not built for a service yet, and are refused by name.
-        execution_timeout_s: the endpoint's ``timeout``: a job running longer is TIMED_OUT and its
-            worker replaced, seconds (Runpod: 5 s to 7 days).
+        type: ``QUEUE`` or ``LOAD_BALANCER`` (above).
+        execution_timeout_s: the endpoint's ``timeout``: a queue job running longer is TIMED_OUT
+            and its worker replaced, seconds (Runpod: 5 s to 7 days); sent for a load-balancing
+            endpoint too, whose requests Runpod cuts at 5.5 min whatever it says.
         flashboot: Runpod's ``flashboot`` setting (``OFF``, ``FLASHBOOT``,
             ``PRIORITY_FLASHBOOT``), sent as is and frozen as Runpod reports it.
     """
 
-    type: Literal["QUEUE"] = "QUEUE"
+    type: Literal["QUEUE", "LOAD_BALANCER"] = "QUEUE"
     execution_timeout_s: float = Field(default=600.0, ge=5, le=7 * 86_400)
     flashboot: Literal["OFF", "FLASHBOOT", "PRIORITY_FLASHBOOT"] = "OFF"
-
-    @field_validator("type", mode="before")
-    @classmethod
-    def _queue_only(cls, v: Any) -> Any:
-        if v == "LOAD_BALANCER":
-            raise ValueError("Runpod LOAD_BALANCER endpoints are not built for a service yet: a service runs on a "
-                             "QUEUE endpoint (protocol runpod-handler) or on a pod (openai-chat, http-json, served "
-                             "through the pod's HTTP proxy); set type: QUEUE or remove serverless")
-        return v
 
 
 class RunpodProfile(RemoteProfile):
@@ -407,6 +412,8 @@ class RunpodProfile(RemoteProfile):
             else ``https://api.runpod.ai``.
         proxy_url: a pod's HTTP port through Runpod's proxy, with ``{pod_id}`` and ``{port}``;
             empty: ``RUNBOOK_RUNPOD_PROXY_URL``, else ``https://{pod_id}-{port}.proxy.runpod.net``.
+        lb_url: a load-balancing endpoint's base URL, with ``{endpoint_id}``; empty:
+            ``RUNBOOK_RUNPOD_LB_URL``, else ``https://{endpoint_id}.api.runpod.ai``.
     """
 
     provider: Literal["runpod"] = "runpod"
@@ -414,6 +421,7 @@ class RunpodProfile(RemoteProfile):
     runpod_graphql_spot: bool = False
     job_api_url: str = Field(default="", pattern=r"^(|https?://[^\s]+)$")
     proxy_url: str = Field(default="", pattern=r"^(|https?://[^\s]*\{pod_id\}[^\s]*)$")
+    lb_url: str = Field(default="", pattern=r"^(|https?://[^\s]*\{endpoint_id\}[^\s]*)$")
 
     @model_validator(mode="after")
     def _spot_needs_graphql(self) -> "RunpodProfile":
@@ -1571,15 +1579,22 @@ class Migration(_Model):
             sv = getattr(prof, "serverless", None)
             if sv is None:
                 continue
+            lb = isinstance(sv, RunpodServerless) and sv.type == "LOAD_BALANCER"
             where = "a Vast.ai Serverless endpoint" if isinstance(prof, VastProfile) else \
-                "a Runpod Serverless queue endpoint"
-            if svc is None or svc.protocol != "runpod-handler":
+                "a Runpod Serverless load-balancing endpoint" if lb else "a Runpod Serverless queue endpoint"
+            if svc is None or (svc.protocol == "runpod-handler") == lb:
                 raise ValueError(
-                    f"{side}.serverless runs a team's Runpod handler (workload.kind service, protocol runpod-handler) "
-                    f"on {where}; this workload is "
+                    f"{side}.serverless runs "
+                    + ("a team's HTTP server (workload.kind service, protocol openai-chat or http-json)" if lb else
+                       "a team's Runpod handler (workload.kind service, protocol runpod-handler)")
+                    + f" on {where}; this workload is "
                     + (f"kind {self.workload.kind!r}" if svc is None else f"protocol {svc.protocol!r}")
                     + (". An inference workload's endpoint follows endpoint_mode: remove serverless" if svc is None
-                       else f", which {where} is not built to serve here: remove serverless to run it on a pod"))
+                       else f", which {where} is not built to serve here: "
+                       + ("set type: QUEUE (a handler's job API), or remove serverless to run it on a pod" if lb else
+                          "set type: LOAD_BALANCER (an HTTP server behind Runpod's load balancer), or remove "
+                          "serverless to run it on a pod" if isinstance(prof, RunpodProfile) else
+                          "remove serverless to run it on a pod")))
             if isinstance(prof, VastProfile) and side == "source":
                 raise ValueError("source.serverless on Vast.ai: a Vast.ai Serverless endpoint is built as a target "
                                  "only (the service moves onto it); give the source a pod, a Runpod endpoint or a "
@@ -1620,6 +1635,16 @@ class Migration(_Model):
                                  "onstart, in front of which the PyWorker forwards requests; it is empty, so nothing "
                                  "would start the service's server. Give the command that serves "
                                  f"{sv.pyworker.route} on workload.service.port")
+        elif sv.type == "LOAD_BALANCER":
+            if svc.readiness.path != LB_PING:
+                raise ValueError(f"{side}.serverless type LOAD_BALANCER: Runpod sends a worker requests only once GET "
+                                 f"{LB_PING} on its PORT_HEALTH answers 200 (204 while it initializes); "
+                                 f"workload.service.readiness.path is {svc.readiness.path!r}. Set it to {LB_PING} if "
+                                 "the image serves it, or run the service on a pod")
+            if self.workload.requirements.max_request_s > LB_MAX_REQUEST_S:
+                raise ValueError(f"workload.requirements.max_request_s = {self.workload.requirements.max_request_s:g} "
+                                 f"exceeds the {LB_MAX_REQUEST_S:g} s a Runpod load-balancing endpoint serves a "
+                                 "request before it answers 524; lower max_request_s or use a QUEUE endpoint")
         elif self.workload.requirements.max_request_s > sv.execution_timeout_s:
             raise ValueError(f"workload.requirements.max_request_s = {self.workload.requirements.max_request_s:g} "
                              f"exceeds {side}.serverless.execution_timeout_s = {sv.execution_timeout_s:g}: the "

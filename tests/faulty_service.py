@@ -81,6 +81,8 @@ class Faulty(BaseHTTPRequestHandler):
             return self._json(200, {"object": "list", "data": [{"id": "faulty-chat", "object": "model"}]})
         if self.path == "/health":
             return self._json(200, {"status": "ok"})
+        if self.path == "/ping":  # a Runpod load-balancing worker's health route
+            return self._json(200, {"status": "healthy"})
         self._json(404, {"detail": "Not Found"})
 
     def fault(self, prompt: str) -> str:

@@ -14,6 +14,7 @@ cores): `make test-e2e`."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,10 @@ import pytest
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_GO
+from runbook_lib.run.rehearse import start, write_copy
 
 from .conftest import ROOT
+from .runs import merged, run_phases, write_params
 
 pytestmark = [pytest.mark.e2e, pytest.mark.measure]  # both migrations must GO on their measurements
 
@@ -166,3 +169,46 @@ def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(run_dir: Pa
                                                               ("hung_worker", "NOT_APPLICABLE")]
     assert "replayed: first False, second True" in drills["redeliver"]["observation"]
     assert "Vast.ai Serverless endpoint sets no execution timeout" in drills["hung_worker"]["observation"]
+
+
+def test_a_chat_service_on_a_runpod_load_balancing_endpoint_is_frozen_and_its_canary_proven(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phases 01-03 (and 06) of the chat migration with its source on a Runpod Serverless
+    LOAD_BALANCER endpoint, through the simulators (the chat server's stand-in serving /ping):
+    the endpoint is created as Runpod documents one and frozen as Runpod reports it, every request
+    goes to its own URL with the Runpod key, phase 02 names what changes in the request path, the
+    Vast.ai canary matches its golden, and phase 06 destroys the endpoint. The whole six phases
+    are the handler rehearsal's (a queue endpoint); this one shares none of its runs."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "params").mkdir()
+    service = {"private_image": False, "registry_credential": "", "readiness": {"path": "/ping", "timeout_s": 60},
+               "stand_in": {"command": [sys.executable, str(ROOT / "tests" / "faulty_service.py"), "{port}"]},
+               "ttft_slo_s": None, "tpot_slo_s": None}
+    params = write_params(tmp_path, "runpod-to-vast-service.yaml", "lb.yaml", **merged({
+        "workload": {"service": service},
+        "source": {"secrets": [], "workers": 1, "active_workers": 1, "idle_timeout_s": 5,
+                   "serverless": {"type": "LOAD_BALANCER", "execution_timeout_s": 60}},
+        "target": {"secrets": []}, "drills": {"run": [], "blocking": []}}))
+    for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    reh = start(tmp_path)
+    try:
+        run_dir = run_phases(write_copy(params, reh), ["01", "02", "03", "06"])
+        requests = reh.sims["runpod"].request_summary()
+        endpoints = {k: v for k, v in reh.sims["runpod"].api.state.items() if k.endswith("ep")}  # type: ignore[attr-defined]
+    finally:
+        reh.close()
+    freeze = json.loads((run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]["service"]
+    launch = freeze["launch"]
+    assert launch["as_declared"] and launch["endpoint"]["type"] == "LOAD_BALANCER"
+    assert launch["url"].endswith(f"/lb/{launch['pod']}")
+    assert launch["env_names"] == ["CHAT_MODEL_DIR", "HF_HUB_OFFLINE", "PORT", "PORT_HEALTH"]  # the service's, and Runpod's
+    assert any(k.startswith("POST /lb/") and k.endswith("/v1/chat/completions") for k in requests), requests
+    rows = {r["dependency"]: r for r in json.loads((run_dir / "02_map_target.json").read_text())["data"]["dependency_map"]}
+    assert rows["serving"]["status"] == "adapter needed" and "load balancer" in rows["serving"]["reason"]
+    assert "routing by /ping health" in rows["serving"]["reason"]
+    gates = {(g["phase"], g["name"]): g["verdict"] for g in json.loads((run_dir / "receipt.json").read_text())["gates"]}
+    assert gates[("01", "launched_as_declared")] == gates[("03", "service_parity")] == "PASS"
+    assert list(endpoints) == [launch["pod"]] and endpoints[launch["pod"]].get("deleted")  # phase 01 deleted it

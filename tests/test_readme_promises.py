@@ -44,7 +44,7 @@ RUN_ID = "20261130T000000Z-embed-runpod-to-vast-rdm001"
 SIM_KEY = "sim-readme-key-0123456789abcdef"
 REMOTE_PARAMS = ROOT / "params" / "runpod-to-vast.yaml"  # source: runpod, target: vast, both dry_run: true
 KEY_VARS = ("RUNPOD_API_KEY", "VAST_API_KEY", "RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL",
-            "RUNBOOK_RUNPOD_PROXY_URL", "RUNBOOK_VAST_API_URL", "RUNBOOK_PROVIDER_FIXTURES")
+            "RUNBOOK_RUNPOD_PROXY_URL", "RUNBOOK_RUNPOD_LB_URL", "RUNBOOK_VAST_API_URL", "RUNBOOK_PROVIDER_FIXTURES")
 
 
 @pytest.fixture
@@ -337,7 +337,8 @@ def _until(q: queue.Queue[str], found: Callable[[str], bool], timeout_s: float) 
 
 
 @pytest.mark.parametrize(("provider", "names", "probe"), [
-    ("runpod", ["RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL", "RUNBOOK_RUNPOD_PROXY_URL", "RUNPOD_API_KEY"],
+    ("runpod", ["RUNBOOK_RUNPOD_API_URL", "RUNBOOK_RUNPOD_JOB_API_URL", "RUNBOOK_RUNPOD_LB_URL", "RUNBOOK_RUNPOD_PROXY_URL",
+                "RUNPOD_API_KEY"],
      ("RUNBOOK_RUNPOD_API_URL", "/v2/pods")),
     ("vast", ["RUNBOOK_VAST_API_URL", "RUNBOOK_VAST_AUTOSCALER_URL", "VAST_API_KEY"],
      ("RUNBOOK_VAST_API_URL", "/api/v0/users/current/")),

@@ -49,8 +49,9 @@ def _params(tmp_path: Path, **over: Any) -> Path:
     ({"measure": {"cold_starts": 3}, "target": {"serverless": None}},
      r"measure.cold_starts = 3: cold starts from zero are compared between two Serverless endpoints, and the target "
      r"is a pod"),
-    ({"source": {"serverless": {"type": "LOAD_BALANCER"}}}, r"Runpod LOAD_BALANCER endpoints are not built for a "
-                                                            r"service yet"),
+    ({"source": {"serverless": {"type": "LOAD_BALANCER"}}},
+     r"source.serverless runs a team's HTTP server .* on a Runpod Serverless load-balancing endpoint; this workload is "
+     r"protocol 'runpod-handler', .*set type: QUEUE"),
     ({"cutover": {"router": {"kind": "haproxy"}}},
      r"cutover.router.kind 'haproxy' cannot route this cutover: the source is a serverless endpoint"),
     ({"source": {"pod_id": "abc123"}}, r"source.pod_id names a pod, but source.serverless runs the service on a Runpod "
@@ -219,3 +220,35 @@ def test_e2e_latency_runs_from_the_send_to_the_answer_not_the_endpoints_executio
     d = pd.DataFrame({"sent_s": [1.0, 2.0], "done_s": [1.5, 2.25], "execution_s": [0.02, 0.02]})
     assert list(goodput.e2e_seconds(d)) == [0.5, 0.25]
     assert list(goodput.e2e_seconds(d.drop(columns=["sent_s"]))) == [0.02, 0.02]  # no send time: what was measured
+
+
+CHAT = "runpod-to-vast-service.yaml"
+LB_SOURCE = {"secrets": [], "serverless": {"type": "LOAD_BALANCER"}}
+LB_SERVICE = {"private_image": False, "registry_credential": "", "readiness": {"path": "/ping"}}
+
+
+@pytest.mark.parametrize(("over", "says"), [
+    ({"source": {"secrets": [], "serverless": {"type": "QUEUE"}}, "workload": {"service": LB_SERVICE}},
+     r"source.serverless runs a team's Runpod handler .* this workload is protocol 'openai-chat', .*set type: "
+     r"LOAD_BALANCER"),
+    ({"source": LB_SOURCE, "workload": {"service": {**LB_SERVICE, "readiness": {"path": "/health"}}}},
+     r"source.serverless type LOAD_BALANCER: Runpod sends a worker requests only once GET /ping .* answers 200 .*"
+     r"readiness.path is '/health'"),
+    ({"source": LB_SOURCE, "workload": {"service": LB_SERVICE, "requirements": {"max_request_s": 400}}},
+     r"max_request_s = 400 exceeds the 330 s a Runpod load-balancing endpoint serves a request before it answers 524"),
+])
+def test_what_a_load_balancing_endpoint_cannot_serve_is_refused_with_its_fix(tmp_path: Path, over: dict[str, Any],
+                                                                            says: str) -> None:
+    with pytest.raises(ParamsError, match=says):
+        load_params(write_params(tmp_path, CHAT, "m.yaml", **merged(over)))
+
+
+def test_phase_02_says_how_a_service_leaves_a_load_balancing_endpoint_for_a_pod(tmp_path: Path) -> None:
+    mig = load_params(write_params(tmp_path, CHAT, "m.yaml", **merged({"source": LB_SOURCE,
+                                                                       "workload": {"service": LB_SERVICE}})))
+    row = serving_row(mig.source, mig.target)
+    assert row.status == ADAPTER and row.source.startswith("Runpod Serverless LOAD_BALANCER")
+    assert "requests routed to workers whose /ping answers 200 and cut at 5.5 min" in row.source
+    assert "for the pod's HTTP port: the same paths" in row.reason and "routing by /ping health" in row.reason
+    back = serving_row(mig.target, mig.source)
+    assert "moves behind Runpod's load balancer" in back.reason and "/ping on PORT_HEALTH" in back.reason

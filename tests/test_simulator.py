@@ -4,6 +4,7 @@ every pod and instance, their own key, and marks that make a run that used them 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
@@ -18,7 +19,7 @@ from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import KeySource
 from runbook_lib.providers.base import PodSpec
-from runbook_lib.providers.simulator import SimServer, simulate
+from runbook_lib.providers.simulator import SimServer, sim_module, simulate
 from runbook_lib.run.rehearse import SHORTER, shorter, write_copy
 
 from .conftest import ROOT
@@ -499,6 +500,93 @@ def test_a_handlers_job_drills_pass_where_it_honours_them_and_fail_where_it_does
             assert hung.verdict == "PASS" and "TIMED_OUT by the endpoint" in hung.observation, hung.observation
             quick = hung_then_served(hang, {"n": 1, "hold_s": 0.1}, c, {"n": 3}, limit_s=1.0, matches=golden)
             assert quick.verdict == "FAIL" and "hung job COMPLETED" in quick.observation
+    finally:
+        prov.close()
+        srv.close()
+
+
+LB_SERVER = """
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+time.sleep(0.3)  # the model loads before the server listens
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send(200, {"status": "healthy"}) if self.path == "/ping" else self._send(404, {})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._send(200, {"upper": body["text"].upper()})
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_services_load_balancing_endpoint_routes_to_its_worker_and_scales_to_zero(tmp_path: Path) -> None:
+    """A team's HTTP service on a Runpod Serverless LOAD_BALANCER endpoint: created as Runpod
+    documents one (type, the worker's PORT and PORT_HEALTH on the service's port, the port
+    published), reached at its own URL with the Runpod key; /ping answers 204 while the first
+    worker starts and 200 once it serves; requests go straight to the worker's server; with
+    workers.min 0 the idle worker stops after the idle timeout, and the next request waits for a
+    new one (a cold start from zero)."""
+    import httpx
+
+    from runbook_lib.params import Service
+    from runbook_lib.providers.base import EndpointSpec
+    from runbook_lib.service.protocols import client_for
+
+    image = "ghcr.io/example/upper:1"
+    (tmp_path / "server.py").write_text(LB_SERVER)
+    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY,
+                   stand_ins={image: ["python", str(tmp_path / "server.py"), "{port}"]})
+    prof = PARAMS.source.model_copy(update=sim_module("runpod").overrides(srv.url))
+    prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
+    svc = Service.model_validate({"image": image, "protocol": "http-json", "samples": "s.jsonl", "port": 8000,
+                                  "readiness": {"path": "/ping"},
+                                  "request": {"method": "POST", "path": "/upper", "body": {"text": "{input}"}}})
+    try:
+        spec = EndpointSpec(name="upper", params_path="", side="target", workers=1, price_usd_per_hour=0.5,
+                            labels=(("run_id", "lb"),), image=image, gpu_types=("ADA_24",), active_workers=0,
+                            idle_timeout_s=1.0, execution_timeout_s=60.0, service=True, mode="load_balancing", port=8000)
+        plan = prov.plan_endpoint(spec, dry_run=False)
+        ep = prov.apply(plan, _ok(plan))
+        assert ep.mode == "load_balancing" and ep.url == f"{srv.url}/lb/{ep.id}"
+        seen = prov.describe(ep.id)  # type: ignore[attr-defined]
+        assert seen["endpoint"]["type"] == "LOAD_BALANCER" and {"PORT", "PORT_HEALTH"} <= set(seen["env_names"])
+        assert srv.api.state[ep.id]["env"]["PORT"] == "8000" and srv.api.state[ep.id]["ports"] == ["8000/http"]  # type: ignore[attr-defined]
+        assert httpx.get(f"{ep.url}/ping").status_code == 401  # the Runpod key, as the job API takes it
+        auth = prov.job_api_headers()  # type: ignore[attr-defined]
+        assert prov.workers(ep.id) == []  # type: ignore[attr-defined]  # none kept running
+        pings = [httpx.get(f"{ep.url}/ping", headers=auth).status_code]
+        while pings[-1] != 200 and len(pings) < 200:
+            time.sleep(0.05)
+            pings.append(httpx.get(f"{ep.url}/ping", headers=auth).status_code)
+        assert pings[0] == 204 and pings[-1] == 200  # the first /ping started a worker; initializing, then healthy
+        with client_for(svc, ep.url, timeout_s=60, headers=auth, readiness=("/ping", 200)) as c:
+            warm = c.runsync("to be")
+            assert warm["status"] == "COMPLETED" and warm["output"] == {"upper": "TO BE"}
+            assert [w["status"] for w in prov.workers(ep.id)] == ["IDLE"]  # type: ignore[attr-defined]
+            deadline = time.monotonic() + 30
+            while prov.workers(ep.id) and time.monotonic() < deadline:  # type: ignore[attr-defined]
+                time.sleep(0.2)
+            assert prov.workers(ep.id) == []  # type: ignore[attr-defined]  # scaled to zero after 1 s idle
+            cold = c.runsync("or not")
+            assert cold["status"] == "COMPLETED" and cold["output"] == {"upper": "OR NOT"}
+            assert cold["execution_s"] > warm["execution_s"] + 0.25  # it waited for a worker to start and load
+        prov.apply(prov.plan_destroy(ep.id, dry_run=False), _ok(prov.plan_destroy(ep.id, dry_run=False)))
+        assert httpx.get(f"{ep.url}/ping", headers=auth).status_code == 404
     finally:
         prov.close()
         srv.close()

@@ -27,7 +27,7 @@ from runbook_lib.evidence.records import (
     SourcePod,
 )
 from runbook_lib.gates import GateResult
-from runbook_lib.params import LiveProfile, Profile, RemoteProfile, VastServerless
+from runbook_lib.params import LB_MAX_REQUEST_S, LiveProfile, Profile, RemoteProfile, RunpodServerless, VastServerless
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.phases.service_pods import serving_shown
 from runbook_lib.providers import REMOTE
@@ -220,7 +220,9 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
                  "the same image and command on both sides, unchanged (no runbook code inside)"),
             serving_row(src, tgt)]
     limit, need = caps.max_request_s, ctx.mig.workload.requirements.max_request_s
-    if _on_serverless(tgt):  # no pod proxy: a Runpod endpoint's execution timeout bounds a job, a Vast.ai worker none
+    if _load_balanced(tgt):  # Runpod's load balancer cuts a request at 5.5 min
+        limit = LB_MAX_REQUEST_S
+    elif _on_serverless(tgt):  # no pod proxy: a Runpod endpoint's execution timeout bounds a job, a Vast.ai worker none
         limit = getattr(tgt.serverless, "execution_timeout_s", None)  # type: ignore[union-attr]
     how = "streamed (server-sent events)" if svc.protocol == "openai-chat" and svc.stream else "one answer per request"
     if limit is not None and need > limit:
@@ -228,7 +230,8 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
                          f"after {limit:g} s", NONE, "answers can outlive the target's HTTP proxy: lower "
                          "workload.requirements.max_request_s or serve through a direct port"))
     elif _on_serverless(tgt):
-        rows.append(_row(f"protocol {svc.protocol}", how, "the same job contract behind the endpoint", EQUIVALENT,
+        rows.append(_row(f"protocol {svc.protocol}", how, "the same paths behind the load balancer" if _load_balanced(tgt)
+                         else "the same job contract behind the endpoint", EQUIVALENT,
                          "requests reach the service through the endpoint's front door (the serving row says how)"
                          + ("" if limit is None else f", each ended at {limit:g} s") + "; the canary's answers are "
                          "compared with the golden in phase 03"))
@@ -264,6 +267,17 @@ POD_HAS_NO = ("scale to zero and min/max workers (one pod, always on, billed whi
               "flashboot", "the job queue and its retries")
 """What a pod has no equivalent for when a service leaves a Runpod Serverless endpoint
 (docs/reference/providers.md 2.2, "Endpoint management (v2)")."""
+
+
+POD_HAS_NO_LB = ("scale to zero and min/max workers (one pod, always on, billed while it exists)",
+                 "idle timeout", "routing by /ping health (a pod's proxy forwards whatever answers)", "flashboot")
+"""What a pod has no equivalent for when a service leaves a Runpod load-balancing endpoint
+(docs.runpod.io/serverless/load-balancing/overview)."""
+
+
+def _load_balanced(prof: Any) -> bool:
+    sv = getattr(prof, "serverless", None)
+    return isinstance(sv, RunpodServerless) and sv.type == "LOAD_BALANCER"
 
 
 def vast_adapter(src: Any, sv: VastServerless) -> str:
@@ -308,6 +322,20 @@ def serving_row(src: Any, tgt: Any) -> DependencyRow:
             return _row("serving", a, b, EQUIVALENT, "the same endpoint type and settings on both sides")
         return _row("serving", a, b, ADAPTER, f"{', '.join(changed)} change: cold starts and idle cost follow them; "
                     "phase 04 measures the target as configured")
+    lb = _load_balanced(src) or _load_balanced(tgt)
+    if lb and on_a:
+        return _row("serving", a, b, ADAPTER,
+                    "the service's server leaves Runpod's load balancer (https://{endpoint}.api.runpod.ai/<path> with "
+                    "the Runpod key, routed to workers whose /ping answers 200) for the pod's HTTP port: the same paths, "
+                    "requested straight. No equivalent on a pod: " + "; ".join(POD_HAS_NO_LB)
+                    + ". Callers must be pointed at the new URL; phase 03 proves the answers")
+    if lb:
+        return _row("serving", a, b, ADAPTER,
+                    "the service's server moves behind Runpod's load balancer: callers send the same paths to "
+                    "https://{endpoint}.api.runpod.ai with the Runpod key, each to a worker whose /ping on PORT_HEALTH "
+                    "answers 200 (the image must serve it), no queue and no retries, requests cut at 5.5 min, workers "
+                    "scale as configured, and the image's entry point runs (workload.service.command does not); "
+                    "phase 03 proves the answers")
     if on_a:
         return _row("serving", a, b, ADAPTER,
                     "the handler leaves Runpod's job API (https://api.runpod.ai/v2/{endpoint}/runsync with the Runpod "

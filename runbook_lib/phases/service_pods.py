@@ -28,6 +28,8 @@ from runbook_lib.errors import AuthError, ProviderError, ProviderTimeout
 from runbook_lib.evidence.records import ServiceLaunch
 from runbook_lib.layout import project_root
 from runbook_lib.params import (
+    LB_MAX_REQUEST_S,
+    LB_PING,
     READINESS_PATHS,
     LiveProfile,
     Migration,
@@ -39,6 +41,7 @@ from runbook_lib.params import (
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, http_port, http_url
+from runbook_lib.providers.runpod import LB_ENV as RUNPOD_LB_ENV
 from runbook_lib.providers.vast import PYWORKER_ENV
 from runbook_lib.providers.vast import search_params as vast_search_params
 from runbook_lib.secret_refs import resolve
@@ -123,8 +126,10 @@ def serving_shown(prof: Any) -> str:
         return (f"Vast.ai Serverless endpoint: workers {sv.cold_workers} cold of {sv.max_workers} max, min load "
                 f"{sv.min_load:g}, target utilisation {sv.target_util:g}, cold multiple {sv.cold_mult:g}, behind the "
                 f"PyWorker of {sv.pyworker.repo} (route {sv.pyworker.route}, health check {sv.pyworker.healthcheck})")
+    limit = (f"requests routed to workers whose {LB_PING} answers 200 and cut at {LB_MAX_REQUEST_S / 60:g} min"
+             if sv.type == "LOAD_BALANCER" else f"execution timeout {sv.execution_timeout_s:g} s")
     return (f"Runpod Serverless {sv.type}: workers {prof.active_workers or 0} min of {prof.workers} max, idle timeout "
-            f"{prof.idle_timeout_s:g} s, execution timeout {sv.execution_timeout_s:g} s, flashboot {sv.flashboot}, "
+            f"{prof.idle_timeout_s:g} s, {limit}, flashboot {sv.flashboot}, "
             f"GPU pools {list(prof.gpu_priority) or 'of offer.gpu_names'}")
 
 
@@ -172,7 +177,8 @@ def plan_vast_endpoint(res: Resources, side: str, role: str, sv: VastServerless)
 def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless | VastServerless, *,
                   scale_to_zero_s: float | None = None) -> Plan:
     """The creation plan of ``side``'s service endpoint in role ``role`` (pure). A Vast.ai one is
-    :func:`plan_vast_endpoint`'s. A Runpod one: the image, the service's environment values and
+    :func:`plan_vast_endpoint`'s. A Runpod one (a queue endpoint, or a load-balancing one whose
+    worker serves on the service's port): the image, the service's environment values and
     secrets by reference, the side's scaling (``workers`` as ``workers.max``, ``active_workers``
     as ``workers.min``, 0 when unset: scale to zero; ``idle_timeout_s``), its GPU pools
     (``gpu_priority``, else the pools of ``offer.gpu_names``, resolved by the provider's
@@ -198,7 +204,8 @@ def plan_endpoint(res: Resources, side: str, role: str, sv: RunpodServerless | V
                         price_usd_per_hour=prof.price_usd_per_hour, labels=res.labels(side, role),
                         execution_timeout_s=sv.execution_timeout_s, env=tuple(sorted(service_env(mig, side).items())),
                         secret_refs=pod_secret_refs(mig, side), image=svc.image, gpu_types=prof.gpu_priority,
-                        mode="queue", active_workers=0 if zero else prof.active_workers or 0,
+                        mode="load_balancing" if sv.type == "LOAD_BALANCER" else "queue", port=svc.port,
+                        active_workers=0 if zero else prof.active_workers or 0,
                         idle_timeout_s=prof.idle_timeout_s if scale_to_zero_s is None else scale_to_zero_s,
                         service=True, flashboot=sv.flashboot)
     return res.provider(side).plan_endpoint(spec, dry_run=res.dry_run(side))
@@ -214,9 +221,9 @@ that hold a worker up, as the job API's worker counts name them; ``stopped`` (In
 
 def endpoint_workers(res: Resources, side: str, ep: Endpoint) -> dict[str, int]:
     """How many workers of ``side``'s service endpoint are ``idle``, ``running`` and
-    ``initializing`` now: a Runpod endpoint's job API ``GET /health`` ``workers`` (with the
-    Runpod key), a Vast.ai endpoint's ``/get_endpoint_workers/`` states
-    (:data:`VAST_WORKERS_UP`).
+    ``initializing`` now: a Runpod queue endpoint's job API ``GET /health`` ``workers`` (with the
+    Runpod key), a Runpod load-balancing endpoint's ``GET /v2/serverless/{id}/workers`` states,
+    a Vast.ai endpoint's ``/get_endpoint_workers/`` states (:data:`VAST_WORKERS_UP`).
 
     Raises:
         ProviderError: the provider could not be asked (its message says why).
@@ -226,6 +233,13 @@ def endpoint_workers(res: Resources, side: str, ep: Endpoint) -> dict[str, int]:
         for w in res.provider(side).endpoint_workers(ep.id):  # type: ignore[attr-defined]
             state = VAST_WORKERS_UP.get(str(w.get("status", "")).lower())
             if state is not None:
+                counts[state] += 1
+        return counts
+    sv = serverless(res.mig, side)
+    if isinstance(sv, RunpodServerless) and sv.type == "LOAD_BALANCER":  # no job API: Runpod's worker list
+        for w in res.provider(side).workers(ep.id):  # type: ignore[attr-defined]
+            state = str(w.get("status", "")).lower()
+            if state in counts:
                 counts[state] += 1
         return counts
     with side_client(res, side, ep.url, timeout_s=10.0, endpoint_id=ep.id) as c:
@@ -311,6 +325,15 @@ ENDPOINT_READINESS = "/health"
 the first job pays its cold start, which the first answer's latency carries."""
 
 
+def endpoint_readiness(sv: RunpodServerless | VastServerless | None) -> tuple[str, int]:
+    """``(path, status)`` that says a service endpoint is ready: a Runpod load-balancing
+    endpoint's ``GET /ping`` answering 200 (:data:`~runbook_lib.params.LB_PING`: a worker is
+    healthy and routed to), else the job API's :data:`ENDPOINT_READINESS`."""
+    if isinstance(sv, RunpodServerless) and sv.type == "LOAD_BALANCER":
+        return LB_PING, 200
+    return ENDPOINT_READINESS, 200
+
+
 def job_api_headers(res: Resources, side: str) -> dict[str, str]:
     """The headers of ``side``'s service endpoint's job API: the provider's API key as Bearer
     auth, resolved now and never recorded (empty for a pod side, reached over its own port).
@@ -353,7 +376,7 @@ def side_client(res: Resources, side: str, url: str, *, timeout_s: float, projec
     endpoint = sv is not None
     return client_for(service_of(res.mig), url, timeout_s=timeout_s, project=project,
                       headers=job_api_headers(res, side) or None,
-                      readiness=(ENDPOINT_READINESS, 200) if endpoint else None, policy=policy)
+                      readiness=endpoint_readiness(sv) if endpoint else None, policy=policy)
 
 
 def wait_ready(res: Resources, side: str, pod: Pod | Endpoint, *, started: float,
@@ -371,7 +394,7 @@ def wait_ready(res: Resources, side: str, pod: Pod | Endpoint, *, started: float
     prov = res.provider(side)
     endpoint = isinstance(pod, Endpoint)
     url = pod.url if isinstance(pod, Endpoint) else http_url(prov, pod, svc.port)
-    path, status = (ENDPOINT_READINESS, 200) if endpoint else (r.path, r.status)
+    path, status = endpoint_readiness(serverless(res.mig, side)) if endpoint else (r.path, r.status)
     last = "no answer yet"
     checks = 0
     with side_client(res, side, url, timeout_s=max(1.0, r.interval_s * 4), endpoint_id=pod.id) as c:
@@ -589,7 +612,8 @@ def launched_endpoint(res: Resources, side: str, ready: Ready, seen: dict[str, A
     (:data:`ENTRY_POINT`, :data:`VAST_ENTRY_POINT` say what runs); an endpoint reports no processes."""
     mig = res.mig
     svc = service_of(mig)
-    adapter_env = set(PYWORKER_ENV) if isinstance(sv, VastServerless) else set()
+    adapter_env = set(PYWORKER_ENV) if isinstance(sv, VastServerless) else \
+        set(RUNPOD_LB_ENV) if sv.type == "LOAD_BALANCER" else set()
     want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)} | adapter_env)
     settings = dict(seen.get("endpoint") or {})
     mismatches = []

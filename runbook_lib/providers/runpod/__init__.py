@@ -60,6 +60,10 @@ PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
 REST_URL_ENV = "RUNBOOK_RUNPOD_API_URL"  # overrides REST_URL unless params set runpod api_url
 JOB_URL_ENV = "RUNBOOK_RUNPOD_JOB_API_URL"  # overrides JOB_URL unless params set job_api_url
 PROXY_URL_ENV = "RUNBOOK_RUNPOD_PROXY_URL"  # overrides PROXY_URL unless params set proxy_url
+LB_URL = "https://{endpoint_id}.api.runpod.ai"
+"""A load-balancing endpoint's base URL; a request to ``<it>/<path>`` goes to a worker's server
+(docs.runpod.io/serverless/load-balancing/overview)."""
+LB_URL_ENV = "RUNBOOK_RUNPOD_LB_URL"  # overrides LB_URL unless params set lb_url
 LABELS_ENV = "RUNBOOK_LABELS"
 NAME_LABELS_SEP = " | "
 """A service pod (:attr:`PodSpec.service`) carries its labels in its name after this separator
@@ -158,17 +162,31 @@ def pod_from_api(p: dict[str, Any], proxy_url: str) -> Pod:
                status_detail=status.lower(), host=host)
 
 
-def endpoint_from_api(e: dict[str, Any], job_url: str) -> Endpoint:
-    """A queue endpoint as ``GET /v2/serverless/{id}`` answers it; its URL is
+def endpoint_from_api(e: dict[str, Any], job_url: str, lb_url: str = LB_URL) -> Endpoint:
+    """An endpoint as ``GET /v2/serverless/{id}`` answers it. A queue endpoint's URL is
     ``<job_url>/v2/{id}``, the job API's base as the adapter reaches it (``requestUrls`` name
     Runpod's own address, which params or the environment may replace, as for
-    :meth:`RunpodProvider.job_client`). Its labels are in ``RUNBOOK_LABELS``, or (a service's
-    endpoint) in its name after :data:`NAME_LABELS_SEP`."""
-    url = f"{job_url}/v2/{e['id']}"
+    :meth:`RunpodProvider.job_client`); a ``LOAD_BALANCER`` one's is ``lb_url`` with its id
+    (:data:`LB_URL`). Its labels are in ``RUNBOOK_LABELS``, or (a service's endpoint) in its name
+    after :data:`NAME_LABELS_SEP`."""
+    lb = e.get("type") == "LOAD_BALANCER"
+    url = lb_url.format(endpoint_id=e["id"]) if lb else f"{job_url}/v2/{e['id']}"
     name, _, in_name = str(e.get("name", "")).partition(NAME_LABELS_SEP)
     labels = decode_labels((e.get("env") or {}).get(LABELS_ENV)) or decode_labels(in_name)
     workers = int((e.get("workers") or {}).get("max", 0))
-    return Endpoint(str(e["id"]), name, "RUNNING", url, workers, labels, 0.0, _epoch(e.get("createdAt")))
+    return Endpoint(str(e["id"]), name, "RUNNING", url, workers, labels, 0.0, _epoch(e.get("createdAt")),
+                    mode="load_balancing" if lb else "queue")
+
+
+LB_ENV = ("PORT", "PORT_HEALTH")
+"""What a load-balancing endpoint's worker is told in its environment: the port of its server and
+of its ``/ping`` (docs.runpod.io/serverless/load-balancing/overview; Runpod's default is 80 for
+both)."""
+
+
+def lb_env(port: int) -> dict[str, str]:
+    """:data:`LB_ENV` for a service that listens on ``port``: both on it."""
+    return {name: str(port) for name in LB_ENV}
 
 
 def endpoint_settings(e: dict[str, Any]) -> dict[str, Any]:
@@ -190,8 +208,16 @@ def endpoint_settings(e: dict[str, Any]) -> dict[str, Any]:
 
 
 class RunpodProvider(RemoteProvider):
-    """Runpod pods, queue endpoints, and load_balancing endpoints served by a pod through its
-    HTTP proxy.
+    """Runpod pods, queue endpoints, and load_balancing endpoints.
+
+    A ``load_balancing`` endpoint of the runbook's own worker is served by a pod through its HTTP
+    proxy: the worker is ours, and a pod gives it the same single-hop HTTP path at a per-minute
+    price. A team's service (``EndpointSpec.service``) gets a real Serverless ``LOAD_BALANCER``
+    endpoint instead (REST v2, reached at :data:`LB_URL`): when the team's production runs on one,
+    what the migration must be judged against is that endpoint's own behaviour (workers that
+    scale from ``workers.min`` to ``workers.max`` and stop after the idle timeout, routing only
+    to workers whose ``/ping`` answers 200, no queue and no retries, requests cut at 5.5 min),
+    which a pod behind the proxy does not have.
 
     Args:
         api: REST v2 client (base ``https://api.runpod.io``); its transport and key also serve
@@ -205,6 +231,7 @@ class RunpodProvider(RemoteProvider):
     TERMINAL_BAD = ("error",)
     job_url = JOB_URL  # the serverless job API's base; create() sets it from params or the environment
     proxy_url = PROXY_URL  # a pod's HTTP port through the proxy; create() sets it likewise
+    lb_url = LB_URL  # a load-balancing endpoint's base; create() sets it likewise
     PROBE_PATH = "/v2/pods"
     wire: RunpodWire  # every Runpod request; create() builds it over the adapter's api
 
@@ -223,10 +250,12 @@ class RunpodProvider(RemoteProvider):
             billing="per minute; no ingress or egress fees (runpod/docs pods/overview.mdx)",
             queue_endpoints=Capability(True, "serverless queue endpoints and the job API",
                                        "runpod/docs serverless/endpoints/operation-reference.mdx"),
-            load_balancing=Capability(True, "a pod running the worker's HTTP server, reached through the pod's HTTP "
-                                            "proxy (<pod>-<port>.proxy.runpod.net), which cuts a request longer than "
-                                            "100 s with a 524; Runpod's serverless load-balancing endpoints are not "
-                                            "used", "runpod/docs pods/configuration/expose-ports.mdx"),
+            load_balancing=Capability(True, "the runbook's worker: a pod running its HTTP server, reached through the "
+                                            "pod's HTTP proxy (<pod>-<port>.proxy.runpod.net), which cuts a request "
+                                            "longer than 100 s with a 524; a team's service: a Serverless "
+                                            "LOAD_BALANCER endpoint (<id>.api.runpod.ai, /ping routing, cut at 5.5 "
+                                            "min)", "runpod/docs pods/configuration/expose-ports.mdx; "
+                                            "docs.runpod.io/serverless/load-balancing/overview"),
             restart=Capability(True, "a stopped pod starts again on its machine, possibly with zero GPUs "
                                      "(readiness re-checks)", "runpod/docs pods/troubleshooting/zero-gpus.mdx"),
             lifecycle="stop keeps the /workspace volume and wipes the container disk; start on the same machine, "
@@ -290,7 +319,7 @@ class RunpodProvider(RemoteProvider):
 
     def _list_raw(self) -> list[Pod | Endpoint]:
         out: list[Pod | Endpoint] = [pod_from_api(p, self.proxy_url) for p in self.wire.list_pods()]
-        return out + [endpoint_from_api(e, self.job_url) for e in self.wire.list_endpoints()]
+        return out + [endpoint_from_api(e, self.job_url, self.lb_url) for e in self.wire.list_endpoints()]
 
     def get(self, resource_id: str) -> Pod | Endpoint:
         """A pod, else a queue endpoint, with that id.
@@ -303,7 +332,7 @@ class RunpodProvider(RemoteProvider):
         except NotFound:
             pass
         try:
-            return endpoint_from_api(self.wire.get_endpoint(resource_id), self.job_url)
+            return endpoint_from_api(self.wire.get_endpoint(resource_id), self.job_url, self.lb_url)
         except NotFound:
             raise NotFound(f"runpod: no pod or endpoint {resource_id} (terminated or never created)",
                            provider=self.name, resource_id=resource_id) from None
@@ -329,7 +358,7 @@ class RunpodProvider(RemoteProvider):
         except NotFound:
             raise NotFound(f"runpod: no pod or endpoint {resource_id} (terminated or never created)",
                            provider=self.name, resource_id=resource_id) from None
-        ep = endpoint_from_api(e, self.job_url)
+        ep = endpoint_from_api(e, self.job_url, self.lb_url)
         settings = endpoint_settings(e)
         return {"provider": self.name, "id": ep.id, "name": ep.name, "state": ep.state, "price_usd_per_hour": 0.0,
                 "image": settings["image"] or "", "command": [], "env_names": settings["env_names"],
@@ -344,14 +373,15 @@ class RunpodProvider(RemoteProvider):
         return self.proxy_url.format(pod_id=pod_id, port=port)
 
     def plan_endpoint(self, spec: EndpointSpec, *, dry_run: bool | None = None) -> Plan:
-        """As :meth:`Provider.plan_endpoint`; a queue endpoint's GPU pools are resolved here
-        (:func:`serverless_pools` from ``spec.gpu_types``, else the profile's ``offer.gpu_names``),
-        so the plan shows, and its approval covers, the pools the endpoint is created with.
+        """As :meth:`Provider.plan_endpoint`; a queue endpoint's GPU pools (and a service's
+        load-balancing endpoint's) are resolved here (:func:`serverless_pools` from
+        ``spec.gpu_types``, else the profile's ``offer.gpu_names``), so the plan shows, and its
+        approval covers, the pools the endpoint is created with.
 
         Raises:
             ProviderError: as :func:`serverless_pools`, or the provider cannot serve ``spec.mode``.
         """
-        if spec.mode == "queue":
+        if spec.mode == "queue" or (spec.mode == "load_balancing" and spec.service):
             names = tuple(self.profile.offer.gpu_names) if self.profile is not None else ()
             spec = replace(spec, gpu_types=serverless_pools(spec.gpu_types, names))
         return super().plan_endpoint(spec, dry_run=dry_run)
@@ -509,22 +539,27 @@ class RunpodLifecycle(RemoteLifecycle):
             ProviderError: what an unclear answer left is not one endpoint (:meth:`adopt`).
         """
         prov = self.provider
-        if spec.mode == "load_balancing":
+        lb = spec.mode == "load_balancing"
+        if lb and not spec.service:  # the runbook's own load-balancing worker runs on a pod
             return self._create_direct(spec)
         name = spec.name
-        if spec.service:  # a team's handler gets its own environment only; its labels go in its name
+        if spec.service:  # a team's service gets its own environment only; its labels go in its name
             name, env = f"{spec.name}{NAME_LABELS_SEP}{encode_labels(dict(spec.labels))}", launch_env(spec)
         else:
             env = {**launch_env(spec), LABELS_ENV: encode_labels(dict(spec.labels))}
         body: dict[str, Any] = {
-            "name": name, "type": "QUEUE", "image": spec.image, "gpu": {"pools": list(spec.gpu_types), "count": 1},
+            "name": name, "type": "LOAD_BALANCER" if lb else "QUEUE", "image": spec.image,
+            "gpu": {"pools": list(spec.gpu_types), "count": 1},
             "workers": {"min": spec.active_workers or 0, "max": spec.workers,
                         "idleTimeout": max(1, round(spec.idle_timeout_s))},
             "timeout": int(spec.execution_timeout_s * 1000), "env": env}
+        if lb:  # the worker's server and its /ping on the service's port, published (load-balancing overview)
+            body["env"] = {**env, **lb_env(spec.port)}
+            body["ports"] = [f"{spec.port}/{HTTP_PORT_PROTOCOL}"]
         if spec.flashboot:
             body["flashboot"] = spec.flashboot
         try:
-            return endpoint_from_api(prov.wire.create_endpoint(body), prov.job_url)
+            return endpoint_from_api(prov.wire.create_endpoint(body), prov.job_url, prov.lb_url)
         except CreateOutcomeUnknown as exc:
             found = self.adopt(spec.name, dict(spec.labels), exc)
             if not isinstance(found, Endpoint):
@@ -571,6 +606,7 @@ def create(*, root: Any = None, profile: Any = None, transport: Any = None, key:
     prov.lifecycle = RunpodLifecycle(prov)
     prov.job_url = api_url(getattr(profile, "job_api_url", ""), JOB_URL_ENV, JOB_URL)
     prov.proxy_url = api_url(getattr(profile, "proxy_url", ""), PROXY_URL_ENV, PROXY_URL)
+    prov.lb_url = api_url(getattr(profile, "lb_url", ""), LB_URL_ENV, LB_URL)
     return prov
 
 

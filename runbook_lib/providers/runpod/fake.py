@@ -96,7 +96,9 @@ class FakeApi(FixtureApi):
             ep = load("runpod", "endpoint_create.json", id=eid, name=body["name"], image=body["image"])
             ep.update(env=body.get("env", {}), workers=body.get("workers", ep["workers"]),
                       timeout=body.get("timeout", ep["timeout"]), gpu=body.get("gpu", ep["gpu"]),
-                      flashboot=body.get("flashboot", ep["flashboot"]))
+                      flashboot=body.get("flashboot", ep["flashboot"]), type=body.get("type", ep.get("type")))
+            if body.get("ports"):
+                ep["ports"] = list(body["ports"])
             self.state[eid] = ep
             if self._next("endpoint", "ok") == "created_then_502":
                 return self._json(502, {"title": "Bad Gateway", "status": 502, "detail": "upstream timed out"})

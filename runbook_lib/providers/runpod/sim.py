@@ -26,12 +26,24 @@ of the front door (a state's recorded shape for that job id; ``completed_empty``
 no ``output``; ``ttl``: 404; ``rate``: 429 with ``Retry-After``); ``runsync`` answers
 ``/runsync``: ``in_queue``/``in_progress`` submit the job for real and answer that non-terminal
 state (the caller must poll ``/status``), ``completed_empty`` drops a COMPLETED answer's
-``output``, ``rate`` refuses it (429, nothing submitted). See :mod:`runbook_lib.providers.simulator`.
+``output``, ``rate`` refuses it (429, nothing submitted).
+
+A created ``LOAD_BALANCER`` endpoint (a team's HTTP server) has no front door: its worker is the
+image's stand-in, served at ``/lb/{endpoint_id}/<path>`` (the adapter's ``lb_url``) with the
+Runpod key. Any request, ``/ping`` included, starts a worker when none runs (Runpod's own
+behaviour for a ``/ping`` to a scaled-to-zero endpoint is unverified); ``/ping`` answers the
+worker's own, or 204 (initializing) until it listens; any other request waits up to
+``FRONT_DOOR_WAIT_S`` for the worker's ``/ping`` to answer 200 (else 400, as Runpod answers a
+request no worker can take) and is forwarded, streamed, cut at ``lb_timeout_s`` with a 524. The
+simulator runs at most one worker per load-balancing endpoint; with ``workers.min`` 0 it is
+stopped ``workers.idleTimeout`` seconds after its last request ended.
+See :mod:`runbook_lib.providers.simulator`.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -42,13 +54,14 @@ from runbook_lib.providers.local.endpoint import BIND_ENV
 from runbook_lib.providers.runpod.fake import FakeApi, job_answer, rate_limited
 from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
 
-LIMITS: dict[str, float] = {"job_ttl_s": 86_400.0, "proxy_timeout_s": 100.0}
+LIMITS: dict[str, float] = {"job_ttl_s": 86_400.0, "proxy_timeout_s": 100.0, "lb_timeout_s": 330.0}
 """The waits and limits a test or user may set when the simulator starts (seconds), with their
 defaults. ``job_ttl_s``: a serverless job is forgotten this long after it was submitted, run or
 not (its ``/status`` then answers 404); 24 h is Runpod's default execution policy ``ttl``
 (docs/reference/providers.md, Runpod job API, Timeouts/TTL). ``proxy_timeout_s``: the pod HTTP
 proxy answers 524 to a request that takes longer (Runpod's proxy: 100 s, runpod/docs
-pods/configuration/expose-ports.mdx)."""
+pods/configuration/expose-ports.mdx). ``lb_timeout_s``: a load-balancing endpoint answers 524 to a
+request that takes longer (5.5 min, docs.runpod.io/serverless/load-balancing/overview)."""
 
 SCRIPTS: dict[str, frozenset[str]] = {
     "create": frozenset({"ok", "capacity", "rate", "unauthorized", "invalid", "created_then_502"}),
@@ -62,6 +75,9 @@ SCRIPTS: dict[str, frozenset[str]] = {
 """The operations a ``script`` may name and the answers each may serve
 (:class:`runbook_lib.providers.fixtures.FixtureApi` describes them)."""
 
+LB = "/lb/{endpoint_id}"
+"""Where the simulator serves a load-balancing endpoint, after its base URL (the ``lb_url`` to
+give the adapter)."""
 PROXY = "/proxy/{pod_id}-{port}"
 """Where the simulator serves a pod's HTTP port, after its base URL (the ``proxy_url`` to give
 the adapter)."""
@@ -73,12 +89,12 @@ KEY_PREFIX = "sim-rp-"  # a simulator key's prefix: evidence can be searched for
 def exports(url: str, key: str) -> dict[str, str]:
     """The environment that points the Runpod adapter at a simulator at ``url`` accepting ``key``."""
     return {"RUNBOOK_RUNPOD_API_URL": url, "RUNBOOK_RUNPOD_JOB_API_URL": url, "RUNBOOK_RUNPOD_PROXY_URL": url + PROXY,
-            KEY_ENV: key}
+            "RUNBOOK_RUNPOD_LB_URL": url + LB, KEY_ENV: key}
 
 
 def overrides(url: str) -> dict[str, str]:
     """A Runpod profile's params fields that point it at a simulator at ``url``."""
-    return {"api_url": url, "job_api_url": url, "proxy_url": url + PROXY}
+    return {"api_url": url, "job_api_url": url, "proxy_url": url + PROXY, "lb_url": url + LB}
 
 
 FRONT_DOOR_WAIT_S = 120.0  # a job sent before the endpoint's front door listens waits this long, seconds
@@ -101,9 +117,10 @@ def runpod_job(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _relay(answer: Any) -> Any:
+def _relay(answer: Any, done: Any = None) -> Any:
     """A streamed answer's bytes as they arrive; a pause longer than the proxy's limit ends the
-    stream there (its status is already sent), as a proxy cuts a stalled stream."""
+    stream there (its status is already sent), as a proxy cuts a stalled stream. ``done`` is
+    called when the stream ends, however it ends."""
     import httpx
 
     try:
@@ -112,6 +129,8 @@ def _relay(answer: Any) -> Any:
         return
     finally:
         answer.close()
+        if done is not None:
+            done()
 
 
 class SimApi(MachineBacked, FakeApi):
@@ -132,7 +151,8 @@ class SimApi(MachineBacked, FakeApi):
         if endpoint and m == "DELETE":
             self.machines.destroy(endpoint)
         if endpoint and m == "GET" and parts[-1] == "workers":
-            return self._json(200, {"workers": self._workers(endpoint)})
+            lb = self.lb.serves(endpoint)
+            return self._json(200, {"workers": self.lb.workers(endpoint) if lb else self._workers(endpoint)})
         crash = m == "POST" and parts == ["v2", "serverless"] and (self.script.get("endpoint") or [""])[0] == "worker_crash"
         if crash:  # created as asked; its workers will crash (a drill)
             self.script["endpoint"][0] = "ok"
@@ -155,7 +175,11 @@ class SimApi(MachineBacked, FakeApi):
                     env[BIND_ENV.format(port=port)] = f"{HOST}:{local}"
             self.machines.start(pid, command, env)
         elif m == "POST" and parts == ["v2", "serverless"] and created:
-            self._start_endpoint(created.pop(), crash=crash)
+            eid = created.pop()
+            if self.lb.serves(eid):  # workers.min kept running; more start on demand
+                self.lb.created(eid)
+            else:
+                self._start_endpoint(eid, crash=crash)
         return response
 
     def _endpoint_id(self, parts: list[str]) -> str:
@@ -224,6 +248,19 @@ class SimApi(MachineBacked, FakeApi):
         local = (pod.get("_portmap") or {}).get(port)
         if not local or pod.get("status") == "TERMINATED" or self.machines.state(pid)[0] != "RUNNING":
             return page(502)
+        return self._forward(request, local, rest, self.limits["proxy_timeout_s"])
+
+    def _forward(self, request: Any, local: int, rest: str, timeout_s: float, done: Any = None) -> Any:
+        """``request`` sent on to ``127.0.0.1:local/rest`` and its answer relayed (a stream as it
+        arrives); a 502 page when nothing answers, a 524 page past ``timeout_s``. ``done`` is
+        called once the answer has been relayed whole (or failed)."""
+        import httpx
+
+        def page(code: int) -> Any:
+            if done is not None:
+                done()
+            return httpx.Response(code, text=load("runpod", f"proxy_{code}.html"), headers={"content-type": "text/html"})
+
         client = self._proxy_client()
         query = f"?{request.url.query.decode()}" if request.url.query else ""
         try:
@@ -231,20 +268,22 @@ class SimApi(MachineBacked, FakeApi):
                 request.method, f"http://{HOST}:{local}/{rest}{query}", content=request.content,
                 headers={"content-type": request.headers.get("content-type", "application/json"),
                          "accept": request.headers.get("accept", "*/*")},
-                timeout=self.limits["proxy_timeout_s"]), stream=True)  # the limit now, as a run may have set it
+                timeout=timeout_s), stream=True)  # the limit now, as a run may have set it
         except httpx.TimeoutException:
             return page(524)
         except httpx.TransportError:
             return page(502)
         kind = answer.headers.get("content-type", "application/json")
         if kind.startswith("text/event-stream"):
-            return httpx.Response(answer.status_code, content=_relay(answer), headers={"content-type": kind})
+            return httpx.Response(answer.status_code, content=_relay(answer, done), headers={"content-type": kind})
         try:
             body = answer.read()
         except httpx.TimeoutException:
             return page(524)
         finally:
             answer.close()
+        if done is not None:
+            done()
         return httpx.Response(answer.status_code, content=body, headers={"content-type": kind})
 
     def _proxy_client(self) -> Any:
@@ -266,6 +305,9 @@ class SimApi(MachineBacked, FakeApi):
         if parts[0] == "proxy" and len(parts) >= 2:
             self.requests.append((request.method, request.url.host + request.url.path, None))
             return self._proxy(request, parts[1], "/".join(parts[2:]))
+        if parts[0] == "lb" and len(parts) >= 2:
+            self.requests.append((request.method, request.url.host + request.url.path, None))
+            return self.lb.serve(request, parts[1], "/".join(parts[2:]))
         if len(parts) < 3 or parts[0] != "v2" or parts[2] not in JOB_OPS or not parts[1].endswith("ep"):
             return None
         self.requests.append((request.method, request.url.host + request.url.path, None))
@@ -310,6 +352,13 @@ class SimApi(MachineBacked, FakeApi):
                                     "workers": {**body["workers"], "throttled": 0, "unhealthy": 0}})
         return self._json(200, runpod_job(body))
 
+    @property
+    def lb(self) -> LoadBalancers:
+        """The load-balancing endpoints' workers (made on first use)."""
+        if getattr(self, "_lb", None) is None:
+            self._lb = LoadBalancers(self)
+        return self._lb
+
     def poll_pod(self, pid: str) -> dict[str, Any] | None:
         pod = self.state[pid]
         if pod.get("status") == "TERMINATED":
@@ -326,3 +375,109 @@ class SimApi(MachineBacked, FakeApi):
             pod.update(load("runpod", "pod_get_exited.json"))
             pod["lastStatusChange"] = f"Exited by container: exit code {code}"
         return pod
+
+
+class LoadBalancers:
+    """The simulator's load-balancing endpoints (the module docstring says what they do): one
+    worker each at most, the image's stand-in on a local port, run as the endpoint's machine.
+
+    Args:
+        api: the simulator whose endpoints (``state``), machines and forwarding they use.
+    """
+
+    def __init__(self, api: SimApi) -> None:
+        self.api = api
+        self.lock = threading.Lock()  # requests run outside the API's lock; the scaling, one at a time
+        self.by_id: dict[str, dict[str, Any]] = {}  # port (0: none runs), used (Unix s), inflight
+
+    def serves(self, eid: str) -> bool:
+        """``eid`` is a ``LOAD_BALANCER`` endpoint."""
+        return (self.api.state.get(eid) or {}).get("type") == "LOAD_BALANCER"
+
+    def created(self, eid: str) -> None:
+        """Start the worker of a new endpoint whose ``workers.min`` keeps one running."""
+        if int((self.api.state[eid].get("workers") or {}).get("min") or 0) > 0:
+            with self.lock:
+                self._up(eid)
+
+    def _state(self, eid: str) -> dict[str, Any]:
+        return self.by_id.setdefault(eid, {"port": 0, "used": time.time(), "inflight": 0})
+
+    def _up(self, eid: str) -> int:
+        """The local port of ``eid``'s worker, started (the image's stand-in, told the port) when
+        none runs."""
+        lb = self._state(eid)
+        if lb["port"] and self.api.machines.state(eid)[0] == "RUNNING":
+            return int(lb["port"])
+        ep = self.api.state[eid]
+        env = {k: str(v) for k, v in (ep.get("env") or {}).items()}
+        port = free_port()
+        command, _ = self.api.machine_command(str(ep.get("image", "")), "", env, port)
+        self.api.machines.start(eid, command, env)
+        lb.update(port=port, used=time.time())
+        return port
+
+    def _scale_down(self) -> None:
+        """Stop each idle worker of a ``workers.min`` 0 endpoint ``workers.idleTimeout`` seconds
+        after its last request ended (checked whenever an endpoint is asked something)."""
+        for eid, lb in self.by_id.items():
+            scaling = (self.api.state.get(eid) or {}).get("workers") or {}
+            if lb["port"] and lb["inflight"] == 0 and int(scaling.get("min") or 0) == 0 \
+                    and time.time() - lb["used"] > float(scaling.get("idleTimeout") or 5):
+                self.api.machines.stop(eid)
+                lb["port"] = 0
+
+    @staticmethod
+    def _ping(port: int) -> int:
+        """The worker's own ``GET /ping`` status; 0 when nothing listens yet."""
+        import httpx
+
+        try:
+            return httpx.get(f"http://{HOST}:{port}/ping", timeout=2).status_code
+        except httpx.HTTPError:
+            return 0
+
+    def workers(self, eid: str) -> list[dict[str, Any]]:
+        """``GET /v2/serverless/{id}/workers``: the endpoint's worker, if one runs."""
+        with self.lock:
+            self._scale_down()
+            lb = self._state(eid)
+            if not lb["port"] or self.api.machines.state(eid)[0] != "RUNNING":
+                return []
+            ping = self._ping(int(lb["port"]))
+        status = ("RUNNING" if lb["inflight"] else "IDLE") if ping == 200 else "INITIALIZING" if ping in (0, 204) \
+            else "UNHEALTHY"
+        return [{"id": f"{eid}-w0", "status": status}]
+
+    def serve(self, request: Any, eid: str, rest: str) -> Any:
+        """A request to endpoint ``eid``'s ``/rest`` (the module docstring says how it is served)."""
+        import httpx
+
+        api = self.api
+        if request.headers.get("authorization") != f"Bearer {api.key}":
+            return api.unauthorized()
+        if not self.serves(eid) or api.state[eid].get("deleted"):
+            return api._json(404, {"error": f"endpoint {eid} not found"})
+        with self.lock:
+            self._scale_down()
+            port = self._up(eid)
+            lb = self._state(eid)
+            lb["inflight"] += 1
+
+        def done() -> None:
+            with self.lock:
+                lb["inflight"] -= 1
+                lb["used"] = time.time()
+
+        if rest == "ping":
+            status = self._ping(port)
+            done()
+            return httpx.Response(status or 204, json={"status": "healthy" if status == 200 else "initializing"})
+        deadline = time.monotonic() + FRONT_DOOR_WAIT_S
+        while self._ping(port) != 200:
+            if time.monotonic() >= deadline or api.machines.state(eid)[0] != "RUNNING":
+                done()
+                return api._json(400, {"error": f"endpoint {eid}: no worker became ready (GET /ping never answered "
+                                                "200)"})
+            time.sleep(0.05)
+        return api._forward(request, port, rest, api.limits["lb_timeout_s"], done)
