@@ -362,6 +362,9 @@ class RemoteProfile(ProfileBase):
 LB_MAX_REQUEST_S = 330.0
 """The longest request a Runpod load-balancing endpoint serves before it answers 524, seconds
 (docs.runpod.io/serverless/load-balancing/overview: "longer than 5.5 minutes")."""
+RUNPOD_LB_ENV_NAMES = ("PORT", "PORT_HEALTH")
+"""What a Runpod load-balancing endpoint's worker is told in its environment: the port of its
+server and of its ``/ping`` (the same page; Runpod's default is 80 for both)."""
 LB_PING = "/ping"
 """A Runpod load-balancing worker's health route, on port ``PORT_HEALTH``: 200 healthy, 204
 initializing, anything else unhealthy (the same page)."""
@@ -422,6 +425,16 @@ class RunpodProfile(RemoteProfile):
     job_api_url: str = Field(default="", pattern=r"^(|https?://[^\s]+)$")
     proxy_url: str = Field(default="", pattern=r"^(|https?://[^\s]*\{pod_id\}[^\s]*)$")
     lb_url: str = Field(default="", pattern=r"^(|https?://[^\s]*\{endpoint_id\}[^\s]*)$")
+
+    @field_validator("lb_url")
+    @classmethod
+    def _lb_url_formats(cls, v: str) -> str:
+        try:
+            v.format(endpoint_id="x")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"lb_url {v!r} has a placeholder other than {{endpoint_id}} ({type(exc).__name__}: "
+                             f"{exc}); write it as https://{{endpoint_id}}.api.runpod.ai") from None
+        return v
 
     @model_validator(mode="after")
     def _spot_needs_graphql(self) -> "RunpodProfile":
@@ -801,7 +814,7 @@ class ServiceDrills(_Model):
             timeout (Runpod's per-job ``policy.executionTimeout``); None: NOT_APPLICABLE.
     """
 
-    idempotency_key: str = Field(default="", max_length=128, pattern=r"^(|[A-Za-z_][A-Za-z0-9_.-]*)$")
+    idempotency_key: str = Field(default="", max_length=128, pattern=r"^(|[A-Za-z_][A-Za-z0-9_-]*)$")
     replayed: str = Field(default="", max_length=256, pattern=r"^(|[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)$")
     hang: Any = None
 
@@ -1076,10 +1089,12 @@ class Measure(_Model):
     ``cold_starts`` scale-from-zero starts are measured per queue side, on an endpoint of one
     worker that stops 1 s after each job: each start is timed from submission to answer and
     split into queue, init and inference (the serverless guidance: "Measure p95 queue plus
-    initialization plus inference", docs/reference/providers.md 2.3a). A load-balancing side
-    does not scale to zero; its one cold start is its creation. A service's starts are measured
-    when both sides are Serverless endpoints (``serverless``), on an endpoint of one worker
-    that nothing keeps running; its queue holds the worker's start.
+    initialization plus inference", docs/reference/providers.md 2.3a). The runbook's own
+    load-balancing side (a pod) does not scale to zero; its one cold start is its creation. A
+    service's starts are measured when both sides are Serverless endpoints (``serverless``:
+    Runpod queue or load-balancing, Vast.ai), on an endpoint of one worker that nothing keeps
+    running; a queue's or route's wait holds the worker's start, a load-balancing request's
+    whole time does.
 
     ``traffic_per_s`` is the production traffic the cost per accepted unit is judged at
     (requests per second; None: ``arrival_rate_per_s``), with each side's warm workers
@@ -1641,10 +1656,19 @@ class Migration(_Model):
                                  f"{LB_PING} on its PORT_HEALTH answers 200 (204 while it initializes); "
                                  f"workload.service.readiness.path is {svc.readiness.path!r}. Set it to {LB_PING} if "
                                  "the image serves it, or run the service on a pod")
+            if svc.readiness.status != 200:
+                raise ValueError(f"{side}.serverless type LOAD_BALANCER: a worker is healthy when {LB_PING} answers "
+                                 f"200 (204 means initializing); workload.service.readiness.status is "
+                                 f"{svc.readiness.status}: set it to 200 or leave it out")
+            taken = sorted(set(RUNPOD_LB_ENV_NAMES) & set(svc.env))
+            if taken:
+                raise ValueError(f"workload.service.env sets {', '.join(taken)}, which a Runpod load-balancing endpoint "
+                                 f"sets itself to workload.service.port ({svc.port}); remove "
+                                 f"{'it' if len(taken) == 1 else 'them'} and set workload.service.port instead")
             if self.workload.requirements.max_request_s > LB_MAX_REQUEST_S:
                 raise ValueError(f"workload.requirements.max_request_s = {self.workload.requirements.max_request_s:g} "
                                  f"exceeds the {LB_MAX_REQUEST_S:g} s a Runpod load-balancing endpoint serves a "
-                                 "request before it answers 524; lower max_request_s or use a QUEUE endpoint")
+                                 "request before it answers 524; lower max_request_s or run the service on a pod")
         elif self.workload.requirements.max_request_s > sv.execution_timeout_s:
             raise ValueError(f"workload.requirements.max_request_s = {self.workload.requirements.max_request_s:g} "
                              f"exceeds {side}.serverless.execution_timeout_s = {sv.execution_timeout_s:g}: the "
@@ -1712,12 +1736,17 @@ class Migration(_Model):
             return ("cutover.mode dual_run sends every request to both sides itself, so no router splits them; set "
                     "cutover.mode drain, or router kind client (the runbook's own split of its test requests)")
         for side in ("source", "target"):
-            if getattr(getattr(self, side), "serverless", None) is not None:
-                return (f"the {side} is a serverless endpoint, reached through its provider's own front door (Runpod's "
-                        "job API with the Runpod key, whose /status/{id} poll carries nothing a router can keep on the "
-                        "side that holds it; Vast.ai's /route/ then a signed call to the worker it names), not a host "
-                        "and port a router forwards to; use router kind client (the runbook's own split of its test "
-                        "requests)")
+            sv = getattr(getattr(self, side), "serverless", None)
+            if sv is None:
+                continue
+            how = ("Vast.ai's /route/ then a signed call to the worker it names" if isinstance(sv, VastServerless) else
+                   "Runpod's load balancer at https://{id}.api.runpod.ai over https, with the Runpod key"
+                   if sv.type == "LOAD_BALANCER" else
+                   "Runpod's job API with the Runpod key, whose /status/{id} poll carries nothing a router can keep "
+                   "on the side that holds it")
+            return (f"the {side} is a serverless endpoint, reached through its provider's own front door ({how}), "
+                    "not a host and port a router forwards to; use router kind client (the runbook's own split of "
+                    "its test requests)")
         if kind == "inference":
             modes = {side: getattr(getattr(self, side), "endpoint_mode", None) for side in ("source", "target")}
             if any(m != "load_balancing" for m in modes.values()):
@@ -1828,7 +1857,13 @@ _Yaml12Loader.add_implicit_resolver(
 )
 
 
+NOT_SECRET_FIELDS = frozenset({"workload.service.drills.idempotency_key"})
+"""Fields whose names look like a credential's but hold a name (an input field), echoed in errors."""
+
+
 def _secret_field(field: str) -> bool:
+    if field in NOT_SECRET_FIELDS:
+        return False
     return any(part in field for part in ("ref", "secret", "token", "password", "key"))
 
 

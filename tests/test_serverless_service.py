@@ -40,6 +40,8 @@ def _params(tmp_path: Path, **over: Any) -> Path:
     ({"workload": {"service": {"protocol": "http-json"}}},
      r"workload.service.drills is set for protocol 'http-json': the redeliver and hung_worker drills reach a service "
      r"through a job API \(runpod-handler\) only"),
+    ({"workload": {"service": {"drills": {"idempotency_key": "input.request_id"}}}},
+     r"workload.service.drills.idempotency_key: .*got 'input.request_id'"),  # a field name, shown
     ({"workload": {"service": {"drills": {"idempotency_key": ""}}}},
      r"workload.service.drills.replayed names where the handler says it answered from its record, but "
      r"idempotency_key is empty"),
@@ -235,7 +237,16 @@ LB_SERVICE = {"private_image": False, "registry_credential": "", "readiness": {"
      r"source.serverless type LOAD_BALANCER: Runpod sends a worker requests only once GET /ping .* answers 200 .*"
      r"readiness.path is '/health'"),
     ({"source": LB_SOURCE, "workload": {"service": LB_SERVICE, "requirements": {"max_request_s": 400}}},
-     r"max_request_s = 400 exceeds the 330 s a Runpod load-balancing endpoint serves a request before it answers 524"),
+     r"max_request_s = 400 exceeds the 330 s a Runpod load-balancing endpoint serves a request before it answers 524; "
+     r"lower max_request_s or run the service on a pod"),
+    ({"source": LB_SOURCE, "workload": {"service": {**LB_SERVICE, "readiness": {"path": "/ping", "status": 204}}}},
+     r"a worker is healthy when /ping answers 200 .*readiness.status is 204"),
+    ({"source": LB_SOURCE, "workload": {"service": {**LB_SERVICE, "env": {"PORT": "9000"}}}},
+     r"workload.service.env sets PORT, which a Runpod load-balancing endpoint sets itself to workload.service.port"),
+    ({"source": {**LB_SOURCE, "lb_url": "https://{endpoint_id}.x/{pod_id}"}, "workload": {"service": LB_SERVICE}},
+     r"lb_url .* has a placeholder other than \{endpoint_id\}"),
+    ({"source": LB_SOURCE, "workload": {"service": LB_SERVICE}, "cutover": {"router": {"kind": "haproxy"}}},
+     r"the source is a serverless endpoint, reached through its provider's own front door \(Runpod's load balancer"),
 ])
 def test_what_a_load_balancing_endpoint_cannot_serve_is_refused_with_its_fix(tmp_path: Path, over: dict[str, Any],
                                                                             says: str) -> None:
@@ -252,3 +263,21 @@ def test_phase_02_says_how_a_service_leaves_a_load_balancing_endpoint_for_a_pod(
     assert "for the pod's HTTP port: the same paths" in row.reason and "routing by /ping health" in row.reason
     back = serving_row(mig.target, mig.source)
     assert "moves behind Runpod's load balancer" in back.reason and "/ping on PORT_HEALTH" in back.reason
+
+
+def test_the_redeliver_drill_compares_answers_without_the_replay_marker_wherever_its_path_points() -> None:
+    from runbook_lib.phases.compare.drills import redelivered
+
+    class Handler:  # answers from its record on the second delivery, the marker nested in a list
+        def __init__(self) -> None:
+            self.seen: set[str] = set()
+
+        def runsync(self, job: dict[str, Any]) -> dict[str, Any]:
+            again = job["request_id"] in self.seen
+            self.seen.add(job["request_id"])
+            return {"status": "COMPLETED", "execution_s": 0.01,
+                    "output": {"words": 2, "meta": [{"replayed": again, "node": "a"}]}}
+
+    got = redelivered(Handler(), {"text": "to be"}, key_field="request_id", key="k", replayed="meta.0.replayed",  # type: ignore[arg-type]
+                      matches=lambda out: out == {"words": 2, "meta": [{"node": "a"}]})
+    assert got.verdict == "PASS", got.observation

@@ -590,3 +590,40 @@ def test_a_services_load_balancing_endpoint_routes_to_its_worker_and_scales_to_z
     finally:
         prov.close()
         srv.close()
+
+
+def test_a_throttled_handler_endpoints_job_times_out_named_as_a_capacity_problem_then_runs(tmp_path: Path) -> None:
+    """A team's handler endpoint under the ``endpoint: throttled`` fault: its workers wait for a
+    GPU (``throttled_s``), so /health and the worker list say THROTTLED, and a job whose deadline
+    passes meanwhile fails TIMED_OUT with the endpoint's own word for why (a capacity problem, not
+    the service); once a GPU is free the same endpoint serves."""
+    from runbook_lib.providers.base import EndpointSpec
+    from runbook_lib.service.protocols import client_for
+
+    image = "ghcr.io/example/handler:1"
+    (tmp_path / "handler.py").write_text(HANDLER_SERVER)
+    srv = simulate("runpod", state_dir=tmp_path / "sim", key=KEY, script={"endpoint": ["throttled"]},
+                   limits={"throttled_s": 3.0}, stand_ins={image: ["python", str(tmp_path / "handler.py"), "{port}"]})
+    prof = PARAMS.source.model_copy(update={"api_url": srv.url, "job_api_url": srv.url})
+    prov = create_provider("runpod", profile=prof, key=KeySource("runpod", ("env:NONE",), _value=KEY), poll_s=0.1)
+    svc = load_params(ROOT / "params" / "runpod-serverless-to-vast-handler.yaml").workload.service
+    assert svc is not None
+    try:
+        spec = EndpointSpec(name="handler", params_path="", side="source", workers=1, price_usd_per_hour=0.5,
+                            labels=(("run_id", "throttled"),), image=image, gpu_types=("ADA_24",), active_workers=1,
+                            service=True)
+        plan = prov.plan_endpoint(spec, dry_run=False)
+        ep = prov.apply(plan, _ok(plan))
+        kw: dict[str, Any] = {"headers": prov.job_api_headers(), "readiness": ("/health", 200)}  # type: ignore[attr-defined]
+        assert [w["status"] for w in prov.workers(ep.id)] == ["THROTTLED"]  # type: ignore[attr-defined]
+        with client_for(svc, ep.url, timeout_s=0.5, **kw) as short:
+            lost = short.runsync({"n": 1})
+        assert lost["status"] == "TIMED_OUT" and "1 worker(s) THROTTLED" in lost["error"], lost
+        assert "a capacity problem, not the service" in lost["error"]
+        with client_for(svc, ep.url, timeout_s=60, **kw) as c:
+            served = c.runsync({"n": 2})
+        assert served["status"] == "COMPLETED" and served["output"] == {"twice": 4}
+        assert [w["status"] for w in prov.workers(ep.id)] == ["IDLE"]  # type: ignore[attr-defined]
+    finally:
+        prov.close()
+        srv.close()

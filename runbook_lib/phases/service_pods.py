@@ -46,7 +46,7 @@ from runbook_lib.providers.vast import PYWORKER_ENV
 from runbook_lib.providers.vast import search_params as vast_search_params
 from runbook_lib.secret_refs import resolve
 from runbook_lib.service.pacing import Pacer, pacer_for
-from runbook_lib.service.protocols import JobPolicy, ServiceClient, VastRouted, client_for, peek
+from runbook_lib.service.protocols import JOB_API_HEALTH, JobPolicy, ServiceClient, VastRouted, client_for, peek
 
 SERVICE_ROLE_PREFIX = "service-"
 """Role label prefix of the pods phases 01 and 03 launch (phase 04's are ``endpoint-<side>``)."""
@@ -319,7 +319,7 @@ class NotReady(ProviderTimeout):
     """A service pod never answered its readiness check in time (its last answer is named)."""
 
 
-ENDPOINT_READINESS = "/health"
+ENDPOINT_READINESS = JOB_API_HEALTH
 """A service endpoint's readiness check: the job API's ``GET /health`` (docs/reference/providers.md
 2.2) answering 200 means the endpoint accepts jobs. A scale-to-zero endpoint has no worker yet;
 the first job pays its cold start, which the first answer's latency carries."""

@@ -69,7 +69,8 @@ class FixtureApi:
         script: operation -> answers served first, in order. Runpod operations: ``create``
             (``ok``, ``capacity``, ``rate``, ``unauthorized``, ``invalid``, ``created_then_502``),
             ``endpoint`` (``ok``, ``created_then_502``; simulator: ``worker_crash``, its
-            workers die every 7 jobs, a handler's worker holding its eighth), ``poll`` (pod
+            workers die every 7 jobs, a handler's worker holding its eighth; ``throttled``, its
+            workers wait ``throttled_s`` for a GPU), ``poll`` (pod
             statuses), ``spot`` (``ok``, ``supply``), ``job`` (answers to ``/status``: ``in_queue``,
             ``in_progress``, ``completed``, ``completed_empty``, ``failed``, ``timed_out``,
             ``ttl``, ``rate``), ``runsync`` (answers to ``/runsync``: ``in_queue``,

@@ -710,6 +710,29 @@ class HttpJson(ServiceClient):
         return {"status": "COMPLETED", "output": data}
 
 
+JOB_API_HEALTH = "/health"
+"""A Runpod endpoint's job API health route: its ``jobs`` and ``workers`` counts
+(docs/reference/providers.md 2.2)."""
+
+
+def workers_said(workers: dict[str, Any]) -> str:
+    """What a job API's worker counts say about a job that did not end in time, in words; empty
+    when nothing explains it. ``throttled`` workers wait for a GPU in the endpoint's pools (no
+    capacity, not the service); ``unhealthy`` ones crash-loop (the image or handler is broken:
+    its logs say why); ``initializing`` ones with none idle or running mean a cold start
+    (runpod/runpod-mcp PR #62: most "capacity" timeouts were crash-looping workers)."""
+    n = {k: int(workers.get(k) or 0) for k in ("idle", "running", "initializing", "throttled", "unhealthy")}
+    parts = []
+    if n["throttled"]:
+        parts.append(f"{n['throttled']} worker(s) THROTTLED: waiting for a GPU in the endpoint's pools, a capacity "
+                     "problem, not the service (widen the pools or wait)")
+    if n["unhealthy"]:
+        parts.append(f"{n['unhealthy']} worker(s) UNHEALTHY: crash-looping, read the worker logs and fix the image")
+    if n["initializing"] and not n["idle"] + n["running"]:
+        parts.append(f"{n['initializing']} worker(s) INITIALIZING: the job waited for a cold start")
+    return "; ".join(parts)
+
+
 class JobPolicy(TypedDict, total=False):
     """Runpod's per-job execution policy, milliseconds (``policy`` of ``/run`` and ``/runsync``,
     docs/reference/providers.md 2.2): ``executionTimeout`` (min 5 s, max 7 days) and ``ttl``."""
@@ -747,6 +770,21 @@ class RunpodHandler(ServiceClient):
         arguments as :class:`ServiceClient` takes them."""
         super().__init__(service, url, **kw)
         self.policy = policy
+
+    def runsync(self, payload: Any) -> dict[str, Any]:
+        """As :meth:`ServiceClient.runsync`; a job that did not end in time on a Runpod endpoint
+        (readiness at the job API's :data:`JOB_API_HEALTH`) is explained by what the endpoint's
+        ``/health`` says of its workers (:func:`workers_said`), where it says something."""
+        out = super().runsync(payload)
+        if out.get("status") in ("TIMED_OUT", "CLIENT_ERROR") and self.readiness[0] == JOB_API_HEALTH:
+            try:
+                _, _, body = peek(self, JOB_API_HEALTH)
+                said_now = workers_said(json.loads(body).get("workers") or {})
+            except (ProviderError, ValueError, AttributeError):
+                said_now = ""
+            if said_now:
+                out["error"] = f"{out.get('error', '')}; the endpoint's /health: {said_now}"
+        return out
 
     def _job(self, w: _Watch, method: str, path: str, **kw: Any) -> dict[str, Any] | _Failed:
         with self._open(w, method, path, **kw) as resp:

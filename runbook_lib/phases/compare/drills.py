@@ -257,17 +257,24 @@ def _spend_limit(ctx: PhaseContext, t: _Target, meter: cost.SpendMeter) -> Drill
 
 
 def _without(value: Any, path: str) -> Any:
-    """``value`` with the field at dotted ``path`` left out (a copy; ``value`` as it is when absent)."""
-    if not path or not isinstance(value, dict):
+    """``value`` with the field at dotted ``path`` left out, list items by index as
+    :func:`~runbook_lib.service.compare.at_path` reads them (a copy; ``value`` as it is when the
+    path is absent)."""
+    if not path:
         return value
     head, _, rest = path.partition(".")
-    if head not in value:
+    if isinstance(value, dict) and head in value:
+        out: Any = dict(value)
+    elif isinstance(value, list) and head.isdigit() and int(head) < len(value):
+        out, head = list(value), int(head)  # type: ignore[assignment]
+    else:
         return value
-    out = dict(value)
     if rest:
         out[head] = _without(out[head], rest)
-    else:
+    elif isinstance(out, dict):
         del out[head]
+    else:
+        out.pop(head)
     return out
 
 

@@ -33,6 +33,7 @@ from runbook_lib.errors import (
     WorkloadError,
 )
 from runbook_lib.measure.timing import JobClient, JobClocks, WorkerClient
+from runbook_lib.params import RUNPOD_LB_ENV_NAMES
 from runbook_lib.providers.api import ApiClient, KeySource, api_url
 from runbook_lib.providers.base import (
     Capabilities,
@@ -178,10 +179,9 @@ def endpoint_from_api(e: dict[str, Any], job_url: str, lb_url: str = LB_URL) -> 
                     mode="load_balancing" if lb else "queue")
 
 
-LB_ENV = ("PORT", "PORT_HEALTH")
-"""What a load-balancing endpoint's worker is told in its environment: the port of its server and
-of its ``/ping`` (docs.runpod.io/serverless/load-balancing/overview; Runpod's default is 80 for
-both)."""
+LB_ENV = RUNPOD_LB_ENV_NAMES
+"""What a load-balancing endpoint's worker is told in its environment (docs.runpod.io/serverless/
+load-balancing/overview)."""
 
 
 def lb_env(port: int) -> dict[str, str]:

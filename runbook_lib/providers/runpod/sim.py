@@ -26,7 +26,9 @@ of the front door (a state's recorded shape for that job id; ``completed_empty``
 no ``output``; ``ttl``: 404; ``rate``: 429 with ``Retry-After``); ``runsync`` answers
 ``/runsync``: ``in_queue``/``in_progress`` submit the job for real and answer that non-terminal
 state (the caller must poll ``/status``), ``completed_empty`` drops a COMPLETED answer's
-``output``, ``rate`` refuses it (429, nothing submitted).
+``output``, ``rate`` refuses it (429, nothing submitted). Under the ``endpoint: throttled`` fault an
+endpoint's workers wait ``throttled_s`` (a limit) for a GPU before any can start: its ``/health``
+and worker list say ``THROTTLED``, and its jobs wait as queued jobs do.
 
 A created ``LOAD_BALANCER`` endpoint (a team's HTTP server) has no front door: its worker is the
 image's stand-in, served at ``/lb/{endpoint_id}/<path>`` (the adapter's ``lb_url``) with the
@@ -54,18 +56,21 @@ from runbook_lib.providers.local.endpoint import BIND_ENV
 from runbook_lib.providers.runpod.fake import FakeApi, job_answer, rate_limited
 from runbook_lib.providers.simulator import HOST, MachineBacked, free_port
 
-LIMITS: dict[str, float] = {"job_ttl_s": 86_400.0, "proxy_timeout_s": 100.0, "lb_timeout_s": 330.0}
+LIMITS: dict[str, float] = {"job_ttl_s": 86_400.0, "proxy_timeout_s": 100.0, "lb_timeout_s": 330.0,
+                            "throttled_s": 5.0}
 """The waits and limits a test or user may set when the simulator starts (seconds), with their
 defaults. ``job_ttl_s``: a serverless job is forgotten this long after it was submitted, run or
 not (its ``/status`` then answers 404); 24 h is Runpod's default execution policy ``ttl``
 (docs/reference/providers.md, Runpod job API, Timeouts/TTL). ``proxy_timeout_s``: the pod HTTP
 proxy answers 524 to a request that takes longer (Runpod's proxy: 100 s, runpod/docs
 pods/configuration/expose-ports.mdx). ``lb_timeout_s``: a load-balancing endpoint answers 524 to a
-request that takes longer (5.5 min, docs.runpod.io/serverless/load-balancing/overview)."""
+request that takes longer (5.5 min, docs.runpod.io/serverless/load-balancing/overview).
+``throttled_s``: how long the workers of an endpoint created under the ``endpoint: throttled``
+fault wait for a GPU before they can start."""
 
 SCRIPTS: dict[str, frozenset[str]] = {
     "create": frozenset({"ok", "capacity", "rate", "unauthorized", "invalid", "created_then_502"}),
-    "endpoint": frozenset({"ok", "created_then_502", "worker_crash"}),
+    "endpoint": frozenset({"ok", "created_then_502", "worker_crash", "throttled"}),
     "poll": frozenset({"PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR"}),
     "spot": frozenset({"ok", "supply"}),
     "job": frozenset({"in_queue", "in_progress", "completed", "completed_empty", "failed", "timed_out", "ttl", "rate"}),
@@ -153,8 +158,9 @@ class SimApi(MachineBacked, FakeApi):
         if endpoint and m == "GET" and parts[-1] == "workers":
             lb = self.lb.serves(endpoint)
             return self._json(200, {"workers": self.lb.workers(endpoint) if lb else self._workers(endpoint)})
-        crash = m == "POST" and parts == ["v2", "serverless"] and (self.script.get("endpoint") or [""])[0] == "worker_crash"
-        if crash:  # created as asked; its workers will crash (a drill)
+        fault = (self.script.get("endpoint") or [""])[0] if m == "POST" and parts == ["v2", "serverless"] else ""
+        crash, throttled = fault == "worker_crash", fault == "throttled"
+        if crash or throttled:  # created as asked; its workers will crash, or wait for a GPU (drills)
             self.script["endpoint"][0] = "ok"
         before = set(self.state)
         response = super().answer(request, body)
@@ -178,6 +184,11 @@ class SimApi(MachineBacked, FakeApi):
             eid = created.pop()
             if self.lb.serves(eid):  # workers.min kept running; more start on demand
                 self.lb.created(eid)
+            elif throttled:  # no GPU for its workers yet: the front door starts once one is free
+                self.state[eid]["_throttled_until"] = time.monotonic() + self.limits["throttled_s"]
+                timer = threading.Timer(self.limits["throttled_s"], self._unthrottled, args=(eid,))
+                timer.daemon = True
+                timer.start()
             else:
                 self._start_endpoint(eid, crash=crash)
         return response
@@ -213,22 +224,34 @@ class SimApi(MachineBacked, FakeApi):
         self.machines.start(eid, command, env)
 
     def _front_door(self, eid: str, wait_s: float) -> str:
-        """The URL of endpoint ``eid``'s front door once it listens (waiting up to ``wait_s``), or ''."""
+        """The URL of endpoint ``eid``'s front door once it listens (waiting up to ``wait_s``, and
+        through a throttle), or ''."""
         deadline = time.monotonic() + wait_s
         while True:
             f = self._port_file(eid)
             if f.exists():
                 return f"http://{HOST}:{f.read_text().strip()}"
-            if time.monotonic() >= deadline or self.machines.state(eid)[0] != "RUNNING":
+            waiting = self._throttled(eid) or (self.state.get(eid) or {}).get("_throttled_until") and \
+                self.machines.state(eid)[0] == "GONE"  # the throttle just ended; its front door is starting
+            if time.monotonic() >= deadline or (self.machines.state(eid)[0] != "RUNNING" and not waiting):
                 return ""
             time.sleep(0.05)
+
+    def _unthrottled(self, eid: str) -> None:
+        """A GPU is free: start ``eid``'s front door, unless the endpoint was deleted meanwhile."""
+        if not self.state[eid].get("deleted"):
+            self._start_endpoint(eid)
+
+    def _throttled(self, eid: str) -> bool:
+        """``eid``'s workers are still waiting for a GPU (the ``endpoint: throttled`` fault)."""
+        return time.monotonic() < float((self.state.get(eid) or {}).get("_throttled_until") or 0)
 
     def _workers(self, eid: str) -> list[dict[str, Any]]:
         import httpx
 
         url = self._front_door(eid, 0)
         if not url:
-            return [{"id": f"{eid}-w0", "status": "INITIALIZING"}]
+            return [{"id": f"{eid}-w0", "status": "THROTTLED" if self._throttled(eid) else "INITIALIZING"}]
         health = httpx.get(f"{url}/health", timeout=10).json()
         return [{"id": f"{eid}-w{i}", "status": WORKER_STATUS.get(state, "UNHEALTHY")}
                 for i, state in enumerate(s for s, n in health["workers"].items() for _ in range(n))]
@@ -318,9 +341,10 @@ class SimApi(MachineBacked, FakeApi):
             return self._json(404, {"error": f"endpoint {eid} not found"})
         url = self._front_door(eid, 0 if op == "health" else FRONT_DOOR_WAIT_S)
         if not url and op == "health":
+            throttled = int(self._throttled(eid))
             return self._json(200, {"jobs": {"completed": 0, "failed": 0, "inProgress": 0, "inQueue": 0, "retried": 0},
-                                    "workers": {"idle": 0, "running": 0, "initializing": 1, "throttled": 0,
-                                                "unhealthy": 0}})
+                                    "workers": {"idle": 0, "running": 0, "initializing": 1 - throttled,
+                                                "throttled": throttled, "unhealthy": 0}})
         if not url:
             return self._json(503, {"error": f"endpoint {eid}: no worker could start (its front door is not up)"})
         scripted = self._next({"runsync": "runsync", "status": "job"}.get(op, ""), "")
