@@ -147,6 +147,7 @@ def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(run_dir: Pa
     assert canary["env_names"] == ["PYWORKER_HEALTHCHECK", "PYWORKER_REPO", "PYWORKER_ROUTE"]
     rows = {r["dependency"]: r for r in json.loads((run_dir / "02_map_target.json").read_text())["data"]["dependency_map"]}
     assert rows["serving"]["status"] == "adapter needed" and "PyWorker" in rows["serving"]["reason"]
+    assert rows["endpoint setting: idle timeout"]["target"] == "none"  # each setting mapped, the missing named
     assert "POST /v2/{id}/runsync x" in out  # the source answered through Runpod's job API
     assert "POST /route x" in out and "GET /pubkey x" in out  # the target's requests were routed by the autoscaler
     # the receipt names both sides' serving, the endpoint's settings as Runpod reported them, and the adapter

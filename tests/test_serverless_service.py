@@ -281,3 +281,18 @@ def test_the_redeliver_drill_compares_answers_without_the_replay_marker_wherever
     got = redelivered(Handler(), {"text": "to be"}, key_field="request_id", key="k", replayed="meta.0.replayed",  # type: ignore[arg-type]
                       matches=lambda out: out == {"words": 2, "meta": [{"node": "a"}]})
     assert got.verdict == "PASS", got.observation
+
+
+def test_phase_02_maps_each_runpod_endpoint_setting_to_vast_and_names_what_has_no_equivalent() -> None:
+    from runbook_lib.phases.mapping import vast_settings_rows
+
+    mig = load_params(ROOT / "params" / HANDLER)
+    rows = {r.dependency.removeprefix("endpoint setting: "): r for r in vast_settings_rows(mig.source, mig.target)}
+    assert list(rows) == ["type", "max workers", "min workers and scale to zero", "idle timeout", "execution timeout",
+                          "flashboot"]
+    assert rows["max workers"].status == EQUIVALENT  # 1 and 1
+    assert all(r.status == ADAPTER for n, r in rows.items() if n != "max workers")  # named, never dropped
+    assert rows["idle timeout"].target == "none" and "no equivalent" in rows["idle timeout"].reason
+    assert rows["min workers and scale to zero"].target.startswith("min_load 1: capacity kept")
+    assert rows["execution timeout"].source == "timeout 60 s" and "hung_worker" in rows["execution timeout"].reason
+    assert vast_settings_rows(mig.target, mig.source) == []  # only a Runpod endpoint moving to a Vast.ai one

@@ -392,8 +392,8 @@ def test_a_handler_endpoints_worker_that_dies_holding_a_job_is_replaced_and_the_
     worker and the rest from its replacement (``workerId``, as Runpod's job API reports it)."""
     import httpx
 
+    from runbook_lib.layout import CRASH_EVERY
     from runbook_lib.providers.base import EndpointSpec
-    from runbook_lib.providers.local.endpoint import CRASH_EVERY
 
     image = "ghcr.io/example/handler:1"
     (tmp_path / "handler.py").write_text(HANDLER_SERVER)
@@ -624,6 +624,50 @@ def test_a_throttled_handler_endpoints_job_times_out_named_as_a_capacity_problem
             served = c.runsync({"n": 2})
         assert served["status"] == "COMPLETED" and served["output"] == {"twice": 4}
         assert [w["status"] for w in prov.workers(ep.id)] == ["IDLE"]  # type: ignore[attr-defined]
+    finally:
+        prov.close()
+        srv.close()
+
+
+def test_a_vast_serverless_worker_that_dies_holding_a_request_fails_it_named_and_is_started_again(
+        tmp_path: Path) -> None:
+    """A team's handler on a Vast.ai Serverless endpoint under the ``workergroup: worker_crash``
+    fault: its worker's PyWorker dies holding its eighth request. That request fails, named by
+    where it broke and the worker's URL (a request that reached a worker is never resent); the
+    autoscaler starts the failed worker again and the next requests, routed once it is ready,
+    complete with the handler's answer."""
+    from runbook_lib.layout import CRASH_EVERY
+    from runbook_lib.providers.base import EndpointSpec
+    from runbook_lib.service.protocols import VastRouted
+
+    image = "ghcr.io/example/handler:1"
+    (tmp_path / "handler.py").write_text(HANDLER_SERVER)
+    srv = simulate("vast", state_dir=tmp_path / "sim", key=KEY, script={"workergroup": ["worker_crash"]},
+                   stand_ins={image: ["python", str(tmp_path / "handler.py"), "{port}"]})
+    mig = load_params(ROOT / "params" / "runpod-serverless-to-vast-handler.yaml")
+    prof = mig.target.model_copy(update=sim_module("vast").overrides(srv.url))
+    prov = create_provider("vast", profile=prof, key=KeySource("vast", ("env:NONE",), _value=KEY), poll_s=0.1)
+    settings = (("max_workers", 1), ("cold_workers", 1), ("min_load", 1.0), ("min_cold_load", 0.0),
+                ("target_util", 0.9), ("cold_mult", 2.5), ("search_params", "gpu_name=RTX_4090"), ("gpu_ram", 24.0),
+                ("onstart", ""), ("pyworker", (("repo", "https://github.com/example/pw"), ("route", "/runsync"),
+                                               ("healthcheck", "/"))))
+    try:
+        spec = EndpointSpec(name="handler", params_path="", side="target", workers=1, price_usd_per_hour=0.45,
+                            labels=(("run_id", "crash"),), image=image, mode="serverless", port=8000, service=True,
+                            settings=settings)
+        plan = prov.plan_endpoint(spec, dry_run=False)
+        ep = prov.apply(plan, _ok(plan))
+        name, key = prov.route_auth(ep.id)  # type: ignore[attr-defined]
+        assert mig.workload.service is not None
+        with VastRouted(mig.workload.service, ep.url, endpoint_name=name, endpoint_key=key, worker_route="/runsync",
+                        timeout_s=60) as c:
+            got = [c.runsync({"n": n}) for n in range(CRASH_EVERY + 3)]
+        assert [g["status"] for g in got[:CRASH_EVERY]] == ["COMPLETED"] * CRASH_EVERY
+        lost = got[CRASH_EVERY]
+        assert lost["status"] in ("CLIENT_ERROR", "STREAM_CUT") and "/runsync" in lost["error"], lost
+        assert "(worker http://127.0.0.1:" in lost["error"] and "http_status" not in lost  # no answer came
+        assert [(g["status"], g["output"]) for g in got[CRASH_EVERY + 1:]] == [
+            ("COMPLETED", {"twice": 2 * n}) for n in range(CRASH_EVERY + 1, CRASH_EVERY + 3)]
     finally:
         prov.close()
         srv.close()

@@ -218,7 +218,7 @@ def service_rows(ctx: PhaseContext, caps: Capabilities) -> list[DependencyRow]:
                  "endpoint, which runs the image's entry point (POST /v2/serverless takes no command)"
                  if _on_serverless(src) or _on_serverless(tgt) else
                  "the same image and command on both sides, unchanged (no runbook code inside)"),
-            serving_row(src, tgt)]
+            serving_row(src, tgt), *vast_settings_rows(src, tgt)]
     limit, need = caps.max_request_s, ctx.mig.workload.requirements.max_request_s
     if _load_balanced(tgt):  # Runpod's load balancer cuts a request at 5.5 min
         limit = LB_MAX_REQUEST_S
@@ -296,6 +296,40 @@ def vast_adapter(src: Any, sv: VastServerless) -> str:
             f"for two calls: POST https://run.vast.ai/route/ (the endpoint name and its own key) for a worker, then "
             f"POST {{the worker's URL}}{p.route} with the signed route as auth_data and the job as payload, forwarded to the "
             f"server's {p.route}{lost}. Phase 03 proves the image with this adapter against the golden")
+
+
+def vast_settings_rows(src: Any, tgt: Any) -> list[DependencyRow]:
+    """A Runpod Serverless source endpoint's settings mapped to the Vast.ai Serverless target's, one
+    row each (``endpoint setting: <name>``); what has no equivalent on Vast.ai is named with what
+    stands closest, as an adapter (the PyWorker adapter carries the service there, and phases 03
+    and 04 measure it), never silently dropped. Empty unless the source is a Runpod Serverless
+    endpoint and the target a Vast.ai one (docs.vast.ai "Serverless architecture" and "Worker
+    states"; docs/reference/providers.md 2.2)."""
+    sv, tv = getattr(src, "serverless", None), getattr(tgt, "serverless", None)
+    if not isinstance(sv, RunpodServerless) or not isinstance(tv, VastServerless):
+        return []
+    kept = "min_load 0: scales to zero (idle workers stopped, Inactive)" if tv.min_load == 0 else \
+        f"min_load {tv.min_load:g}: capacity kept for that load"
+    rows = [
+        ("type", f"{sv.type} (jobs queued, retried by Runpod)", "routed per request (POST /route/ for a worker)",
+         "no queue on Vast.ai: a request waits in /route/ until a worker is ready, and a failed call is the caller's "
+         "to retry"),
+        ("max workers", f"workers.max {src.workers}", f"max_workers {tv.max_workers}",
+         "the same ceiling" if src.workers == tv.max_workers else "a different ceiling: saturation throughput follows"),
+        ("min workers and scale to zero", f"workers.min {src.active_workers or 0}"
+         + (" (scale to zero)" if not src.active_workers else ""), f"{kept}; cold_workers {tv.cold_workers}",
+         "Vast.ai keeps capacity by load, not by a count of running workers; cold_workers are stopped workers kept "
+         "ready to start"),
+        ("idle timeout", f"workers.idleTimeout {src.idle_timeout_s:g} s", "none",
+         "no equivalent: Vast.ai's engine stops an idle worker from its own load history (target_util, cold_mult); "
+         "phase 04's cold starts from zero show what a start costs"),
+        ("execution timeout", f"timeout {sv.execution_timeout_s:g} s", "none",
+         "no equivalent: a request runs until its caller gives up (measure.request_timeout_s), so the hung_worker "
+         "drill does not apply"),
+        ("flashboot", sv.flashboot, "none", "no equivalent: cold_workers (stopped, image loaded) stand closest"),
+    ]
+    return [_row(f"endpoint setting: {name}", a, b, EQUIVALENT if why == "the same ceiling" else ADAPTER, why)
+            for name, a, b, why in rows]
 
 
 def serving_row(src: Any, tgt: Any) -> DependencyRow:

@@ -79,7 +79,8 @@ class FixtureApi:
             ``rate``, ``created_then_502``; simulator: ``worker_crash``, the instance's serving
             worker dies after 7 requests; ``outbid``, the instance is outbid mid-run), ``poll`` (``null_status``, ``loading``, ``running``,
             ``exited_oci_error``, ``outbid_stopped``), ``search`` (``rate``), ``workergroup``
-            (``ok``, ``invalid``: a Serverless workergroup's create is refused with 400).
+            (``ok``, ``invalid``: a Serverless workergroup's create is refused with 400; simulator:
+            ``worker_crash``, its workers die holding their eighth request).
         log_dir: append request lines to ``<log_dir>/<provider>-requests.log``.
         ip: the public address reported for running machines (tests probe it).
         state_path: keep the fake account's pods and instances in this JSON file, so the phases of

@@ -893,9 +893,14 @@ class VastRouted(RunpodHandler):
         if isinstance(auth, _Failed):
             return auth.answer
         routed_s = time.perf_counter() - t0
-        w.stage = "connect"
-        job = self._job(w, "POST", f"{str(auth['url']).rstrip('/')}{self.worker_route}",
-                        json={"auth_data": auth, "session_id": None, "payload": {"input": payload}})
+        w.stage, w.http_status = "connect", None  # the worker's answer, not the route's, is the request's
+        worker = str(auth["url"]).rstrip("/")
+        try:
+            job = self._job(w, "POST", f"{worker}{self.worker_route}",
+                            json={"auth_data": auth, "session_id": None, "payload": {"input": payload}})
+        except httpx.HTTPError as exc:  # named with the worker it reached, which the route chose
+            out = self._transport_failure(exc, w)
+            return {**out, "error": f"{out.get('error', '')} (worker {worker})"}
         if not isinstance(job, _Failed) and job.get("status") in ("IN_QUEUE", "IN_PROGRESS"):
             return failed("TIMED_OUT", "status poll", f"{self.where()}: job {job.get('id')} was still "
                                                       f"{job.get('status')} when the worker answered; a PyWorker has "

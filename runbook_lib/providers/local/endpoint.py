@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook_lib.errors import WorkloadError
-from runbook_lib.layout import POD_FAULT_ENV
+from runbook_lib.layout import CRASH_EVERY, POD_FAULT_ENV
 from runbook_lib.measure.timing import INIT_PARTS
 from runbook_lib.params import load_params
 from runbook_lib.providers.base import PAYLOAD_LIMITS
@@ -62,7 +62,6 @@ BIND_ENV = "RUNBOOK_SIM_BIND_{port}"
 """Set by a provider simulator (no container engine, so no network namespace and no NAT): the
 ``host:port`` that stands for container port ``{port}``; a ``direct`` worker binds there
 instead of ``0.0.0.0:{port}``. Real providers never set it."""
-CRASH_EVERY = 7  # ``worker_crash`` drill: a worker dies after serving this many requests
 # ``slow_worker`` drill: seconds added to every batch. The demo source's total p95 is about
 # 0.27 s, so a target p95 of several times that stays beyond a 2.0 margin even when one of two
 # source rounds is twice as slow on a busy host.

@@ -30,8 +30,8 @@ from typing import Any
 
 import httpx
 
-from runbook_lib.layout import POD_FAULT_ENV
-from runbook_lib.providers.local.endpoint import CRASH_EVERY, SPAWNED_AT_ENV, _Server, run_front_door
+from runbook_lib.layout import CRASH_EVERY, POD_FAULT_ENV
+from runbook_lib.providers.local.endpoint import SPAWNED_AT_ENV, _Server, run_front_door
 from runbook_lib.providers.stand_in import start_stand_in, wait_ready
 
 READY_PATH = "/"  # what the SDK's local API answers 200 once it serves (its Swagger page)
@@ -58,7 +58,7 @@ def work(args: argparse.Namespace) -> int:
     """A worker: start the stand-in, report ready with its start time as ``init_s``, then take
     one job at a time and relay it (:func:`relay`). Under the simulator's ``endpoint:
     worker_crash`` fault (``RUNBOOK_FAULT=worker_crash`` in the endpoint's environment) it
-    dies holding the job it takes after :data:`~runbook_lib.providers.local.endpoint.CRASH_EVERY`
+    dies holding the job it takes after :data:`~runbook_lib.layout.CRASH_EVERY`
     jobs, so its front door replaces it and delivers that job again, as Runpod retries a job whose
     worker died (docs.runpod.io/serverless/endpoints/overview)."""
     crash_after = CRASH_EVERY if os.environ.get(POD_FAULT_ENV) == "worker_crash" else 0

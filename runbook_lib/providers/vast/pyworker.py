@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 import threading
 import time
@@ -40,6 +41,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from runbook_lib.layout import CRASH_EVERY, POD_FAULT_ENV
 from runbook_lib.providers.stand_in import start_stand_in, wait_ready
 
 AUTH_FIELDS = ("cost", "endpoint", "reqnum", "request_idx", "signature", "url")
@@ -64,9 +66,10 @@ def verify(pubkey_pem: bytes, auth: dict[str, Any]) -> bool:
     return True
 
 
-def _handler(server_url: str, route: str, pubkey: bytes) -> type[BaseHTTPRequestHandler]:
+def _handler(server_url: str, route: str, pubkey: bytes, crash_after: int = 0) -> type[BaseHTTPRequestHandler]:
     http = httpx.Client(timeout=600.0)
     one_at_a_time = threading.Lock()
+    served = [0]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -101,6 +104,9 @@ def _handler(server_url: str, route: str, pubkey: bytes) -> type[BaseHTTPRequest
             if not verify(pubkey, auth):
                 return self._send(401)
             with one_at_a_time:
+                if crash_after and served[0] >= crash_after:  # the worker_crash fault: it dies holding this one
+                    os._exit(3)
+                served[0] += 1
                 try:
                     answer = http.post(f"{server_url}{route}", json=body["payload"])
                 except httpx.HTTPError:
@@ -131,7 +137,8 @@ def main(argv: list[str]) -> int:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"no public key at {args.pubkey_url}") from None
                 time.sleep(0.5)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(url, args.route, pubkey))
+    crash_after = CRASH_EVERY if os.environ.get(POD_FAULT_ENV) == "worker_crash" else 0
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(url, args.route, pubkey, crash_after))
     server.daemon_threads = True
     def end_with_the_server() -> None:
         proc.wait()

@@ -49,7 +49,7 @@ SCRIPTS: dict[str, frozenset[str]] = {
     "create": frozenset({"ok", "gone", "bid_fail", "rate", "created_then_502", "worker_crash", "outbid"}),
     "poll": frozenset({"null_status", "loading", "running", "exited_oci_error", "outbid_stopped"}),
     "search": frozenset({"ok", "rate"}),
-    "workergroup": frozenset({"ok", "invalid"}),
+    "workergroup": frozenset({"ok", "invalid", "worker_crash"}),
 }
 """The operations a ``script`` may name and the answers each may serve
 (:class:`runbook_lib.providers.fixtures.FixtureApi` describes them)."""
@@ -87,7 +87,9 @@ class SimApi(MachineBacked, FakeApi):
     no request was routed to for ``serverless_idle_s`` (:data:`LIMITS`) is stopped (``stopped``,
     Vast.ai's Inactive), and a ``/route/`` of positive cost finding no worker up starts a stopped
     one, which loads as a new one does (docs.vast.ai "Worker states": Inactive is "created but
-    stopped"; "Serverless architecture": the engine activates inactive workers)."""
+    stopped"; "Serverless architecture": the engine activates inactive workers); a worker whose
+    process died (``error``) is started again the same way. Under the ``workergroup:
+    worker_crash`` fault the workergroup's workers die holding their eighth request."""
 
     _scaling = threading.Lock()  # the autoscaler's answers run outside the API's lock, one at a time
 
@@ -103,6 +105,10 @@ class SimApi(MachineBacked, FakeApi):
                 self.machines.restart(parts[3])
             else:
                 self.machines.stop(parts[3])
+        group = m == "POST" and len(parts) >= 3 and parts[2] in ("autojobs", "workergroups")
+        if group and (self.script.get("workergroup") or [""])[0] == "worker_crash":
+            self.script["workergroup"][0] = "ok"  # created as asked; its workers will crash (a drill)
+            self._crashing_group = True
         fault = (self.script.get("create") or [""])[0] if m == "PUT" and parts[:3] == ["api", "v0", "asks"] else ""
         crash, outbid = fault == "worker_crash", fault == "outbid"
         if crash or outbid:  # created as asked; then the worker crashes, or the instance is outbid (drills)
@@ -172,6 +178,9 @@ class SimApi(MachineBacked, FakeApi):
         if template is None:
             return
         env, _ = docker_env(str(template.get("env", "")))
+        if getattr(self, "_crashing_group", False):  # the workergroup: worker_crash fault
+            env[POD_FAULT_ENV] = "worker_crash"
+            self._crashing_group = False
         stand_in, _ = self.machine_command(str(template.get("image", "")), "", env, None, keep_port=True)
         count = min(max(1, int(ep.get("cold_workers") or 0)), max(1, int(ep.get("max_workers") or 1)))
         workers = self.serverless.setdefault("workers", {})
@@ -240,8 +249,8 @@ class SimApi(MachineBacked, FakeApi):
         mine = [w for w in workers if w["endpoint_id"] == ep["id"]]
         ready = [w for w in mine if self._worker_status(w) == "idle"]
         if not ready and float(body.get("cost") or 0) > 0 and \
-                not any(self._worker_status(w) == "loading" for w in mine):
-            self._activate(next((w for w in mine if w.get("stopped")), None))
+                not any(self._worker_status(w) == "loading" for w in mine):  # a stopped or failed worker starts again
+            self._activate(next((w for w in mine if w.get("stopped") or self._worker_status(w) == "error"), None))
         if not ready:
             counts: dict[str, int] = {}
             for w in mine:
@@ -268,7 +277,7 @@ class SimApi(MachineBacked, FakeApi):
                 w["stopped"] = True
 
     def _activate(self, w: dict[str, Any] | None) -> None:
-        """Start a stopped worker again (it loads, then serves, as a new one does)."""
+        """Start a stopped or failed worker again (it loads, then serves, as a new one does)."""
         if w is None:
             return
         self.machines.restart(str(w["id"]))
