@@ -623,7 +623,8 @@ def test_a_throttled_handler_endpoints_job_times_out_named_as_a_capacity_problem
         with client_for(svc, ep.url, timeout_s=60, **kw) as c:
             served = c.runsync({"n": 2})
         assert served["status"] == "COMPLETED" and served["output"] == {"twice": 4}
-        assert [w["status"] for w in prov.workers(ep.id)] == ["IDLE"]  # type: ignore[attr-defined]
+        # no longer throttled (the job the short client gave up on may still be running)
+        assert [w["status"] for w in prov.workers(ep.id)] in (["IDLE"], ["RUNNING"])  # type: ignore[attr-defined]
     finally:
         prov.close()
         srv.close()
@@ -635,7 +636,8 @@ def test_a_vast_serverless_worker_that_dies_holding_a_request_fails_it_named_and
     fault: its worker's PyWorker dies holding its eighth request. That request fails, named by
     where it broke and the worker's URL (a request that reached a worker is never resent); the
     autoscaler starts the failed worker again and the next requests, routed once it is ready,
-    complete with the handler's answer."""
+    complete with the handler's answer (one sent in the moment after the crash may fail as the
+    lost one did, named, never answered wrong)."""
     from runbook_lib.layout import CRASH_EVERY
     from runbook_lib.providers.base import EndpointSpec
     from runbook_lib.service.protocols import VastRouted
@@ -661,13 +663,19 @@ def test_a_vast_serverless_worker_that_dies_holding_a_request_fails_it_named_and
         assert mig.workload.service is not None
         with VastRouted(mig.workload.service, ep.url, endpoint_name=name, endpoint_key=key, worker_route="/runsync",
                         timeout_s=60) as c:
-            got = [c.runsync({"n": n}) for n in range(CRASH_EVERY + 3)]
-        assert [g["status"] for g in got[:CRASH_EVERY]] == ["COMPLETED"] * CRASH_EVERY
+            got = [c.runsync({"n": n}) for n in range(CRASH_EVERY + 4)]
+        said = [(g["status"], g.get("stage"), str(g.get("error"))[:200]) for g in got]
+        assert [g["status"] for g in got[:CRASH_EVERY]] == ["COMPLETED"] * CRASH_EVERY, said
         lost = got[CRASH_EVERY]
-        assert lost["status"] in ("CLIENT_ERROR", "STREAM_CUT") and "/runsync" in lost["error"], lost
+        assert lost["status"] in ("CLIENT_ERROR", "STREAM_CUT") and "/runsync" in lost["error"], said
         assert "(worker http://127.0.0.1:" in lost["error"] and "http_status" not in lost  # no answer came
-        assert [(g["status"], g["output"]) for g in got[CRASH_EVERY + 1:]] == [
-            ("COMPLETED", {"twice": 2 * n}) for n in range(CRASH_EVERY + 1, CRASH_EVERY + 3)]
+        # the worker is started again: the last two complete; the one sent just after the crash is
+        # answered right, or fails named as the lost one did (never a wrong answer)
+        nxt = got[CRASH_EVERY + 1]
+        assert (nxt["status"], nxt["output"]) == ("COMPLETED", {"twice": 2 * (CRASH_EVERY + 1)}) or \
+            nxt["status"] in ("CLIENT_ERROR", "STREAM_CUT"), said
+        assert [(g["status"], g["output"]) for g in got[-2:]] == [
+            ("COMPLETED", {"twice": 2 * n}) for n in range(CRASH_EVERY + 2, CRASH_EVERY + 4)], said
     finally:
         prov.close()
         srv.close()

@@ -872,12 +872,22 @@ class VastRouted(RunpodHandler):
         return f"POST {self.url}/route/ then the worker's {self.worker_route}"
 
     def _route(self, w: _Watch, cost: float, *, once: bool = False) -> dict[str, Any] | _Failed:
-        """The autoscaler's answer naming a worker, or the failure (once: the first answer, ready or not)."""
+        """The autoscaler's answer naming a worker, or the failure (once: the first answer, ready or
+        not). A route call that breaks in transport is asked again until the deadline: it reaches
+        no worker, so nothing of the request has been served (the ``vastai`` client retries it too,
+        ``serverless/client/endpoint.py``)."""
         last: Any = None
         while True:
             body = {"endpoint": self.endpoint_name, "api_key": self._key, "cost": cost, "request_idx": 0,
                     "replay_timeout": 60.0}
-            got = self._job(w, "POST", "/route/", json=body)
+            try:
+                got = self._job(w, "POST", "/route/", json=body)
+            except httpx.TransportError as exc:
+                if once or time.perf_counter() + self.ROUTE_POLL_S >= w.deadline:
+                    raise
+                last = f"{type(exc).__name__}: {scrub(str(exc))}"
+                time.sleep(self.ROUTE_POLL_S)
+                continue
             if isinstance(got, _Failed) or "url" in got or once:
                 return got
             last = got.get("status")
