@@ -137,7 +137,8 @@ def measure_cold_starts(ctx: PhaseContext, payload: Any, log: list[Attempted[Any
     reports it (queue, init, inference) and, where its health report carries them, the worker's
     initialisation parts. A team's service reports no init of its own: its queue (Runpod's
     ``delayTime``; on Vast.ai the wait for ``/route/`` to name a worker) holds the worker's start,
-    and init is NaN. ``meter`` guards the spend limit: the endpoints are created only if
+    or, on a Runpod load-balancing endpoint, which reports no split, the request's whole time does;
+    init is NaN. ``meter`` guards the spend limit: the endpoints are created only if
     every start, expected to take as long as that side's creation cold start (``expected_s``,
     seconds; a request timeout where unknown) plus the idle timeout, fits, and each start only if
     it still fits (refusals appended to ``stops``).
@@ -243,8 +244,9 @@ def lost_measurements(attempts: list[Attempted[Any]]) -> dict[str, list[str]]:
 def cold_start_sides(ctx: PhaseContext) -> list[str]:
     """The sides whose cold starts from zero are measured: both, when ``measure.cold_starts`` is
     above 0 and both sides scale to zero: queue endpoints for an inference workload, Serverless
-    endpoints (Runpod or Vast.ai) for a service (a load-balancing worker, a pod or a live service
-    does not scale to zero, so there would be nothing to compare with); else none."""
+    endpoints (Runpod queue or load-balancing, Vast.ai) for a service (the runbook's own
+    load-balancing worker, a pod or a live service does not scale to zero, so there would be
+    nothing to compare with); else none."""
     if ctx.mig.workload.kind == "service":
         sides = [side for side in ("source", "target") if pods.serverless(ctx.mig, side) is not None]
     elif ctx.mig.workload.kind == "inference":
