@@ -31,6 +31,7 @@ from runbook_lib.params import (
     LB_MAX_REQUEST_S,
     LB_PING,
     READINESS_PATHS,
+    RUNPOD_LB_ENV_NAMES,
     LiveProfile,
     Migration,
     RemoteProfile,
@@ -41,7 +42,6 @@ from runbook_lib.params import (
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
 from runbook_lib.providers.base import Endpoint, EndpointSpec, Plan, Pod, PodSpec, http_port, http_url
-from runbook_lib.providers.runpod import LB_ENV as RUNPOD_LB_ENV
 from runbook_lib.providers.vast import PYWORKER_ENV
 from runbook_lib.providers.vast import search_params as vast_search_params
 from runbook_lib.secret_refs import resolve
@@ -229,16 +229,14 @@ def endpoint_workers(res: Resources, side: str, ep: Endpoint) -> dict[str, int]:
         ProviderError: the provider could not be asked (its message says why).
     """
     counts = {"idle": 0, "running": 0, "initializing": 0}
-    if isinstance(serverless(res.mig, side), VastServerless):
-        for w in res.provider(side).endpoint_workers(ep.id):  # type: ignore[attr-defined]
-            state = VAST_WORKERS_UP.get(str(w.get("status", "")).lower())
-            if state is not None:
-                counts[state] += 1
-        return counts
     sv = serverless(res.mig, side)
-    if isinstance(sv, RunpodServerless) and sv.type == "LOAD_BALANCER":  # no job API: Runpod's worker list
-        for w in res.provider(side).workers(ep.id):  # type: ignore[attr-defined]
-            state = str(w.get("status", "")).lower()
+    prov: Any = res.provider(side)
+    listed = prov.endpoint_workers(ep.id) if isinstance(sv, VastServerless) else \
+        prov.workers(ep.id) if isinstance(sv, RunpodServerless) and sv.type == "LOAD_BALANCER" else None
+    if listed is not None:  # a worker list (a load-balancing endpoint has no job API)
+        for w in listed:
+            said = str(w.get("status", "")).lower()
+            state = VAST_WORKERS_UP.get(said, "") if isinstance(sv, VastServerless) else said
             if state in counts:
                 counts[state] += 1
         return counts
@@ -613,7 +611,7 @@ def launched_endpoint(res: Resources, side: str, ready: Ready, seen: dict[str, A
     mig = res.mig
     svc = service_of(mig)
     adapter_env = set(PYWORKER_ENV) if isinstance(sv, VastServerless) else \
-        set(RUNPOD_LB_ENV) if sv.type == "LOAD_BALANCER" else set()
+        set(RUNPOD_LB_ENV_NAMES) if sv.type == "LOAD_BALANCER" else set()
     want_env = sorted(set(service_env(mig, side)) | {k for k, _ in pod_secret_refs(mig, side)} | adapter_env)
     settings = dict(seen.get("endpoint") or {})
     mismatches = []
