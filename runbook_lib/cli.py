@@ -17,15 +17,21 @@ Exit codes (also in docs/reference/exit-codes.md):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook_lib.errors import EXIT_FAILED, EXIT_USAGE, RunbookError, UsageError, os_error_exit, os_error_line
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST
 from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
+
+if TYPE_CHECKING:
+    from runbook_lib.run.runner import RunResult
 
 REHEARSED = ("params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml", "params/runpod-to-vast-service.yaml",
              "params/runpod-serverless-to-vast-handler.yaml")
@@ -58,17 +64,60 @@ def _echo(line: str) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from runbook_lib.run.runner import environment_ok, run_migration
+    from runbook_lib.run.runstore import is_location
 
     _use_fixtures(args)
     environment_ok()
+    if is_location(args.reports):
+        return _run_stored(args)
     res = run_migration(args.params, reports_dir=args.reports, approval_ref=args.approval_file or "",
                         notebooks_dir=args.notebooks, echo=_echo)
-    _echo(f"evidence: {res.run_dir}")
+    return _say_result(res)
+
+
+def _say_result(res: RunResult, where: str = "") -> int:
+    """Print how a run ended (its evidence, reasons, the exit codes' meanings, the decision); its exit code."""
+    _echo(f"evidence: {where or res.run_dir}")
     for reason in res.reasons[1:]:
         _echo(f"  - {reason}")
     _echo(EXIT_MEANINGS)
     _echo(decision_line(res.decision, res.exit_code, res.reasons[0] if res.reasons else ""))
     return res.exit_code
+
+
+def _stored_params(params: str) -> tuple[Path, tuple[str, str]]:
+    """The project of a params file and the providers of its two sides (for a stored run)."""
+    from runbook_lib.layout import project_root
+    from runbook_lib.params import load_params
+
+    mig = load_params(params)
+    return project_root(params), (mig.source.provider, mig.target.provider)
+
+
+def _run_stored(args: argparse.Namespace) -> int:
+    """``runbook run --reports s3://bucket/prefix``: the run created in this worker's
+    ``reports/<run_id>``, under the run's lease, pushed after every phase and after its seal
+    (:mod:`runbook_lib.run.runstore`)."""
+    from runbook_lib.evidence.manifest import new_run_id
+    from runbook_lib.params import load_params
+    from runbook_lib.run.runner import run_migration
+    from runbook_lib.run.runstore import RunLocation, worked_on
+
+    project, providers = _stored_params(args.params)
+    loc = RunLocation.under(args.reports, new_run_id(load_params(args.params).migration))
+    with worked_on(loc, project, phase="run", providers=providers, echo=_echo) as stored:
+
+        def pushed(out: Any) -> None:  # a failed push never stops the run before its teardown
+            try:
+                stored.push(out.phase, out.status)
+            except RunbookError as exc:
+                _echo(f"  push of phase {out.phase} to {loc.url} failed: {exc}")
+
+        res = run_migration(args.params, run_path=stored.path, approval_ref=args.approval_file or "",
+                            notebooks_dir=args.notebooks, echo=_echo, after_phase=pushed)
+        state = stored.push("seal", res.decision)
+        _echo(f"pushed to {loc.url} (push {state.generation}); this worker's copy: {res.run_dir}")
+    return _say_result(res, loc.url)
 
 
 EXIT_MEANINGS = "exit codes: 0 GO, 1 NO-GO, 3 HOLD (each a decision, not a crash), 4 failed, 2 usage, 128+N signal N"
@@ -83,7 +132,28 @@ def decision_line(decision: str, exit_code: int, reason: str) -> str:
 def _cmd_phase(args: argparse.Namespace) -> int:
     """One phase into a run, through the same path as ``runbook run`` (scan, stamp, record).
     SIGINT, SIGTERM and SIGHUP are handled as ``runbook run`` handles them: the phase stops, what
-    the run created is torn down, the run is sealed ``INTERRUPTED`` and the exit is 128 + signal."""
+    the run created is torn down, the run is sealed ``INTERRUPTED`` and the exit is 128 + signal.
+
+    ``run_dir`` may be a run location ``s3://bucket/prefix/<run_id>``: the phase runs under the
+    run's lease on this worker's copy of its last push, and its files are pushed back whatever
+    the phase's end (:mod:`runbook_lib.run.runstore`)."""
+    from runbook_lib.errors import EXIT_HOLD
+    from runbook_lib.run.runstore import RunLocation, is_location, worked_on
+
+    if not is_location(args.run_dir):
+        return _phase_into(args, Path(args.run_dir))
+    loc = RunLocation.parse(args.run_dir)
+    project, providers = _stored_params(args.params)
+    with worked_on(loc, project, phase=args.phase, providers=providers, echo=_echo) as stored:
+        code = _phase_into(args, stored.path)
+        statuses = {0: "completed", EXIT_HOLD: "held"}
+        state = stored.push(args.phase, statuses.get(code, "failed" if code == EXIT_FAILED else "interrupted"))
+        print(f"pushed to {loc.url} (push {state.generation}, phase {args.phase})")
+    return code
+
+
+def _phase_into(args: argparse.Namespace, run_dir: Path) -> int:
+    """``runbook phase`` into the run directory ``run_dir`` (a worker's copy of a stored run, or a local run)."""
     from runbook_lib.errors import EXIT_HOLD
     from runbook_lib.evidence.manifest import phase_name
     from runbook_lib.evidence.rundir import RunDir
@@ -97,7 +167,6 @@ def _cmd_phase(args: argparse.Namespace) -> int:
         stop_interrupted,
     )
 
-    run_dir = Path(args.run_dir)
     if args.phase == "01" and not (run_dir / KEPT_PARAMS).exists():
         run = RunDir.create(args.params, path=run_dir)
     else:
@@ -285,6 +354,17 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from runbook_lib.run.runstore import is_location, pull_for_reading, stored_runs
+
+    if is_location(args.reports):  # every stored run pulled (its last completed push), then listed as here
+        with tempfile.TemporaryDirectory(prefix="runbook-pulled-") as tmp:
+            for loc in stored_runs(args.reports):
+                pull_for_reading(loc, Path(tmp) / loc.run_id)
+            return _list_runs(Path(tmp), args.reports)
+    return _list_runs(Path(args.reports), args.reports)
+
+
+def _list_runs(reports: Path, shown: str) -> int:
     from runbook_lib.audit.verify import unreadable_manifest
     from runbook_lib.evidence.records import load_manifest, load_receipt
     from runbook_lib.evidence.resolve import printable, standing
@@ -292,7 +372,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from runbook_lib.layout import RESOLUTION
 
     rows = []
-    for d in sorted(Path(args.reports).glob("*/")):
+    for d in sorted(reports.glob("*/")):
         unreadable = unreadable_manifest(d)
         if unreadable:  # one broken run never hides the others
             rows.append(printable(f"{d.name:<55} {'?':<8} {'unknown':<10} {'ALTERED':<9} {unreadable}"))
@@ -314,7 +394,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
                               f"{evidence:<10} {kind}{src} -> {tgt}") + note)
     if rows:
         print(f"{'run id':<55} {'decision':<8} {'state':<10} {'evidence':<10} source -> target")
-    print("\n".join(rows) if rows else f"no runs under {args.reports}/")
+    print("\n".join(rows) if rows else f"no runs under {shown.rstrip('/')}/")
     for word, meaning in LIST_WORDS.items():
         if any(f" {word} " in r for r in rows):
             print(f"{word}: {meaning}")
@@ -374,6 +454,24 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
           f"(deadline {res['hold_deadline']}); {res['rollback']}")
     print(f"recorded in {run_dir / 'resolution.json'} (sha256 of the manifest it resolves: {res['resolves']['sha256']})")
     return EXIT_BY_DECISION[res["decision"]]
+
+
+@contextlib.contextmanager
+def _readable_run(value: str) -> Iterator[Path]:
+    """The run directory ``value`` names (:func:`_run_dir_arg`), or, for a run location
+    ``s3://bucket/prefix/<run_id>``, its last completed push pulled into a temporary directory
+    (removed afterwards), every file checked against the sha256 the push recorded."""
+    from runbook_lib.run.runstore import RunLocation, is_location, pull_for_reading
+
+    if not is_location(value):
+        yield _run_dir_arg(value)
+        return
+    loc = RunLocation.parse(value)
+    with tempfile.TemporaryDirectory(prefix="runbook-pulled-") as tmp:
+        state = pull_for_reading(loc, Path(tmp) / loc.run_id)
+        print(f"pulled {loc.url} (push {state.generation}, after phase {state.phase}, {len(state.files)} files, "
+              "each matching the sha256 its push recorded) into a temporary directory")
+        yield Path(tmp) / loc.run_id
 
 
 def _run_dir_arg(value: str) -> Path:
@@ -451,10 +549,14 @@ def _person_rows(run_dir: Path, key_paths: list[str]) -> list[dict[str, str]]:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    with _readable_run(args.run_dir) as run_dir:
+        return _verify(args, run_dir)
+
+
+def _verify(args: argparse.Namespace, run_dir: Path) -> int:
     from runbook_lib.audit.verify import unreadable_manifest, verify_run
     from runbook_lib.evidence.closedworld import seal_kind
 
-    run_dir = _run_dir_arg(args.run_dir)
     unreadable = unreadable_manifest(run_dir)
     if unreadable:  # nothing it vouches for can be checked: ALTERED, named, not a crash
         print(f"{'altered':<12} {MANIFEST:<45} ({unreadable})")
@@ -506,11 +608,17 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    with _readable_run(args.run_dir) as run_dir:
+        return _report(args, run_dir)
+
+
+def _report(args: argparse.Namespace, run_dir: Path) -> int:
     from runbook_lib.audit.verify import verify_run
     from runbook_lib.evidence.closedworld import seal_kind
     from runbook_lib.evidence.report import chromium_path, pdf_problem, write_html, write_pdf
+    from runbook_lib.layout import REPORTS_DIR
+    from runbook_lib.run.runstore import is_location
 
-    run_dir = _run_dir_arg(args.run_dir)
     problems = [f"{r['path']}: {r['status']} ({r['by']})" for r in verify_run(run_dir) if r["status"] != "intact"]
     if seal_kind(run_dir) == "none":
         problems.insert(0, f"not a sealed run (no {MANIFEST})")
@@ -523,7 +631,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     cannot_print = pdf_problem(chromium_path(args.chromium)) if args.pdf else ""
     if cannot_print:  # checked before anything is written
         raise UsageError(cannot_print)
-    out = write_html(run_dir, Path(args.output) if args.output else None, unverified=problems)
+    if args.output:
+        dest: Path | None = Path(args.output)
+    else:  # beside the run, or for a stored run (pulled into a temporary directory) in ./reports/
+        dest = Path(REPORTS_DIR) / f"{run_dir.name}.html" if is_location(args.run_dir) else None
+        if dest is not None:
+            dest.parent.mkdir(exist_ok=True)
+    out = write_html(run_dir, dest, unverified=problems)
     print(f"report: {out}" + (f" (UNVERIFIED: {len(problems)} problem(s) stamped on every section)" if problems else ""))
     if args.pdf:
         pdf = out.with_suffix(".pdf") if out.suffix != ".pdf" else out.with_name(out.name + ".pdf")
@@ -567,7 +681,8 @@ def _add_person_commands(sub: Any) -> None:
 def _add_evidence_commands(sub: Any) -> None:
     """``runbook verify`` and ``runbook keygen``: checking a run's evidence, and the key that signs it."""
     v = sub.add_parser("verify", help="recompute every hash of a run's evidence offline; non-zero on any problem")
-    v.add_argument("run_dir")
+    v.add_argument("run_dir", help="reports/<run_id>, or s3://BUCKET/PREFIX/<run_id> (its last push is pulled into "
+                                   "a temporary directory first, each file checked against that push)")
     v.add_argument("--recompute", action="store_true",
                    help="also derive every gate verdict again from the raw samples, params and records, and compare "
                         "each with the receipt")
@@ -590,7 +705,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run all six phases of a migration")
     r.add_argument("params", help="migration YAML, e.g. params/demo.yaml")
-    r.add_argument("--reports", default="reports", help="directory for run directories (default: reports)")
+    r.add_argument("--reports", default="reports",
+                   help="directory for run directories (default: reports), or s3://BUCKET/PREFIX: the run is kept "
+                        "there, pushed after every phase (docs/how-to/orchestrator.md)")
     r.add_argument("--approval-file", help="JSON approval record for plans on remote providers")
     r.add_argument("--notebooks", help="phase notebooks directory holding all six (default, per phase: "
                                        "<project>/notebooks/ if it has that phase's notebook, else the packaged one)")
@@ -604,7 +721,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("phase", help="run one phase notebook into an existing run directory")
     p.add_argument("phase", choices=["01", "02", "03", "04", "05", "06"])
     p.add_argument("params")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="reports/<run_id>, or a run location s3://BUCKET/PREFIX/<run_id>: the phase "
+                                   "takes the run's lease, pulls its last push, runs, and pushes (phase 01 starts it)")
     p.add_argument("--cell-timeout-s", type=int, default=None,
                    help="seconds per cell (default: the params' run.cell_timeout_s)")
     p.add_argument("--approval-file")
@@ -614,7 +732,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evidence_commands(sub)
     rp = sub.add_parser("report", help="one offline HTML report of a run (code hidden, plots inline, no script); "
                                        "refuses a run that does not verify")
-    rp.add_argument("run_dir")
+    rp.add_argument("run_dir", help="reports/<run_id>, or s3://BUCKET/PREFIX/<run_id> (pulled first, as for verify; "
+                                    "the report goes to reports/<run_id>.html here)")
     rp.add_argument("-o", "--output", help="output file (default: reports/<run_id>.html)")
     rp.add_argument("--allow-unverified", action="store_true",
                     help="write the report of a run that does not verify, stamped with what failed")
@@ -649,7 +768,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "and answers: each simulator's SCRIPTS; limits: its LIMITS, runbook_lib/providers/<name>/sim.py)")
     sm.set_defaults(func=_cmd_simulate)
     ls = sub.add_parser("list", help="list past runs with their decision")
-    ls.add_argument("--reports", default="reports")
+    ls.add_argument("--reports", default="reports",
+                    help="directory of runs (default: reports), or s3://BUCKET/PREFIX (every stored run pulled first)")
     ls.set_defaults(func=_cmd_list)
     return ap
 

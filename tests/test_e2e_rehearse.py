@@ -18,15 +18,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pandas as pd
 import pytest
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_GO
 from runbook_lib.run.rehearse import start, write_copy
+from runbook_lib.run.runstore import RunLocation, RunStore
 
 from .conftest import ROOT
-from .runs import merged, run_phases, write_params
+from .runs import merged, write_params
 
 pytestmark = [pytest.mark.e2e, pytest.mark.measure]  # both migrations must GO on their measurements
 
@@ -172,33 +174,54 @@ def _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(run_dir: Pa
     assert "Vast.ai Serverless endpoint sets no execution timeout" in drills["hung_worker"]["observation"]
 
 
-def test_a_chat_service_on_a_runpod_load_balancing_endpoint_is_frozen_and_its_canary_proven(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_chat_service_on_a_runpod_load_balancing_endpoint_is_frozen_and_its_canary_proven_on_two_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Phases 01-03 (and 06) of the chat migration with its source on a Runpod Serverless
     LOAD_BALANCER endpoint, through the simulators (the chat server's stand-in serving /ping):
     the endpoint is created as Runpod documents one and frozen as Runpod reports it, every request
     goes to its own URL with the Runpod key, phase 02 names what changes in the request path, the
     Vast.ai canary matches its golden, and phase 06 destroys the endpoint. The whole six phases
-    are the handler rehearsal's (a queue endpoint); this one shares none of its runs."""
-    (tmp_path / "pyproject.toml").write_text("")
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    (tmp_path / "params").mkdir()
+    are the handler rehearsal's (a queue endpoint); this one shares none of its runs.
+
+    Its phases run as an orchestrator places them: `runbook phase` on two workers (two project
+    directories, A and B by turns) against one run location in moto's S3, each phase pulling the
+    last push and pushing its own (runbook_lib/run/runstore.py); the stored run then verifies."""
+    workers = {}
+    for name in ("a", "b"):
+        project = workers[name] = tmp_path / name
+        (project / "params").mkdir(parents=True)
+        (project / "pyproject.toml").write_text("")
+        (project / "examples").symlink_to(ROOT / "examples")
     service = {"private_image": False, "registry_credential": "", "readiness": {"path": "/ping", "timeout_s": 60},
                "stand_in": {"command": [sys.executable, str(ROOT / "tests" / "faulty_service.py"), "{port}"]},
                "ttft_slo_s": None, "tpot_slo_s": None}
-    params = write_params(tmp_path, "runpod-to-vast-service.yaml", "lb.yaml", **merged({
+    params = write_params(workers["a"], "runpod-to-vast-service.yaml", "lb.yaml", **merged({
         "workload": {"service": service},
         "source": {"secrets": [], "workers": 1, "active_workers": 1, "idle_timeout_s": 5,
                    "serverless": {"type": "LOAD_BALANCER", "execution_timeout_s": 60}},
         "target": {"secrets": []}, "drills": {"run": [], "blocking": []}}))
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.chdir(tmp_path)
-    reh = start(tmp_path)
+    monkeypatch.chdir(workers["a"])
+    reh = start(workers["a"])
+    url = "s3://runbook-runs/fleet/lb-0001"
     try:
-        run_dir = run_phases(write_copy(params, reh), ["01", "02", "03", "06"])
+        copy = write_copy(params, reh).relative_to(workers["a"])  # the same params bytes on both workers
+        (workers["b"] / copy).parent.mkdir(parents=True)
+        (workers["b"] / copy).write_bytes((workers["a"] / copy).read_bytes())
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", reh.s3_url)  # the run store, named as boto3 reads it
+        boto3.client("s3", endpoint_url=reh.s3_url, region_name="us-east-1").create_bucket(Bucket="runbook-runs")
+        for phase, worker in (("01", "a"), ("02", "b"), ("03", "a"), ("06", "b")):
+            monkeypatch.chdir(workers[worker])
+            assert cli_main(["phase", phase, str(copy), url]) == 0, capsys.readouterr()
         requests = reh.sims["runpod"].request_summary()
         endpoints = {k: v for k, v in reh.sims["runpod"].api.state.items() if k.endswith("ep")}  # type: ignore[attr-defined]
+        state = RunStore(RunLocation.parse(url)).state()
+        assert state is not None and [(h["phase"], Path(h["worker"]["project"]).name) for h in state.history] == [
+            ("01", "a"), ("02", "b"), ("03", "a"), ("06", "b")]
+        capsys.readouterr()
+        assert cli_main(["verify", url]) == 0, capsys.readouterr().out  # the run as stored, pulled and checked
+        run_dir = workers["b"] / "reports" / "lb-0001"  # worker B's copy: the last push
     finally:
         reh.close()
     freeze = json.loads((run_dir / "01_freeze_source.json").read_text())["data"]["freeze"]["service"]

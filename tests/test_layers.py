@@ -41,7 +41,7 @@ LAYERS: list[set[str]] = [
     {"evidence.rundir", "run.phase_notebooks"},
     {"gates", "measure.cost", "measure.timing", "portability.inventory", "storage", "traffic.route",
      "traffic.router", "portability.checkpoint"},
-    {"traffic.replay"},
+    {"traffic.replay", "run.runstore"},
     {"evidence.records"},
     {"evidence.auditpage"},
     {"evidence.approvals", "evidence.resolve", "evidence.seal"},

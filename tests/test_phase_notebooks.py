@@ -159,3 +159,17 @@ def test_missing_plots_names_each_plot_the_notebook_does_not_show(tmp_path: Path
     assert plots_shown(_executed(tmp_path, [latency, None])) == [latency, "<unnamed>"]
     assert missing_plots("04", _executed(tmp_path, [])) == [latency, throughput, cost]
     assert missing_plots("03", _executed(tmp_path, [])) == []  # phase 03 shows no plot
+
+
+def test_a_notebook_default_params_path_outside_notebooks_says_where_papermill_runs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Papermill without ``-p params_path`` starts the kernel in its caller's directory, where the
+    notebook's default ``../params/demo.yaml`` (relative to notebooks/) is not: the error says so."""
+    from runbook_lib.errors import ParamsError
+    from runbook_lib.phases import open_phase
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParamsError, match=r"relative to this kernel's working directory .*relative to notebooks/.*"
+                                          r"-p params_path"):
+        open_phase("01", "../params/demo.yaml", run_mode="headless")
+    assert not (tmp_path.parent / "reports").exists() and list(tmp_path.iterdir()) == []  # nothing was created

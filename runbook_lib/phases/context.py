@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from runbook_lib import __version__
 from runbook_lib._time import utc_now
-from runbook_lib.errors import EvidenceError
+from runbook_lib.errors import EvidenceError, ParamsError
 from runbook_lib.evidence.manifest import PHASES, Record
 from runbook_lib.evidence.records import Chain, PhaseData, checked
 from runbook_lib.evidence.rundir import OnRun, RunDir
@@ -194,6 +195,13 @@ def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str
     """
     if phase not in dict(PHASES):
         raise EvidenceError(f"unknown phase {phase!r}; known phases are {[p for p, _ in PHASES]}")
+    where = Path(params_path)
+    if not where.is_absolute() and not where.exists():  # papermill's kernel starts where papermill was called
+        raise ParamsError(f"params_path {params_path!r} does not exist relative to this kernel's working directory "
+                          f"{Path.cwd()}. The notebook's default (../params/demo.yaml) is relative to notebooks/, "
+                          "where JupyterLab starts a kernel; papermill starts it in the directory it was called "
+                          "from (unless --cwd). Pass `-p params_path <absolute path>`, or run the phase with "
+                          "`runbook phase`, which also records the notebook's provenance, scans and host lock")
     if run_dir:
         run = RunDir.open(run_dir, params_path)
     elif phase == "01":

@@ -626,12 +626,18 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
 
 
 def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_DIR, approval_ref: str = "",
-                  notebooks_dir: str | Path | None = None, echo: Callable[[str], None] | None = None) -> RunResult:
+                  notebooks_dir: str | Path | None = None, echo: Callable[[str], None] | None = None,
+                  run_path: Path | None = None,
+                  after_phase: Callable[[PhaseOutcome], None] | None = None) -> RunResult:
     """Run all six phases of a migration headlessly.
 
     Args:
         params_path: migration YAML (validated before anything runs).
         reports_dir: where ``<run_id>/`` is created.
+        run_path: the run directory itself, instead of a new one under ``reports_dir`` (a
+            worker's copy of a stored run, :mod:`runbook_lib.run.runstore`).
+        after_phase: called with each phase's outcome once the phase has ended and written its
+            record (a stored run pushes there); skipped phases are not passed.
         approval_ref: approval file for plans on non-preapproved providers.
         notebooks_dir: phase notebooks (default, per phase: the project's ``notebooks/`` copy if
             it has one, else the packaged notebook).
@@ -652,7 +658,7 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
     root = project_root(params)
     nb_dir = Path(notebooks_dir).resolve() if notebooks_dir else None
     sources = preflight(mig, root, nb_dir)
-    run = RunDir.create(params, reports_dir=reports_dir)
+    run = RunDir.create(params, reports_dir=reports_dir, path=run_path)
     run_dir = run.path
     outcomes: list[PhaseOutcome] = []
     scans: list[dict[str, Any]] = []
@@ -678,6 +684,8 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
             out = run_phase(run, pid, notebooks_dir=nb_dir, approval_ref=approval_ref, interrupts=intr, scans=scans,
                             echo=_prefixed(say, f"  {pid} "))
             outcomes.append(out)
+            if after_phase is not None:
+                after_phase(out)
             failed = failed or out.status == "failed"
             stopped = stopped or out.stop
             dry = dry or out.dry_run
