@@ -171,3 +171,43 @@ def test_verify_list_and_report_read_a_stored_run(s3: str, tmp_path: Path, capsy
     assert (tmp_path / "reports" / f"{SEALED.name}.html").stat().st_size > 10_000
     assert cli_main(["verify", f"s3://{BUCKET}/fleet/no-such-run"]) == 2
     assert "holds no run: nothing was pushed there" in capsys.readouterr().err
+
+
+def test_runbook_run_into_a_location_pushes_after_every_phase_and_the_seal(
+        s3: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`runbook run --reports s3://...`'s plumbing: the run made in this worker's reports/<run_id>
+    under the lease, pushed as each phase ends and after the seal, its location printed. The
+    runner here copies a sealed run's files phase by phase (the real runner's phases are the
+    end-to-end tier's); the location it prints then verifies."""
+    from runbook_lib.evidence.manifest import PHASES
+    from runbook_lib.run import runner
+
+    project = _worker(tmp_path, "a")
+    (project / "params").mkdir()
+    params = project / "params" / "demo-checkpoint.yaml"
+    params.write_text((ROOT / "params" / "demo-checkpoint.yaml").read_text())
+    held: list[bool] = []
+
+    def copying_runner(params_path: str, *, run_path: Path, after_phase, **_: object) -> runner.RunResult:
+        run_path.mkdir()
+        for pid, _name in PHASES:
+            for f in SEALED.glob(f"{pid}*"):
+                (shutil.copytree if f.is_dir() else shutil.copyfile)(f, run_path / f.name)
+            held.append(".runstore/" + run_path.name + "/lease.json" in _store().list())
+            after_phase(runner.PhaseOutcome(pid, "completed"))
+        shutil.copytree(SEALED, run_path, dirs_exist_ok=True)
+        return runner.RunResult(run_path, "GO", 0)
+
+    monkeypatch.setattr(runner, "run_migration", copying_runner)
+    monkeypatch.setattr(runner, "environment_ok", lambda: None)
+    monkeypatch.chdir(project)
+    assert cli_main(["run", "params/demo-checkpoint.yaml", "--reports", f"s3://{BUCKET}/fleet"]) == 0
+    out = capsys.readouterr().out
+    url = out.split("evidence: ")[1].split()[0]
+    loc = RunLocation.parse(url)
+    assert held == [True] * 6 and f"pushed to {url} (push 7)" in out
+    state = RunStore(loc, _store()).state()
+    assert state is not None and [h["phase"] for h in state.history] == ["01", "02", "03", "04", "05", "06", "seal"]
+    assert state.history[-1]["status"] == "GO" and ".runstore/" + loc.run_id + "/lease.json" not in _store().list()
+    assert (project / "reports" / loc.run_id / "receipt.json").exists()  # this worker's copy
+    assert cli_main(["verify", url]) == 0

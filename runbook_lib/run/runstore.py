@@ -380,10 +380,12 @@ class Lease:
         return self.runstore._put_if(self.key, self._body(), etag=etag)
 
     def _renew(self) -> None:
+        from botocore.exceptions import BotoCoreError
+
         while not self._stop.wait(self.ttl_s / 3):
             try:
                 etag = self.runstore._put_if(self.key, self._body(), etag=self.etag)
-            except StorageError as exc:
+            except (StorageError, BotoCoreError) as exc:  # the store unreachable for a while: the next try may reach it
                 self.echo(f"run {self.runstore.location.url}: renewing the lease failed ({exc}); trying again")
                 continue
             if etag is None:
