@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook_lib.errors import EXIT_FAILED, EXIT_USAGE, RunbookError, UsageError, os_error_exit, os_error_line
-from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST
+from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RESOLUTION
 from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
 
 if TYPE_CHECKING:
@@ -221,21 +221,25 @@ def _person_signer(ref: str | None) -> Any:
 def _cmd_approve(args: argparse.Namespace) -> int:
     from runbook_lib.evidence.approvals import write_approval_file
     from runbook_lib.evidence.resolve import MAX_BY, checked_text
+    from runbook_lib.run.runstore import is_location
 
     checked_text(args.by, what="--by", max_len=MAX_BY)
-    run_dir = Path(args.run_dir)
-    out = args.output
-    if not out:
-        from runbook_lib.layout import project_root
-        from runbook_lib.params import load_params
+    with _readable_run(args.run_dir) if is_location(args.run_dir) else contextlib.nullcontext(Path(args.run_dir)) \
+            as run_dir:
+        out = args.output
+        if not out:
+            from runbook_lib.layout import project_root
+            from runbook_lib.params import load_params
 
-        kept = run_dir / KEPT_PARAMS
-        mig = load_params(kept) if kept.exists() else None
-        if mig is None or not mig.approvals.approval_file:
-            raise UsageError("no approvals.approval_file in the run's params: pass -o FILE")
-        out = str(project_root(kept) / mig.approvals.approval_file)
-    signer = _person_signer(args.key)  # before anything is written
-    body = write_approval_file(run_dir, out, approved_by=args.by, signer=signer)
+            kept = run_dir / KEPT_PARAMS
+            mig = load_params(kept) if kept.exists() else None
+            if mig is None or not mig.approvals.approval_file:
+                raise UsageError("no approvals.approval_file in the run's params: pass -o FILE")
+            # a stored run is read from a temporary copy: its approval file goes where this project keeps it
+            home = Path.cwd() if is_location(args.run_dir) else project_root(kept)
+            out = str(home / mig.approvals.approval_file)
+        signer = _person_signer(args.key)  # before anything is written
+        body = write_approval_file(run_dir, out, approved_by=args.by, signer=signer)
     for p in body["plans"]:
         print(f"  approved {p['action']} {p['target']} on {p['provider']} ({p['cost_usd_per_hour']:.3f} USD/h, "
               f"offers {p['offers'] or '-'}): {p['fingerprint']}")
@@ -369,7 +373,6 @@ def _list_runs(reports: Path, shown: str) -> int:
     from runbook_lib.evidence.records import load_manifest, load_receipt
     from runbook_lib.evidence.resolve import printable, standing
     from runbook_lib.evidence.signing import record_envelope, signed_by
-    from runbook_lib.layout import RESOLUTION
 
     rows = []
     for d in sorted(reports.glob("*/")):
@@ -434,10 +437,25 @@ def _evidence_state(run_dir: Path) -> str:
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
+    from runbook_lib.run.runstore import RunLocation, is_location, worked_on
+
+    if not is_location(args.run_dir):
+        return _resolve(args, Path(args.run_dir))
+    loc = RunLocation.parse(args.run_dir)  # the resolution is written into the run: under its lease, then pushed
+    with worked_on(loc, Path.cwd(), phase="resolve", providers=(), echo=_echo) as stored:
+        if stored.state is None:
+            raise UsageError(f"{loc.url} holds no run: nothing was pushed there (check the bucket, prefix and run id)")
+        code = _resolve(args, stored.path)
+        if (stored.path / RESOLUTION).exists():
+            state = stored.push("resolve", "resolved")
+            print(f"pushed to {loc.url} (push {state.generation})")
+    return code
+
+
+def _resolve(args: argparse.Namespace, run_dir: Path) -> int:
     from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD
     from runbook_lib.evidence.resolve import printable, resolve_run, standing
 
-    run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a run directory")
     if args.decision is None:
@@ -661,7 +679,8 @@ def _cmd_init(args: argparse.Namespace) -> int:
 def _add_person_commands(sub: Any) -> None:
     """``runbook resolve`` and ``runbook approve``: what a person decides, signed with their key when given."""
     rs = sub.add_parser("resolve", help="record a person's GO/NO-GO on a HOLD run (or NO-GO once its deadline passed)")
-    rs.add_argument("run_dir")
+    rs.add_argument("run_dir", help="reports/<run_id>, or s3://BUCKET/PREFIX/<run_id> (under the run's lease: "
+                                    "pulled, resolved, pushed)")
     rs.add_argument("--decision", choices=["GO", "NO-GO"],
                     help="the person's decision; without it: show the hold, or record NO-GO after its deadline")
     rs.add_argument("--by", help="who decided (required with --decision)")
@@ -670,7 +689,8 @@ def _add_person_commands(sub: Any) -> None:
                                                  "file:PATH (`runbook keygen` writes one)")
     rs.set_defaults(func=_cmd_resolve)
     ap_ = sub.add_parser("approve", help="approve every plan a run showed (dry-run or held): write an approval file")
-    ap_.add_argument("run_dir")
+    ap_.add_argument("run_dir", help="reports/<run_id>, or s3://BUCKET/PREFIX/<run_id> (pulled first; the default "
+                                     "approval file is then approvals.approval_file under this directory)")
     ap_.add_argument("--by", required=True, help="who approves (recorded)")
     ap_.add_argument("-o", "--output", help="approval file (default: the run's approvals.approval_file)")
     ap_.add_argument("--key", metavar="REF", help="sign the approval file with your ed25519 private key: env:VAR "

@@ -171,6 +171,16 @@ def test_verify_list_and_report_read_a_stored_run(s3: str, tmp_path: Path, capsy
     assert (tmp_path / "reports" / f"{SEALED.name}.html").stat().st_size > 10_000
     assert cli_main(["verify", f"s3://{BUCKET}/fleet/no-such-run"]) == 2
     assert "holds no run: nothing was pushed there" in capsys.readouterr().err
+    # approving reads the stored run's plans (this GO run has none waiting); the run is untouched
+    before = RunStore(_loc(SEALED.name), _store()).state()
+    assert cli_main(["approve", url, "--by", "ops@example.com", "-o", str(tmp_path / "approval.json")]) == 2
+    assert f"{SEALED.name} shows no plan waiting for approval" in capsys.readouterr().err
+    # a resolution is written into the run under its lease: a GO run has no HOLD to resolve, and nothing is pushed
+    assert cli_main(["resolve", url, "--decision", "GO", "--by", "ops@example.com"]) == 2
+    assert "HOLD" in capsys.readouterr().err
+    after = RunStore(_loc(SEALED.name), _store()).state()
+    assert after is not None and before is not None and after.generation == before.generation
+    assert f".runstore/{SEALED.name}/lease.json" not in _store().list()
 
 
 def test_runbook_run_into_a_location_pushes_after_every_phase_and_the_seal(
