@@ -31,7 +31,7 @@ from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RESOLUT
 from runbook_lib.providers.simulator import fault_problems, sim_module, simulated
 
 if TYPE_CHECKING:
-    from runbook_lib.run.runner import RunResult
+    from runbook_lib.run.runner import PhaseOutcome, RunResult
 
 REHEARSED = ("params/runpod-to-vast.yaml", "params/runpod-to-vast-train.yaml", "params/runpod-to-vast-service.yaml",
              "params/runpod-serverless-to-vast-handler.yaml")
@@ -107,7 +107,7 @@ def _run_stored(args: argparse.Namespace) -> int:
     loc = RunLocation.under(args.reports, new_run_id(load_params(args.params).migration))
     with worked_on(loc, project, phase="run", providers=providers, echo=_echo) as stored:
 
-        def pushed(out: Any) -> None:  # a failed push never stops the run before its teardown
+        def pushed(out: PhaseOutcome) -> None:  # a failed push never stops the run before its teardown
             try:
                 stored.push(out.phase, out.status)
             except RunbookError as exc:
@@ -145,6 +145,8 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     loc = RunLocation.parse(args.run_dir)
     project, providers = _stored_params(args.params)
     with worked_on(loc, project, phase=args.phase, providers=providers, echo=_echo) as stored:
+        if args.phase != "01":
+            stored.require_run(f"phase {args.phase}")
         code = _phase_into(args, stored.path)
         statuses = {0: "completed", EXIT_HOLD: "held"}
         state = stored.push(args.phase, statuses.get(code, "failed" if code == EXIT_FAILED else "interrupted"))
@@ -443,8 +445,7 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         return _resolve(args, Path(args.run_dir))
     loc = RunLocation.parse(args.run_dir)  # the resolution is written into the run: under its lease, then pushed
     with worked_on(loc, Path.cwd(), phase="resolve", providers=(), echo=_echo) as stored:
-        if stored.state is None:
-            raise UsageError(f"{loc.url} holds no run: nothing was pushed there (check the bucket, prefix and run id)")
+        stored.require_run("resolve")
         code = _resolve(args, stored.path)
         if (stored.path / RESOLUTION).exists():
             state = stored.push("resolve", "resolved")

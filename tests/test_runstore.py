@@ -171,6 +171,12 @@ def test_verify_list_and_report_read_a_stored_run(s3: str, tmp_path: Path, capsy
     assert (tmp_path / "reports" / f"{SEALED.name}.html").stat().st_size > 10_000
     assert cli_main(["verify", f"s3://{BUCKET}/fleet/no-such-run"]) == 2
     assert "holds no run: nothing was pushed there" in capsys.readouterr().err
+    params = tmp_path / "params" / "demo-checkpoint.yaml"
+    params.parent.mkdir()
+    params.write_text((ROOT / "params" / "demo-checkpoint.yaml").read_text())
+    assert cli_main(["phase", "02", str(params), f"s3://{BUCKET}/fleet/no-such-run"]) == 2
+    assert "holds no run, so phase 02 cannot run there" in capsys.readouterr().err
+    assert ".runstore/no-such-run/lease.json" not in _store().list()
     # approving reads the stored run's plans (this GO run has none waiting); the run is untouched
     before = RunStore(_loc(SEALED.name), _store()).state()
     assert cli_main(["approve", url, "--by", "ops@example.com", "-o", str(tmp_path / "approval.json")]) == 2

@@ -494,6 +494,17 @@ class StoredRun:
     state: RunState | None
     worker: dict[str, Any]
 
+    def require_run(self, doing: str) -> None:
+        """Refuse ``doing`` (``phase 02``, ``resolve``) on a location nothing was pushed to.
+
+        Raises:
+            UsageError: no push yet (exit 2; nothing ran).
+        """
+        if self.state is None:
+            raise UsageError(f"{self.runstore.location.url} holds no run, so {doing} cannot run there: nothing was "
+                             "pushed to it. Check the bucket, prefix and run id, or start the run with `runbook phase "
+                             "01 PARAMS LOCATION`")
+
     def push(self, phase: str, status: str) -> RunState:
         """Push the local copy as the run's next state (:meth:`RunStore.push`).
 
