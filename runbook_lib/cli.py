@@ -475,6 +475,61 @@ def _resolve(args: argparse.Namespace, run_dir: Path) -> int:
     return EXIT_BY_DECISION[res["decision"]]
 
 
+def run_status(run_dir: Path) -> dict[str, Any]:
+    """Where a run stands, for a person or an orchestrator (``runbook status --json``).
+
+    Returns:
+        ``run_id``; ``sealed`` (bool); ``decision``: the effective decision of a sealed run
+        (:func:`runbook_lib.evidence.resolve.standing`: GO, NO-GO, HOLD, FAILED, INTERRUPTED), or
+        ``WAITING FOR APPROVAL`` (a phase held for want of an approval) / ``IN PROGRESS`` before
+        the seal; ``exit_code``: what ``runbook run`` exits with for that decision (0, 1, 3, 4),
+        None while in progress; ``reasons`` (the receipt's); ``hold_deadline`` (UTC ISO 8601, for a
+        HOLD); ``phases``: each recorded phase's status; ``plans_waiting``: the fingerprint,
+        provider, action and target of each plan shown and not applied (what ``runbook approve``
+        would approve).
+    """
+    from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD
+    from runbook_lib.evidence.approvals import plans_awaiting
+    from runbook_lib.evidence.manifest import read_chain
+    from runbook_lib.evidence.records import load_receipt
+    from runbook_lib.evidence.resolve import standing
+
+    phases = {r.phase: str(r.body.get("status")) for r in read_chain(run_dir)}
+    sealed = (run_dir / MANIFEST).exists()
+    waiting = [{k: p.get(k) for k in ("fingerprint", "provider", "action", "target")} for p in plans_awaiting(run_dir)]
+    receipt = load_receipt(run_dir) if sealed else None
+    if sealed:
+        st = standing(run_dir)
+        decision, deadline = st.decision, st.deadline.isoformat() if st.deadline else None
+        code: int | None = EXIT_BY_DECISION.get(decision, EXIT_FAILED)
+    else:
+        decision = "WAITING FOR APPROVAL" if "held" in phases.values() else "IN PROGRESS"
+        deadline, code = None, EXIT_HOLD if decision == "WAITING FOR APPROVAL" else None
+    return {"run_id": run_dir.name, "sealed": sealed, "decision": decision, "exit_code": code,
+            "reasons": receipt.reasons if receipt else [], "hold_deadline": deadline, "phases": phases,
+            "plans_waiting": waiting}
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from runbook_lib.evidence.resolve import printable
+
+    with _readable_run(args.run_dir) as run_dir:
+        st = run_status(run_dir)
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    print(f"{st['run_id']}: {st['decision']}" + (f" (exit {st['exit_code']})" if st["exit_code"] is not None else ""))
+    print("phases: " + (", ".join(f"{p} {s}" for p, s in st["phases"].items()) or "none recorded"))
+    for reason in st["reasons"]:
+        print(f"  - {printable(reason)}")
+    if st["hold_deadline"]:
+        print(f"a person decides until {st['hold_deadline']} (`runbook resolve`)")
+    for p in st["plans_waiting"]:
+        print(f"waiting for approval: {p['action']} {p['target']} on {p['provider']} ({p['fingerprint']}; "
+              "`runbook approve`)")
+    return 0
+
+
 @contextlib.contextmanager
 def _readable_run(value: str) -> Iterator[Path]:
     """The run directory ``value`` names (:func:`_run_dir_arg`), or, for a run location
@@ -788,6 +843,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "\"lies\": {offer_id: {field: value}}, \"limits\": {name: seconds}} (operations "
                                      "and answers: each simulator's SCRIPTS; limits: its LIMITS, runbook_lib/providers/<name>/sim.py)")
     sm.set_defaults(func=_cmd_simulate)
+    st = sub.add_parser("status", help="where one run stands: its decision (or that a phase waits for approval), "
+                                       "reasons, hold deadline, phases and the plans waiting; --json for an "
+                                       "orchestrator (exit 0 whenever the run can be read)")
+    st.add_argument("run_dir", help="reports/<run_id>, or s3://BUCKET/PREFIX/<run_id> (pulled first, as for verify)")
+    st.add_argument("--json", action="store_true", help="one JSON object (its fields: runbook_lib.cli.run_status)")
+    st.set_defaults(func=_cmd_status)
     ls = sub.add_parser("list", help="list past runs with their decision")
     ls.add_argument("--reports", default="reports",
                     help="directory of runs (default: reports), or s3://BUCKET/PREFIX (every stored run pulled first)")

@@ -227,3 +227,31 @@ def test_runbook_run_into_a_location_pushes_after_every_phase_and_the_seal(
     assert state.history[-1]["status"] == "GO" and ".runstore/" + loc.run_id + "/lease.json" not in _store().list()
     assert (project / "reports" / loc.run_id / "receipt.json").exists()  # this worker's copy
     assert cli_main(["verify", url]) == 0
+
+
+def test_status_says_where_a_run_stands_for_an_orchestrator(s3: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`runbook status --json`: a sealed run's decision and the exit code `runbook run` gives it; a
+    run whose phase is held for an approval, with the plan waiting; read from a location too."""
+    from runbook_lib.evidence.rundir import RunDir
+
+    RunStore(_loc(SEALED.name), _store()).push(SEALED, after=None, phase="06", status="GO", worker={})
+    assert cli_main(["status", f"s3://{BUCKET}/fleet/{SEALED.name}", "--json"]) == 0
+    st = json.loads(capsys.readouterr().out.split("\n", 1)[1])  # after the line saying what was pulled
+    assert (st["decision"], st["exit_code"], st["sealed"], st["plans_waiting"]) == ("GO", 0, True, [])
+    assert list(st["phases"].values()) == ["completed"] * 6 and st["reasons"][0] == "all 20 blocking gates PASS"
+    project = _worker(tmp_path, "a")
+    (project / "params").mkdir()
+    (project / "params" / "demo.yaml").write_text((ROOT / "params" / "demo.yaml").read_text())
+    run = RunDir.create(project / "params" / "demo.yaml", path=project / "reports" / "held-run")
+    run.write_record("01", status="held", data={"error": "approval missing"}, files=[], started="2026-12-06T08:00:00Z")
+    plan = json.loads(next(iter(sorted((SEALED / "approvals").glob("*.json")))).read_text())["plan"]
+    (run.path / "approvals").mkdir()
+    (run.path / "approvals" / "pending-1.json").write_text(json.dumps({"plan": plan}))
+    assert cli_main(["status", str(run.path), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["decision"], st["exit_code"], st["sealed"], st["phases"]) == ("WAITING FOR APPROVAL", 3, False,
+                                                                             {"01": "held"})
+    assert st["plans_waiting"] == [{k: plan[k] for k in ("fingerprint", "provider", "action", "target")}]
+    assert cli_main(["status", str(run.path)]) == 0
+    assert f"waiting for approval: launch_pod {plan['target']} on local" in capsys.readouterr().out
