@@ -177,14 +177,7 @@ def host_lock(exclusive: bool, *, path: Path | None = None, on_wait: Callable[[s
                 _take(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, stopped, tell)
             finally:
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
-            t1 = time.monotonic()
-            try:
-                yield Held(exclusive, time.monotonic() - t0)
-            finally:
-                if os.environ.get("RUNBOOK_LOCK_TRACE"):
-                    with open(os.environ["RUNBOOK_LOCK_TRACE"], "a") as fh:
-                        fh.write(json.dumps({"run": run, "phase": phase, "ex": exclusive, "wait": t1 - t0,
-                                             "held": time.monotonic() - t1, "end": time.time()}) + "\n")
+            yield Held(exclusive, time.monotonic() - t0)
     finally:
         os.close(lock)  # closing the descriptor releases its flock
         os.close(turnstile)
