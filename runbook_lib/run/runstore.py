@@ -203,7 +203,7 @@ class RunStore:
 
     # -- the run's state -----------------------------------------------------------------------
 
-    def _get(self, key: str) -> tuple[bytes, str, float] | None:
+    def read(self, key: str) -> tuple[bytes, str, float] | None:
         """An object's bytes, ETag and age by the store's clock (seconds since its Last-Modified,
         at the response's Date), or None when it does not exist."""
         from botocore.exceptions import ClientError
@@ -219,7 +219,7 @@ class RunStore:
         age = (parsedate_to_datetime(date) - r["LastModified"]).total_seconds() if date else 0.0
         return bytes(r["Body"].read()), str(r["ETag"]), age
 
-    def _put_if(self, key: str, data: bytes, *, etag: str = "") -> str | None:
+    def put_if(self, key: str, data: bytes, *, etag: str = "") -> str | None:
         """Put ``data`` at ``key`` only if it does not exist (``etag`` empty) or still has ``etag``;
         the new ETag, or None when the condition did not hold."""
         from botocore.exceptions import ClientError
@@ -238,7 +238,7 @@ class RunStore:
     def state(self) -> RunState | None:
         """The run's last completed push, or None before the first."""
         key = self.location.control_key(STATE_KEY)
-        got = self._get(key)
+        got = self.read(key)
         return None if got is None else RunState.from_json(got[0], got[1], self.store.url(key))
 
     # -- pull / push ---------------------------------------------------------------------------
@@ -306,7 +306,7 @@ class RunStore:
         new = RunState(self.location.run_id, gen, phase, status, now, worker, files,
                        [*(after.history if after else []), {"generation": gen, "phase": phase, "status": status,
                                                             "pushed_at": now, "worker": worker}])
-        etag = self._put_if(self.location.control_key(STATE_KEY), new.to_json(), etag=after.etag if after else "")
+        etag = self.put_if(self.location.control_key(STATE_KEY), new.to_json(), etag=after.etag if after else "")
         if etag is None:
             raise EvidenceError(f"run {self.location.url} was pushed by another worker since this one pulled it "
                                 f"(push {after.generation if after else 0}); phase {phase}'s files were uploaded but "
@@ -347,11 +347,11 @@ class Lease:
                            "ttl_s": self.ttl_s}).encode()
 
     def __enter__(self) -> Lease:
-        etag = self.runstore._put_if(self.key, self._body())
+        etag = self.runstore.put_if(self.key, self._body())
         if etag is None:
-            got = self.runstore._get(self.key)
+            got = self.runstore.read(self.key)
             if got is None:  # given back between the two requests
-                etag = self.runstore._put_if(self.key, self._body())
+                etag = self.runstore.put_if(self.key, self._body())
             else:
                 etag = self._take_over(*got)
         if etag is None:
@@ -377,14 +377,14 @@ class Lease:
                              "ended")
         self.echo(f"run {self.runstore.location.url}: the lease of {holder} lapsed {age_s - ttl:.0f} s ago (not "
                   f"renewed for {age_s:.0f} s, its time to live {ttl:.0f} s); phase {self.phase} takes it over")
-        return self.runstore._put_if(self.key, self._body(), etag=etag)
+        return self.runstore.put_if(self.key, self._body(), etag=etag)
 
     def _renew(self) -> None:
         from botocore.exceptions import BotoCoreError
 
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                etag = self.runstore._put_if(self.key, self._body(), etag=self.etag)
+                etag = self.runstore.put_if(self.key, self._body(), etag=self.etag)
             except (StorageError, BotoCoreError) as exc:  # the store unreachable for a while: the next try may reach it
                 self.echo(f"run {self.runstore.location.url}: renewing the lease failed ({exc}); trying again")
                 continue
