@@ -85,13 +85,14 @@ def _say_result(res: RunResult, where: str = "") -> int:
     return res.exit_code
 
 
-def _stored_params(params: str) -> tuple[Path, tuple[str, str]]:
-    """The project of a params file and the providers of its two sides (for a stored run)."""
+def _stored_params(params: str) -> tuple[Path, tuple[str, str], str]:
+    """The project of a params file, the providers of its two sides and the migration's name
+    (for a stored run)."""
     from runbook_lib.layout import project_root
     from runbook_lib.params import load_params
 
     mig = load_params(params)
-    return project_root(params), (mig.source.provider, mig.target.provider)
+    return project_root(params), (mig.source.provider, mig.target.provider), mig.migration
 
 
 def _run_stored(args: argparse.Namespace) -> int:
@@ -99,12 +100,11 @@ def _run_stored(args: argparse.Namespace) -> int:
     ``reports/<run_id>``, under the run's lease, pushed after every phase and after its seal
     (:mod:`runbook_lib.run.runstore`)."""
     from runbook_lib.evidence.manifest import new_run_id
-    from runbook_lib.params import load_params
     from runbook_lib.run.runner import run_migration
     from runbook_lib.run.runstore import RunLocation, worked_on
 
-    project, providers = _stored_params(args.params)
-    loc = RunLocation.under(args.reports, new_run_id(load_params(args.params).migration))
+    project, providers, migration = _stored_params(args.params)
+    loc = RunLocation.under(args.reports, new_run_id(migration))
     with worked_on(loc, project, phase="run", providers=providers, echo=_echo) as stored:
 
         def pushed(out: PhaseOutcome) -> None:  # a failed push never stops the run before its teardown
@@ -143,7 +143,7 @@ def _cmd_phase(args: argparse.Namespace) -> int:
     if not is_location(args.run_dir):
         return _phase_into(args, Path(args.run_dir))
     loc = RunLocation.parse(args.run_dir)
-    project, providers = _stored_params(args.params)
+    project, providers, _ = _stored_params(args.params)
     with worked_on(loc, project, phase=args.phase, providers=providers, echo=_echo) as stored:
         if args.phase != "01":
             stored.require_run(f"phase {args.phase}")

@@ -243,10 +243,14 @@ class RunStore:
 
     # -- pull / push ---------------------------------------------------------------------------
 
-    def pull(self, dest: Path) -> RunState | None:
+    def pull(self, dest: Path, state: RunState | None = None) -> RunState | None:
         """Make ``dest`` hold exactly the run's last completed push: each listed file fetched
         unless ``dest`` already has it with the listed sha256, each fetched file checked against
         that sha256 and size as it streams, files the push does not list removed.
+
+        Args:
+            dest: the local copy. state: the run's state when the caller has just read it (under
+                the lease); default: read it now.
 
         Returns:
             The state pulled, or None when the run has no push yet (``dest`` untouched).
@@ -255,7 +259,7 @@ class RunStore:
             StorageError: an object is missing or its bytes differ from the state (a push cut off
                 while it rewrote a file, or a file changed in the store by hand); the file named.
         """
-        state = self.state()
+        state = state or self.state()
         if state is None:
             return None
         dest.mkdir(parents=True, exist_ok=True)
@@ -477,7 +481,7 @@ def worked_on(location: RunLocation, project: Path, *, phase: str, providers: tu
         path = local_copy(project, location)
         state = runstore.state()
         pinned_here(state, providers, project, phase)
-        runstore.pull(path)
+        runstore.pull(path, state)
         if state is not None:
             read_chain(path)  # every record linked to the one before, every file it lists as it recorded it
         yield StoredRun(runstore, lease, path, state, worker)
