@@ -129,6 +129,9 @@ def decision_line(decision: str, exit_code: int, reason: str) -> str:
     return f"decision: {decision} (exit {exit_code})" + (f": {reason}" if reason else "")
 
 
+STOPPED = "stopped the migration"  # what `runbook phase` says of a completed phase that stops it (orchestrators match it)
+
+
 def _cmd_phase(args: argparse.Namespace) -> int:
     """One phase into a run, through the same path as ``runbook run`` (scan, stamp, record).
     SIGINT, SIGTERM and SIGHUP are handled as ``runbook run`` handles them: the phase stops, what
@@ -200,6 +203,9 @@ def _phase_into(args: argparse.Namespace, run_dir: Path) -> int:
         print(f"phase {phase_name(args.phase)} {out.status}: {out.reason}", file=sys.stderr)
         return EXIT_FAILED
     print(f"phase {phase_name(args.phase)} completed in {out.seconds:.1f} s: {run.path / phase_name(args.phase)}.ipynb")
+    if out.stop and args.phase != "06":
+        print(f"phase {args.phase} {STOPPED}: a blocking gate failed or was inconclusive; `runbook run` would run "
+              "no phase after it but 06, which tears down and decides (`runbook status` names the gates)")
     return 0
 
 
@@ -486,15 +492,21 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         None while in progress; ``reasons`` (the receipt's); ``hold_deadline`` (UTC ISO 8601, for a
         HOLD); ``phases``: each recorded phase's status; ``plans_waiting``: the fingerprint,
         provider, action and target of each plan shown and not applied (what ``runbook approve``
-        would approve).
+        would approve); ``stopped``: ``{"phase", "why"}`` of the first completed phase whose record
+        stops the migration (a blocking gate failed or was inconclusive: ``runbook run`` runs no
+        phase after it but 06), else None.
     """
     from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD
     from runbook_lib.evidence.approvals import plans_awaiting
     from runbook_lib.evidence.manifest import read_chain
     from runbook_lib.evidence.records import load_receipt
     from runbook_lib.evidence.resolve import standing
+    from runbook_lib.run.runner import stopped_by
 
-    phases = {r.phase: str(r.body.get("status")) for r in read_chain(run_dir)}
+    chain = read_chain(run_dir)
+    phases = {r.phase: str(r.body.get("status")) for r in chain}
+    stops = [{"phase": r.phase, "why": stopped_by(r.body)} for r in chain
+             if r.body.get("status") == "completed" and stopped_by(r.body)]
     sealed = (run_dir / MANIFEST).exists()
     waiting = [{k: p.get(k) for k in ("fingerprint", "provider", "action", "target")} for p in plans_awaiting(run_dir)]
     receipt = load_receipt(run_dir) if sealed else None
@@ -507,7 +519,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         deadline, code = None, EXIT_HOLD if decision == "WAITING FOR APPROVAL" else None
     return {"run_id": run_dir.name, "sealed": sealed, "decision": decision, "exit_code": code,
             "reasons": receipt.reasons if receipt else [], "hold_deadline": deadline, "phases": phases,
-            "plans_waiting": waiting}
+            "plans_waiting": waiting, "stopped": stops[0] if stops else None}
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -524,9 +536,35 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"  - {printable(reason)}")
     if st["hold_deadline"]:
         print(f"a person decides until {st['hold_deadline']} (`runbook resolve`)")
+    if st["stopped"] and not st["sealed"]:
+        print(f"phase {st['stopped']['phase']} stopped the migration ({st['stopped']['why']}): phase 06 tears down "
+              "and decides")
     for p in st["plans_waiting"]:
         print(f"waiting for approval: {p['action']} {p['target']} on {p['provider']} ({p['fingerprint']}; "
               "`runbook approve`)")
+    return 0
+
+
+def _cmd_slot(args: argparse.Namespace) -> int:
+    """``runbook slot take|give LOCATION --limit N``: a fleet's bound on migrations in flight
+    (:mod:`runbook_lib.run.fleet`). ``take`` exits 0 with a slot, 3 when every slot is held by a
+    run in flight (try again later: an orchestrator's sensor does); ``give`` exits 0."""
+    from runbook_lib.errors import EXIT_HOLD
+    from runbook_lib.run.fleet import give_slot, take_slot
+    from runbook_lib.run.runstore import RunLocation
+
+    loc = RunLocation.parse(args.location)
+    if args.action == "give":
+        given = give_slot(loc, args.limit)
+        print(f"{loc.run_id}: gave back slot {given.index + 1} of {args.limit}" if given else
+              f"{loc.run_id}: holds no slot of {args.limit} under {loc.base_url}")
+        return 0
+    slot, held = take_slot(loc, args.limit)
+    if slot is None:
+        print(f"{loc.run_id}: all {args.limit} slots under {loc.base_url} are held by migrations in flight ("
+              + ", ".join(f"{s.run_id} since {s.since}" for s in held) + "); try again when one ends")
+        return EXIT_HOLD
+    print(f"{loc.run_id}: holds slot {slot.index + 1} of {args.limit} under {loc.base_url}")
     return 0
 
 
@@ -776,6 +814,27 @@ def _add_evidence_commands(sub: Any) -> None:
     kg.set_defaults(func=_cmd_keygen)
 
 
+def _add_orchestrator_commands(sub: Any) -> None:
+    """``runbook status``, ``list`` and ``slot``: where runs stand, and a fleet's slots."""
+    st = sub.add_parser("status", help="where one run stands: its decision (or that a phase waits for approval), "
+                                       "reasons, hold deadline, phases and the plans waiting; --json for an "
+                                       "orchestrator (exit 0 whenever the run can be read)")
+    st.add_argument("run_dir", help="reports/<run_id>, or s3://BUCKET/PREFIX/<run_id> (pulled first, as for verify)")
+    st.add_argument("--json", action="store_true", help="one JSON object (its fields: runbook_lib.cli.run_status)")
+    st.set_defaults(func=_cmd_status)
+    sl = sub.add_parser("slot", help="take or give back one of a fleet's N slots for migrations in flight, kept "
+                                      "beside the runs in S3 (exit 3: every slot is held; try again later)")
+    sl.add_argument("action", choices=["take", "give"])
+    sl.add_argument("location", help="the run's location s3://BUCKET/PREFIX/<run_id>: the fleet's slots are kept "
+                                     "under s3://BUCKET/PREFIX")
+    sl.add_argument("--limit", type=int, required=True, help="migrations in flight at once under that prefix")
+    sl.set_defaults(func=_cmd_slot)
+    ls = sub.add_parser("list", help="list past runs with their decision")
+    ls.add_argument("--reports", default="reports",
+                    help="directory of runs (default: reports), or s3://BUCKET/PREFIX (every stored run pulled first)")
+    ls.set_defaults(func=_cmd_list)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="runbook", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -843,16 +902,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "\"lies\": {offer_id: {field: value}}, \"limits\": {name: seconds}} (operations "
                                      "and answers: each simulator's SCRIPTS; limits: its LIMITS, runbook_lib/providers/<name>/sim.py)")
     sm.set_defaults(func=_cmd_simulate)
-    st = sub.add_parser("status", help="where one run stands: its decision (or that a phase waits for approval), "
-                                       "reasons, hold deadline, phases and the plans waiting; --json for an "
-                                       "orchestrator (exit 0 whenever the run can be read)")
-    st.add_argument("run_dir", help="reports/<run_id>, or s3://BUCKET/PREFIX/<run_id> (pulled first, as for verify)")
-    st.add_argument("--json", action="store_true", help="one JSON object (its fields: runbook_lib.cli.run_status)")
-    st.set_defaults(func=_cmd_status)
-    ls = sub.add_parser("list", help="list past runs with their decision")
-    ls.add_argument("--reports", default="reports",
-                    help="directory of runs (default: reports), or s3://BUCKET/PREFIX (every stored run pulled first)")
-    ls.set_defaults(func=_cmd_list)
+    _add_orchestrator_commands(sub)
     return ap
 
 

@@ -255,3 +255,43 @@ def test_status_says_where_a_run_stands_for_an_orchestrator(s3: str, tmp_path: P
     assert st["plans_waiting"] == [{k: plan[k] for k in ("fingerprint", "provider", "action", "target")}]
     assert cli_main(["status", str(run.path)]) == 0
     assert f"waiting for approval: launch_pod {plan['target']} on local" in capsys.readouterr().out
+    # a phase whose blocking gate failed stops the migration: status names it (an orchestrator's
+    # next task is phase 06)
+    stopped = RunDir.create(project / "params" / "demo.yaml", path=project / "reports" / "stopped-run")
+    stopped.write_record("01", status="completed", data={}, files=[], started="2026-12-06T08:00:00Z")
+    gate = {**json.loads((SEALED / "02_map_target.json").read_text())["data"]["gates"][0], "verdict": "FAIL"}
+    stopped.write_record("02", status="completed", data={"stop_migration": True, "gates": [gate]}, files=[],
+                         started="2026-12-06T08:01:00Z")
+    assert cli_main(["status", str(stopped.path), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["decision"], st["stopped"]) == ("IN PROGRESS", {"phase": "02", "why": "a blocking gate failed "
+                                                                                     "(dependency_map FAIL)"})
+    assert cli_main(["status", str(stopped.path)]) == 0
+    assert "phase 02 stopped the migration (a blocking gate failed (dependency_map FAIL))" in capsys.readouterr().out
+
+
+def test_a_fleet_keeps_at_most_its_limit_of_migrations_in_flight(s3: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # two slots under s3://runbook-runs/fleet: a third migration waits (exit 3, naming who holds
+    # them) until one gives its slot back or is sealed; a retried take keeps the slot it holds
+    url = f"s3://{BUCKET}/fleet/"
+    assert cli_main(["slot", "take", url + "m-a", "--limit", "2"]) == 0
+    assert cli_main(["slot", "take", url + "m-b", "--limit", "2"]) == 0
+    assert cli_main(["slot", "take", url + "m-a", "--limit", "2"]) == 0  # a retried task: the same slot
+    capsys.readouterr()
+    assert cli_main(["slot", "take", url + "m-c", "--limit", "2"]) == 3
+    out = capsys.readouterr().out
+    assert "all 2 slots" in out and "m-a since" in out and "m-b since" in out
+    assert cli_main(["slot", "give", url + "m-a", "--limit", "2"]) == 0
+    assert cli_main(["slot", "take", url + "m-c", "--limit", "2"]) == 0
+    assert "m-c: holds slot 1 of 2" in capsys.readouterr().out
+    # m-b's migration ended without giving its slot back (its last task never ran): its last push
+    # lists the seal, so its slot is free for the next migration
+    sealed = _worker(tmp_path, "a") / "run"
+    shutil.copytree(SEALED, sealed)
+    RunStore(_loc("m-b"), _store()).push(sealed, after=None, phase="06", status="completed", worker={"host": "a"})
+    assert cli_main(["slot", "take", url + "m-d", "--limit", "2"]) == 0
+    assert "m-d: holds slot 2 of 2" in capsys.readouterr().out
+    assert cli_main(["slot", "give", url + "m-b", "--limit", "2"]) == 0  # taken over: nothing to give
+    assert "holds no slot" in capsys.readouterr().out
+    assert cli_main(["slot", "take", url + "m-e", "--limit", "0"]) == 2

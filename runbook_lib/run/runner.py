@@ -382,7 +382,10 @@ def phase_out_of_order(run: RunDir, phase: str) -> str | None:
     """Why ``phase`` cannot run yet in ``run``, or None: phases 02 to 05 each need every earlier
     phase completed (phase 06 decides from whatever records there are, and 01 starts a run). A
     phase run early would fail after waiting for the host lock and leave a record that breaks the
-    evidence chain for the phase that was missing, so the refusal comes before anything runs."""
+    evidence chain for the phase that was missing, so the refusal comes before anything runs. A
+    phase after one that stopped the migration (:func:`stopped_by`) is not refused: ``runbook run``
+    skips it, and a person who runs it by hand chooses to (``runbook phase`` and ``runbook status``
+    say the migration was stopped)."""
     if phase in ("01", "06"):
         return None
     records = run.records()
@@ -396,6 +399,19 @@ def phase_out_of_order(run: RunDir, phase: str) -> str | None:
                     f"in {run.path.name}; run `runbook phase {pid} {run.params_path} {run.path}` first (nothing was "
                     "run)")
     return None
+
+
+def stopped_by(record: dict[str, Any]) -> str:
+    """Why a completed phase's record (its JSON body; the flags are in its ``data``) stops the
+    migration, or ``""``: a blocking gate failed (``stop_migration``) or was inconclusive
+    (``hold_migration``); the gates named."""
+    data = record.get("data") or {}
+    if not (data.get("stop_migration") or data.get("hold_migration")):
+        return ""
+    gates = [f"{g.get('name')} {g.get('verdict')}" for g in data.get("gates") or []
+             if g.get("blocking") and g.get("verdict") not in ("PASS", "NOT_APPLICABLE")]
+    kind = "a blocking gate failed" if data.get("stop_migration") else "a blocking gate was inconclusive"
+    return kind + (f" ({', '.join(gates)})" if gates else "")
 
 
 def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, approval_ref: str = "",
