@@ -13,9 +13,13 @@ RUNPOD_STAMP := .venv-runpod/.installed
 SERVE_STAMP := .venv-serve/.installed
 # The docs site's builder (mkdocs with mkdocs-material), in its own environment.
 DOCS_STAMP := .venv-docs/.installed
+# Airflow (apache-airflow-core with the standard provider's human-in-the-loop operators) and the
+# runbook's DAGs (integrations/airflow), in their own environment: they call the project's
+# `runbook`, and the main environment never imports Airflow.
+AIRFLOW_STAMP := .venv-airflow/.installed
 CHAT_MODELS := .runbook/models
 
-.PHONY: docs demo demo-train demo-checkpoint demo-s3 demo-service demo-service-router demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
+.PHONY: docs demo demo-fleet demo-train demo-checkpoint demo-s3 demo-service demo-service-router demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
 	browser haproxy bench bench-streaming soak clean lab strip-filter lock
 
 # Every environment installs exact versions from its lock (locks/*.txt, `make lock` writes them
@@ -60,6 +64,13 @@ demo-s3: $(STAMP)
 	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(VENV)/bin/runbook run params/demo-s3.yaml; rc=$$?; \
 	kill $$pid; [ $$rc = 0 ] || [ $$rc = 1 ] || [ $$rc = 3 ] || exit $$rc
 
+# A fleet on Airflow (docs/how-to/airflow.md): the fleet DAG over params/fleet (three local
+# checkpoint migrations, at most two in flight) run by Airflow's in-process runner, dag.test(), the
+# runs kept in a loopback S3 bucket; one is approved through Airflow's human-in-the-loop request,
+# one ends NO-GO and fails the DAG run. It prints each decision and verifies every stored run.
+demo-fleet: $(STAMP) $(AIRFLOW_STAMP)
+	@.venv-airflow/bin/python integrations/airflow/demo_fleet.py
+
 # A team's own service migrated unchanged and judged over its own API: `transformers serve` (an
 # OpenAI-compatible chat server) between two local profiles; the models are built here, never
 # downloaded. DEMO_SERVICE_PARAMS=params/demo-service-reseeded.yaml serves the target from a
@@ -99,7 +110,7 @@ rehearse: $(STAMP) demo-service-models $(RUNPOD_STAMP)
 # Lint, types, the unit and contract tests, and one whole migration through every phase
 # (under 5 minutes on 2 cores). The other end-to-end cases are `make test-e2e`.
 test: $(STAMP) docs
-	$(VENV)/bin/ruff check runbook_lib tests benchmarks scripts
+	$(VENV)/bin/ruff check runbook_lib tests benchmarks scripts integrations
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -m "not e2e or smoke" -n 2 --dist loadfile
 
@@ -122,6 +133,12 @@ $(VASTAI_STAMP): locks/vastai.txt
 	.venv-vastai/bin/python -m pip install $(PIP) -r locks/vastai.txt
 	touch $(VASTAI_STAMP)
 
+$(AIRFLOW_STAMP): locks/airflow.txt integrations/airflow/pyproject.toml
+	$(PYTHON) -m venv .venv-airflow
+	.venv-airflow/bin/python -m pip install $(PIP) -r locks/airflow.txt
+	.venv-airflow/bin/python -m pip install $(PIP) --no-deps -e integrations/airflow
+	touch $(AIRFLOW_STAMP)
+
 $(RUNPOD_STAMP): locks/runpod.txt
 	$(PYTHON) -m venv .venv-runpod
 	.venv-runpod/bin/python -m pip install $(PIP) -r locks/runpod.txt
@@ -134,6 +151,7 @@ LOCK_TOPS_runpod := 'runpod==1.12.0'
 LOCK_TOPS_vastai := 'vastai==1.9.1'
 LOCK_TOPS_serve := 'torch==2.13.0' 'transformers[serving]==5.24.0'
 LOCK_TOPS_docs := 'mkdocs==1.6.1' 'mkdocs-material==9.8.2'
+LOCK_TOPS_airflow := 'apache-airflow-core==3.3.2' 'apache-airflow-providers-standard==1.21.0'
 lock:
 	rm -rf $(LOCK_TMP)
 	$(PYTHON) -m venv $(LOCK_TMP)/main && $(LOCK_TMP)/main/bin/pip install $(PIP) -e '.[test]'
@@ -146,6 +164,8 @@ lock:
 	$(call write_lock,serve)
 	$(PYTHON) -m venv $(LOCK_TMP)/docs && $(LOCK_TMP)/docs/bin/pip install $(PIP) $(LOCK_TOPS_docs)
 	$(call write_lock,docs)
+	$(PYTHON) -m venv $(LOCK_TMP)/airflow && $(LOCK_TMP)/airflow/bin/pip install $(PIP) $(LOCK_TOPS_airflow)
+	$(call write_lock,airflow)
 	rm -rf $(LOCK_TMP)
 
 define write_lock
@@ -161,7 +181,7 @@ endef
 # case's cost shows in the CI log. test-e2e-parallel and test-e2e-measure run one marker's cases.
 # tests/bare-host runs the tier with no credential in its environment, no GPU visible and (as
 # root) no network but loopback: what the README says a fresh machine needs.
-e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) demo-service-models browser haproxy
+e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) $(AIRFLOW_STAMP) demo-service-models browser haproxy
 
 E2E_PYTEST := tests/bare-host $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 

@@ -353,13 +353,6 @@ def test_corrupted_checkpoint_is_no_go(make_params) -> None:
     _gone(res)
 
 
-def test_missing_approval_holds_without_creating_anything(make_params) -> None:
-    res = _run(make_params("demo-train.yaml", approvals={"preapproved_local": False}, **FAST_TRAINING))
-    assert (res.decision, res.exit_code) == ("HOLD", EXIT_HOLD)
-    assert res.outcomes[0].status == "held" and "has no approval record" in res.outcomes[0].reason
-    assert _receipt(res)["resources"]["created"] == []
-
-
 def test_cell_timeout_is_a_failed_phase_with_honest_notebook(make_params) -> None:
     res = _run(make_params("demo-train.yaml", run={"cell_timeout_s": 3}))
     assert res.exit_code == EXIT_FAILED and res.decision.startswith("FAILED")

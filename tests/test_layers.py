@@ -42,6 +42,7 @@ LAYERS: list[set[str]] = [
     {"gates", "measure.cost", "measure.timing", "portability.inventory", "storage", "traffic.route",
      "traffic.router", "portability.checkpoint"},
     {"traffic.replay", "run.runstore"},
+    {"run.fleet"},
     {"evidence.records"},
     {"evidence.auditpage"},
     {"evidence.approvals", "evidence.resolve", "evidence.seal"},
@@ -267,3 +268,15 @@ def _drawn_bands() -> dict[int, set[str]]:
 
 def test_the_architecture_page_draws_the_bands_the_test_checks() -> None:
     assert _drawn_bands() == dict(enumerate(PACKAGES))
+
+
+def test_the_library_never_imports_airflow() -> None:
+    # Airflow lives in .venv-airflow and calls the `runbook` command (integrations/airflow); the
+    # main environment neither has it nor may need it.
+    found = []
+    for f in sorted((ROOT / "runbook_lib").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{f.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("airflow", "runbook_airflow")]
+    assert found == []

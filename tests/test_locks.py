@@ -21,7 +21,7 @@ from runbook_lib.params import load_params
 from .conftest import ROOT
 
 LOCKS = {"main": ".venv", "runpod": ".venv-runpod", "vastai": ".venv-vastai", "serve": ".venv-serve",
-         "docs": ".venv-docs"}
+         "docs": ".venv-docs", "airflow": ".venv-airflow"}
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.!+_-]+)$")
 
 

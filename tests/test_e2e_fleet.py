@@ -1,0 +1,105 @@
+"""Airflow as the fleet's engine (integrations/airflow): `make demo-fleet`'s script, run by
+.venv-airflow's Python against this module's moto server, and what the stored runs say about it,
+read back through the run store (never from the script's own printout alone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runbook_lib.audit.verify import verify_run
+from runbook_lib.run.runstore import RunLocation, RunStore, pull_for_reading
+
+from .conftest import ROOT
+from .runs import write_params
+
+pytestmark = pytest.mark.e2e
+AIRFLOW_PYTHON = ROOT / ".venv-airflow" / "bin" / "python"
+
+
+@pytest.fixture
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    return s3_endpoint
+
+
+def _demo(tmp_path: Path, endpoint: str, *args: str) -> dict[str, Any]:
+    assert AIRFLOW_PYTHON.exists(), "Airflow's environment is missing: `make test-e2e` builds .venv-airflow"
+    summary = tmp_path / "summary.json"
+    proc = subprocess.run([str(AIRFLOW_PYTHON), "integrations/airflow/demo_fleet.py", "--summary", str(summary), *args],
+                          cwd=ROOT, env={**os.environ, "RUNBOOK_DEMO_S3": endpoint}, capture_output=True, text=True,
+                          timeout=1500, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return dict(json.loads(summary.read_text()))
+
+
+def _pulled(loc: str, dest: Path) -> Path:
+    pull_for_reading(RunLocation.parse(loc), dest)
+    assert [r for r in verify_run(dest) if r["status"] != "intact"] == []
+    return dest
+
+
+def test_the_fleet_dag_decides_its_migrations_in_airflow_two_at_a_time_and_a_rejection_or_a_hold_too(
+        s3: str, tmp_path: Path, make_params: Any) -> None:
+    # `make demo-fleet`: the checkpoint demo GO; its copy that pre-approves nothing GO, each held
+    # phase approved through Airflow's REST API; the one whose saving is too small NO-GO, failing
+    # the fleet's DAG run with the receipt's reason
+    summary = _demo(tmp_path, s3)
+    by = {m["params"]: m for m in summary["migrations"]}
+    assert {p: (m["decision"], m["decision_task"]) for p, m in by.items()} == {
+        "checkpoint": ("GO", "success"),
+        "checkpoint-approved-in-airflow": ("GO", "success"),
+        "checkpoint-saving-too-small": ("NO-GO", "failed"),
+    }
+    assert summary["dag_run_state"] == "failed"
+    assert any(r.startswith("cost_per_accepted_unit FAIL") and "required saving 60%" in r
+               for r in by["checkpoint-saving-too-small"]["reasons"]), by
+    assert summary["answered"] and all(a.startswith("release-manager chose Approve for migration.phase_")
+                                       and a.endswith(": checkpoint-approved-in-airflow") for a in summary["answered"])
+    approved = _pulled(by["checkpoint-approved-in-airflow"]["location"], tmp_path / "approved")
+    applied = [json.loads(p.read_text()) for p in sorted((approved / "approvals").glob("*.json"))
+               if not p.name.startswith("pending-")]
+    by_action = {(a["plan"]["action"], a["approval"]["approved_by"]) for a in applied}
+    assert by_action == {("launch_pod", "release-manager (Airflow)"), ("destroy", "runbook")}, by_action
+    # never more than two in flight: the third migration's first push comes after another's last
+    spans = []
+    for m in summary["migrations"]:
+        _pulled(m["location"], tmp_path / m["params"])
+        state = RunStore(RunLocation.parse(m["location"])).state()
+        assert state is not None
+        spans.append((state.history[0]["pushed_at"], state.history[-1]["pushed_at"]))
+    spans.sort()
+    assert spans[2][0] > min(spans[0][1], spans[1][1]), spans
+
+    # A second fleet in a project of its own. "rejected" pre-approves nothing: phase 01 holds with
+    # nothing created and the release manager rejects its plans; phase 06 seals what exists and the
+    # decision task records NO-GO in the run, naming who rejected. "held" cannot gather the latency
+    # samples its gates need (one round a side, no extra round): HOLD, decided GO in Airflow.
+    project = tmp_path / "second"
+    checkpoint = {"checkpoint": str(ROOT / "examples" / "checkpoint-demo")}
+    write_params(project, "demo-checkpoint.yaml", "rejected.yaml", workload=checkpoint,
+                 approvals={"preapproved_local": False})
+    write_params(project, "demo-checkpoint.yaml", "held.yaml", workload=checkpoint,
+                 gates={"min_latency_samples": 1_000_000}, measure={"rounds": 4, "max_extra_rounds": 0})
+    summary = _demo(tmp_path, s3, "--project", str(project), "--fleet", "params", "--answer", "Reject", "--decide", "GO")
+    by = {m["params"]: m for m in summary["migrations"]}
+    assert {p: (m["decision"], m["decision_task"]) for p, m in by.items()} == {
+        "held": ("GO", "success"), "rejected": ("NO-GO", "failed")}
+    assert sorted(a.split(":")[0] for a in summary["answered"]) == [
+        "release-manager chose GO for migration.decision[0]", "release-manager chose Reject for migration.phase_01[1]"]
+    for name, decision, reason in (("rejected", "NO-GO", "rejected in Airflow"), ("held", "GO", "decided in Airflow")):
+        run = _pulled(by[name]["location"], project / "pulled" / name)
+        resolution = json.loads((run / "resolution.json").read_text())
+        assert (resolution["decision"], resolution["by"]) == (decision, "release-manager (Airflow)"), resolution
+        assert reason in resolution["reason"]
+        if name == "rejected":  # a missing approval holds phase 01 before anything is created
+            first = json.loads((run / "01_freeze_source.json").read_text())
+            assert first["status"] == "held" and "has no approval record" in first["data"]["error"], first
+            assert json.loads((run / "receipt.json").read_text())["resources"]["created"] == []
