@@ -188,7 +188,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Name each shared run's readers (:data:`SHARED_RUNS`) for the scheduler, and put the cases
     that take longest first (the ``measure`` cases and those readers: a whole judged migration
-    each), so the two workers of `make test-e2e` do not end with one long case running alone."""
+    each), so the workers of `make test-e2e` do not end with one long case running alone."""
     groups = {}
     for item in items:
         shared = next((f for f in SHARED_RUNS if f in getattr(item, "fixturenames", ())), None)

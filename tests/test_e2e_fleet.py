@@ -46,6 +46,7 @@ def _pulled(loc: str, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.measure  # its GO decisions rest on phase 04's measurements; long, so scheduled first
 def test_the_fleet_dag_decides_its_migrations_in_airflow_two_at_a_time_and_a_rejection_or_a_hold_too(
         s3: str, tmp_path: Path, make_params: Any) -> None:
     # `make demo-fleet`: the checkpoint demo GO; its copy that pre-approves nothing GO, each held
