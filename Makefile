@@ -173,10 +173,8 @@ define write_lock
 		sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > $(LOCK_TMP)/$(1).txt && mv $(LOCK_TMP)/$(1).txt locks/$(1).txt
 endef
 
-# The end-to-end tier (tests/README.md): every case, three at a time (pytest-xdist) on 2 cores: a
-# case spends much of its time waiting (for the host lock, a server, a paced request), and a third
-# worker fills those waits. A case whose
-# verdict rests on phase 04's measurement (marked `measure`) is safe beside other whole runs
+# The end-to-end tier (tests/README.md): every case, two at a time (pytest-xdist). A case whose
+# verdict rests on phase 04's measurement (marked `measure`) is safe beside another whole run
 # because every runbook run on a machine holds the host lock (runbook_lib/run/hostlock.py): phases 04
 # and 05 exclusively, so nothing else of the runbook's runs while they time the sides. The readers
 # of a shared run go to one worker (tests/conftest.py). It prints the 25 slowest cases, so a new
@@ -185,7 +183,7 @@ endef
 # root) no network but loopback: what the README says a fresh machine needs.
 e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) $(AIRFLOW_STAMP) demo-service-models browser haproxy
 
-E2E_PYTEST := tests/bare-host $(PY) -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=25
+E2E_PYTEST := tests/bare-host $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 test-e2e: e2e-setup
 	$(E2E_PYTEST) -m "e2e and not smoke"
