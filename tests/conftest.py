@@ -219,16 +219,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeSch
 
 
 @pytest.fixture
-def alone_on_this_host() -> Iterator[Callable[[], None]]:
-    """Call it to hold the host lock (runbook_lib.run.hostlock) exclusively until the case ends: no
-    runbook run's phase starts meanwhile. For a case that runs the library without the runner
-    (JupyterLab's kernel), which another worker's run slows past a person's waits and which would
-    take CPU from a timed phase. Called, not held from the start: the case's own headless phases
-    go through the runner, which takes the lock itself (held here already, it would wait forever)."""
+def as_an_untimed_phase() -> Iterator[Callable[[], None]]:
+    """Call it to hold the host lock (runbook_lib.run.hostlock) shared from then until the case
+    ends, as an untimed phase holds it: it waits for a timed phase running now, keeps the next one
+    waiting, and runs beside other runs' untimed phases. For a case that does heavy work outside
+    the runner (JupyterLab's kernel, papermill), which would take CPU from another run's timed
+    phase. Called, not held from the start: the case's own headless phases go through the runner,
+    which takes the lock itself, and behind a timed phase queued at the turnstile it would wait
+    for this case's own hold."""
     with contextlib.ExitStack() as stack:
 
         def take() -> None:
-            stack.enter_context(host_lock(True))
+            stack.enter_context(host_lock(False))
 
         yield take
 

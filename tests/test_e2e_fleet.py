@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -48,55 +49,48 @@ def _pulled(loc: str, dest: Path) -> Path:
 
 @pytest.mark.measure  # its GO decisions rest on phase 04's measurements; long, so scheduled first
 def test_the_fleet_dag_decides_its_migrations_in_airflow_two_at_a_time_and_a_rejection_or_a_hold_too(
-        s3: str, tmp_path: Path, make_params: Any) -> None:
-    # `make demo-fleet`: the checkpoint demo GO; its copy that pre-approves nothing GO, each held
-    # phase approved through Airflow's REST API; the one whose saving is too small NO-GO, failing
-    # the fleet's DAG run with the receipt's reason
-    summary = _demo(tmp_path, s3)
-    by = {m["params"]: m for m in summary["migrations"]}
-    assert {p: (m["decision"], m["decision_task"]) for p, m in by.items()} == {
-        "checkpoint": ("GO", "success"),
-        "checkpoint-approved-in-airflow": ("GO", "success"),
-        "checkpoint-saving-too-small": ("NO-GO", "failed"),
-    }
-    assert summary["dag_run_state"] == "failed"
-    assert any(r.startswith("cost_per_accepted_unit FAIL") and "required saving 60%" in r
-               for r in by["checkpoint-saving-too-small"]["reasons"]), by
-    assert summary["answered"] and all(a.startswith("release-manager chose Approve for migration.phase_")
-                                       and a.endswith(": checkpoint-approved-in-airflow") for a in summary["answered"])
-    approved = _pulled(by["checkpoint-approved-in-airflow"]["location"], tmp_path / "approved")
-    applied = [json.loads(p.read_text()) for p in sorted((approved / "approvals").glob("*.json"))
-               if not p.name.startswith("pending-")]
-    by_action = {(a["plan"]["action"], a["approval"]["approved_by"]) for a in applied}
-    assert by_action == {("launch_pod", "release-manager (Airflow)"), ("destroy", "runbook")}, by_action
-    # never more than two in flight: the third migration's first push comes after another's last
-    spans = []
-    for m in summary["migrations"]:
-        _pulled(m["location"], tmp_path / m["params"])
-        state = RunStore(RunLocation.parse(m["location"])).state()
-        assert state is not None
-        spans.append((state.history[0]["pushed_at"], state.history[-1]["pushed_at"]))
-    spans.sort()
-    assert spans[2][0] > min(spans[0][1], spans[1][1]), spans
-
-    # A second fleet in a project of its own. "rejected" pre-approves nothing: phase 01 holds with
-    # nothing created and the release manager rejects its plans; phase 06 seals what exists and the
-    # decision task records NO-GO in the run, naming who rejected. "held" cannot gather the latency
-    # samples its gates need (one round a side, no extra round): HOLD, decided GO in Airflow.
-    project = tmp_path / "second"
+        s3: str, tmp_path: Path) -> None:
+    # `make demo-fleet`'s script over a folder of four migrations, at most two in flight:
+    # - "approved": params/fleet/checkpoint-approved-in-airflow.yaml, which pre-approves nothing: GO,
+    #   each held phase approved through Airflow's REST API;
+    # - "saving-too-small": params/fleet/checkpoint-saving-too-small.yaml: NO-GO, failing the DAG
+    #   run with the receipt's reason;
+    # - "rejected" pre-approves nothing either: phase 01 holds with nothing created, the release
+    #   manager rejects its plans, phase 06 seals what exists and the decision task records NO-GO in
+    #   the run, naming who rejected;
+    # - "held" cannot gather the latency samples its gates need (no extra round): HOLD, decided GO
+    #   in Airflow.
+    # (params/fleet/checkpoint.yaml is the checkpoint demo renamed: tests/test_e2e.py runs that one.)
+    project = tmp_path / "project"
     checkpoint = {"checkpoint": str(ROOT / "examples" / "checkpoint-demo")}
+    write_params(project, "fleet/checkpoint-approved-in-airflow.yaml", "approved.yaml", workload=checkpoint)
+    write_params(project, "fleet/checkpoint-saving-too-small.yaml", "saving-too-small.yaml", workload=checkpoint)
     write_params(project, "demo-checkpoint.yaml", "rejected.yaml", workload=checkpoint,
                  approvals={"preapproved_local": False})
     write_params(project, "demo-checkpoint.yaml", "held.yaml", workload=checkpoint,
                  gates={"min_latency_samples": 1_000_000}, measure={"rounds": 4, "max_extra_rounds": 0})
-    summary = _demo(tmp_path, s3, "--project", str(project), "--fleet", "params", "--answer", "Reject", "--decide", "GO")
+    summary = _demo(tmp_path, s3, "--project", str(project), "--fleet", "params", "--reject", "rejected",
+                    "--decide", "GO")
     by = {m["params"]: m for m in summary["migrations"]}
     assert {p: (m["decision"], m["decision_task"]) for p, m in by.items()} == {
-        "held": ("GO", "success"), "rejected": ("NO-GO", "failed")}
-    assert sorted(a.split(":")[0] for a in summary["answered"]) == [
-        "release-manager chose GO for migration.decision[0]", "release-manager chose Reject for migration.phase_01[1]"]
+        "approved": ("GO", "success"), "saving-too-small": ("NO-GO", "failed"),
+        "rejected": ("NO-GO", "failed"), "held": ("GO", "success")}
+    assert summary["dag_run_state"] == "failed"
+    assert any(r.startswith("cost_per_accepted_unit FAIL") and "required saving 60%" in r
+               for r in by["saving-too-small"]["reasons"]), by
+    # each answer as "<who> chose <option> for <task>[<map index>]: <the request's subject>"
+    answered = sorted((a.split(":")[0].rsplit("[", 1)[0], re.findall(r"(?:of phase \d\d|HOLD: decide):? (\S+)", a))
+                      for a in summary["answered"])
+    assert answered == [(f"release-manager chose {option} for migration.{task}", [name]) for option, task, name in (
+        ("Approve", "phase_01", "approved"), ("Approve", "phase_03", "approved"), ("Approve", "phase_04", "approved"),
+        ("Approve", "phase_05", "approved"), ("GO", "decision", "held"), ("Reject", "phase_01", "rejected"))], answered
+    approved = _pulled(by["approved"]["location"], tmp_path / "approved")
+    applied = [json.loads(p.read_text()) for p in sorted((approved / "approvals").glob("*.json"))
+               if not p.name.startswith("pending-")]
+    by_action = {(a["plan"]["action"], a["approval"]["approved_by"]) for a in applied}
+    assert by_action == {("launch_pod", "release-manager (Airflow)"), ("destroy", "runbook")}, by_action
     for name, decision, reason in (("rejected", "NO-GO", "rejected in Airflow"), ("held", "GO", "decided in Airflow")):
-        run = _pulled(by[name]["location"], project / "pulled" / name)
+        run = _pulled(by[name]["location"], tmp_path / name)
         resolution = json.loads((run / "resolution.json").read_text())
         assert (resolution["decision"], resolution["by"]) == (decision, "release-manager (Airflow)"), resolution
         assert reason in resolution["reason"]
@@ -104,3 +98,17 @@ def test_the_fleet_dag_decides_its_migrations_in_airflow_two_at_a_time_and_a_rej
             first = json.loads((run / "01_freeze_source.json").read_text())
             assert first["status"] == "held" and "has no approval record" in first["data"]["error"], first
             assert json.loads((run / "receipt.json").read_text())["resources"]["created"] == []
+    # never more than two in flight: the third migration's first push comes after another's phase
+    # 06 (the seal). A sealed run waiting for its HOLD or rejection to be recorded holds no machine
+    # and no slot: its `runbook resolve` push may come later.
+    spans = []
+    for m in summary["migrations"]:
+        if m["params"] == "saving-too-small":
+            _pulled(m["location"], tmp_path / m["params"])
+        state = RunStore(RunLocation.parse(m["location"])).state()
+        assert state is not None
+        sealed = [h["pushed_at"] for h in state.history if h["phase"] == "06"]
+        assert sealed, state.history
+        spans.append((state.history[0]["pushed_at"], sealed[0]))
+    spans.sort()
+    assert spans[2][0] > min(spans[0][1], spans[1][1]), spans

@@ -22,11 +22,11 @@ pytestmark = pytest.mark.e2e
 
 
 def test_notebooks_run_by_papermill_alone_are_an_incomplete_run_verify_names(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], alone_on_this_host: Callable[[], None]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], as_an_untimed_phase: Callable[[], None]) -> None:
     params = write_params(tmp_path, "demo.yaml", **UNJUDGED)
     out = tmp_path / "papermill-out"  # where the orchestrator keeps its executed notebooks: not the run
     out.mkdir()
-    alone_on_this_host()  # papermill takes no host lock; nothing else measures meanwhile
+    as_an_untimed_phase()  # papermill takes no host lock; no timed phase runs beside it
     run_dir = ""
     for pid, name in PHASES:
         pm.execute_notebook(str(ROOT / "notebooks" / f"{pid}_{name}.ipynb"), str(out / f"{pid}_{name}.ipynb"),

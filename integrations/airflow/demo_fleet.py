@@ -11,8 +11,9 @@ Run with .venv-airflow's Python (``make demo-fleet``). Options:
 
 * ``--dag ID``: run that DAG instead of ``runbook_fleet`` (``runbook_<params stem>`` runs one
   migration of the folder);
-* ``--answer Approve|Reject``: what the release manager answers a held phase (default Approve),
-  and ``--decide GO|NO-GO`` a HOLD (default NO-GO);
+* ``--answer Approve|Reject``: what the release manager answers a held phase (default Approve);
+  ``--reject STEM`` (repeatable): reject the held phases of that migration whatever ``--answer``
+  says; ``--decide GO|NO-GO``: the answer to a HOLD (default NO-GO);
 * ``--project DIR`` and ``--fleet DIR``: another runbook project and params folder (relative to
   it) than this repository's ``params/fleet``;
 * ``--summary FILE``: also write what was printed as JSON (the tests read it);
@@ -73,12 +74,20 @@ def _airflow_env(home: Path, password: str, project: Path, fleet: str) -> None:
                       RUNBOOK_FLEET_LIMIT="2", RUNBOOK_SLOT_POKE_S="5", RUNBOOK_EXECUTABLE=str(RUNBOOK))
 
 
-def _answering(manager: Any, answers: tuple[str, str], stop: threading.Event, said: list[str]) -> None:
-    """Answer each pending request: a held phase's (Approve or Reject) with ``answers[0]``, a
-    HOLD's (GO or NO-GO) with ``answers[1]``."""
+def _choice(detail: dict[str, Any], args: argparse.Namespace) -> str:
+    """The release manager's answer to one request: a held phase's (Approve or Reject; its subject
+    ends with the migration's params stem) or a HOLD's (GO or NO-GO)."""
+    if "Approve" not in detail["options"]:
+        return str(args.decide)
+    stem = str(detail["subject"]).rsplit(": ", 1)[-1]
+    return "Reject" if stem in args.reject else str(args.answer)
+
+
+def _answering(manager: Any, args: argparse.Namespace, stop: threading.Event, said: list[str]) -> None:
+    """Answer each pending request as :func:`_choice` says, once a second until ``stop``."""
     while not stop.wait(1.0):
         for detail in manager.pending():
-            line = manager.answer(detail, answers[0] if answers[0] in detail["options"] else answers[1])
+            line = manager.answer(detail, _choice(detail, args))
             said.append(line)
             print(f"  [Airflow] {line}", flush=True)
 
@@ -115,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dag", default="runbook_fleet")
     ap.add_argument("--answer", choices=["Approve", "Reject"], default="Approve")
+    ap.add_argument("--reject", action="append", default=[], metavar="STEM")
     ap.add_argument("--decide", choices=["GO", "NO-GO"], default="NO-GO")
     ap.add_argument("--project", default=str(REPO))
     ap.add_argument("--fleet", default="params/fleet")
@@ -144,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             dag = runbook_dags.fleet if args.dag == "runbook_fleet" else getattr(runbook_dags, args.dag)
             answered: list[str] = []
             manager = ReleaseManager(RESPONDER, password)
-            threading.Thread(target=_answering, args=(manager, (args.answer, args.decide), stop, answered), daemon=True).start()
+            threading.Thread(target=_answering, args=(manager, args, stop, answered), daemon=True).start()
             run = dag.test()
             stop.set()
             summary = _report(dag, run, answered, project, args.fleet)
