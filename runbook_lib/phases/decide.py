@@ -449,9 +449,10 @@ def decide_and_act(ctx: PhaseContext) -> Decided:
     and write the receipt."""
     gates = evidence_gates(ctx)
     decision, _ = g.decide(gates)
+    before = len(ctx.evidence.gates)
     actions = act(ctx, decision)
     actions.reconciliation = reconcile(ctx, decision)
-    gates += ctx.evidence.gates[-1:]  # teardown_verified
+    gates += ctx.evidence.gates[before:]  # what acting found: teardown_verified, and router_restored if set back
     ctx.evidence.gates = [x for x in gates if x.phase == "06"]
     decision, reasons = g.decide(gates)
     receipt = write_receipt(ctx, decision, reasons, gates, actions)
