@@ -177,6 +177,100 @@ def _env_names(v: dict[str, str]) -> dict[str, str]:
     return v
 
 
+_CRON = re.compile(r"^\s*(@(?:yearly|annually|monthly|weekly|daily|midnight|hourly)|(?:\S+\s+){4}\S+)\s+\S")
+"""A crontab entry: five time fields (or an ``@`` keyword) and a command (crontab(5))."""
+
+
+class ScheduleParams(_Model):
+    """One thing that starts the workload on a schedule (``source.schedules``), and how phase 05
+    points it at the target after the last cutover step (:mod:`runbook_lib.traffic.schedules`).
+
+    Attributes:
+        name: the schedule's name in evidence.
+        kind: ``airflow`` (a DAG, read and changed over Airflow's REST API), ``cron`` (a line in
+            a crontab file) or ``command`` (a user's read and set commands).
+        api_url: ``airflow``: the Airflow API server's base URL (``http://host:8080``).
+        dag_id: ``airflow``: the DAG that starts the workload on the source.
+        shift: ``airflow``: ``pause`` (``dag_id`` is paused and the target's pre-existing
+            ``target_dag_id`` unpaused) or ``variable`` (the Airflow Variable ``variable``, which
+            the DAG reads, goes from ``source_value`` to ``target_value``; the DAG stays).
+        target_dag_id: ``airflow`` with ``shift: pause``: the target's DAG, already deployed and paused.
+        variable, source_value, target_value: ``airflow`` with ``shift: variable``.
+        username_env, password_env: ``airflow``: the names of the environment variables that
+            hold the API user and password (exchanged for a token at ``POST /auth/token``);
+            token_env: or the name of one that holds a bearer token. Never the values.
+        file: ``cron``: the crontab file the runbook edits (relative to the project, or absolute).
+        line: ``cron``: the source's entry as the file has it; target_line: the entry that
+            starts the target instead.
+        read_command: ``command``: argv printing JSON ``{"side": "source" | "target" | "both" |
+            "neither", "schedule": "..."}`` (``schedule``, optional: when it runs).
+        set_command: ``command``: argv with ``{side}``, replaced by ``source`` or ``target``,
+            that points the schedule at that side; must exit 0.
+    """
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    kind: Literal["airflow", "cron", "command"]
+    api_url: str = Field(default="", max_length=512)
+    dag_id: str = Field(default="", max_length=250)
+    shift: Literal["pause", "variable"] = "pause"
+    target_dag_id: str = Field(default="", max_length=250)
+    variable: str = Field(default="", max_length=250)
+    source_value: str = Field(default="", max_length=1000)
+    target_value: str = Field(default="", max_length=1000)
+    username_env: str = Field(default="", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
+    password_env: str = Field(default="", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
+    token_env: str = Field(default="", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$")
+    file: str = Field(default="", max_length=1024)
+    line: str = Field(default="", max_length=2000)
+    target_line: str = Field(default="", max_length=2000)
+    read_command: tuple[str, ...] = ()
+    set_command: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ScheduleParams":
+        need = {"airflow": ("api_url", "dag_id", *(("target_dag_id",) if self.shift == "pause" else
+                                                  ("variable", "source_value", "target_value"))),
+                "cron": ("file", "line", "target_line"), "command": ("read_command", "set_command")}[self.kind]
+        missing = [n for n in need if not getattr(self, n)]
+        if missing:
+            raise ValueError(f"schedule {self.name!r} (kind {self.kind}"
+                             f"{', shift ' + self.shift if self.kind == 'airflow' else ''}) needs {', '.join(missing)}")
+        given = [n for n in self.model_fields_set if n not in (*need, "name", "kind", "shift") and getattr(self, n)]
+        allowed = {"airflow": {"username_env", "password_env", "token_env"}}.get(self.kind, set())
+        stray = sorted(set(given) - allowed)
+        if stray:
+            raise ValueError(f"schedule {self.name!r}: {', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not read "
+                             f"for kind {self.kind}{' with shift ' + self.shift if self.kind == 'airflow' else ''}; "
+                             f"remove {'it' if len(stray) == 1 else 'them'}")
+        if self.kind == "airflow":
+            why = _url_problem(self.api_url)
+            if why:
+                raise ValueError(f"schedule {self.name!r}: api_url {self.api_url!r} is not a usable http(s) URL: {why}")
+            if self.token_env and (self.username_env or self.password_env):
+                raise ValueError(f"schedule {self.name!r}: give token_env, or username_env and password_env, not both")
+            if bool(self.username_env) != bool(self.password_env):
+                raise ValueError(f"schedule {self.name!r}: username_env and password_env go together")
+            if self.shift == "pause" and self.target_dag_id == self.dag_id:
+                raise ValueError(f"schedule {self.name!r}: target_dag_id is dag_id ({self.dag_id!r}); pausing one DAG "
+                                 "and unpausing the same one moves nothing: name the target's own DAG")
+            if self.shift == "variable" and self.source_value == self.target_value:
+                raise ValueError(f"schedule {self.name!r}: source_value and target_value are both "
+                                 f"{self.source_value!r}: the variable would not move the schedule")
+        if self.kind == "cron":
+            for field in ("line", "target_line"):
+                text = getattr(self, field)
+                if "\n" in text or text.lstrip().startswith("#") or not _CRON.match(text):
+                    raise ValueError(f"schedule {self.name!r}: {field} {text!r} is not one crontab entry (five time "
+                                     "fields or an @keyword, then the command; crontab(5))")
+            if self.line.strip() == self.target_line.strip():
+                raise ValueError(f"schedule {self.name!r}: line and target_line are the same entry; target_line is "
+                                 "the entry that starts the target instead")
+        if self.kind == "command" and "{side}" not in " ".join(self.set_command):
+            raise ValueError(f"schedule {self.name!r}: set_command {list(self.set_command)} has no {{side}}: the "
+                             "runbook fills it with source or target")
+        return self
+
+
 class ProfileBase(_Model):
     """What every side of a migration declares, whatever runs it: where the workload runs is
     chosen by ``provider``, which selects one of :data:`PROVIDER_TABLE`'s profile models.
@@ -215,6 +309,9 @@ class ProfileBase(_Model):
         secrets: secrets the workload needs, by name and reference (never by value).
         service_env: ``kind: service``: environment values this side's service gets beside
             ``workload.service.env`` (where this side keeps its model, say); not secrets.
+        schedules: the source only: what starts the workload on a schedule
+            (:class:`ScheduleParams`), frozen in phase 01, mapped in 02, pointed at the target in
+            05 and back at the source on a rollback.
     """
 
     provider: str
@@ -235,6 +332,7 @@ class ProfileBase(_Model):
     egress_usd_per_gb: float = Field(default=0.0, ge=0)
     secrets: tuple[SecretRef, ...] = ()
     service_env: dict[str, str] = Field(default_factory=dict)
+    schedules: tuple[ScheduleParams, ...] = ()
 
     @field_validator("service_env")
     @classmethod
@@ -1525,6 +1623,18 @@ class Migration(_Model):
     def _distinct_sides(self) -> "Migration":
         if self.source.name == self.target.name:
             raise ValueError(f"source.name and target.name must differ, both are {self.source.name!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _schedules_on_the_source(self) -> "Migration":
+        if self.target.schedules:
+            raise ValueError("target.schedules: schedules are what starts the workload today, on the source; each "
+                             "names how it starts the target (target_dag_id, target_value, target_line or "
+                             "set_command). Move them to source.schedules")
+        names = [s.name for s in self.source.schedules]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"source.schedules names {twice} more than once; each schedule needs its own name")
         return self
 
     @model_validator(mode="after")

@@ -15,6 +15,8 @@ from xdist.scheduler import LoadScopeScheduling
 
 from runbook_lib.run.hostlock import host_lock
 
+from .airflow_api import AirflowApi
+from .airflow_api import start as start_airflow_api
 from .runs import (
     CANARY_ENV,
     CANARY_FILE,
@@ -151,17 +153,33 @@ def inference_go_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
 
 
 @pytest.fixture(scope="session")
-def approved_training_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def airflow_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowApi]:
+    """A real Airflow API server on loopback (tests/airflow_api.py), one per worker that needs it,
+    stopped when the session ends."""
+    api = start_airflow_api(tmp_path_factory.mktemp("airflow"))
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture(scope="session")
+def approved_training_run(tmp_path_factory: pytest.TempPathFactory, airflow_api: AirflowApi) -> Path:
     """The training demo with nothing pre-approved, walked phase by phase through its holds and
     one approval file each (:func:`tests.runs.approval_walk`, which asserts every hold); the
-    approvals case and the training-demo case read it."""
+    approvals case and the training-demo case read it. Its source job is started by an Airflow
+    DAG (``source.schedules``), which phase 05 moves to the target's DAG under its approval."""
     project = tmp_path_factory.mktemp("training-approved")
     # Its GO is judged: three rounds per side, not FAST_TRAINING's two (with two, the p95 ratio's
     # 90 % interval was [0.77, 4.0] against the demo's 3.0 in one CI run, alone on the machine,
     # and held it). The margin is the demo's.
     judged = {"measure": {"rounds": 6}}
-    params = write_params(project, "demo-train.yaml", **merged(FAST_TRAINING, judged, NOT_PREAPPROVED))
-    return approval_walk(params, project, {"04": {"launch_pod"}, "05": {"launch_pod"}})
+    scheduled = {"source": {"schedules": [airflow_api.schedule("nightly_walk")]}}
+    params = write_params(project, "demo-train.yaml", **merged(FAST_TRAINING, judged, NOT_PREAPPROVED, scheduled))
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in airflow_api.env.items():
+            mp.setenv(name, value)
+        return approval_walk(params, project, {"04": {"launch_pod"}, "05": {"launch_pod", "point_schedules"}})
 
 
 # Whole runs that several cases read. `make test-e2e` sends every reader of one to the same xdist

@@ -21,13 +21,16 @@ from runbook_lib.audit.recompute import recompute_run
 from runbook_lib.audit.verify import verify_run
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO, EXIT_USAGE, PhaseFailed
+from runbook_lib.evidence.approvals import plans_awaiting, write_approval_file
 from runbook_lib.evidence.manifest import read_chain, sha256_file
 from runbook_lib.evidence.report import remote_references
 from runbook_lib.evidence.resolve import hold_deadline
+from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.run.interrupt import Interrupts
-from runbook_lib.run.runner import RunResult, execute_phase, run_migration
+from runbook_lib.run.runner import RunResult, execute_phase, run_migration, run_phase
 from runbook_lib.storage import open_store
 
+from .airflow_api import AirflowApi
 from .conftest import ROOT, reseal
 from .runs import (
     CANARY_ENV,
@@ -269,19 +272,38 @@ def test_training_demo_moves_its_checkpoint(approved_training_run: Path) -> None
     assert cut["routing"].startswith("no router: a training cutover moves pods") and cut["router"] is None
 
 
-def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_params) -> None:
+def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_params, tmp_path: Path, airflow_api: AirflowApi,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # The rollback window (1 s) closes before phase 06 decides: NO-GO after every slice moved. The
     # checkpoint sets the target wrote are listed with their sha256, then copied back (the discard
     # and keep branches of decide.reconcile are component cases, tests/test_reconcile.py).
     # This case is about phases 05 and 06: each phase is run as `runbook phase` runs it, and phase
     # 04's verdicts are not judged (they may be INCONCLUSIVE on a loaded host; the FAIL of the
-    # rollback window decides NO-GO either way).
+    # rollback window decides NO-GO either way). The source job is started by an Airflow DAG that
+    # reads where to train from a Variable: phase 05 holds until the schedule change is approved,
+    # sets the Variable to the target after the last slice, and the rollback sets it back.
     rule = "copy_back"
+    for name, value in airflow_api.env.items():
+        monkeypatch.setenv(name, value)
     params = make_params("demo-train.yaml", **merged(FAST_TRAINING, {"measure": {"max_extra_rounds": 0, "exclusive": False}},
-                                                     {"cutover": {"rollback_window_s": 1, "on_rollback": rule}}))
-    run_dir = run_phases(params, ("01", "02", "03", "04", "05", "06"))
+                                                     {"cutover": {"rollback_window_s": 1, "on_rollback": rule}},
+                                                     {"source": {"schedules": [airflow_api.schedule("nightly_rollback",
+                                                                                                    "variable")]}}))
+    run_dir = run_phases(params, ("01", "02", "03", "04"))
+    run = RunDir.open(run_dir, params)
+    held = run_phase(run, "05")  # the slices' pods are pre-approved (local); the schedule change is not
+    assert held.status == "held" and [p["action"] for p in plans_awaiting(run_dir)] == ["point_schedules"], held.reason
+    write_approval_file(run_dir, tmp_path / "approval-05.json", approved_by="release-manager")
+    assert run_phase(run, "05", approval_ref=str(tmp_path / "approval-05.json")).status == "completed"
+    # the DAG stays unpaused; the Variable it reads names where it trains (Airflow's own API says)
+    assert (airflow_api.variable("nightly_rollback_provider"), airflow_api.paused("nightly_rollback_source")) == (
+        "vast", False)
+    assert run_phase(run, "06").status == "completed"
+    assert airflow_api.variable("nightly_rollback_provider") == "runpod"
     r = receipt(run_dir)
     assert (r["decision"], r["exit_code"]) == ("NO-GO", EXIT_NO_GO)
+    assert [(s["frozen"], s["after_cutover"], s["final"]) for s in r["schedules"]] == [("source", "target", "source")]
+    assert {g["name"]: g["verdict"] for g in r["gates"]}["schedules_restored"] == "PASS"
     assert any(x.startswith("rollback_window FAIL") for x in r["reasons"])
     assert phase_statuses(run_dir)["05"] == "completed"  # every slice moved before the window closed
     rec = r["reconciliation"]

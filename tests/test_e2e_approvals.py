@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from .airflow_api import AirflowApi
 from .runs import FAST_INFERENCE, FAST_TRAINING, NOT_PREAPPROVED, UNJUDGED, approval_walk, merged
 
 pytestmark = pytest.mark.e2e
@@ -34,10 +35,25 @@ def test_every_phase_holds_for_all_its_plans_then_runs_on_one_approval_inference
 
 
 @pytest.mark.measure  # the shared training run is also the training demo's GO
-def test_every_phase_holds_for_all_its_plans_then_runs_on_one_approval_training(approved_training_run: Path) -> None:
+def test_every_phase_holds_for_all_its_plans_then_runs_on_one_approval_training(approved_training_run: Path,
+                                                                                 airflow_api: AirflowApi) -> None:
     # The walk (conftest.py's approved_training_run) asserts each hold and approval as it goes;
-    # phases 04 and 05 each apply launch_pod plans only, the ones they showed.
+    # phase 04 applies launch_pod plans only, phase 05 launch_pod plans and the schedule change,
+    # the ones they showed.
     assert _every_phase_ran_and_everything_is_destroyed(approved_training_run)["decision"] == "GO"
+    # Its source job is started by an Airflow DAG: after the GO, Airflow's own API says the
+    # source's DAG is paused and the target's unpaused; the receipt shows each step.
+    assert (airflow_api.paused("nightly_walk_source"), airflow_api.paused("nightly_walk_target")) == (True, False)
+    receipt = json.loads((approved_training_run / "receipt.json").read_text())
+    [row] = receipt["schedules"]
+    assert {k: row[k] for k in ("name", "kind", "cadence", "frozen", "after_cutover", "final")} == {
+        "name": "nightly_walk-dag", "kind": "airflow", "cadence": "0 2 * * *", "frozen": "source",
+        "after_cutover": "target", "final": "target"}, row
+    mapped = json.loads((approved_training_run / "02_map_target.json").read_text())["data"]["dependency_map"]
+    assert [(r["status"], r["target"]) for r in mapped if r["dependency"].startswith("schedule ")] == [
+        ("equivalent", "DAG nightly_walk_target (0 2 * * *, paused)")]
+    gates = {g["name"]: g["verdict"] for g in receipt["gates"]}
+    assert gates["schedules_moved"] == "PASS" and "schedules_restored" not in gates
 
 
 def test_a_retried_round_rents_another_machine_under_its_own_approval(make_params, tmp_path: Path,

@@ -40,7 +40,7 @@ LAYERS: list[set[str]] = [
     {"service"},
     {"evidence.rundir", "run.phase_notebooks"},
     {"gates", "measure.cost", "measure.timing", "portability.inventory", "storage", "traffic.route",
-     "traffic.router", "portability.checkpoint"},
+     "traffic.router", "traffic.schedules", "portability.checkpoint"},
     {"traffic.replay", "run.runstore"},
     {"run.fleet"},
     {"evidence.records"},

@@ -451,6 +451,31 @@ class CredentialFinding(_Model):
     finding: str
 
 
+class ScheduleRow(_Model):
+    """A schedule as read (:class:`runbook_lib.traffic.schedules.ScheduleState`): the side it
+    starts (``source``, ``target``, ``both``, ``neither``, or ``unreadable`` with the error in
+    ``detail``), when it runs (``cadence``) and what was read."""
+
+    name: str
+    kind: str
+    side: str
+    cadence: str = ""
+    detail: str = ""
+
+
+class ScheduleShift(_Model):
+    """A schedule pointed at ``to`` (:class:`runbook_lib.traffic.schedules.Shifted`): the side it
+    started before and after, read back; ``error`` when the change failed."""
+
+    name: str
+    kind: str
+    to: str
+    before: str = ""
+    after: str = ""
+    detail: str = ""
+    error: str = ""
+
+
 class FreezeData(PhaseData):
     """Phase 01's record data."""
 
@@ -459,6 +484,7 @@ class FreezeData(PhaseData):
     requirements: DeclaredRequirements = Field(default_factory=DeclaredRequirements)
     secrets: tuple[SecretRow, ...] = ()
     credential_findings: tuple[CredentialFinding, ...] = ()
+    schedules: tuple[ScheduleRow, ...] = ()
 
     def frozen(self) -> Frozen:
         """The frozen artifact.
@@ -1002,6 +1028,7 @@ class Cutover(_Model):
     route: dict[str, Any] = Field(default_factory=dict)
     routing: str = ""  # what moved the traffic: the client split, a real router, or none (pods move)
     router: RoutedCutover | None = None
+    schedules: tuple[ScheduleShift, ...] = ()  # pointed at the target after the last step (and back, if that failed)
 
 
 class CutoverData(PhaseData):
@@ -1162,6 +1189,20 @@ class ServiceReceipt(_Model):
     ``serving`` row, when that is ``adapter needed``); empty when both serve the same way."""
 
 
+class ReceiptSchedule(_Model):
+    """One of ``source.schedules`` in the receipt: the side it started when phase 01 froze it,
+    after phase 05's cutover (empty when 05 did not move it) and at the end of phase 06, with
+    when it runs and what was read last."""
+
+    name: str
+    kind: str
+    cadence: str = ""
+    frozen: str = ""
+    after_cutover: str = ""
+    final: str = ""
+    detail: str = ""
+
+
 class Receipt(_Model):
     """``receipt.json`` (:func:`runbook_lib.phases.decide.write_receipt`): the decision and why,
     with every gate; a HOLD carries its deadline (UTC ISO 8601) and ``hold_deadline_s`` (seconds).
@@ -1188,6 +1229,7 @@ class Receipt(_Model):
     rollback_point: RollbackPoint | None = None
     route: dict[str, Any] | None = None
     reconciliation: Reconciliation | None = None
+    schedules: tuple[ReceiptSchedule, ...] = ()
     timeline: tuple[TimelineEvent, ...] = ()
     service: ServiceReceipt | None = None
     forecast: SavingsForecast | None = None

@@ -10,7 +10,8 @@ The shared parts: :mod:`.context` (the :class:`PhaseContext` a phase works in, o
 :func:`open_phase`), :mod:`.evidence` (files, plans and gates of a phase), :mod:`.resources`
 (providers and the plans that rent and release; their collaborators :mod:`.offerbook` and
 :mod:`.access`), :mod:`.agents` (agent pods run to their end) and :mod:`.endpoints`
-(serving endpoints) and :mod:`.results` (result types and display).
+(serving endpoints), :mod:`.results` (result types and display) and :mod:`.schedules` (the
+source's schedules, read in 01, mapped in 02, moved in 05, restored in 06).
 """
 
 from runbook_lib.phases.access import POD_TIMEOUT_S

@@ -44,7 +44,7 @@ from runbook_lib.evidence.records import (
 )
 from runbook_lib.layout import GOLDEN_OUTPUTS, ROLLBACK_POINT, ROUTE
 from runbook_lib.measure.timing import Request, ServingClient, poisson_schedule, run_open_loop
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, schedules, table
 from runbook_lib.phases.routed import routed_cutover
 from runbook_lib.phases.serving import Served, failures_named, serving_for, source_gap_s
 from runbook_lib.providers.base import Plan
@@ -149,9 +149,14 @@ def plan(ctx: PhaseContext) -> PlanShown:
         ctx.mig.workload.kind, "one target pod that restores the frozen checkpoint and writes the target's verified "
                                "copy, which then becomes authoritative")
     steps = slices(ctx)
-    return PlanShown(tuple(s.plan for s in steps), tuple("target" for _ in steps),
-                     tuple("if every earlier step passed" if i else "always" for i in range(len(steps))),
-                     note=f"Phase 05 applies {what}; a failed step sets the route back to the source at once.")
+    moving = schedules.plan(ctx)
+    extra = (moving,) if moving is not None else ()
+    return PlanShown(tuple(s.plan for s in steps) + extra, tuple("target" for _ in (*steps, *extra)),
+                     tuple("if every earlier step passed" if i else "always" for i in range(len(steps)))
+                     + tuple("if every step passed" for _ in extra),
+                     note=f"Phase 05 applies {what}; a failed step sets the route back to the source at once."
+                          + (" Then it points the source's schedules at the target and reads them back; one that "
+                             "does not move puts them all back on the source." if extra else ""))
 
 
 def drained(clients: Mapping[str, ServingClient], timeout_s: float, *,
@@ -371,22 +376,31 @@ def cutover_checkpoint(ctx: PhaseContext) -> Moved:
 
 
 def cutover(ctx: PhaseContext) -> Cutover:
-    """Check that every slice step is approved (:func:`slices`), record the rollback point, then
-    run the slices for this workload kind; add gates.
+    """Check that every slice step is approved (:func:`slices`), and the schedule change if the
+    source declares schedules; record the rollback point, run the slices for this workload kind,
+    then, when every step passed, point the schedules at the target
+    (:func:`runbook_lib.phases.schedules.move`); add gates.
 
     Raises:
-        ApprovalRequired: a slice step has no approval (checked before anything moves).
+        ApprovalRequired: a slice step or the schedule change has no approval (checked before
+            anything moves).
     """
-    ctx.resources.require_all([("target", sl.plan) for sl in slices(ctx)])
+    moving = schedules.plan(ctx)
+    ctx.resources.require_all([("target", sl.plan) for sl in slices(ctx)]
+                              + ([("target", moving)] if moving is not None else []))
     point = rollback_point(ctx)
     moved = {"inference": cutover_inference, "service": cutover_inference,
              "training": cutover_training}.get(ctx.mig.workload.kind, cutover_checkpoint)(ctx)
+    windows = moved.router.windows if moved.router is not None else ()
+    all_ok = slices_verdict(moved.steps, windows)
+    done = bool(all_ok) and moved.route.target_percent == 100
+    if moving is not None and done:
+        ctx.resources.approve_change("target", moving)
     res = Cutover(mode=ctx.mig.cutover_mode, rollback_point=point, steps=tuple(moved.steps),
                   checkpoint_moved=moved.checkpoint_moved, final_target_percent=moved.route.target_percent,
-                  route=moved.route.state, router=moved.router, routing=routing(ctx))
+                  route=moved.route.state, router=moved.router, routing=routing(ctx),
+                  schedules=schedules.move(ctx, done))
     ctx.evidence.write_json("05/route_history.json", res.route)
-    windows = moved.router.windows if moved.router is not None else ()
-    all_ok = slices_verdict(res.steps, windows)
     steady = windows[0] if windows else None
     failing = [w for w in windows if not w.passed]
     why = (f"; the steady window before the first step failed, so no weight moved: {'; '.join(steady.problems)}"
@@ -475,9 +489,11 @@ class CutoverResult(PhaseResult):
                       f"{c.router.lost} lost): each window"),
                    table([w.model_dump(exclude={"router_requests", "states", "weights_read"})
                           for w in c.router.windows])] if c.router else [])
+        moved = [md("**Schedules** pointed at the target after the last step (and back, if one did not move)"),
+                 table(c.schedules)] if c.schedules else []
         return [md("**Rollback point**"), table({"rollback point": point}, dtype=object),
                 md("**Slice steps**"), table(list(c.steps)), *routed, md("**Route history**"),
-                table(c.route["history"])]
+                table(c.route["history"]), *moved]
 
 
 def run(ctx: PhaseContext) -> CutoverResult:

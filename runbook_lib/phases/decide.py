@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runbook_lib import __version__
@@ -43,9 +43,10 @@ from runbook_lib.evidence.resolve import hold_deadline
 from runbook_lib.evidence.seal import rehearsal_of, seal_run, sealed_decision
 from runbook_lib.layout import RECEIPT, ROLLBACK_POINT, ROUTE, params_sha256
 from runbook_lib.params import AnyProfile, LiveProfile, RemoteProfile
-from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, table
+from runbook_lib.phases import Finished, PhaseContext, PhaseResult, md, schedules, table
 from runbook_lib.phases.routed import restore_source
 from runbook_lib.phases.service_pods import serving_shown
+from runbook_lib.traffic import schedules as sch
 from runbook_lib.traffic.route import Route
 
 
@@ -134,6 +135,7 @@ class Actions:
     created: list[ResourceRow]
     reconciliation: Reconciliation | None = None
     not_ours: tuple[str, ...] = ()
+    schedules: list[sch.Shifted] = field(default_factory=list)
 
     @property
     def remaining(self) -> list[ResourceRow]:
@@ -147,8 +149,9 @@ class Actions:
 
 
 def act(ctx: PhaseContext, decision: str) -> Actions:
-    """Carry out the decision: restore the source route on NO-GO/HOLD, destroy what must go,
-    and verify it is gone (the gate ``teardown_verified``)."""
+    """Carry out the decision: restore the source route and point the schedules back at the
+    source on NO-GO/HOLD (:func:`runbook_lib.phases.schedules.restore`), destroy what must go, and
+    verify it is gone (the gate ``teardown_verified``)."""
     route_file = ctx.run_dir / ROUTE
     route = None
     if route_file.exists():
@@ -161,6 +164,7 @@ def act(ctx: PhaseContext, decision: str) -> Actions:
                                                       source="runbook_lib/phases/routed.py: restore_source"))
         route = r.state
         ctx.evidence.write_json("06/route_final.json", route)
+    moved = schedules.restore(ctx, decision)  # before the teardown: no schedule may start a destroyed target
     created: list[ResourceRow] = []
     unlisted: list[str] = []
     for side in ("source", "target"):
@@ -194,7 +198,7 @@ def act(ctx: PhaseContext, decision: str) -> Actions:
     lp = ctx.mig.source if isinstance(ctx.mig.source, LiveProfile) else None
     not_ours = (f"source {lp.url}: the live service the team runs (source.provider live); not created, stopped or "
                 "destroyed by the run, only sent requests paced at source.max_rate_per_s",) if lp is not None else ()
-    actions = Actions(route, created, not_ours=not_ours)
+    actions = Actions(route, created, not_ours=not_ours, schedules=moved)
     remaining = actions.remaining
     blind = [u for u in unlisted if "nothing to tear down" not in u]
     ok = None if blind and not remaining else not remaining
@@ -372,6 +376,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         acceptance_deltas=tuple(_deltas(ctx)), acceptance_job=_acceptance_job(ctx, gates),
         drills=ctx.records.compare.drills if ctx.records.compare else (), rehearsal=_rehearsal(ctx),
         rollback_point=point, route=actions.route, reconciliation=actions.reconciliation,
+        schedules=schedules.receipt_rows(ctx, actions.schedules),
         timeline=tuple(timeline(ctx, decided_at=decided_at, decision=decision, route=actions.route, point=point,
                                 reconciliation=actions.reconciliation)),
         service=service_receipt(ctx),
@@ -502,6 +507,8 @@ class DecisionResult(PhaseResult):
                 md("**Resources this run created**"), table(self.actions.created),
                 *([md("**Not ours** (used, never changed)"), table([{"resource": x} for x in self.actions.not_ours])]
                   if self.actions.not_ours else []),
+                *([md("**Schedules**: the side each started at freeze, after the cutover and now"),
+                   table(self.receipt.schedules)] if self.receipt.schedules else []),
                 *self.serving_parts()]
 
     def serving_parts(self) -> list[Any]:

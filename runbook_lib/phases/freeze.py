@@ -34,13 +34,14 @@ from runbook_lib.evidence.records import (
     Inspection,
     Inventory,
     PortRow,
+    ScheduleRow,
     SecretRow,
     SourcePod,
     StoredObject,
 )
 from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.params import Migration, RemoteProfile, Storage
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, schedules, service, table
 from runbook_lib.phases import service_pods as pods
 from runbook_lib.portability import checkpoint
 from runbook_lib.portability.checkpoint import Finding
@@ -429,6 +430,7 @@ class FreezeResult(PhaseResult):
         host: :func:`host_inventory`. source: :func:`freeze_source` (or its dry-run form).
         requirements: :func:`requirements`. secrets: :func:`secrets_table`.
         credential_findings: :func:`credential_findings`. dry_run: the freeze pod was only planned.
+        schedules: ``source.schedules`` as read (:func:`runbook_lib.phases.schedules.freeze`).
     """
 
     host: Inventory
@@ -437,10 +439,12 @@ class FreezeResult(PhaseResult):
     secrets: tuple[SecretRow, ...]
     credential_findings: tuple[CredentialFinding, ...]
     dry_run: bool
+    schedules: tuple[ScheduleRow, ...] = ()
 
     def record(self) -> FreezeData:
         return FreezeData(host=self.host, freeze=self.source, requirements=self.requirements, secrets=self.secrets,
-                          credential_findings=self.credential_findings, dry_run=self.dry_run)
+                          credential_findings=self.credential_findings, dry_run=self.dry_run,
+                          schedules=self.schedules)
 
     def parts(self) -> list[Any]:
         src = self.source
@@ -471,7 +475,9 @@ class FreezeResult(PhaseResult):
         return out + [md("**Declared requirements**"), table({"declared": self.requirements.model_dump()}, dtype=object),
                       md("**Secrets** (names and references, never values)"), table(self.secrets),
                       md("**Credential findings**"),
-                      table(self.credential_findings, columns=["variable", "where", "declared", "finding"])]
+                      table(self.credential_findings, columns=["variable", "where", "declared", "finding"]),
+                      *([md("**Schedules** (what starts the workload, and which side it starts)"),
+                         table(self.schedules)] if self.schedules else [])]
 
 
 LOCATION_FINDINGS = {
@@ -540,7 +546,8 @@ def run(ctx: PhaseContext) -> FreezeResult:
         src = service.freeze_service(ctx).model_copy(update={"source_pod": describe_source(ctx)})
         host = host_inventory(ctx)
         return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=tuple(secrets_table(ctx)),
-                            credential_findings=tuple(credential_findings(ctx, None)), dry_run=src.dry_run)
+                            credential_findings=tuple(credential_findings(ctx, None)), dry_run=src.dry_run,
+                            schedules=schedules.freeze(ctx))
     # The checkpoint preflight runs first, alone: it imports torch, and torch's first import must
     # not race the probe thread's (a concurrent first import can abort the interpreter).
     pre = preflight_checkpoint(ctx)
@@ -549,4 +556,5 @@ def run(ctx: PhaseContext) -> FreezeResult:
         src = freeze_source(ctx, pre)
         host = probing.result()
     return FreezeResult(host=host, source=src, requirements=requirements(ctx), secrets=tuple(secrets_table(ctx)),
-                        credential_findings=tuple(credential_findings(ctx, src.environment)), dry_run=src.dry_run)
+                        credential_findings=tuple(credential_findings(ctx, src.environment)), dry_run=src.dry_run,
+                        schedules=schedules.freeze(ctx))

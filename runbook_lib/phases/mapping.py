@@ -28,7 +28,7 @@ from runbook_lib.evidence.records import (
 )
 from runbook_lib.gates import GateResult
 from runbook_lib.params import LB_MAX_REQUEST_S, LiveProfile, Profile, RemoteProfile, RunpodServerless, VastServerless
-from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.phases import PhaseContext, PhaseResult, md, schedules, table
 from runbook_lib.phases.service_pods import serving_shown
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Capabilities, Capability
@@ -119,13 +119,15 @@ def dependency_map(ctx: PhaseContext, offers: Offers | None = None) -> list[Depe
     capabilities and, for a remote target, the best qualifying offer (``offers`` from
     :func:`target_offers`): one row per dependency (``dependency``, ``source``, ``target``,
     ``status``, ``reason``), in the order a reader checks them: the offer, compute, provider
-    semantics, the endpoint, ports and host features, capacity, storage and secrets, billing."""
+    semantics, the endpoint, ports and host features, capacity, storage and secrets, billing, and
+    the source's schedules (:func:`runbook_lib.phases.schedules.mapping_rows`)."""
     rec = ctx.records.need_freeze()
     caps = ctx.resources.provider("target").capabilities()
     best = offers.best if offers is not None and ctx.mig.target.provider in REMOTE else None
     compute = service_rows(ctx, caps) if ctx.mig.workload.kind == "service" else _compute_rows(ctx, rec, caps, best)
     return [*_offer_rows(ctx, offers), *compute, *_semantics_rows(ctx, rec, caps),
-            *_port_rows(ctx, rec.requirements, caps), *_capacity_rows(ctx, rec, best), *_access_rows(ctx, caps, best)]
+            *_port_rows(ctx, rec.requirements, caps), *_capacity_rows(ctx, rec, best), *_access_rows(ctx, caps, best),
+            *schedules.mapping_rows(ctx, rec)]
 
 
 def _offer_rows(ctx: PhaseContext, offers: Offers | None) -> list[DependencyRow]:
