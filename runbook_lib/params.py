@@ -235,7 +235,8 @@ class ScheduleParams(_Model):
         if missing:
             raise ValueError(f"schedule {self.name!r} (kind {self.kind}"
                              f"{', shift ' + self.shift if self.kind == 'airflow' else ''}) needs {', '.join(missing)}")
-        given = [n for n in self.model_fields_set if n not in (*need, "name", "kind", "shift") and getattr(self, n)]
+        read = (*need, "name", "kind", *(("shift",) if self.kind == "airflow" else ()))
+        given = [n for n in self.model_fields_set if n not in read and getattr(self, n)]
         allowed = {"airflow": {"username_env", "password_env", "token_env"}}.get(self.kind, set())
         stray = sorted(set(given) - allowed)
         if stray:

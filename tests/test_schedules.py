@@ -147,6 +147,8 @@ def _migration(**source: Any) -> dict[str, Any]:
       "username_env": "U", "password_env": "P"}, "not both"),
     ({"kind": "cron", "file": "f", "line": "0 2 * * x", "target_line": TARGET}, "is not one crontab entry"),
     ({"kind": "cron", "file": "f", "line": SOURCE, "target_line": SOURCE}, "the same entry"),
+    ({"kind": "cron", "file": "f", "line": SOURCE, "target_line": TARGET, "shift": "variable"},
+     "shift is not read for kind cron; remove it"),
     ({"kind": "command", "read_command": ["r"], "set_command": ["s"]}, "has no {side}"),
     ({"kind": "command", "read_command": ["r"], "set_command": ["s", "{side}"], "dag_id": "x"},
      "dag_id is not read for kind command; remove it"),

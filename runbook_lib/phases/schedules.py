@@ -130,8 +130,11 @@ def restore(ctx: PhaseContext, decision: str) -> list[sch.Shifted]:
                 out.append(sch.Shifted(s.name, s.kind, sch.TARGET, "", "", "", str(exc)))
         return out
     back = sch.shift(todo, sch.SOURCE)
-    moved = [s for s in back if s.before != sch.SOURCE]
-    if moved:  # nothing to restore when phase 05 never moved them
+    # Restored: each one phase 05 may have moved. Without a phase 05 record nothing moved them, so
+    # one that cannot be read now is not counted as left on the target.
+    ran05 = ctx.records.get("05") is not None
+    moved = [s for s in back if s.before != sch.SOURCE and (s.before or ran05)]
+    if moved:
         failed = [s for s in back if not s.ok]
         ctx.evidence.add_gates(g.boolean_gate(
             "schedules_restored", not failed, phase="06",
