@@ -24,6 +24,7 @@ sorts each named failure into lost or failed.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -204,7 +205,8 @@ class Replay:
         try:
             with open(tmp / "replay.log", "wb") as log:
                 self._proc = subprocess.Popen([sys.executable, "-m", "runbook_lib.traffic.replay", str(tmp / "config.json"),
-                                               str(self.events)], stdout=log, stderr=subprocess.STDOUT)
+                                               str(self.events)], stdout=log, stderr=subprocess.STDOUT,
+                                              env=dict(os.environ))  # a copy: see workload/job.py's _child
         except OSError as exc:
             self._cleanup()
             raise ProviderError(f"the cutover's replay could not start ({sys.executable}: {exc})") from None

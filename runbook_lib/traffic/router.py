@@ -190,7 +190,8 @@ class HAProxyRouter:
                                       check_status=check_status))
         log = open(work / "haproxy.log", "wb")  # noqa: SIM115 - handed to the process
         proc = subprocess.Popen([exe, "-db", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=dict(os.environ))  # a copy: see workload/job.py's _child
         log.close()
         router = cls(sock, f"http://127.0.0.1:{port}", process=proc, workdir=work)
         deadline = time.monotonic() + START_TIMEOUT_S

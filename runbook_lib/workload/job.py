@@ -243,7 +243,11 @@ def _child(args: argparse.Namespace, *, resume: bool, pause: bool, start_after: 
     argv += (["--resume"] if resume else []) + (["--pause"] if pause else [])
     argv += ["--reload-check"] if resume else []
     argv += ["--start-after", str(start_after)] if start_after else []
-    return subprocess.Popen(argv)
+    # The environment is passed as a copy, not inherited: the probe thread imports torch meanwhile,
+    # and a library that calls setenv(3) then can move the process's environ while Popen's vfork
+    # child reads it before execve (seen as "OSError: [Errno 14] Bad address", and as the pod's
+    # leader dying without an exit record). A copy is built before the fork and changes under no one.
+    return subprocess.Popen(argv, env=dict(os.environ))
 
 
 def _wait(proc: subprocess.Popen[bytes], what: str) -> None:
