@@ -237,12 +237,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeSch
 
 
 @pytest.fixture
+def alone_on_this_host() -> Iterator[Callable[[], None]]:
+    """Call it to hold the host lock (runbook_lib.run.hostlock) exclusively until the case ends: no
+    runbook run's phase starts meanwhile. For a case whose own waits are a person's (JupyterLab
+    clicked through in Chromium): beside another case's phase on 2 cores, a click was seen to
+    time out (30 s). Called, not held from the start: the case's own headless phases go through
+    the runner, which takes the lock itself (held here already, it would wait forever)."""
+    with contextlib.ExitStack() as stack:
+
+        def take() -> None:
+            stack.enter_context(host_lock(True))
+
+        yield take
+
+
+@pytest.fixture
 def as_an_untimed_phase() -> Iterator[Callable[[], None]]:
     """Call it to hold the host lock (runbook_lib.run.hostlock) shared from then until the case
     ends, as an untimed phase holds it: it waits for a timed phase running now, keeps the next one
     waiting, and runs beside other runs' untimed phases. For a case that does heavy work outside
-    the runner (JupyterLab's kernel, papermill), which would take CPU from another run's timed
-    phase. Called, not held from the start: the case's own headless phases go through the runner,
+    the runner with no waits of a person's (papermill), which would take CPU from another run's
+    timed phase. Called, not held from the start: the case's own headless phases go through the runner,
     which takes the lock itself, and behind a timed phase queued at the turnstile it would wait
     for this case's own hold."""
     with contextlib.ExitStack() as stack:

@@ -63,13 +63,14 @@ def _records(run: RunDir) -> dict[str, dict[str, Any]]:
             if not p.name.startswith("pending-")}
 
 
-# JupyterLab's kernel runs the phase without the runner, so the case holds the host lock itself, as
-# an untimed phase does: no timed phase runs beside it. A Run click was seen not taken (the first
-# cell still read [ ] 240 s later): run_cell clicks again.
+# Alone on the host (the host lock held exclusively): its per-cell waits are a person's, not a
+# load's. Its kernel runs the phases without the runner, so it takes no lock itself. A Run click was
+# seen not taken (the first cell still read [ ] 240 s later, alone on the host): run_cell clicks again.
+@pytest.mark.measure
 def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_path: Path, browser: Any,
-                                                               as_an_untimed_phase: Callable[[], None]) -> None:
+                                                               alone_on_this_host: Callable[[], None]) -> None:
     run = _project(make_params, tmp_path)  # headless phases, through the runner: they hold the lock themselves
-    as_an_untimed_phase()
+    alone_on_this_host()
     before = _records(run)
     port, token = _free_port(), secrets.token_hex(16)
     jupyter_home = tmp_path / "jupyter-home"  # no user settings, workspaces or news prompts leak in
