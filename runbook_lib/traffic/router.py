@@ -370,6 +370,28 @@ class ClientRouter:
         pass
 
 
+def run_command(argv: Sequence[str], *, what: str, timeout_s: float, cwd: Path | None = None) -> str:
+    """Run a user's command (a router's or a schedule's) and return what it printed.
+
+    Args:
+        argv: the command. what: how errors name it (``router command: read``).
+        timeout_s: how long it may take, seconds. cwd: its working directory.
+
+    Raises:
+        ProviderError: it could not start, ran past ``timeout_s``, or exited non-zero (its exit
+            status and the tail of what it printed).
+    """
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+                              env={**os.environ})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ProviderError(f"{what} {list(argv)} could not run ({type(exc).__name__}: {exc})") from None
+    if done.returncode != 0:
+        raise ProviderError(f"{what} {list(argv)} exited {done.returncode}: "
+                            f"{(done.stderr or done.stdout).strip()[-300:]}")
+    return done.stdout
+
+
 class CommandRouter:
     """A user's router driven by commands: ``set`` runs with ``{source}`` and ``{target}`` replaced
     by the weights and must exit 0; ``read`` prints the weights as JSON (``{"source": 90,
@@ -397,16 +419,7 @@ class CommandRouter:
         self.cwd = cwd
 
     def _run(self, argv: Sequence[str], what: str) -> str:
-        try:
-            done = subprocess.run(list(argv), capture_output=True, text=True, timeout=self.timeout_s, cwd=self.cwd,
-                                  env={**os.environ})
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ProviderError(f"router command: {what} {list(argv)} could not run ({type(exc).__name__}: {exc})") \
-                from None
-        if done.returncode != 0:
-            raise ProviderError(f"router command: {what} {list(argv)} exited {done.returncode}: "
-                                f"{(done.stderr or done.stdout).strip()[-300:]}")
-        return done.stdout
+        return run_command(argv, what=f"router command: {what}", timeout_s=self.timeout_s, cwd=self.cwd)
 
     def _read(self) -> dict[str, object]:
         out = self._run(self.read_command, "read")

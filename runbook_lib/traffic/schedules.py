@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ import httpx
 
 from runbook_lib.errors import AuthError, ProviderError
 from runbook_lib.params import ScheduleParams
+from runbook_lib.traffic.router import run_command
 
 SOURCE, TARGET, BOTH, NEITHER = "source", "target", "both", "neither"
 SIDES = (SOURCE, TARGET)
@@ -132,21 +132,19 @@ class AirflowSchedule:
 
     Args:
         p: the schedule's params (``kind: airflow``).
-        transport: an httpx transport (tests); None: the network.
     """
 
     kind = "airflow"
 
-    def __init__(self, p: ScheduleParams, *, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, p: ScheduleParams) -> None:
         self.p, self.name = p, p.name
         self.base = p.api_url.rstrip("/")
-        self._transport = transport
         self._client: httpx.Client | None = None
 
     def _http(self) -> httpx.Client:
         if self._client is not None:
             return self._client
-        client = httpx.Client(base_url=self.base, timeout=HTTP_TIMEOUT_S, transport=self._transport)
+        client = httpx.Client(base_url=self.base, timeout=HTTP_TIMEOUT_S)
         if self.p.token_env:
             client.headers["Authorization"] = f"Bearer {_env(self.p.token_env, self.name)}"
         elif self.p.username_env:
@@ -343,16 +341,7 @@ class CommandSchedule:
         self.p, self.name, self.project = p, p.name, project
 
     def _run(self, argv: Sequence[str], what: str) -> str:
-        try:
-            done = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
-                                  cwd=self.project, env={**os.environ})
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ProviderError(f"schedule {self.name}: {what} {list(argv)} could not run "
-                                f"({type(exc).__name__}: {exc})") from None
-        if done.returncode != 0:
-            raise ProviderError(f"schedule {self.name}: {what} {list(argv)} exited {done.returncode}: "
-                                f"{(done.stderr or done.stdout).strip()[-300:]}")
-        return done.stdout
+        return run_command(argv, what=f"schedule {self.name}: {what}", timeout_s=COMMAND_TIMEOUT_S, cwd=self.project)
 
     def read(self) -> ScheduleState:
         out = self._run(self.p.read_command, "read_command")
