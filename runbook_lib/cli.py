@@ -228,10 +228,11 @@ def _person_signer(ref: str | None) -> Any:
 
 def _cmd_approve(args: argparse.Namespace) -> int:
     from runbook_lib.evidence.approvals import write_approval_file
-    from runbook_lib.evidence.resolve import MAX_BY, checked_text
+    from runbook_lib.evidence.resolve import MAX_BY, MAX_REASON, checked_text
     from runbook_lib.run.runstore import is_location
 
     checked_text(args.by, what="--by", max_len=MAX_BY)
+    checked_text(args.reason or "", what="--reason", max_len=MAX_REASON)
     with _readable_run(args.run_dir) if is_location(args.run_dir) else contextlib.nullcontext(Path(args.run_dir)) \
             as run_dir:
         out = args.output
@@ -247,7 +248,7 @@ def _cmd_approve(args: argparse.Namespace) -> int:
             home = Path.cwd() if is_location(args.run_dir) else project_root(kept)
             out = str(home / mig.approvals.approval_file)
         signer = _person_signer(args.key)  # before anything is written
-        body = write_approval_file(run_dir, out, approved_by=args.by, signer=signer)
+        body = write_approval_file(run_dir, out, approved_by=args.by, signer=signer, reason=args.reason or "")
     for p in body["plans"]:
         print(f"  approved {p['action']} {p['target']} on {p['provider']} ({p['cost_usd_per_hour']:.3f} USD/h, "
               f"offers {p['offers'] or '-'}): {p['fingerprint']}")
@@ -787,6 +788,8 @@ def _add_person_commands(sub: Any) -> None:
                                      "approval file is then approvals.approval_file under this directory)")
     ap_.add_argument("--by", required=True, help="who approves (recorded)")
     ap_.add_argument("-o", "--output", help="approval file (default: the run's approvals.approval_file)")
+    ap_.add_argument("--reason", help="why, free text, recorded with the approval (a documented alternate of the "
+                                      "target is used only under an approval with a reason)")
     ap_.add_argument("--key", metavar="REF", help="sign the approval file with your ed25519 private key: env:VAR "
                                                   "or file:PATH; the signature is written beside it (.dsse.json)")
     ap_.set_defaults(func=_cmd_approve)

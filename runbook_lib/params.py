@@ -165,6 +165,56 @@ class OfferSpec(_Model):
         return self
 
 
+CONSTRAINT_MINIMUMS = ("gpu_count_min", "vram_gib_min", "vcpu_min", "ram_gib_min", "disk_gb", "reliability_min")
+"""The offer requirements an alternate may raise but never lower (:func:`relaxed_constraints`):
+seed 001's error table, "Target capacity violates policy: delay or approve a documented
+alternate; do not weaken constraints silently"."""
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".")) if v else ()
+
+
+def relaxed_constraints(target: Any, alternate: Any) -> list[str]:
+    """Every way ``alternate`` (a target profile) would weaken what ``target`` requires, one
+    sentence each; empty when it keeps them all. The constraints: the offer minimums of
+    :data:`CONSTRAINT_MINIMUMS` and ``offer.cuda_min`` (at least the target's), and the same
+    device kind (``cpu`` or ``cuda``) and compute dtype. What may differ (provider, GPU model,
+    cloud, region, price, endpoint mode) is shown by :func:`profile_differences`."""
+    out = []
+    t, a = target.offer, alternate.offer
+    for name in CONSTRAINT_MINIMUMS:
+        if getattr(a, name) < getattr(t, name):
+            out.append(f"offer.{name} {getattr(a, name):g} is below the target's {getattr(t, name):g}")
+    if _version(a.cuda_min) < _version(t.cuda_min):
+        out.append(f"offer.cuda_min {a.cuda_min or 'unset'!r} is below the target's {t.cuda_min!r}")
+    if alternate.device.split(":")[0] != target.device.split(":")[0]:
+        out.append(f"device {alternate.device!r} is not the target's kind ({target.device!r})")
+    if alternate.dtype != target.dtype:
+        out.append(f"dtype {alternate.dtype!r} differs from the target's {target.dtype!r} (parity tolerances "
+                   "follow the dtype)")
+    return out
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_leaves(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def profile_differences(target: Any, alternate: Any) -> list[str]:
+    """What ``alternate`` changes against ``target``, one ``field: before -> after`` per setting
+    (nested settings dotted, ``offer.gpu_names``); the names and release texts are left out."""
+    skip = {"name", "release"}
+    before = _leaves({k: v for k, v in target.model_dump(mode="json").items() if k not in skip})
+    after = _leaves({k: v for k, v in alternate.model_dump(mode="json").items() if k not in skip})
+    return [f"{k}: {before.get(k, '-')} -> {after.get(k, '-')}" for k in sorted(set(before) | set(after))
+            if before.get(k) != after.get(k)]
+
+
 def _env_names(v: dict[str, str]) -> dict[str, str]:
     """A service's environment, checked: NAME-shaped keys, none of the runbook's own ``RUNBOOK_*``."""
     bad = [k for k in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
@@ -1593,6 +1643,13 @@ class Migration(_Model):
         source: where it runs today: a ``local``, ``runpod`` or ``vast`` profile, or ``live``: a
             running service at a URL that the runbook did not start (:class:`LiveProfile`).
         target: where it moves: a ``local``, ``runpod`` or ``vast`` profile.
+        alternates: documented alternates of the target, in the order they are proposed: when no
+            ranked offer of the target (or of the alternate before) becomes ready within its
+            ``offer.capacity_budget_s``, phase 03 proposes the next one and proves it on its own
+            canary only under an approval that names it and gives a reason (``runbook approve
+            --reason``); without one the run HOLDs with a retry time. Each alternate is a target
+            profile under its own name that keeps every constraint of the target
+            (:func:`relaxed_constraints`); the gates are the migration's, for whichever side runs.
         storage: where checkpoints, golden outputs and results go (:class:`Storage`).
         measure: phase 04's protocol (:class:`Measure`).
         gates: the thresholds (:class:`Gates`).
@@ -1610,6 +1667,7 @@ class Migration(_Model):
     workload: Workload
     source: Profile
     target: Profile
+    alternates: tuple[Profile, ...] = ()
     storage: Storage = Storage()
     measure: Measure = Measure()
     gates: Gates = Gates()
@@ -1619,6 +1677,28 @@ class Migration(_Model):
     evidence: Evidence = Evidence()
     run: Run = Run()
     rehearsal: Rehearsal | None = None
+
+    @property
+    def candidates(self) -> tuple[AnyProfile, ...]:
+        """The target and its alternates, in the order phase 03 tries them."""
+        return (self.target, *self.alternates)
+
+    def with_target(self, name: str) -> "Migration":
+        """These params with the candidate ``name`` (the target or an alternate) as the target:
+        what the phases after phase 03 run with when its canary was proven on an alternate.
+
+        Raises:
+            ParamsError: no candidate has that name.
+        """
+        if name == self.target.name:
+            return self
+        for alt in self.alternates:
+            if alt.name == name:  # the other candidates stay candidates, the params' target first
+                others = (self.target, *(a for a in self.alternates if a.name != name))
+                return self.model_copy(update={"target": alt, "alternates": others})
+        raise ParamsError(f"no target or alternate is named {name!r}; the candidates are "
+                          f"{[c.name for c in self.candidates]}. The params changed since the record was written: "
+                          "run the migration again")
 
     @model_validator(mode="after")
     def _distinct_sides(self) -> "Migration":
@@ -1636,6 +1716,27 @@ class Migration(_Model):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"source.schedules names {twice} more than once; each schedule needs its own name")
+        return self
+
+    @model_validator(mode="after")
+    def _alternates_keep_the_constraints(self) -> "Migration":
+        names = [self.source.name, self.target.name, *(a.name for a in self.alternates)]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"alternates: the names {twice} are used more than once among source, target and "
+                             "alternates; each alternate needs its own name (it names the candidate in evidence "
+                             "and in its approval)")
+        for i, alt in enumerate(self.alternates):
+            if isinstance(alt, LiveProfile):
+                raise ValueError(f"alternates[{i}] ({alt.name}) is provider 'live': an alternate is a target the "
+                                 "runbook launches and tears down; give it a local, runpod or vast profile")
+            if alt.schedules:
+                raise ValueError(f"alternates[{i}].schedules: schedules belong to the source; remove them")
+            why = relaxed_constraints(self.target, alt)
+            if why:
+                raise ValueError(f"alternates[{i}] ({alt.name}) relaxes the target's constraints: {'; '.join(why)}. "
+                                 "An alternate may differ in provider, GPU model, cloud, region and price, never in "
+                                 "what the workload needs; raise it to the target's value")
         return self
 
     @model_validator(mode="after")

@@ -20,8 +20,12 @@ import pytest
 import yaml
 
 from runbook_lib.cli import main as cli_main
-from runbook_lib.errors import EXIT_FAILED, EXIT_GO, EXIT_HOLD, EXIT_NO_GO
+from runbook_lib.errors import EXIT_GO, EXIT_HOLD, EXIT_NO_GO
+from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.params import dump_yaml
+from runbook_lib.phases import compare, open_phase
+from runbook_lib.run.rehearse import start, write_copy
+from runbook_lib.run.runner import run_migration, run_phase
 
 from .conftest import ROOT
 from .runs import phase_statuses
@@ -149,22 +153,85 @@ def test_a_target_worker_that_crashes_mid_measurement_is_no_go_and_the_target_is
     assert receipt["resources"]["remaining"] == []
 
 
-def test_a_target_that_never_becomes_ready_fails_the_canary_and_leaves_nothing_billing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def _with_alternate(tmp_path: Path) -> Path:
+    """params/runpod-to-vast.yaml for a drill, with a documented alternate: the same image on a
+    Runpod Community Cloud RTX 4090, served from a pod's port (what Vast.ai would have done)."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
+    (tmp_path / "params").mkdir()
+    data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    data["target"]["offer"].update({"ready_timeout_s": 5, "capacity_budget_s": 120})
+    data["drills"] = {"run": [], "blocking": []}
+    alt = {k: v for k, v in data["source"].items() if k != "pod_id"}
+    alt.update(name="runpod-community", release="embed-api 2.3.1 on a Runpod Community Cloud RTX 4090",
+               endpoint_mode="load_balancing", price_usd_per_hour=0.39,
+               offer={k: v for k, v in data["target"]["offer"].items() if k != "query"} | {"cloud": "COMMUNITY"})
+    data["alternates"] = [alt]
+    params = tmp_path / "params" / "runpod-to-vast.yaml"
+    params.write_text(dump_yaml(data))
+    return params
+
+
+def test_a_target_that_never_becomes_ready_holds_and_moves_to_the_alternate_only_once_approved_with_a_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Every Vast.ai instance stays `loading`; readiness waits target.offer.ready_timeout_s per
     # offer, destroys the machine, tries the next ranked offer, and gives up with the tries named.
-    code, run_dir, out = _drill(tmp_path, monkeypatch, capsys, {"vast": {"script": {"poll": ["loading"] * 40}}},
-                                target_offer={"ready_timeout_s": 5, "capacity_budget_s": 120})
-    assert code == EXIT_FAILED, out
-    rec = json.loads((run_dir / "03_prove_parity.json").read_text())
-    assert rec["status"] == "failed" and "NoCapacity" in rec["data"]["error"]
-    error = rec["data"]["error"]
-    assert "8812345: failed readiness" in error and "8812501: failed readiness" in error  # both ranked offers
-    assert error.count("not ready after 5 s") == 2
-    assert "DELETE /api/v0/instances/{id} x2" in out  # each machine that never got ready was destroyed
-    receipt = json.loads((run_dir / "receipt.json").read_text())
-    assert receipt["run_status"] == "failed" and receipt["resources"]["remaining"] == []
-    assert not (run_dir / "04_compare_production.json").exists()
+    # The run does not fail: it proposes the documented alternate and HOLDs until a person
+    # approves it with a reason; the next run tries the target first, then proves the alternate.
+    params = _with_alternate(tmp_path)
+    for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    reh = start(tmp_path, {"vast": {"script": {"poll": ["loading"] * 40}}})
+    try:
+        copy = write_copy(params, reh)
+        first = run_migration(copy, reports_dir=tmp_path / "reports")
+        assert first.exit_code == EXIT_HOLD and first.decision == "HOLD", first.reasons
+        rec = _record(first.run_dir, "03_prove_parity")
+        target, alt = rec["candidates"]
+        assert target["name"] == "vast-4090" and target["outcome"] == "no_capacity"
+        error = target["detail"]
+        assert "8812345: failed readiness" in error and "8812501: failed readiness" in error  # both ranked offers
+        assert error.count("not ready after 5 s") == 2
+        assert alt["name"] == "runpod-community" and alt["outcome"] == "awaiting_approval"
+        assert "offer.cloud: SECURE -> COMMUNITY" in alt["differences"] and "provider: vast -> runpod" in alt["differences"]
+        assert rec["retry_at"] and first.reasons[0].startswith("target_capacity INCONCLUSIVE")
+        assert "runpod-community waits for an approval with a reason" in first.reasons[0]
+        waiting = {p["plan"]["action"] for p in rec["plans"] if not p["applied"]}
+        assert waiting == {"use_alternate"}  # its canary is pre-approved on the simulator
+        receipt = json.loads((first.run_dir / "receipt.json").read_text())
+        assert receipt["resources"]["remaining"] == [] and not (first.run_dir / "04_compare_production.json").exists()
+        # each machine that never got ready was destroyed
+        assert reh.sims["vast"].request_summary()["DELETE /api/v0/instances/{id}"] == 2
+
+        approval = tmp_path / "approvals" / "embed-runpod-to-vast.json"
+        assert cli_main(["approve", str(first.run_dir), "--by", "platform-oncall",
+                         "--reason", "no RTX 4090 on Vast.ai since 09:00; Community Cloud keeps every constraint"]) == 0
+        assert json.loads(approval.read_text())["reason"].startswith("no RTX 4090 on Vast.ai")
+        second = RunDir.create(copy, reports_dir=tmp_path / "reports")
+        for phase in ("01", "02", "03"):
+            assert run_phase(second, phase).status == "completed"
+        mapped = {a["name"]: a for a in _record(second.path, "02_map_target")["alternates"]}
+        assert mapped["runpod-community"]["offers"]["ranked"] and not mapped["runpod-community"]["blocked"]
+        rec = _record(second.path, "03_prove_parity")
+        assert rec["target"] == "runpod-community" and not rec["hold_migration"]
+        assert [c["outcome"] for c in rec["candidates"]] == ["no_capacity", "proved"]
+        proved = rec["candidates"][1]
+        assert proved["approved_by"] == "platform-oncall" and proved["reason"].startswith("no RTX 4090 on Vast.ai")
+        assert {g["name"]: g["verdict"] for g in rec["gates"]}["output_parity"] == "PASS"
+        # the phases after 03 run on the alternate: phase 04 would rent its endpoint on Runpod
+        ctx = open_phase("04", str(copy), str(second.path), run_mode="headless")
+        assert ctx.mig.target.name == "runpod-community"
+        assert {(side, p.provider) for side, p, _ in compare.planned(ctx) if side == "target"} == {("target", "runpod")}
+        assert run_phase(second, "06").status == "completed"
+        receipt = json.loads((second.path / "receipt.json").read_text())
+        assert receipt["target"]["provider"] == "runpod"
+        assert [(c["name"], c["outcome"]) for c in receipt["candidates"]] == \
+            [("vast-4090", "no_capacity"), ("runpod-community", "proved")]
+        assert receipt["resources"]["remaining"] == []
+        assert cli_main(["verify", str(second.path)]) == 0
+    finally:
+        reh.close()
 
 
 def test_a_source_job_that_outlives_its_ttl_holds_the_migration_as_a_failing_baseline(

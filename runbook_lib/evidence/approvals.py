@@ -25,12 +25,14 @@ from runbook_lib.evidence.signing import record_envelope, sign_record
 
 @dataclass(frozen=True)
 class Approval:
-    """An approval of one plan. ``fingerprint`` is :attr:`Plan.fingerprint`."""
+    """An approval of one plan. ``fingerprint`` is :attr:`Plan.fingerprint`; ``reason`` is why,
+    as the approver wrote it (``runbook approve --reason``; a documented alternate needs one)."""
 
     fingerprint: str
     approved_by: str
     approved_at: str
     method: str  # "params:preapproved_local", "file:<path>", "widget"
+    reason: str = ""
 
 
 def _record_dir(run_dir: str | Path) -> Path:
@@ -167,6 +169,16 @@ def require_all(plans: Sequence[Any], *, run_dir: str | Path, preapproved_local:
         )
 
 
+def find(plan: Any, *, run_dir: str | Path, approval_file: str = "", preapproved_local: bool = False,
+         simulator: str = "") -> Approval | None:
+    """What approves ``plan`` in :func:`require`'s order, writing nothing: a person's approval (a
+    record in the run, else the approval file), or, when given, the params' pre-approvals. None
+    when nothing does."""
+    found = _lookup(plan, run_dir=run_dir, preapproved_local=preapproved_local, approval_file=approval_file,
+                    simulator=simulator)
+    return found[0] if found is not None else None
+
+
 def _lookup(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str,
             simulator: str) -> tuple[Approval, bool] | None:
     """What approves ``plan``, in :func:`require`'s order, writing nothing: the approval and
@@ -188,7 +200,7 @@ def _lookup(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
             body = json.loads(p.read_text())
             if plan.fingerprint in body.get("fingerprints", []):
                 return Approval(plan.fingerprint, str(body.get("approved_by", "?")),
-                                str(body.get("approved_at", utc_now())), f"file:{p}"), False
+                                str(body.get("approved_at", utc_now())), f"file:{p}", str(body.get("reason") or "")), False
     return None
 
 
@@ -207,9 +219,11 @@ def plans_awaiting(run_dir: str | Path) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: str, signer: Any = None) -> dict[str, Any]:
+def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: str, signer: Any = None,
+                        reason: str = "") -> dict[str, Any]:
     """Approve every plan :func:`plans_awaiting` finds in ``run_dir``: write the approval file
-    (``fingerprints``, ``approved_by``, ``approved_at``, and a summary of each plan) to ``out``;
+    (``fingerprints``, ``approved_by``, ``approved_at``, ``reason`` when given, and a summary of
+    each plan) to ``out``;
     with ``signer`` (the approver's key, :func:`runbook_lib.evidence.signing.load_signer`), also its
     signature beside it (:func:`runbook_lib.evidence.signing.sign_record`).
 
@@ -221,7 +235,8 @@ def write_approval_file(run_dir: str | Path, out: str | Path, *, approved_by: st
     plans = plans_awaiting(run_dir)
     if not plans:
         raise UsageError(f"{Path(run_dir).name} shows no plan waiting for approval (nothing was dry-run or held)")
-    body = {"approved_by": approved_by, "approved_at": utc_now(), "run_reviewed": Path(run_dir).name,
+    body = {"approved_by": approved_by, "approved_at": utc_now(), **({"reason": reason.strip()} if reason.strip() else {}),
+            "run_reviewed": Path(run_dir).name,
             "fingerprints": [p["fingerprint"] for p in plans],
             "plans": [{k: p[k] for k in ("fingerprint", "provider", "action", "target", "cost_usd_per_hour")}
                       | {"offers": list((p.get("spec") or {}).get("offers") or []),

@@ -579,13 +579,34 @@ class Offers(_Model):
         return sorted({r.reasons for r in self.table if r.reasons})
 
 
+class AlternateMap(_Model):
+    """One documented alternate of the target as phase 02 mapped it: its offers (searched,
+    re-checked, ranked, as the target's), its dependency rows, whether any has no equivalent,
+    and what it changes against the target (:func:`runbook_lib.params.profile_differences`)."""
+
+    name: str
+    provider: str = ""
+    offers: Offers | None = None
+    dependency_map: tuple[DependencyRow, ...] = ()
+    blocked: bool = False
+    differences: tuple[str, ...] = ()
+
+
 class MappingData(PhaseData):
     """Phase 02's record data; ``target_capabilities`` is the target's declared
-    :class:`runbook_lib.providers.base.Capabilities` as JSON."""
+    :class:`runbook_lib.providers.base.Capabilities` as JSON; ``alternates`` the target's
+    documented alternates, mapped the same way (empty without ``alternates``)."""
 
     dependency_map: tuple[DependencyRow, ...] = ()
     target_capabilities: dict[str, Any] = Field(default_factory=dict)
     offers: Offers | None = None
+    alternates: tuple[AlternateMap, ...] = ()
+
+    def offers_of(self, name: str) -> Offers | None:
+        """The ranked offers of candidate ``name``: an alternate's from ``alternates``, anything
+        else the target's."""
+        alt = next((a for a in self.alternates if a.name == name), None)
+        return alt.offers if alt is not None else self.offers
 
 
 # -- phase 03 ------------------------------------------------------------------------------------
@@ -673,8 +694,47 @@ class CapacityTry(_Model):
     at_s: float = 0.0
 
 
+class CandidateFate(_Model):
+    """What became of one candidate (the target or a documented alternate) in phase 03.
+
+    Attributes:
+        name, provider: the candidate's profile.
+        role: ``target`` or ``alternate``.
+        outcome: ``proved`` (its canary ran; the gates judge it), ``no_capacity`` (no ranked
+            offer became ready within its ``offer.capacity_budget_s``), ``awaiting_approval``
+            (proposed; no approval with a reason yet), ``blocked`` (phase 02 found a dependency
+            with no equivalent, so it is not proposed) or ``not_tried``.
+        detail: the error or the reason, as text.
+        differences: what it changes against the target (``field: before -> after``).
+        plan: the fingerprint of its ``use_alternate`` plan (alternates only).
+        approved_by, reason: who approved the alternate, and why (from the approval).
+    """
+
+    name: str
+    provider: str = ""
+    role: str = "target"
+    outcome: str = ""
+    detail: str = ""
+    differences: tuple[str, ...] = ()
+    plan: str = ""
+    approved_by: str = ""
+    reason: str = ""
+
+
 class ParityData(PhaseData):
-    """Phase 03's record data; a dry-run has only ``plan``."""
+    """Phase 03's record data; a dry-run has only ``plan``. ``target`` names the candidate whose
+    canary ran (the params' target, or an approved alternate: the phases after 03 run on it;
+    empty in evidence older than alternates), ``candidates`` what became of each one tried, and
+    ``retry_at`` (UTC ISO 8601) when a run that found no capacity may try again."""
+
+    target: str = ""
+    candidates: tuple[CandidateFate, ...] = ()
+    retry_at: str | None = None
+
+    def tried(self) -> tuple[str, ...]:
+        """The candidates whose canary was launched or tried (something may have been rented on
+        their provider), by name."""
+        return tuple(f.name for f in self.candidates if f.outcome in ("proved", "no_capacity"))
 
     canary_pod: str | None = None
     canary_destroyed: bool | None = None
@@ -1230,6 +1290,7 @@ class Receipt(_Model):
     route: dict[str, Any] | None = None
     reconciliation: Reconciliation | None = None
     schedules: tuple[ReceiptSchedule, ...] = ()
+    candidates: tuple[CandidateFate, ...] = ()
     timeline: tuple[TimelineEvent, ...] = ()
     service: ServiceReceipt | None = None
     forecast: SavingsForecast | None = None

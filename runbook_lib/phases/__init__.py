@@ -11,7 +11,8 @@ The shared parts: :mod:`.context` (the :class:`PhaseContext` a phase works in, o
 (providers and the plans that rent and release; their collaborators :mod:`.offerbook` and
 :mod:`.access`), :mod:`.agents` (agent pods run to their end) and :mod:`.endpoints`
 (serving endpoints), :mod:`.results` (result types and display) and :mod:`.schedules` (the
-source's schedules, read in 01, mapped in 02, moved in 05, restored in 06).
+source's schedules, read in 01, mapped in 02, moved in 05, restored in 06) and :mod:`.candidates`
+(the target's documented alternates, proposed in 03 when a candidate has no capacity).
 """
 
 from runbook_lib.phases.access import POD_TIMEOUT_S

@@ -3,6 +3,7 @@ opened by :func:`open_phase` and written by :meth:`PhaseContext.finish`."""
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,8 @@ class PhaseContext(OnRun):
         agents: the phase's agent pods (planned and run through ``resources``).
         endpoints: the phase's serving endpoints (planned and created through ``resources``).
         cache: provider reads reused within the phase.
+        candidates: the contexts of this phase on a documented alternate (:meth:`for_candidate`),
+            by name.
     """
 
     phase: str
@@ -57,13 +60,34 @@ class PhaseContext(OnRun):
     agents: Agents = field(init=False)
     endpoints: Endpoints = field(init=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    candidates: dict[str, "PhaseContext"] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.evidence = Evidence(self.run)
+        self._wire(Evidence(self.run))
+
+    def _wire(self, evidence: Evidence) -> None:
+        self.evidence = evidence
         self.resources = Resources(self.phase, self.run, self.records, self.evidence, lambda: self.store,
                                    self.approval_ref)
         self.agents = Agents(self.resources)
         self.endpoints = Endpoints(self.resources)
+
+    def for_candidate(self, name: str) -> "PhaseContext":
+        """This phase on candidate ``name`` (a documented alternate, :attr:`Migration.alternates`)
+        as its target: its own providers and plans, the same run, store and evidence, so what it
+        rents, judges and writes goes into this phase's record. Made once per name.
+
+        Raises:
+            ParamsError: no candidate has that name.
+        """
+        if name == self.mig.target.name:
+            return self
+        if name not in self.candidates:
+            other = dataclasses.replace(self, run=dataclasses.replace(self.run, mig=self.mig.with_target(name)),
+                                        store_factory=lambda: self.store, cache={}, candidates={})
+            other._wire(self.evidence)
+            self.candidates[name] = other
+        return self.candidates[name]
 
     @property
     def store(self) -> Store:
@@ -133,7 +157,7 @@ class PhaseContext(OnRun):
                 are redacted; the message names the files and the credentials, never a value).
         """
         # a provider API that said it is a simulator makes this phase's evidence a rehearsal's
-        sims = {side: p.simulator() for side, p in self.resources.providers.items()}
+        sims = {side: p.simulator() for c in (*self.candidates.values(), self) for side, p in c.resources.providers.items()}
         body = self.evidence.body(data, simulators={side: name for side, name in sims.items() if name})
         record = self.run.write_record(self.phase, status="completed", data=checked(self.phase, body),
                                        files=self.evidence.files,
@@ -177,6 +201,15 @@ def check_credentials(run: RunDir, phase: str) -> dict[str, Any]:
     return res
 
 
+def on_proven_target(run: RunDir, records: Chain) -> RunDir:
+    """``run`` with the target phase 03 proved (its record's ``target``: the params' target, or
+    a documented alternate an approval named), which the phases after it run on."""
+    parity = records.parity
+    if parity is None or not parity.target or parity.target == run.mig.target.name:
+        return run
+    return dataclasses.replace(run, mig=run.mig.with_target(parity.target))
+
+
 def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str = "interactive",
                approval_ref: str = "") -> PhaseContext:
     """Start a phase: validate params, open (or, for phase 01, create) the run, verify earlier records.
@@ -209,6 +242,7 @@ def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str
     else:
         run = RunDir.latest(params_path)
     records = Chain(run.require(phase))
+    run = on_proven_target(run, records)
     put_project_on_path(run.project)  # the user's workload module, as the runner's preflight found it
     return PhaseContext(phase=phase, run=run, run_mode=run_mode, approval_ref=approval_ref, records=records,
                         started=utc_now(), store_factory=lambda: store_from_params(run.mig.storage, base=str(run.project)))

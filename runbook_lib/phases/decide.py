@@ -148,6 +148,13 @@ class Actions:
                                 not_ours=self.not_ours)
 
 
+def tried(ctx: PhaseContext) -> list[str]:
+    """The target candidates this run may have rented on: the target it runs on and every
+    candidate phase 03 launched or tried (:meth:`ParityData.tried`)."""
+    rec = ctx.records.parity
+    return list(dict.fromkeys((ctx.mig.target.name, *(rec.tried() if rec is not None else ()))))
+
+
 def act(ctx: PhaseContext, decision: str) -> Actions:
     """Carry out the decision: restore the source route and point the schedules back at the
     source on NO-GO/HOLD (:func:`runbook_lib.phases.schedules.restore`), destroy what must go, and
@@ -167,8 +174,9 @@ def act(ctx: PhaseContext, decision: str) -> Actions:
     moved = schedules.restore(ctx, decision)  # before the teardown: no schedule may start a destroyed target
     created: list[ResourceRow] = []
     unlisted: list[str] = []
-    for side in ("source", "target"):
-        prov = ctx.resources.provider(side)
+    seen: set[tuple[str, str]] = set()  # two candidates on one provider list the same machines
+    for side, where in (("source", ctx), *(("target", ctx.for_candidate(name)) for name in tried(ctx))):
+        prov = where.resources.provider(side)
         try:
             found = prov.list(labels={"run_id": ctx.run_id, "side": side})
         except AuthError as exc:
@@ -180,11 +188,14 @@ def act(ctx: PhaseContext, decision: str) -> Actions:
                 unlisted.append(f"{side} ({prov.name}) not listed, but no plan was applied there: nothing to tear down")
             found = []
         for res in found:
+            if (prov.name, res.id) in seen:
+                continue
+            seen.add((prov.name, res.id))
             job_pod = not (res.labels.get("role") or "").startswith("endpoint-")  # freeze, canary, bench, slice
             must_go = ctx.mig.run.teardown_source or job_pod or (side == "target" and decision != "GO")
             done = None
             if must_go and res.state != "DESTROYED":
-                done = ctx.resources.destroy(side, res.id, labels=res.labels)
+                done = where.resources.destroy(side, res.id, labels=res.labels)
             try:  # one read after the teardown: gone from the provider, or its final state
                 after = prov.get(res.id)
             except NotFound:
@@ -377,6 +388,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         drills=ctx.records.compare.drills if ctx.records.compare else (), rehearsal=_rehearsal(ctx),
         rollback_point=point, route=actions.route, reconciliation=actions.reconciliation,
         schedules=schedules.receipt_rows(ctx, actions.schedules),
+        candidates=ctx.records.parity.candidates if ctx.records.parity is not None else (),
         timeline=tuple(timeline(ctx, decided_at=decided_at, decision=decision, route=actions.route, point=point,
                                 reconciliation=actions.reconciliation)),
         service=service_receipt(ctx),

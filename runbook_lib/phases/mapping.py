@@ -16,6 +16,7 @@ from runbook_lib.evidence.records import (
     ADAPTER,
     EQUIVALENT,
     NONE,
+    AlternateMap,
     DeclaredRequirements,
     DependencyRow,
     FreezeData,
@@ -27,7 +28,15 @@ from runbook_lib.evidence.records import (
     SourcePod,
 )
 from runbook_lib.gates import GateResult
-from runbook_lib.params import LB_MAX_REQUEST_S, LiveProfile, Profile, RemoteProfile, RunpodServerless, VastServerless
+from runbook_lib.params import (
+    LB_MAX_REQUEST_S,
+    LiveProfile,
+    Profile,
+    RemoteProfile,
+    RunpodServerless,
+    VastServerless,
+    profile_differences,
+)
 from runbook_lib.phases import PhaseContext, PhaseResult, md, schedules, table
 from runbook_lib.phases.service_pods import serving_shown
 from runbook_lib.providers import REMOTE
@@ -72,14 +81,15 @@ def endpoint_mode_row(source_mode: str, target_mode: str, caps: Capabilities) ->
     return _row("endpoint mode", source_mode, target_mode, ADAPTER, ENDPOINT_ADAPTERS[(source_mode, target_mode)])
 
 
-def target_offers(ctx: PhaseContext) -> Offers | None:
+def target_offers(ctx: PhaseContext, where: str = "02/offers.json") -> Offers | None:
     """Search, re-check and rank the target's offers against ``target.offer`` (read-only,
     allowed in dry-run): a remote target's marketplace offers, or a local target's declared
     machines (``target.offers``). None for a local target that declares none.
 
     Returns:
         The offer ids ranked cheapest first, the best offer (None when none qualifies), one row
-        per offer seen (accepted, reasons, unverified) and ``target.offer`` as judged.
+        per offer seen (accepted, reasons, unverified; also written to ``where`` in the run) and
+        ``target.offer`` as judged.
     """
     prof = ctx.mig.target
     if isinstance(prof, LiveProfile) or (not isinstance(prof, RemoteProfile) and not getattr(prof, "offers", ())):
@@ -87,7 +97,7 @@ def target_offers(ctx: PhaseContext) -> Offers | None:
     req = prof.offer
     offers = ctx.resources.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
     ranked, table = filter_offers(offers, req)
-    ctx.evidence.write_json("02/offers.json", table)
+    ctx.evidence.write_json(where, table)
     return Offers(ranked=tuple(o.offer_id for o in ranked),
                   best=OfferDetail.model_validate(ranked[0].to_dict()) if ranked else None,
                   table=tuple(OfferRow.model_validate(r) for r in table), requirements=req.model_dump())
@@ -605,9 +615,11 @@ class MappingResult(PhaseResult):
     rows: tuple[DependencyRow, ...]
     capabilities: Capabilities
     gate: GateResult
+    alternates: tuple[AlternateMap, ...] = ()
 
     def record(self) -> MappingData:
-        return MappingData(dependency_map=self.rows, target_capabilities=asdict(self.capabilities), offers=self.offers)
+        return MappingData(dependency_map=self.rows, target_capabilities=asdict(self.capabilities), offers=self.offers,
+                           alternates=self.alternates)
 
     def parts(self) -> list[Any]:
         out: list[Any] = []
@@ -615,16 +627,40 @@ class MappingResult(PhaseResult):
             out += [md(f"**Offers**: {len(self.offers.ranked)} of {len(self.offers.table)} qualify; ranked: "
                        f"{list(self.offers.ranked)}"),
                     table(self.offers.table, columns=OFFER_COLUMNS)]
-        return out + [table(self.rows)]
+        out.append(table(self.rows))
+        if self.alternates:
+            out += [md("**Documented alternates**, proposed in this order in phase 03 when a candidate has no "
+                       "capacity (each used only under an approval with a reason; one with a dependency that has no "
+                       "equivalent is never proposed)"),
+                    table([{"alternate": a.name, "provider": a.provider,
+                            "ranked offers": len(a.offers.ranked) if a.offers is not None else "this host",
+                            "no equivalent": sum(r.status == NONE for r in a.dependency_map),
+                            "changes against the target": "; ".join(a.differences)} for a in self.alternates])]
+        return out
+
+
+def map_alternate(ctx: PhaseContext, name: str) -> AlternateMap:
+    """Phase 02 for the documented alternate ``name``: its offers (``02/alternates/<name>/offers.json``)
+    and dependency map, as the target's, and what it changes against the target. Its rows judge
+    no gate of the run: an alternate with a dependency that has no equivalent is only never
+    proposed (:mod:`runbook_lib.phases.candidates`)."""
+    alt = ctx.for_candidate(name)
+    offers = target_offers(alt, where=f"02/alternates/{name}/offers.json")
+    rows = dependency_map(alt, offers)
+    return AlternateMap(name=name, provider=alt.mig.target.provider, offers=offers, dependency_map=tuple(rows),
+                        blocked=any(r.status == NONE for r in rows),
+                        differences=tuple(profile_differences(ctx.mig.target, alt.mig.target)))
 
 
 def run(ctx: PhaseContext) -> MappingResult:
     """Phase 02: a remote target's offers (searched, re-checked, ranked), the dependency map
-    (``02/dependency_map.json``) and its gate."""
+    (``02/dependency_map.json``) and its gate; each documented alternate mapped the same way
+    (:func:`map_alternate`)."""
     caps = ctx.resources.provider("target").capabilities()
     offers = target_offers(ctx)
     rows = dependency_map(ctx, offers)
     ctx.evidence.write_json("02/dependency_map.json", rows)
     gate = dependency_gate(rows)
     ctx.evidence.add_gates(gate)
-    return MappingResult(offers=offers, rows=tuple(rows), capabilities=caps, gate=gate)
+    alternates = tuple(map_alternate(ctx, a.name) for a in ctx.mig.alternates)
+    return MappingResult(offers=offers, rows=tuple(rows), capabilities=caps, gate=gate, alternates=alternates)

@@ -23,9 +23,10 @@ class OfferBook:
 
     @property
     def offers(self) -> Offers:
-        """Phase 02's offers (an empty table when it searched none or has not run)."""
+        """Phase 02's offers of the target these params name (an alternate's when they name one;
+        an empty table when it searched none or has not run)."""
         mapping = self.records.mapping
-        return (mapping.offers if mapping is not None else None) or Offers()
+        return (mapping.offers_of(self.mig.target.name) if mapping is not None else None) or Offers()
 
     def ids(self, side: str) -> tuple[str, ...]:
         """Ranked offer ids a launch on ``side`` may try: the target's from phase 02's record (at

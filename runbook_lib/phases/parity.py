@@ -27,7 +27,7 @@ from runbook_lib.evidence.records import (
 )
 from runbook_lib.layout import GOLDEN_FINAL_OUTPUTS, GOLDEN_INFERENCE_OUTPUTS, GOLDEN_OUTPUTS
 from runbook_lib.params import operator_set
-from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, service, table
+from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, candidates, md, service, table
 from runbook_lib.portability import inventory
 from runbook_lib.providers.base import Plan
 from runbook_lib.storage import credential_env
@@ -251,9 +251,20 @@ class ParityResult(PhaseResult):
                 md("**Failure drill**"), table({"failure drill": drill}, dtype=object)]
 
 
-def run(ctx: PhaseContext) -> ParityResult | service.ServiceParityResult:
-    """Phase 03: launch, wait for and destroy the canary (:func:`run_canary`), then judge parity
-    (a service: :func:`runbook_lib.phases.service.run_canary`)."""
+def run(ctx: PhaseContext) -> candidates.OnCandidate | candidates.Delayed:
+    """Phase 03 on the first candidate with capacity (:func:`runbook_lib.phases.candidates.prove_first`:
+    the target, then each documented alternate a person approved with a reason; without one, a
+    HOLD with a retry time): :func:`prove` on it."""
+    return candidates.prove_first(ctx, prove, lambda c: plan(c).plans)
+
+
+def prove(ctx: PhaseContext) -> ParityResult | service.ServiceParityResult:
+    """Launch, wait for and destroy the canary of ``ctx``'s target (:func:`run_canary`), then
+    judge parity (a service: :func:`runbook_lib.phases.service.run_canary`).
+
+    Raises:
+        NoCapacity: no ranked offer became ready within ``target.offer.capacity_budget_s``.
+    """
     if ctx.mig.workload.kind == "service":
         return service.ServiceParityResult(service.run_canary(ctx))
     canary = run_canary(ctx)

@@ -103,7 +103,7 @@ class Resources(OnRun):
             return None
         approval = self._teardown_approval(side, plan, owner_labels) if plan.action == "destroy" else None
         if approval is None:
-            approval = approvals.require(plan, **self.approval_terms(), simulator=self._simulator(side))
+            approval = approvals.require(plan, **self.approval_terms(), simulator=self.simulator(side))
         self._approved[plan.fingerprint] = approval
         return self.apply_approved(side, plan, approval, needs_store=needs_store)
 
@@ -116,7 +116,7 @@ class Resources(OnRun):
         return approvals.ApprovalTerms(run_dir=self.run_dir, preapproved_local=a.preapproved_local,
                                        approval_file=self.approval_ref or a.approval_file)
 
-    def _simulator(self, side: str) -> str:
+    def simulator(self, side: str) -> str:
         """The simulator ``side``'s provider API says it is, when simulator plans are preapproved."""
         return self.provider(side).simulator(ask=True) if self.mig.approvals.preapproved_simulator else ""
 
@@ -136,7 +136,7 @@ class Resources(OnRun):
         Raises:
             ApprovalRequired: no approval record names the plan's fingerprint (HOLD).
         """
-        approval = approvals.require(plan, **self.approval_terms(), simulator=self._simulator(side))
+        approval = approvals.require(plan, **self.approval_terms(), simulator=self.simulator(side))
         self.evidence.plans.append(PlanRow(plan=plan.to_dict(), approved_by=approval.approved_by,
                                            method=approval.method))
         self.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")
@@ -186,7 +186,7 @@ class Resources(OnRun):
         Raises:
             ApprovalRequired: one or more plans have no approval; the message lists them.
         """
-        sims = {side: self._simulator(side) for side in {s for s, _ in plans}}
+        sims = {side: self.simulator(side) for side in {s for s, _ in plans}}
         approvals.require_all([p for _, p in plans], **self.approval_terms(),
                               simulators={p.fingerprint: sims[s] for s, p in plans})
 

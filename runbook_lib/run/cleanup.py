@@ -20,6 +20,7 @@ from runbook_lib.errors import FULL_DISK, NotFound, RunbookError, os_error_line
 from runbook_lib.evidence import approvals
 from runbook_lib.evidence.closedworld import append_link, refuse_symlinks
 from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
+from runbook_lib.evidence.records import read_unchecked
 from runbook_lib.layout import CLEANUP_RECORD, KEPT_PARAMS, STATE_DIR
 from runbook_lib.params import Migration, load_params
 from runbook_lib.providers import create_provider
@@ -77,7 +78,8 @@ def project_of_run(run_dir: Path) -> Path:
 
 def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: str | Path | None = None,
                 dry_run: bool = False, echo: Callable[[str], None] = print) -> CleanupResult:
-    """Find every resource labelled with the run's id on the providers its params name, and
+    """Find every resource labelled with the run's id on the providers its params name (the
+    source's, the target's and each documented alternate's that phase 03 tried), and
     destroy each one (``dry_run``: show the plans only). Writes ``cleanup.json`` in the run; after
     the run's seal, ``cleanup.json`` and the teardown approval records are sealed as a link
     (:func:`runbook_lib.evidence.closedworld.append_link`).
@@ -105,8 +107,9 @@ def cleanup_run(run_dir: str | Path, *, mig: Migration | None = None, project: s
     res = CleanupResult(run_id, dry_run=dry_run)
     before = _approval_records(run_dir)
     seen: set[tuple[str, str]] = set()
-    for side in ("source", "target"):
-        prof = getattr(mig, side)
+    tried = read_unchecked(run_dir).parity
+    names = {mig.target.name, *(tried.tried() if tried is not None else ())}
+    for side, prof in (("source", mig.source), *(("target", c) for c in mig.candidates if c.name in names)):
         prov = create_provider(prof.provider, root=root / STATE_DIR / prof.provider, profile=prof)
         try:
             _clean_side(prov, side, prof.provider, run_dir, res, seen, dry_run=dry_run, echo=echo)

@@ -70,10 +70,12 @@ send sixty)."""
 
 
 def _dotted(data: dict[str, Any], path: str) -> Any:
-    """``data["a"]["b"]`` for ``path`` ``"a.b"``; None where a level is missing or not a mapping."""
+    """``data["a"]["b"]`` for ``path`` ``"a.b"`` (a list's item by its index: ``alternates.0``);
+    None where a level is missing or not a mapping or list."""
     node: Any = data
     for key in path.split("."):
-        node = node.get(key) if isinstance(node, dict) else None
+        node = node.get(key) if isinstance(node, dict) else \
+            node[int(key)] if isinstance(node, list) and key.isdigit() and int(key) < len(node) else None
     return node
 
 
@@ -152,8 +154,9 @@ def start(project: Path, faults: dict[str, dict[str, Any]] | None = None) -> Reh
 def overrides_for(data: dict[str, Any], reh: Rehearsal) -> dict[str, Any]:
     """The dotted-path overrides a rehearsal applies to one migration's params ``data``."""
     out: dict[str, Any] = {}
-    for side in ("source", "target"):
-        prof = data.get(side) or {}
+    sides = ["source", "target", *(f"alternates.{i}" for i in range(len(data.get("alternates") or ())))]
+    for side in sides:
+        prof = _dotted(data, side) or {}
         provider = prof.get("provider", "local")
         if provider in reh.sims:
             out[f"{side}.dry_run"] = False
@@ -179,7 +182,7 @@ def service_stand_ins(mig: Migration, project: Path, reh: Rehearsal) -> dict[str
             (nothing here can run the image).
     """
     svc = mig.workload.service
-    simulated_sides = [side for side, prof in (("source", mig.source), ("target", mig.target))
+    simulated_sides = [side for side, prof in (("source", mig.source), *(("target", c) for c in mig.candidates))
                        if prof.provider in reh.sims]
     if svc is None or not simulated_sides:
         return {}
@@ -199,7 +202,7 @@ def registry_placeholders(mig: Migration, reh: Rehearsal) -> list[str]:
     create request); each is listed, like an override, and restored by :meth:`Rehearsal.close`."""
     svc = mig.workload.service
     out = []
-    for side, prof in (("source", mig.source), ("target", mig.target)):
+    for side, prof in (("source", mig.source), *(("target", c) for c in mig.candidates)):
         ref = next((s.ref for s in prof.secrets if svc is not None and s.name == svc.registry_credential), "")
         var = ref[len("env:"):] if ref.startswith("env:") else ""
         if var and prof.provider in reh.sims and not os.environ.get(var):
@@ -211,9 +214,9 @@ def registry_placeholders(mig: Migration, reh: Rehearsal) -> list[str]:
 
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, name = dotted.split(".")
-    node = data
+    node: Any = data
     for p in parents:
-        node = node.setdefault(p, {})
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
     node[name] = value
 
 

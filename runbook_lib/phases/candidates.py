@@ -1,0 +1,189 @@
+"""The target's documented alternates (``alternates``) through phase 03.
+
+When a candidate (the target, then each alternate in order) has no capacity (no ranked offer
+became ready within its ``offer.capacity_budget_s``: :class:`~runbook_lib.errors.NoCapacity`),
+phase 03 proposes the next alternate as a ``use_alternate`` plan that shows what it changes
+against the target. The alternate's canary runs only under an approval of that plan that gives a
+reason (``runbook approve --reason``); the params' pre-approvals never cover it, since it changes
+where the workload will run. An alternate phase 02 found a dependency with no equivalent for is
+not proposed: it does not meet the same constraints. Without a proven candidate the phase ends
+with the blocking gate ``target_capacity`` INCONCLUSIVE, so the run HOLDs (a delay) with a retry
+time one capacity budget later, instead of failing: a later run of the same params tries again,
+the target first. Seed 001's error table: "Target capacity violates policy: delay or approve a
+documented alternate; do not weaken constraints silently"; the constraints an alternate keeps are
+:func:`runbook_lib.params.relaxed_constraints`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Sequence
+
+from runbook_lib import gates as g
+from runbook_lib.errors import NoCapacity
+from runbook_lib.evidence import approvals
+from runbook_lib.evidence.records import CandidateFate, ParityData, PlanRow
+from runbook_lib.params import AnyProfile, RemoteProfile, profile_differences
+from runbook_lib.phases import PhaseContext, PhaseResult, md, table
+from runbook_lib.providers.base import Plan
+
+ACTION = "use_alternate"
+"""The plan action of a proposed alternate (:func:`proposal`)."""
+PROVIDER = "alternates"
+"""The plan provider of a proposed alternate: a choice made in the runbook, on no provider."""
+GATE = "target_capacity"
+SOURCE = "seed 001: target capacity violates policy: delay or approve a documented alternate"
+FATE_COLUMNS = ["name", "provider", "role", "outcome", "detail", "approved_by", "reason"]
+
+
+def proposal(ctx: PhaseContext, alt: AnyProfile) -> Plan:
+    """The ``use_alternate`` plan of ``alt``: the alternate named with what it changes against the
+    target (:func:`runbook_lib.params.profile_differences`), at its declared price. The same
+    params give the same plan, and so the same fingerprint, in every run."""
+    changes = "; ".join(profile_differences(ctx.mig.target, alt)) or "nothing but its name"
+    return Plan(provider=PROVIDER, action=ACTION, spec=None, cost_usd_per_hour=alt.price_usd_per_hour, dry_run=False,
+                target=f"{ctx.mig.migration}: prove alternate {alt.name} ({alt.provider}) in place of target "
+                       f"{ctx.mig.target.name}, which had no capacity; it changes {changes}")
+
+
+def approved_with_reason(ctx: PhaseContext, plan: Plan) -> approvals.Approval | None:
+    """The approval of ``plan`` when one exists and gives a reason (recorded with the phase's
+    plans); None while none does, the plan left pending for ``runbook approve``."""
+    terms = ctx.resources.approval_terms()
+    found = approvals.find(plan, run_dir=terms["run_dir"], approval_file=terms["approval_file"])
+    if found is None or not found.reason:
+        return None
+    approvals.record(terms["run_dir"], found, plan)
+    ctx.evidence.plans.append(PlanRow(plan=plan.to_dict(), approved_by=found.approved_by,
+                                      method=f"{found.method}; reason: {found.reason}"))
+    ctx.evidence.path(f"approvals/{plan.fingerprint[:16]}.json")
+    return found
+
+
+def _awaiting(ctx: PhaseContext, plan: Plan, alt: PhaseContext, launches: Sequence[Plan]) -> None:
+    """Keep ``plan`` and the alternate's ``launches`` (on ``alt``, the alternate's context) that
+    nothing approves yet in the phase's record as shown and not applied, so one ``runbook approve
+    --reason`` covers them all."""
+    ctx.evidence.plans.append(PlanRow(plan=plan.to_dict(), applied=False,
+                                      method="awaiting an approval with a reason (runbook approve --reason)"))
+    t = alt.resources.approval_terms()
+    for p in launches:
+        if approvals.find(p, run_dir=t["run_dir"], approval_file=t["approval_file"], preapproved_local=t["preapproved_local"],
+                          simulator=alt.resources.simulator("target")) is None:
+            ctx.evidence.plans.append(PlanRow(plan=p.to_dict(), applied=False,
+                                              method=f"awaiting approval with the alternate's plan {plan.fingerprint[:16]}"))
+
+
+@dataclass(frozen=True)
+class OnCandidate(PhaseResult):
+    """Phase 03's result on the candidate that was proven: the canary's own result (``inner``)
+    with every candidate's fate; the phases after 03 run on ``target``."""
+
+    inner: Any
+    target: str
+    fates: tuple[CandidateFate, ...]
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(getattr(self.inner, "dry_run", False))
+
+    def record(self) -> ParityData:
+        data: ParityData = self.inner.record()
+        return data.model_copy(update={"target": self.target, "candidates": self.fates})
+
+    def parts(self) -> list[Any]:
+        head = [] if len(self.fates) < 2 else [
+            md(f"**Candidates**: the canary ran on **{self.target}**; what became of each one tried"),
+            table(self.fates, columns=FATE_COLUMNS)]
+        return head + list(self.inner.parts())
+
+
+@dataclass(frozen=True)
+class Delayed(PhaseResult):
+    """Phase 03 without a proven candidate: every fate, and when to try again (UTC ISO 8601)."""
+
+    fates: tuple[CandidateFate, ...]
+    retry_at: str
+
+    def record(self) -> ParityData:
+        return ParityData(candidates=self.fates, retry_at=self.retry_at)
+
+    def parts(self) -> list[Any]:
+        return [md(f"**No candidate was proven**: HOLD; try again at or after {self.retry_at}"),
+                table(self.fates, columns=FATE_COLUMNS)]
+
+
+def _fate(ctx: PhaseContext, prof: AnyProfile, outcome: str, detail: str, **more: str) -> CandidateFate:
+    role = "target" if prof.name == ctx.mig.target.name else "alternate"
+    diffs = tuple(profile_differences(ctx.mig.target, prof)) if role == "alternate" else ()
+    return CandidateFate(name=prof.name, provider=prof.provider, role=role, outcome=outcome, detail=detail,
+                         differences=diffs, **more)
+
+
+def _blocked(ctx: PhaseContext, name: str) -> str:
+    """Why phase 02 found alternate ``name`` short of the constraints (a dependency with no
+    equivalent), or ``""``."""
+    mapping = ctx.records.mapping
+    alt = next((a for a in (mapping.alternates if mapping else ()) if a.name == name), None)
+    if alt is None or not alt.blocked:
+        return ""
+    return "; ".join(f"{r.dependency}: {r.reason}" for r in alt.dependency_map if r.status == "no equivalent")
+
+
+def budget_s(prof: AnyProfile) -> float:
+    """``offer.capacity_budget_s`` of a remote candidate, seconds; 0 for a local one (no wait)."""
+    return prof.offer.capacity_budget_s if isinstance(prof, RemoteProfile) else 0.0
+
+
+def prove_first(ctx: PhaseContext, prove: Callable[[PhaseContext], Any],
+                launches: Callable[[PhaseContext], Sequence[Plan]], *,
+                now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> OnCandidate | Delayed:
+    """Phase 03 over the candidates: ``prove`` (the canary and its gates) on the target; on
+    :class:`~runbook_lib.errors.NoCapacity`, on the next alternate once its ``use_alternate``
+    plan is approved with a reason, and so on. A proposal still waiting stops the walk there (the
+    next alternate is proposed only after this one), shown with the alternate's ``launches`` (its
+    canary's plans) so one approval covers both. Without a proven candidate, the blocking
+    gate ``target_capacity`` is INCONCLUSIVE (a HOLD) with a retry time one capacity budget
+    (the largest of the candidates tried) after ``now``.
+
+    Returns:
+        :class:`OnCandidate` (the proven candidate's result and every fate) or :class:`Delayed`.
+    """
+    fates: list[CandidateFate] = []
+    tried: list[AnyProfile] = []
+    for prof in ctx.mig.candidates:
+        if prof.name != ctx.mig.target.name:
+            blocked = _blocked(ctx, prof.name)
+            if blocked:
+                fates.append(_fate(ctx, prof, "blocked", f"phase 02: {blocked}"))
+                continue
+            plan = proposal(ctx, prof)
+            found = approved_with_reason(ctx, plan)
+            if found is None:
+                alt = ctx.for_candidate(prof.name)
+                _awaiting(ctx, plan, alt, launches(alt))
+                fates.append(_fate(ctx, prof, "awaiting_approval",
+                                   f"proposed as plan {plan.fingerprint[:16]}; run `runbook approve reports/"
+                                   f"{ctx.run_id} --by NAME --reason TEXT` and run again", plan=plan.fingerprint))
+                break
+            more = {"plan": plan.fingerprint, "approved_by": found.approved_by, "reason": found.reason}
+        else:
+            more = {}
+        tried.append(prof)
+        try:
+            inner = prove(ctx.for_candidate(prof.name))
+        except NoCapacity as exc:
+            fates.append(_fate(ctx, prof, "no_capacity", str(exc), **more))
+            continue
+        fates.append(_fate(ctx, prof, "proved", "its canary ran; the gates judge it", **more))
+        return OnCandidate(inner=inner, target=prof.name, fates=tuple(fates))
+    wait = max((budget_s(p) for p in tried), default=0.0) or 900.0
+    retry = (now() + timedelta(seconds=wait)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    left = [f.name for f in fates if f.outcome == "awaiting_approval"]
+    detail = ("no candidate has capacity: " + "; ".join(f"{f.name}: {f.outcome}" for f in fates)
+              + (f". Alternate {left[0]} waits for an approval with a reason" if left else
+                 "" if ctx.mig.alternates else ". No alternates are declared (alternates)")
+              + f". Try again at or after {retry}: run the same params again, the target first")
+    ctx.evidence.add_gates(g.boolean_gate(GATE, None, phase="03", detail=detail, source=SOURCE))
+    return Delayed(fates=tuple(fates), retry_at=retry)
