@@ -136,8 +136,11 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
     if receipt is None or not (run_dir / KEPT_PARAMS).exists():
         raise EvidenceError(f"{run_dir} has no receipt.json or {KEPT_PARAMS}: there is no decision to recompute; "
                             "run phase 06 first")
-    mig = load_params(run_dir / KEPT_PARAMS)
     records = read_unchecked(run_dir)
+    parity = records.parity
+    mig = load_params(run_dir / KEPT_PARAMS)
+    if parity is not None and parity.target:  # the phases after 03 ran on the candidate it proved
+        mig = mig.with_target(parity.target)
     recorded = {(x.phase, x.name): x.to_dict() for x in receipt.gates}
     in_records = {(x.phase, x.name): x.to_dict() for x in records.gates()}
     derived: dict[tuple[str, str], tuple[str, dict[str, Any] | None, str]] = {}
@@ -164,8 +167,9 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
             derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
         except EvidenceError as exc:
             derived[("03", "service_parity")] = (FROM_OBSERVATION, None, str(exc))
-    elif "03" in records:
-        for x in _parity_gates(mig, run_dir, records.parity):
+    elif "03" in records and not (parity is not None and parity.result is None and parity.candidates):
+        # a phase 03 that proved no candidate (every one without capacity) ran no canary to judge
+        for x in _parity_gates(mig, run_dir, parity):
             derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
     r01 = records.freeze
     if r01 is not None and r01.freeze.service is not None and r01.freeze.service.live is not None \

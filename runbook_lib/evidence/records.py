@@ -700,7 +700,8 @@ class CandidateFate(_Model):
     Attributes:
         name, provider: the candidate's profile.
         role: ``target`` or ``alternate``.
-        outcome: ``proved`` (its canary ran; the gates judge it), ``no_capacity`` (no ranked
+        outcome: ``proved`` (its canary ran; the gates judge it), ``planned`` (dry-run: its
+            canary planned, nothing launched), ``no_capacity`` (no ranked
             offer became ready within its ``offer.capacity_budget_s``), ``awaiting_approval``
             (proposed; no approval with a reason yet), ``blocked`` (phase 02 found a dependency
             with no equivalent, so it is not proposed) or ``not_tried``.

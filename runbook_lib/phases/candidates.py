@@ -176,7 +176,10 @@ def prove_first(ctx: PhaseContext, prove: Callable[[PhaseContext], Any],
         except NoCapacity as exc:
             fates.append(_fate(ctx, prof, "no_capacity", str(exc), **more))
             continue
-        fates.append(_fate(ctx, prof, "proved", "its canary ran; the gates judge it", **more))
+        dry = bool(getattr(inner, "dry_run", False))
+        fates.append(_fate(ctx, prof, "planned" if dry else "proved",
+                           "dry-run: its canary is planned, nothing was launched" if dry else
+                           "its canary ran; the gates judge it", **more))
         return OnCandidate(inner=inner, target=prof.name, fates=tuple(fates))
     wait = max((budget_s(p) for p in tried), default=0.0) or 900.0
     retry = (now() + timedelta(seconds=wait)).strftime("%Y-%m-%dT%H:%M:%SZ")
