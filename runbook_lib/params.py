@@ -205,14 +205,23 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
+PLUMBING = frozenset({"name", "release", "api_url", "api_key_ref", "poll_s", "dry_run", "secrets"})
+"""Profile settings :func:`profile_differences` leaves out: names, and how the runbook reaches a
+provider's API rather than what runs."""
+
+
 def profile_differences(target: Any, alternate: Any) -> list[str]:
     """What ``alternate`` changes against ``target``, one ``field: before -> after`` per setting
-    (nested settings dotted, ``offer.gpu_names``); the names and release texts are left out."""
-    skip = {"name", "release"}
-    before = _leaves({k: v for k, v in target.model_dump(mode="json").items() if k not in skip})
-    after = _leaves({k: v for k, v in alternate.model_dump(mode="json").items() if k not in skip})
-    return [f"{k}: {before.get(k, '-')} -> {after.get(k, '-')}" for k in sorted(set(before) | set(after))
-            if before.get(k) != after.get(k)]
+    both profiles have (nested settings dotted, ``offer.gpu_names``), the provider first when it
+    changes; the names, release texts and API plumbing (:data:`PLUMBING`) are left out, and so
+    are settings only one provider's profile has (its API's addresses)."""
+    before, after = (_leaves({k: v for k, v in p.model_dump(mode="json").items() if k not in PLUMBING})
+                     for p in (target, alternate))
+    keys = sorted(set(before) & set(after), key=lambda k: (k != "provider", k))
+    def shown(v: Any) -> str:
+        return "(none)" if v in ("", [], None) else str(v)
+
+    return [f"{k}: {shown(before[k])} -> {shown(after[k])}" for k in keys if before[k] != after[k]]
 
 
 def _env_names(v: dict[str, str]) -> dict[str, str]:

@@ -34,7 +34,7 @@ PROVIDER = "alternates"
 """The plan provider of a proposed alternate: a choice made in the runbook, on no provider."""
 GATE = "target_capacity"
 SOURCE = "seed 001: target capacity violates policy: delay or approve a documented alternate"
-FATE_COLUMNS = ["name", "provider", "role", "outcome", "detail", "approved_by", "reason"]
+FATE_COLUMNS = ["name", "provider", "role", "outcome", "differences", "detail", "approved_by", "reason"]
 
 
 def proposal(ctx: PhaseContext, alt: AnyProfile) -> Plan:

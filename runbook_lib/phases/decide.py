@@ -521,6 +521,11 @@ class DecisionResult(PhaseResult):
                   if self.actions.not_ours else []),
                 *([md("**Schedules**: the side each started at freeze, after the cutover and now"),
                    table(self.receipt.schedules)] if self.receipt.schedules else []),
+                *([md("**Candidates**: the target and the documented alternates phase 03 tried, and what became of "
+                      "each (an alternate runs only under an approval with a reason)"),
+                   table(self.receipt.candidates, columns=["name", "provider", "role", "outcome", "approved_by",
+                                                           "reason", "detail"])]
+                  if len(self.receipt.candidates) > 1 else []),
                 *self.serving_parts()]
 
     def serving_parts(self) -> list[Any]:
