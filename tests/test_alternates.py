@@ -15,7 +15,9 @@ from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_USAGE, ParamsError
 from runbook_lib.evidence import approvals
 from runbook_lib.evidence.manifest import write_record
+from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.params import load_params, profile_differences, relaxed_constraints
+from runbook_lib.phases import candidates, open_phase
 from runbook_lib.providers.base import Plan
 
 TARGET_OFFERS = [{"offer_id": "big", "vcpu": 2, "ram_gib": 8, "disk_gb": 40, "usd_per_hour": 0.35}]
@@ -94,3 +96,27 @@ def test_an_approval_names_its_reason_and_a_control_character_in_it_is_refused(t
     assert cli_main(["approve", str(run), "--by", "ops", "--reason", "ok\x1b[2J", "-o", str(out)]) == EXIT_USAGE
     assert "--reason" in capsys.readouterr().err
     assert approvals.find(plan, run_dir=run, approval_file="") is None  # nothing recorded by looking
+
+
+def test_an_alternate_is_used_only_under_an_approval_that_gives_a_reason(make_params, tmp_path: Path) -> None:
+    params = make_params(alternates=[_alternate()])
+    run = RunDir.create(params)
+    for phase in ("01", "02"):
+        write_record(run.path, phase, status="completed", data={})
+    approval = tmp_path / "approval.json"
+    ctx = open_phase("03", str(params), str(run.path), run_mode="headless", approval_ref=str(approval))
+    plan = candidates.proposal(ctx, ctx.mig.alternates[0])
+    assert plan.provider == "alternates" and "target-spare (local) in place of target target-local" in plan.target
+    assert "price_usd_per_hour: 0.29 -> 0.33" in plan.target
+    # a local plan, yet the params' pre-approval of local plans never covers it
+    assert ctx.mig.approvals.preapproved_local and candidates.approved_with_reason(ctx, plan) is None
+    approval.write_text(json.dumps({"approved_by": "ops", "approved_at": "2026-12-06T10:00:00Z",
+                                    "fingerprints": [plan.fingerprint]}))
+    assert candidates.approved_with_reason(ctx, plan) is None  # approved, but without a reason
+    approval.write_text(json.dumps({"approved_by": "ops", "approved_at": "2026-12-06T10:00:00Z",
+                                    "reason": "the 1-CPU machines are all taken", "fingerprints": [plan.fingerprint]}))
+    found = candidates.approved_with_reason(ctx, plan)
+    assert found is not None and found.reason == "the 1-CPU machines are all taken"
+    kept = json.loads((run.path / "approvals" / f"{plan.fingerprint[:16]}.json").read_text())
+    assert kept["approval"]["reason"] == "the 1-CPU machines are all taken"
+    assert [p.method for p in ctx.evidence.plans] == [f"file:{approval}; reason: the 1-CPU machines are all taken"]
