@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
+import yaml
 from xdist.scheduler import LoadScopeScheduling
 
+from runbook_lib.params import dump_yaml
 from runbook_lib.run.hostlock import host_lock
 
 from .airflow_api import AirflowApi
@@ -170,12 +172,18 @@ def approved_training_run(tmp_path_factory: pytest.TempPathFactory, airflow_api:
     approvals case and the training-demo case read it. Its source job is started by an Airflow
     DAG (``source.schedules``), which phase 05 moves to the target's DAG under its approval."""
     project = tmp_path_factory.mktemp("training-approved")
-    # Its GO is judged: three rounds per side, not FAST_TRAINING's two (with two, the p95 ratio's
-    # 90 % interval was [0.77, 4.0] against the demo's 3.0 in one CI run, alone on the machine,
-    # and held it). The margin is the demo's.
+    # Its GO is judged on three rounds per side, not FAST_TRAINING's two, and its latency is
+    # scored, not blocking (the demo's latency_p95_ratio_max left out): the demo's steps take
+    # about 0.4 ms, so one scheduling hiccup doubles a round's p95, and the ratio's 90 % interval
+    # was [0.77, 4.0] with two rounds and [0.81, 3.76] with three against the demo's 3.0 in CI
+    # runs, holding a walk that is about approvals. Its throughput, cold-start and cost gates
+    # still block; `make demo-train` judges the latency.
     judged = {"measure": {"rounds": 6}}
     scheduled = {"source": {"schedules": [airflow_api.schedule("nightly_walk")]}}
     params = write_params(project, "demo-train.yaml", **merged(FAST_TRAINING, judged, NOT_PREAPPROVED, scheduled))
+    data = yaml.safe_load(params.read_text())
+    del data["gates"]["latency_p95_ratio_max"]
+    params.write_text(dump_yaml(data))
     with pytest.MonkeyPatch.context() as mp:
         for name, value in airflow_api.env.items():
             mp.setenv(name, value)
