@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import pytest
@@ -38,23 +38,34 @@ UNTIMED = {"requests_per_round": 10, "warmup_requests": 2, "throughput_requests"
            "exclusive": False}
 
 
-def _drill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-           faults: dict[str, Any], *, target_offer: dict[str, Any] | None = None,
-           measure: dict[str, Any] | None = None, keep_drills: bool = False) -> tuple[int, Path, str]:
+def _drill_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """A project in ``tmp_path`` with params/runpod-to-vast.yaml as ``edit`` changes it (its
+    mapping, in place), no provider or store key in the environment, and ``tmp_path`` the working
+    directory. Returns the params file."""
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
     (tmp_path / "params").mkdir()
-    params = tmp_path / "params" / "runpod-to-vast.yaml"
     data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
-    data["target"]["offer"].update(target_offer or {})
-    if not keep_drills:
-        data["drills"] = {"run": [], "blocking": []}
-    data["measure"].update(measure or {})
+    edit(data)
+    params = tmp_path / "params" / "runpod-to-vast.yaml"
     params.write_text(dump_yaml(data))
-    (tmp_path / "faults.json").write_text(json.dumps(faults))
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
+    return params
+
+
+def _drill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+           faults: dict[str, Any], *, target_offer: dict[str, Any] | None = None,
+           measure: dict[str, Any] | None = None, keep_drills: bool = False) -> tuple[int, Path, str]:
+    def edit(data: dict[str, Any]) -> None:
+        data["target"]["offer"].update(target_offer or {})
+        if not keep_drills:
+            data["drills"] = {"run": [], "blocking": []}
+        data["measure"].update(measure or {})
+
+    params = _drill_project(tmp_path, monkeypatch, edit)
+    (tmp_path / "faults.json").write_text(json.dumps(faults))
     code = cli_main(["rehearse", str(params), "--faults", str(tmp_path / "faults.json")])
     out = capsys.readouterr().out
     [run_dir] = [d for d in (tmp_path / "reports").iterdir() if d.is_dir()]
@@ -151,14 +162,10 @@ def test_a_target_worker_that_crashes_mid_measurement_is_no_go_and_the_target_is
     assert receipt["resources"]["remaining"] == []
 
 
-def _with_alternate(tmp_path: Path) -> Path:
-    """params/runpod-to-vast.yaml for a drill (the least measurement, its performance gates scored), with a
-    documented alternate: the same image on a Runpod Community Cloud RTX 4090, served from a pod's
-    port (as Vast.ai would have served it)."""
-    (tmp_path / "pyproject.toml").write_text("")
-    (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
-    (tmp_path / "params").mkdir()
-    data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+def _with_alternate(data: dict[str, Any]) -> None:
+    """params/runpod-to-vast.yaml (``data``, changed in place) for a drill: the least measurement,
+    its performance gates scored, and a documented alternate: the same image on a Runpod Community
+    Cloud RTX 4090, served from a pod's port (as Vast.ai would have served it)."""
     data["target"]["offer"].update({"ready_timeout_s": 5, "capacity_budget_s": 120})
     data["drills"] = {"run": [], "blocking": []}
     # The HOLD rests on the failing baseline, which no load makes PASS: the gates a measurement
@@ -172,9 +179,6 @@ def _with_alternate(tmp_path: Path) -> Path:
                endpoint_mode="load_balancing", price_usd_per_hour=0.39,
                offer={k: v for k, v in data["target"]["offer"].items() if k != "query"} | {"cloud": "COMMUNITY"})
     data["alternates"] = [alt]
-    params = tmp_path / "params" / "runpod-to-vast.yaml"
-    params.write_text(dump_yaml(data))
-    return params
 
 
 def test_a_target_never_ready_holds_then_the_alternate_approved_with_a_reason_runs_and_an_expired_source_job_holds(
@@ -186,10 +190,7 @@ def test_a_target_never_ready_holds_then_the_alternate_approved_with_a_reason_ru
     # and measures it. There the Runpod endpoint forgets a job 2 s after it was submitted: phase
     # 04's first source job waits out the worker's cold start in the queue and expires, a HOLD on
     # a failing baseline.
-    params = _with_alternate(tmp_path)
-    for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.chdir(tmp_path)
+    params = _drill_project(tmp_path, monkeypatch, _with_alternate)
     reh = start(tmp_path, {"vast": {"script": {"poll": ["loading"] * 40}}, "runpod": {"limits": {"job_ttl_s": 2}}})
     try:
         copy = write_copy(params, reh)

@@ -24,7 +24,7 @@ from runbook_lib import gates as g
 from runbook_lib.errors import NoCapacity
 from runbook_lib.evidence import approvals
 from runbook_lib.evidence.records import CandidateFate, ParityData, PlanRow
-from runbook_lib.params import AnyProfile, RemoteProfile, profile_differences
+from runbook_lib.params import AnyProfile, OfferSpec, RemoteProfile, profile_differences
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers.base import Plan
 
@@ -145,7 +145,7 @@ def prove_first(ctx: PhaseContext, prove: Callable[[PhaseContext], Any],
     next alternate is proposed only after this one), shown with the alternate's ``launches`` (its
     canary's plans) so one approval covers both. Without a proven candidate, the blocking
     gate ``target_capacity`` is INCONCLUSIVE (a HOLD) with a retry time one capacity budget
-    (the largest of the candidates tried) after ``now``.
+    (the largest of the candidates tried; :class:`OfferSpec`'s default when none was) after ``now``.
 
     Returns:
         :class:`OnCandidate` (the proven candidate's result and every fate) or :class:`Delayed`.
@@ -181,7 +181,7 @@ def prove_first(ctx: PhaseContext, prove: Callable[[PhaseContext], Any],
                            "dry-run: its canary is planned, nothing was launched" if dry else
                            "its canary ran; the gates judge it", **more))
         return OnCandidate(inner=inner, target=prof.name, fates=tuple(fates))
-    wait = max((budget_s(p) for p in tried), default=0.0) or 900.0
+    wait = max((budget_s(p) for p in tried), default=0.0) or OfferSpec.model_fields["capacity_budget_s"].default
     retry = (now() + timedelta(seconds=wait)).strftime("%Y-%m-%dT%H:%M:%SZ")
     left = [f.name for f in fates if f.outcome == "awaiting_approval"]
     detail = ("no candidate has capacity: " + "; ".join(f"{f.name}: {f.outcome}" for f in fates)
