@@ -30,11 +30,14 @@ def _cut(run_dir: Path) -> dict:
     return dict(json.loads((run_dir / "05_cutover.json").read_text())["data"]["cutover"])
 
 
-# Phase 04 measured the least a judged GO allows (FAST_INFERENCE, only the drills a load-balancing
-# target takes), after 30 warm-up requests a side: a load-balancing worker's first round was seen
-# slower than its last (an A/A interval of [0.39, 0.76] against 1 +/- 0.5, a HOLD in CI). Phase
-# 05: 250 requests a window at 30/s, the steady state and three steps, 1,000 through HAProxy.
-ROUTED = merged(FAST_INFERENCE, {"cutover": {"requests_per_step": 250}, "measure": {"warmup_requests": 30},
+# Phase 04 measured FAST_INFERENCE's sizes with only the drills a load-balancing target takes,
+# after 30 warm-up requests a side (a load-balancing worker's first round was seen slower than its
+# last: an A/A interval of [0.39, 0.76] against 1 +/- 0.5, a HOLD in CI), and 120 requests a round,
+# not 45: a p95 of 45 samples is their third-largest, and a CI run beside the fleet case held on
+# an A/A interval of [1.08, 1.52] (4 s more a round at 30/s). Phase 05: 250 requests a window at
+# 30/s, the steady state and three steps, 1,000 through HAProxy.
+ROUTED = merged(FAST_INFERENCE, {"cutover": {"requests_per_step": 250},
+                                 "measure": {"warmup_requests": 30, "requests_per_round": 120},
                                  "drills": {"run": ["preferred_offer_removed", "spend_limit"],
                                             "blocking": ["preferred_offer_removed", "spend_limit"]}})
 

@@ -1,6 +1,6 @@
 """Every environment the Makefile builds installs exact versions from its lock (locks/*.txt), the
 main lock covers every dependency pyproject.toml declares, the main environment holds exactly
-what its lock says, and each run's seal records the lock's sha256."""
+what its lock says and nothing more, and each run's seal records the lock's sha256."""
 
 from __future__ import annotations
 
@@ -69,6 +69,14 @@ def test_the_main_environment_holds_exactly_what_its_lock_pins() -> None:
         if got is None or got.split("+")[0] != version:
             differ.append(f"{name}: locked {version}, installed {got}")
     assert differ == [], "run `make` again (the stamp follows locks/main.txt)"
+
+
+def test_the_main_environment_holds_nothing_its_lock_leaves_out() -> None:
+    # An optional extra's package left behind (rfc3987-syntax, LOCK_OMIT in the Makefile) is
+    # imported by whatever finds it: jsonschema compiles its grammars in every `runbook` process.
+    installed = {_norm(d.metadata["Name"]) for d in metadata.distributions()}
+    extra = installed - set(_pins("main")) - {"gpu-migration-runbook", "pip", "setuptools"}
+    assert sorted(extra) == [], "run `make` again, or `pip uninstall` what the lock leaves out"
 
 
 def test_a_run_records_the_locks_sha256(tmp_path: Path) -> None:

@@ -294,6 +294,22 @@ def test_a_window_whose_replay_fell_behind_is_judged_only_on_failures_and_holds_
     assert slices_verdict(step, [got]) is None
     assert slices_verdict(step, [both]) is False and slices_verdict(step, [on_time]) is False
     assert slices_verdict([step[0].model_copy(update={"passed": True})], []) is True
+    # its detail ends with what failed the first failing step: a window's problems (the first
+    # window is the steady state, named by its own clause), or a client-split step's p95
+    from runbook_lib.phases.cutover import first_failure
+
+    steady = judge_window(Window("steady state before the first step", 0, 0.0, 10.0, _rows(100, 0),
+                                 {"source": 100, "target": 0}, {"source": "UP", "target": "UP"},  # type: ignore[arg-type]
+                                 {"source": 100, "target": 0}),
+                          tolerance=0.05, bound_s=1.0, accepted=lambda r: True, before=None)
+    assert steady.passed and first_failure(step, [steady, on_time]) == (
+        "; step 1 failed: the source failed 1 request(s); ERROR_BODY x1; first: boom; the target's share from the "
+        "replay 0.400 and from the router's counters 0.100 differ by more than 0.090; the target's share 0.400 is not "
+        "its weight 10 %")
+    slow = InferenceStep(step=3, target_percent=100, passed=False, target_p95_s=0.61, p95_bound_s=0.5)
+    assert first_failure([step[0].model_copy(update={"passed": True}), slow], []) == (
+        "; step 3 failed: the target's p95 0.610 s is above the bound 0.500 s")
+    assert first_failure([slow.model_copy(update={"target_failed_as": "FAILED x1"})], []) == ""
 
 
 def test_every_replayed_request_is_counted_in_exactly_one_window() -> None:

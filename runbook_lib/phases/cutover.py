@@ -407,7 +407,8 @@ def cutover(ctx: PhaseContext) -> Cutover:
            if steady is not None and not steady.passed else "")
     failed_as = next((s.target_failed_as for s in res.steps if isinstance(s, InferenceStep) and s.target_failed_as), "")
     why += f"; the target's failed requests: {failed_as}" if failed_as else ""
-    why += (f"; not judged: {failing[0].window}: {failing[0].replay_behind}" if all_ok is None else "")
+    why += (f"; not judged: {failing[0].window}: {failing[0].replay_behind}" if all_ok is None
+            else first_failure(res.steps, windows))
     ctx.evidence.add_gates(g.boolean_gate(
         "cutover_slices", all_ok, phase="05",
         detail=f"{sum(s.passed for s in res.steps)} of {len(slices(ctx))} slice steps passed; "
@@ -420,6 +421,22 @@ def cutover(ctx: PhaseContext) -> Cutover:
                                    "detail": "source reloads the target's checkpoint: " + rev.detail}))
     ctx.evidence.write_json("05/cutover.json", res)
     return res
+
+
+def first_failure(steps: Sequence[SliceStep], windows: Sequence[RoutedWindow]) -> str:
+    """What made the first failing slice step fail, as ``cutover_slices``' detail ends: a routed
+    window's problems (:func:`runbook_lib.phases.routed.judge_window`), or a client-split inference
+    step's p95 against its bound; empty when no step failed or its failed requests are named
+    already (``target_failed_as``)."""
+    window = next((w for w in windows[1:] if not w.passed), None)
+    if window is not None:
+        return f"; {window.window} failed: {'; '.join(window.problems)}"
+    step = next((s for s in steps if not s.passed), None)
+    if (isinstance(step, InferenceStep) and not step.target_failed_as and step.target_p95_s is not None
+            and step.p95_bound_s is not None and not step.target_p95_s <= step.p95_bound_s):
+        return (f"; step {step.step} failed: the target's p95 {step.target_p95_s:.3f} s is above the bound "
+                f"{step.p95_bound_s:.3f} s")
+    return ""
 
 
 def slices_verdict(steps: Sequence[SliceStep], windows: Sequence[RoutedWindow]) -> bool | None:
