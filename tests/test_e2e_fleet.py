@@ -49,6 +49,7 @@ def _pulled(loc: str, dest: Path) -> Path:
 
 
 @pytest.mark.measure  # its GO decisions rest on phase 04's measurements; long, so scheduled first
+@pytest.mark.fleet_worker  # the group of cases that never run beside it (conftest.FLEET_WORKER)
 def test_the_fleet_dag_decides_its_migrations_in_airflow_two_at_a_time_and_a_rejection_or_a_hold_too(
         s3: str, tmp_path: Path) -> None:
     # `make demo-fleet`'s script over a folder of four migrations, at most two in flight:

@@ -43,6 +43,7 @@ ROUTED = merged(FAST_INFERENCE, {"cutover": {"requests_per_step": 250},
 
 
 @pytest.mark.measure
+@pytest.mark.fleet_worker  # its windows' p95 at 30 requests/s: never beside the fleet case
 def test_the_haproxy_demo_cuts_over_real_traffic_step_by_step_and_loses_nothing(make_params) -> None:
     params = make_params("demo-haproxy.yaml", name="demo-haproxy.yaml", **ROUTED)
     res = run_migration(params, reports_dir=params.parent.parent / "reports", echo=print)
