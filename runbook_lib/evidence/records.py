@@ -895,6 +895,80 @@ class SavingsForecast(_Model):
     break_even_per_s: float | None = None
 
 
+class RaceEntry(_Model):
+    """One candidate of a race (:func:`runbook_lib.phases.compare.race.judge_race`), as the pick's
+    table and plot show it.
+
+    Attributes:
+        name, provider: the candidate's profile.
+        pairs: the pairs of rounds it was measured for.
+        fate: ``picked``, ``eliminated``, ``undecided`` (a survivor when the budget ended with no
+            pick) or ``racing`` (still in the race at an intermediate look).
+        exit_pair, exit_by, exit_reason: when and why it was eliminated (the gate's name or the
+            candidate that beat it on the objective); empty while it races.
+        objective_ratio, objective_lower, objective_upper: the objective against the source (a
+            ratio; geometric mean, and the race's sequence: 0 and inf while unbounded).
+        p95_s, p95_lower_s, p95_upper_s: its p95 latency (seconds): the source's pooled p95 times
+            its latency ratio's geometric mean and sequence.
+        usd_per_accepted_unit, usd_lower, usd_upper: its USD per accepted unit, the same way from
+            the source's and its cost ratio.
+        quoted_usd_per_hour, billed_usd_per_hour: the price its profile quotes and, where the
+            provider reports it, what it billed (None: not reported).
+        on_front: it is on the Pareto front of cost per accepted unit against p95 latency.
+    """
+
+    name: str
+    provider: str = ""
+    pairs: int = 0
+    fate: str = "racing"
+    exit_pair: int | None = None
+    exit_by: str = ""
+    exit_reason: str = ""
+    objective_ratio: float | None = None
+    objective_lower: float | None = None
+    objective_upper: float | None = None
+    p95_s: float | None = None
+    p95_lower_s: float | None = None
+    p95_upper_s: float | None = None
+    usd_per_accepted_unit: float | None = None
+    usd_lower: float | None = None
+    usd_upper: float | None = None
+    quoted_usd_per_hour: float | None = None
+    billed_usd_per_hour: float | None = None
+    on_front: bool = False
+
+
+class RaceRecord(_Model):
+    """A race of candidates against one source (issue 50; :mod:`runbook_lib.gates.race`).
+
+    Attributes:
+        objective: what the pick minimises or maximises (``cost_per_accepted_unit``,
+            ``latency_p95`` or ``throughput``).
+        gates: the blocking gates every candidate was judged on against the source.
+        comparisons, alpha_each: m, the sequences the error level is split over (Bonferroni),
+            and each one's level.
+        correction: the correction, in words, with its source.
+        pick: the winner, or None; undecided: the survivors none beat when the budget ended.
+        final: the budget was spent (the pick or the undecided set is the race's answer).
+        source_p95_s, source_usd_per_accepted_unit: the source's pooled p95 latency (seconds)
+            and the geometric mean of its rounds' USD per accepted unit, which the entries'
+            figures scale.
+        entries: every candidate, in the order given.
+    """
+
+    objective: str
+    gates: tuple[str, ...] = ()
+    comparisons: int = 0
+    alpha_each: float = 0.0
+    correction: str = ""
+    pick: str | None = None
+    undecided: tuple[str, ...] = ()
+    final: bool = False
+    source_p95_s: float | None = None
+    source_usd_per_accepted_unit: float | None = None
+    entries: tuple[RaceEntry, ...] = ()
+
+
 class CompareData(PhaseData):
     """Phase 04's record data (:func:`runbook_lib.phases.compare.judge.record_data`); the raw
     samples stay in the files the record hashes. Costs are :meth:`runbook_lib.measure.cost.CostBreakdown.to_dict`

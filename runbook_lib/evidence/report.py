@@ -20,7 +20,7 @@ from runbook_lib.errors import EvidenceError, UsageError
 from runbook_lib.evidence.auditpage import DecisionShown, SealStatus, first_page
 from runbook_lib.evidence.cells import readable_frame
 from runbook_lib.evidence.closedworld import expected_files, is_sealed, seal_kind, sealed_notebooks
-from runbook_lib.evidence.records import Receipt, load_receipt
+from runbook_lib.evidence.records import RaceRecord, Receipt, load_receipt
 from runbook_lib.evidence.resolve import standing
 from runbook_lib.evidence.signing import envelope_keyids, record_envelope, signed_by
 from runbook_lib.layout import RESOLUTION
@@ -182,6 +182,66 @@ def cost_plot(costs: dict[str, Any], path: Path, *, unit: str = "request",
                     xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=8, color="white")
     ax.set_ylabel(f"micro-USD per accepted {unit}")
     ax.set_title(f"Cost per accepted unit, {basis}\n(error bars: 90 % interval over rounds)", fontsize=9)
+    _save(fig, path)
+    return fig
+
+
+RACE_COLORS = {"picked": "#2e7d32", "eliminated": "#9e9e9e", "undecided": "#dd8452", "racing": "#dd8452"}
+
+
+def race_plot(record: RaceRecord, path: Path) -> Any:
+    """Each candidate of a race (:func:`runbook_lib.phases.compare.race.judge_race`) at its USD per
+    accepted unit (x, micro-USD) and p95 latency (y, milliseconds), each with the race's sequence
+    as error bars (open-ended where unbounded); the source as a square; the Pareto front (lower is
+    better on both) joined by a dashed line; an eliminated candidate grey, labelled with the pair
+    it left at and by what; the pick green."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(FIGSIZE[0], FIGSIZE[1] + 1.0))  # a legend line per candidate below
+    shown = [e for e in record.entries if e.usd_per_accepted_unit is not None and e.p95_s is not None]
+    if not shown:
+        _no_data(ax, "no candidate has both a priced and a timed round: nothing to place")
+        ax.set_title("Candidates: cost per accepted unit against p95 latency", fontsize=9)
+        _save(fig, path)
+        return fig
+
+    def bar(v: float, lo: float | None, hi: float | None, top: float) -> tuple[float, float]:
+        return v - (lo if lo is not None else 0.0), (hi if hi is not None else top) - v
+
+    top_x = max(e.usd_per_accepted_unit or 0.0 for e in shown) * 1e6 * 2
+    top_y = max(e.p95_s or 0.0 for e in shown) * 1e3 * 2
+    for e in shown:
+        x, y = e.usd_per_accepted_unit * 1e6, e.p95_s * 1e3  # type: ignore[operator]
+        xe = bar(x, None if e.usd_lower is None else e.usd_lower * 1e6, None if e.usd_upper is None else e.usd_upper * 1e6,
+                 top_x)
+        ye = bar(y, None if e.p95_lower_s is None else e.p95_lower_s * 1e3,
+                 None if e.p95_upper_s is None else e.p95_upper_s * 1e3, top_y)
+        color = RACE_COLORS.get(e.fate, "#dd8452")
+        ax.errorbar([x], [y], xerr=[[xe[0]], [xe[1]]], yerr=[[ye[0]], [ye[1]]], fmt="*" if e.fate == "picked" else
+                    "x" if e.fate == "eliminated" else "o", color=color, ecolor=color, capsize=4, markersize=10,
+                    label=f"{e.name}: {e.fate}" + (f" at pair {e.exit_pair} ({e.exit_by})" if e.exit_pair else ""))
+        ax.annotate(e.name, (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8, color="#333")
+    front = sorted((e.usd_per_accepted_unit * 1e6, e.p95_s * 1e3) for e in shown if e.on_front)  # type: ignore[operator]
+    if len(front) > 1:
+        ax.plot([p[0] for p in front], [p[1] for p in front], "--", color="#555", linewidth=1, label="Pareto front")
+    elif front:
+        ax.plot([front[0][0]], [front[0][1]], "s", mfc="none", mec="#555", markersize=16, label="Pareto front")
+    if record.source_usd_per_accepted_unit is not None and record.source_p95_s is not None:
+        ax.plot([record.source_usd_per_accepted_unit * 1e6], [record.source_p95_s * 1e3], "s", color=COLORS["source"],
+                label="source")
+    # the axes end past the farthest bounded figure: an unbounded sequence runs off them
+    reach_x = [v * 1e6 for e in shown for v in (e.usd_per_accepted_unit, e.usd_upper) if v is not None]
+    reach_y = [v * 1e3 for e in shown for v in (e.p95_s, e.p95_upper_s) if v is not None]
+    if record.source_usd_per_accepted_unit is not None and record.source_p95_s is not None:
+        reach_x.append(record.source_usd_per_accepted_unit * 1e6)
+        reach_y.append(record.source_p95_s * 1e3)
+    ax.set_xlim(0, max(reach_x) * 1.15)
+    ax.set_ylim(0, max(reach_y) * 1.15)
+    ax.set_xlabel("micro-USD per accepted unit")
+    ax.set_ylabel("p95 latency (ms)")
+    ax.set_title(f"Candidates: cost per accepted unit against p95 latency (objective {record.objective})\n"
+                 f"(error bars: the race's sequences, {record.comparisons} comparisons at "
+                 f"{record.alpha_each:.4f} each)", fontsize=9)
+    _legend_below(ax)
     _save(fig, path)
     return fig
 

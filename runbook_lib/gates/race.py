@@ -114,8 +114,9 @@ def comparisons(k: int, gates: int) -> int:
     return k * gates + k * (k - 1) // 2
 
 
-def _sequence(x: np.ndarray, alpha: float) -> tuple[float, float, float]:
-    """(mean, lower, upper) of the t confidence sequence for the mean of ``x`` (log scale)."""
+def log_sequence(x: np.ndarray, alpha: float) -> tuple[float, float, float]:
+    """(mean, lower, upper) of the t confidence sequence at level ``alpha`` for the mean of the
+    log ratios ``x`` (1-D floats); (nan, -inf, inf) for none."""
     n = x.size
     if n == 0:
         return math.nan, -math.inf, math.inf
@@ -124,7 +125,8 @@ def _sequence(x: np.ndarray, alpha: float) -> tuple[float, float, float]:
     return mean, mean - w, mean + w
 
 
-def _ratio(v: float) -> float:
+def as_ratio(v: float) -> float:
+    """A log ratio as a ratio, with -inf and inf as 0 and inf."""
     return 0.0 if v == -math.inf else math.inf if v == math.inf else math.exp(v)
 
 
@@ -132,16 +134,16 @@ def _gate_look(x: np.ndarray, q: Criterion, alpha: float) -> tuple[str, float, f
     """``PASS``, ``FAIL`` or ``INCONCLUSIVE`` for gate ``q`` on log ratios ``x``, with the sequence
     as ratios."""
     assert q.threshold is not None
-    _, lo, hi = _sequence(x, alpha)
+    _, lo, hi = log_sequence(x, alpha)
     t = math.log(q.threshold)
     if q.higher_is_better:
         verdict = "PASS" if lo >= t else "FAIL" if hi < t else "INCONCLUSIVE"
     else:
         verdict = "PASS" if hi <= t else "FAIL" if lo > t else "INCONCLUSIVE"
-    return verdict, _ratio(lo), _ratio(hi)
+    return verdict, as_ratio(lo), as_ratio(hi)
 
 
-def race(traces: Mapping[str, Mapping[str, Sequence[float]]], criteria: Sequence[Criterion], objective: Criterion, *,
+def race(traces: Mapping[str, Mapping[str, Sequence[float] | np.ndarray]], criteria: Sequence[Criterion], objective: Criterion, *,
          min_pairs: int = 2, final: bool = False, alpha: float = ALPHA) -> RaceResult:
     """Replay the race over ``traces`` look by look and say where it stands after the last pair.
 
@@ -198,8 +200,8 @@ def race(traces: Mapping[str, Mapping[str, Sequence[float]]], criteria: Sequence
     standings = {}
     for c in names:
         v = x[c][objective.name]
-        mean, lo, hi = _sequence(v, a)
-        standings[c] = Standing(int(v.size), _ratio(mean) if v.size else math.nan, _ratio(lo), _ratio(hi))
+        mean, lo, hi = log_sequence(v, a)
+        standings[c] = Standing(int(v.size), as_ratio(mean) if v.size else math.nan, as_ratio(lo), as_ratio(hi))
     pick, undecided = _pick(alive, final)
     return RaceResult(candidates=names, comparisons=m, alpha_each=a, exits=tuple(exits), survivors=tuple(alive),
                       pick=pick, undecided=undecided, standings=standings, passed=passed)
@@ -213,10 +215,10 @@ def _beaten(x: Mapping[str, Mapping[str, np.ndarray]], c: str, rivals: Sequence[
         k = min(n, x[c][objective.name].size, x[other][objective.name].size)
         if k < n:
             continue
-        _, lo, hi = _sequence(x[c][objective.name][:k] - x[other][objective.name][:k], alpha)
+        _, lo, hi = log_sequence(x[c][objective.name][:k] - x[other][objective.name][:k], alpha)
         if hi < 0 if objective.higher_is_better else lo > 0:
-            return Exit(c, n, other, _ratio(lo), _ratio(hi),
-                        f"{objective.name} after {n} pairs: {c} over {other} is [{_ratio(lo):.3f}, {_ratio(hi):.3f}], "
+            return Exit(c, n, other, as_ratio(lo), as_ratio(hi),
+                        f"{objective.name} after {n} pairs: {c} over {other} is [{as_ratio(lo):.3f}, {as_ratio(hi):.3f}], "
                         f"wholly {'below' if objective.higher_is_better else 'above'} 1")
     return None
 
