@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import optimize, special
 
 from runbook_lib.gates.result import Verdict
 
@@ -153,6 +152,9 @@ def bernoulli_log_mixture(failures: int, n: int, p: float, *, a: float = 1.0, b:
     """Log of the beta-binomial mixture martingale for a Bernoulli rate ``p`` after ``failures``
     in ``n`` trials, with a Beta(``a``, ``b``) mixing prior (Robbins 1970): ``log B(a + k, b + n - k)
     - log B(a, b) - k log p - (n - k) log(1 - p)``."""
+    # imported on first use: most phase kernels never need scipy, and its import delays each start
+    from scipy import special
+
     k = failures
     if not 0.0 < p < 1.0:
         return math.inf
@@ -162,6 +164,8 @@ def bernoulli_log_mixture(failures: int, n: int, p: float, *, a: float = 1.0, b:
 def bernoulli_sequence(failures: int, n: int, *, alpha: float = ALPHA) -> tuple[float, float]:
     """The ``(lower, upper)`` bounds of the Bernoulli rate's confidence sequence after ``failures``
     in ``n`` trials: the rates whose mixture martingale is below ``1 / alpha``. (0, 1) when n = 0."""
+    from scipy import optimize  # on first use, as in bernoulli_log_mixture
+
     if n == 0:
         return 0.0, 1.0
     limit = math.log(1.0 / alpha)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize
 
 from runbook_lib.evidence.records import SavingsForecast
 from runbook_lib.gates.stats import bootstrap_interval
@@ -37,6 +36,8 @@ def break_even(source: tuple[cost.ServingTerms, float], target: tuple[cost.Servi
     top = min(source[1], target[1])
     if top <= 0:
         return None
+
+    from scipy import optimize  # on first use: a kernel that never forecasts never pays scipy's import
 
     def diff(x: float) -> float:
         return _unit_cost(target[0], x, target[1]) - _unit_cost(source[0], x, source[1])
