@@ -173,3 +173,38 @@ def test_a_notebook_default_params_path_outside_notebooks_says_where_papermill_r
                                           r"-p params_path"):
         open_phase("01", "../params/demo.yaml", run_mode="headless")
     assert not (tmp_path.parent / "reports").exists() and list(tmp_path.iterdir()) == []  # nothing was created
+
+
+def test_a_phase_kernel_listens_on_unix_sockets_of_its_own_so_no_port_can_be_taken_from_it() -> None:
+    # Over TCP the manager picks ports, closes them and the kernel binds them later: a CI run lost
+    # a phase when another process took one meanwhile (ZMQError: Address already in use).
+    import asyncio
+
+    import psutil
+
+    from runbook_lib.run.runner import PhaseKernelManager
+
+    async def started() -> tuple[dict, set, list[str], list[str]]:
+        km = PhaseKernelManager(kernel_name="python3")
+        await km.start_kernel(extra_arguments=["--IPKernelApp.log_level=ERROR"])
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            info = km.get_connection_info()
+            sockets = sorted(str(p) for p in Path(info["ip"]).parent.glob(Path(info["ip"]).name + "-*"))
+            unix = {c.laddr for c in psutil.Process(km.provisioner.pid).net_connections(kind="unix")}  # type: ignore[union-attr]
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+        left = sorted(str(p) for p in Path(info["ip"]).parent.glob(Path(info["ip"]).name + "-*"))
+        return info, unix, sockets, left
+
+    info, unix, sockets, left = asyncio.run(started())
+    assert info["transport"] == "ipc" and Path(info["ip"]).name.startswith("runbook-kernel-"), info
+    # shell, iopub, stdin, control and heartbeat, each a Unix socket the kernel listens on (its
+    # iopub pipe for subprocess output stays on a TCP port zmq binds at once: nothing to race for)
+    assert len(sockets) == 5 and set(sockets) <= unix, (sockets, unix)
+    assert all(len(s.encode()) < 108 for s in sockets)  # Linux's sun_path
+    assert left == []  # removed at shutdown
+    assert PhaseKernelManager().ip != PhaseKernelManager().ip  # each kernel its own prefix

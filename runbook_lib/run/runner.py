@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import CaselessStrEnum, default
 
 from runbook_lib._time import utc_now
 from runbook_lib.errors import (
@@ -228,10 +230,19 @@ def cleared(path: Path) -> Any:
     return nb
 
 
-class QuietShutdownKernelManager(AsyncKernelManager):
-    """nbclient's kernel manager, except that shutting the kernel down does not interrupt it first.
+class PhaseKernelManager(AsyncKernelManager):
+    """nbclient's kernel manager, except that its kernel listens on Unix sockets of its own and
+    shutting it down does not interrupt it first.
 
-    jupyter_client sends SIGINT to a kernel before every shutdown request, running or idle
+    Sockets: over TCP (jupyter_client's default), ``write_connection_file`` binds five ports to
+    port 0, reads them and closes them, and the kernel binds them again once it has started; any
+    process that binds a port meanwhile takes it, and the kernel dies with ``ZMQError: Address
+    already in use`` (a CI run lost a phase so, beside servers and other kernels starting on
+    loopback). With ``transport = "ipc"`` the kernel binds ``<ip>-<n>`` files instead, and ``ip``
+    is a path no other kernel uses (:func:`kernel_socket_prefix`), so there is nothing to race
+    for; jupyter_client removes the files when the kernel shuts down (``cleanup_ipc_files``).
+
+    Shutdown: jupyter_client sends SIGINT to a kernel before every shutdown request, running or idle
     (``KernelManager._async_shutdown_kernel``; its ``shutdown_wait_time`` help: "the kernel will be
     immediately sent an interrupt (SIGINT), followed by a shutdown_request message"). After a
     phase's last cell there is nothing to interrupt, and a kernel still inside a message handler
@@ -239,12 +250,25 @@ class QuietShutdownKernelManager(AsyncKernelManager):
     timeout (nbclient's ``interrupt_on_timeout``) and the runner's own signal forwarding
     (:mod:`runbook_lib.run.interrupt`) still interrupt the kernel as before."""
 
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    @default("ip")
+    def _ip_default(self) -> str:
+        return kernel_socket_prefix()
+
     async def _async_interrupt_kernel(self) -> None:
         if self.shutting_down:
             return
         await super()._async_interrupt_kernel()
 
     interrupt_kernel = _async_interrupt_kernel  # the async manager's public name for it
+
+
+def kernel_socket_prefix() -> str:
+    """A fresh path prefix for one kernel's Unix sockets (``<prefix>-1`` .. ``-5``): in the
+    temporary directory, named by 12 random hex digits, short enough for a socket path (108
+    bytes on Linux, ``sun_path``)."""
+    return str(Path(tempfile.gettempdir()) / f"runbook-kernel-{uuid.uuid4().hex[:12]}")
 
 
 def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_s: int,
@@ -290,10 +314,9 @@ def execute_phase(phase: str, params_path: Path, run_dir: Path, *, cell_timeout_
             str(src), str(out), parameters=params, kernel_name=KERNEL_NAME,
             cwd=str(project),
             progress_bar=False, log_output=False, execution_timeout=cell_timeout_s, interrupt_on_timeout=True,
-            # The kernel listens on 127.0.0.1 only (jupyter_client's default); its start-up warning
-            # about unencrypted TCP would otherwise be printed once per phase. Errors still show.
+            # The kernel's start-up messages stay out of the run's terminal; its errors still show.
             extra_arguments=["--IPKernelApp.log_level=ERROR"],
-            on_cell_execute=stop_if_interrupted, kernel_manager_class=QuietShutdownKernelManager,
+            on_cell_execute=stop_if_interrupted, kernel_manager_class=PhaseKernelManager,
             error_on_timeout={"ename": "CellTimeoutError",
                               "evalue": f"cell exceeded run.cell_timeout_s = {cell_timeout_s} s",
                               "traceback": [f"CellTimeoutError: cell exceeded {cell_timeout_s} s"]},
