@@ -31,7 +31,7 @@ from runbook_lib.evidence.records import RaceEntry, RaceRecord
 from runbook_lib.gates import race as rc
 from runbook_lib.gates import sequential as sq
 from runbook_lib.params import Migration, operator_set
-from runbook_lib.phases.compare.sequential import per_round
+from runbook_lib.phases.compare.sequential import RATIO_GATES, cost_log_ratios, per_round
 
 OBJECTIVES: dict[str, tuple[str, bool]] = {
     "cost_per_accepted_unit": ("cost_per_accepted_unit", False),
@@ -75,23 +75,16 @@ def traces(view: CandidateView) -> dict[str, np.ndarray]:
     ``cost_per_accepted_unit`` (USD per accepted unit; the pairs end at the first round priced at
     no finite positive cost, as the sequential cost gate's do)."""
     values = per_round(view.samples, view.throughput)
-    src, tgt = list(view.costs.get("source", [])), list(view.costs.get("target", []))
-    n = min(len(src), len(tgt))
-    usable = next((k for k in range(n) if not (0 < src[k] < math.inf and 0 < tgt[k] < math.inf)), n)
-    return {"latency_p95_ratio": sq.paired_log_ratios(*values["latency_p95_ratio"]),
-            "throughput_ratio": sq.paired_log_ratios(*values["throughput_ratio"]),
-            "cost_per_accepted_unit": sq.paired_log_ratios(src[:usable], tgt[:usable])}
+    return {**{name: sq.paired_log_ratios(*values[name]) for name in RATIO_GATES},
+            "cost_per_accepted_unit": cost_log_ratios(view.costs)}
 
 
 def criteria(mig: Migration) -> list[rc.Criterion]:
     """The blocking gates of the race: each ratio gate whose threshold the operator set
     (``gates.latency_p95_ratio_max``, ``gates.throughput_ratio_min``, ``gates.required_saving`` as
     a cost ratio of at most ``1 - required_saving``), as they block a single target."""
-    out = []
-    if operator_set(mig, "gates.latency_p95_ratio_max"):
-        out.append(rc.Criterion("latency_p95_ratio", mig.gates.latency_p95_ratio_max, False))
-    if operator_set(mig, "gates.throughput_ratio_min"):
-        out.append(rc.Criterion("throughput_ratio", mig.gates.throughput_ratio_min, True))
+    out = [rc.Criterion(name, float(getattr(mig.gates, setting.split(".")[1])), higher)
+           for name, (setting, higher) in RATIO_GATES.items() if operator_set(mig, setting)]
     if operator_set(mig, "gates.required_saving"):
         out.append(rc.Criterion("cost_per_accepted_unit", 1.0 - mig.gates.required_saving, False))
     return out
@@ -117,16 +110,16 @@ def _source_figures(views: Sequence[CandidateView]) -> tuple[float, float]:
     return p95, usd
 
 
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
 def _scaled(base: float, x: np.ndarray, alpha: float) -> tuple[float | None, float | None, float | None]:
     """``base`` times the geometric mean of the ratios ``x`` and its sequence (None where not finite)."""
     mean, lo, hi = rc.log_sequence(x, alpha)
-
-    def fin(v: float) -> float | None:
-        return v if math.isfinite(v) else None
-
     if not math.isfinite(base) or not x.size:
         return None, None, None
-    return fin(base * rc.as_ratio(mean)), fin(base * rc.as_ratio(lo)), fin(base * rc.as_ratio(hi))
+    return _finite(base * rc.as_ratio(mean)), _finite(base * rc.as_ratio(lo)), _finite(base * rc.as_ratio(hi))
 
 
 def judge_race(mig: Migration, views: Sequence[CandidateView], *, objective: str = "cost_per_accepted_unit",
@@ -169,9 +162,7 @@ def judge_race(mig: Migration, views: Sequence[CandidateView], *, objective: str
         entries.append(RaceEntry(
             name=v.name, provider=v.provider, pairs=st.pairs, fate=fate, exit_pair=e.pair if e else None,
             exit_by=e.by if e else "", exit_reason=e.reason if e else "",
-            objective_ratio=st.estimate if math.isfinite(st.estimate) else None,
-            objective_lower=st.lower if math.isfinite(st.lower) else None,
-            objective_upper=st.upper if math.isfinite(st.upper) else None,
+            objective_ratio=_finite(st.estimate), objective_lower=_finite(st.lower), objective_upper=_finite(st.upper),
             p95_s=p95[0], p95_lower_s=p95[1], p95_upper_s=p95[2],
             usd_per_accepted_unit=usd[0], usd_lower=usd[1], usd_upper=usd[2],
             quoted_usd_per_hour=v.quoted_usd_per_hour, billed_usd_per_hour=v.billed_usd_per_hour))
@@ -179,8 +170,7 @@ def judge_race(mig: Migration, views: Sequence[CandidateView], *, objective: str
                                    e.p95_s if e.p95_s is not None else math.nan) for e in entries})
     return RaceRecord(objective=objective, gates=tuple(q.name for q in gates), comparisons=res.comparisons,
                       alpha_each=res.alpha_each, correction=CORRECTION, pick=res.pick, undecided=res.undecided,
-                      final=final, source_p95_s=src_p95 if math.isfinite(src_p95) else None,
-                      source_usd_per_accepted_unit=src_usd if math.isfinite(src_usd) else None,
+                      final=final, source_p95_s=_finite(src_p95), source_usd_per_accepted_unit=_finite(src_usd),
                       entries=tuple(e.model_copy(update={"on_front": e.name in front}) for e in entries))
 
 

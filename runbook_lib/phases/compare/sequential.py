@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -190,13 +191,20 @@ def cost_trace(mig: Migration, costs: dict[str, list[float]]) -> Trace:
     docstring); blocking when the operator set ``gates.required_saving``. A round priced at no
     finite positive cost (no accepted unit) ends the usable pairs there."""
     src, tgt = costs.get("source", []), costs.get("target", [])
-    n = min(len(src), len(tgt))
-    usable = next((k for k in range(n) if not (0 < src[k] < math.inf and 0 < tgt[k] < math.inf)), n)
     threshold = 1.0 - mig.gates.required_saving
-    looks = sq.ratio_looks(sq.paired_log_ratios(src[:usable], tgt[:usable]), threshold=threshold,
-                           higher_is_better=False)
+    looks = sq.ratio_looks(cost_log_ratios(costs), threshold=threshold, higher_is_better=False)
     return Trace("cost_per_accepted_unit", threshold, False, operator_set(mig, "gates.required_saving"), looks,
                  sq.decided(looks, mig.measure.min_rounds), (len(src), len(tgt)), mig.measure.min_rounds, stops=False)
+
+
+def cost_log_ratios(costs: Mapping[str, Sequence[float]]) -> np.ndarray:
+    """Per-pair log ratios of USD per accepted unit, target over source (each side's rounds in
+    order, :func:`runbook_lib.phases.compare.judge.round_costs`), up to the first pair with a round
+    priced at no finite positive cost (no accepted unit). Shape ``(usable pairs,)``."""
+    src, tgt = list(costs.get("source", [])), list(costs.get("target", []))
+    n = min(len(src), len(tgt))
+    usable = next((k for k in range(n) if not (0 < src[k] < math.inf and 0 < tgt[k] < math.inf)), n)
+    return sq.paired_log_ratios(src[:usable], tgt[:usable])
 
 
 def error_trace(mig: Migration, samples: pd.DataFrame, pairs: int) -> Trace:
