@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from runbook_lib.errors import RunbookError, WorkloadError
-from runbook_lib.evidence.manifest import sha256_file
+from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
 from runbook_lib.layout import KEPT_PARAMS, POD_DEVICE_ENV, POD_FAULT_ENV, POD_ID_ENV, POD_VOLUME_ENV
 from runbook_lib.params import load_params
 from runbook_lib.portability.checkpoint import load_state, natural_key
@@ -131,7 +131,7 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
             checkpoint_s += time.perf_counter() - c0
             if pause_after_checkpoint:
                 if progress is not None:
-                    progress.write_text(json.dumps({"paused_after_step": i + 1}))
+                    write_json_atomic(progress, {"paused_after_step": i + 1})  # the parent polls for it
                 while True:  # wait to be killed; the parent's SIGKILL is the failure
                     time.sleep(3600)
     synchronize(device)
