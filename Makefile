@@ -190,7 +190,7 @@ endef
 # root) no network but loopback: what the README says a fresh machine needs.
 e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) $(AIRFLOW_STAMP) demo-service-models browser haproxy
 
-E2E_PYTEST := tests/bare-host $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
+E2E_PYTEST := tests/bare-host $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=40
 
 test-e2e: e2e-setup
 	$(E2E_PYTEST) -m "e2e and not smoke"
