@@ -206,6 +206,26 @@ def test_verify_names_a_go_resolution_that_resolve_itself_would_refuse(tmp_path:
     assert cli_main(["verify", str(run)]) == 1
 
 
+def test_a_hold_for_capacity_cannot_be_resolved_to_go_only_to_no_go(tmp_path: Path) -> None:
+    """No candidate got its machines (target_capacity INCONCLUSIVE, phases 04 and 05 skipped):
+    there is no target to accept, so GO is refused, naming the gate; NO-GO is recorded."""
+    from runbook_lib import gates as g
+
+    run = _sealed(tmp_path)
+    receipt = json.loads((run / "receipt.json").read_text())
+    receipt["gates"] = [g.GateResult("phases_complete", "PASS", True, 5, 5, "phases", "records", "phases 01-05 completed",
+                                     phase="06").to_dict(),
+                        g.GateResult("target_capacity", "INCONCLUSIVE", True, 0, 1, "candidates", "offers tried",
+                                     "vast-4090: no capacity; runpod-community waits for an approval", phase="03").to_dict()]
+    write_json_atomic(run / "receipt.json", receipt)
+    seal_run(run, load_params(run / "params.yaml"), run / "params.yaml", decision="HOLD")
+    with pytest.raises(UsageError, match="no candidate was proven .target_capacity INCONCLUSIVE: vast-4090"):
+        resolve_run(run, decision="GO", by="alice", now=DECIDED)
+    assert not (run / "resolution.json").exists()
+    assert resolve_run(run, decision="NO-GO", by="alice", now=DECIDED)["decision"] == "NO-GO"
+    assert {r["status"] for r in verify_run(run)} == {"intact"}
+
+
 def test_the_report_leads_with_the_resolution_list_shows(tmp_path: Path) -> None:
     from runbook_lib.evidence.report import decision_shown
 

@@ -32,6 +32,7 @@ from runbook_lib.evidence.closedworld import (
 from runbook_lib.evidence.manifest import sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.evidence.records import Manifest, Receipt, load_manifest, load_receipt
 from runbook_lib.evidence.signing import sign_record
+from runbook_lib.gates import CAPACITY_GATE
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RECEIPT, RESOLUTION
 from runbook_lib.params import load_params
 
@@ -314,6 +315,9 @@ def go_refusal(receipt: Receipt) -> str | None:
 
     * phases never ran (a dry run, a phase that did not complete): a person may judge
       inconclusive measurements, not evidence that was never collected;
+    * no candidate was proven (``target_capacity`` not PASS, :mod:`runbook_lib.phases.candidates`):
+      no target got the machines it needs, so there is nothing to accept; the run's ``retry_at``
+      says when a new run may find them;
     * a blocking gate failed: that is a NO-GO no person can overrule (a sealed HOLD never holds
       one unless its receipt was edited).
     """
@@ -321,6 +325,10 @@ def go_refusal(receipt: Receipt) -> str | None:
     if unrun:
         return (f"holds because phases never ran ({[x.name for x in unrun]}: {unrun[0].detail}). A person may judge "
                 "inconclusive measurements, not evidence that was never collected: decide NO-GO or start a new run")
+    capacity = [x for x in receipt.gates if x.name == CAPACITY_GATE and x.verdict != "PASS"]
+    if capacity:
+        return (f"holds because no candidate was proven ({CAPACITY_GATE} {capacity[0].verdict}: {capacity[0].detail}). "
+                "There is no target to accept: decide NO-GO or start a new run once capacity is back")
     failed = [x.name for x in receipt.gates if x.blocking and x.verdict == "FAIL"]
     if failed:
         return (f"has a blocking gate failed ({failed}): a failed blocking gate is NO-GO, which no person can "

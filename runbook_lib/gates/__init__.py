@@ -25,6 +25,7 @@ The package is cut by responsibility: :mod:`.result` (the verdict record), :mod:
 """
 
 from runbook_lib.gates.decision import (
+    CAPACITY_GATE,
     decide,
     generator_behind,
     holds,
@@ -88,7 +89,7 @@ from runbook_lib.gates.stats import (
 )
 
 __all__ = [
-    "BOOTSTRAP_CONFIDENCE", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "EXACT_BOOTSTRAP_MAX_SAMPLES", "MIN_ROUNDS_PER_SIDE",
+    "BOOTSTRAP_CONFIDENCE", "CAPACITY_GATE", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "EXACT_BOOTSTRAP_MAX_SAMPLES", "MIN_ROUNDS_PER_SIDE",
     "Binned", "bin_rounds", "binned_bootstrap", "counts_mean", "counts_quantile", "ratio_error_bound", "SHIFT_FLOOR_S",
     "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "acceptance_budget", "artifact_parity", "as_rounds",
     "baseline_health", "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",

@@ -8,6 +8,11 @@ from typing import Sequence
 
 from runbook_lib.gates.result import Decision, GateResult
 
+CAPACITY_GATE = "target_capacity"
+"""The gate that is INCONCLUSIVE (a HOLD with a retry time) when no candidate target got the
+machines it needs (:mod:`runbook_lib.phases.candidates`); a person may not resolve such a HOLD to
+GO (:func:`runbook_lib.evidence.resolve.go_refusal`)."""
+
 
 def scored_unless_set(result: GateResult, *, setting: str, operator_set: bool) -> GateResult:
     """Performance and cost gates decide only when the operator chose their threshold: "every

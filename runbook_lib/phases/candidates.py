@@ -32,7 +32,7 @@ ACTION = "use_alternate"
 """The plan action of a proposed alternate (:func:`proposal`)."""
 PROVIDER = "alternates"
 """The plan provider of a proposed alternate: a choice made in the runbook, on no provider."""
-GATE = "target_capacity"
+GATE = g.CAPACITY_GATE
 SOURCE = "seed 001: target capacity violates policy: delay or approve a documented alternate"
 FATE_COLUMNS = ["name", "provider", "role", "outcome", "differences", "detail", "approved_by", "reason"]
 
