@@ -170,6 +170,7 @@ def _phase_into(args: argparse.Namespace, run_dir: Path) -> int:
         run_phase,
         stop_full_disk,
         stop_interrupted,
+        teardown_after_failed_phase_06,
     )
 
     if args.phase == "01" and not (run_dir / KEPT_PARAMS).exists():
@@ -201,6 +202,8 @@ def _phase_into(args: argparse.Namespace, run_dir: Path) -> int:
         return EXIT_HOLD
     if out.status != "completed":
         print(f"phase {phase_name(args.phase)} {out.status}: {out.reason}", file=sys.stderr)
+        if args.phase == "06" and out.status == "failed":
+            teardown_after_failed_phase_06(run, _echo)
         return EXIT_FAILED
     print(f"phase {phase_name(args.phase)} completed in {out.seconds:.1f} s: {run.path / phase_name(args.phase)}.ipynb")
     if out.stop and args.phase != "06":

@@ -13,6 +13,7 @@ import pytest
 
 from runbook_lib.audit.verify import verify_run
 from runbook_lib.cli import main as cli_main
+from runbook_lib.errors import EXIT_FAILED
 from runbook_lib.evidence.approvals import require
 from runbook_lib.evidence.closedworld import read_links
 from runbook_lib.evidence.seal import seal_run
@@ -98,6 +99,48 @@ def test_an_aborted_cleanup_leaves_the_rest_for_the_next_one(tmp_path: Path) -> 
     res = cleanup_run(run_dir, project=tmp_path, echo=lambda s: None)
     assert res.clean and sorted(res.destroyed) == sorted(p.id for p in pods)
     assert summary(res).startswith("destroyed [")
+
+
+def test_a_phase_06_that_fails_to_run_is_followed_by_the_teardown_it_did_not_do(
+        make_params, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phase 01 launches a pod labelled with the run, then its kernel dies; phase 06 (the teardown)
+    dies too, before any cell: ``runbook run`` destroys the pod by its label, says so and keeps what
+    it destroyed in the manifest; ``runbook phase 06`` destroys it too."""
+    import nbformat
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+
+    from runbook_lib.run.runner import run_migration
+
+    params = make_params()
+    project = params.parent.parent
+    pods: list[tuple[LocalProvider, str]] = []
+
+    def execute(src: str, out: str, **_: object) -> None:
+        if Path(out).name.startswith("01"):
+            prov = LocalProvider(root=project / ".runbook" / "local")
+            pods.append((prov, _sleeper(prov, project, Path(out).parent.name, "freeze").id))
+        nbformat.write(nbformat.v4.new_notebook(), out)
+        raise DeadKernelError("Kernel died")
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    lines: list[str] = []
+    res = run_migration(params, echo=lines.append)
+    assert [o.status for o in res.outcomes] == ["failed", "skipped", "skipped", "skipped", "skipped", "failed"]
+    assert res.decision == "FAILED" and "DeadKernelError: Kernel died" in res.outcomes[-1].reason
+    [(prov, pod_id)] = pods
+    assert prov.get(pod_id).state == "DESTROYED"
+    text = "\n".join(lines)
+    assert "phase 06 failed: tearing down what this run created" in text and pod_id in text
+    kept = json.loads((res.run_dir / "manifest.json").read_text())["teardown_after_phase_06"]
+    assert kept["destroyed"] == [pod_id] and kept["clean"]
+
+    run_dir = project / "reports" / "20261207T000000Z-m-dead06"  # the same, one `runbook phase` at a time
+    assert cli_main(["phase", "01", str(params), str(run_dir)]) == EXIT_FAILED
+    assert pods[-1][0].get(pods[-1][1]).state == "RUNNING"  # phase 06 tears down, not a failed phase 01
+    assert cli_main(["phase", "06", str(params), str(run_dir)]) == EXIT_FAILED
+    assert pods[-1][0].get(pods[-1][1]).state == "DESTROYED"
+    assert json.loads((run_dir / "cleanup.json").read_text())["destroyed"] == [pods[-1][1]]
 
 
 def test_cleanup_refuses_a_directory_that_is_not_a_run(tmp_path: Path, capsys) -> None:

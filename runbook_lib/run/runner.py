@@ -685,7 +685,10 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
     Returns:
         The :class:`RunResult`; its exit code is 0 GO, 1 NO-GO, 3 HOLD, 4 failed run, 130 / 143
         interrupted by SIGINT / SIGTERM (the current phase stopped, the run's resources torn down
-        by :func:`runbook_lib.run.cleanup.cleanup_run`, the run sealed as ``INTERRUPTED``).
+        by :func:`runbook_lib.run.cleanup.cleanup_run`, the run sealed as ``INTERRUPTED``). When
+        phase 06 itself failed (its kernel did not start, a cell raised), its teardown may not
+        have run: :func:`~runbook_lib.run.cleanup.cleanup_run` follows, and the manifest keeps
+        what it destroyed as ``teardown_after_phase_06``.
 
     Raises:
         ParamsError: the params file is invalid (nothing ran, no run directory is created).
@@ -735,15 +738,26 @@ def run_migration(params_path: str | Path, *, reports_dir: str | Path = REPORTS_
             return stop_interrupted(intr, run, outcomes, scans, say)
     if any(o.disk_full for o in outcomes):
         return stop_full_disk(run, outcomes, scans, say)
-    receipt = records.load_receipt(run_dir)
+    return _sealed(run, outcomes, scans, say, failed=failed)
+
+
+def _sealed(run: RunDir, outcomes: list[PhaseOutcome], scans: list[dict[str, Any]], say: Callable[[str], None], *,
+            failed: bool) -> RunResult:
+    """The end of a run whose six phases ran or were skipped: the teardown phase 06 did not do when
+    it failed, the decision from the receipt (``FAILED`` without one or after a failed phase), and
+    the seal."""
+    extra: dict[str, Any] = {"secret_scans": scans}
+    if outcomes[-1].status == "failed":
+        extra["teardown_after_phase_06"] = teardown_after_failed_phase_06(run, say)
+    receipt = records.load_receipt(run.path)
     reasons: list[str] = [o.reason for o in outcomes if o.status in ("failed", "held")]
     if receipt is not None:
         reasons = receipt.reasons + [r for r in reasons if not any(r in x for x in receipt.reasons)]
     exit_code = EXIT_FAILED if failed or receipt is None else EXIT_BY_DECISION[receipt.decision]
     decision = sealed_decision(receipt.decision if receipt else None, failed=failed or receipt is None)
-    seal_run(run_dir, mig, params, decision=decision, phases=[o.__dict__ for o in outcomes], complete=not failed,
-             extra={"secret_scans": scans})
-    return RunResult(run_dir, decision, exit_code, outcomes, reasons)
+    seal_run(run.path, run.mig, run.params_path, decision=decision, phases=[o.__dict__ for o in outcomes],
+             complete=not failed, extra=extra)
+    return RunResult(run.path, decision, exit_code, outcomes, reasons)
 
 
 def _say_outcome(say: Callable[[str], None], pid: str, name: str, out: PhaseOutcome) -> None:
@@ -842,6 +856,15 @@ def stop_interrupted(intr: Interrupts, run: RunDir, outcomes: list[PhaseOutcome]
     reasons = [f"interrupted by {intr.name} at {intr.received_at}"] + [o.reason for o in outcomes
                                                                       if o.status == "interrupted"]
     return RunResult(run_dir, decision, code, outcomes, reasons)
+
+
+def teardown_after_failed_phase_06(run: RunDir, say: Callable[[str], None]) -> dict[str, Any]:
+    """After phase 06 failed (``runbook run`` and ``runbook phase 06`` alike): phase 06 is the
+    teardown, and what it did not destroy still bills, so destroy what the run created, found by
+    its label, as ``runbook cleanup`` would. Returns the teardown's record
+    (:meth:`runbook_lib.run.cleanup.CleanupResult.to_dict`)."""
+    say("phase 06 failed: tearing down what this run created (its launch approvals cover it)")
+    return _tear_down(run, say, again="once phase 06's failure is fixed")
 
 
 def _tear_down(run: RunDir, say: Callable[[str], None], *, again: str) -> dict[str, Any]:
