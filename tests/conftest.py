@@ -204,6 +204,10 @@ GROUPS_ENV = "RUNBOOK_TEST_SHARED_RUN_GROUPS"
 # group, so on its worker, one after the other. Two CI runs failed so beside it: an A/A interval
 # of [1.08, 1.52] against 1 +/- 0.5, and a routed step at 100 % (2026-12-06).
 FLEET_WORKER = "fleet_worker"
+# A case that needs the Airflow API server (the `airflow_api` fixture: one per worker that asks,
+# about a minute of CPU to migrate its database, serialise its DAGs and start) runs in the group of
+# the approved training run, which needs it too: one server for the suite, not one per worker.
+AIRFLOW_API_GROUP = "approved_training_run"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -219,8 +223,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Name each shared run's readers (:data:`SHARED_RUNS`) and the fleet case's group
-    (:data:`FLEET_WORKER`) for the scheduler, and put the cases
+    """Name each shared run's readers (:data:`SHARED_RUNS`), the fleet case's group
+    (:data:`FLEET_WORKER`) and the Airflow API's users (:data:`AIRFLOW_API_GROUP`) for the
+    scheduler, and put the cases
     that take longest first (the ``measure`` cases and those readers: a whole judged migration
     each), so the workers of `make test-e2e` do not end with one long case running alone."""
     groups = {}
@@ -230,6 +235,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             groups[item.nodeid] = shared
         elif item.get_closest_marker(FLEET_WORKER):
             groups[item.nodeid] = FLEET_WORKER
+        elif "airflow_api" in getattr(item, "fixturenames", ()):
+            groups[item.nodeid] = AIRFLOW_API_GROUP
     items.sort(key=lambda i: 0 if i.get_closest_marker("measure") or i.nodeid in groups else 1)
     path = os.environ.get(GROUPS_ENV)
     if path and hasattr(config, "workerinput"):

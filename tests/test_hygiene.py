@@ -92,7 +92,8 @@ def test_every_test_is_in_the_behaviour_table() -> None:
 def test_the_readers_of_a_shared_run_go_to_one_worker(tmp_path: Path) -> None:
     """`make test-e2e`'s scheduling (conftest.SharedRunScheduling, selected by `--dist loadgroup`):
     three files each with a case reading a session fixture named like a shared run and a case
-    that does not, on two workers: the three readers run on one worker and the run is made once."""
+    that does not, on two workers: the three readers run on one worker and the run is made once.
+    Two more files use the Airflow API server, one through the approved training run: it starts once."""
     import os
     import subprocess
     import sys
@@ -105,13 +106,21 @@ def test_the_readers_of_a_shared_run_go_to_one_worker(tmp_path: Path) -> None:
         "@pytest.fixture(scope='session')\n"
         "def held_run():\n"
         f"    open({str(log)!r}, 'a').write('made ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
-        "    return os.environ['PYTEST_XDIST_WORKER']\n")
+        "    return os.environ['PYTEST_XDIST_WORKER']\n"
+        "@pytest.fixture(scope='session')\n"
+        "def airflow_api():\n"
+        f"    open({str(log)!r}, 'a').write('airflow ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+        "@pytest.fixture(scope='session')\n"
+        "def approved_training_run(airflow_api):\n"
+        "    return None\n")
     for name in "abc":
         (tmp_path / f"test_{name}.py").write_text(
             "import os, time\n"
             f"def test_{name}_reads(held_run):\n"
             f"    open({str(log)!r}, 'a').write('read ' + held_run + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
             f"def test_{name}_alone():\n    time.sleep(0.3)\n")
+    (tmp_path / "test_d.py").write_text("def test_d_schedules(airflow_api):\n    pass\n")  # the Airflow API's users
+    (tmp_path / "test_e.py").write_text("def test_e_walks(approved_training_run):\n    pass\n")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
                            "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)], capture_output=True,
                           text=True, timeout=120, env=os.environ | {"PYTHONPATH": str(ROOT)})
@@ -120,4 +129,5 @@ def test_the_readers_of_a_shared_run_go_to_one_worker(tmp_path: Path) -> None:
     made = [x for x in lines if x.startswith("made")]
     reads = {tuple(x.split()[1:]) for x in lines if x.startswith("read")}
     assert len(made) == 1 and len(reads) == 1 and len(next(iter(reads))) == 2, lines
+    assert len([x for x in lines if x.startswith("airflow")]) == 1, lines  # one Airflow API server, not one per worker
     assert len([x for x in lines if x.startswith("read")]) == 3
