@@ -204,9 +204,9 @@ GROUPS_ENV = "RUNBOOK_TEST_SHARED_RUN_GROUPS"
 # group, so on its worker, one after the other. Two CI runs failed so beside it: an A/A interval
 # of [1.08, 1.52] against 1 +/- 0.5, and a routed step at 100 % (2026-12-06).
 FLEET_WORKER = "fleet_worker"
-# A case that needs the Airflow API server (the `airflow_api` fixture: one per worker that asks,
-# about a minute of CPU to migrate its database, serialise its DAGs and start) runs in the group of
-# the approved training run, which needs it too: one server for the suite, not one per worker.
+# A case that needs the Airflow API server (the `airflow_api` fixture: one per worker that asks; it
+# migrates its database, serialises its DAGs and starts, 13 s on an idle 2-core host) runs in the
+# group of the approved training run, which needs it too: one server for the suite, not one per worker.
 AIRFLOW_API_GROUP = "approved_training_run"
 
 
