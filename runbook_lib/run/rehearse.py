@@ -68,6 +68,16 @@ SIZES = frozenset({"measure.requests_per_round", "measure.warmup_requests", "mea
 what the params ask, at no more load (a fault drill that needs ten requests a round is not made to
 send sixty)."""
 
+MARGINS: dict[str, Callable[[float, float], bool]] = {
+    "gates.latency_p95_ratio_max": lambda own, ours: own >= ours,
+    "gates.cold_start_ratio_max": lambda own, ours: own >= ours,
+    "gates.throughput_ratio_min": lambda own, ours: own <= ours,
+}
+"""The margins of :data:`SHORTER` a rehearsal never tightens, each with the test "the params' own
+value is at least as wide as the rehearsal's": a ratio's upper bound that is already higher, a
+lower bound that is already lower. A shared 2-core machine needs at least SHORTER's margins; params
+that allow more (a drill whose subject is not latency, run beside other work) keep their own."""
+
 
 def _dotted(data: dict[str, Any], path: str) -> Any:
     """``data["a"]["b"]`` for ``path`` ``"a.b"`` (a list's item by its index: ``alternates.0``);
@@ -81,12 +91,15 @@ def _dotted(data: dict[str, Any], path: str) -> Any:
 
 def shorter(data: dict[str, Any]) -> dict[str, Any]:
     """The :data:`SHORTER` overrides for the workload kind of params ``data`` (the YAML as a
-    mapping). A size of :data:`SIZES` only lowers: where the params already ask for a smaller
-    number there is no override, and the params' own value stands."""
+    mapping). A size of :data:`SIZES` only lowers and a margin of :data:`MARGINS` only widens:
+    where the params already ask for a smaller number, or a wider margin, there is no override and
+    the params' own value stands."""
     out = dict(SHORTER.get((data.get("workload") or {}).get("kind", ""), {}))
-    for path in sorted(SIZES & out.keys()):
+    for path in sorted((SIZES | MARGINS.keys()) & out.keys()):
         own = _dotted(data, path)
-        if isinstance(own, int | float) and not isinstance(own, bool) and own <= out[path]:
+        if not isinstance(own, int | float) or isinstance(own, bool):
+            continue
+        if own <= out[path] if path in SIZES else MARGINS[path](float(own), float(out[path])):
             del out[path]
     return out
 
