@@ -3,7 +3,8 @@ files, whole runs and partial runs, and the checks most cases make of a receipt.
 
 The sizes are the declared 2-core test overrides of the demo params (never widened to make a
 case pass); ``QUIET`` turns off what a case that is not about drills or cold starts would only
-wait for. tests/README.md says which case uses which run.
+wait for; ``BESIDE_OTHER_WORK`` is for a case whose subject is not latency but that needs a run
+past phase 04. tests/README.md says which case uses which run.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ UNJUDGED: dict[str, Any] = {
     "drills": {"run": [], "blocking": []}, "gates": {"method": "fixed"},
     "measure": {"cold_starts": 0, "requests_per_round": 10, "throughput_requests": 8, "warmup_requests": 2,
                 "max_extra_rounds": 0, "exclusive": False}}
+# A case that needs a GO, or a phase after 04, but whose subject is not latency (a signal in phase
+# 05, a provider's faults, a rehearsal's mechanics): its timed phases hold the host lock shared, so
+# no other case waits for them, and its latency, cold-start and throughput margins are declared wide
+# enough (explicitly: they are in its params and evidence) that a busy 2-core host's noise cannot
+# decide the run. Beside other work a p95 ratio of two identical sides reached 1.74 (2026-12-07),
+# and a send was 0.105 s late. The cases about latency keep the demo's margins and a quiet host.
+BESIDE_OTHER_WORK: dict[str, Any] = {
+    "measure": {"exclusive": False, "max_send_lateness_s": 1.0},
+    "gates": {"latency_p95_ratio_max": 10.0, "throughput_ratio_min": 0.1, "cold_start_ratio_max": 10.0}}
 
 CANARY_ENV = "runbook-canary-env-7f3a9c2e5b1d"
 CANARY_FILE = "runbook-canary-file-0e8d4b6a2c9f"

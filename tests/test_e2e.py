@@ -513,9 +513,11 @@ def test_bad_params_exit_2_and_nothing_runs(make_params, capsys) -> None:
 @pytest.fixture(scope="module")
 def held_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """A demo migration whose spend limit (0.006 USD) stops phase 04 before its first round: the
-    latency gates have no samples, the decision is HOLD. The spend-limit and HOLD cases read it."""
+    latency gates have no samples, the decision is HOLD. The spend-limit and HOLD cases read it.
+    Its phase 04 times nothing, so it holds the host lock shared: no other case waits for it."""
     project = tmp_path_factory.mktemp("held")
-    params = write_params(project, "demo.yaml", **merged(FAST_INFERENCE, QUIET, {"gates": {"spend_limit_usd": 0.006}}))
+    params = write_params(project, "demo.yaml", **merged(FAST_INFERENCE, QUIET, {"gates": {"spend_limit_usd": 0.006},
+                                                                                 "measure": {"exclusive": False}}))
     return _run(params)
 
 

@@ -63,13 +63,14 @@ def test_the_fleet_dag_decides_its_migrations_in_airflow_two_at_a_time_and_a_rej
     # - "held" cannot gather the latency samples its gates need (no extra round): HOLD, decided GO
     #   in Airflow.
     # (params/fleet/checkpoint.yaml is the checkpoint demo renamed: the smoke case runs that one.)
-    # The timed phases of "approved" and "held" hold the host lock shared (measure.exclusive:
-    # false), as the unjudged cases' do, so the other worker's untimed phases go on beside them:
-    # "approved" scores its latency as the smoke case does (a restore of a few milliseconds beside
-    # other work is noise; its throughput, cold-start and parity gates still block), and "held"
-    # holds on its sample count, not on a measurement. "saving-too-small" keeps its file's
-    # exclusive phases, its NO-GO resting on the cost interval, measured over 4 rounds, not the
-    # file's 8: its price alone saves 34 % (0.29 against 0.44 USD an hour), far from the 60 % required.
+    # Every timed phase holds the host lock shared (measure.exclusive: false), as the unjudged
+    # cases' do, so the other worker's phases go on beside them: "approved" scores its latency as
+    # the smoke case does (a restore of a few milliseconds beside other work is noise; its
+    # throughput, cold-start and parity gates still block), "held" holds on its sample count, not
+    # on a measurement, and "saving-too-small"'s NO-GO rests on the cost interval, measured over 4
+    # rounds, not the file's 8: its price alone saves 34 % (0.29 against 0.44 USD an hour), far
+    # from the 60 % required (the target would need 1.65 times the source's restores a second, on
+    # half its threads).
     project = tmp_path / "project"
     checkpoint = {"checkpoint": str(ROOT / "examples" / "checkpoint-demo")}
     shared = {"exclusive": False}
@@ -79,7 +80,7 @@ def test_the_fleet_dag_decides_its_migrations_in_airflow_two_at_a_time_and_a_rej
     del data["gates"]["latency_p95_ratio_max"]
     approved.write_text(yaml.safe_dump(data, sort_keys=False))
     write_params(project, "fleet/checkpoint-saving-too-small.yaml", "saving-too-small.yaml", workload=checkpoint,
-                 measure={"rounds": 4})
+                 measure={"rounds": 4, **shared})
     write_params(project, "demo-checkpoint.yaml", "rejected.yaml", workload=checkpoint,
                  approvals={"preapproved_local": False})
     write_params(project, "demo-checkpoint.yaml", "held.yaml", workload=checkpoint,
