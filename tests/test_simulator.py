@@ -19,7 +19,7 @@ from runbook_lib.params import load_params
 from runbook_lib.providers import create_provider
 from runbook_lib.providers.api import KeySource
 from runbook_lib.providers.base import PodSpec
-from runbook_lib.providers.simulator import SimServer, sim_module, simulate
+from runbook_lib.providers.simulator import Machines, SimServer, sim_module, simulate
 from runbook_lib.run.rehearse import SHORTER, shorter, write_copy
 
 from .conftest import ROOT
@@ -323,6 +323,18 @@ def test_a_service_image_runs_its_stand_in_and_streams_through_the_published_por
     finally:
         prov.close()
         srv.close()
+
+
+def test_a_destroyed_machine_never_starts_again(tmp_path: Path) -> None:
+    # A Vast.ai Serverless worker the autoscaler wakes (a restart) after its workergroup was
+    # deleted: nothing starts again, so no worker outlives its endpoint's teardown.
+    machines = Machines(tmp_path)
+    machines.start("8000001", ["python", "-c", "import time; time.sleep(60)"], {})
+    assert machines.state("8000001")[0] == "RUNNING"
+    machines.destroy("8000001")
+    machines.restart("8000001")
+    assert machines.state("8000001") == ("GONE", None)
+    assert [(r.id, r.state) for r in machines.local.list(labels={"sim": "8000001"}) if r.state != "DESTROYED"] == []
 
 
 def test_a_rehearsal_shortens_a_measurement_and_never_lengthens_one() -> None:

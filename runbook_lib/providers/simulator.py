@@ -64,6 +64,9 @@ class Machines:
 
     def __post_init__(self) -> None:
         self.local = LocalProvider(root=Path(self.root) / "machines")
+        # The console API (a DELETE) and the autoscaler (which starts a stopped worker again) run
+        # on different request threads: a start, restart or destroy of one machine is one step.
+        self._lock = threading.RLock()
 
     @staticmethod
     def argv(command: str | list[str]) -> tuple[str, ...]:
@@ -76,16 +79,22 @@ class Machines:
         image's own entry point, which cannot run here, so the machine idles)."""
         argv = self.argv(command) or (sys.executable, "-c", "import time; time.sleep(86400)")
         pairs = tuple((k, str(v)) for k, v in env.items())
-        self.commands[rid] = (argv, pairs)
         spec = PodSpec(name=rid, command=argv, device="cpu", price_usd_per_hour=0.0, labels=(("sim", rid),),
                        env=pairs)
-        plan = self.local.plan_launch(spec, dry_run=False)
-        self.ids[rid] = self.local.apply(plan, _approval(plan)).id  # type: ignore[union-attr]
+        with self._lock:
+            self.commands[rid] = (argv, pairs)
+            plan = self.local.plan_launch(spec, dry_run=False)
+            self.ids[rid] = self.local.apply(plan, _approval(plan)).id  # type: ignore[union-attr]
 
     def restart(self, rid: str) -> None:
-        """Start ``rid``'s command again after a stop (its container disk is new)."""
-        argv, pairs = self.commands[rid]
-        self.start(rid, list(argv), dict(pairs))
+        """Start ``rid``'s command again after a stop (its container disk is new). A destroyed
+        machine never starts again: a restart that comes after its destroy (a worker the autoscaler
+        wakes as its endpoint is deleted) does nothing."""
+        with self._lock:
+            if rid not in self.commands:
+                return
+            argv, pairs = self.commands[rid]
+            self.start(rid, list(argv), dict(pairs))
 
     def state(self, rid: str) -> tuple[str, int | None]:
         """``(state, exit_code)``: ``RUNNING``, ``EXITED`` or ``GONE`` (never started or destroyed)."""
@@ -100,17 +109,21 @@ class Machines:
 
     def stop(self, rid: str) -> None:
         """Stop ``rid``'s processes (compute released)."""
-        local = self.ids.get(rid)
-        if local is not None:
-            plan = plan_stop(self.local, local, dry_run=False)
-            self.local.apply(plan, _approval(plan))
+        with self._lock:
+            local = self.ids.get(rid)
+            if local is not None:
+                plan = plan_stop(self.local, local, dry_run=False)
+                self.local.apply(plan, _approval(plan))
 
     def destroy(self, rid: str) -> None:
-        """Destroy ``rid``'s processes and disks; a machine already gone is fine."""
-        local = self.ids.pop(rid, None)
-        if local is not None:
-            plan = self.local.plan_destroy(local, dry_run=False)
-            self.local.apply(plan, _approval(plan))
+        """Destroy ``rid``'s processes and disks, for good (:meth:`restart` no longer starts it); a
+        machine already gone is fine."""
+        with self._lock:
+            self.commands.pop(rid, None)
+            local = self.ids.pop(rid, None)
+            if local is not None:
+                plan = self.local.plan_destroy(local, dry_run=False)
+                self.local.apply(plan, _approval(plan))
 
     def close(self) -> None:
         """Destroy every machine (the simulator is shutting down)."""
