@@ -110,6 +110,9 @@ def test_an_alternate_is_used_only_under_an_approval_that_gives_a_reason(make_pa
     assert "price_usd_per_hour: 0.29 -> 0.33" in plan.target
     # a local plan, yet the params' pre-approval of local plans never covers it
     assert ctx.mig.approvals.preapproved_local and candidates.approved_with_reason(ctx, plan) is None
+    click = approvals.record(run.path, approvals.Approval(plan.fingerprint, "ops", "2026-12-06T09:00:00Z", "widget"),
+                             plan)  # an Approve click gives no reason: it does not count, nor hide a file that does
+    assert candidates.approved_with_reason(ctx, plan) is None
     approval.write_text(json.dumps({"approved_by": "ops", "approved_at": "2026-12-06T10:00:00Z",
                                     "fingerprints": [plan.fingerprint]}))
     assert candidates.approved_with_reason(ctx, plan) is None  # approved, but without a reason
@@ -117,6 +120,6 @@ def test_an_alternate_is_used_only_under_an_approval_that_gives_a_reason(make_pa
                                     "reason": "the 1-CPU machines are all taken", "fingerprints": [plan.fingerprint]}))
     found = candidates.approved_with_reason(ctx, plan)
     assert found is not None and found.reason == "the 1-CPU machines are all taken"
-    kept = json.loads((run.path / "approvals" / f"{plan.fingerprint[:16]}.json").read_text())
-    assert kept["approval"]["reason"] == "the 1-CPU machines are all taken"
+    kept = json.loads(click.read_text())  # the click's record stands (evidence is only added to) beside the file's
+    assert (kept["approval"]["method"], kept["approval"]["reason"]) == ("widget", "")
     assert [p.method for p in ctx.evidence.plans] == [f"file:{approval}; reason: the 1-CPU machines are all taken"]

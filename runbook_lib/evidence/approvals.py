@@ -170,24 +170,27 @@ def require_all(plans: Sequence[Any], *, run_dir: str | Path, preapproved_local:
 
 
 def find(plan: Any, *, run_dir: str | Path, approval_file: str = "", preapproved_local: bool = False,
-         simulator: str = "") -> Approval | None:
+         simulator: str = "", with_reason: bool = False) -> Approval | None:
     """What approves ``plan`` in :func:`require`'s order, writing nothing: a person's approval (a
     record in the run, else the approval file), or, when given, the params' pre-approvals. None
-    when nothing does."""
+    when nothing does. ``with_reason``: only a person's approval that gives a reason counts (a
+    record without one, such as an Approve click, does not hide an approval file that gives one)."""
     found = _lookup(plan, run_dir=run_dir, preapproved_local=preapproved_local, approval_file=approval_file,
-                    simulator=simulator)
+                    simulator=simulator, with_reason=with_reason)
     return found[0] if found is not None else None
 
 
 def _lookup(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval_file: str,
-            simulator: str) -> tuple[Approval, bool] | None:
+            simulator: str, with_reason: bool = False) -> tuple[Approval, bool] | None:
     """What approves ``plan``, in :func:`require`'s order, writing nothing: the approval and
-    whether its record already exists; None when nothing does."""
+    whether its record already exists; None when nothing does. ``with_reason``: :func:`find`'s."""
     existing = _record_dir(run_dir) / f"{plan.fingerprint[:16]}.json"
     if existing.exists():
         a = json.loads(existing.read_text())["approval"]
-        if a["fingerprint"] == plan.fingerprint:
+        if a["fingerprint"] == plan.fingerprint and (a.get("reason") or not with_reason):
             return Approval(**a), True
+    if with_reason:
+        preapproved_local, simulator = False, ""  # a pre-approval gives no reason
     if preapproved_local and plan.provider == "local":
         return Approval(plan.fingerprint, "params", utc_now(), "params:approvals.preapproved_local"), False
     if simulator and plan.provider != "local":
@@ -198,7 +201,7 @@ def _lookup(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approval
         p = Path(approval_file)
         if p.exists():
             body = json.loads(p.read_text())
-            if plan.fingerprint in body.get("fingerprints", []):
+            if plan.fingerprint in body.get("fingerprints", []) and (body.get("reason") or not with_reason):
                 return Approval(plan.fingerprint, str(body.get("approved_by", "?")),
                                 str(body.get("approved_at", utc_now())), f"file:{p}", str(body.get("reason") or "")), False
     return None

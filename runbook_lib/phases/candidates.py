@@ -51,8 +51,8 @@ def approved_with_reason(ctx: PhaseContext, plan: Plan) -> approvals.Approval | 
     """The approval of ``plan`` when one exists and gives a reason (recorded with the phase's
     plans); None while none does, the plan left pending for ``runbook approve``."""
     terms = ctx.resources.approval_terms()
-    found = approvals.find(plan, run_dir=terms["run_dir"], approval_file=terms["approval_file"])
-    if found is None or not found.reason:
+    found = approvals.find(plan, run_dir=terms["run_dir"], approval_file=terms["approval_file"], with_reason=True)
+    if found is None:
         return None
     approvals.record(terms["run_dir"], found, plan)
     ctx.evidence.plans.append(PlanRow(plan=plan.to_dict(), approved_by=found.approved_by,
