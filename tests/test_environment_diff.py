@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from runbook_lib.portability.gpus import bf16_tf32, compute_capability, runs_on
 from runbook_lib.portability.inventory import CLASSES, diff, probe
 
 GB = 10**9
@@ -49,7 +50,7 @@ def test_each_difference_gets_its_class_and_reason() -> None:
                    "os": "harmless", "features.dev_fuse": "risk", "credential_env_names": "risk"}
     reasons = {r["item"]: r["reason"] for r in rows}
     assert "weights_only=True" in reasons["torch"]  # 2.5 -> 2.6 crosses the unpickling default
-    assert "sm_90 is in the torch build's architecture list" == reasons["compute capability"]
+    assert reasons["compute capability"] == "its sm_90 kernels run on compute capability 9.0"
     assert "AWS_SECRET_ACCESS_KEY" in next(r["target"] for r in rows if r["item"] == "credential_env_names")
     assert {r["class"] for r in rows} <= set(CLASSES)
 
@@ -65,7 +66,27 @@ def test_a_gpu_the_torch_build_lacks_and_too_little_disk_are_blockers() -> None:
     two["cuda"] = {**two["cuda"], "devices": two["cuda"]["devices"] * 2}
     assert _classes(diff(two, _inv(), target_device="cuda", declared_credentials=frozenset({"HF_TOKEN"}))) == {
         "GPU count": "risk"}
-    assert "carries sm_80, sm_86, not sm_90" in next(r["reason"] for r in rows if r["item"] == "compute capability")
+    assert "carries sm_80, sm_86: none runs on compute capability 9.0" in next(
+        r["reason"] for r in rows if r["item"] == "compute capability")
+
+
+def test_a_build_runs_on_later_gpus_of_its_major_version_and_its_ptx_on_any_later_one() -> None:
+    # CUDA's binary compatibility (cubins within a major version, PTX forward): the torch 2.5
+    # cu121/cu124 wheels list sm_50 ... sm_90 without sm_89, and run on an RTX 4090 (8.9) through
+    # their sm_86 cubins; an RTX 5090 (12.0) runs none of them, and runs a build with compute_90 PTX.
+    wheel = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    assert runs_on(compute_capability("RTX 4090") or "", wheel) == (True, "its sm_86 kernels run on compute capability 8.9")
+    ok, why = runs_on(compute_capability("RTX 5090") or "", wheel)
+    assert not ok and why.startswith("the torch build carries sm_50, sm_60")
+    assert runs_on("12.0", [*wheel, "compute_90"])[0] and not runs_on("8.6", ["compute_90"])[0]
+    assert not runs_on("8.9", ["sm_90a"])[0] and runs_on("9.0", ["sm_90a"])[0]  # architecture-specific: 9.0 only
+    assert not runs_on("8.0", ["sm_86"])[0]  # a cubin never runs on an older minor version
+    assert (bf16_tf32("8.0"), bf16_tf32("7.5")) == (True, False) and compute_capability("Not A GPU") is None
+    tgt = _inv()  # the phase 03 check, on the canary's report: an RTX 4090 on those wheels is no blocker
+    tgt["cuda"] = {**tgt["cuda"], "arch_list": wheel,
+                   "devices": [{"index": 0, "name": "NVIDIA GeForce RTX 4090", "compute_capability": "8.9"}]}
+    assert _classes(diff(_inv(), tgt, target_device="cuda", declared_credentials=frozenset({"HF_TOKEN"})))[
+        "compute capability"] == "harmless"
 
 
 def test_an_older_driver_is_a_risk_and_a_missing_one_is_not_checked() -> None:

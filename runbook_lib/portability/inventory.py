@@ -14,6 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
+from runbook_lib.portability.gpus import runs_on
 from runbook_lib.secret_refs import names_present
 
 
@@ -158,9 +159,9 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
         declared_credentials: credential names the params inject; others found in the target's
             environment are a risk.
 
-    The compute-capability check compares the GPU's ``sm_XY`` with the torch build's
-    ``torch.cuda.get_arch_list()`` (a GPU whose architecture the build lacks cannot run its
-    kernels, https://pytorch.org/get-started/locally/); the driver check is a blocker below the
+    The compute-capability check asks whether the torch build's ``torch.cuda.get_arch_list()``
+    runs on the GPU under CUDA's binary and PTX compatibility rules
+    (:func:`runbook_lib.portability.gpus.runs_on`); the driver check is a blocker below the
     minimum driver of the image's CUDA major release (:data:`CUDA_MINOR_COMPAT_DRIVER`) and a
     risk when it is older than the source's.
     """
@@ -227,16 +228,14 @@ def _gpu_rows(source: dict[str, Any], target: dict[str, Any], target_device: str
                              f"an older host driver than the source's: the image's CUDA {rt_t} runtime needs at "
                              "least the driver NVIDIA's compatibility table lists for it"))
         cc = str(gt.get("compute_capability", ""))
-        arch = [a for a in cuda_t.get("arch_list") or [] if a.startswith("sm_")]
+        arch = list(cuda_t.get("arch_list") or [])
         if cc and arch:
-            sm = "sm_" + cc.replace(".", "")
-            ok = sm in arch or any(a.startswith("compute_") for a in cuda_t.get("arch_list") or [])
+            ok, why = runs_on(cc, arch)
             if not ok or cc != str(gs.get("compute_capability", "")):
                 rows.append(_row("compute capability", gs.get("compute_capability"), cc,
                                  "harmless" if ok else "blocker",
-                                 f"{sm} is in the torch build's architecture list" if ok else
-                                 f"the torch build carries {', '.join(arch)}, not {sm}: its kernels cannot run on "
-                                 "this GPU; use an image whose torch build lists it"))
+                                 why if ok else f"{why}: its kernels cannot run on this GPU; use an image whose torch "
+                                                "build lists this architecture"))
         elif not cc or not arch:
             rows.append(_row("compute capability", gs.get("compute_capability"), cc or None, "not checked",
                              "the canary reported no GPU architecture list"))
