@@ -4,10 +4,21 @@ host cannot tell recorded as not checked, never as a pass."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+from runbook_lib.evidence.manifest import write_record
+from runbook_lib.evidence.rundir import RunDir
+from runbook_lib.params import dump_yaml
+from runbook_lib.phases import mapping, open_phase
 from runbook_lib.portability.gpus import bf16_tf32, compute_capability, runs_on
 from runbook_lib.portability.inventory import CLASSES, diff, probe
+from runbook_lib.run.rehearse import start, write_copy
+
+from .conftest import ROOT
 
 GB = 10**9
 
@@ -129,3 +140,53 @@ def test_data_loader_workers_need_a_dev_shm() -> None:
     rows = diff(_inv(), none, target_device="cuda", loader_workers=4, declared_credentials=frozenset({"HF_TOKEN"}))
     assert _classes(rows) == {"shm_bytes": "blocker"}
     assert "starts 4 data-loader workers" in rows[0]["reason"]
+
+
+@pytest.mark.parametrize(("arch", "target_image", "kept"), [
+    (["sm_80", "sm_86", "sm_90"], "", ["8812345", "8812501"]),  # the RTX 4090s run the sm_86 cubins
+    (["sm_90"], "", []),  # a Hopper-only build: no RTX 4090 is rented for it
+    (["sm_90"], "ghcr.io/example/embed-api:2.4.0", ["8812345", "8812501"]),  # another image: its build is unknown
+])
+def test_phase_02_drops_an_offer_whose_gpu_the_source_image_cannot_run_before_renting_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: list[str], target_image: str, kept: list[str]) -> None:
+    # params/runpod-to-vast.yaml (the same image on both sides, on CUDA) against the Vast.ai
+    # simulator's recorded search; phase 01's record carries the source image's torch build.
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "params").mkdir()
+    params = tmp_path / "params" / "runpod-to-vast.yaml"
+    params.write_text((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    reh = start(tmp_path)
+    try:
+        copy_path = write_copy(params, reh)
+        data = yaml.safe_load(copy_path.read_text())
+        for side in ("source", "target"):
+            data[side]["device"] = "cuda"  # a rehearsal runs on CPU; these offers are for CUDA
+        if target_image:
+            data["target"]["image"] = target_image
+        copy_path.write_text(dump_yaml(data))
+        run = RunDir.create(copy_path)
+        write_record(run.path, "01", status="completed", data={"freeze": {"environment": {"cuda": {"arch_list": arch}}}})
+        ctx = open_phase("02", str(copy_path), str(run.path), run_mode="headless")
+        try:
+            offers = mapping.target_offers(ctx)
+        finally:
+            for prov in ctx.resources.providers.values():
+                prov.close()
+        assert offers is not None and list(offers.ranked) == kept
+        dropped = [r for r in offers.table if r.offer_id in ("8812345", "8812501") and not r.accepted]
+        assert len(dropped) == 2 - len(kept)
+        for r in dropped:  # the reason is in the offer table phase 02 writes, and no canary is planned on it
+            assert "RTX 4090 is compute capability 8.9: the torch build carries sm_90: none runs" in r.reasons
+        rows = {r.dependency: r for r in mapping.dependency_map(ctx, offers)}
+        row = rows["target offer"]
+        assert (row.status == "no equivalent") == (not kept)
+        assert ("use an image built for that GPU" in row.reason) == (not kept)
+        if kept:  # what the best offer's GPU runs, or why phase 02 cannot tell
+            arch_row = rows["GPU architecture"]
+            assert (arch_row.status, arch_row.reason) == (
+                ("adapter needed", "not checked before renting: the target runs another image than the source, or the "
+                 "source listed no GPU architectures; the canary checks it") if target_image else
+                ("equivalent", "its sm_86 kernels run on compute capability 8.9"))
+    finally:
+        reh.close()

@@ -39,9 +39,10 @@ from runbook_lib.params import (
 )
 from runbook_lib.phases import PhaseContext, PhaseResult, md, schedules, table
 from runbook_lib.phases.service_pods import serving_shown
+from runbook_lib.portability.gpus import compute_capability, offer_problem, runs_on
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Capabilities, Capability
-from runbook_lib.providers.offers import filter_offers, version_tuple
+from runbook_lib.providers.offers import Offer, filter_offers, version_tuple
 from runbook_lib.storage import GrantScope, build_grant
 
 GIB = 2**30
@@ -97,10 +98,56 @@ def target_offers(ctx: PhaseContext, where: str = "02/offers.json") -> Offers | 
     req = prof.offer
     offers = ctx.resources.provider("target").search_offers(req, ports=len(ctx.mig.workload.requirements.ports))
     ranked, table = filter_offers(offers, req)
+    if isinstance(prof, RemoteProfile) and prof.device.startswith("cuda"):
+        ranked = runnable(ctx, ranked, table)
     ctx.evidence.write_json(where, table)
     return Offers(ranked=tuple(o.offer_id for o in ranked),
                   best=OfferDetail.model_validate(ranked[0].to_dict()) if ranked else None,
                   table=tuple(OfferRow.model_validate(r) for r in table), requirements=req.model_dump())
+
+
+def frozen_arch_list(ctx: PhaseContext) -> tuple[str, ...]:
+    """The GPU architectures (``torch.cuda.get_arch_list()``) of the torch build the target will
+    run, as phase 01 froze them from the source: known only when the target runs the source's
+    image (the same build) and the source's inventory lists them; empty otherwise."""
+    src, tgt = ctx.mig.source, ctx.mig.target
+    freeze = ctx.records.freeze
+    env = freeze.freeze.environment if freeze is not None else None
+    same_image = isinstance(src, RemoteProfile) and isinstance(tgt, RemoteProfile) and bool(src.image) \
+        and src.image == tgt.image
+    return tuple(env.cuda.arch_list) if env is not None and same_image else ()
+
+
+def _architecture_row(arch: Sequence[str], gpu: str) -> DependencyRow:
+    """Whether the source image's torch build (``arch``, its ``get_arch_list()``) runs on the best
+    offer's GPU, as far as phase 02 can tell (offers it cannot run were already dropped)."""
+    cc = compute_capability(gpu)
+    source = ", ".join(arch) or "unknown"
+    if cc is None or not arch:
+        why = (f"{gpu} is not in NVIDIA's compute capability table here (portability.gpus)" if cc is None else
+               "the target runs another image than the source, or the source listed no GPU architectures")
+        return _row("GPU architecture", source, gpu, ADAPTER, f"not checked before renting: {why}; the canary checks it")
+    _, how = runs_on(cc, arch)
+    return _row("GPU architecture", source, f"{gpu} (compute capability {cc})", EQUIVALENT, how)
+
+
+def runnable(ctx: PhaseContext, ranked: list[Offer], table: list[dict[str, Any]]) -> list[Offer]:
+    """The ranked offers whose GPU the workload can run on, known before renting
+    (:func:`runbook_lib.portability.gpus.offer_problem`: the source image's torch build, from
+    :func:`frozen_arch_list`, and bfloat16 math when ``target.dtype`` asks for it). Each offer
+    dropped has its row in ``table`` marked not accepted, with the reason, so no canary is ever
+    rented on it."""
+    arch = frozen_arch_list(ctx)
+    keep = []
+    rows = {str(r["offer_id"]): r for r in table}
+    for o in ranked:
+        why = offer_problem(o.gpu_name, arch_list=arch, dtype=ctx.mig.target.dtype)
+        if not why:
+            keep.append(o)
+            continue
+        row = rows[str(o.offer_id)]
+        row.update(accepted=False, reasons="; ".join(x for x in (row["reasons"], why) if x))
+    return keep
 
 
 @dataclass(frozen=True)
@@ -147,8 +194,11 @@ def _offer_rows(ctx: PhaseContext, offers: Offers | None) -> list[DependencyRow]
         offers = offers or Offers()
         best, seen = offers.best, len(offers.table)
         if best is None:
+            gpu = any("is compute capability" in r for r in offers.reasons())
             return [_row("target offer", "running today", f"{seen} offers seen", NONE,
-                         f"no {tgt.provider} offer meets target.offer: {offers.reasons()[:3]}; widen the requirements")]
+                         f"no {tgt.provider} offer meets target.offer: {offers.reasons()[:3]}; widen the requirements"
+                         + ("; for a GPU the image's torch build cannot run, ask for other target.offer.gpu_names or "
+                            "use an image built for that GPU" if gpu else ""))]
         row = offers.row(best.offer_id)
         return [_row("target offer", src.release, f"{best.gpu_count} x {best.gpu_name} "
                      f"({best.offer_id}, {best.region or 'any region'})", EQUIVALENT,
@@ -200,6 +250,8 @@ def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
                              EQUIVALENT if ok else NONE,
                              f"target host driver supports CUDA {have} >= {need}" if ok else
                              f"target host driver supports CUDA {have} < {need}: images built for {need} fail to start"))
+        if tgt.device.startswith("cuda") and best is not None:
+            rows.append(_architecture_row(frozen_arch_list(ctx), best.gpu_name))
     else:
         host = rec.host
         rows.append(_row("python / torch", f"{sf.python} / {sf.torch}", f"{host.python} / {host.torch}",

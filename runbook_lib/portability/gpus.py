@@ -92,3 +92,26 @@ def runs_on(cc: str, arch_list: Iterable[str]) -> tuple[bool, str]:
 def bf16_tf32(cc: str) -> bool:
     """Whether compute capability ``cc`` has bfloat16 and TF32 math (:data:`BF16_TF32_MIN`)."""
     return _cc(cc) >= BF16_TF32_MIN
+
+
+def offer_problem(gpu: str, *, arch_list: Iterable[str] = (), dtype: str = "") -> str:
+    """Why an offer of canonical GPU model ``gpu`` cannot run the workload, known before renting
+    it; ``""`` when nothing known stops it (a model missing from :data:`COMPUTE_CAPABILITY` is left
+    to the canary).
+
+    Args:
+        arch_list: the torch build's ``get_arch_list()`` the target will run (empty: unknown, not
+            checked). dtype: the target's compute dtype (``bfloat16`` needs :data:`BF16_TF32_MIN`).
+    """
+    cc = compute_capability(gpu)
+    if cc is None:
+        return ""
+    arch = list(arch_list)
+    if arch:
+        ok, why = runs_on(cc, arch)
+        if not ok:
+            return f"{gpu} is compute capability {cc}: {why}"
+    if dtype == "bfloat16" and not bf16_tf32(cc):
+        return (f"{gpu} is compute capability {cc}: no bfloat16 math (compute capability "
+                f"{'.'.join(map(str, BF16_TF32_MIN))} or later has it); target.dtype is bfloat16")
+    return ""
