@@ -140,6 +140,15 @@ def test_data_loader_workers_need_a_dev_shm() -> None:
     rows = diff(_inv(), none, target_device="cuda", loader_workers=4, declared_credentials=frozenset({"HF_TOKEN"}))
     assert _classes(rows) == {"shm_bytes": "blocker"}
     assert "starts 4 data-loader workers" in rows[0]["reason"]
+    # a container's default 64 MiB, the source's too, with no shm_gb declared: a risk named with its remedy
+    docker = _inv(shm_bytes=64 * 2**20)
+    rows = diff(docker, docker, target_device="cuda", loader_workers=8, declared_credentials=frozenset({"HF_TOKEN"}))
+    assert _classes(rows) == {"shm_bytes": "risk"}
+    assert "/dev/shm 64 MiB, a container's default, and 8 data-loader workers" in rows[0]["reason"]
+    assert "--shm-size" in rows[0]["reason"]
+    assert diff(docker, docker, target_device="cuda", declared_credentials=frozenset({"HF_TOKEN"})) == []  # no workers
+    assert _classes(diff(docker, docker, target_device="cuda", loader_workers=8, shm_gb=0.05,
+                         declared_credentials=frozenset({"HF_TOKEN"}))) == {}  # declared, and enough
 
 
 @pytest.mark.parametrize(("arch", "target_image", "kept"), [

@@ -135,6 +135,11 @@ def _gpu(inv: dict[str, Any]) -> dict[str, Any]:
     return devs[0] if devs else {}
 
 
+DOCKER_DEFAULT_SHM_BYTES = 64 * 2**20
+"""A container's /dev/shm when nothing sets it: Docker's ``--shm-size`` default, 64 MiB
+(https://docs.docker.com/reference/cli/docker/container/run/). PyTorch's README ("Using pre-built
+images") says data-loader workers share data through it and the default "is not enough"."""
+
 CUDA_MINOR_COMPAT_DRIVER: dict[int, tuple[int, ...]] = {11: (450, 80, 2), 12: (525,), 13: (580,)}
 """Lowest Linux host driver on which an application built with any CUDA ``<major>.x`` runtime
 runs (minor version compatibility), by CUDA major release: NVIDIA's "CUDA Toolkit 11.x, 12.x, and
@@ -281,6 +286,12 @@ def _host_rows(source: dict[str, Any], target: dict[str, Any], *, memory_gb: flo
                          f"/dev/shm {shm_t / gb:.2f} GB; the workload declares {shm_gb} GB"
                          + (f" and starts {loader_workers} data-loader workers, which pass batches through it"
                             if loader_workers else "")))
+    elif loader_workers and not shm_gb and shm_t <= DOCKER_DEFAULT_SHM_BYTES:
+        rows.append(_row("shm_bytes", shm_s, shm_t, "risk",
+                         f"/dev/shm {shm_t / 2**20:.0f} MiB, a container's default, and {loader_workers} data-loader "
+                         "workers pass batches through it: PyTorch's README says the default segment is not enough "
+                         "for them (bus errors). Declare workload.requirements.shm_gb to have it checked, and run "
+                         "the container with a larger --shm-size"))
     elif shm_t < shm_s:
         rows.append(_row("shm_bytes", shm_s, shm_t, "risk", "a smaller /dev/shm: data-loader workers can fail "
                                                            "with bus errors"))
