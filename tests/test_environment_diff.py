@@ -135,6 +135,20 @@ def test_a_cuda_target_without_a_gpu_is_a_blocker() -> None:
     assert got["cuda.available"] == "blocker" and got["compute capability"] == "not checked"
 
 
+def test_bfloat16_on_a_gpu_without_it_blocks_and_tf32_on_one_side_only_is_a_tolerance() -> None:
+    # An A100 (8.0) source, a T4 (7.5) canary: no bfloat16 or TF32 math below compute capability 8.0
+    # (PyTorch's "TensorFloat-32 (TF32) on Ampere (and later) devices": cuDNN convolutions use it by default).
+    t4 = _inv()
+    t4["cuda"] = {**t4["cuda"], "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90"],
+                  "devices": [{"index": 0, "name": "Tesla T4", "compute_capability": "7.5"}]}
+    bf16 = {r["item"]: r for r in diff(_inv(), t4, target_device="cuda", target_dtype="bfloat16")}
+    assert bf16["bfloat16 math"]["class"] == "blocker" and "use float16 or float32" in bf16["bfloat16 math"]["reason"]
+    fp32 = {r["item"]: r for r in diff(_inv(), t4, target_device="cuda", target_dtype="float32")}
+    assert fp32["TF32 math"]["class"] == "tolerance" and "only the source GPU has TF32" in fp32["TF32 math"]["reason"]
+    assert "bfloat16 math" not in fp32 and "TF32 math" not in {r["item"] for r in diff(
+        _inv(), _inv(), target_device="cuda", target_dtype="bfloat16")}  # the same A100 both sides
+
+
 def test_data_loader_workers_need_a_dev_shm() -> None:
     none = _inv(shm_bytes=0)
     rows = diff(_inv(), none, target_device="cuda", loader_workers=4, declared_credentials=frozenset({"HF_TOKEN"}))

@@ -199,7 +199,7 @@ def environment_diff(ctx: PhaseContext, canary_env: Inventory | None) -> list[En
     rows = inventory.diff(source_env, canary_env.model_dump(exclude_unset=True) if canary_env else {},
                           target_device=ctx.mig.target.device, memory_gb=req.memory_gb or 0.0, shm_gb=req.shm_gb or 0.0,
                           disk_gb=req.disk_gb or 0.0, restore_bytes=int(restore), loader_workers=req.loader_workers,
-                          declared_credentials=declared)
+                          declared_credentials=declared, target_dtype=ctx.mig.target.dtype)
     return [EnvironmentDiffRow.model_validate(r) for r in rows]
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
-from runbook_lib.portability.gpus import runs_on
+from runbook_lib.portability.gpus import bf16_tf32, runs_on
 from runbook_lib.secret_refs import names_present
 
 
@@ -151,7 +151,7 @@ Below it the runtime cannot initialise on that host."""
 
 def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, memory_gb: float = 0.0,
          shm_gb: float = 0.0, disk_gb: float = 0.0, restore_bytes: int = 0, loader_workers: int = 0,
-         declared_credentials: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+         declared_credentials: frozenset[str] = frozenset(), target_dtype: str = "") -> list[dict[str, Any]]:
     """Classify every difference between the source's inventory and the target's (both
     :func:`probe` results, the target's taken inside the canary), one row per item:
     ``{"item", "source", "target", "class", "reason"}`` with ``class`` in :data:`CLASSES`.
@@ -163,6 +163,8 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
         loader_workers: data-loader worker processes the workload starts (each needs /dev/shm).
         declared_credentials: credential names the params inject; others found in the target's
             environment are a risk.
+        target_dtype: the target profile's compute dtype: ``bfloat16`` on a GPU without bfloat16
+            math (:func:`runbook_lib.portability.gpus.bf16_tf32`) is a blocker.
 
     The compute-capability check asks whether the torch build's ``torch.cuda.get_arch_list()``
     runs on the GPU under CUDA's binary and PTX compatibility rules
@@ -171,6 +173,7 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
     risk when it is older than the source's.
     """
     return [*_software_rows(source, target), *_gpu_rows(source, target, target_device),
+            *_math_rows(source, target, target_device, target_dtype),
             *_host_rows(source, target, memory_gb=memory_gb, shm_gb=shm_gb, disk_gb=disk_gb,
                         restore_bytes=restore_bytes, loader_workers=loader_workers),
             *_environment_rows(source, target, declared_credentials)]
@@ -262,6 +265,25 @@ def _gpu_rows(source: dict[str, Any], target: dict[str, Any], target_device: str
                          "its sharded checkpoints resharding on load (torch.distributed.checkpoint does; a plain "
                          "per-rank state dict does not)"))
     return rows
+
+
+def _math_rows(source: dict[str, Any], target: dict[str, Any], target_device: str,
+               target_dtype: str) -> list[dict[str, Any]]:
+    """bfloat16 and TF32 math on the two GPUs (compute capability 8.0 or later has both)."""
+    cc_s, cc_t = str(_gpu(source).get("compute_capability", "")), str(_gpu(target).get("compute_capability", ""))
+    if not target_device.startswith("cuda") or not cc_t:
+        return []
+    if target_dtype == "bfloat16" and not bf16_tf32(cc_t):
+        return [_row("bfloat16 math", cc_s or None, cc_t, "blocker",
+                     f"target.dtype is bfloat16 and compute capability {cc_t} has no bfloat16 math (8.0 or later "
+                     "has it); use float16 or float32 there, or another GPU")]
+    if cc_s and target_dtype in ("float32", "") and bf16_tf32(cc_s) != bf16_tf32(cc_t):
+        has = "the source" if bf16_tf32(cc_s) else "the target"
+        return [_row("TF32 math", cc_s, cc_t, "tolerance",
+                     f"only {has} GPU has TF32: float32 convolutions (torch.backends.cudnn.allow_tf32 is on by "
+                     "default) and any matmul the workload allows TF32 for round to a 10-bit mantissa there; the "
+                     "output parity gate's float32 tolerance judges the difference")]
+    return []
 
 
 def _host_rows(source: dict[str, Any], target: dict[str, Any], *, memory_gb: float, shm_gb: float, disk_gb: float,
