@@ -14,7 +14,7 @@ from runbook_lib.evidence.manifest import write_record
 from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.params import dump_yaml
 from runbook_lib.phases import mapping, open_phase
-from runbook_lib.portability.gpus import bf16_tf32, compute_capability, runs_on
+from runbook_lib.portability.gpus import bf16_tf32, compute_capability, offer_problem, reported_capability, runs_on
 from runbook_lib.portability.inventory import CLASSES, diff, probe
 from runbook_lib.run.rehearse import start, write_copy
 
@@ -93,6 +93,15 @@ def test_a_build_runs_on_later_gpus_of_its_major_version_and_its_ptx_on_any_late
     assert not runs_on("8.9", ["sm_90a"])[0] and runs_on("9.0", ["sm_90a"])[0]  # architecture-specific: 9.0 only
     assert not runs_on("8.0", ["sm_86"])[0]  # a cubin never runs on an older minor version
     assert (bf16_tf32("8.0"), bf16_tf32("7.5")) == (True, False) and compute_capability("Not A GPU") is None
+    # Vast.ai reports compute_cap itself (890 in its recorded search), preferred to the table
+    assert (reported_capability(890), reported_capability(1200), reported_capability(None)) == ("8.9", "12.0", None)
+    assert "compute capability 12.0" in offer_problem("RTX 4090", arch_list=wheel, reported_cc="12.0")
+    # a host driver of an older CUDA major release cannot start the image's runtime; within one, minor
+    # version compatibility runs it (the canary's driver check confirms the driver's floor)
+    assert "older major release than the image's CUDA 13.0 runtime" in offer_problem(
+        "RTX 4090", cuda_runtime="13.0", cuda_max="12.8")
+    assert offer_problem("RTX 4090", cuda_runtime="12.8", cuda_max="12.2", arch_list=wheel) == ""
+    assert "no bfloat16 math" in offer_problem("T4", dtype="bfloat16") and offer_problem("Unknown GPU", dtype="bfloat16") == ""
     tgt = _inv()  # the phase 03 check, on the canary's report: an RTX 4090 on those wheels is no blocker
     tgt["cuda"] = {**tgt["cuda"], "arch_list": wheel,
                    "devices": [{"index": 0, "name": "NVIDIA GeForce RTX 4090", "compute_capability": "8.9"}]}
@@ -165,13 +174,15 @@ def test_data_loader_workers_need_a_dev_shm() -> None:
                          declared_credentials=frozenset({"HF_TOKEN"}))) == {}  # declared, and enough
 
 
-@pytest.mark.parametrize(("arch", "target_image", "kept"), [
-    (["sm_80", "sm_86", "sm_90"], "", ["8812345", "8812501"]),  # the RTX 4090s run the sm_86 cubins
-    (["sm_90"], "", []),  # a Hopper-only build: no RTX 4090 is rented for it
-    (["sm_90"], "ghcr.io/example/embed-api:2.4.0", ["8812345", "8812501"]),  # another image: its build is unknown
+@pytest.mark.parametrize(("arch", "runtime", "target_image", "kept", "why"), [
+    (["sm_80", "sm_86", "sm_90"], "12.4", "", ["8812345", "8812501"], ""),  # the RTX 4090s run the sm_86 cubins
+    (["sm_90"], "12.4", "", [], "RTX 4090 is compute capability 8.9: the torch build carries sm_90: none runs"),
+    (["sm_86"], "13.0", "", [], "supports CUDA 12.8, an older major release than the image's CUDA 13.0 runtime"),
+    (["sm_90"], "13.0", "ghcr.io/example/embed-api:2.4.0", ["8812345", "8812501"], ""),  # another image: unknown build
 ])
 def test_phase_02_drops_an_offer_whose_gpu_the_source_image_cannot_run_before_renting_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: list[str], target_image: str, kept: list[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: list[str], runtime: str, target_image: str,
+        kept: list[str], why: str) -> None:
     # params/runpod-to-vast.yaml (the same image on both sides, on CUDA) against the Vast.ai
     # simulator's recorded search; phase 01's record carries the source image's torch build.
     (tmp_path / "pyproject.toml").write_text("")
@@ -189,7 +200,8 @@ def test_phase_02_drops_an_offer_whose_gpu_the_source_image_cannot_run_before_re
             data["target"]["image"] = target_image
         copy_path.write_text(dump_yaml(data))
         run = RunDir.create(copy_path)
-        write_record(run.path, "01", status="completed", data={"freeze": {"environment": {"cuda": {"arch_list": arch}}}})
+        write_record(run.path, "01", status="completed",
+                     data={"freeze": {"environment": {"cuda": {"arch_list": arch, "runtime": runtime}}}})
         ctx = open_phase("02", str(copy_path), str(run.path), run_mode="headless")
         try:
             offers = mapping.target_offers(ctx)
@@ -200,11 +212,11 @@ def test_phase_02_drops_an_offer_whose_gpu_the_source_image_cannot_run_before_re
         dropped = [r for r in offers.table if r.offer_id in ("8812345", "8812501") and not r.accepted]
         assert len(dropped) == 2 - len(kept)
         for r in dropped:  # the reason is in the offer table phase 02 writes, and no canary is planned on it
-            assert "RTX 4090 is compute capability 8.9: the torch build carries sm_90: none runs" in r.reasons
+            assert why in r.reasons
         rows = {r.dependency: r for r in mapping.dependency_map(ctx, offers)}
         row = rows["target offer"]
         assert (row.status == "no equivalent") == (not kept)
-        assert ("use an image built for that GPU" in row.reason) == (not kept)
+        assert ("or use an image built for them" in row.reason) == (not kept)
         if kept:  # what the best offer's GPU runs, or why phase 02 cannot tell
             arch_row = rows["GPU architecture"]
             assert (arch_row.status, arch_row.reason) == (

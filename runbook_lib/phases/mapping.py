@@ -39,7 +39,7 @@ from runbook_lib.params import (
 )
 from runbook_lib.phases import PhaseContext, PhaseResult, md, schedules, table
 from runbook_lib.phases.service_pods import serving_shown
-from runbook_lib.portability.gpus import compute_capability, offer_problem, runs_on
+from runbook_lib.portability.gpus import compute_capability, offer_problem, reported_capability, runs_on
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Capabilities, Capability
 from runbook_lib.providers.offers import Offer, filter_offers, version_tuple
@@ -106,16 +106,16 @@ def target_offers(ctx: PhaseContext, where: str = "02/offers.json") -> Offers | 
                   table=tuple(OfferRow.model_validate(r) for r in table), requirements=req.model_dump())
 
 
-def frozen_arch_list(ctx: PhaseContext) -> tuple[str, ...]:
-    """The GPU architectures (``torch.cuda.get_arch_list()``) of the torch build the target will
-    run, as phase 01 froze them from the source: known only when the target runs the source's
-    image (the same build) and the source's inventory lists them; empty otherwise."""
+def frozen_build(ctx: PhaseContext) -> tuple[tuple[str, ...], str]:
+    """The GPU architectures (``torch.cuda.get_arch_list()``) and the CUDA runtime of the torch
+    build the target will run, as phase 01 froze them from the source: known only when the target
+    runs the source's image (the same build); empty otherwise."""
     src, tgt = ctx.mig.source, ctx.mig.target
     freeze = ctx.records.freeze
     env = freeze.freeze.environment if freeze is not None else None
     same_image = isinstance(src, RemoteProfile) and isinstance(tgt, RemoteProfile) and bool(src.image) \
         and src.image == tgt.image
-    return tuple(env.cuda.arch_list) if env is not None and same_image else ()
+    return (tuple(env.cuda.arch_list), env.cuda.runtime or "") if env is not None and same_image else ((), "")
 
 
 def _architecture_row(arch: Sequence[str], gpu: str) -> DependencyRow:
@@ -133,15 +133,16 @@ def _architecture_row(arch: Sequence[str], gpu: str) -> DependencyRow:
 
 def runnable(ctx: PhaseContext, ranked: list[Offer], table: list[dict[str, Any]]) -> list[Offer]:
     """The ranked offers whose GPU the workload can run on, known before renting
-    (:func:`runbook_lib.portability.gpus.offer_problem`: the source image's torch build, from
-    :func:`frozen_arch_list`, and bfloat16 math when ``target.dtype`` asks for it). Each offer
-    dropped has its row in ``table`` marked not accepted, with the reason, so no canary is ever
-    rented on it."""
-    arch = frozen_arch_list(ctx)
+    (:func:`runbook_lib.portability.gpus.offer_problem`: the source image's torch build and its CUDA
+    runtime against the offer's GPU and host driver, from :func:`frozen_build`, and bfloat16 math
+    when ``target.dtype`` asks for it). Each offer dropped has its row in ``table`` marked not
+    accepted, with the reason, so no canary is ever rented on it."""
+    arch, runtime = frozen_build(ctx)
     keep = []
     rows = {str(r["offer_id"]): r for r in table}
     for o in ranked:
-        why = offer_problem(o.gpu_name, arch_list=arch, dtype=ctx.mig.target.dtype)
+        why = offer_problem(o.gpu_name, arch_list=arch, dtype=ctx.mig.target.dtype, cuda_runtime=runtime,
+                            cuda_max=o.cuda_max, reported_cc=reported_capability(o.extra.get("compute_cap")))
         if not why:
             keep.append(o)
             continue
@@ -194,11 +195,12 @@ def _offer_rows(ctx: PhaseContext, offers: Offers | None) -> list[DependencyRow]
         offers = offers or Offers()
         best, seen = offers.best, len(offers.table)
         if best is None:
-            gpu = any("is compute capability" in r for r in offers.reasons())
+            image = any(m in r for r in offers.reasons() for m in ("is compute capability", "older major release"))
             return [_row("target offer", "running today", f"{seen} offers seen", NONE,
                          f"no {tgt.provider} offer meets target.offer: {offers.reasons()[:3]}; widen the requirements"
-                         + ("; for a GPU the image's torch build cannot run, ask for other target.offer.gpu_names or "
-                            "use an image built for that GPU" if gpu else ""))]
+                         + ("; for offers the image cannot run (their GPU or host driver), ask for other "
+                            "target.offer.gpu_names or a higher cuda_min, or use an image built for them" if image
+                            else ""))]
         row = offers.row(best.offer_id)
         return [_row("target offer", src.release, f"{best.gpu_count} x {best.gpu_name} "
                      f"({best.offer_id}, {best.region or 'any region'})", EQUIVALENT,
@@ -251,7 +253,7 @@ def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
                              f"target host driver supports CUDA {have} >= {need}" if ok else
                              f"target host driver supports CUDA {have} < {need}: images built for {need} fail to start"))
         if tgt.device.startswith("cuda") and best is not None:
-            rows.append(_architecture_row(frozen_arch_list(ctx), best.gpu_name))
+            rows.append(_architecture_row(frozen_build(ctx)[0], best.gpu_name))
     else:
         host = rec.host
         rows.append(_row("python / torch", f"{sf.python} / {sf.torch}", f"{host.python} / {host.torch}",

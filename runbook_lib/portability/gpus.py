@@ -94,7 +94,18 @@ def bf16_tf32(cc: str) -> bool:
     return _cc(cc) >= BF16_TF32_MIN
 
 
-def offer_problem(gpu: str, *, arch_list: Iterable[str] = (), dtype: str = "") -> str:
+def reported_capability(compute_cap: object) -> str | None:
+    """A compute capability from a marketplace's own field: Vast.ai's ``compute_cap``, major times
+    100 plus minor times 10 (``890`` -> ``"8.9"``, ``1200`` -> ``"12.0"``, as its offer search
+    returns it: runbook_lib/providers/vast/recorded/bundles_search_ondemand.json); None when absent."""
+    if isinstance(compute_cap, bool) or not isinstance(compute_cap, int | float) or compute_cap <= 0:
+        return None
+    v = int(compute_cap)
+    return f"{v // 100}.{(v % 100) // 10}"
+
+
+def offer_problem(gpu: str, *, arch_list: Iterable[str] = (), dtype: str = "", cuda_runtime: str = "",
+                  cuda_max: str = "", reported_cc: str | None = None) -> str:
     """Why an offer of canonical GPU model ``gpu`` cannot run the workload, known before renting
     it; ``""`` when nothing known stops it (a model missing from :data:`COMPUTE_CAPABILITY` is left
     to the canary).
@@ -102,8 +113,18 @@ def offer_problem(gpu: str, *, arch_list: Iterable[str] = (), dtype: str = "") -
     Args:
         arch_list: the torch build's ``get_arch_list()`` the target will run (empty: unknown, not
             checked). dtype: the target's compute dtype (``bfloat16`` needs :data:`BF16_TF32_MIN`).
+        cuda_runtime: the CUDA runtime of that build (``"12.4"``; empty: unknown); cuda_max: the
+            newest CUDA the offer's host driver supports. A driver of an older CUDA major release
+            cannot run the runtime at all; within one major release minor version compatibility
+            runs it (https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html),
+            which the canary's driver check confirms.
+        reported_cc: the compute capability the marketplace reports for the offer
+            (:func:`reported_capability`), used before :data:`COMPUTE_CAPABILITY`'s.
     """
-    cc = compute_capability(gpu)
+    if cuda_runtime and cuda_max and _cc(cuda_max)[0] < _cc(cuda_runtime)[0]:
+        return (f"the host driver supports CUDA {cuda_max}, an older major release than the image's CUDA "
+                f"{cuda_runtime} runtime, which cannot start on it")
+    cc = reported_cc or compute_capability(gpu)
     if cc is None:
         return ""
     arch = list(arch_list)
