@@ -220,8 +220,8 @@ def test_phase_02_drops_an_offer_whose_gpu_the_source_image_cannot_run_before_re
         if kept:  # what the best offer's GPU runs, or why phase 02 cannot tell
             arch_row = rows["GPU architecture"]
             assert (arch_row.status, arch_row.reason) == (
-                ("adapter needed", "not checked before renting: the target runs another image than the source, or the "
-                 "source listed no GPU architectures; the canary checks it") if target_image else
+                ("adapter needed", "not checked before renting: the target runs another image than the source, whose "
+                 "torch build is not known here; the canary checks it") if target_image else
                 ("equivalent", "its sm_86 kernels run on compute capability 8.9"))
     finally:
         reh.close()

@@ -106,28 +106,42 @@ def target_offers(ctx: PhaseContext, where: str = "02/offers.json") -> Offers | 
                   table=tuple(OfferRow.model_validate(r) for r in table), requirements=req.model_dump())
 
 
-def frozen_build(ctx: PhaseContext) -> tuple[tuple[str, ...], str]:
-    """The GPU architectures (``torch.cuda.get_arch_list()``) and the CUDA runtime of the torch
-    build the target will run, as phase 01 froze them from the source: known only when the target
-    runs the source's image (the same build); empty otherwise."""
+@dataclass(frozen=True)
+class FrozenBuild:
+    """The torch build the target will run, as phase 01 froze it from the source: its GPU
+    architectures (``torch.cuda.get_arch_list()``) and CUDA runtime, or why they are unknown here
+    (``unknown``: another image on the target, no frozen inventory, a CPU build)."""
+
+    arch_list: tuple[str, ...] = ()
+    cuda_runtime: str = ""
+    unknown: str = ""
+
+
+def frozen_build(ctx: PhaseContext) -> FrozenBuild:
+    """The :class:`FrozenBuild` of the target: known only when the target runs the source's image
+    (the same build) and phase 01 froze the source's inventory."""
     src, tgt = ctx.mig.source, ctx.mig.target
     freeze = ctx.records.freeze
     env = freeze.freeze.environment if freeze is not None else None
-    same_image = isinstance(src, RemoteProfile) and isinstance(tgt, RemoteProfile) and bool(src.image) \
-        and src.image == tgt.image
-    return (tuple(env.cuda.arch_list), env.cuda.runtime or "") if env is not None and same_image else ((), "")
+    if not (isinstance(src, RemoteProfile) and isinstance(tgt, RemoteProfile) and src.image and src.image == tgt.image):
+        return FrozenBuild(unknown="the target runs another image than the source, whose torch build is not known here")
+    if env is None:
+        return FrozenBuild(unknown="phase 01 froze no inventory of the source (a dry-run freeze)")
+    if not env.cuda.arch_list:
+        return FrozenBuild(cuda_runtime=env.cuda.runtime or "",
+                           unknown="the source's torch build lists no GPU architectures (a CPU build, or no GPU seen)")
+    return FrozenBuild(tuple(env.cuda.arch_list), env.cuda.runtime or "")
 
 
-def _architecture_row(arch: Sequence[str], gpu: str) -> DependencyRow:
-    """Whether the source image's torch build (``arch``, its ``get_arch_list()``) runs on the best
-    offer's GPU, as far as phase 02 can tell (offers it cannot run were already dropped)."""
+def _architecture_row(build: FrozenBuild, gpu: str) -> DependencyRow:
+    """Whether the source image's torch build runs on the best offer's GPU, as far as phase 02 can
+    tell (offers it cannot run were already dropped: :func:`runnable`)."""
     cc = compute_capability(gpu)
-    source = ", ".join(arch) or "unknown"
-    if cc is None or not arch:
-        why = (f"{gpu} is not in NVIDIA's compute capability table here (portability.gpus)" if cc is None else
-               "the target runs another image than the source, or the source listed no GPU architectures")
+    source = ", ".join(build.arch_list) or "unknown"
+    if cc is None or build.unknown:
+        why = build.unknown or f"{gpu} is not in NVIDIA's compute capability table here (portability.gpus)"
         return _row("GPU architecture", source, gpu, ADAPTER, f"not checked before renting: {why}; the canary checks it")
-    _, how = runs_on(cc, arch)
+    _, how = runs_on(cc, build.arch_list)
     return _row("GPU architecture", source, f"{gpu} (compute capability {cc})", EQUIVALENT, how)
 
 
@@ -137,11 +151,12 @@ def runnable(ctx: PhaseContext, ranked: list[Offer], table: list[dict[str, Any]]
     runtime against the offer's GPU and host driver, from :func:`frozen_build`, and bfloat16 math
     when ``target.dtype`` asks for it). Each offer dropped has its row in ``table`` marked not
     accepted, with the reason, so no canary is ever rented on it."""
-    arch, runtime = frozen_build(ctx)
+    build = frozen_build(ctx)
     keep = []
     rows = {str(r["offer_id"]): r for r in table}
     for o in ranked:
-        why = offer_problem(o.gpu_name, arch_list=arch, dtype=ctx.mig.target.dtype, cuda_runtime=runtime,
+        why = offer_problem(o.gpu_name, arch_list=build.arch_list, dtype=ctx.mig.target.dtype,
+                            cuda_runtime=build.cuda_runtime,
                             cuda_max=o.cuda_max, reported_cc=reported_capability(o.extra.get("compute_cap")))
         if not why:
             keep.append(o)
@@ -253,7 +268,7 @@ def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
                              f"target host driver supports CUDA {have} >= {need}" if ok else
                              f"target host driver supports CUDA {have} < {need}: images built for {need} fail to start"))
         if tgt.device.startswith("cuda") and best is not None:
-            rows.append(_architecture_row(frozen_build(ctx)[0], best.gpu_name))
+            rows.append(_architecture_row(frozen_build(ctx), best.gpu_name))
     else:
         host = rec.host
         rows.append(_row("python / torch", f"{sf.python} / {sf.torch}", f"{host.python} / {host.torch}",
