@@ -15,8 +15,10 @@ time, and each step is judged on that traffic.
   ``/ping``; a service's ``readiness.path`` and ``status``).
 * Each step sets the weights, reads them back (a difference fails the step), lets one window of
   ``cutover.requests_per_step`` requests pass, and judges: no request lost (sent, never
-  answered), the target's answers all completed and accepted, its p95 within phase 04's bound,
-  the router's servers up, and the target's share of the window from the replay (the
+  answered), the target's answers all completed and accepted, its p95 within the latency margin
+  (``gates.latency_p95_ratio_max``) times the source's p95 in the steady window (the same replay,
+  rate and router, moments before: like for like; phase 04's source p95, measured at its own
+  rate without a router, when the steady window has too few answers), the router's servers up, and the target's share of the window from the replay (the
   ``X-Runbook-Server`` header) and from the router's counters agreeing with each other and with
   the weight within ``cutover.router.share_tolerance``.
 * A failing step sets the target's weight to 0, drains it and keeps the replay running until
@@ -26,6 +28,7 @@ time, and each step is judged on that traffic.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -309,8 +312,10 @@ class Routed:
 @dataclass(frozen=True)
 class StepRule:
     """How :func:`move` judges a routed cutover: the window length (seconds), the share
-    tolerance, the target's p95 bound (seconds), what an accepted answer is, how long the source
-    has to serve everything after a rollback (seconds), and how long a request may take."""
+    tolerance, the target's p95 bound (seconds; phase 04's until :meth:`after_steady`), what an
+    accepted answer is, how long the source has to serve everything after a rollback (seconds),
+    how long a request may take, and the latency margin the steps' bound is set with (``ratio``,
+    ``gates.latency_p95_ratio_max``; None: the bound stays as given)."""
 
     window_s: float
     tolerance: float
@@ -320,6 +325,16 @@ class StepRule:
     timeout_s: float
     max_lateness_s: float = math.inf
     rate_per_s: float = math.nan
+    ratio: float | None = None
+
+    def after_steady(self, steady: Window) -> "StepRule":
+        """The rule for the steps: with ``ratio`` (the latency margin), the bound becomes ``ratio``
+        times the source's p95 in the steady window when it has at least
+        :data:`MIN_STEP_LATENCY_SAMPLES` completed answers; else this rule unchanged."""
+        src = [r for r in steady.rows if r.get("server") == "source" and r["status"] == "COMPLETED"]
+        if self.ratio is None or len(src) < MIN_STEP_LATENCY_SAMPLES:
+            return self
+        return dataclasses.replace(self, bound_s=self.ratio * _p(src, 95))
 
     def judge(self, w: Window, before: Window | None, *, rollback: bool = False) -> RoutedWindow:
         return judge_window(w, tolerance=self.tolerance, bound_s=self.bound_s, accepted=self.accepted, before=before,
@@ -331,14 +346,16 @@ def move(replay: Replay, router: Router, percents: list[int], rule: StepRule, *,
          on_rollback: Callable[[int, list[str]], None] = lambda k, problems: None) -> list[RoutedWindow]:
     """The routed cutover under a running ``replay``: a steady window at all-source (a failing
     one stops before any weight moves), then each step of ``percents`` (``before_step(k, pct)``
-    first: approval and the route record) with its weights set and judged over one window; at the
-    first failing step, :func:`rollback` (``on_rollback`` first). Returns every window judged."""
+    first: approval and the route record) with its weights set and judged over one window, the
+    target's p95 against :meth:`StepRule.after_steady`'s bound; at the first failing step,
+    :func:`rollback` (``on_rollback`` first). Returns every window judged."""
     start = mark(replay, router)
     steady = _window(replay, router, "steady state before the first step", 0, rule.window_s, timeout_s=rule.timeout_s,
                      start=start)
     windows = [rule.judge(steady, None)]
     if not windows[0].passed:
         return windows
+    rule = rule.after_steady(steady)
     before = steady
     for k, pct in enumerate(percents):
         before_step(k, pct)
@@ -390,7 +407,8 @@ def routed_cutover(ctx: PhaseContext, steps_plan: list[Any], *, route: Route, bo
     svc = ctx.mig.workload.service if ctx.mig.workload.kind == "service" else None
     rule = StepRule(window_s=ctx.mig.cutover.requests_per_step / rate, tolerance=rp.share_tolerance,
                     bound_s=bound_s, accepted=serving.accepted, rollback_within_s=rp.rollback_within_s,
-                    timeout_s=m.request_timeout_s * 4, max_lateness_s=m.max_send_lateness_s, rate_per_s=rate)
+                    timeout_s=m.request_timeout_s * 4, max_lateness_s=m.max_send_lateness_s, rate_per_s=rate,
+                    ratio=ctx.mig.gates.latency_p95_ratio_max)
     router = build_router(ctx, dict(rec04.endpoint_urls))
 
     def before_step(k: int, pct: int) -> None:
