@@ -16,7 +16,7 @@ from runbook_lib.params import dump_yaml
 from runbook_lib.phases import mapping, open_phase
 from runbook_lib.portability.gpus import bf16_tf32, compute_capability, offer_problem, reported_capability, runs_on
 from runbook_lib.portability.inventory import CLASSES, diff, probe
-from runbook_lib.run.rehearse import start, write_copy
+from runbook_lib.providers.fixtures import ENV as FIXTURES_ENV
 
 from .conftest import ROOT
 
@@ -183,45 +183,38 @@ def test_data_loader_workers_need_a_dev_shm() -> None:
 def test_phase_02_drops_an_offer_whose_gpu_the_source_image_cannot_run_before_renting_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: list[str], runtime: str, target_image: str,
         kept: list[str], why: str) -> None:
-    # params/runpod-to-vast.yaml (the same image on both sides, on CUDA) against the Vast.ai
-    # simulator's recorded search; phase 01's record carries the source image's torch build.
+    # params/runpod-to-vast.yaml (the same image on both sides, on CUDA) against the recorded Vast.ai
+    # search (the providers' fixtures, in process); phase 01's record carries the source image's build.
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "params").mkdir()
+    data = yaml.safe_load((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    if target_image:
+        data["target"]["image"] = target_image
     params = tmp_path / "params" / "runpod-to-vast.yaml"
-    params.write_text((ROOT / "params" / "runpod-to-vast.yaml").read_text())
+    params.write_text(dump_yaml(data))
     monkeypatch.chdir(tmp_path)
-    reh = start(tmp_path)
+    monkeypatch.setenv(FIXTURES_ENV, str(tmp_path / ".runbook" / "fixtures"))
+    run = RunDir.create(params)
+    write_record(run.path, "01", status="completed",
+                 data={"freeze": {"environment": {"cuda": {"arch_list": arch, "runtime": runtime}}}})
+    ctx = open_phase("02", str(params), str(run.path), run_mode="headless")
     try:
-        copy_path = write_copy(params, reh)
-        data = yaml.safe_load(copy_path.read_text())
-        for side in ("source", "target"):
-            data[side]["device"] = "cuda"  # a rehearsal runs on CPU; these offers are for CUDA
-        if target_image:
-            data["target"]["image"] = target_image
-        copy_path.write_text(dump_yaml(data))
-        run = RunDir.create(copy_path)
-        write_record(run.path, "01", status="completed",
-                     data={"freeze": {"environment": {"cuda": {"arch_list": arch, "runtime": runtime}}}})
-        ctx = open_phase("02", str(copy_path), str(run.path), run_mode="headless")
-        try:
-            offers = mapping.target_offers(ctx)
-        finally:
-            for prov in ctx.resources.providers.values():
-                prov.close()
-        assert offers is not None and list(offers.ranked) == kept
-        dropped = [r for r in offers.table if r.offer_id in ("8812345", "8812501") and not r.accepted]
-        assert len(dropped) == 2 - len(kept)
-        for r in dropped:  # the reason is in the offer table phase 02 writes, and no canary is planned on it
-            assert why in r.reasons
+        offers = mapping.target_offers(ctx)
         rows = {r.dependency: r for r in mapping.dependency_map(ctx, offers)}
-        row = rows["target offer"]
-        assert (row.status == "no equivalent") == (not kept)
-        assert ("or use an image built for them" in row.reason) == (not kept)
-        if kept:  # what the best offer's GPU runs, or why phase 02 cannot tell
-            arch_row = rows["GPU architecture"]
-            assert (arch_row.status, arch_row.reason) == (
-                ("adapter needed", "not checked before renting: the target runs another image than the source, whose "
-                 "torch build is not known here; the canary checks it") if target_image else
-                ("equivalent", "its sm_86 kernels run on compute capability 8.9"))
     finally:
-        reh.close()
+        for prov in ctx.resources.providers.values():
+            prov.close()
+    assert offers is not None and list(offers.ranked) == kept
+    dropped = [r for r in offers.table if r.offer_id in ("8812345", "8812501") and not r.accepted]
+    assert len(dropped) == 2 - len(kept)
+    for r in dropped:  # the reason is in the offer table phase 02 writes, and no canary is planned on it
+        assert why in r.reasons
+    row = rows["target offer"]
+    assert (row.status == "no equivalent") == (not kept)
+    assert ("or use an image built for them" in row.reason) == (not kept)
+    if kept:  # what the best offer's GPU runs, or why phase 02 cannot tell
+        arch_row = rows["GPU architecture"]
+        assert (arch_row.status, arch_row.reason) == (
+            ("adapter needed", "not checked before renting: the target runs another image than the source, whose "
+             "torch build is not known here; the canary checks it") if target_image else
+            ("equivalent", "its sm_86 kernels run on compute capability 8.9"))
