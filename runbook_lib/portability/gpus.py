@@ -94,6 +94,14 @@ def bf16_tf32(cc: str) -> bool:
     return _cc(cc) >= BF16_TF32_MIN
 
 
+def bf16_problem(cc: str) -> str:
+    """Why a ``bfloat16`` target cannot compute on compute capability ``cc``; ``""`` when it can."""
+    if bf16_tf32(cc):
+        return ""
+    return (f"compute capability {cc} has no bfloat16 math ({'.'.join(map(str, BF16_TF32_MIN))} or later has it) "
+            "and target.dtype is bfloat16: use float16 or float32 there, or another GPU")
+
+
 def reported_capability(compute_cap: object) -> str | None:
     """A compute capability from a marketplace's own field: Vast.ai's ``compute_cap``, major times
     100 plus minor times 10 (``890`` -> ``"8.9"``, ``1200`` -> ``"12.0"``, as its offer search
@@ -132,7 +140,4 @@ def offer_problem(gpu: str, *, arch_list: Iterable[str] = (), dtype: str = "", c
         ok, why = runs_on(cc, arch)
         if not ok:
             return f"{gpu} is compute capability {cc}: {why}"
-    if dtype == "bfloat16" and not bf16_tf32(cc):
-        return (f"{gpu} is compute capability {cc}: no bfloat16 math (compute capability "
-                f"{'.'.join(map(str, BF16_TF32_MIN))} or later has it); target.dtype is bfloat16")
-    return ""
+    return f"{gpu}: {bf16_problem(cc)}" if dtype == "bfloat16" and bf16_problem(cc) else ""

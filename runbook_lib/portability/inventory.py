@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
-from runbook_lib.portability.gpus import bf16_tf32, runs_on
+from runbook_lib.portability.gpus import bf16_problem, bf16_tf32, runs_on
 from runbook_lib.secret_refs import names_present
 
 
@@ -273,10 +273,8 @@ def _math_rows(source: dict[str, Any], target: dict[str, Any], target_device: st
     cc_s, cc_t = str(_gpu(source).get("compute_capability", "")), str(_gpu(target).get("compute_capability", ""))
     if not target_device.startswith("cuda") or not cc_t:
         return []
-    if target_dtype == "bfloat16" and not bf16_tf32(cc_t):
-        return [_row("bfloat16 math", cc_s or None, cc_t, "blocker",
-                     f"target.dtype is bfloat16 and compute capability {cc_t} has no bfloat16 math (8.0 or later "
-                     "has it); use float16 or float32 there, or another GPU")]
+    if target_dtype == "bfloat16" and bf16_problem(cc_t):
+        return [_row("bfloat16 math", cc_s or None, cc_t, "blocker", bf16_problem(cc_t))]
     if cc_s and target_dtype in ("float32", "") and bf16_tf32(cc_s) != bf16_tf32(cc_t):
         has = "the source" if bf16_tf32(cc_s) else "the target"
         return [_row("TF32 math", cc_s, cc_t, "tolerance",
