@@ -18,7 +18,8 @@ time, and each step is judged on that traffic.
   answered), the target's answers all completed and accepted, its p95 within the latency margin
   (``gates.latency_p95_ratio_max``) times the source's p95 in the steady window (the same replay,
   rate and router, moments before: like for like; phase 04's source p95, measured at its own
-  rate without a router, when the steady window has too few answers), the router's servers up, and the target's share of the window from the replay (the
+  rate without a router, when the steady window has too few answers), the router's servers up,
+  and the target's share of the window from the replay (the
   ``X-Runbook-Server`` header) and from the router's counters agreeing with each other and with
   the weight within ``cutover.router.share_tolerance``.
 * A failing step sets the target's weight to 0, drains it and keeps the replay running until
