@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from runbook_lib.cli import main as cli_main
 from runbook_lib.evidence.approvals import write_approval_file
@@ -63,6 +64,48 @@ def _records(run: RunDir) -> dict[str, dict[str, Any]]:
             if not p.name.startswith("pending-")}
 
 
+def _lab_failure(page: Any, tmp_path: Path, what: str) -> AssertionError:
+    """An AssertionError naming ``what``, with a screenshot kept beside the lab log's tail."""
+    shot = tmp_path / "lab-failure.png"
+    page.screenshot(path=str(shot), full_page=True)
+    return AssertionError(f"{what}; screenshot {shot}; lab log:\n{(tmp_path / 'lab.log').read_text()[-3000:]}")
+
+
+def _no_dialog(page: Any, tmp_path: Path, *, kernel_fresh: bool) -> None:
+    """Fail naming a modal dialog that would take the next click, with two exceptions a person
+    answers the same way every time: JupyterLab's kernel choice (the notebook's own python3
+    kernel, preselected: Select) and, while no cell has run yet, its notice that a kernel which
+    ran nothing restarted (Ok); a restart after a cell ran lost that cell's state and fails."""
+    dialog = page.locator(".jp-Dialog")
+    for _ in range(3):
+        if not dialog.count():
+            return
+        title = dialog.first.locator(".jp-Dialog-header").inner_text().strip()
+        if title == "Select Kernel":
+            dialog.first.locator(".jp-mod-accept").click()
+        elif title == "Kernel Restarting" and kernel_fresh:
+            dialog.first.locator(".jp-mod-accept").click()
+        else:
+            raise _lab_failure(page, tmp_path, f"a JupyterLab dialog is open: {dialog.first.inner_text()!r}")
+        dialog.first.wait_for(state="detached", timeout=10_000)
+    raise _lab_failure(page, tmp_path, "JupyterLab kept opening dialogs")
+
+
+def _kernel_idle(page: Any, base: str, token: str, path: str, tmp_path: Path, *, timeout_s: float) -> None:
+    """Wait until the server reports the notebook's kernel started and idle (``/api/sessions``),
+    answering the start-up dialogs :func:`_no_dialog` allows."""
+    deadline, state = time.monotonic() + timeout_s, "no session"
+    while time.monotonic() < deadline:
+        _no_dialog(page, tmp_path, kernel_fresh=True)
+        sessions = httpx.get(f"{base}/api/sessions", params={"token": token}, timeout=10).json()
+        kernels = [s["kernel"] for s in sessions if s.get("path") == path and s.get("kernel")]
+        state = kernels[0].get("execution_state", "unknown") if kernels else "no session"
+        if state == "idle":
+            return
+        time.sleep(0.5)
+    raise _lab_failure(page, tmp_path, f"the kernel of {path} was not idle within {timeout_s:g} s (last: {state})")
+
+
 # Alone on the host (the host lock held exclusively): its per-cell waits are a person's, not a
 # load's. Its kernel runs the phases without the runner, so it takes no lock itself. A Run click was
 # seen not taken (the first cell still read [ ] 240 s later, alone on the host): run_cell clicks again.
@@ -103,7 +146,8 @@ def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_
 
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         page.goto(f"{base}/lab/tree/notebooks/03_prove_parity.ipynb?token={token}")
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180_000)
+        # The toolbar's indicator reads idle before any kernel exists: wait for the server's session.
+        _kernel_idle(page, base, token, "notebooks/03_prove_parity.ipynb", tmp_path, timeout_s=180)
         cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")
         cells.nth(6).wait_for(timeout=60_000)
         assert cells.count() == 7  # title, parameters, open, plan, approval, run, finish
@@ -123,17 +167,19 @@ def test_make_lab_steps_through_phase_03_with_an_approve_click(make_params, tmp_
                 if re.search(r"\[\d+\]", text):
                     return
                 if clicks < MAX_CLICKS and "*" not in text and (not clicks or time.monotonic() > clicked + UNQUEUED_S):
-                    prompt.click()
-                    run_button.click()
+                    for target in (prompt, run_button):
+                        _no_dialog(page, tmp_path, kernel_fresh=False)
+                        try:
+                            target.click()
+                        except PlaywrightTimeout:  # something took the click: name it
+                            _no_dialog(page, tmp_path, kernel_fresh=False)
+                            raise
                     clicks, clicked = clicks + 1, time.monotonic()
                 if time.monotonic() >= deadline:
-                    shot = tmp_path / f"cell-{i}-unfinished.png"
-                    page.screenshot(path=str(shot), full_page=True)
                     dialog = page.locator(".jp-Dialog")
                     dialogs = [dialog.nth(k).inner_text() for k in range(dialog.count())]
-                    raise AssertionError(f"cell {i} did not finish in {timeout_s} s after {clicks} click(s); dialogs "
-                                         f"{dialogs}; screenshot {shot}; the cell shows:\n{cells.nth(i).inner_text()[-2000:]}"
-                                         f"\nlab log:\n{(tmp_path / 'lab.log').read_text()[-3000:]}")
+                    raise _lab_failure(page, tmp_path, f"cell {i} did not finish in {timeout_s} s after {clicks} "
+                                       f"click(s); dialogs {dialogs}; the cell shows:\n{cells.nth(i).inner_text()[-2000:]}")
                 time.sleep(0.5)
 
         for i in range(1, 5):  # through the approval cell: the kernel is then idle, waiting for nobody
