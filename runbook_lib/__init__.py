@@ -15,7 +15,7 @@ from runbook_lib.errors import (
     WorkloadError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ApprovalRequired",

@@ -705,11 +705,17 @@ def _verify(args: argparse.Namespace, run_dir: Path) -> int:
     for x in redone:
         got = (x.recomputed or {}).get("verdict", "-")
         was = (x.recorded or {}).get("verdict", "-")
-        print(f"{'same' if x.same else 'DIFFERS':<8} {x.phase} {x.gate:<28} {was:<13} {got:<13} ({x.basis})")
+        status = "same" if x.same else ("RULE" if x.rule_change else "DIFFERS")
+        print(f"{status:<8} {x.phase} {x.gate:<28} {was:<13} {got:<13} ({x.basis})")
         for d in x.differences:
             print(f"{'':<12}{d}")
-    differ = [x for x in redone if not x.same]
-    print(f"{len(redone) - len(differ)} of {len(redone)} recomputed the same" +
+        if x.rule_change:
+            print(f"{'':<12}a rule change since this run explains it: {x.rule_change}")
+    ruled = [x for x in redone if not x.same and x.rule_change]
+    differ = [x for x in redone if not x.same and not x.rule_change]
+    print(f"{len(redone) - len(differ) - len(ruled)} of {len(redone)} recomputed the same" +
+          (f"; {len(ruled)} differ only as a rule change since the run's version makes them differ (RULE): "
+           f"{', '.join(x.gate for x in ruled)}" if ruled else "") +
           (f"; differ: {', '.join(x.gate for x in differ)}" if differ else ""))
     return 1 if bad or differ else 0
 

@@ -235,6 +235,47 @@ def test_shipped_params_set_what_their_gates_rely_on() -> None:
         assert all(operator_set(mig, compare.OPERATOR_SETTINGS[n]) for n in needed), name
 
 
+def _training_res(stalled_round: int | None) -> compare.Measured:
+    """Phase 04 of params/demo-train.yaml as the training rounds record it (source, target, target,
+    source): 300 sub-millisecond steps a round, every side the same machine; in ``stalled_round``
+    one step in ten stalls for 40 medians, as when other work takes the core."""
+    rng = np.random.default_rng(3)
+    rows, thr = [], []
+    for r, side in enumerate(compare.round_sides(4)):
+        steps = rng.lognormal(np.log(0.0005), 0.1, size=300)
+        if r == stalled_round:
+            steps[::10] *= 40
+        rows += [{"side": side, "round": r, "request": i, "total_s": v, "queue_s": 0.0, "init_s": 0.0,
+                  "execution_s": v, "status": "COMPLETED", "accepted": True} for i, v in enumerate(steps)]
+        thr.append({"side": side, "round": r, "requests": 300.0, "completed": 300.0, "failed": 0.0,
+                    "elapsed_s": float(steps.sum()), "throughput_units_per_s": 300 * 32 / float(steps.sum())})
+    return compare.Measured(samples=pd.DataFrame(rows), throughput=pd.DataFrame(thr),
+                            cold_starts=pd.DataFrame([{"side": s, "cold_start_s": 2.0} for s in ("source", "target")]),
+                            billed_s={"source": 60.0, "target": 60.0}, egress_bytes={"source": 0.0, "target": 0.0},
+                            attempts=[], spend=SpendRecord())
+
+
+def test_a_training_comparison_whose_a_a_control_is_outside_its_band_holds_and_its_gain_is_no_finding() -> None:
+    # Identical sides; the last source round stalled, so the target reads as a throughput gain of
+    # about fivefold over that round. The source's two rounds (the A/A control) disagree on the mean
+    # step time, whose inverse is the throughput, while their medians agree: the control blocks,
+    # the run HOLDs, and the "gain" is not a PASS.
+    ctx = SimpleNamespace(mig=load_params(ROOT / "params" / "demo-train.yaml"),
+                          evidence=SimpleNamespace(add_gates=lambda *r: list(r)))
+    costs_ = {s: cost.breakdown(price_usd_per_hour=0.4, billed_s=60, instances=1, accepted_units=600)
+              for s in ("source", "target")}
+    noisy = {r.name: r for r in compare.compare_gates(ctx, _training_res(stalled_round=3), costs_)}
+    aa = noisy["noise_floor"]
+    assert aa.verdict == "INCONCLUSIVE" and aa.blocking and "mean (throughput) interval is wholly above" in aa.detail
+    thr = noisy["throughput_ratio"]
+    assert thr.verdict == "INCONCLUSIVE" and thr.observed > 1.3 and "not judged: the A/A control" in thr.detail
+    decision, reasons = g.decide(list(noisy.values()))
+    assert decision == "HOLD" and any(r.startswith("noise_floor INCONCLUSIVE") for r in reasons), reasons
+    quiet = {r.name: r for r in compare.compare_gates(ctx, _training_res(stalled_round=None), costs_)}
+    assert quiet["noise_floor"].verdict == "PASS" and quiet["noise_floor"].blocking
+    assert quiet["throughput_ratio"].verdict == "PASS" and 0.9 < quiet["throughput_ratio"].observed < 1.1
+
+
 def test_runpod_job_times_in_milliseconds_become_seconds() -> None:
     # Runpod's job record (docs/reference/providers.md 2.4): delayTime 812 ms queued, executionTime
     # 143 ms running; the local endpoint reports seconds itself.

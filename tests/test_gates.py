@@ -186,12 +186,34 @@ def test_noise_floor_and_shift() -> None:
     # A narrow interval that lies outside the band is said to lie outside it, not to be wider than it
     below = g.noise_floor(a, b * 0.27, max_ratio=2.0)
     assert below.verdict == "INCONCLUSIVE" and below.interval is not None and below.interval[1] < 0.5
-    assert "wholly below 1 +/- 0.500" in below.detail and "wider" not in below.detail, below.detail
+    assert "wholly below [0.667, 1.500]" in below.detail and "wider" not in below.detail, below.detail
     assert "wholly above" in g.noise_floor(a, b * 2, max_ratio=1.5).detail
+    # The band is symmetric in the ratio's logarithm: with a margin of 3.0 (half: 1.0) one round may be
+    # up to twice the other's, either way. 1 - 1.0 = 0 would have let round b be any number of times faster.
+    assert g.aa_band(3.0) == (0.5, 2.0) and g.aa_band(1.1) == pytest.approx((1 / 1.05, 1.05))
+    assert g.noise_floor(a, b / 431, max_ratio=3.0).verdict == "INCONCLUSIVE"
+    assert g.noise_floor(a, b / 1.8, max_ratio=3.0).verdict == "PASS"
     shifted = g.latency_shift(a, b * 1.5, max_ratio=1.1)
     assert shifted.verdict == "FAIL" and not shifted.blocking and shifted.observed > 0.005
     assert g.latency_shift(a, b, max_ratio=1.1).verdict == "PASS"
     assert g.latency_shift(a, b + 0.001, max_ratio=1.0).verdict == "PASS"  # 1 ms is under the absolute floor
+
+
+def test_a_training_noise_floor_also_judges_the_rounds_mean_step_time_which_stalls_move() -> None:
+    # Two rounds of the same steps; in round b one step in ten stalls for 40 medians (another process
+    # took the core). The medians agree, so the p50 check alone passes; the means, whose inverse is
+    # the round's throughput (batch / mean step time), differ about fivefold.
+    rng = np.random.default_rng(7)
+    a = rng.lognormal(np.log(0.0005), 0.1, 2000)
+    b = rng.lognormal(np.log(0.0005), 0.1, 2000)
+    b[::10] *= 40
+    assert g.noise_floor(a, b, max_ratio=3.0, q=50).verdict == "PASS"
+    both = g.noise_floor(a, b, max_ratio=3.0, q=50, means=True)
+    assert both.verdict == "INCONCLUSIVE" and both.blocking
+    assert both.interval is not None and both.interval[0] > 2.0 and both.observed == pytest.approx(np.mean(b) / np.mean(a))
+    assert "the mean (throughput) interval is wholly above [0.500, 2.000]" in both.detail, both.detail
+    assert "A/A p50 ratio" in both.detail  # the percentile's figures stay in the detail
+    assert g.noise_floor(a, a[::-1].copy(), max_ratio=3.0, q=50, means=True).verdict == "PASS"
 
 
 def test_scored_gates_do_not_decide() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runbook_lib.audit.recompute import Recomputed, explained
 from runbook_lib.cli import main as cli_main
 from runbook_lib.errors import EXIT_USAGE, EvidenceError
 from runbook_lib.evidence import records
@@ -34,6 +35,25 @@ def test_an_old_run_verifies_and_recomputes_the_same(old_run: Path, capsys: pyte
     out = capsys.readouterr().out
     assert "DIFFERS" not in out and "recomputed the same" in out
     assert "same     06 decision" in out
+    # 0.2.0 made a training job's A/A control blocking (issue 51): this 0.1.0 run recorded it
+    # scored, and today's rules derive it blocking. Only that field differs, so it is that change.
+    assert "RULE     04 noise_floor" in out and "blocking: False -> True" in out
+    assert "runbook_lib 0.2.0 (this run: 0.1.0): a training job's A/A control blocks" in out
+    assert "1 differ only as a rule change since the run's version makes them differ (RULE): noise_floor" in out
+
+
+def test_a_rule_change_explains_only_its_own_fields_on_runs_older_than_it() -> None:
+    blocking = Recomputed("04", "noise_floor", "raw samples", {"verdict": "PASS", "blocking": False},
+                          {"verdict": "PASS", "blocking": True}, ("blocking: False -> True",))
+    assert explained(blocking, "0.1.0").rule_change.startswith("runbook_lib 0.2.0 (this run: 0.1.0)")
+    assert not explained(blocking, "0.2.0").rule_change  # made under the rule: a difference stays one
+    assert not explained(blocking, None).rule_change  # no version known: nothing is explained
+    verdict = Recomputed("04", "noise_floor", "raw samples", {"verdict": "PASS", "blocking": False},
+                         {"verdict": "INCONCLUSIVE", "blocking": True}, ("verdict", "blocking"))
+    assert not explained(verdict, "0.1.0").rule_change  # the change never touched the verdict
+    other = Recomputed("04", "latency_p95_ratio", "raw samples", {"verdict": "PASS", "blocking": False},
+                       {"verdict": "PASS", "blocking": True}, ("blocking",))
+    assert not explained(other, "0.1.0").rule_change
 
 
 def test_an_old_run_reports_lists_and_resolves(old_run: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,14 +21,17 @@ How each gate is derived again (docs/how-to/sign-and-verify.md's table says the 
 * the decision from all of them by :func:`runbook_lib.gates.decide`.
 
 The comparison covers verdict, blocking, observed value and interval (floats to a relative
-1e-9; the same code on the same bytes gives the same floats).
+1e-9; the same code on the same bytes gives the same floats). A run made by an earlier
+``runbook_lib`` (the manifest's ``code.runbook_lib``) is derived again by today's rules: a
+difference that a rule change since that version makes, in exactly the fields that change
+touches (:data:`RULE_CHANGES`), is shown as that change, not as a difference.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +57,39 @@ from runbook_lib.params import LiveProfile, load_params
 from runbook_lib.phases import service as service_phase
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.raw import load_measurement
+from runbook_lib.providers.offers import version_tuple
 
 FROM_RAW = "raw samples"
 FROM_DRILLS = "recorded drill rows"
 FROM_OBSERVATION = "recorded observation"
 FROM_RECORD = "phase record"
 REL_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class RuleChange:
+    """A change to how a gate is judged, as :func:`recompute_run` explains it on older runs.
+
+    Attributes:
+        version: the ``runbook_lib`` version that brought it; runs made before it may differ.
+        gate: the gate whose recomputation it changes.
+        fields: the only fields it changes (:func:`_fields`' keys); a difference in any other
+            field is a difference.
+        what: the change, in words, with where it is documented.
+    """
+
+    version: str
+    gate: str
+    fields: tuple[str, ...]
+    what: str
+
+
+RULE_CHANGES = (
+    RuleChange("0.2.0", "noise_floor", ("blocking",),
+               "a training job's A/A control blocks whenever gates.latency_p95_ratio_max is set, as a service's "
+               "does (issue 51; docs/explanation/statistics.md, the noise floor)"),
+)
+"""Rule changes since 0.1.0, by the version that made them."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +102,8 @@ class Recomputed:
         recorded: the receipt's verdict, blocking, observed and interval (None when absent).
         recomputed: the same fields derived again (None when it could not be).
         differences: the fields that differ, as ``"field: recorded -> recomputed"``; empty when same.
+        rule_change: when every difference is one a :class:`RuleChange` since the run's version
+            makes, that change in words; else "".
     """
 
     phase: str
@@ -80,6 +112,7 @@ class Recomputed:
     recorded: dict[str, Any] | None
     recomputed: dict[str, Any] | None
     differences: tuple[str, ...]
+    rule_change: str = ""
 
     @property
     def same(self) -> bool:
@@ -109,6 +142,21 @@ def _compare(phase: str, gate: str, basis: str, recorded: dict[str, Any] | None,
     diffs = tuple(f"{k}: {recorded.get(k)!r} -> {recomputed.get(k)!r}" for k in recomputed
                   if not _close(recorded.get(k), recomputed.get(k)))
     return Recomputed(phase, gate, basis, recorded, recomputed, diffs)
+
+
+def explained(row: Recomputed, made_by: str | None) -> Recomputed:
+    """``row`` with its :attr:`Recomputed.rule_change` set when the run was made by a
+    ``runbook_lib`` older than a :data:`RULE_CHANGES` entry for its gate and every differing field
+    is one that change touches. ``made_by``: the manifest's ``code.runbook_lib`` (None: unknown,
+    nothing is explained)."""
+    if not row.differences or made_by is None or row.recorded is None or row.recomputed is None:
+        return row
+    fields = {k for k in row.recomputed if not _close(row.recorded.get(k), row.recomputed.get(k))}
+    for change in RULE_CHANGES:
+        if change.gate == row.gate and version_tuple(made_by) < version_tuple(change.version) \
+                and fields <= set(change.fields):
+            return replace(row, rule_change=f"runbook_lib {change.version} (this run: {made_by}): {change.what}")
+    return row
 
 
 def _boolean(d: dict[str, Any]) -> dict[str, Any]:
@@ -186,13 +234,13 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
             derived[key] = (FROM_RECORD, _fields(rec) if rec is not None else None,
                             "" if rec is not None else "no phase record holds this gate")
 
-    rows = []
+    rows, made_by = [], _made_by(run_dir)  # a rule change since the version that sealed it explains a difference
     for key in sorted(set(recorded) | set(derived)):
         basis, fields, why = derived.get(key, (FROM_RECORD, None, "not derived"))
         row = _compare(key[0], key[1], basis, _fields(recorded[key]) if key in recorded else None, fields)
         if why and fields is None:
             row = Recomputed(row.phase, row.gate, basis, row.recorded, None, (why,))
-        rows.append(row)
+        rows.append(explained(row, made_by))
     decided = _decision(receipt, recorded, {k: v[1] for k, v in derived.items()})
     rows.append(decided)
     sealed = _sealed_decision(run_dir, str((decided.recomputed or {}).get("verdict")))
@@ -238,6 +286,16 @@ def _decision(receipt: Receipt, recorded: dict[tuple[str, str], dict[str, Any]],
     was = receipt.decision
     return Recomputed("06", "decision", "every gate above", {"verdict": was}, {"verdict": decision},
                       () if was == decision else (f"verdict: {was!r} -> {decision!r}",))
+
+
+def _made_by(run_dir: Path) -> str | None:
+    """The ``runbook_lib`` version that sealed the run (``manifest.json``'s ``code.runbook_lib``);
+    None when the manifest cannot be read or names none."""
+    try:
+        manifest = load_manifest(run_dir)
+    except EvidenceError:
+        return None
+    return manifest.code.runbook_lib or None if manifest is not None and manifest.code is not None else None
 
 
 SEALED_AS = re.compile(r"(?:FAILED \(decision )?(GO|NO-GO|HOLD)\)?")

@@ -1374,13 +1374,22 @@ class Receipt(_Model):
     gates: tuple[GateResult, ...] = ()
 
 
+class SealingCode(_Model):
+    """``manifest.json``'s ``code``: what sealed the run (``runbook verify --recompute`` reads the
+    version to explain rule changes made since, :data:`runbook_lib.audit.recompute.RULE_CHANGES`)."""
+
+    runbook_lib: str = ""
+    git_commit: str | None = None
+
+
 class Manifest(_Model):
     """``manifest.json`` (:func:`runbook_lib.evidence.seal.seal_run`): the run's decision, what ran, its
-    rehearsal marks, and for an interrupted run the signal and teardown."""
+    rehearsal marks, what code sealed it, and for an interrupted run the signal and teardown."""
 
     run_id: str = ""
     migration: str = ""
     decision: str = "?"
+    code: SealingCode | None = None
     params_sha256: str | None = None
     phases: list[dict[str, Any]] = Field(default_factory=list)
     rehearsal: dict[str, Any] | None = None

@@ -32,6 +32,7 @@ from runbook_lib.gates.decision import (
     measurement_lost,
     missing_evidence,
     scored_unless_set,
+    too_noisy,
 )
 from runbook_lib.gates.parity import (
     TOLERANCES,
@@ -47,6 +48,7 @@ from runbook_lib.gates.performance import (
     SHIFT_FLOOR_S,
     SLO_CONFIDENCE,
     SLO_PERCENTILE,
+    aa_band,
     acceptance_budget,
     baseline_health,
     capacity,
@@ -91,10 +93,10 @@ from runbook_lib.gates.stats import (
 __all__ = [
     "BOOTSTRAP_CONFIDENCE", "CAPACITY_GATE", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "EXACT_BOOTSTRAP_MAX_SAMPLES", "MIN_ROUNDS_PER_SIDE",
     "Binned", "bin_rounds", "binned_bootstrap", "counts_mean", "counts_quantile", "ratio_error_bound", "SHIFT_FLOOR_S",
-    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "acceptance_budget", "artifact_parity", "as_rounds",
+    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "aa_band", "acceptance_budget", "artifact_parity", "as_rounds",
     "baseline_health", "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
     "error_rate", "from_dict", "hodges_lehmann_shift", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost", "generator_behind",
     "min_slo_samples", "noise_floor", "output_parity", "inference_parity", "round_bootstrap", "scored_unless_set", "spend_limit",
-    "threshold_source", "throughput_ratio", "tolerance_for", "top1_agreement", "holds", "missing_evidence",
+    "threshold_source", "throughput_ratio", "too_noisy", "tolerance_for", "top1_agreement", "holds", "missing_evidence",
     "not_applicable",
 ]

@@ -113,3 +113,19 @@ def generator_behind(result: GateResult, rounds: Sequence[str]) -> GateResult:
                    detail=f"the load generator fell behind its schedule, so these rounds are not a latency result: "
                           f"{'; '.join(rounds)}. On all rounds it read {result.verdict} ({result.detail}). Measure "
                           "again on a quieter host, or lower measure.arrival_rate_per_s.")
+
+
+def too_noisy(result: GateResult, aa: GateResult) -> GateResult:
+    """A comparison gate's PASS when its A/A control ``aa`` (``noise_floor``) is blocking and
+    INCONCLUSIVE: INCONCLUSIVE, since two rounds of the same source differ by more than half its
+    margin, so a difference between the sides that passes could be the host's (docs/reference/
+    gates.md 5.3: "failing => INCONCLUSIVE for all relative gates (setup too noisy)"). A FAIL is
+    kept: it can only move the decision to NO-GO, which cuts nothing over. What the data said is
+    kept in the detail."""
+    if result.verdict != "PASS" or not aa.blocking or aa.verdict != "INCONCLUSIVE":
+        return result
+    return replace(result, verdict="INCONCLUSIVE",
+                   method=f"{result.method}; not a result while the A/A noise floor is outside its band",
+                   detail=f"not judged: the A/A control (two source rounds) is outside its band ({aa.detail}), so a "
+                          f"pass here could be the host's noise. On these rounds it read PASS ({result.detail}). "
+                          "Measure again on a quieter host.")

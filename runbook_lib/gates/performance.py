@@ -339,51 +339,88 @@ def latency_shift(source: np.ndarray, target: np.ndarray, *, max_ratio: float, f
                       source="Kayenta MannWhitneyClassifier, with an absolute floor", phase=phase)
 
 
-def _outside_band(ci: tuple[float, float], half: float) -> str:
-    """How an interval misses the band 1 +/- ``half``: wider than it (both ends out), or partly or
-    wholly above or below it; the words :func:`noise_floor` puts before the band."""
-    lo, hi = ci
-    if lo < 1 - half and hi > 1 + half:
+def aa_band(max_ratio: float) -> tuple[float, float]:
+    """The band an A/A ratio (two rounds of the same source) must lie in for a comparison margin
+    ``max_ratio``: ``[1 / (1 + h), 1 + h]`` with ``h = (max_ratio - 1) / 2``, half the margin
+    (docs/reference/gates.md 5.3, the gate catalogue: "within ± half the smallest comparison
+    margin"). Symmetric in the ratio's logarithm, since which of the two rounds is the numerator is arbitrary; for small
+    ``h`` it is ``1 +/- h`` to first order, and for ``h >= 1`` it keeps a lower end, where
+    ``1 - h`` would let one round be any number of times faster than the other."""
+    h = (max_ratio - 1) / 2
+    return 1 / (1 + h), 1 + h
+
+
+def _outside_band(ci: tuple[float, float], band: tuple[float, float]) -> str:
+    """How an interval misses ``band``: wider than it (both ends out), or partly or wholly above or
+    below it; the words :func:`noise_floor` puts before the band."""
+    (lo, hi), (b_lo, b_hi) = ci, band
+    if lo < b_lo and hi > b_hi:
         return "wider than"
-    if lo > 1 + half:
+    if lo > b_hi:
         return "wholly above"
-    if hi < 1 - half:
+    if hi < b_lo:
         return "wholly below"
-    return "reaching above" if hi > 1 + half else "reaching below"
+    return "reaching above" if hi > b_hi else "reaching below"
+
+
+def _aa_interval(round_a: np.ndarray, round_b: np.ndarray, q: float | None) -> tuple[float, tuple[float, float] | None, str]:
+    """The A/A ratio round b over round a of the ``q``-th percentile (``q`` None: the mean), its
+    90 % bootstrap interval (exact up to :data:`EXACT_BOOTSTRAP_MAX_SAMPLES` samples, else the
+    binned Poisson bootstrap) and the words naming the method."""
+    label = "mean" if q is None else f"p{q:g}"
+
+    def stat(x: np.ndarray, axis: int = -1) -> Any:
+        return np.mean(x, axis=axis) if q is None else np.percentile(x, q, axis=axis)
+
+    ratio = float(stat(round_b) / stat(round_a))
+    method = f"{label} ratio of two source rounds (A/A); 90 % percentile bootstrap"
+    if round_a.size + round_b.size <= EXACT_BOOTSTRAP_MAX_SAMPLES:
+        return ratio, bootstrap_interval((round_a, round_b), lambda a, b, axis: stat(b, axis) / stat(a, axis)), method
+    ba, bb = bin_rounds([round_a]), bin_rounds([round_b])
+
+    def binned(c: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        return counts_mean(c, counts) if q is None else counts_quantile(c, counts, q / 100)
+
+    ci = binned_bootstrap((ba, bb), lambda a, b: binned(b[0], b[1]) / binned(a[0], a[1]))
+    return ratio, ci, method + binned_method(ba, bb, label)
 
 
 def noise_floor(round_a: np.ndarray, round_b: np.ndarray, *, max_ratio: float, q: float = 95,
-                phase: str = "") -> GateResult:
+                means: bool = False, phase: str = "") -> GateResult:
     """A/A check on two source rounds: the 90 % bootstrap interval of the ratio of their ``q``-th
     percentiles (p95 for request latency; p50 for sub-millisecond training steps, whose tails are
-    scheduler jitter) must lie within 1 +/- half the comparison margin (``max_ratio - 1``);
-    otherwise the setup is too noisy to judge a difference that small, and the gate is
-    INCONCLUSIVE (not FAIL)."""
+    scheduler jitter) must lie within :func:`aa_band` (half the comparison margin
+    ``max_ratio - 1``); otherwise the setup is too noisy to judge a difference that small, and the
+    gate is INCONCLUSIVE (not FAIL).
+
+    ``means``: also the ratio of the rounds' mean sample, judged the same way. For training steps
+    of a fixed batch it is the rounds' throughput ratio inverted (units/s = batch / mean step
+    time), which stalls move while the median does not; observed and interval are then those of
+    the ratio that left the band, else of the percentile's."""
     n = {"round_a": int(round_a.size), "round_b": int(round_b.size)}
     half = (max_ratio - 1) / 2
+    band = aa_band(max_ratio)
     label = f"p{q:g}"
     if min(n.values()) < 2:
-        return GateResult("noise_floor", "INCONCLUSIVE", True, None, half, "ratio - 1", "A/A p95 ratio",
+        return GateResult("noise_floor", "INCONCLUSIVE", True, None, half, "ratio - 1", f"A/A {label} ratio",
                           "fewer than two source rounds with samples", samples=n, phase=phase)
-    ratio = float(np.percentile(round_b, q) / np.percentile(round_a, q))
-    method = f"{label} ratio of two source rounds (A/A); 90 % percentile bootstrap"
-    if round_a.size + round_b.size <= EXACT_BOOTSTRAP_MAX_SAMPLES:
-        ci = bootstrap_interval((round_a, round_b),
-                                lambda a, b, axis: np.percentile(b, q, axis=axis) / np.percentile(a, q, axis=axis))
-    else:
-        ba, bb = bin_rounds([round_a]), bin_rounds([round_b])
-        ci = binned_bootstrap((ba, bb), lambda a, b: counts_quantile(b[0], b[1], q / 100) / counts_quantile(a[0], a[1], q / 100))
-        method += binned_method(ba, bb, label)
-    if ci is None:
-        return GateResult("noise_floor", "ERROR", True, ratio, half, "ratio - 1", f"A/A {label} ratio",
+    judged = [(f"{label}", *_aa_interval(round_a, round_b, q))]
+    if means:
+        judged.append(("mean (throughput)", *_aa_interval(round_a, round_b, None)))
+    method = "; ".join(m for *_, m in judged)
+    if any(ci is None for _, _, ci, _ in judged):
+        return GateResult("noise_floor", "ERROR", True, judged[0][1], half, "ratio - 1", method,
                           "bootstrap interval could not be computed", samples=n, phase=phase)
-    ok = 1 - half <= ci[0] and ci[1] <= 1 + half
-    return GateResult("noise_floor", "PASS" if ok else "INCONCLUSIVE", True, ratio, half, "ratio - 1", method,
-                      f"A/A {label} ratio {ratio:.3f}, interval [{ci[0]:.3f}, {ci[1]:.3f}] within 1 +/- {half:.3f}" if ok
-                      else f"A/A {label} ratio {ratio:.3f}, interval [{ci[0]:.3f}, {ci[1]:.3f}], "
-                           f"{_outside_band(ci, half)} 1 +/- {half:.3f}: two rounds of the same source differ by "
-                           "more than this margin allows, so the setup is too noisy to judge it; measure more or on "
-                           "quieter hosts",
+    intervals = [(w, r, ci) for w, r, ci, _ in judged if ci is not None]  # all of them: none was None
+    out = [(w, r, ci) for w, r, ci in intervals if not band[0] <= ci[0] <= ci[1] <= band[1]]
+    what, ratio, ci = (out or intervals)[0]
+    words = "; ".join(f"A/A {w} ratio {r:.3f}, interval [{c[0]:.3f}, {c[1]:.3f}]" for w, r, c in intervals)
+    in_band = f"[{band[0]:.3f}, {band[1]:.3f}] (half the margin, {half:.3f}, either way)"
+    return GateResult("noise_floor", "INCONCLUSIVE" if out else "PASS", True, ratio, half, "ratio - 1", method,
+                      f"{words}: within {in_band}" if not out
+                      else f"{words}: the {what} interval is {_outside_band(ci, band)} {in_band}: two rounds of the "
+                           "same source differ by more than this margin allows, so the setup is too noisy to judge "
+                           "it; measure more or on quieter hosts",
                       samples=n, interval=ci, source="A/A noise floor: half the comparison margin", phase=phase)
 
 

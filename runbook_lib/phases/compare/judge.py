@@ -336,8 +336,10 @@ slowdown (Kleinrock, Queueing Systems, Vol. 1, 1975, section 3.2)."""
 def aa_gate(mig: Migration, src_rounds: list[np.ndarray], t: pd.DataFrame) -> g.GateResult:
     """The A/A noise floor on two source rounds (:func:`runbook_lib.gates.noise_floor`; which two:
     the comment below):
-    blocking for a serving workload, scored for training (sub-millisecond steps of the demo MLP
-    drift with any host activity between pods). When it is INCONCLUSIVE and the open-loop rate is
+    blocking. A serving workload's compares the rounds' p95 latency; a training job's the median
+    step time and the mean (its inverse is the round's throughput: a stall moves the mean, not the
+    median), so identical sides that a busy host made differ cannot read as a gain or a loss
+    (issue 51). When it is INCONCLUSIVE and the open-loop rate is
     at least :data:`NEAR_CAPACITY` of the source's saturation throughput (requests completed per
     second of the closed-loop rounds, ``t``: the throughput table), its detail says so: that
     noise comes from the offered load, and a lower ``measure.arrival_rate_per_s`` is the remedy."""
@@ -347,9 +349,9 @@ def aa_gate(mig: Migration, src_rounds: list[np.ndarray], t: pd.DataFrame) -> g.
     # which every stopping point includes, so where the rule stopped cannot choose the rounds judged.
     last = src_rounds[1] if mig.gates.method == "sequential" else src_rounds[-1]
     aa = g.noise_floor(src_rounds[0], last, max_ratio=mig.gates.latency_p95_ratio_max,
-                       q=95 if mig.workload.serves else 50, phase="04")
+                       q=95 if mig.workload.serves else 50, means=not mig.workload.serves, phase="04")
     if not mig.workload.serves:
-        return g.from_dict({**aa.to_dict(), "blocking": False})
+        return aa
     src = t[t["side"] == "source"]
     elapsed = float(src["elapsed_s"].astype(float).sum()) if len(src) else 0.0
     capacity = float(src["completed"].astype(float).sum()) / elapsed if elapsed > 0 else math.nan
@@ -364,8 +366,9 @@ def aa_gate(mig: Migration, src_rounds: list[np.ndarray], t: pd.DataFrame) -> g.
 
 def qualified(mig: Migration, res: Measured, results: list[g.GateResult]) -> list[g.GateResult]:
     """The gates as the evidence allows: scored unless the operator set their threshold, a gate
-    whose measurement was lost INCONCLUSIVE, and the latency gates INCONCLUSIVE when a round's
-    load generator fell behind (with the ``load_generator`` gate that says so)."""
+    whose measurement was lost INCONCLUSIVE, the latency gates INCONCLUSIVE when a round's
+    load generator fell behind (with the ``load_generator`` gate that says so), and a relative
+    gate's PASS INCONCLUSIVE while the A/A control is (:data:`RELATIVE_GATES`)."""
     s = res.samples
     pace = load_generator_rounds(s, mig.measure.max_send_lateness_s) if mig.workload.serves else []
     if pace:
@@ -376,7 +379,16 @@ def qualified(mig: Migration, res: Measured, results: list[g.GateResult]) -> lis
     results = [g.measurement_lost(r, lost[r.name]) if r.name in lost else r for r in results]
     late = [f"{p.side} round {p.round}: {p.late} of {p.requests} requests sent more than "
             f"{mig.measure.max_send_lateness_s:g} s late (worst {p.lateness_max_s:.3f} s)" for p in pace if not p.on_time]
-    return [g.generator_behind(r, late) if late and r.name in LATENCY_GATES else r for r in results]
+    results = [g.generator_behind(r, late) if late and r.name in LATENCY_GATES else r for r in results]
+    aa = next((r for r in results if r.name == "noise_floor"), None)
+    return [g.too_noisy(r, aa) if aa is not None and r.name in RELATIVE_GATES else r for r in results]
+
+
+RELATIVE_GATES = ("latency_p95_ratio", "latency_shift", "throughput_ratio", "ttft_p95_ratio", "tpot_p95_ratio",
+                  "cost_per_accepted_unit")
+"""Gates that compare the sides over the measured rounds, which the A/A control's band bounds:
+a PASS is INCONCLUSIVE while it is outside (:func:`runbook_lib.gates.too_noisy`). The cold-start
+ratio is judged on launches of its own, outside those rounds."""
 
 
 LATENCY_GATES = ("latency_p95_ratio", "latency_slo", "noise_floor", "latency_shift", "ttft_p95_ratio",
