@@ -185,10 +185,27 @@ class Cpu(_Model):
     logical: int = 0
 
 
+class Topology(_Model):
+    """How a host's GPUs are connected (:func:`runbook_lib.portability.topology.probe`): how it was
+    read (or why not), the GPU count, ``NVLink`` / ``PCIe`` / ``mixed`` / ``one GPU``, the slowest
+    link class any pair uses (``NV18``, ``PHB``), every GPU-to-GPU link, NCCL's version, the
+    ``NCCL_*`` environment and the torchrun process layout (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ...)."""
+
+    probe: str = ""
+    gpus: int = 0
+    interconnect: str = ""
+    weakest_link: str = ""
+    links: dict[str, dict[str, str]] = Field(default_factory=dict)
+    nccl_version: str | None = None
+    nccl_env: dict[str, str] = Field(default_factory=dict)
+    process_layout: dict[str, int] = Field(default_factory=dict)
+
+
 class Inventory(_Model):
     """A host's inventory (:func:`runbook_lib.portability.inventory.probe`): interpreter and framework
     versions, torch's thread count, the device, CUDA, the CPU, memory, shared memory and free
-    disk in bytes, the OS, host features, and the *names* of credential-looking variables."""
+    disk in bytes, the OS, host features, the *names* of credential-looking variables, and the
+    GPU interconnect."""
 
     python: str = ""
     torch: str = ""
@@ -202,6 +219,7 @@ class Inventory(_Model):
     os: str = ""
     features: dict[str, bool] = Field(default_factory=dict)
     credential_env_names: tuple[str, ...] = ()
+    topology: Topology = Field(default_factory=Topology)
 
 
 class PortRow(_Model):

@@ -400,6 +400,8 @@ def inventory_rows(host: Inventory, source_env: Inventory) -> list[dict[str, obj
             "CUDA available": d.cuda.available, "CUDA runtime": d.cuda.runtime, "driver": d.cuda.driver_version,
             "GPUs": ", ".join(f"{g.name} (cc {g.compute_capability}, {g.memory_bytes / 2**30:.1f} GiB)"
                               for g in d.cuda.devices) or "none",
+            "GPU interconnect": (f"{d.topology.interconnect} ({d.topology.weakest_link}), NCCL "
+                                 f"{d.topology.nccl_version or '?'}" if d.topology.gpus > 1 else d.topology.probe or "-"),
             "CPU": f"{d.cpu.model} x{d.cpu.logical}", "RAM GiB": round(d.memory_bytes / 2**30, 1),
             "/dev/shm GiB": round(d.shm_bytes / 2**30, 2), "disk free GiB": round(d.disk_free_bytes / 2**30, 1),
             "OS": d.os,

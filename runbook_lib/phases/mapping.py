@@ -39,6 +39,7 @@ from runbook_lib.params import (
 )
 from runbook_lib.phases import PhaseContext, PhaseResult, md, schedules, table
 from runbook_lib.phases.service_pods import serving_shown
+from runbook_lib.portability import topology
 from runbook_lib.portability.gpus import compute_capability, offer_problem, reported_capability, runs_on
 from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Capabilities, Capability
@@ -269,6 +270,11 @@ def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
                              f"target host driver supports CUDA {have} < {need}: images built for {need} fail to start"))
         if tgt.device.startswith("cuda") and best is not None:
             rows.append(_architecture_row(frozen_build(ctx), best.gpu_name))
+            env = rec.freeze.environment
+            linked = topology.offer_row(env.topology.model_dump(), best.gpu_count) if env is not None else None
+            if linked is not None:
+                rows.append(_row("GPU interconnect", linked[0], linked[1], EQUIVALENT if linked[2] else ADAPTER,
+                                 linked[3]))
     else:
         host = rec.host
         rows.append(_row("python / torch", f"{sf.python} / {sf.torch}", f"{host.python} / {host.torch}",

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
+from runbook_lib.portability import topology
 from runbook_lib.portability.gpus import bf16_problem, bf16_tf32, runs_on
 from runbook_lib.secret_refs import names_present
 
@@ -45,7 +46,9 @@ def probe(*, device: str = "cpu", disk_path: str | os.PathLike[str] = ".") -> di
         ``driver_version``, ``devices`` with name, total memory bytes and compute capability,
         ``arch_list``: ``torch.cuda.get_arch_list()``, e.g. ``["sm_80", "sm_90"]``),
         ``cpu`` (model, logical count), ``memory_bytes``, ``shm_bytes``, ``disk_free_bytes``,
-        ``os``, ``features`` (UDP sockets, ``/dev/fuse``, running as root).
+        ``os``, ``features`` (UDP sockets, ``/dev/fuse``, running as root), ``topology``
+        (:func:`runbook_lib.portability.topology.probe`: the GPU interconnect, NCCL and the
+        process layout).
     """
     import psutil
     import torch
@@ -81,6 +84,7 @@ def probe(*, device: str = "cpu", disk_path: str | os.PathLike[str] = ".") -> di
         "features": {"udp_sockets": True, "dev_fuse": os.path.exists("/dev/fuse"),
                      "running_as_root": hasattr(os, "geteuid") and os.geteuid() == 0},
         "credential_env_names": _credential_names(),
+        "topology": topology.probe(cuda_available=bool(cuda["available"])),
     }
 
 
@@ -166,7 +170,8 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
         target_dtype: the target profile's compute dtype: ``bfloat16`` on a GPU without bfloat16
             math (:func:`runbook_lib.portability.gpus.bf16_tf32`) is a blocker.
 
-    The compute-capability check asks whether the torch build's ``torch.cuda.get_arch_list()``
+    The GPU interconnect, NCCL version and ``NCCL_*`` settings are compared when the source has
+    more than one GPU (:func:`runbook_lib.portability.topology.rows`). The compute-capability check asks whether the torch build's ``torch.cuda.get_arch_list()``
     runs on the GPU under CUDA's binary and PTX compatibility rules
     (:func:`runbook_lib.portability.gpus.runs_on`); the driver check is a blocker below the
     minimum driver of the image's CUDA major release (:data:`CUDA_MINOR_COMPAT_DRIVER`) and a
@@ -176,6 +181,7 @@ def diff(source: dict[str, Any], target: dict[str, Any], *, target_device: str, 
             *_math_rows(source, target, target_device, target_dtype),
             *_host_rows(source, target, memory_gb=memory_gb, shm_gb=shm_gb, disk_gb=disk_gb,
                         restore_bytes=restore_bytes, loader_workers=loader_workers),
+            *[_row(*r) for r in topology.rows(source.get("topology") or {}, target.get("topology") or {})],
             *_environment_rows(source, target, declared_credentials)]
 
 
