@@ -445,7 +445,10 @@ class LocalProfile(ProfileBase):
             ``corrupt_checkpoint`` flips a byte of each artifact the canary downloads,
             ``worker_crash`` kills an endpoint worker every 7 requests, ``slow_worker`` adds
             0.5 s to every batch an endpoint worker serves, ``duplicate_side_effects`` is a broken
-            handler that never looks up its idempotency record (a redelivered job runs twice).
+            handler that never looks up its idempotency record (a redelivered job runs twice);
+            a training job's that its drills must catch: ``ignore_sigterm`` (it never saves on a
+            preemption notice), ``no_watchdog`` (its step watchdog never starts) and
+            ``resume_unverified`` (it resumes from its newest checkpoint file unchecked).
         offers: machines a local target may be placed on (:class:`LocalOffer`). Phase 02 ranks
             those that meet ``offer`` as it ranks a remote target's offers (cheapest first,
             :func:`runbook_lib.providers.offers.filter_offers`), and phase 04's
@@ -457,7 +460,8 @@ class LocalProfile(ProfileBase):
     """
 
     provider: Literal["local"] = "local"
-    fault: Literal["none", "corrupt_checkpoint", "worker_crash", "slow_worker", "duplicate_side_effects"] = "none"
+    fault: Literal["none", "corrupt_checkpoint", "worker_crash", "slow_worker", "duplicate_side_effects",
+                   "ignore_sigterm", "no_watchdog", "resume_unverified"] = "none"
     offers: tuple[LocalOffer, ...] = ()
     offer: OfferSpec = Field(default_factory=lambda: OfferSpec(gpu_count_min=0))
 
@@ -1135,6 +1139,8 @@ class Workload(_Model):
         seed: the seed of every random choice the workload makes.
         train_steps: steps a ``training`` job runs.
         checkpoint_every: steps between a training job's checkpoints.
+        step_timeout_s: the job's step watchdog, seconds: a step running longer ends the job,
+            naming the step (unset: no watchdog, and the ``hung_step`` drill FAILs saying so).
         learning_rate: a training job's learning rate.
         requirements: what it needs from a host (:class:`Requirements`).
         service: the team's service, for ``kind: service`` (:class:`Service`).
@@ -1152,6 +1158,7 @@ class Workload(_Model):
     seed: int = 0
     train_steps: int = Field(default=60, ge=2, le=1_000_000)
     checkpoint_every: int = Field(default=10, ge=1)
+    step_timeout_s: float | None = Field(default=None, gt=0, le=86_400)
     learning_rate: float = Field(default=0.05, gt=0, le=10)
     requirements: Requirements = Requirements()
     service: Service | None = None
@@ -1377,9 +1384,20 @@ class Gates(_Model):
     method: Literal["fixed", "sequential"] = "fixed"
 
 
-DrillName = Literal["redeliver", "preferred_offer_removed", "hung_worker", "spend_limit", "output_durability"]
-DRILL_NAMES: tuple[str, ...] = ("redeliver", "preferred_offer_removed", "hung_worker", "spend_limit",
-                                "output_durability")
+DrillName = Literal["redeliver", "preferred_offer_removed", "hung_worker", "spend_limit", "output_durability",
+                    "preemption_grace", "corrupt_newest", "hung_step"]
+ENDPOINT_DRILLS: tuple[str, ...] = ("redeliver", "preferred_offer_removed", "hung_worker", "spend_limit",
+                                    "output_durability")
+"""The drills a serving workload runs by default (``drills.run`` unset)."""
+JOB_DRILL_NAMES: tuple[str, ...] = ("preemption_grace", "corrupt_newest", "hung_step")
+"""The drills the canary's agent runs on a training job (:mod:`runbook_lib.workload.jobdrills`)."""
+TRAINING_DRILLS: tuple[str, ...] = (*JOB_DRILL_NAMES, "spend_limit", "preferred_offer_removed")
+"""The drills a training job runs by default (``drills.run`` unset): those that apply to a job."""
+DRILL_NAMES: tuple[str, ...] = (*ENDPOINT_DRILLS, *JOB_DRILL_NAMES)
+DOCKER_STOP_TIMEOUT_S = 10.0
+"""Seconds ``docker stop`` waits between SIGTERM and SIGKILL unless told otherwise (Docker's
+"docker container stop" reference: ``--timeout``, "Seconds to wait before killing the container",
+default 10); Runpod and Vast.ai run pods as containers."""
 
 
 class Drills(_Model):
@@ -1393,11 +1411,20 @@ class Drills(_Model):
             could not be carried out) or NOT_APPLICABLE (the target has no such property: no job
             API, no offers) holds it; the others are scored. Each must also be in ``run``.
         hang_timeout_s: the execution timeout the ``hung_worker`` drill's job carries, seconds.
+        preemption_grace_s: seconds between the ``preemption_grace`` drill's SIGTERM and its
+            SIGKILL, the provider's grace period (default :data:`DOCKER_STOP_TIMEOUT_S`).
+        max_steps_lost: training steps a preempted job may lose, its replacement re-running them
+            (a job that saves on SIGTERM loses none).
+
+    Unset, ``run`` is what applies to the workload: :data:`ENDPOINT_DRILLS` for a serving one,
+    :data:`TRAINING_DRILLS` for a training job (:meth:`Migration._drills_by_kind`).
     """
 
-    run: tuple[DrillName, ...] = DRILL_NAMES  # type: ignore[assignment]
+    run: tuple[DrillName, ...] = ENDPOINT_DRILLS  # type: ignore[assignment]
     blocking: tuple[DrillName, ...] = ()
     hang_timeout_s: float = Field(default=2.0, gt=0, le=600)
+    preemption_grace_s: float = Field(default=DOCKER_STOP_TIMEOUT_S, gt=0, le=3600)
+    max_steps_lost: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _blocking_runs(self) -> "Drills":
@@ -1708,6 +1735,25 @@ class Migration(_Model):
         raise ParamsError(f"no target or alternate is named {name!r}; the candidates are "
                           f"{[c.name for c in self.candidates]}. The params changed since the record was written: "
                           "run the migration again")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drills_by_kind(cls, data: Any) -> Any:
+        """``drills.run`` unset: the drills that apply to the workload (:class:`Drills`)."""
+        if not isinstance(data, dict) or not isinstance(data.get("workload"), dict):
+            return data
+        drills = data.get("drills") if isinstance(data.get("drills"), dict) else {}
+        if data["workload"].get("kind") == "training" and "run" not in (drills or {}):
+            return {**data, "drills": {**(drills or {}), "run": list(TRAINING_DRILLS)}}
+        return data
+
+    @model_validator(mode="after")
+    def _job_drills_on_a_job(self) -> "Migration":
+        job = [d for d in self.drills.run if d in JOB_DRILL_NAMES]
+        if job and self.workload.kind != "training":
+            raise ValueError(f"drills.run names {job}, drills of a training job's canary, for a {self.workload.kind} "
+                             "workload; remove them")
+        return self
 
     @model_validator(mode="after")
     def _distinct_sides(self) -> "Migration":

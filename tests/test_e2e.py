@@ -29,6 +29,7 @@ from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.run.interrupt import Interrupts
 from runbook_lib.run.runner import RunResult, execute_phase, run_migration, run_phase
 from runbook_lib.storage import open_store
+from runbook_lib.workload.jobdrills import WATCHDOG_EXIT
 
 from .airflow_api import AirflowApi
 from .conftest import ROOT, reseal
@@ -270,6 +271,14 @@ def test_training_demo_moves_its_checkpoint(approved_training_run: Path) -> None
     assert all(c["state"] == "DESTROYED" for c in r["resources"]["created"])
     cut = json.loads((d / "05_cutover.json").read_text())["data"]["cutover"]
     assert cut["routing"].startswith("no router: a training cutover moves pods") and cut["router"] is None
+    # the drills that apply to a job, each blocking and passed: three on the canary, two in phase 04
+    drills = {x["drill"]: x for x in r["drills"]}
+    assert list(drills) == ["preemption_grace", "corrupt_newest", "hung_step", "spend_limit", "preferred_offer_removed"]
+    assert all(x["verdict"] == "PASS" and x["blocking"] for x in drills.values()), drills
+    assert "the replacement resumed from step-000012.pt, losing 0 step(s)" in drills["preemption_grace"]["observation"]
+    assert "refused it (sha256 differs" in drills["corrupt_newest"]["observation"]
+    assert f"the job ended with code {WATCHDOG_EXIT}" in drills["hung_step"]["observation"]
+    assert drills["spend_limit"]["observation"].split(": ")[1].startswith("refused at")
 
 
 def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_params, tmp_path: Path, airflow_api: AirflowApi,
@@ -286,6 +295,7 @@ def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_param
     for name, value in airflow_api.env.items():
         monkeypatch.setenv(name, value)
     params = make_params("demo-train.yaml", **merged(FAST_TRAINING, {"measure": {"max_extra_rounds": 0, "exclusive": False}},
+                                                     {"drills": {"run": [], "blocking": []}},  # not its subject
                                                      {"cutover": {"rollback_window_s": 1, "on_rollback": rule}},
                                                      {"source": {"schedules": [airflow_api.schedule("nightly_rollback",
                                                                                                     "variable")]}}))

@@ -676,13 +676,16 @@ class AgentAttempt(_Model):
 class CanaryResult(_Model):
     """What the canary's acceptance job returned (``result.json``; its attempts are left out of
     the record): its environment, the checksum rows it re-verified
-    (:func:`runbook_lib.gates.checksum_exact` rows), its download, the failure drill, the reload."""
+    (:func:`runbook_lib.gates.checksum_exact` rows), its download, the failure drill, the reload,
+    and a training job's drill observations, one dict each with its ``drill`` name
+    (:func:`runbook_lib.workload.jobdrills.run`; phase 04 judges them)."""
 
     environment: Inventory | None = None
     fetch: Fetch | None = None
     artifact_checksums: list[dict[str, Any]] = Field(default_factory=list)
     failure_drill: FailureDrill | None = None
     reload: Reload | None = None
+    job_drills: tuple[dict[str, Any], ...] = ()
     attempts: tuple[AgentAttempt, ...] = Field(default=(), exclude=True)
 
     @property

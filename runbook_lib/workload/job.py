@@ -10,7 +10,8 @@ Inside a pod the agent (``python -m runbook_lib.workload.job agent ...``):
    acceptance steps in a child process with a checkpoint every ``checkpoint_every`` steps,
    SIGKILLs that child after its first checkpoint (one real failure), resumes a new child from
    the newest checkpoint that verifies, then reloads the saved artifact in a fresh model and
-   checks it reproduces the outputs exactly;
+   checks it reproduces the outputs exactly; a training job then runs the job drills
+   ``drills.run`` names (:mod:`runbook_lib.workload.jobdrills`);
 4. uploads outputs, metrics and a ``result.json`` as a set: objects, manifest, ``_SUCCESS`` last.
 
 The notebook waits for the completion marker; it never talks to the pod directly.
@@ -19,6 +20,7 @@ The notebook waits for the completion marker; it never talks to the pod directly
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -36,9 +38,10 @@ from runbook_lib.params import load_params
 from runbook_lib.portability.checkpoint import load_state, natural_key
 from runbook_lib.portability.inventory import probe
 from runbook_lib.storage import HashingWriter, ObjectInfo, Store, pod_store
-from runbook_lib.workload import make_workload
+from runbook_lib.workload import jobdrills, make_workload
 from runbook_lib.workload._torch import synchronize
 from runbook_lib.workload.checkpoint_set import CheckpointWorkload
+from runbook_lib.workload.jobdrills import HANG_AT_ENV, HOLD_AT_ENV, WATCHDOG_EXIT
 
 CHILD_TIMEOUT_S = 600.0
 
@@ -83,34 +86,126 @@ def newest_verified_checkpoint(ckpt_dir: Path) -> tuple[Path | None, list[dict[s
     return None, rejected
 
 
+class Preempted(Exception):
+    """The job was asked to stop (SIGTERM) and saved a checkpoint at a step boundary first."""
+
+
+class StepGuard:
+    """What watches a job's steps while they run, in the process that runs them:
+
+    * SIGTERM (a preemption's notice, the platform's ``docker stop``): the step in progress
+      finishes, a checkpoint of the state after it is saved, ``preempted.json`` names it, and
+      :class:`Preempted` ends the loop (the ``ignore_sigterm`` fault leaves SIGTERM ignored, as
+      a workload that does not handle it);
+    * a watchdog thread (``step_timeout_s`` set): a step running longer than that writes
+      ``hung.json`` (the step, the seconds it ran) and ends the process with
+      :data:`WATCHDOG_EXIT` (the ``no_watchdog`` fault starts none);
+    * ``steps_file``: the count of finished steps, rewritten after each step (the drills read
+      how far a killed job got).
+    """
+
+    def __init__(self, work_dir: Path | None, *, step_timeout_s: float | None = None,
+                 steps_file: Path | None = None) -> None:
+        import threading
+
+        self.work_dir, self.step_timeout_s = work_dir, step_timeout_s
+        self.stop_requested: float | None = None
+        self.step_started = time.monotonic()
+        self.current = -1
+        self._fd = os.open(steps_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if steps_file else None
+        self._closed = threading.Event()
+        self._previous: Any = None
+        fault = os.environ.get(POD_FAULT_ENV, "")
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, signal.SIG_IGN if fault == "ignore_sigterm" else self._on_term)
+        if step_timeout_s and fault != "no_watchdog":
+            threading.Thread(target=self._watch, name="step-watchdog", daemon=True).start()
+
+    def __enter__(self) -> "StepGuard":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.stop_requested = time.monotonic()
+
+    def _watch(self) -> None:
+        assert self.step_timeout_s
+        tick = min(1.0, self.step_timeout_s / 10)
+        while not self._closed.wait(tick):
+            ran = time.monotonic() - self.step_started
+            if self.current >= 0 and ran > self.step_timeout_s:
+                if self.work_dir is not None:
+                    write_json_atomic(self.work_dir / "hung.json", {"step": self.current, "seconds": ran,
+                                                                   "step_timeout_s": self.step_timeout_s})
+                os._exit(WATCHDOG_EXIT)
+
+    def starting(self, i: int) -> None:
+        self.current, self.step_started = i, time.monotonic()
+
+    def finished(self, i: int) -> None:
+        self.current = -1
+        if self._fd is not None:
+            os.pwrite(self._fd, f"{i + 1:>12}".encode(), 0)
+
+    def close(self) -> None:
+        """Stop watching: the watchdog ends, SIGTERM gets its previous handler back."""
+        self._closed.set()
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _resume_point(wl: Any, ckpt_dir: Path) -> tuple[int, str | None, list[dict[str, str]]]:
+    """The step to start from, the checkpoint it came from and those refused: the newest that
+    verifies (:func:`newest_verified_checkpoint`). The ``resume_unverified`` fault takes the
+    newest file by its step number without checking it, as a job that trusts its newest write."""
+    rejected: list[dict[str, str]] = []
+    if os.environ.get(POD_FAULT_ENV) == "resume_unverified":
+        files = sorted(ckpt_dir.glob("step-*.pt"), key=lambda p: natural_key(p.name))
+        ck = files[-1] if files else None
+    else:
+        ck, rejected = newest_verified_checkpoint(ckpt_dir)
+    if ck is None:
+        return 0, None, rejected
+    # weights_only on this side's device: a checkpoint naming any non-tensor global is refused, never run
+    return wl.load_state_dict(load_state(ck, device=wl.profile.device).state), ck.name, rejected
+
+
 def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
               pause_after_checkpoint: bool, progress: Path | None = None,
-              max_steps: int | None = None) -> dict[str, Any]:
+              max_steps: int | None = None, guard: StepGuard | None = None) -> dict[str, Any]:
     """Run the workload's acceptance steps with periodic checkpoints.
 
     Args:
         wl: a loaded :class:`~runbook_lib.workload.AcceptanceWorkload`.
         ckpt_dir: checkpoint directory (on the pod's volume).
         checkpoint_every: steps between checkpoints.
-        resume: start from the newest checkpoint that verifies.
+        resume: start from the newest checkpoint that verifies (:func:`_resume_point`).
         pause_after_checkpoint: after the first checkpoint, write ``progress`` and block (the
             drill's kill point: the parent SIGKILLs this process there).
+        guard: the :class:`StepGuard` watching the steps (default: one with no watchdog).
 
     Returns:
         ``{"start_step", "resumed_from", "rejected_checkpoints", "step_times_s", "metrics",
         "first_step_done_epoch"}``;
         ``step_times_s`` are seconds per step, the device synchronised before each clock stops
         (the driver does it, whatever the workload does); ``timing``: :func:`step_timing`.
-    """
 
-    start, resumed_from = 0, None
-    rejected: list[dict[str, str]] = []
-    if resume:
-        ck, rejected = newest_verified_checkpoint(ckpt_dir)
-        if ck is not None:
-            # weights_only on this side's device: a checkpoint naming any non-tensor global is refused, never run
-            start = wl.load_state_dict(load_state(ck, device=wl.profile.device).state)
-            resumed_from = ck.name
+    Raises:
+        Preempted: SIGTERM arrived; the checkpoint after the step in progress was saved first.
+    """
+    if guard is None:
+        with StepGuard(progress.parent if progress is not None else None) as own:
+            return run_steps(wl, ckpt_dir=ckpt_dir, checkpoint_every=checkpoint_every, resume=resume,
+                             pause_after_checkpoint=pause_after_checkpoint, progress=progress,
+                             max_steps=max_steps, guard=own)
+    start, resumed_from, rejected = _resume_point(wl, ckpt_dir) if resume else (0, None, [])
+    hang_at, hold_at = int(os.environ.get(HANG_AT_ENV) or -1), int(os.environ.get(HOLD_AT_ENV) or -1)
     times, metrics = [], []
     first_done: float | None = None
     checkpoint_s = 0.0
@@ -119,12 +214,24 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
     synchronize(device)  # nothing queued before the loop is billed to its first step
     loop_t0 = time.perf_counter()
     for i in range(start, n):
+        while i == hold_at and guard.stop_requested is None:  # the preemption drill: mid-run, awaiting its notice
+            time.sleep(0.01)
+        guard.starting(i)
         t0 = time.perf_counter()
+        while i == hang_at:  # the hung_step drill: this step never finishes
+            time.sleep(3600)
         m = wl.step(i)
         synchronize(device)  # the step's kernels are done before its clock stops, whatever the workload does
         times.append(time.perf_counter() - t0)
+        guard.finished(i)
         first_done = first_done or time.time()
         metrics.append(m)
+        if guard.stop_requested is not None:
+            path = save_checkpoint(wl.state_dict(), ckpt_dir, i + 1)
+            if guard.work_dir is not None:
+                write_json_atomic(guard.work_dir / "preempted.json", {
+                    "step": i + 1, "checkpoint": path.name, "seconds_after_signal": time.monotonic() - guard.stop_requested})
+            raise Preempted(f"stopped by SIGTERM after step {i + 1}; saved {path.name}")
         if (i + 1) % checkpoint_every == 0 and i + 1 < n:
             c0 = time.perf_counter()
             save_checkpoint(wl.state_dict(), ckpt_dir, i + 1)
@@ -172,12 +279,17 @@ def _make(params_path: str, side: str) -> Any:
 
 
 def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, ckpt_dir: Path,
-            resume: bool, pause: bool, reload_check: bool, max_steps: int | None = None) -> dict[str, Any]:
+            resume: bool, pause: bool, reload_check: bool, max_steps: int | None = None,
+            steps_file: Path | None = None) -> dict[str, Any]:
     """One attempt of the acceptance steps from ``artifact_dir``: writes ``outputs.npy`` (and for
     training ``final_outputs.npy``; ``inference_outputs.npy`` when the workload has them), the final artifact and ``attempt.json`` into ``work_dir``.
 
     With ``reload_check`` the saved artifact is loaded into a fresh model afterwards, and its
-    outputs must equal the run's exactly (recorded under ``reload``).
+    outputs must equal the run's exactly (recorded under ``reload``). The steps run under a
+    :class:`StepGuard` with ``workload.step_timeout_s`` (``steps_file``: where it counts them).
+
+    Raises:
+        Preempted: SIGTERM arrived during the steps (their checkpoint is saved).
     """
     import numpy as np
 
@@ -186,9 +298,10 @@ def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, 
     wl.load(artifact_dir)
     load_s = time.perf_counter() - t0
     reference = wl.outputs() if wl.kind == "training" else None
-    res = run_steps(wl, ckpt_dir=ckpt_dir, checkpoint_every=mig.workload.checkpoint_every,
-                    resume=resume, pause_after_checkpoint=pause, progress=work_dir / "progress.json",
-                    max_steps=max_steps)
+    with StepGuard(work_dir, step_timeout_s=mig.workload.step_timeout_s, steps_file=steps_file) as guard:
+        res = run_steps(wl, ckpt_dir=ckpt_dir, checkpoint_every=mig.workload.checkpoint_every,
+                        resume=resume, pause_after_checkpoint=pause, progress=work_dir / "progress.json",
+                        max_steps=max_steps, guard=guard)
     res["load_s"] = load_s
     final = wl.outputs()
     np.save(work_dir / "outputs.npy", reference if reference is not None else final)
@@ -231,23 +344,33 @@ def child_main(args: argparse.Namespace) -> int:
             if time.monotonic() > deadline:
                 raise WorkloadError(f"the standby attempt was not started within {CHILD_TIMEOUT_S} s ({go} absent)")
             time.sleep(0.02)
-    attempt(args.params, args.side, artifact_dir=Path(args.artifact_dir), work_dir=Path(args.work_dir),
-            ckpt_dir=Path(args.ckpt_dir), resume=args.resume, pause=args.pause, reload_check=args.reload_check)
+    try:
+        attempt(args.params, args.side, artifact_dir=Path(args.artifact_dir), work_dir=Path(args.work_dir),
+                ckpt_dir=Path(args.ckpt_dir), resume=args.resume, pause=args.pause, reload_check=args.reload_check,
+                steps_file=Path(args.steps_file) if args.steps_file else None)
+    except Preempted as exc:  # stopped as asked, its checkpoint saved: a clean exit (preempted.json says where)
+        print(exc, file=sys.stderr)
     return 0
 
 
-def _child(args: argparse.Namespace, *, resume: bool, pause: bool, start_after: Path | None = None,
-           ) -> subprocess.Popen[bytes]:
+def spawn_attempt(args: argparse.Namespace, *, resume: bool, pause: bool, start_after: Path | None = None,
+           work_dir: Path | None = None, steps_file: Path | None = None, reload_check: bool | None = None,
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """An attempt (:func:`child_main`) in its own process: the failure-and-resume check's, or a job
+    drill's (``work_dir``: where it writes, its checkpoints in ``work_dir/ckpt``; default the
+    agent's; ``env``: variables added to the agent's)."""
     argv = [sys.executable, "-m", "runbook_lib.workload.job", "child", "--params", args.params, "--side", args.side,
-            "--artifact-dir", str(args.artifact_dir), "--ckpt-dir", str(args.ckpt_dir), "--work-dir", str(args.work_dir)]
+            "--artifact-dir", str(args.artifact_dir), "--ckpt-dir", str(work_dir / "ckpt" if work_dir else args.ckpt_dir),
+            "--work-dir", str(work_dir or args.work_dir)]
     argv += (["--resume"] if resume else []) + (["--pause"] if pause else [])
-    argv += ["--reload-check"] if resume else []
+    argv += ["--reload-check"] if (resume if reload_check is None else reload_check) else []
     argv += ["--start-after", str(start_after)] if start_after else []
+    argv += ["--steps-file", str(steps_file)] if steps_file else []
     # The environment is passed as a copy, not inherited: the probe thread imports torch meanwhile,
     # and a library that calls setenv(3) then can move the process's environ while Popen's vfork
     # child reads it before execve (seen as "OSError: [Errno 14] Bad address", and as the pod's
     # leader dying without an exit record). A copy is built before the fork and changes under no one.
-    return subprocess.Popen(argv, env=dict(os.environ))
+    return subprocess.Popen(argv, env={**os.environ, **(env or {})})
 
 
 def _wait(proc: subprocess.Popen[bytes], what: str) -> None:
@@ -303,8 +426,8 @@ def _drill(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     reads the checkpoints only after the first attempt is killed and reaped."""
     go = work / "resume.go"
     go.unlink(missing_ok=True)
-    first = _child(args, resume=False, pause=True)
-    second = _child(args, resume=True, pause=False, start_after=go)
+    first = spawn_attempt(args, resume=False, pause=True)
+    second = spawn_attempt(args, resume=True, pause=False, start_after=go)
     try:
         deadline = time.monotonic() + CHILD_TIMEOUT_S
         while not (work / "progress.json").exists():
@@ -331,6 +454,13 @@ def _drill(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "attempts": [resumed],
         "reload": resumed.get("reload"),
     }
+
+
+def _job_drills(args: argparse.Namespace, mig: Any, work: Path) -> list[dict[str, Any]]:
+    """The training job's drills ``drills.run`` names, on this canary (:func:`runbook_lib.workload.jobdrills.run`)."""
+    return jobdrills.run(functools.partial(spawn_attempt, args), work, tuple(mig.drills.run),
+                         grace_s=mig.drills.preemption_grace_s, step_timeout_s=mig.workload.step_timeout_s,
+                         checkpoint_every=mig.workload.checkpoint_every, train_steps=mig.workload.train_steps)
 
 
 PARAMS_FROM_ENV = "env:RUNBOOK_PARAMS_YAML"
@@ -472,6 +602,8 @@ def agent_main(args: argparse.Namespace) -> int:
             result["skipped"] = "artifact checksum mismatch: acceptance not run on unverified bytes"
         elif args.mode == "accept":
             result.update(_drill(args, work))
+            if mig.workload.kind == "training" and set(mig.drills.run) & set(jobdrills.JOB_DRILLS):
+                result["job_drills"] = _job_drills(args, mig, work)
         else:  # bench / slice: one uninterrupted attempt, timed
             res = attempt(args.params, args.side, artifact_dir=args.artifact_dir, work_dir=work, ckpt_dir=args.ckpt_dir,
                           resume=False, pause=False, reload_check=False, max_steps=args.steps or None)
@@ -502,6 +634,7 @@ def main(argv: list[str]) -> int:
     c.add_argument("--pause", action="store_true")
     c.add_argument("--reload-check", action="store_true")
     c.add_argument("--start-after", default="", help="stand by (imports done) until this file exists")
+    c.add_argument("--steps-file", default="", help="count the finished steps in this file")
     ag = sub.add_parser("agent")
     ag.add_argument("mode", choices=["freeze", "accept", "bench", "slice"])
     ag.add_argument("--steps", type=int, default=0, help="bench/slice: steps to run (0 = all)")

@@ -28,6 +28,12 @@ working on, with the drill's execution timeout as Runpod's per-job policy (:func
 a Runpod Serverless target only: a pod's SDK API and a Vast.ai endpoint have no execution
 timeout). Undeclared, each is NOT_APPLICABLE with what to declare.
 
+A training job runs the drills that apply to a job (``drills.run`` unset:
+:data:`runbook_lib.params.TRAINING_DRILLS`): ``preemption_grace``, ``corrupt_newest`` and
+``hung_step`` run on the target's canary in phase 03 (:mod:`runbook_lib.workload.jobdrills`) and
+are judged here from what it observed (:func:`judge_job_drill`); its ``spend_limit`` is the guard
+the training rounds pass, refusing a round whose pod would cross the limit (:func:`_job_spend_limit`).
+
 A drill whose property the target does not have (a ``load_balancing`` endpoint has no job API
 to redeliver, time out or record jobs; a local target that declares no offers is this one
 machine; a training job has no endpoint to send a request to; a team's service has no worker of
@@ -55,7 +61,7 @@ from runbook_lib.evidence.records import DrillRow, Offers
 from runbook_lib.layout import GOLDEN_OUTPUTS
 from runbook_lib.measure import cost
 from runbook_lib.measure.timing import JobAnswer, JobClient, JobClocks, ServingClient, served_status
-from runbook_lib.params import LiveProfile, RemoteProfile, RunpodServerless
+from runbook_lib.params import JOB_DRILL_NAMES, LiveProfile, Migration, RemoteProfile, RunpodServerless
 from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases import service_pods as pods
 from runbook_lib.phases.compare.judge import Measurement
@@ -66,6 +72,7 @@ from runbook_lib.service.compare import MISSING, at_path
 from runbook_lib.service.compare import compare as compare_service
 from runbook_lib.service.protocols import JobPolicy, ServiceClient
 from runbook_lib.workload import make_workload
+from runbook_lib.workload.jobdrills import WATCHDOG_EXIT
 from runbook_lib.workload.records import DRILL_KEY, JobRecords
 
 EXPECTATIONS: dict[str, str] = {
@@ -77,8 +84,19 @@ EXPECTATIONS: dict[str, str] = {
     "spend_limit": "a step that would cross the limit is refused before anything is sent",
     "preferred_offer_removed": "with the first-ranked offer withdrawn, the plan takes the next qualifying offer "
                                "under the same requirements, or delays",
+    "preemption_grace": "SIGTERM mid-run: the job saves a checkpoint and exits within the grace period, and its "
+                        "replacement resumes from it, losing at most drills.max_steps_lost steps",
+    "corrupt_newest": "a truncated newest checkpoint is refused, named, and the resume takes the previous complete one",
+    "hung_step": "a step that never finishes is stopped by the job's watchdog (workload.step_timeout_s), which names it",
 }
 """What each drill expects (the row's ``expectation``)."""
+JOB_EXPECTATIONS: dict[str, str] = {
+    "spend_limit": "a training round that would cross the limit is refused before its pod is launched",
+}
+"""What a drill expects of a training job, in place of :data:`EXPECTATIONS`."""
+WATCHDOG_SLACK_S = 2.0
+"""Seconds past ``workload.step_timeout_s`` and the watchdog's tick (a tenth of it, at most 1 s) a
+hung step may run before the job is stopped: the process's exit, and the drill's own polling."""
 SERVICE_NOT_APPLICABLE: dict[str, str] = {
     "redeliver": "not applicable to this service: its protocol has no job API to deliver a request twice, and "
                  "the service declares no request id it honours for idempotency; nothing is resent, ever",
@@ -377,10 +395,12 @@ def _service_drill(ctx: PhaseContext, name: str, t: _Target) -> Drilled:
     return out
 
 
-def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], Any]) -> cost.SpendStop | None:
-    """Run ``fn`` only when ``step`` (``est_s`` seconds) fits under the meter's limit; returns the
-    stop record when it was refused (:meth:`runbook_lib.measure.cost.SpendMeter.check`), else None."""
-    stop = meter.check(step, est_s)
+def guarded(meter: cost.SpendMeter, step: str, est_s: float, fn: Callable[[], Any], *,
+            launches_usd_per_hour: float = 0.0) -> cost.SpendStop | None:
+    """Run ``fn`` only when ``step`` (``est_s`` seconds, launching something priced
+    ``launches_usd_per_hour``) fits under the meter's limit; returns the stop record when it was
+    refused (:meth:`runbook_lib.measure.cost.SpendMeter.check`), else None."""
+    stop = meter.check(step, est_s, launches_usd_per_hour=launches_usd_per_hour)
     if stop is None:
         fn()
     return stop
@@ -422,6 +442,88 @@ def _preferred_offer_removed(ctx: PhaseContext) -> Drilled:
     return Drilled("PASS", seen)
 
 
+def judge_job_drill(mig: Migration, name: str, seen: Mapping[str, Any] | None) -> Drilled:
+    """The verdict on one job drill from what the canary's agent observed
+    (:func:`runbook_lib.workload.jobdrills.run`) and the params' limits (``drills.preemption_grace_s``,
+    ``drills.max_steps_lost``, ``workload.step_timeout_s``). None or an ``error``: INCONCLUSIVE,
+    the drill was not carried out; a fault the job did not handle: FAIL, named."""
+    if seen is None:
+        return Drilled("INCONCLUSIVE", "the canary recorded no observation of this drill (phase 03 ran before it was "
+                                       "listed in drills.run, or its agent is older): run phase 03 again")
+    if seen.get("error"):
+        return Drilled("INCONCLUSIVE", f"the drill could not be carried out on the canary: {seen['error']}"[:400])
+    if name == "preemption_grace":
+        return _preemption_verdict(mig, seen)
+    if name == "corrupt_newest":
+        planted, of, got = seen.get("planted"), seen.get("of"), seen.get("resumed_from")
+        refused = {str(r.get("file")): str(r.get("reason")) for r in seen.get("rejected") or []}
+        what = f"planted {planted} ({seen.get('bytes')} bytes, half of {of}); "
+        if seen.get("exit_code") != 0:
+            return Drilled("FAIL", what + f"the replacement exited with code {seen.get('exit_code')} reading the "
+                                          "checkpoints: it did not skip the truncated one")
+        if got != of or planted not in refused:
+            return Drilled("FAIL", what + f"the replacement resumed from {got}, refusing {sorted(refused) or 'nothing'}")
+        return Drilled("PASS", what + f"refused it ({refused[str(planted)]}) and resumed from {got}")
+    timeout = mig.workload.step_timeout_s  # hung_step
+    if not timeout:
+        return Drilled("FAIL", "no watchdog: workload.step_timeout_s is not declared, so a step that never finishes "
+                               "holds the job (and its rented machine) until something outside stops it; declare it")
+    named, after = seen.get("named") or {}, seen.get("stopped_after_s")
+    if seen.get("exit_code") is None:
+        return Drilled("FAIL", f"step {seen.get('hang_at')} never finished and nothing stopped the job in "
+                               f"{seen.get('waited_s'):g} s (workload.step_timeout_s {timeout:g}): the drill killed it")
+    ok = seen.get("exit_code") == WATCHDOG_EXIT and named.get("step") == seen.get("hang_at") \
+        and after is not None and after <= timeout + min(1.0, timeout / 10) + WATCHDOG_SLACK_S
+    return Drilled("PASS" if ok else "FAIL",
+                   f"step {seen.get('hang_at')} hung; the job ended with code {seen.get('exit_code')} after "
+                   f"{after if after is None else round(after, 2)} s (watchdog {timeout:g} s, exit "
+                   f"{WATCHDOG_EXIT} expected), " + (f"its hung.json naming step {named.get('step')} after "
+                                                       f"{float(named.get('seconds', 0)):.2f} s" if named
+                                                       else "naming nothing"))
+
+
+def _preemption_verdict(mig: Migration, seen: Mapping[str, Any]) -> Drilled:
+    grace, most = mig.drills.preemption_grace_s, mig.drills.max_steps_lost
+    exited, saved, lost = seen.get("exited_within_grace_s"), seen.get("saved"), seen.get("steps_lost")
+    told = f"SIGTERM after {seen.get('steps_finished')} steps; "
+    if exited is None:
+        told += f"still running {grace:g} s later (drills.preemption_grace_s): SIGKILLed, having saved nothing on " \
+                "the notice (the job does not handle SIGTERM); "
+    else:
+        told += f"exited with code {seen.get('exit_code')} {exited:.2f} s later, " + (
+            f"saving {saved.get('checkpoint')}; " if saved else "saving nothing on the notice; ")
+    if seen.get("resume_exit_code") != 0:
+        return Drilled("FAIL", told + f"the replacement exited with code {seen.get('resume_exit_code')}")
+    told += f"the replacement resumed from {seen.get('resumed_from')}, losing {lost} step(s) (at most {most})"
+    ok = exited is not None and seen.get("exit_code") == 0 and saved is not None and lost is not None and lost <= most
+    return Drilled("PASS" if ok else "FAIL", told)
+
+
+def _job_spend_limit(ctx: PhaseContext, raw: Measured) -> Drilled:
+    """A training round at a limit equal to what has been spent: the guard the rounds pass
+    (:class:`runbook_lib.measure.cost.SpendMeter`, the next round's pod at the target's price, as
+    long as the target's rounds took on average) must refuse it before its pod is launched."""
+    meter = raw.meter
+    if meter is None:
+        return Drilled("INCONCLUSIVE", "phase 04 kept no spend meter to drill")
+    tight = cost.SpendMeter(meter.accrued_usd(), clock=meter.clock, rates=dict(meter.rates),
+                            charged_usd=meter.charged_usd)
+    t = raw.throughput
+    rounds = int((t["side"] == "target").sum()) if len(t) else 0
+    est_s = raw.billed_s.get("target", 0.0) / rounds if rounds else ctx.mig.run.acceptance_budget_s
+    price = ctx.resources.profile("target").price_usd_per_hour
+    launched: list[str] = []
+    stop = guarded(tight, "drill round target", est_s, lambda: launched.append("a round pod"),
+                   launches_usd_per_hour=price)
+    seen = (f"a {est_s:.1f} s round at {price:g} USD/h: " + (
+        f"refused at {stop.accrued_usd:.5f} USD spent, {stop.projected_usd:.5f} USD projected" if stop else
+        "not refused, so its pod would have been launched past the limit"))
+    limit = ctx.mig.gates.spend_limit_usd
+    seen += f" (the rounds used the same guard at {limit} USD)" if limit is not None else \
+        " (gates.spend_limit_usd is not set: the rounds ran unguarded)"
+    return Drilled("PASS" if stop is not None and not launched else "FAIL", seen)
+
+
 def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
     """Run ``drills.run`` against the target after the measurement (the endpoint stays up for
     phase 05) and add one gate per drill (``drill_<name>``).
@@ -439,6 +541,9 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
                if not ctx.mig.workload.serves else
                f"a {mode} endpoint has no job API: nothing is redelivered, timed out or recorded by the endpoint; "
                "the caller owns retries (docs.runpod.io/serverless/load-balancing/overview)")
+    parity = ctx.records.parity
+    canary = parity.result if parity is not None else None
+    job_seen = {str(d.get("drill")): d for d in (canary.job_drills if canary is not None else ())}
     rows: list[DrillRow] = []
     results: list[g.GateResult] = []
     for name in names:
@@ -446,6 +551,10 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
         try:
             if name == "preferred_offer_removed":
                 out = _preferred_offer_removed(ctx)
+            elif name in JOB_DRILL_NAMES:
+                out = judge_job_drill(ctx.mig, name, job_seen.get(name))
+            elif name == "spend_limit" and not ctx.mig.workload.serves:
+                out = _job_spend_limit(ctx, raw)
             elif name == "spend_limit":
                 out = _spend_limit(ctx, endpoint, raw.meter) if endpoint is not None and raw.meter is not None \
                     else Drilled("NOT_APPLICABLE", no_jobs)
@@ -461,7 +570,8 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
                        "output_durability": _output_durability}[name](ctx, target)
         except (ProviderError, RunbookError) as exc:  # the drill could not be carried out: not a verdict on the target
             out = Drilled("INCONCLUSIVE", f"the drill could not run: {type(exc).__name__}: {exc}"[:400])
-        expected = SERVICE_EXPECTATIONS.get(name, EXPECTATIONS[name]) if mode == "service" else EXPECTATIONS[name]
+        expected = SERVICE_EXPECTATIONS.get(name, EXPECTATIONS[name]) if mode == "service" else \
+            EXPECTATIONS[name] if ctx.mig.workload.serves else JOB_EXPECTATIONS.get(name, EXPECTATIONS[name])
         rows.append(DrillRow(drill=name, expectation=expected, observation=out.observation,
                              verdict=out.verdict, blocking=name in blocking, seconds=round(time.perf_counter() - t0, 3)))
         source = "params drills.blocking" if name in blocking else "scored: not in params drills.blocking"
