@@ -88,15 +88,21 @@ def plant_truncated_newest(ckpt_dir: Path, checkpoint_every: int) -> dict[str, A
     return {"planted": planted.name, "bytes": len(data) // 2, "of": newest.name}
 
 
-def _resume(spawn: Spawn, d: Path) -> dict[str, Any]:
-    """A replacement attempt resuming from ``d/ckpt``: its exit code, and where it resumed from
-    and what it refused (``attempt.json``) when it finished."""
-    proc = spawn(resume=True, pause=False, work_dir=d, reload_check=False)
+def _finished(proc: "subprocess.Popen[bytes]") -> int | None:
+    """The process's exit code, or None when it ran past :data:`PROCESS_DEADLINE_S` (then killed)."""
     try:
-        code = proc.wait(timeout=PROCESS_DEADLINE_S)
+        return proc.wait(timeout=PROCESS_DEADLINE_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+        return None
+
+
+def _resume(spawn: Spawn, d: Path) -> dict[str, Any]:
+    """A replacement attempt resuming from ``d/ckpt``: its exit code, and where it resumed from
+    and what it refused (``attempt.json``) when it finished."""
+    code = _finished(spawn(resume=True, pause=False, work_dir=d, reload_check=False))
+    if code is None:
         return {"exit_code": None, "error": f"did not finish within {PROCESS_DEADLINE_S:g} s"}
     done = d / "attempt.json"
     if code != 0 or not done.exists():
@@ -146,13 +152,7 @@ def preemption(spawn: Spawn, d: Path, *, grace_s: float, checkpoint_every: int, 
 def corrupt_newest(spawn: Spawn, d: Path, *, checkpoint_every: int) -> dict[str, Any]:
     """``corrupt_newest`` alone: a job runs to its end (its checkpoints on disk), a truncated newer
     copy is planted, and a replacement resumes."""
-    proc = spawn(resume=False, pause=False, work_dir=d, reload_check=False)
-    try:
-        code = proc.wait(timeout=PROCESS_DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
+    code = _finished(spawn(resume=False, pause=False, work_dir=d, reload_check=False))
     if code != 0:
         return {"drill": "corrupt_newest", "error": f"the job that writes the checkpoints exited with {code}"}
     return {"drill": "corrupt_newest", **plant_truncated_newest(d / "ckpt", checkpoint_every), **_resume(spawn, d)}
