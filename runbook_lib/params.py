@@ -342,7 +342,12 @@ class ProfileBase(_Model):
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: compute dtype of the workload on this side.
         threads: torch intra-op threads per worker process.
-        batch_size: requests per forward pass (inference) or samples per step (training).
+        batch_size: requests per forward pass (inference) or samples per step (training), per
+            process: a training job's global batch is ``batch_size * world_size``.
+        world_size: a training job's data-parallel processes on one pod (torchrun's
+            ``--nproc-per-node``): 1 runs the job in one process; more runs it with
+            ``torch.distributed`` (DistributedDataParallel; gloo on CPU, NCCL on CUDA), which the
+            workload's class must support (:attr:`runbook_lib.workload.AcceptanceWorkload.distributed`).
         workers: endpoint worker processes (inference only): the maximum the endpoint runs.
         active_workers: workers kept running whatever the traffic (Runpod's ``workers.min``,
             "active workers"); None: all ``workers``. Idle warm workers bill: phase 04's cost per
@@ -381,6 +386,7 @@ class ProfileBase(_Model):
     dtype: DType = "float32"
     threads: int = Field(default=1, ge=1, le=256)
     batch_size: int = Field(default=8, ge=1, le=4096)
+    world_size: int = Field(default=1, ge=1, le=64)
     workers: int = Field(default=1, ge=1, le=16)
     active_workers: int | None = Field(default=None, ge=0, le=16)
     idle_timeout_s: float = Field(default=5.0, gt=0, le=3600)
@@ -1311,7 +1317,9 @@ class Measure(_Model):
     # gates.method sequential: wall seconds the rounds may take in all (None: no limit). A pair
     # starts only while the seconds spent plus the longest pair so far fit.
     max_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
-
+    # Training with world_size > 1: the size of the all-reduce phase 04 times on each such side
+    # (float32 sum over every process of the pod, nccl-tests' all_reduce_perf), MiB.
+    allreduce_mib: float = Field(default=8.0, gt=0, le=16_384)
 
     @model_validator(mode="after")
     def _budget_holds_the_minimum(self) -> "Measure":
@@ -1382,6 +1390,9 @@ class Gates(_Model):
     # one is decided (``measure.min_rounds`` to ``measure.max_rounds`` a side;
     # runbook_lib.gates.sequential).
     method: Literal["fixed", "sequential"] = "fixed"
+    # Training with world_size > 1 on both sides: the target's all-reduce bus bandwidth over the
+    # source's (nccl-tests' busbw, measure.allreduce_mib) must be at least this; None: scored.
+    allreduce_busbw_ratio_min: float | None = Field(default=None, gt=0, le=100)
 
 
 DrillName = Literal["redeliver", "preferred_offer_removed", "hung_worker", "spend_limit", "output_durability",
@@ -1746,6 +1757,15 @@ class Migration(_Model):
         if data["workload"].get("kind") == "training" and "run" not in (drills or {}):
             return {**data, "drills": {**(drills or {}), "run": list(TRAINING_DRILLS)}}
         return data
+
+    @model_validator(mode="after")
+    def _processes_for_a_job(self) -> "Migration":
+        many = [f"{side}.world_size {p.world_size}" for side, p in (("source", self.source), ("target", self.target))
+                if p.world_size > 1]
+        if many and self.workload.kind != "training":
+            raise ValueError(f"{' and '.join(many)}: data-parallel processes are for a training job, not a "
+                             f"{self.workload.kind} workload (its processes are workers); set world_size: 1")
+        return self
 
     @model_validator(mode="after")
     def _job_drills_on_a_job(self) -> "Migration":

@@ -56,7 +56,7 @@ from runbook_lib.run.phase_notebooks import NotebookSource, phase_notebook, phas
 from runbook_lib.service import samples
 from runbook_lib.service.pacing import PACE_MARGIN, SCHEDULE_MARGIN
 from runbook_lib.traffic.router import executable
-from runbook_lib.workload import put_project_on_path, request_payload_problems, workload_class
+from runbook_lib.workload import put_project_on_path, request_payload_problems, require_processes, workload_class
 
 KERNEL_NAME = "python3"
 INTERRUPTED = "Interrupted"  # ename of a phase stopped by SIGINT/SIGTERM
@@ -653,7 +653,8 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
         return phase_notebooks(project=project, given=notebooks_dir)
     put_project_on_path(project)
     try:
-        workload_class(mig.workload)
+        require_processes(workload_class(mig.workload), source=mig.source, target=mig.target,
+                          **{a.name: a for a in mig.alternates})
         problems = request_payload_problems(mig.workload, mig.source)
     except WorkloadError as exc:
         raise ParamsError(f"workload.entry_point: {exc}; nothing was run", field="workload.entry_point",

@@ -35,6 +35,9 @@ class AcceptanceWorkload(ABC):
     """
 
     kind: str = ""
+    distributed: bool = False
+    """Whether the class runs as ``world_size`` data-parallel processes when a profile asks for
+    more than one (it then implements :class:`runbook_lib.workload.ddp.Replica`)."""
 
     def __init__(self, workload: "Workload", profile: "Profile") -> None:
         self.workload = workload
@@ -173,6 +176,22 @@ def workload_class(workload: "Workload") -> type[AcceptanceWorkload]:
                                 "subclass runbook_lib.workload.checkpoint_set.CheckpointWorkload: subclass it and "
                                 "override inference_outputs() (the checkpoint is still loaded by it, safely)")
     return cls
+
+
+def require_processes(cls: type[AcceptanceWorkload], **profiles: "Profile") -> None:
+    """Check each side's ``world_size`` against what ``cls`` can run (the runner calls it before
+    anything is rented).
+
+    Raises:
+        WorkloadError: a side asks for more than one process and ``cls`` is not
+            :attr:`AcceptanceWorkload.distributed`.
+    """
+    many = [f"{side}.world_size {p.world_size}" for side, p in profiles.items() if p.world_size > 1]
+    if many and not cls.distributed:
+        raise WorkloadError(f"{' and '.join(many)}: {cls.__module__}.{cls.__qualname__} runs in one process (its "
+                            "class does not set distributed = True and implement runbook_lib.workload.ddp.Replica); "
+                            "set world_size: 1 or use a data-parallel workload such as "
+                            "runbook_lib.workload.digits:DigitsWorkload")
 
 
 def put_project_on_path(project: str | os.PathLike[str]) -> None:

@@ -3,6 +3,13 @@
 
 Deterministic on one host: data order comes from a seeded ``torch.Generator`` whose state is
 part of the checkpoint, so a resumed run continues exactly where the killed one stopped.
+
+Data-parallel when the profile's ``world_size`` is above 1 (:mod:`runbook_lib.workload.ddp`):
+each step draws one global batch of ``batch_size * world_size`` rows, rank ``r`` trains on its
+``r``-th slice of ``batch_size`` rows under DistributedDataParallel (gradients averaged over the
+ranks), and the step's loss is the ranks' mean. Two processes of 16 rows and one of 32 thus
+take the same rows and the same averaged gradient in every step: the loss curve changes by
+floating-point order only, and a checkpoint saved by either reloads in the other.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from runbook_lib.portability.checkpoint import load_state
-from runbook_lib.workload import AcceptanceWorkload
+from runbook_lib.workload import AcceptanceWorkload, ddp
 from runbook_lib.workload._torch import configure, synchronize
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -26,10 +33,13 @@ class DigitsWorkload(AcceptanceWorkload):
     """MLP 64 -> 64 -> 10 trained with SGD (momentum 0.9); one step is one mini-batch."""
 
     kind = "training"
+    distributed = True
 
     def __init__(self, workload: Any, profile: Any) -> None:
         super().__init__(workload, profile)
         self._state: dict[str, Any] = {}
+        self._ddp: Any = None
+        self._changed = True  # rank 0's state is not yet the other ranks'
 
     def _data(self) -> tuple[Any, Any, Any, Any]:
         import torch
@@ -86,24 +96,60 @@ class DigitsWorkload(AcceptanceWorkload):
     def num_steps(self) -> int:
         return self.workload.train_steps
 
+    def global_batch(self) -> int:
+        return self.profile.batch_size * self.profile.world_size
+
     def step(self, i: int) -> dict[str, float]:
         import torch
 
-        bs = self.profile.batch_size
-        if self._pos + bs > len(self._order):
+        g = self.global_batch()
+        if self._pos + g > len(self._order):
             self._order = torch.randperm(len(self._ytr), generator=self._gen)
             self._pos = 0
-        idx = self._order[self._pos:self._pos + bs].to(self._device)
-        self._pos += bs
-        self._model.train()
-        self._opt.zero_grad(set_to_none=True)
-        logits = self._model(self._xtr[idx].to(self._dtype))
-        loss = torch.nn.functional.cross_entropy(logits.float(), self._ytr[idx])
-        loss.backward()
-        self._opt.step()
-        synchronize(self._device)
+        idx = self._order[self._pos:self._pos + g]
+        self._pos += g
+        if self.profile.world_size > 1:
+            ranks = ddp.ranks(self.workload, self.profile)
+            ranks.sync(self, changed=self._changed)
+            self._changed = False
+            ranks.step(i, idx)
+        out = self.replica_step(idx)
         self._step += 1
-        return {"loss": float(loss.detach()), "samples": float(bs)}
+        return out
+
+    def replica_step(self, indices: Any) -> dict[str, float]:
+        import torch
+        import torch.distributed as dist
+
+        bs, ws = self.profile.batch_size, self.profile.world_size
+        rank = dist.get_rank() if ws > 1 else 0
+        mine = indices[rank * bs:(rank + 1) * bs].to(self._device)
+        model = self._ddp if ws > 1 else self._model
+        model.train()
+        self._opt.zero_grad(set_to_none=True)
+        logits = model(self._xtr[mine].to(self._dtype))
+        loss = torch.nn.functional.cross_entropy(logits.float(), self._ytr[mine])
+        loss.backward()  # DistributedDataParallel averages the gradients over the ranks here
+        self._opt.step()
+        seen = loss.detach()
+        if ws > 1:
+            seen = seen.clone()
+            dist.all_reduce(seen)
+            seen /= ws
+        synchronize(self._device)
+        return {"loss": float(seen), "samples": float(bs * ws)}
+
+    def replica_state(self) -> dict[str, Any]:
+        return {"model": {k: v.detach().cpu() for k, v in self._model.state_dict().items()},
+                "optimizer": self._opt.state_dict()}
+
+    def replica_load(self, state: dict[str, Any]) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        self._model.load_state_dict(state["model"])  # rank 0 loads its own: the same values
+        self._opt.load_state_dict(state["optimizer"])
+        index = [self._device.index] if self._device.type == "cuda" else None
+        self._ddp = DistributedDataParallel(self._model, device_ids=index)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -122,6 +168,7 @@ class DigitsWorkload(AcceptanceWorkload):
         self._order = state["order"].clone()
         self._pos = int(state["pos"])
         self._step = int(state["step"])
+        self._changed = True
         return self._step - getattr(self, "_base_step", 0)
 
     def outputs(self) -> np.ndarray:
