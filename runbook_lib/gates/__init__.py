@@ -50,6 +50,7 @@ from runbook_lib.gates.performance import (
     SLO_PERCENTILE,
     aa_band,
     acceptance_budget,
+    allreduce_busbw_ratio,
     baseline_health,
     capacity,
     cold_start_ratio,
@@ -93,7 +94,7 @@ from runbook_lib.gates.stats import (
 __all__ = [
     "BOOTSTRAP_CONFIDENCE", "CAPACITY_GATE", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "EXACT_BOOTSTRAP_MAX_SAMPLES", "MIN_ROUNDS_PER_SIDE",
     "Binned", "bin_rounds", "binned_bootstrap", "counts_mean", "counts_quantile", "ratio_error_bound", "SHIFT_FLOOR_S",
-    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "aa_band", "acceptance_budget", "artifact_parity", "as_rounds",
+    "SLO_CONFIDENCE", "SLO_PERCENTILE", "TOLERANCES", "Decision", "GateResult", "Verdict", "aa_band", "acceptance_budget", "allreduce_busbw_ratio", "artifact_parity", "as_rounds",
     "baseline_health", "bootstrap_interval", "boolean_gate", "capacity", "checksum_exact", "cold_start_ratio", "cost_per_unit", "decide",
     "error_rate", "from_dict", "hodges_lehmann_shift", "latency_p95_ratio", "latency_shift", "latency_slo", "loss_band", "measurement_lost", "generator_behind",
     "min_slo_samples", "noise_floor", "output_parity", "inference_parity", "round_bootstrap", "scored_unless_set", "spend_limit",

@@ -146,6 +146,38 @@ def cold_start_ratio(source: Sequence[float], target: Sequence[float], *, max_ra
                       phase=phase)
 
 
+def allreduce_busbw_ratio(source: Sequence[float], target: Sequence[float], *, ranks: dict[str, int],
+                          min_ratio: float, size_bytes: float, phase: str = "") -> GateResult:
+    """median(target all-reduce bus bandwidth) / median(source's), one benchmark per round
+    (bytes per second, nccl-tests' busbw: :func:`runbook_lib.workload.ddp.bus_bandwidth`): PASS
+    when the ratio is at least ``min_ratio``. NOT_APPLICABLE, not blocking, when a side runs one
+    process (``ranks``: processes per side): no all-reduce crosses its interconnect, and the
+    step-time and throughput gates compare the sides; the other side's figures are in the detail.
+    INCONCLUSIVE when a side with more than one process has no benchmark."""
+    gb = {side: float(np.median(x)) / 1e9 if len(x) else math.nan for side, x in (("source", source), ("target", target))}
+    seen = "; ".join(f"{side} {ranks[side]} process(es): busbw {gb[side]:.2f} GB/s over {len(x)} round(s)"
+                     for side, x in (("source", source), ("target", target)) if len(x))
+    size = f"{size_bytes / 2**20:g} MiB float32 sum"
+    n = {"source": len(source), "target": len(target)}
+    method = f"median bus bandwidth ratio, nccl-tests busbw = size/time * 2(n-1)/n ({size})"
+    single = [side for side in ("source", "target") if ranks[side] < 2]
+    if single:
+        return GateResult("allreduce_busbw_ratio", "NOT_APPLICABLE", False, None, min_ratio, "ratio", method,
+                          f"not applicable: the {' and the '.join(single)} runs{'' if len(single) > 1 else ' only'} one "
+                          "process, so no all-reduce crosses its interconnect; step time and throughput compare the "
+                          f"sides instead" + (f". Measured: {seen}" if seen else ""), samples=n, phase=phase,
+                          covered_by=("latency_p95_ratio", "throughput_ratio"))
+    if not source or not target:
+        return GateResult("allreduce_busbw_ratio", "INCONCLUSIVE", True, None, min_ratio, "ratio", method,
+                          f"no all-reduce benchmark on the {'source' if not source else 'target'}"
+                          + (f"; {seen}" if seen else ""), samples=n, phase=phase)
+    r = gb["target"] / gb["source"]
+    return GateResult("allreduce_busbw_ratio", "PASS" if r >= min_ratio else "FAIL", True, r, min_ratio, "ratio",
+                      method, seen, samples=n, phase=phase,
+                      source=threshold_source("allreduce_busbw_ratio_min", min_ratio,
+                                              "unset: judged at gates.throughput_ratio_min and scored"))
+
+
 def error_rate(failures: int, total: int, *, max_rate: float, phase: str = "", unit: str = "requests",
                named: str = "") -> GateResult:
     """Target failure rate (FAILED, TIMED_OUT, client errors, a service's named failures) must be

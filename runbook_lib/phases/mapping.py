@@ -31,6 +31,7 @@ from runbook_lib.gates import GateResult
 from runbook_lib.params import (
     LB_MAX_REQUEST_S,
     LiveProfile,
+    Migration,
     Profile,
     RemoteProfile,
     RunpodServerless,
@@ -233,9 +234,76 @@ def _offer_rows(ctx: PhaseContext, offers: Offers | None) -> list[DependencyRow]
                  "worker runs on this host at target.price_usd_per_hour")]
 
 
+@dataclass(frozen=True)
+class GlobalBatch:
+    """A training side's rows per optimizer step: ``batch_size`` per process times ``world_size``."""
+
+    batch_size: int
+    world_size: int
+
+    @property
+    def rows(self) -> int:
+        return self.batch_size * self.world_size
+
+    def __str__(self) -> str:
+        return f"{self.world_size} process(es) x {self.batch_size} = {self.rows} rows"
+
+
+def global_batch_problem(mig: Migration, target: Profile | None = None) -> str:
+    """Why the target's global batch is not the source's, with the remedy; empty when it is.
+
+    A data-parallel step averages the gradient over every process's rows, so the rows per
+    optimizer step are ``batch_size * world_size`` (PyTorch's DistributedDataParallel notes: the
+    gradients are averaged over the processes). Changing the world size without the per-process
+    batch changes that product, and with the same ``workload.learning_rate`` the training itself."""
+    tgt = target or mig.target
+    s, t = GlobalBatch(mig.source.batch_size, mig.source.world_size), GlobalBatch(tgt.batch_size, tgt.world_size)
+    if s.rows == t.rows:
+        return ""
+    fit = (f"set target.batch_size to {s.rows // t.world_size} to keep {s.rows} rows a step"
+           if s.rows % t.world_size == 0 else
+           f"no whole target.batch_size keeps {s.rows} rows over {t.world_size} processes: change target.world_size")
+    return (f"the global batch changes from {s} (source) to {t} (target): every optimizer step averages over "
+            f"{t.rows} rows instead of {s.rows} at the same learning_rate {mig.workload.learning_rate:g}, so the "
+            f"training changes silently; {fit}, or scale learning_rate with the batch and migrate that as a change")
+
+
+def global_batch_gate(mig: Migration) -> GateResult | None:
+    """Phase 02's ``global_batch`` gate for a training job where a side runs more than one process
+    or the global batches differ (None otherwise): blocking, FAIL with
+    :func:`global_batch_problem`, else PASS naming both sides' layout and the learning rate."""
+    if mig.workload.kind != "training":
+        return None
+    src, tgt = mig.source, mig.target
+    s, t = GlobalBatch(src.batch_size, src.world_size), GlobalBatch(tgt.batch_size, tgt.world_size)
+    if max(s.world_size, t.world_size) == 1 and s.rows == t.rows:
+        return None
+    why = global_batch_problem(mig)
+    return GateResult("global_batch", "FAIL" if why else "PASS", True, t.rows, s.rows, "rows per optimizer step",
+                      "batch_size x world_size on each side (params), learning rate from workload.learning_rate",
+                      why or f"source {s}, target {t}; learning rate {mig.workload.learning_rate:g} on both "
+                      "(workload.learning_rate)", phase="02",
+                      source="PyTorch DistributedDataParallel: gradients are averaged over the processes")
+
+
+def _batch_rows(mig: Migration, tgt: Profile) -> list[DependencyRow]:
+    """A training job's processes and global batch, source against target."""
+    src = mig.source
+    s, t = GlobalBatch(src.batch_size, src.world_size), GlobalBatch(tgt.batch_size, tgt.world_size)
+    rows = [_row("global batch", str(s), str(t), NONE if s.rows != t.rows else EQUIVALENT,
+                 global_batch_problem(mig, tgt) or f"the same {s.rows} rows per optimizer step")]
+    if s.world_size != t.world_size:
+        rows.append(_row("data-parallel processes", src.world_size, tgt.world_size, ADAPTER,
+                         "the gradient is averaged over a different number of processes; phase 03 proves the "
+                         "checkpoint reloads and the loss curve stays in its band, phase 04 compares step time"
+                         + (" and all-reduce" if min(s.world_size, t.world_size) > 1 else "")))
+    return rows
+
+
 def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
                   best: OfferDetail | None) -> list[DependencyRow]:
-    """Device, dtype, and the image, interpreter, framework and CUDA each side runs."""
+    """Device, dtype, a training job's processes and global batch, and the image, interpreter,
+    framework and CUDA each side runs."""
     src, tgt = ctx.mig.source, ctx.mig.target
     sf = _source_facts(rec.freeze)
     rows: list[DependencyRow] = []
@@ -248,6 +316,8 @@ def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,
     rows.append(_row("dtype", src.dtype, tgt.dtype, EQUIVALENT if src.dtype == tgt.dtype else ADAPTER,
                      "same compute dtype" if src.dtype == tgt.dtype else
                      "numerics change; outputs are held to the source dtype's tolerance in phase 03"))
+    if ctx.mig.workload.kind == "training":
+        rows += _batch_rows(ctx.mig, tgt)
     if isinstance(tgt, RemoteProfile):
         src_image = src.image if isinstance(src, RemoteProfile) else ""
         same = bool(src_image) and src_image == tgt.image
@@ -737,5 +807,8 @@ def run(ctx: PhaseContext) -> MappingResult:
     ctx.evidence.write_json("02/dependency_map.json", rows)
     gate = dependency_gate(rows)
     ctx.evidence.add_gates(gate)
+    batch = global_batch_gate(ctx.mig)
+    if batch is not None:
+        ctx.evidence.add_gates(batch)
     alternates = tuple(map_alternate(ctx, a.name) for a in ctx.mig.alternates)
     return MappingResult(offers=offers, rows=tuple(rows), capabilities=caps, gate=gate, alternates=alternates)

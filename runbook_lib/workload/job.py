@@ -6,13 +6,15 @@ Inside a pod the agent (``python -m runbook_lib.workload.job agent ...``):
 2. ``freeze`` mode (source): trains the production state if the workload is a training job,
    exports the artifact (weights or checkpoint) and uploads it as a verified set ``frozen/``,
    then runs the acceptance steps once from that artifact and uploads the golden outputs;
-3. ``accept`` mode (canary): downloads the frozen set re-hashing every byte, runs the
+3. ``bench`` mode (phase 04): one uninterrupted timed run; a data-parallel training job
+   (``world_size`` > 1) then times an all-reduce over its ranks (:mod:`runbook_lib.workload.ddp`);
+4. ``accept`` mode (canary): downloads the frozen set re-hashing every byte, runs the
    acceptance steps in a child process with a checkpoint every ``checkpoint_every`` steps,
    SIGKILLs that child after its first checkpoint (one real failure), resumes a new child from
    the newest checkpoint that verifies, then reloads the saved artifact in a fresh model and
    checks it reproduces the outputs exactly; a training job then runs the job drills
    ``drills.run`` names (:mod:`runbook_lib.workload.jobdrills`);
-4. uploads outputs, metrics and a ``result.json`` as a set: objects, manifest, ``_SUCCESS`` last.
+5. uploads outputs, metrics and a ``result.json`` as a set: objects, manifest, ``_SUCCESS`` last.
 
 The notebook waits for the completion marker; it never talks to the pod directly.
 """
@@ -38,7 +40,7 @@ from runbook_lib.params import load_params
 from runbook_lib.portability.checkpoint import load_state, natural_key
 from runbook_lib.portability.inventory import probe
 from runbook_lib.storage import HashingWriter, ObjectInfo, Store, pod_store
-from runbook_lib.workload import jobdrills, make_workload
+from runbook_lib.workload import ddp, jobdrills, make_workload
 from runbook_lib.workload._torch import synchronize
 from runbook_lib.workload.checkpoint_set import CheckpointWorkload
 from runbook_lib.workload.jobdrills import HANG_AT_ENV, HOLD_AT_ENV, WATCHDOG_EXIT
@@ -608,6 +610,10 @@ def agent_main(args: argparse.Namespace) -> int:
             res = attempt(args.params, args.side, artifact_dir=args.artifact_dir, work_dir=work, ckpt_dir=args.ckpt_dir,
                           resume=False, pause=False, reload_check=False, max_steps=args.steps or None)
             result["attempts"] = [res]
+            prof = getattr(mig, args.side)
+            if args.mode == "bench" and mig.workload.kind == "training" and prof.world_size > 1:
+                # the ranks the steps ran on, timed in one all-reduce of measure.allreduce_mib
+                result["allreduce"] = ddp.ranks(mig.workload, prof).allreduce(int(mig.measure.allreduce_mib * 2**20))
             if args.mode == "slice":
                 ck = _upload_dir(store, work / "final_artifact", f"{args.prefix}/checkpoint")
                 about = provenance(args, mig, None, environment.result(), {**_validation(result), "objects": len(ck)})

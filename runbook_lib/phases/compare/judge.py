@@ -38,6 +38,7 @@ OPERATOR_SETTINGS: dict[str, str] = {
     "cold_start_ratio": "gates.cold_start_ratio_max",
     "cost_per_accepted_unit": "gates.required_saving",
     "latency_slo": "workload.requirements.max_request_s",
+    "allreduce_busbw_ratio": "gates.allreduce_busbw_ratio_min",
 }
 """Performance and cost gates, and the params field whose explicit setting makes each blocking
 (docs/reference/gates.md 5.1); without it they are scored. ``spend_limit`` is blocking exactly when
@@ -190,6 +191,8 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
                                 mig.target.workers, phase="04"))
         extra.append(g.latency_slo(lat["target"], slo_s=mig.workload.requirements.max_request_s, phase="04"))
     extra.append(aa_gate(mig, src_rounds, t))
+    if res.allreduce is not None:
+        extra.append(allreduce_gate(mig, res.allreduce))
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     if mig.workload.serves:
         extra.append(g.baseline_health(_source_statuses(res, on["source"], zero), max_rate=gc.error_rate_max,
@@ -232,6 +235,20 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
         results += [gp] if gp is not None else []
     results = live_source_gates(mig, results, thr["target"], cold["target"])
     return qualified(mig, res, [unmeasured_tpot(mig, s, r) for r in results])
+
+
+def allreduce_gate(mig: Migration, table: pd.DataFrame) -> g.GateResult:
+    """The all-reduce comparison of a data-parallel training job (:func:`runbook_lib.gates.allreduce_busbw_ratio`)
+    from ``04/allreduce.csv`` (:data:`runbook_lib.phases.compare.raw.ALLREDUCE_COLUMNS`), judged at
+    ``gates.allreduce_busbw_ratio_min``, or scored at ``gates.throughput_ratio_min`` when unset."""
+    busbw = {side: table.loc[table["side"] == side, "busbw_bytes_per_s"].astype(float).tolist()
+             for side in ("source", "target")}
+    gc = mig.gates
+    return g.allreduce_busbw_ratio(busbw["source"], busbw["target"],
+                                   ranks={side: getattr(mig, side).world_size for side in ("source", "target")},
+                                   min_ratio=gc.allreduce_busbw_ratio_min or gc.throughput_ratio_min,
+                                   size_bytes=float(table["size_bytes"].max()) if len(table) else
+                                   mig.measure.allreduce_mib * 2**20, phase="04")
 
 
 def live_source_gates(mig: Migration, results: list[g.GateResult], target_thr: list[float],

@@ -31,11 +31,13 @@ from runbook_lib.measure.timing import (
     served_status,
     with_retries,
 )
-from runbook_lib.params import Measure
+from runbook_lib.params import Measure, Migration
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases import service_pods as pods
 from runbook_lib.phases.compare import sequential
 from runbook_lib.phases.compare.raw import (
+    ALLREDUCE_COLUMNS,
+    ALLREDUCE_FILE,
     ATTEMPTS_FILE,
     COLD_STARTS_FILE,
     FROM_ZERO_FILE,
@@ -592,6 +594,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     round_s: list[float] = []
     live = sequential.LiveLook(ctx.mig)  # every step so far: what the sequential looks read
     thr = live.throughput
+    reduced: list[dict[str, Any]] = []
 
     def one_round(r: int, side: str) -> int:
         # Stop before launching a round's pod that could cross gates.spend_limit_usd: expected to
@@ -618,7 +621,9 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
         meter.charge(price * pod_s / 3600.0)
         cold.append({"side": side, "round": r, "pod": pod.id,
                      "cold_start_s": (att["first_step_done_epoch"] or math.nan) - done.created_at})
-        bs = ctx.resources.profile(side).batch_size
+        prof = ctx.resources.profile(side)
+        if res.get("allreduce"):
+            reduced.append({"side": side, "round": r, **{k: res["allreduce"][k] for k in ALLREDUCE_COLUMNS[2:]}})
         rows = []
         for i, (t, met) in enumerate(zip(att["step_times_s"], att["metrics"], strict=True)):
             if i < warmup:  # first steps pay allocation and cache warm-up: recorded, not judged
@@ -633,8 +638,10 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
         live.add(rows)
         timed = att["step_times_s"][warmup:]
         total = sum(timed)
+        # samples over every process of the pod (a data-parallel step's global batch), as the step says
+        units = sum(m.get("samples", prof.batch_size * prof.world_size) for m in att["metrics"][warmup:])
         thr.append({"side": side, "round": r, "requests": float(len(timed)), "completed": float(len(timed)), "failed": 0.0,
-                    "elapsed_s": total, "throughput_units_per_s": len(timed) * bs / total if total > 0 else 0.0})
+                    "elapsed_s": total, "throughput_units_per_s": units / total if total > 0 else 0.0})
         return len(timed)
 
     pair_s: list[float] = []
@@ -644,7 +651,13 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     return Measured(samples=pd.DataFrame(), cold_starts=pd.DataFrame(cold), throughput=throughput, billed_s=billed,
                     egress_bytes={"source": 0.0, "target": 0.0}, warmup=pd.DataFrame(warm_rows),
                     extra_rounds=extra_rounds, pair_s=pair_s, attempts=log, spend=spend_record(meter, stops), meter=meter,
-                    store_to_pod=fetched)
+                    store_to_pod=fetched,
+                    allreduce=pd.DataFrame(reduced, columns=ALLREDUCE_COLUMNS) if _data_parallel(ctx.mig) else None)
+
+
+def _data_parallel(mig: Migration) -> bool:
+    """Whether a side of a training job runs more than one process (phase 04 then times all-reduces)."""
+    return max(mig.source.world_size, mig.target.world_size) > 1
 
 
 def store_to_pod_canary(ctx: PhaseContext) -> list[StoreFetch]:
@@ -674,13 +687,15 @@ def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -
     kind = measure_inference if ctx.mig.workload.serves else measure_training
     res = kind(ctx, sleep=sleep)
     for rel in (ATTEMPTS_FILE, THROUGHPUT_FILE, COLD_STARTS_FILE, WARMUP_FILE,
+                *((ALLREDUCE_FILE,) if res.allreduce is not None else ()),
                 *((FROM_ZERO_FILE,) if res.cold_starts_from_zero is not None else ()),
                 *((INTER_TOKEN_FILE,) if res.inter_token is not None else ())):
         ctx.evidence.path(rel)  # registered as evidence of the phase
     write_tables(ctx.run_dir, res)
     t = load_tables(ctx.run_dir)  # the live measurements keep their attempts: they carry their values too
     res = dataclasses.replace(res, samples=t.samples, throughput=t.throughput, cold_starts=t.cold_starts,
-                              cold_starts_from_zero=t.cold_starts_from_zero, inter_token=t.inter_token)
+                              cold_starts_from_zero=t.cold_starts_from_zero, inter_token=t.inter_token,
+                              allreduce=t.allreduce)
     if ctx.mig.workload.serves:
         res = dataclasses.replace(res, clocks=clocks_record(ctx.mig.measure, res))
     return res

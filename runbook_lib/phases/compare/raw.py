@@ -67,6 +67,14 @@ WARMUP_FILE = "04/warmup_discarded.csv"
 INTER_TOKEN_FILE = "04/inter_token_latency.csv"
 """Token-streaming services: every gap between successive streamed chunks (``side``, ``round``,
 ``request``, ``itl_s`` seconds), pooled as vLLM ``bench serve`` pools ITL."""
+ALLREDUCE_FILE = "04/allreduce.csv"
+"""Data-parallel training: one all-reduce benchmark per round of a side with more than one
+process (:data:`ALLREDUCE_COLUMNS`)."""
+ALLREDUCE_COLUMNS = ["side", "round", "ranks", "backend", "size_bytes", "time_s", "algbw_bytes_per_s",
+                     "busbw_bytes_per_s"]
+"""Columns of :data:`ALLREDUCE_FILE`: bytes reduced, seconds per all-reduce (the slowest rank's),
+algorithm and bus bandwidth in bytes per second (nccl-tests' formulas,
+:func:`runbook_lib.workload.ddp.bus_bandwidth`)."""
 
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("side", "string"), ("round", "int64"), ("request", "int64"), ("intended_s", "float64"), ("sent_s", "float64"),
@@ -273,6 +281,7 @@ class Measured:
         clocks: the three clocks and what each ended (inference).
         load_generator_gc: the measuring process's garbage collections (inference).
         inter_token: token-streaming services: every inter-token gap (:data:`INTER_TOKEN_FILE`), or None.
+        allreduce: data-parallel training: each round's all-reduce benchmark (:data:`ALLREDUCE_FILE`), or None.
         meter: the live spend meter (None when rebuilt from a run's files).
     """
 
@@ -296,6 +305,7 @@ class Measured:
     load_generator_gc: CollectorPauses | None = None
     meter: SpendMeter | None = None
     inter_token: pd.DataFrame | None = None
+    allreduce: pd.DataFrame | None = None
 
 
 def write_tables(run_dir: Path, res: Measured) -> None:
@@ -310,6 +320,8 @@ def write_tables(run_dir: Path, res: Measured) -> None:
     res.warmup.to_csv(run_dir / WARMUP_FILE, index=False)
     if res.inter_token is not None:
         res.inter_token.to_csv(run_dir / INTER_TOKEN_FILE, index=False)
+    if res.allreduce is not None:
+        res.allreduce.to_csv(run_dir / ALLREDUCE_FILE, index=False)
 
 
 def attempts_from_rows(df: pd.DataFrame) -> list[Attempted[Any]]:
@@ -340,22 +352,24 @@ class Tables:
     attempts: list[Attempted[Any]]
     cold_starts_from_zero: pd.DataFrame | None
     inter_token: pd.DataFrame | None = None
+    allreduce: pd.DataFrame | None = None
 
 
 def load_tables(run_dir: Path) -> Tables:
     """The measurement's tables as phase 04's gates read them: ``samples`` (Parquet), ``throughput``,
-    ``cold_starts``, ``cold_starts_from_zero`` (when measured) and ``attempts``.
+    ``cold_starts``, ``cold_starts_from_zero`` and ``allreduce`` (when measured) and ``attempts``.
 
     Raises:
         EvidenceError: ``04/samples.parquet`` is missing or unreadable.
     """
-    zero, itl = run_dir / FROM_ZERO_FILE, run_dir / INTER_TOKEN_FILE
+    zero, itl, ar = run_dir / FROM_ZERO_FILE, run_dir / INTER_TOKEN_FILE, run_dir / ALLREDUCE_FILE
     return Tables(samples=read_samples(run_dir / SAMPLES_FILE, JUDGED_COLUMNS),
                   throughput=_csv(run_dir / THROUGHPUT_FILE, THROUGHPUT_COLUMNS),
                   cold_starts=_csv(run_dir / COLD_STARTS_FILE, ["side", "cold_start_s"]),
                   attempts=attempts_from_rows(_csv(run_dir / ATTEMPTS_FILE)),
                   cold_starts_from_zero=_csv(zero) if zero.exists() else None,
-                  inter_token=_csv(itl, ["side", "round", "request", "itl_s"]) if itl.exists() else None)
+                  inter_token=_csv(itl, ["side", "round", "request", "itl_s"]) if itl.exists() else None,
+                  allreduce=_csv(ar, ALLREDUCE_COLUMNS) if ar.exists() else None)
 
 
 RECORDED_SCALARS = ("billed_s", "egress_bytes", "target_workers_ready", "spend")
@@ -377,6 +391,7 @@ def load_measurement(run_dir: Path, record: CompareData) -> Measured:
                             "be recomputed (it was made by a runbook that did not record them)")
     t = load_tables(run_dir)
     return Measured(samples=t.samples, throughput=t.throughput, cold_starts=t.cold_starts, attempts=t.attempts,
-                    cold_starts_from_zero=t.cold_starts_from_zero, inter_token=t.inter_token, billed_s=record.billed_s,
+                    cold_starts_from_zero=t.cold_starts_from_zero, inter_token=t.inter_token, allreduce=t.allreduce,
+                    billed_s=record.billed_s,
                     egress_bytes=record.egress_bytes, spend=record.spend,
                     target_workers_ready=record.target_workers_ready, pair_s=list(record.pair_seconds))
