@@ -19,7 +19,7 @@ DOCS_STAMP := .venv-docs/.installed
 AIRFLOW_STAMP := .venv-airflow/.installed
 CHAT_MODELS := .runbook/models
 
-.PHONY: docs demo demo-fleet demo-train demo-checkpoint demo-s3 demo-service demo-service-router demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
+.PHONY: docs demo demo-fleet demo-train demo-train-ddp demo-checkpoint demo-s3 demo-service demo-service-router demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
 	browser haproxy bench bench-streaming soak clean lab strip-filter lock
 
 # Every environment installs exact versions from its lock (locks/*.txt, `make lock` writes them
@@ -54,6 +54,9 @@ demo: $(STAMP)
 
 demo-train: $(STAMP)
 	@$(VENV)/bin/runbook run params/demo-train.yaml || { $(DECIDED); }
+
+demo-train-ddp: $(STAMP)
+	@$(VENV)/bin/runbook run params/demo-train-ddp.yaml || { $(DECIDED); }
 
 # Bring your own checkpoint: examples/checkpoint-demo (shards, index, trainer state), no user code.
 demo-checkpoint: $(STAMP)
