@@ -296,6 +296,9 @@ def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_param
         monkeypatch.setenv(name, value)
     params = make_params("demo-train.yaml", **merged(FAST_TRAINING, {"measure": {"max_extra_rounds": 0, "exclusive": False}},
                                                      {"drills": {"run": [], "blocking": []}},  # not its subject
+                                                     # the reverse of demo-train-ddp: one process of 32 rows to
+                                                     # two data-parallel processes of 16 on the target
+                                                     {"target": {"world_size": 2, "batch_size": 16}},
                                                      {"cutover": {"rollback_window_s": 1, "on_rollback": rule}},
                                                      {"source": {"schedules": [airflow_api.schedule("nightly_rollback",
                                                                                                     "variable")]}}))
@@ -315,6 +318,13 @@ def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_param
     assert [(s["frozen"], s["after_cutover"], s["final"]) for s in r["schedules"]] == [("source", "target", "source")]
     assert {g["name"]: g["verdict"] for g in r["gates"]}["schedules_restored"] == "PASS"
     assert any(x.startswith("rollback_window FAIL") for x in r["reasons"])
+    gates = {g["name"]: g for g in r["gates"]}
+    # the world size changed, the global batch did not; the two processes' loss curve is the source's
+    assert gates["global_batch"]["verdict"] == gates["loss_band"]["verdict"] == "PASS"
+    assert "source 1 process(es) x 32 = 32 rows, target 2 process(es) x 16 = 32 rows" in gates["global_batch"]["detail"]
+    reduced = gates["allreduce_busbw_ratio"]  # timed on the target's two ranks, nothing to compare it with
+    assert reduced["verdict"] == "NOT_APPLICABLE" and "the source runs only one process" in reduced["detail"]
+    assert "target 2 process(es): busbw" in reduced["detail"]
     assert phase_statuses(run_dir)["05"] == "completed"  # every slice moved before the window closed
     rec = r["reconciliation"]
     assert rec["rule"] == rule and rec == json.loads((run_dir / "06" / "reconciliation.json").read_text())
