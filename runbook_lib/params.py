@@ -1759,16 +1759,13 @@ class Migration(_Model):
         return data
 
     @model_validator(mode="after")
-    def _processes_for_a_job(self) -> "Migration":
+    def _training_only(self) -> "Migration":
+        """Job drills and data-parallel processes are for a training job."""
         many = [f"{side}.world_size {p.world_size}" for side, p in (("source", self.source), ("target", self.target))
                 if p.world_size > 1]
         if many and self.workload.kind != "training":
             raise ValueError(f"{' and '.join(many)}: data-parallel processes are for a training job, not a "
                              f"{self.workload.kind} workload (its processes are workers); set world_size: 1")
-        return self
-
-    @model_validator(mode="after")
-    def _job_drills_on_a_job(self) -> "Migration":
         job = [d for d in self.drills.run if d in JOB_DRILL_NAMES]
         if job and self.workload.kind != "training":
             raise ValueError(f"drills.run names {job}, drills of a training job's canary, for a {self.workload.kind} "

@@ -49,6 +49,8 @@ evaluation); a helper whose leader died does not wait for it (:func:`_follow_par
 LEADER_TIMEOUT_S = 600.0
 """How long rank 0 waits for the other ranks, to join the process group or to reach a collective
 (the job driver's own limit on an attempt, ``job.CHILD_TIMEOUT_S``), seconds."""
+STOP_WAIT_S = 30.0
+"""How long rank 0 waits for a helper rank to exit after it said stop, seconds (then SIGKILL)."""
 WARMUP_ITERS, TIMED_ITERS = 5, 20
 """nccl-tests' defaults (its ``-w`` and ``-n``: "warmup iters: 5 iters: 20" in every run's header)."""
 
@@ -243,22 +245,29 @@ class Ranks:
     def _end(self) -> None:
         import torch.distributed as dist
 
+        if dist.is_initialized():
+            dist.destroy_process_group()
         for p in self.helpers:
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if dist.is_initialized():
-            dist.destroy_process_group()
         _RANKS.pop("current", None)
 
 
 _RANKS: dict[str, Ranks] = {}
+_HELPER: list[bool] = []  # non-empty in a helper rank (helper_main)
 
 
 def ranks(workload: Workload, profile: "Profile") -> Ranks:
-    """This process's :class:`Ranks` for ``profile.world_size``, started on first use."""
+    """This process's :class:`Ranks` for ``profile.world_size``, started on first use.
+
+    Raises:
+        WorkloadError: called in a helper rank (only rank 0 starts ranks), or as :class:`Ranks`.
+    """
+    if _HELPER:
+        raise WorkloadError("a helper rank cannot start ranks of its own; only rank 0 leads (ddp.leading())")
     current = _RANKS.get("current")
     if current is not None and current.world_size != profile.world_size:
         current.close()
@@ -266,6 +275,11 @@ def ranks(workload: Workload, profile: "Profile") -> Ranks:
     if current is None:
         current = _RANKS["current"] = Ranks(workload, profile)
     return current
+
+
+def leading() -> bool:
+    """Whether this process leads its ranks (rank 0, or a job of one process), not a helper rank."""
+    return not _HELPER
 
 
 def current() -> Ranks | None:
@@ -298,6 +312,7 @@ def helper_main() -> int:
     import torch.distributed as dist
 
     threading.Thread(target=_follow_parent, args=(os.getppid(),), name="follow-rank0", daemon=True).start()
+    _HELPER.append(True)
     wl = _replica_from_spec()
     wl.load(None)
     device = wl.profile.device
@@ -320,9 +335,11 @@ def helper_main() -> int:
             wl.replica_step(indices)
         elif op == Command.BENCH:
             time_allreduce(arg, device)
-    dist.destroy_process_group()
-    return 0
+    return 0  # the leader destroys the group; this process's exit closes its side
 
 
 if __name__ == "__main__":
-    sys.exit(helper_main())
+    # run as the imported module, not as __main__, so the workload's own `ddp` is this one
+    import importlib
+
+    sys.exit(importlib.import_module("runbook_lib.workload.ddp").helper_main())

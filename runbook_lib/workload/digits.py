@@ -78,6 +78,8 @@ class DigitsWorkload(AcceptanceWorkload):
         self._order = torch.randperm(len(self._ytr), generator=self._gen)
         self._pos = 0
         self._step = 0
+        if self.profile.world_size > 1 and ddp.leading():  # the ranks start here, not in the first step the watchdog times
+            ddp.ranks(self.workload, self.profile)
         if artifact_dir is not None:
             path = Path(artifact_dir) / CHECKPOINT_FILE
             # weights_only, remapped to this side's device; a pickle naming any other global is

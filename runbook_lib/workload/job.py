@@ -536,6 +536,16 @@ def _validation(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _allreduce(mig: Any, side: str) -> dict[str, Any]:
+    """``{"allreduce": ...}``: the ranks a data-parallel training job's steps ran on, timed in one
+    all-reduce of ``measure.allreduce_mib`` (:meth:`runbook_lib.workload.ddp.Ranks.allreduce`);
+    empty for a job of one process or a workload that is not training."""
+    prof = getattr(mig, side)
+    if mig.workload.kind != "training" or prof.world_size < 2:
+        return {}
+    return {"allreduce": ddp.ranks(mig.workload, prof).allreduce(int(mig.measure.allreduce_mib * 2**20))}
+
+
 PROGRESS_MIN_BYTES = 64 << 20  # transfers at least this large show a tqdm bar in the pod log
 
 
@@ -609,11 +619,7 @@ def agent_main(args: argparse.Namespace) -> int:
         else:  # bench / slice: one uninterrupted attempt, timed
             res = attempt(args.params, args.side, artifact_dir=args.artifact_dir, work_dir=work, ckpt_dir=args.ckpt_dir,
                           resume=False, pause=False, reload_check=False, max_steps=args.steps or None)
-            result["attempts"] = [res]
-            prof = getattr(mig, args.side)
-            if args.mode == "bench" and mig.workload.kind == "training" and prof.world_size > 1:
-                # the ranks the steps ran on, timed in one all-reduce of measure.allreduce_mib
-                result["allreduce"] = ddp.ranks(mig.workload, prof).allreduce(int(mig.measure.allreduce_mib * 2**20))
+            result.update(attempts=[res], **(_allreduce(mig, args.side) if args.mode == "bench" else {}))
             if args.mode == "slice":
                 ck = _upload_dir(store, work / "final_artifact", f"{args.prefix}/checkpoint")
                 about = provenance(args, mig, None, environment.result(), {**_validation(result), "objects": len(ck)})

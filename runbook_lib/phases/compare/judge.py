@@ -190,9 +190,7 @@ def judge(mig: Migration, res: Measured, costs_: dict[str, cost.CostBreakdown],
         extra.append(g.capacity(res.target_workers_ready or 0, 1 if mig.workload.kind == "service" else
                                 mig.target.workers, phase="04"))
         extra.append(g.latency_slo(lat["target"], slo_s=mig.workload.requirements.max_request_s, phase="04"))
-    extra.append(aa_gate(mig, src_rounds, t))
-    if res.allreduce is not None:
-        extra.append(allreduce_gate(mig, res.allreduce))
+    extra += [aa_gate(mig, src_rounds, t), *([allreduce_gate(mig, res.allreduce)] if res.allreduce is not None else [])]
     extra.append(g.latency_shift(lat["source"], lat["target"], max_ratio=gc.latency_p95_ratio_max, phase="04"))
     if mig.workload.serves:
         extra.append(g.baseline_health(_source_statuses(res, on["source"], zero), max_rate=gc.error_rate_max,

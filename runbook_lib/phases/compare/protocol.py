@@ -594,7 +594,7 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
     round_s: list[float] = []
     live = sequential.LiveLook(ctx.mig)  # every step so far: what the sequential looks read
     thr = live.throughput
-    reduced: list[dict[str, Any]] = []
+    reduced: list[list[Any]] = []
 
     def one_round(r: int, side: str) -> int:
         # Stop before launching a round's pod that could cross gates.spend_limit_usd: expected to
@@ -622,8 +622,8 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
         cold.append({"side": side, "round": r, "pod": pod.id,
                      "cold_start_s": (att["first_step_done_epoch"] or math.nan) - done.created_at})
         prof = ctx.resources.profile(side)
-        if res.get("allreduce"):
-            reduced.append({"side": side, "round": r, **{k: res["allreduce"][k] for k in ALLREDUCE_COLUMNS[2:]}})
+        if res.get("allreduce"):  # a row of ALLREDUCE_COLUMNS
+            reduced.append([side, r, *(res["allreduce"][k] for k in ALLREDUCE_COLUMNS[2:])])
         rows = []
         for i, (t, met) in enumerate(zip(att["step_times_s"], att["metrics"], strict=True)):
             if i < warmup:  # first steps pay allocation and cache warm-up: recorded, not judged
@@ -636,13 +636,8 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
                          "loss": met.get("loss", math.nan), "accepted": ok})
         sink.write(rows)
         live.add(rows)
-        timed = att["step_times_s"][warmup:]
-        total = sum(timed)
-        # samples over every process of the pod (a data-parallel step's global batch), as the step says
-        units = sum(m.get("samples", prof.batch_size * prof.world_size) for m in att["metrics"][warmup:])
-        thr.append({"side": side, "round": r, "requests": float(len(timed)), "completed": float(len(timed)), "failed": 0.0,
-                    "elapsed_s": total, "throughput_units_per_s": units / total if total > 0 else 0.0})
-        return len(timed)
+        thr.append(round_throughput(side, r, att, warmup, default_rows=prof.batch_size * prof.world_size))
+        return len(att["step_times_s"][warmup:])
 
     pair_s: list[float] = []
     extra_rounds = schedule_rounds(ctx, one_round, look=live, pair_s=pair_s)
@@ -658,6 +653,17 @@ def measure_training(ctx: PhaseContext, *, sleep: Callable[[float], None] = time
 def _data_parallel(mig: Migration) -> bool:
     """Whether a side of a training job runs more than one process (phase 04 then times all-reduces)."""
     return max(mig.source.world_size, mig.target.world_size) > 1
+
+
+def round_throughput(side: str, r: int, att: Mapping[str, Any], warmup: int, *, default_rows: int) -> TableRow:
+    """A training round's throughput row (:data:`THROUGHPUT_COLUMNS`): rows trained per second of
+    step time after the ``warmup`` steps, each step's rows as it reports them (``samples``: its
+    global batch, over every process of the pod), else ``default_rows``."""
+    timed = att["step_times_s"][warmup:]
+    total = sum(timed)
+    units = sum(m.get("samples", default_rows) for m in att["metrics"][warmup:])
+    return {"side": side, "round": r, "requests": float(len(timed)), "completed": float(len(timed)), "failed": 0.0,
+            "elapsed_s": total, "throughput_units_per_s": units / total if total > 0 else 0.0}
 
 
 def store_to_pod_canary(ctx: PhaseContext) -> list[StoreFetch]:
