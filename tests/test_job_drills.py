@@ -20,9 +20,12 @@ from runbook_lib.workload.jobdrills import WATCHDOG_EXIT
 
 
 @pytest.fixture
-def job(make_params, tmp_path: Path) -> tuple[Path, Path]:
-    """The training demo's params (a 2 s step watchdog, a 3 s grace) and a frozen artifact of its job."""
-    params = make_params("demo-train.yaml", workload={"step_timeout_s": 2.0}, drills={"preemption_grace_s": 3.0})
+def job(make_params, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Path, Path]:
+    """The training demo's params (a 2 s step watchdog, a 3 s grace) and a frozen artifact of its job;
+    with an indirect parameter, the target's data-parallel processes (16 rows each)."""
+    ranks = getattr(request, "param", 1)
+    params = make_params("demo-train.yaml", workload={"step_timeout_s": 2.0}, drills={"preemption_grace_s": 3.0},
+                         **({"target": {"world_size": ranks, "batch_size": 16}} if ranks > 1 else {}))
     mig = load_params(params)
     wl = make_workload(mig.workload, mig.target)
     wl.load(None)
@@ -44,6 +47,7 @@ def _drills(params: Path, artifact: Path, work: Path, names: tuple[str, ...], *,
     return {s["drill"]: s for s in seen}
 
 
+@pytest.mark.parametrize("job", [1, 2], ids=["one process", "two ranks"], indirect=True)
 def test_a_job_that_saves_on_sigterm_and_skips_a_truncated_newest_passes_both(job, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     params, artifact = job
