@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -133,3 +135,25 @@ def test_the_allreduce_comparison_is_not_applicable_with_one_process_and_judged_
                                  size_bytes=8 << 20).verdict == "PASS"
     assert allreduce_busbw_ratio([gb], [], ranks={"source": 2, "target": 2}, min_ratio=0.95,
                                  size_bytes=8 << 20).verdict == "INCONCLUSIVE"
+
+
+def test_the_gpu_check_script_runs_the_job_and_times_the_all_reduce_on_cpu() -> None:
+    # benchmarks/ddp.py is what a lent GPU machine runs (NCCL there); here it runs with gloo
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "ddp.py"), "--device", "cpu", "--world-size", "2",
+                          "--steps", "8", "--sizes-mib", "1"], capture_output=True, text=True, timeout=300, check=True)
+    last = dict(kv.split("=") for kv in out.stdout.strip().splitlines()[-1].split())
+    assert (last["device"], last["ranks"], last["backend"]) == ("cpu", "2", "gloo"), out.stdout
+    assert float(last["step_ms_p50"]) > 0 and float(last["busbw_gbps"]) > 0
+    assert "all-reduce 1 MiB over 2 ranks (gloo)" in out.stdout and "no CUDA device" in out.stdout
+
+
+def test_a_helper_rank_that_cannot_load_its_workload_is_named_at_once(make_params: Any) -> None:
+    # a workload the helper's own validation refuses (fewer steps than a checkpoint needs, set past
+    # the params' checks): rank 0 names the helper's exit instead of waiting out the group's timeout
+    mig = load_params(make_params("demo-train-ddp.yaml"))
+    wl = make_workload(mig.workload.model_copy(update={"train_steps": 8}), mig.source)
+    t0 = time.monotonic()
+    with pytest.raises(WorkloadError, match="rank 1 exited with code 1"):
+        wl.load(None)
+    assert time.monotonic() - t0 < ddp.LEADER_TIMEOUT_S / 10 and ddp.current() is None

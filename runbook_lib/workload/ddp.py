@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 SPEC_ENV = "RUNBOOK_DDP_SPEC"
 """The variable a helper rank reads its workload and profile from (JSON)."""
+READY_FD_ENV = "RUNBOOK_DDP_READY_FD"
+"""The file descriptor a helper rank writes one byte to once its workload loaded."""
 COLLECTIVE_TIMEOUT_S = 3600.0
 """How long a rank waits in one collective. The leader may spend minutes between steps (uploads,
 evaluation); a helper whose leader died does not wait for it (:func:`_follow_parent`)."""
@@ -182,10 +184,19 @@ class Ranks:
                 "profile_class": f"{type(profile).__module__}:{type(profile).__qualname__}"}
         layout = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world_size),
                   "LOCAL_WORLD_SIZE": str(self.world_size), "GROUP_RANK": "0", SPEC_ENV: json.dumps(spec)}
+        # each helper says it loaded the workload on a pipe (READY_FD_ENV) before it joins, so one
+        # that fails to start is named at once, not after the group's timeout
+        ready_r, ready_w = os.pipe()
         # the environment is a copy built before the fork (see job.spawn_attempt)
-        self.helpers = [subprocess.Popen([sys.executable, "-m", "runbook_lib.workload.ddp"],
-                                         env={**os.environ, **layout, "RANK": str(r), "LOCAL_RANK": str(r)})
+        self.helpers = [subprocess.Popen([sys.executable, "-m", "runbook_lib.workload.ddp"], pass_fds=(ready_w,),
+                                         env={**os.environ, **layout, "RANK": str(r), "LOCAL_RANK": str(r),
+                                              READY_FD_ENV: str(ready_w)})
                         for r in range(1, self.world_size)]
+        os.close(ready_w)
+        try:
+            self._await_ready(ready_r)
+        finally:
+            os.close(ready_r)
         try:
             dist.init_process_group(backend(profile.device), init_method=f"tcp://127.0.0.1:{port}", rank=0,
                                     world_size=self.world_size, timeout=timedelta(seconds=LEADER_TIMEOUT_S))
@@ -196,6 +207,29 @@ class Ranks:
                                 f"({type(exc).__name__}: {exc}); see the pod log for the helpers' errors") from None
         _COMM_DEVICE[0] = self.device
         atexit.register(self.close)
+
+    def _await_ready(self, fd: int) -> None:
+        """Wait until every helper has loaded its workload (one byte each on ``fd``).
+
+        Raises:
+            WorkloadError: a helper exited first (its exit code named; its error is in the pod
+                log), or they were not all ready within :data:`LEADER_TIMEOUT_S`.
+        """
+        import select
+
+        ready, deadline = 0, time.monotonic() + LEADER_TIMEOUT_S
+        while ready < len(self.helpers):
+            dead = [(r, p.returncode) for r, p in enumerate(self.helpers, 1) if p.poll() is not None]
+            late = time.monotonic() > deadline
+            if dead or late:
+                self._end()
+                raise WorkloadError(
+                    f"helper rank(s) of a world_size {self.world_size} job did not start: " + (
+                        ", ".join(f"rank {r} exited with code {code}" for r, code in dead) if dead else
+                        f"{len(self.helpers) - ready} not ready within {LEADER_TIMEOUT_S:g} s")
+                    + "; its error is in the pod log above (the workload's load() failed there)")
+            if select.select([fd], [], [], 0.1)[0]:
+                ready += len(os.read(fd, 64))
 
     def sync(self, replica: Replica, *, changed: bool) -> None:
         """Give every rank ``replica``'s state when another workload stepped last or it ``changed``."""
@@ -315,6 +349,9 @@ def helper_main() -> int:
     _HELPER.append(True)
     wl = _replica_from_spec()
     wl.load(None)
+    ready = int(os.environ[READY_FD_ENV])
+    os.write(ready, b"1")
+    os.close(ready)
     device = wl.profile.device
     _COMM_DEVICE[0] = device
     env = os.environ  # torchrun's layout (Ranks starts this process with it)
