@@ -14,7 +14,7 @@ import pytest
 from runbook_lib.layout import POD_FAULT_ENV
 from runbook_lib.params import load_params
 from runbook_lib.phases.compare.drills import judge_job_drill
-from runbook_lib.workload import jobdrills, make_workload
+from runbook_lib.workload import ddp, jobdrills, make_workload
 from runbook_lib.workload.job import spawn_attempt
 from runbook_lib.workload.jobdrills import WATCHDOG_EXIT
 
@@ -31,6 +31,8 @@ def job(make_params, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Pa
     wl.load(None)
     artifact = tmp_path / "artifact"
     wl.export_artifact(artifact)
+    if ddp.current() is not None:  # the two-rank job's ranks, started by load(): the drills start their own
+        ddp.current().close()
     return params, artifact
 
 

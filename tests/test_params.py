@@ -17,7 +17,8 @@ from runbook_lib.params import load_params, parse_yaml, validate
 from .conftest import ROOT
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "demo-train.yaml", "demo-s3.yaml", "demo-haproxy.yaml"])
+@pytest.mark.parametrize("name", ["demo.yaml", "demo-train.yaml", "demo-train-ddp.yaml", "demo-s3.yaml",
+                                  "demo-haproxy.yaml"])
 def test_shipped_params_validate(name: str) -> None:
     mig = load_params(ROOT / "params" / name)
     assert mig.source.name != mig.target.name

@@ -164,6 +164,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def spec(workload: Workload, profile: "Profile") -> str:
+    """What a helper rank builds its workload from (JSON): the workload and the profile as the
+    params declared them (defaults are derived again there: a dump of them can contradict a
+    rule), with the fields every rank uses, and the profile's class."""
+    declared = {**profile.model_dump(mode="json", exclude_unset=True),
+                **profile.model_dump(mode="json", include={"device", "dtype", "threads", "batch_size", "world_size"})}
+    return json.dumps({"workload": workload.model_dump(mode="json", exclude_unset=True), "profile": declared,
+                       "profile_class": f"{type(profile).__module__}:{type(profile).__qualname__}"}, sort_keys=True)
+
+
 class Ranks:
     """Rank 0's process group and the helper ranks it started (one per process: :func:`ranks`).
 
@@ -177,13 +187,9 @@ class Ranks:
         self.world_size, self.device = profile.world_size, rank_device(profile.device, 0)
         self.owner: object = None
         port = free_port()
-        # what the params declared (defaults are re-derived; a dump of them can contradict a rule)
-        declared = {**profile.model_dump(mode="json", exclude_unset=True),
-                    **profile.model_dump(mode="json", include={"device", "dtype", "threads", "batch_size", "world_size"})}
-        spec = {"workload": workload.model_dump(mode="json", exclude_unset=True), "profile": declared,
-                "profile_class": f"{type(profile).__module__}:{type(profile).__qualname__}"}
+        self.spec = spec(workload, profile)
         layout = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world_size),
-                  "LOCAL_WORLD_SIZE": str(self.world_size), "GROUP_RANK": "0", SPEC_ENV: json.dumps(spec)}
+                  "LOCAL_WORLD_SIZE": str(self.world_size), "GROUP_RANK": "0", SPEC_ENV: self.spec}
         # each helper says it loaded the workload on a pipe (READY_FD_ENV) before it joins, so one
         # that fails to start is named at once, not after the group's timeout
         ready_r, ready_w = os.pipe()
@@ -295,7 +301,8 @@ _HELPER: list[bool] = []  # non-empty in a helper rank (helper_main)
 
 
 def ranks(workload: Workload, profile: "Profile") -> Ranks:
-    """This process's :class:`Ranks` for ``profile.world_size``, started on first use.
+    """This process's :class:`Ranks` for this workload and profile, started on first use (and
+    started again, the old ones stopped, for another workload or profile).
 
     Raises:
         WorkloadError: called in a helper rank (only rank 0 starts ranks), or as :class:`Ranks`.
@@ -303,7 +310,7 @@ def ranks(workload: Workload, profile: "Profile") -> Ranks:
     if _HELPER:
         raise WorkloadError("a helper rank cannot start ranks of its own; only rank 0 leads (ddp.leading())")
     current = _RANKS.get("current")
-    if current is not None and current.world_size != profile.world_size:
+    if current is not None and current.spec != spec(workload, profile):
         current.close()
         current = None
     if current is None:
