@@ -379,7 +379,12 @@ def helper_main() -> int:
             wl.replica_step(indices)
         elif op == Command.BENCH:
             time_allreduce(arg, device)
-    return 0  # the leader destroys the group; this process's exit closes its side
+    # The leader destroys the group. Gloo's threads here would abort an ordinary exit once their peer
+    # is gone ("terminate called without an active exception", SIGABRT); this rank has nothing left
+    # to save, so it leaves at once and the kernel closes its sockets.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
