@@ -14,25 +14,20 @@ import pytest
 from runbook_lib.layout import POD_FAULT_ENV
 from runbook_lib.params import load_params
 from runbook_lib.phases.compare.drills import judge_job_drill
-from runbook_lib.workload import ddp, jobdrills, make_workload
+from runbook_lib.workload import jobdrills, make_workload
 from runbook_lib.workload.job import spawn_attempt
 from runbook_lib.workload.jobdrills import WATCHDOG_EXIT
 
 
 @pytest.fixture
-def job(make_params, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Path, Path]:
-    """The training demo's params (a 2 s step watchdog, a 3 s grace) and a frozen artifact of its job;
-    with an indirect parameter, the target's data-parallel processes (16 rows each)."""
-    ranks = getattr(request, "param", 1)
-    params = make_params("demo-train.yaml", workload={"step_timeout_s": 2.0}, drills={"preemption_grace_s": 3.0},
-                         **({"target": {"world_size": ranks, "batch_size": 16}} if ranks > 1 else {}))
+def job(make_params, tmp_path: Path) -> tuple[Path, Path]:
+    """The training demo's params (a 2 s step watchdog, a 3 s grace) and a frozen artifact of its job."""
+    params = make_params("demo-train.yaml", workload={"step_timeout_s": 2.0}, drills={"preemption_grace_s": 3.0})
     mig = load_params(params)
     wl = make_workload(mig.workload, mig.target)
     wl.load(None)
     artifact = tmp_path / "artifact"
     wl.export_artifact(artifact)
-    if ddp.current() is not None:  # the two-rank job's ranks, started by load(): the drills start their own
-        ddp.current().close()
     return params, artifact
 
 
@@ -49,7 +44,6 @@ def _drills(params: Path, artifact: Path, work: Path, names: tuple[str, ...], *,
     return {s["drill"]: s for s in seen}
 
 
-@pytest.mark.parametrize("job", [1, 2], ids=["one process", "two ranks"], indirect=True)
 def test_a_job_that_saves_on_sigterm_and_skips_a_truncated_newest_passes_both(job, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     params, artifact = job
