@@ -241,6 +241,10 @@ class GlobalBatch:
     batch_size: int
     world_size: int
 
+    @classmethod
+    def of(cls, profile: Profile) -> "GlobalBatch":
+        return cls(profile.batch_size, profile.world_size)
+
     @property
     def rows(self) -> int:
         return self.batch_size * self.world_size
@@ -257,7 +261,7 @@ def global_batch_problem(mig: Migration, target: Profile | None = None) -> str:
     gradients are averaged over the processes). Changing the world size without the per-process
     batch changes that product, and with the same ``workload.learning_rate`` the training itself."""
     tgt = target or mig.target
-    s, t = GlobalBatch(mig.source.batch_size, mig.source.world_size), GlobalBatch(tgt.batch_size, tgt.world_size)
+    s, t = GlobalBatch.of(mig.source), GlobalBatch.of(tgt)
     if s.rows == t.rows:
         return ""
     fit = (f"set target.batch_size to {s.rows // t.world_size} to keep {s.rows} rows a step"
@@ -274,8 +278,7 @@ def global_batch_gate(mig: Migration) -> GateResult | None:
     :func:`global_batch_problem`, else PASS naming both sides' layout and the learning rate."""
     if mig.workload.kind != "training":
         return None
-    src, tgt = mig.source, mig.target
-    s, t = GlobalBatch(src.batch_size, src.world_size), GlobalBatch(tgt.batch_size, tgt.world_size)
+    s, t = GlobalBatch.of(mig.source), GlobalBatch.of(mig.target)
     if max(s.world_size, t.world_size) == 1 and s.rows == t.rows:
         return None
     why = global_batch_problem(mig)
@@ -288,12 +291,11 @@ def global_batch_gate(mig: Migration) -> GateResult | None:
 
 def _batch_rows(mig: Migration, tgt: Profile) -> list[DependencyRow]:
     """A training job's processes and global batch, source against target."""
-    src = mig.source
-    s, t = GlobalBatch(src.batch_size, src.world_size), GlobalBatch(tgt.batch_size, tgt.world_size)
+    s, t = GlobalBatch.of(mig.source), GlobalBatch.of(tgt)
     rows = [_row("global batch", str(s), str(t), NONE if s.rows != t.rows else EQUIVALENT,
                  global_batch_problem(mig, tgt) or f"the same {s.rows} rows per optimizer step")]
     if s.world_size != t.world_size:
-        rows.append(_row("data-parallel processes", src.world_size, tgt.world_size, ADAPTER,
+        rows.append(_row("data-parallel processes", s.world_size, t.world_size, ADAPTER,
                          "the gradient is averaged over a different number of processes; phase 03 proves the "
                          "checkpoint reloads and the loss curve stays in its band, phase 04 compares step time"
                          + (" and all-reduce" if min(s.world_size, t.world_size) > 1 else "")))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from datetime import timedelta
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runbook_lib._http import free_port
 from runbook_lib.errors import WorkloadError
 from runbook_lib.params import Workload
 from runbook_lib.workload import make_workload
@@ -155,13 +155,6 @@ def _object_device(device: str) -> Any:
     import torch
 
     return torch.device(device) if device.startswith("cuda") else None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's choice for port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def spec(workload: Workload, profile: "Profile") -> str:
