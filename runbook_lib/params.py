@@ -1145,6 +1145,12 @@ class Workload(_Model):
         seed: the seed of every random choice the workload makes.
         train_steps: steps a ``training`` job runs.
         checkpoint_every: steps between a training job's checkpoints.
+        checkpoint_location: where the job keeps its checkpoints: ``volume`` (the pod's volume,
+            which outlives a stop; on Runpod and locally it is removed with the pod), ``container``
+            (the container disk, gone when the pod is), or ``store`` (each checkpoint also
+            committed to the run's store as a set, ``<agent prefix>/checkpoints/step-NNNNNN``,
+            which outlives every pod; a resume with no checkpoint of its own takes the newest
+            that verifies). The ``checkpoint_durability`` drill destroys a pod to check it.
         step_timeout_s: the job's step watchdog, seconds: a step running longer ends the job,
             naming the step (unset: no watchdog, and the ``hung_step`` drill FAILs saying so).
         learning_rate: a training job's learning rate.
@@ -1164,6 +1170,7 @@ class Workload(_Model):
     seed: int = 0
     train_steps: int = Field(default=60, ge=2, le=1_000_000)
     checkpoint_every: int = Field(default=10, ge=1)
+    checkpoint_location: Literal["volume", "container", "store"] = "volume"
     step_timeout_s: float | None = Field(default=None, gt=0, le=86_400)
     learning_rate: float = Field(default=0.05, gt=0, le=10)
     requirements: Requirements = Requirements()
@@ -1396,15 +1403,17 @@ class Gates(_Model):
 
 
 DrillName = Literal["redeliver", "preferred_offer_removed", "hung_worker", "spend_limit", "output_durability",
-                    "preemption_grace", "corrupt_newest", "hung_step"]
+                    "preemption_grace", "corrupt_newest", "hung_step", "checkpoint_durability"]
 ENDPOINT_DRILLS: tuple[str, ...] = ("redeliver", "preferred_offer_removed", "hung_worker", "spend_limit",
                                     "output_durability")
 """The drills a serving workload runs by default (``drills.run`` unset)."""
 JOB_DRILL_NAMES: tuple[str, ...] = ("preemption_grace", "corrupt_newest", "hung_step")
 """The drills the canary's agent runs on a training job (:mod:`runbook_lib.workload.jobdrills`)."""
-TRAINING_DRILLS: tuple[str, ...] = (*JOB_DRILL_NAMES, "spend_limit", "preferred_offer_removed")
+POD_DRILL_NAMES: tuple[str, ...] = ("checkpoint_durability",)
+"""The training job's drills that phase 04 runs on pods of their own (:mod:`runbook_lib.phases.compare.durability`)."""
+TRAINING_DRILLS: tuple[str, ...] = (*JOB_DRILL_NAMES, *POD_DRILL_NAMES, "spend_limit", "preferred_offer_removed")
 """The drills a training job runs by default (``drills.run`` unset): those that apply to a job."""
-DRILL_NAMES: tuple[str, ...] = (*ENDPOINT_DRILLS, *JOB_DRILL_NAMES)
+DRILL_NAMES: tuple[str, ...] = (*ENDPOINT_DRILLS, *JOB_DRILL_NAMES, *POD_DRILL_NAMES)
 DOCKER_STOP_TIMEOUT_S = 10.0
 """Seconds ``docker stop`` waits between SIGTERM and SIGKILL unless told otherwise (Docker's
 "docker container stop" reference: ``--timeout``, "Seconds to wait before killing the container",
@@ -1417,7 +1426,7 @@ class Drills(_Model):
     time out workers to verify fallback, spending limits, and output durability").
 
     Attributes:
-        run: the drills to run (all five by default; ``[]`` runs none).
+        run: the drills to run (unset: those that apply to the workload, below; ``[]`` runs none).
         blocking: the drills whose FAIL blocks the decision (NO-GO); INCONCLUSIVE (the drill
             could not be carried out) or NOT_APPLICABLE (the target has no such property: no job
             API, no offers) holds it; the others are scored. Each must also be in ``run``.
@@ -1766,9 +1775,9 @@ class Migration(_Model):
         if many and self.workload.kind != "training":
             raise ValueError(f"{' and '.join(many)}: data-parallel processes are for a training job, not a "
                              f"{self.workload.kind} workload (its processes are workers); set world_size: 1")
-        job = [d for d in self.drills.run if d in JOB_DRILL_NAMES]
+        job = [d for d in self.drills.run if d in (*JOB_DRILL_NAMES, *POD_DRILL_NAMES)]
         if job and self.workload.kind != "training":
-            raise ValueError(f"drills.run names {job}, drills of a training job's canary, for a {self.workload.kind} "
+            raise ValueError(f"drills.run names {job}, drills of a training job, for a {self.workload.kind} "
                              "workload; remove them")
         return self
 

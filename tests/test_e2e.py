@@ -271,14 +271,19 @@ def test_training_demo_moves_its_checkpoint(approved_training_run: Path) -> None
     assert all(c["state"] == "DESTROYED" for c in r["resources"]["created"])
     cut = json.loads((d / "05_cutover.json").read_text())["data"]["cutover"]
     assert cut["routing"].startswith("no router: a training cutover moves pods") and cut["router"] is None
-    # the drills that apply to a job, each blocking and passed: three on the canary, two in phase 04
+    # the drills that apply to a job, each blocking and passed: three on the canary, three in phase 04
     drills = {x["drill"]: x for x in r["drills"]}
-    assert list(drills) == ["preemption_grace", "corrupt_newest", "hung_step", "spend_limit", "preferred_offer_removed"]
+    assert list(drills) == ["preemption_grace", "corrupt_newest", "hung_step", "checkpoint_durability", "spend_limit",
+                            "preferred_offer_removed"]
     assert all(x["verdict"] == "PASS" and x["blocking"] for x in drills.values()), drills
     assert "the replacement resumed from step-000012.pt, losing 0 step(s)" in drills["preemption_grace"]["observation"]
     assert "refused it (sha256 differs" in drills["corrupt_newest"]["observation"]
     assert f"the job ended with code {WATCHDOG_EXIT}" in drills["hung_step"]["observation"]
     assert drills["spend_limit"]["observation"].split(": ")[1].startswith("refused at")
+    # a pod destroyed past its first checkpoint; a new pod resumed from the store's newest set
+    kept = drills["checkpoint_durability"]["observation"]
+    assert "destroyed (verified gone: True) after 11 steps, holding step-000010.pt" in kept, kept
+    assert "restored from runs/" in kept and "/drills/checkpoint_durability/hold/checkpoints/step-0000" in kept
 
 
 def test_a_rollback_after_the_slices_reconciles_what_the_target_wrote(make_params, tmp_path: Path, airflow_api: AirflowApi,

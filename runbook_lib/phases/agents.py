@@ -49,11 +49,12 @@ class Agents:
 
     def plan(self, side: str, role: str, mode: str, *, prefix: str, frozen_prefix: str = "",
              extra: tuple[str, ...] = (), offers: tuple[str, ...] | None = None,
-             price_usd_per_hour: float | None = None) -> Plan:
+             price_usd_per_hour: float | None = None, reads: tuple[str, ...] = ()) -> Plan:
         """The launch plan of a pod running the acceptance agent in ``mode`` on ``side`` (pure;
         shown in notebooks and approved by fingerprint). ``offers`` overrides the ranked offers
         (:meth:`OfferBook.ids`); the price is the first ranked offer's (with its disk) on a remote
-        target, else ``price_usd_per_hour`` or the profile's, in USD per hour."""
+        target, else ``price_usd_per_hour`` or the profile's, in USD per hour. ``reads``: committed
+        sets the agent reads besides ``frozen_prefix`` (its store grant names them)."""
         res = self.res
         prof = res.profile(side)
         argv = [sys.executable, "-m", "runbook_lib.workload.job", "agent", mode, "--params", str(res.params_path),
@@ -72,7 +73,7 @@ class Agents:
         if price_usd_per_hour is None:
             price_usd_per_hour = res.offers.price(side) if remote else None
         price = prof.price_usd_per_hour if price_usd_per_hour is None else price_usd_per_hour
-        scope = res.access.scope("urls", read_sets=(frozen_prefix,) if frozen_prefix else (), write_prefix=prefix,
+        scope = res.access.scope("urls", read_sets=((frozen_prefix,) if frozen_prefix else ()) + reads, write_prefix=prefix,
                                  ttl_s=res.access.agent_ttl_s(side))
         spec = PodSpec(name=f"{res.mig.migration}-{role}", command=tuple(argv + list(extra)), device=prof.device,
                        price_usd_per_hour=price, labels=res.labels(side, role), env=env,

@@ -46,6 +46,7 @@ from runbook_lib.providers import REMOTE
 from runbook_lib.providers.base import Capabilities, Capability
 from runbook_lib.providers.offers import Offer, filter_offers, version_tuple
 from runbook_lib.storage import GrantScope, build_grant
+from runbook_lib.workload.durable import LOST
 
 GIB = 2**30
 
@@ -299,7 +300,26 @@ def _batch_rows(mig: Migration, tgt: Profile) -> list[DependencyRow]:
                          "the gradient is averaged over a different number of processes; phase 03 proves the "
                          "checkpoint reloads and the loss curve stays in its band, phase 04 compares step time"
                          + (" and all-reduce" if min(s.world_size, t.world_size) > 1 else "")))
+    rows.append(checkpoint_row(mig))
     return rows
+
+
+def checkpoint_row(mig: Migration) -> DependencyRow:
+    """Where the training job keeps its checkpoints (``workload.checkpoint_location``) against
+    what outlives a destroyed pod, before anything is rented: the container disk never does (no
+    equivalent: the job could only start again), the pod's volume outlives a stop but not a
+    destroy (adapter: the ``checkpoint_durability`` drill shows it), the run's store outlives
+    every pod."""
+    where = mig.workload.checkpoint_location
+    target = {"container": "lost with the pod", "volume": "kept on stop, lost on destroy",
+              "store": "kept in the run's store"}[where]
+    status = {"container": NONE, "volume": ADAPTER, "store": EQUIVALENT}[where]
+    drill = "the checkpoint_durability drill destroys a pod and resumes on a new one" \
+        if "checkpoint_durability" in mig.drills.run else "add checkpoint_durability to drills.run to prove it"
+    reason = f"{LOST[where]}, so a destroyed or reclaimed pod's job starts again from step 0; keep them in the " \
+        "run's store (workload.checkpoint_location: store)" if where in LOST else \
+        "each checkpoint is committed to the run's store as a set before the job goes on"
+    return _row("checkpoint location", where, target, status, f"{reason}; {drill}")
 
 
 def _compute_rows(ctx: PhaseContext, rec: FreezeData, caps: Capabilities,

@@ -8,13 +8,16 @@ Inside a pod the agent (``python -m runbook_lib.workload.job agent ...``):
    then runs the acceptance steps once from that artifact and uploads the golden outputs;
 3. ``bench`` mode (phase 04): one uninterrupted timed run; a data-parallel training job
    (``world_size`` > 1) then times an all-reduce over its ranks (:mod:`runbook_lib.workload.ddp`);
-4. ``accept`` mode (canary): downloads the frozen set re-hashing every byte, runs the
+4. ``hold`` and ``resume`` modes (phase 04's ``checkpoint_durability`` drill): the job runs past
+   its first checkpoint and waits for its pod to be destroyed; a new pod resumes the job from
+   what outlived it (:func:`hold`, ``--restore-from``);
+5. ``accept`` mode (canary): downloads the frozen set re-hashing every byte, runs the
    acceptance steps in a child process with a checkpoint every ``checkpoint_every`` steps,
    SIGKILLs that child after its first checkpoint (one real failure), resumes a new child from
    the newest checkpoint that verifies, then reloads the saved artifact in a fresh model and
    checks it reproduces the outputs exactly; a training job then runs the job drills
    ``drills.run`` names (:mod:`runbook_lib.workload.jobdrills`);
-5. uploads outputs, metrics and a ``result.json`` as a set: objects, manifest, ``_SUCCESS`` last.
+6. uploads outputs, metrics and a ``result.json`` as a set: objects, manifest, ``_SUCCESS`` last.
 
 The notebook waits for the completion marker; it never talks to the pod directly.
 """
@@ -31,7 +34,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Callable, cast
 
 from runbook_lib.errors import RunbookError, WorkloadError
 from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
@@ -43,6 +46,7 @@ from runbook_lib.storage import HashingWriter, ObjectInfo, Store, pod_store
 from runbook_lib.workload import ddp, jobdrills, make_workload
 from runbook_lib.workload._torch import synchronize
 from runbook_lib.workload.checkpoint_set import CheckpointWorkload
+from runbook_lib.workload.durable import PARENT, StoreCheckpoints
 from runbook_lib.workload.jobdrills import HANG_AT_ENV, HOLD_AT_ENV, WATCHDOG_EXIT
 
 CHILD_TIMEOUT_S = 600.0
@@ -180,7 +184,8 @@ def _resume_point(wl: Any, ckpt_dir: Path) -> tuple[int, str | None, list[dict[s
 
 def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
               pause_after_checkpoint: bool, progress: Path | None = None,
-              max_steps: int | None = None, guard: StepGuard | None = None) -> dict[str, Any]:
+              max_steps: int | None = None, guard: StepGuard | None = None,
+              on_saved: Callable[[Path], Any] | None = None) -> dict[str, Any]:
     """Run the workload's acceptance steps with periodic checkpoints.
 
     Args:
@@ -191,6 +196,8 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
         pause_after_checkpoint: after the first checkpoint, write ``progress`` and block (the
             drill's kill point: the parent SIGKILLs this process there).
         guard: the :class:`StepGuard` watching the steps (default: one with no watchdog).
+        on_saved: called with each checkpoint's path once it is saved, before the next step
+            (:meth:`runbook_lib.workload.durable.StoreCheckpoints.saved` keeps it in the store).
 
     Returns:
         ``{"start_step", "resumed_from", "rejected_checkpoints", "step_times_s", "metrics",
@@ -205,7 +212,7 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
         with StepGuard(progress.parent if progress is not None else None) as own:
             return run_steps(wl, ckpt_dir=ckpt_dir, checkpoint_every=checkpoint_every, resume=resume,
                              pause_after_checkpoint=pause_after_checkpoint, progress=progress,
-                             max_steps=max_steps, guard=own)
+                             max_steps=max_steps, guard=own, on_saved=on_saved)
     start, resumed_from, rejected = _resume_point(wl, ckpt_dir) if resume else (0, None, [])
     hang_at, hold_at = int(os.environ.get(HANG_AT_ENV) or -1), int(os.environ.get(HOLD_AT_ENV) or -1)
     times, metrics = [], []
@@ -230,13 +237,17 @@ def run_steps(wl: Any, *, ckpt_dir: Path, checkpoint_every: int, resume: bool,
         metrics.append(m)
         if guard.stop_requested is not None:
             path = save_checkpoint(wl.state_dict(), ckpt_dir, i + 1)
+            if on_saved is not None:
+                on_saved(path)
             if guard.work_dir is not None:
                 write_json_atomic(guard.work_dir / "preempted.json", {
                     "step": i + 1, "checkpoint": path.name, "seconds_after_signal": time.monotonic() - guard.stop_requested})
             raise Preempted(f"stopped by SIGTERM after step {i + 1}; saved {path.name}")
         if (i + 1) % checkpoint_every == 0 and i + 1 < n:
             c0 = time.perf_counter()
-            save_checkpoint(wl.state_dict(), ckpt_dir, i + 1)
+            path = save_checkpoint(wl.state_dict(), ckpt_dir, i + 1)
+            if on_saved is not None:
+                on_saved(path)
             checkpoint_s += time.perf_counter() - c0
             if pause_after_checkpoint:
                 if progress is not None:
@@ -282,13 +293,16 @@ def _make(params_path: str, side: str) -> Any:
 
 def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, ckpt_dir: Path,
             resume: bool, pause: bool, reload_check: bool, max_steps: int | None = None,
-            steps_file: Path | None = None) -> dict[str, Any]:
+            steps_file: Path | None = None, keep: StoreCheckpoints | None = None) -> dict[str, Any]:
     """One attempt of the acceptance steps from ``artifact_dir``: writes ``outputs.npy`` (and for
     training ``final_outputs.npy``; ``inference_outputs.npy`` when the workload has them), the final artifact and ``attempt.json`` into ``work_dir``.
 
     With ``reload_check`` the saved artifact is loaded into a fresh model afterwards, and its
     outputs must equal the run's exactly (recorded under ``reload``). The steps run under a
     :class:`StepGuard` with ``workload.step_timeout_s`` (``steps_file``: where it counts them).
+    ``keep`` (``workload.checkpoint_location: store``): each checkpoint is also committed to the
+    store, and a resume that finds no verified checkpoint in ``ckpt_dir`` first restores the
+    newest set that verifies there (recorded under ``restored``).
 
     Raises:
         Preempted: SIGTERM arrived during the steps (their checkpoint is saved).
@@ -300,11 +314,15 @@ def attempt(params_path: str, side: str, *, artifact_dir: Path, work_dir: Path, 
     wl.load(artifact_dir)
     load_s = time.perf_counter() - t0
     reference = wl.outputs() if wl.kind == "training" else None
+    restored = keep.restore(ckpt_dir) if keep is not None and resume and \
+        newest_verified_checkpoint(ckpt_dir)[0] is None else None
     with StepGuard(work_dir, step_timeout_s=mig.workload.step_timeout_s, steps_file=steps_file) as guard:
         res = run_steps(wl, ckpt_dir=ckpt_dir, checkpoint_every=mig.workload.checkpoint_every,
                         resume=resume, pause_after_checkpoint=pause, progress=work_dir / "progress.json",
-                        max_steps=max_steps, guard=guard)
+                        max_steps=max_steps, guard=guard, on_saved=keep.saved if keep is not None else None)
     res["load_s"] = load_s
+    if restored is not None:
+        res["restored"] = restored
     final = wl.outputs()
     np.save(work_dir / "outputs.npy", reference if reference is not None else final)
     if isinstance(wl, CheckpointWorkload):  # names, dtypes, shapes and a digest of every tensor loaded
@@ -349,10 +367,57 @@ def child_main(args: argparse.Namespace) -> int:
     try:
         attempt(args.params, args.side, artifact_dir=Path(args.artifact_dir), work_dir=Path(args.work_dir),
                 ckpt_dir=Path(args.ckpt_dir), resume=args.resume, pause=args.pause, reload_check=args.reload_check,
-                steps_file=Path(args.steps_file) if args.steps_file else None)
+                steps_file=Path(args.steps_file) if args.steps_file else None, keep=kept(args))
     except Preempted as exc:  # stopped as asked, its checkpoint saved: a clean exit (preempted.json says where)
         print(exc, file=sys.stderr)
     return 0
+
+
+def kept(args: argparse.Namespace) -> StoreCheckpoints | None:
+    """Where an attempt keeps its checkpoints in the store (``--keep-checkpoints``, set when
+    ``workload.checkpoint_location`` is ``store``), or None."""
+    if not getattr(args, "keep_checkpoints", ""):
+        return None
+    mig = load_params(args.params)
+    return StoreCheckpoints(pod_store(mig.storage, args.store_url), args.keep_checkpoints, args.run_id,
+                            restore_from=args.restore_from)
+
+
+def checkpoint_dir(location: str, work: Path, volume: Path) -> Path:
+    """The job's checkpoint directory for ``workload.checkpoint_location``: the container disk
+    (``work/ckpt``) for ``container``, else the pod's volume (``volume/ckpt``; with ``store``
+    each checkpoint is committed to the store as well, :class:`StoreCheckpoints`)."""
+    return work / "ckpt" if location == "container" else volume / "ckpt"
+
+
+def hold(args: argparse.Namespace, mig: Any, work: Path) -> dict[str, Any]:
+    """The ``checkpoint_durability`` drill's first pod (``hold`` mode): the job runs past its first
+    checkpoint and waits there, mid-run, in its own process, for its machine to be destroyed.
+
+    Returns:
+        ``{"location", "ckpt_dir", "steps_finished", "checkpoint", "kept"}``: where the job keeps
+        its checkpoints, the steps it finished, the newest checkpoint that verifies on this pod,
+        and (``store``) the store sets it committed.
+
+    Raises:
+        WorkloadError: the job exited, or did not get past its first checkpoint, within
+            :data:`CHILD_TIMEOUT_S`.
+    """
+    steps = work / "steps"
+    at = min(mig.workload.checkpoint_every + 1, mig.workload.train_steps - 1)  # one step past the first checkpoint
+    proc = spawn_attempt(args, resume=False, pause=False, steps_file=steps, reload_check=False,
+                         env={HOLD_AT_ENV: str(at)})
+    try:
+        jobdrills.until("the job past its first checkpoint", lambda: jobdrills.steps_in(steps) >= at, proc,
+                        CHILD_TIMEOUT_S)
+    except RuntimeError as exc:
+        proc.kill()
+        raise WorkloadError(f"checkpoint_durability: {exc}") from None
+    newest, _ = newest_verified_checkpoint(args.ckpt_dir)
+    store = kept(args)
+    return {"location": mig.workload.checkpoint_location, "ckpt_dir": str(args.ckpt_dir),
+            "steps_finished": jobdrills.steps_in(steps), "checkpoint": newest.name if newest else None,
+            "kept": sorted({k.split("/")[-2] for k in store.store.list(store.parent)}) if store else []}
 
 
 def spawn_attempt(args: argparse.Namespace, *, resume: bool, pause: bool, start_after: Path | None = None,
@@ -368,6 +433,10 @@ def spawn_attempt(args: argparse.Namespace, *, resume: bool, pause: bool, start_
     argv += ["--reload-check"] if (resume if reload_check is None else reload_check) else []
     argv += ["--start-after", str(start_after)] if start_after else []
     argv += ["--steps-file", str(steps_file)] if steps_file else []
+    keep: str = getattr(args, "keep_checkpoints", "")
+    if work_dir is None and keep:  # the job's own checkpoints; a drill's stay on its disk
+        argv += ["--keep-checkpoints", keep, "--restore-from", args.restore_from,
+                 "--store-url", args.store_url, "--run-id", args.run_id]
     # The environment is passed as a copy, not inherited: the probe thread imports torch meanwhile,
     # and a library that calls setenv(3) then can move the process's environ while Popen's vfork
     # child reads it before execve (seen as "OSError: [Errno 14] Bad address", and as the pod's
@@ -554,6 +623,43 @@ def _upload_dir(store: Store, src: Path, prefix: str) -> list[ObjectInfo]:
             for f in sorted(src.rglob("*")) if f.is_file()]
 
 
+def _freeze(args: argparse.Namespace, store: Store, work: Path, environment: Any) -> dict[str, Any]:
+    """The source's ``freeze``: train the production state (a training job), export and commit the
+    artifact as the set ``frozen/``, run the acceptance steps once from it (the golden outputs),
+    and for a training job an A/A replicate (the loss band's noise floor); what goes into ``result.json``."""
+    result: dict[str, Any] = {}
+    mig, wl = _make(args.params, args.side)
+    t0 = time.perf_counter()
+    if args.frozen_prefix:  # the checkpoint as phase 01 copied it into the store (an s3:// checkpoint)
+        checks, result["fetch"] = timed_fetch(store, args.frozen_prefix, work / "input")
+        if not all(c["match"] for c in checks):
+            raise WorkloadError(f"the checkpoint copy {args.frozen_prefix} does not match its manifest: "
+                                + ", ".join(c["key"] for c in checks if not c["match"]) + "; run phase 01 again")
+        wl.load_input(work / "input")
+    else:
+        wl.load(None)
+    if wl.kind == "training":  # the production state the source holds today
+        for i in range(wl.num_steps()):
+            wl.step(i)
+    wl.export_artifact(work / "frozen")
+    result["freeze_s"] = time.perf_counter() - t0
+    result["identity"] = wl.identity()
+    frozen = _upload_dir(store, work / "frozen", f"{args.prefix}/frozen")
+    about = provenance(args, mig, result["identity"], environment.result(),
+                       {"objects": len(frozen), "sha256": "each object's, in this manifest, as written"})
+    result["frozen_manifest_sha256"] = store.commit_set(f"{args.prefix}/frozen", frozen, run_id=args.run_id,
+                                                        about=about).sha256
+    result["attempts"] = [attempt(args.params, args.side, artifact_dir=work / "frozen", work_dir=work,
+                                  ckpt_dir=args.ckpt_dir, resume=False, pause=False, reload_check=False)]
+    if wl.kind == "training":  # A/A replicate on the source: the loss band's noise floor
+        aa_dir = work / "aa"
+        aa_dir.mkdir(exist_ok=True)
+        aa = attempt(args.params, args.side, artifact_dir=work / "frozen", work_dir=aa_dir,
+                     ckpt_dir=args.ckpt_dir.parent / "ckpt-aa", resume=False, pause=False, reload_check=False)
+        result["aa_losses"] = [m["loss"] for m in aa["metrics"]]
+    return result
+
+
 def agent_main(args: argparse.Namespace) -> int:
     """Freeze (source), accept (canary, with the failure drill), bench (timed run) or slice
     (a cutover slice that writes a checkpoint set); then upload the results set with its marker."""
@@ -565,7 +671,9 @@ def agent_main(args: argparse.Namespace) -> int:
     work = Path.cwd() / "work"  # container disk
     work.mkdir(exist_ok=True)
     vol = Path(os.environ.get(POD_VOLUME_ENV, work / "volume"))
-    args.work_dir, args.ckpt_dir = work, vol / "ckpt"
+    location = mig.workload.checkpoint_location
+    args.work_dir, args.ckpt_dir = work, checkpoint_dir(location, work, vol)
+    args.keep_checkpoints = f"{args.prefix}/{PARENT}" if location == "store" else ""
     # The pod's environment is probed in a thread (the probe imports torch, about 2 s on 2 cores)
     # while the acceptance children run in their own processes.
     probing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe")
@@ -576,35 +684,7 @@ def agent_main(args: argparse.Namespace) -> int:
     out = work / "out"
     out.mkdir(exist_ok=True)
     if args.mode == "freeze":
-        mig, wl = _make(args.params, args.side)
-        t0 = time.perf_counter()
-        if args.frozen_prefix:  # the checkpoint as phase 01 copied it into the store (an s3:// checkpoint)
-            checks, result["fetch"] = timed_fetch(store, args.frozen_prefix, work / "input")
-            if not all(c["match"] for c in checks):
-                raise WorkloadError(f"the checkpoint copy {args.frozen_prefix} does not match its manifest: "
-                                    + ", ".join(c["key"] for c in checks if not c["match"]) + "; run phase 01 again")
-            wl.load_input(work / "input")
-        else:
-            wl.load(None)
-        if wl.kind == "training":  # the production state the source holds today
-            for i in range(wl.num_steps()):
-                wl.step(i)
-        wl.export_artifact(work / "frozen")
-        result["freeze_s"] = time.perf_counter() - t0
-        result["identity"] = wl.identity()
-        frozen = _upload_dir(store, work / "frozen", f"{args.prefix}/frozen")
-        about = provenance(args, mig, result["identity"], environment.result(),
-                           {"objects": len(frozen), "sha256": "each object's, in this manifest, as written"})
-        result["frozen_manifest_sha256"] = store.commit_set(f"{args.prefix}/frozen", frozen, run_id=args.run_id,
-                                                            about=about).sha256
-        result["attempts"] = [attempt(args.params, args.side, artifact_dir=work / "frozen", work_dir=work,
-                                      ckpt_dir=args.ckpt_dir, resume=False, pause=False, reload_check=False)]
-        if wl.kind == "training":  # A/A replicate on the source: the loss band's noise floor
-            aa_dir = work / "aa"
-            aa_dir.mkdir(exist_ok=True)
-            aa = attempt(args.params, args.side, artifact_dir=work / "frozen", work_dir=aa_dir,
-                         ckpt_dir=args.ckpt_dir.parent / "ckpt-aa", resume=False, pause=False, reload_check=False)
-            result["aa_losses"] = [m["loss"] for m in aa["metrics"]]
+        result.update(_freeze(args, store, work, environment))
     else:
         args.artifact_dir = work / "artifact"
         # store-to-pod transfer as this pod saw it: the verified download of the set it starts from
@@ -616,9 +696,12 @@ def agent_main(args: argparse.Namespace) -> int:
             result.update(_drill(args, work))
             if mig.workload.kind == "training" and set(mig.drills.run) & set(jobdrills.JOB_DRILLS):
                 result["job_drills"] = _job_drills(args, mig, work)
-        else:  # bench / slice: one uninterrupted attempt, timed
+        elif args.mode == "hold":
+            result["hold"] = hold(args, mig, work)
+        else:  # bench / slice / resume: one uninterrupted attempt, timed
             res = attempt(args.params, args.side, artifact_dir=args.artifact_dir, work_dir=work, ckpt_dir=args.ckpt_dir,
-                          resume=False, pause=False, reload_check=False, max_steps=args.steps or None)
+                          resume=args.mode == "resume", pause=False, reload_check=False, max_steps=args.steps or None,
+                          keep=kept(args))
             result.update(attempts=[res], **(_allreduce(mig, args.side) if args.mode == "bench" else {}))
             if args.mode == "slice":
                 ck = _upload_dir(store, work / "final_artifact", f"{args.prefix}/checkpoint")
@@ -633,6 +716,8 @@ def agent_main(args: argparse.Namespace) -> int:
     objs = _upload_dir(store, out, args.prefix + "/result")
     store.commit_set(args.prefix + "/result", objs, run_id=args.run_id,
                      about=provenance(args, mig, result.get("identity"), result["environment"], _validation(result)))
+    while args.mode == "hold":  # mid-run until the machine is destroyed (its job process holds too)
+        time.sleep(3600)
     return 0
 
 
@@ -647,12 +732,18 @@ def main(argv: list[str]) -> int:
     c.add_argument("--reload-check", action="store_true")
     c.add_argument("--start-after", default="", help="stand by (imports done) until this file exists")
     c.add_argument("--steps-file", default="", help="count the finished steps in this file")
+    c.add_argument("--keep-checkpoints", default="", help="commit each checkpoint to the store under this prefix")
+    c.add_argument("--restore-from", default="", help="a resume with no checkpoint restores from this store prefix")
+    c.add_argument("--store-url", default="")
+    c.add_argument("--run-id", default="")
     ag = sub.add_parser("agent")
-    ag.add_argument("mode", choices=["freeze", "accept", "bench", "slice"])
+    ag.add_argument("mode", choices=["freeze", "accept", "bench", "slice", "hold", "resume"])
     ag.add_argument("--steps", type=int, default=0, help="bench/slice: steps to run (0 = all)")
     for opt in ("--params", "--side", "--run-id", "--store-url", "--prefix"):
         ag.add_argument(opt, required=True)
     ag.add_argument("--frozen-prefix", default="")
+    ag.add_argument("--restore-from", default="", help="resume: a store prefix of checkpoint sets to resume from "
+                                                       "when this pod has none (workload.checkpoint_location: store)")
     args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.params = params_file(args.params)

@@ -51,7 +51,12 @@ Spawn = Callable[..., "subprocess.Popen[bytes]"]
 """Starts an attempt in its own process (:func:`runbook_lib.workload.job.spawn_attempt` with the agent's arguments bound)."""
 
 
-def _until(what: str, ok: Callable[[], bool], proc: "subprocess.Popen[bytes]", deadline_s: float) -> None:
+def until(what: str, ok: Callable[[], bool], proc: "subprocess.Popen[bytes]", deadline_s: float) -> None:
+    """Wait until ``ok()`` holds, polling every 20 ms.
+
+    Raises:
+        RuntimeError: ``proc`` exited first, or ``deadline_s`` seconds passed; the message names ``what``.
+    """
     deadline = time.monotonic() + deadline_s
     while not ok():
         if proc.poll() is not None:
@@ -61,7 +66,8 @@ def _until(what: str, ok: Callable[[], bool], proc: "subprocess.Popen[bytes]", d
         time.sleep(0.02)
 
 
-def _steps(path: Path) -> int:
+def steps_in(path: Path) -> int:
+    """The finished steps a job's steps file counts (:class:`runbook_lib.workload.job.StepGuard`); 0 before the first."""
     try:
         return int(path.read_text().strip() or 0)
     except (OSError, ValueError):
@@ -121,7 +127,7 @@ def preemption(spawn: Spawn, d: Path, *, grace_s: float, checkpoint_every: int, 
     first = spawn(resume=False, pause=False, work_dir=d, steps_file=steps, reload_check=False,
                   env={HOLD_AT_ENV: str(hold_at)})
     try:
-        _until("the job past its first checkpoint", lambda: _steps(steps) >= hold_at, first, PROCESS_DEADLINE_S)
+        until("the job past its first checkpoint", lambda: steps_in(steps) >= hold_at, first, PROCESS_DEADLINE_S)
         first.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         try:
@@ -135,7 +141,7 @@ def preemption(spawn: Spawn, d: Path, *, grace_s: float, checkpoint_every: int, 
         first.kill()
         first.wait()
         raise
-    finished = _steps(steps)
+    finished = steps_in(steps)
     saved = json.loads((d / "preempted.json").read_text()) if (d / "preempted.json").exists() else None
     planted = plant_truncated_newest(d / "ckpt", checkpoint_every) if plant else None
     resumed = _resume(spawn, d)
@@ -169,7 +175,7 @@ def hung_step(spawn: Spawn, d: Path, *, step_timeout_s: float | None, hang_at: i
     proc = spawn(resume=False, pause=False, work_dir=d, steps_file=steps, reload_check=False,
                  env={HANG_AT_ENV: str(hang_at)})
     try:
-        _until("the hung step", lambda: _steps(steps) >= hang_at, proc, PROCESS_DEADLINE_S)
+        until("the hung step", lambda: steps_in(steps) >= hang_at, proc, PROCESS_DEADLINE_S)
     except RuntimeError:
         proc.kill()
         proc.wait()

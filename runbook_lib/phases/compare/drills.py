@@ -31,7 +31,9 @@ timeout). Undeclared, each is NOT_APPLICABLE with what to declare.
 A training job runs the drills that apply to a job (``drills.run`` unset:
 :data:`runbook_lib.params.TRAINING_DRILLS`): ``preemption_grace``, ``corrupt_newest`` and
 ``hung_step`` run on the target's canary in phase 03 (:mod:`runbook_lib.workload.jobdrills`) and
-are judged here from what it observed (:func:`judge_job_drill`); its ``spend_limit`` is the guard
+are judged here from what it observed (:func:`judge_job_drill`); ``checkpoint_durability`` destroys
+a pod of its own mid-run and resumes on a new one (:mod:`runbook_lib.phases.compare.durability`);
+its ``spend_limit`` is the guard
 the training rounds pass, refusing a round whose pod would cross the limit (:func:`_job_spend_limit`).
 
 A drill whose property the target does not have (a ``load_balancing`` endpoint has no job API
@@ -64,6 +66,7 @@ from runbook_lib.measure.timing import JobAnswer, JobClient, JobClocks, ServingC
 from runbook_lib.params import JOB_DRILL_NAMES, LiveProfile, Migration, RemoteProfile, RunpodServerless
 from runbook_lib.phases import PhaseContext, Shown, md, table
 from runbook_lib.phases import service_pods as pods
+from runbook_lib.phases.compare import durability
 from runbook_lib.phases.compare.judge import Measurement
 from runbook_lib.phases.compare.raw import Measured
 from runbook_lib.phases.serving import Served, ServiceServing, serving_for
@@ -88,6 +91,7 @@ EXPECTATIONS: dict[str, str] = {
                         "replacement resumes from it, losing at most drills.max_steps_lost steps",
     "corrupt_newest": "a truncated newest checkpoint is refused, named, and the resume takes the previous complete one",
     "hung_step": "a step that never finishes is stopped by the job's watchdog (workload.step_timeout_s), which names it",
+    durability.NAME: durability.EXPECTATION,
 }
 """What each drill expects (the row's ``expectation``)."""
 JOB_EXPECTATIONS: dict[str, str] = {
@@ -553,6 +557,8 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
                 out = _preferred_offer_removed(ctx)
             elif name in JOB_DRILL_NAMES:
                 out = judge_job_drill(ctx.mig, name, job_seen.get(name))
+            elif name == durability.NAME:
+                out = Drilled(*durability.run(ctx, raw.meter))
             elif name == "spend_limit" and not ctx.mig.workload.serves:
                 out = _job_spend_limit(ctx, raw)
             elif name == "spend_limit":

@@ -34,7 +34,7 @@ from runbook_lib.measure.timing import (
 from runbook_lib.params import Measure, Migration
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases import service_pods as pods
-from runbook_lib.phases.compare import sequential
+from runbook_lib.phases.compare import durability, sequential
 from runbook_lib.phases.compare.raw import (
     ALLREDUCE_COLUMNS,
     ALLREDUCE_FILE,
@@ -298,7 +298,8 @@ def planned(ctx: PhaseContext) -> list[tuple[str, Plan, str]]:
     the ones it applies: for an inference workload the cold-start endpoints
     (:func:`cold_start_plan`) and the measured endpoints (``endpoint-<side>``); for a training
     workload one pod per interleaved round (:func:`bench_plan`) and one per extra round
-    ``measure.max_extra_rounds`` allows, applied only when a side is short of samples. A retry
+    ``measure.max_extra_rounds`` allows, applied only when a side is short of samples, and the
+    ``checkpoint_durability`` drill's two pods (:func:`runbook_lib.phases.compare.durability.planned`). A retry
     of a round after a machinery failure is a new rental and is approved on its own. Tearing
     down what these plans create is covered by their approval."""
     m = ctx.mig.measure
@@ -311,13 +312,13 @@ def planned(ctx: PhaseContext) -> list[tuple[str, Plan, str]]:
     if ctx.mig.gates.method == "sequential":
         return [(ROUND_PATTERN[r % 4], bench_plan(ctx, ROUND_PATTERN[r % 4], str(r)),
                  "always" if r < 2 * m.min_rounds else "only while a blocking gate is undecided (gates.method: "
-                 "sequential, up to measure.max_rounds a side)") for r in range(2 * m.max_rounds)]
+                 "sequential, up to measure.max_rounds a side)") for r in range(2 * m.max_rounds)] + durability.planned(ctx)
     sides = round_sides(m.rounds)
     out = [(side, bench_plan(ctx, side, str(r)), "always") for r, side in enumerate(sides)]
     out += [(ROUND_PATTERN[r % 4], bench_plan(ctx, ROUND_PATTERN[r % 4], str(r)),
              "only if a side is short of samples (measure.max_extra_rounds)")
             for r in range(len(sides), len(sides) + m.max_extra_rounds)]
-    return out
+    return out + durability.planned(ctx)
 
 
 def round_sides(rounds: int) -> list[str]:
