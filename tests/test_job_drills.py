@@ -55,6 +55,7 @@ def test_a_job_that_saves_on_sigterm_and_skips_a_truncated_newest_passes_both(jo
     assert pre["steps_finished"] == 12 and pre["saved"]["checkpoint"] == "step-000012.pt", pre
     assert pre["exit_code"] == 0 and pre["exited_within_grace_s"] < 3.0 and pre["steps_lost"] == 0
     assert (bad["planted"], bad["of"], bad["resumed_from"]) == ("step-000022.pt", "step-000012.pt", "step-000012.pt")
+    assert pre["seconds"] > bad["seconds"] > 0  # the preemption's processes include the shared replacement
     verdicts = {n: judge_job_drill(mig, n, s) for n, s in seen.items()}
     assert {n: v.verdict for n, v in verdicts.items()} == {"preemption_grace": "PASS", "corrupt_newest": "PASS"}
     assert "sha256 differs" in verdicts["corrupt_newest"].observation

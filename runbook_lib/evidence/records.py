@@ -788,7 +788,7 @@ class SideSummary(_Model):
 
 class DrillRow(_Model):
     """One fault drill's expectation, observation and verdict, whether it blocks the decision,
-    and how long it took (seconds)."""
+    and how long it took (seconds; a job drill's, its processes' wall time on the canary in phase 03)."""
 
     drill: str
     verdict: str

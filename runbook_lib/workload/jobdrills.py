@@ -15,7 +15,9 @@ never shows. Each returns what it observed; phase 04 judges it
   stop it within that time and name the step (``hung.json``).
 
 A drill process is an attempt like the failure check's (:func:`runbook_lib.workload.job.child_main`),
-each in its own directory under ``work/drills`` with its own checkpoints.
+each in its own directory under ``work/drills`` with its own checkpoints; each observation carries
+``seconds``, the wall time of its processes on the canary (the preemption's replacement counts
+for ``corrupt_newest`` when both run).
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ def preemption(spawn: Spawn, d: Path, *, grace_s: float, checkpoint_every: int, 
     notice comes while the job waits before step ``hold_at`` (past its first checkpoint); the
     observations, one dict per drill."""
     steps = d / "steps"
+    t0 = time.monotonic()
     first = spawn(resume=False, pause=False, work_dir=d, steps_file=steps, reload_check=False,
                   env={HOLD_AT_ENV: str(hold_at)})
     try:
@@ -144,24 +147,28 @@ def preemption(spawn: Spawn, d: Path, *, grace_s: float, checkpoint_every: int, 
     finished = steps_in(steps)
     saved = json.loads((d / "preempted.json").read_text()) if (d / "preempted.json").exists() else None
     planted = plant_truncated_newest(d / "ckpt", checkpoint_every) if plant else None
+    t1 = time.monotonic()
     resumed = _resume(spawn, d)
     start = resumed.get("start_step")
-    out = [{"drill": "preemption_grace", "grace_s": grace_s, "exited_within_grace_s": exited_s,
+    out = [{"drill": "preemption_grace", "seconds": time.monotonic() - t0, "grace_s": grace_s,
+            "exited_within_grace_s": exited_s,
             "exit_code": first.returncode, "steps_finished": finished, "saved": saved,
             "resumed_from": resumed.get("resumed_from"), "resume_exit_code": resumed.get("exit_code"),
             "steps_lost": finished - start if isinstance(start, int) else None}]
     if planted is not None:
-        out.append({"drill": "corrupt_newest", **planted, **resumed})
+        out.append({"drill": "corrupt_newest", "seconds": time.monotonic() - t1, **planted, **resumed})
     return out
 
 
 def corrupt_newest(spawn: Spawn, d: Path, *, checkpoint_every: int) -> dict[str, Any]:
     """``corrupt_newest`` alone: a job runs to its end (its checkpoints on disk), a truncated newer
     copy is planted, and a replacement resumes."""
+    t0 = time.monotonic()
     code = _finished(spawn(resume=False, pause=False, work_dir=d, reload_check=False))
     if code != 0:
         return {"drill": "corrupt_newest", "error": f"the job that writes the checkpoints exited with {code}"}
-    return {"drill": "corrupt_newest", **plant_truncated_newest(d / "ckpt", checkpoint_every), **_resume(spawn, d)}
+    planted = plant_truncated_newest(d / "ckpt", checkpoint_every)
+    return {"drill": "corrupt_newest", **planted, **_resume(spawn, d), "seconds": time.monotonic() - t0}
 
 
 def hung_step(spawn: Spawn, d: Path, *, step_timeout_s: float | None, hang_at: int) -> dict[str, Any]:
@@ -172,6 +179,7 @@ def hung_step(spawn: Spawn, d: Path, *, step_timeout_s: float | None, hang_at: i
     if not step_timeout_s:
         return {"drill": "hung_step", "step_timeout_s": None}
     steps = d / "steps"
+    t0 = time.monotonic()
     proc = spawn(resume=False, pause=False, work_dir=d, steps_file=steps, reload_check=False,
                  env={HANG_AT_ENV: str(hang_at)})
     try:
@@ -189,7 +197,8 @@ def hung_step(spawn: Spawn, d: Path, *, step_timeout_s: float | None, hang_at: i
         proc.wait()
         code, stopped_s = None, None
     named = json.loads((d / "hung.json").read_text()) if (d / "hung.json").exists() else None
-    return {"drill": "hung_step", "step_timeout_s": step_timeout_s, "hang_at": hang_at, "exit_code": code,
+    return {"drill": "hung_step", "seconds": time.monotonic() - t0, "step_timeout_s": step_timeout_s,
+            "hang_at": hang_at, "exit_code": code,
             "stopped_after_s": stopped_s, "waited_s": step_timeout_s + HUNG_DEADLINE_SLACK_S, "named": named}
 
 

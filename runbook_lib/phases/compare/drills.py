@@ -552,6 +552,7 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
     results: list[g.GateResult] = []
     for name in names:
         t0 = time.perf_counter()
+        on_canary = job_seen.get(name, {}).get("seconds") if name in JOB_DRILL_NAMES else None
         try:
             if name == "preferred_offer_removed":
                 out = _preferred_offer_removed(ctx)
@@ -579,7 +580,8 @@ def run_drills(ctx: PhaseContext, measured: Measurement) -> DrillsResult:
         expected = SERVICE_EXPECTATIONS.get(name, EXPECTATIONS[name]) if mode == "service" else \
             EXPECTATIONS[name] if ctx.mig.workload.serves else JOB_EXPECTATIONS.get(name, EXPECTATIONS[name])
         rows.append(DrillRow(drill=name, expectation=expected, observation=out.observation,
-                             verdict=out.verdict, blocking=name in blocking, seconds=round(time.perf_counter() - t0, 3)))
+                             verdict=out.verdict, blocking=name in blocking,
+                             seconds=round(on_canary if on_canary is not None else time.perf_counter() - t0, 3)))
         source = "params drills.blocking" if name in blocking else "scored: not in params drills.blocking"
         if out.verdict == "NOT_APPLICABLE":
             results.append(g.not_applicable(f"drill_{name}", name in blocking, out.observation,
