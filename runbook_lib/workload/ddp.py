@@ -179,6 +179,7 @@ class Ranks:
 
         self.world_size, self.device = profile.world_size, rank_device(profile.device, 0)
         self.owner: object = None
+        self.closed = False
         port = free_port()
         self.spec = spec(workload, profile)
         layout = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world_size),
@@ -265,9 +266,14 @@ class Ranks:
                 "backend": backend(self.device)}
 
     def close(self) -> None:
-        """Stop the helper ranks and leave the process group (at exit, or before another group)."""
+        """Stop the helper ranks and leave the process group (at exit, or before another group);
+        once: a closed group's exit hook is removed, so it never reaches a newer group."""
         import torch.distributed as dist
 
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.close)
         if dist.is_initialized() and any(p.poll() is None for p in self.helpers):
             try:
                 _command(Command.STOP)
@@ -286,7 +292,8 @@ class Ranks:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        _RANKS.pop("current", None)
+        if _RANKS.get("current") is self:
+            _RANKS.pop("current")
 
 
 _RANKS: dict[str, Ranks] = {}
