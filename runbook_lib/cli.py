@@ -231,7 +231,7 @@ def _person_signer(ref: str | None) -> Any:
 
 def _cmd_approve(args: argparse.Namespace) -> int:
     from runbook_lib.evidence.approvals import write_approval_file
-    from runbook_lib.evidence.resolve import MAX_BY, MAX_REASON, checked_text
+    from runbook_lib.evidence.text import MAX_BY, MAX_REASON, checked_text
     from runbook_lib.run.runstore import is_location
 
     checked_text(args.by, what="--by", max_len=MAX_BY)
@@ -383,8 +383,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _list_runs(reports: Path, shown: str) -> int:
     from runbook_lib.audit.verify import unreadable_manifest
     from runbook_lib.evidence.records import load_manifest, load_receipt
-    from runbook_lib.evidence.resolve import printable, standing
+    from runbook_lib.evidence.resolve import standing
     from runbook_lib.evidence.signing import record_envelope, signed_by
+    from runbook_lib.evidence.text import printable
 
     rows = []
     for d in sorted(reports.glob("*/")):
@@ -465,7 +466,8 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace, run_dir: Path) -> int:
     from runbook_lib.errors import EXIT_BY_DECISION, EXIT_HOLD
-    from runbook_lib.evidence.resolve import printable, resolve_run, standing
+    from runbook_lib.evidence.resolve import resolve_run, standing
+    from runbook_lib.evidence.text import printable
 
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a run directory")
@@ -527,7 +529,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from runbook_lib.evidence.resolve import printable
+    from runbook_lib.evidence.text import printable
 
     with _readable_run(args.run_dir) as run_dir:
         st = run_status(run_dir)

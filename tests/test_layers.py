@@ -31,7 +31,8 @@ LAYERS: list[set[str]] = [
     {"evidence", "measure", "traffic", "portability", "audit", "run"},  # packages' docstrings only
     {"run.hostlock", "run.fulldisk"},
     {"__init__"},  # the package itself: __version__
-    {"evidence.manifest", "evidence.cells", "secret_refs", "offer_query", "portability.gpus", "portability.topology"},
+    {"evidence.manifest", "evidence.cells", "secret_refs", "offer_query", "portability.gpus", "portability.topology",
+     "evidence.text"},
     {"evidence.closedworld"},
     {"evidence.completeness"},
     {"evidence.signing"},

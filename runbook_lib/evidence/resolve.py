@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -32,6 +31,8 @@ from runbook_lib.evidence.closedworld import (
 from runbook_lib.evidence.manifest import sha256_file, verify_evidence, write_json_atomic
 from runbook_lib.evidence.records import Manifest, Receipt, load_manifest, load_receipt
 from runbook_lib.evidence.signing import sign_record
+from runbook_lib.evidence.text import MAX_BY, MAX_REASON, checked_text
+from runbook_lib.evidence.text import printable as printable  # re-exported: the commands print through it
 from runbook_lib.gates import CAPACITY_GATE
 from runbook_lib.layout import COMPLETION_MARKER, KEPT_PARAMS, MANIFEST, RECEIPT, RESOLUTION
 from runbook_lib.params import load_params
@@ -40,37 +41,6 @@ RESOLUTION_FILE = RESOLUTION
 DECISIONS = ("GO", "NO-GO")
 DEADLINE_BY = "hold deadline (no person decided in time)"
 _M = TypeVar("_M", Receipt, Manifest)
-
-
-MAX_BY = 200
-"""Most characters a ``--by`` name may have."""
-MAX_REASON = 2000
-"""Most characters a ``--reason`` may have."""
-
-
-def checked_text(value: str, *, what: str, max_len: int) -> str:
-    """``value`` as a name or reason may be recorded and printed: no control or format character
-    (a newline forges a line in ``runbook list``, an ANSI escape rewrites the terminal, a bidi
-    override reorders what is shown) and at most ``max_len`` characters.
-
-    Raises:
-        UsageError: the first offending character (escaped) and its position, or the length
-            and the limit; nothing is written.
-    """
-    for i, ch in enumerate(value):
-        if unicodedata.category(ch) in ("Cc", "Cf"):
-            raise UsageError(f"{what} holds a control character {ch!r} at position {i}: it would be printed raw to "
-                             "terminals (runbook list, resolve); give plain text")
-    if len(value) > max_len:
-        raise UsageError(f"{what} is {len(value)} characters, more than {max_len}; shorten it")
-    return value
-
-
-def printable(text: str) -> str:
-    """``text`` with every control or format character escaped (``\\x1b``), for a terminal:
-    what an older run recorded is shown, never obeyed."""
-    return "".join(ch.encode("unicode_escape").decode() if unicodedata.category(ch) in ("Cc", "Cf") else ch
-                   for ch in text)
 
 
 def hold_deadline(decided_at: str, deadline_s: float) -> str:

@@ -41,10 +41,10 @@ from runbook_lib.errors import (
 )
 from runbook_lib.evidence import records
 from runbook_lib.evidence.manifest import PHASE_PLOTS, PHASES, PLOT_METADATA_KEY, phase_name
-from runbook_lib.evidence.resolve import printable
 from runbook_lib.evidence.rundir import RunDir
 from runbook_lib.evidence.seal import seal_run, sealed_decision
 from runbook_lib.evidence.signing import load_signer
+from runbook_lib.evidence.text import printable
 from runbook_lib.layout import COMPLETION_MARKER, MANIFEST, REPORTS_DIR, project_root
 from runbook_lib.params import LiveProfile, Migration, load_params
 from runbook_lib.phases import leak_message, scan_phase, service_pods
