@@ -123,3 +123,28 @@ def test_an_alternate_is_used_only_under_an_approval_that_gives_a_reason(make_pa
     kept = json.loads(click.read_text())  # the click's record stands (evidence is only added to) beside the file's
     assert (kept["approval"]["method"], kept["approval"]["reason"]) == ("widget", "")
     assert [p.method for p in ctx.evidence.plans] == [f"file:{approval}; reason: the 1-CPU machines are all taken"]
+
+
+def test_phase_03s_plan_cell_shows_an_alternate_an_earlier_try_proposed_for_one_click_with_a_reason(
+        make_params, tmp_path: Path) -> None:
+    params = make_params(alternates=[_alternate()])
+    run = RunDir.create(params)
+    for phase in ("01", "02"):
+        write_record(run.path, phase, status="completed", data={})
+    ctx = open_phase("03", str(params), str(run.path), run_mode="interactive")
+    canary = Plan(provider="local", action="launch_pod", target="canary", spec=None, cost_usd_per_hour=0.33,
+                  dry_run=False)
+    assert candidates.awaiting(ctx, lambda alt: (canary,)) == []  # nothing proposed yet: the plan cell shows the canary
+    proposed = candidates.proposal(ctx, ctx.mig.alternates[0])
+    # an earlier try found no capacity and left the proposal waiting (`runbook approve` lists it too)
+    (run.path / "approvals").mkdir(exist_ok=True)
+    (run.path / "approvals" / f"pending-{proposed.fingerprint[:16]}.json").write_text(
+        json.dumps({"plan": proposed.to_dict()}))
+    shown = candidates.awaiting(ctx, lambda alt: (canary,) if alt.mig.target.name == "target-spare" else ())
+    assert [(side, p.fingerprint) for side, p, _ in shown] == [("target", proposed.fingerprint),
+                                                              ("target", canary.fingerprint)]
+    assert shown[0][2].startswith("only if the target still has no capacity")
+    panel = approvals.approval_widget([p for _, p, _ in shown], run_dir=run.path, interactive=True)
+    panel.click(by="ops", reason="the 1-CPU machines are all taken")
+    found = candidates.approved_with_reason(ctx, proposed)  # what phase 03's next cell looks for
+    assert found is not None and (found.approved_by, found.method) == ("ops", "widget")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runbook_lib.errors import ApprovalRequired
-from runbook_lib.evidence.approvals import approval_widget, require, require_all, standing
+from runbook_lib.errors import ApprovalRequired, UsageError
+from runbook_lib.evidence.approvals import ALTERNATE_ACTION, approval_widget, find, require, require_all, standing
 from runbook_lib.providers.base import Plan
 
 
@@ -96,3 +96,23 @@ def test_a_hold_says_what_to_decide_and_the_commands() -> None:
     assert "runbook approve reports/20261201T000000Z-m-abc123 --by NAME" in text and "'i-123'" in text
     gone = DecisionResult(phases=[], decision="GO", reasons=[], gates=[], actions=Actions(None, []), receipt=receipt)
     assert gone.hold_guidance() == ""
+
+
+def test_an_alternate_needs_a_reason_typed_beside_the_click(tmp_path: Path) -> None:
+    alt = Plan(provider="alternates", action=ALTERNATE_ACTION, target="m: prove alternate spare in place of target t",
+               spec=None, cost_usd_per_hour=0.33, dry_run=False)
+    panel = approval_widget([alt, _plan()], run_dir=tmp_path, interactive=True)
+    assert panel.asks_reason and panel.lines[0].startswith("Awaiting approval with a reason: use_alternate")
+    assert "--reason TEXT" in panel.lines[0]
+    [path] = panel.click(by="dana")  # no reason: the other plan is approved, the alternate still waits
+    assert json.loads(path.read_text())["plan"]["fingerprint"] == _plan().fingerprint
+    assert panel.waiting == [alt] and "type why in the reason box" in panel.lines[0]
+    assert find(alt, run_dir=tmp_path, with_reason=True) is None
+    with pytest.raises(UsageError, match="control character"):  # a reason is printed raw to terminals later
+        panel.click(by="dana", reason="capacity\x1b[2J")
+    [path] = panel.click(by="dana", reason="  the 1-CPU machines are all taken ")
+    found = find(alt, run_dir=tmp_path, with_reason=True)
+    assert found is not None and (found.reason, found.method) == ("the 1-CPU machines are all taken", "widget")
+    assert panel.lines[0].endswith("reason: the 1-CPU machines are all taken.")
+    again = standing(alt, run_dir=tmp_path, preapproved_local=True)  # the cell re-run says who and why
+    assert again.startswith("Approved: use_alternate") and again.endswith("reason: the 1-CPU machines are all taken.")

@@ -21,6 +21,14 @@ from runbook_lib.evidence.closedworld import read_json_object
 from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
 from runbook_lib.evidence.records import read_unchecked
 from runbook_lib.evidence.signing import record_envelope, sign_record
+from runbook_lib.evidence.text import MAX_REASON, checked_text
+
+ALTERNATE_ACTION = "use_alternate"
+"""The action of a plan that proves a documented alternate in place of the target
+(:func:`runbook_lib.phases.candidates.proposal`)."""
+REASON_ACTIONS = (ALTERNATE_ACTION,)
+"""Plan actions only an approval that gives a reason covers: they change where the workload runs
+(seed 001: "delay or approve a documented alternate; do not weaken constraints silently")."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +267,15 @@ def standing(plan: Any, *, run_dir: str | Path, preapproved_local: bool, approva
     an approval file that lists it, or what is missing and how to give it. The same order as
     :func:`require`."""
     summary = f"{plan.action} {plan.target!r} on {plan.provider!r} (plan {plan.fingerprint[:16]})"
+    if plan.action in REASON_ACTIONS:
+        found = _lookup(plan, run_dir=run_dir, preapproved_local=False, approval_file=approval_file, simulator="",
+                        with_reason=True)
+        if found is not None:
+            a = found[0]
+            return f"Approved: {summary} by {a.approved_by} at {a.approved_at} ({a.method}); reason: {a.reason}."
+        return (f"Awaiting approval with a reason: {summary}. Only a person's approval that says why covers it: type "
+                f"the reason in the box and click Approve in JupyterLab, or run `runbook approve reports/"
+                f"{Path(run_dir).name} --by NAME --reason TEXT`.")
     # The simulator pre-approval depends on what the provider's API answers when the plan is
     # applied, so it is looked up without it and said conditionally, in require's order.
     found = _lookup(plan, run_dir=run_dir, preapproved_local=preapproved_local, approval_file=approval_file,
@@ -320,20 +337,38 @@ class ApprovalPanel:
             paras.append(f'<p style="border-left:4px solid {colour};padding-left:8px"><b>{html.escape(state)}</b>:{rest}</p>')
         return {"text/plain": text, "text/html": "".join(paras)}
 
-    def click(self, by: str | None = None) -> list[Path]:
-        """What the Approve button does: write an approval record for each waiting plan; returns
-        their paths."""
+    @property
+    def asks_reason(self) -> bool:
+        """A waiting plan is one only an approval with a reason covers (:data:`REASON_ACTIONS`)."""
+        return any(p.action in REASON_ACTIONS for p in self.waiting)
+
+    def click(self, by: str | None = None, reason: str = "") -> list[Path]:
+        """What the Approve button does: write an approval record for each waiting plan, with the
+        reason typed beside it; returns their paths. A plan only an approval with a reason covers
+        (:data:`REASON_ACTIONS`) stays waiting while the reason is empty.
+
+        Raises:
+            UsageError: the reason holds a control character or is too long (:func:`checked_text`);
+                nothing is written.
+        """
+        why = checked_text(reason, what="the reason", max_len=MAX_REASON).strip()
         who, at = by or getpass.getuser(), utc_now()
         paths = []
         for i, (plan, line) in enumerate(zip(self.plans, self.lines, strict=False)):
             if not line.startswith("Awaiting approval"):
                 continue
-            a = Approval(plan.fingerprint, who, at, "widget")
+            if plan.action in REASON_ACTIONS and not why:
+                self.lines[i] = (f"Awaiting approval with a reason: {plan.action} {plan.target!r} (plan "
+                                 f"{plan.fingerprint[:16]}) was not approved: type why in the reason box, then click "
+                                 "Approve.")
+                continue
+            a = Approval(plan.fingerprint, who, at, "widget", why)
             path = record(self.run_dir, a, plan)
             self.approvals.append(a)
             paths.append(path)
             self.lines[i] = (f"Approved: {plan.action} {plan.target!r} on {plan.provider!r} (plan "
-                             f"{plan.fingerprint[:16]}) by {who} at {at} (widget click; record approvals/{path.name}).")
+                             f"{plan.fingerprint[:16]}) by {who} at {at} (widget click; record approvals/{path.name})"
+                             + (f"; reason: {why}." if why else "."))
         return paths
 
     def _ipython_display_(self) -> None:  # pragma: no cover - needs a kernel with a frontend
@@ -352,14 +387,20 @@ class ApprovalPanel:
         button = widgets.Button(description=label, button_style="warning",
                                 tooltip=", ".join(p.fingerprint[:16] for p in waiting),
                                 layout=widgets.Layout(width="auto"))
+        reason = widgets.Text(placeholder="reason (required to use an alternate)" if self.asks_reason else
+                              "reason (optional)", description="Reason:", layout=widgets.Layout(width="60%"))
 
         def _on_click(_: Any) -> None:
-            self.click()
-            handle.update(self.static_forms(self.text), raw=True)  # the panel gives way to static text
+            self.click(reason=reason.value)
+            if not self.waiting:
+                handle.update(self.static_forms(self.text), raw=True)  # the panel gives way to static text
+            else:
+                text.value = self.static_forms(self.text)["text/html"]  # what still waits, and why
 
         button.on_click(_on_click)
         static = self.static_forms(self.text)
-        panel = widgets.VBox([widgets.HTML(static["text/html"]), button])
+        text = widgets.HTML(static["text/html"])
+        panel = widgets.VBox([text, reason, button])
         # Where widgets render (JupyterLab) the panel shows; elsewhere (a saved notebook without
         # widget state, an HTML export) the same text shows from the static forms.
         handle.display({**(panel._repr_mimebundle_() or {}), **static}, raw=True)

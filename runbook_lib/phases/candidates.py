@@ -28,8 +28,8 @@ from runbook_lib.params import AnyProfile, OfferSpec, RemoteProfile, profile_dif
 from runbook_lib.phases import PhaseContext, PhaseResult, md, table
 from runbook_lib.providers.base import Plan
 
-ACTION = "use_alternate"
-"""The plan action of a proposed alternate (:func:`proposal`)."""
+ACTION = approvals.ALTERNATE_ACTION
+"""The plan action of a proposed alternate (:func:`proposal`); only an approval that gives a reason covers it."""
 PROVIDER = "alternates"
 """The plan provider of a proposed alternate: a choice made in the runbook, on no provider."""
 GATE = g.CAPACITY_GATE
@@ -73,6 +73,21 @@ def _awaiting(ctx: PhaseContext, plan: Plan, alt: PhaseContext, launches: Sequen
                           simulator=alt.resources.simulator("target")) is None:
             ctx.evidence.plans.append(PlanRow(plan=p.to_dict(), applied=False,
                                               method=f"awaiting approval with the alternate's plan {plan.fingerprint[:16]}"))
+
+
+def awaiting(ctx: PhaseContext, launches: Callable[[PhaseContext], Sequence[Plan]]) -> list[tuple[str, Plan, str]]:
+    """The alternate an earlier try of phase 03 in this run proposed and left waiting, with its
+    canary's ``launches``, as ``(side, plan, when)`` for
+    the phase's plan cell: one click there, with a reason, approves them (the next cell tries the
+    target first again, then the alternate). Empty when no proposal waits."""
+    shown = {str(p.get("fingerprint")) for p in approvals.plans_awaiting(ctx.resources.approval_terms()["run_dir"])}
+    for alt in ctx.mig.alternates:
+        plan = proposal(ctx, alt)
+        if plan.fingerprint not in shown:
+            continue
+        when = "only if the target still has no capacity: the alternate proven in its place"
+        return [("target", plan, when)] + [("target", p, f"{when} (its canary)") for p in launches(ctx.for_candidate(alt.name))]
+    return []
 
 
 @dataclass(frozen=True)

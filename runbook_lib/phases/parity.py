@@ -205,10 +205,20 @@ def environment_diff(ctx: PhaseContext, canary_env: Inventory | None) -> list[En
 
 def plan(ctx: PhaseContext) -> PlanShown:
     """The canary's launch plan, for display before its approval cell (a service: the canary and
-    its replacement after the kill)."""
-    if ctx.mig.workload.kind == "service":
-        return service.plans_03(ctx)
-    return PlanShown((plan_canary(ctx),), ("target",))
+    its replacement after the kill), and the documented alternate an earlier try proposed when
+    the target had no capacity (:func:`runbook_lib.phases.candidates.awaiting`)."""
+    own = service.plans_03(ctx) if ctx.mig.workload.kind == "service" else PlanShown((plan_canary(ctx),), ("target",))
+    more = candidates.awaiting(ctx, _launches)
+    if not more:
+        return own
+    return PlanShown.of([(side, p, when) for side, p, when in zip(own.sides or ("target",) * len(own.plans), own.plans,
+                                                                 own.when or ("always",) * len(own.plans), strict=True)]
+                        + more, note=own.note)
+
+
+def _launches(ctx: PhaseContext) -> tuple[Plan, ...]:
+    """The canary's plans on ``ctx``'s target (an alternate's, through its own context)."""
+    return service.plans_03(ctx).plans if ctx.mig.workload.kind == "service" else (plan_canary(ctx),)
 
 
 TRY_COLUMNS = ["offer_id", "outcome", "detail", "resource_id", "at_s"]
@@ -255,7 +265,7 @@ def run(ctx: PhaseContext) -> candidates.OnCandidate | candidates.Delayed:
     """Phase 03 on the first candidate with capacity (:func:`runbook_lib.phases.candidates.prove_first`:
     the target, then each documented alternate a person approved with a reason; without one, a
     HOLD with a retry time): :func:`prove` on it."""
-    return candidates.prove_first(ctx, prove, lambda c: plan(c).plans)
+    return candidates.prove_first(ctx, prove, _launches)
 
 
 def prove(ctx: PhaseContext) -> ParityResult | service.ServiceParityResult:
