@@ -6,9 +6,12 @@ The drill's PASS through a whole migration is the training demo's e2e case (test
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
+
+import psutil
 
 from runbook_lib.evidence.approvals import require
 from runbook_lib.evidence.records import ADAPTER, EQUIVALENT, NONE
@@ -73,6 +76,15 @@ def test_checkpoints_on_a_destroyed_pods_volume_are_lost_and_the_drill_fails(mak
     hold = _agent(prov, tmp_path / "run", params, url, "hold", "runs/r/hold")
     prov.wait_exit(hold, timeout_s=120, finished=lambda: store.head("runs/r/hold/result/_SUCCESS") is not None)
     assert prov.get(hold).state == "RUNNING"  # holding mid-run, its result set committed
+    # SIGTERM to the agent alone, as `docker stop` signals PID 1: it passes the notice on to its job,
+    # which finishes the step it held before, saves a last checkpoint, and the agent exits 143
+    leader = psutil.Process(json.loads((tmp_path / "state" / "pods" / hold / "pod.json").read_text())["pid"])
+    [agent] = [p for p in leader.children() if "agent" in p.cmdline()]
+    agent.send_signal(signal.SIGTERM)
+    done = prov.wait_exit(hold, timeout_s=30)
+    saved = json.loads((Path(done.container_dir) / "work" / "preempted.json").read_text())
+    assert (done.exit_code, saved["checkpoint"]) == (143, "step-000012.pt"), prov.log_tail(hold)
+    assert (Path(done.volume_dir) / "ckpt" / "step-000012.pt").exists()  # on the volume, which the destroy removes
     gone = prov.plan_destroy(hold)
     prov.apply(gone, require(gone, run_dir=tmp_path / "run", preapproved_local=True))
     resume = _agent(prov, tmp_path / "run", params, url, "resume", "runs/r/resume")

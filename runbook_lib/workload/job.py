@@ -441,7 +441,38 @@ def spawn_attempt(args: argparse.Namespace, *, resume: bool, pause: bool, start_
     # and a library that calls setenv(3) then can move the process's environ while Popen's vfork
     # child reads it before execve (seen as "OSError: [Errno 14] Bad address", and as the pod's
     # leader dying without an exit record). A copy is built before the fork and changes under no one.
-    return subprocess.Popen(argv, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})})
+    _CHILDREN.append(proc)
+    return proc
+
+
+_CHILDREN: list[subprocess.Popen[bytes]] = []
+"""The attempts this process started (:func:`spawn_attempt`), for :func:`forward_sigterm`."""
+
+
+def forward_sigterm(grace_s: float) -> None:
+    """Make SIGTERM to this process (the agent) reach the job processes it started, as a
+    container's init (tini, dumb-init) passes it on: ``docker stop`` and a provider's destroy
+    signal PID 1 only, and a job that never hears the notice cannot save its last checkpoint.
+    The agent then waits for them, up to ``grace_s`` less half a second (it must be gone before
+    the platform's SIGKILL), and exits with 143 (128 + SIGTERM) without the interpreter's
+    shutdown (torch's teardown alone takes seconds). Main thread only."""
+
+    def _on_term(signum: int, frame: Any) -> None:
+        live = [p for p in _CHILDREN if p.poll() is None]
+        for p in live:
+            p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + max(0.0, grace_s - 0.5)
+        for p in live:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)  # at once, as the default action would: the machine is going away
+
+    signal.signal(signal.SIGTERM, _on_term)
 
 
 def _wait(proc: subprocess.Popen[bytes], what: str) -> None:
@@ -667,6 +698,7 @@ def agent_main(args: argparse.Namespace) -> int:
 
     started_epoch = psutil.Process().create_time()
     mig, _ = _make(args.params, args.side)
+    forward_sigterm(mig.drills.preemption_grace_s)
     store = pod_store(mig.storage, args.store_url)  # an S3 store: through the launch's grant, never the keys
     work = Path.cwd() / "work"  # container disk
     work.mkdir(exist_ok=True)
