@@ -1279,7 +1279,9 @@ class Measure(_Model):
     (``active_workers``) billed whether busy or idle.
 
     ``exclusive`` (default true): phases 04 and 05 run alone among the runbook runs on this
-    machine, each other run's phases waiting at their start (:mod:`runbook_lib.run.hostlock`).
+    machine, each other run's phases waiting at their start (:mod:`runbook_lib.run.hostlock`);
+    phase 05 only for a workload that serves requests (a training job's or a checkpoint's slices
+    are not timed).
 
     Attributes:
         requests_per_round: latency requests a round sends (after the warm-up).
@@ -1309,8 +1311,9 @@ class Measure(_Model):
     traffic_per_s: float | None = Field(default=None, gt=0, le=10_000_000)  # declared traffic; None: arrival_rate_per_s
     max_extra_rounds: int = Field(default=2, ge=0, le=20)
     # Phases 04 and 05 hold the host lock exclusively: no other runbook run on this machine runs a
-    # phase while they time the sides (runbook_lib.run.hostlock). False: they hold it shared, like the
-    # other phases, for a run whose timings nobody judges.
+    # phase while they time the sides (runbook_lib.run.hostlock; phase 05 only for a serving workload,
+    # whose slices are timed). False: they hold it shared, like the other phases, for a run whose
+    # timings nobody judges.
     exclusive: bool = True
     error_retries: int = Field(default=4, ge=0, le=20)  # retries after the first attempt (Argo: 4)
     error_retry_interval_s: float = Field(default=10.0, ge=0, le=3600)  # seconds between attempts (Argo: 10 s)

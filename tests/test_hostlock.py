@@ -33,6 +33,8 @@ def _hold(path: Path, exclusive: bool, taken: threading.Event, release: threadin
 def test_only_the_timed_phases_of_an_exclusive_run_take_the_lock_exclusively(monkeypatch, tmp_path: Path) -> None:
     assert [p for p in ("01", "02", "03", "04", "05", "06") if exclusive_for(p, exclusive=True)] == ["04", "05"]
     assert not any(exclusive_for(p, exclusive=False) for p in ("04", "05"))
+    # a training job's or a checkpoint's slices are judged on checkpoints, not time: phase 05 shared
+    assert [p for p in ("04", "05") if exclusive_for(p, exclusive=True, serves=False)] == ["04"]
     monkeypatch.setenv(LOCK_ENV, str(tmp_path / "h.lock"))
     assert lock_path() == tmp_path / "h.lock"
     monkeypatch.delenv(LOCK_ENV)

@@ -46,10 +46,12 @@ def lock_path() -> Path:
     return Path(given) if given else Path(tempfile.gettempdir()) / f"runbook-host-{os.getuid()}.lock"
 
 
-def exclusive_for(phase: str, *, exclusive: bool) -> bool:
+def exclusive_for(phase: str, *, exclusive: bool, serves: bool = True) -> bool:
     """Whether ``phase`` ("01".."06") takes the lock exclusively: a timed phase (:data:`TIMED_PHASES`)
-    of a run whose ``measure.exclusive`` is true."""
-    return exclusive and phase in TIMED_PHASES
+    of a run whose ``measure.exclusive`` is true. Phase 05 times only a workload that ``serves``
+    requests (each slice's p95 against phase 04's bound); a training job's or a checkpoint's slices
+    are judged on checkpoints and parity, not time, so that phase 05 holds the lock shared."""
+    return exclusive and phase in TIMED_PHASES and (phase != "05" or serves)
 
 
 @dataclass

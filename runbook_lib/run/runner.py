@@ -461,7 +461,7 @@ def run_phase(run: RunDir, phase: str, *, notebooks_dir: Path | None = None, app
     started = utc_now()
     source = phase_notebook(phase, project=run.project, given=notebooks_dir)
     shown = source.to_dict(run.project)
-    exclusive = exclusive_for(phase, exclusive=run.mig.measure.exclusive)
+    exclusive = exclusive_for(phase, exclusive=run.mig.measure.exclusive, serves=run.mig.workload.serves)
     waited = 0.0
     try:
         with _host_lock(phase, exclusive, interrupts, echo, run=run.run_id) as held:
