@@ -50,6 +50,8 @@ def _rehearsed(tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch,
     (tmp_path / ".runbook" / "models").symlink_to(ROOT / ".runbook" / "models")
     for name in names:  # measured beside the other cases' work, with margins noise cannot decide
         data = deep_merge(yaml.safe_load((ROOT / "params" / name).read_text()), BESIDE_OTHER_WORK)
+        if name == "runpod-to-vast-train.yaml":  # the canary's job drills are the training demo's case
+            data["drills"] = {"run": ["checkpoint_durability", "spend_limit", "preferred_offer_removed"]}
         (tmp_path / "params" / name).write_text(yaml.safe_dump(data, sort_keys=False))
     before = {n: (tmp_path / "params" / n).read_bytes() for n in names}
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
@@ -87,6 +89,10 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
                               ("runpod-to-vast-train.yaml", "runpod-to-vast-service.yaml"))
     assert set(by_kind) == {"train", "service"}
     assert "POST /proxy/{id}/v1/chat/completions x" in out  # the source service answered through Runpod's proxy
+    # a Vast.ai instance destroyed past its first checkpoint; the new one read the set from S3 through its grant
+    drills = {d["drill"]: d for d in json.loads((by_kind["train"] / "receipt.json").read_text())["drills"]}
+    kept = drills["checkpoint_durability"]
+    assert kept["verdict"] == "PASS" and "restored from runs/" in kept["observation"], kept
     _the_service_ran_unchanged_on_both_adapters(by_kind["service"])
 
 
