@@ -391,7 +391,11 @@ class ApprovalPanel:
                               "reason (optional)", description="Reason:", layout=widgets.Layout(width="60%"))
 
         def _on_click(_: Any) -> None:
-            self.click(reason=reason.value)
+            try:
+                self.click(reason=reason.value)
+            except UsageError as exc:  # said under the box, nothing written
+                text.value = self.static_forms(f"{self.text}\nNot approved: {exc}")["text/html"]
+                return
             if not self.waiting:
                 handle.update(self.static_forms(self.text), raw=True)  # the panel gives way to static text
             else:
