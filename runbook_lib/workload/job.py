@@ -404,7 +404,7 @@ def hold(args: argparse.Namespace, mig: Any, work: Path) -> dict[str, Any]:
             :data:`CHILD_TIMEOUT_S`.
     """
     steps = work / "steps"
-    at = min(mig.workload.checkpoint_every + 1, mig.workload.train_steps - 1)  # one step past the first checkpoint
+    at = jobdrills.past_first_checkpoint(mig.workload.checkpoint_every, mig.workload.train_steps)
     proc = spawn_attempt(args, resume=False, pause=False, steps_file=steps, reload_check=False,
                          env={HOLD_AT_ENV: str(at)})
     try:

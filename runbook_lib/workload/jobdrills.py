@@ -210,7 +210,7 @@ def run(spawn: Spawn, work: Path, names: tuple[str, ...], *, grace_s: float, ste
     shutil.rmtree(root, ignore_errors=True)
     out: list[dict[str, Any]] = []
     wanted = [n for n in JOB_DRILLS if n in names]
-    mid_run = min(checkpoint_every + 1, train_steps - 1)  # one step past the first checkpoint
+    mid_run = past_first_checkpoint(checkpoint_every, train_steps)
     try:
         if "preemption_grace" in wanted:
             out += preemption(spawn, _dir(root, "preemption_grace"), grace_s=grace_s, checkpoint_every=checkpoint_every,
@@ -226,6 +226,12 @@ def run(spawn: Spawn, work: Path, names: tuple[str, ...], *, grace_s: float, ste
         except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
             out.append({"drill": "hung_step", "error": f"{type(exc).__name__}: {exc}"})
     return out
+
+
+def past_first_checkpoint(checkpoint_every: int, train_steps: int) -> int:
+    """The step a drill holds or hangs the job before: one past its first checkpoint (whose save
+    has finished once that step's predecessor is counted), and before its last step."""
+    return min(checkpoint_every + 1, train_steps - 1)
 
 
 def _dir(root: Path, name: str) -> Path:

@@ -26,7 +26,6 @@ the job would start again from step 0; the observation names where the checkpoin
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -35,6 +34,7 @@ from runbook_lib.errors import WorkloadError
 from runbook_lib.measure import cost
 from runbook_lib.phases import PhaseContext
 from runbook_lib.phases.access import POD_TIMEOUT_S
+from runbook_lib.portability.checkpoint import natural_key
 from runbook_lib.providers.base import Plan
 from runbook_lib.storage import MARKER_KEY
 from runbook_lib.workload.durable import LOST, PARENT
@@ -169,15 +169,10 @@ def judge(held: Held, resumed: Mapping[str, Any], *, resume_id: str) -> tuple[st
                                f"step 0, losing {finished} step(s); keep checkpoints in the store "
                                "(workload.checkpoint_location: store)")
     told += f"new pod {resume_id} resumed from {got}" + (f", restored from {restored.get('set')}" if restored else "")
-    if ck is not None and step_of(got) > step_of(ck):
+    if ck is not None and natural_key(got) > natural_key(ck):
         told += f", newer than {ck}: the job saved it on the destroy's SIGTERM"
     lost = max(0, finished - start) if isinstance(start, int) else "?"
     told += f"; {lost} of the {finished} steps finished before the destroy were lost"
-    ok = ck is not None and step_of(got) >= step_of(ck)
+    ok = ck is not None and natural_key(got) >= natural_key(ck)
     return ("PASS" if ok else "FAIL"), told + ("" if ok else f": older than {ck}, the newest it held")
 
-
-def step_of(name: str | None) -> int:
-    """The step a checkpoint's name carries (``step-000012.pt``: 12; -1 for None or another name)."""
-    m = re.fullmatch(r"step-(\d+)\.pt", name or "")
-    return int(m.group(1)) if m else -1
