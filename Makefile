@@ -116,7 +116,7 @@ rehearse: $(STAMP) demo-service-models $(RUNPOD_STAMP)
 test: $(STAMP) docs
 	$(VENV)/bin/ruff check runbook_lib tests benchmarks scripts integrations
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -m "not e2e or smoke" -n 2 --dist loadfile
+	$(PY) -m pytest -q -m "not e2e or smoke" -n 3 --dist worksteal
 
 # The docs site (mkdocs.yml; docs/ is its source): the generated reference pages checked against the
 # code, then a strict build (a warning, a broken link or a page missing from the nav fails it).

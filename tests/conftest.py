@@ -226,8 +226,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Name each shared run's readers (:data:`SHARED_RUNS`), the fleet case's group
     (:data:`FLEET_WORKER`) and the Airflow API's users (:data:`AIRFLOW_API_GROUP`) for the
     scheduler, and put the cases
-    that take longest first (the ``measure`` cases and those readers: a whole judged migration
-    each), so the workers of `make test-e2e` do not end with one long case running alone."""
+    that take longest first (the ``measure`` cases, those readers and the ``smoke`` case: a whole
+    migration each), so the workers of `make test-e2e` and `make test` do not end with one long
+    case running alone."""
     groups = {}
     for item in items:
         shared = next((f for f in SHARED_RUNS if f in getattr(item, "fixturenames", ())), None)
@@ -237,7 +238,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             groups[item.nodeid] = FLEET_WORKER
         elif "airflow_api" in getattr(item, "fixturenames", ()):
             groups[item.nodeid] = AIRFLOW_API_GROUP
-    items.sort(key=lambda i: 0 if i.get_closest_marker("measure") or i.nodeid in groups else 1)
+    items.sort(key=lambda i: 0 if any(i.get_closest_marker(m) for m in ("measure", "smoke")) or i.nodeid in groups
+               else 1)
     path = os.environ.get(GROUPS_ENV)
     if path and hasattr(config, "workerinput"):
         tmp = Path(f"{path}.{config.workerinput['workerid']}")
