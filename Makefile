@@ -19,7 +19,7 @@ DOCS_STAMP := .venv-docs/.installed
 AIRFLOW_STAMP := .venv-airflow/.installed
 CHAT_MODELS := .runbook/models
 
-.PHONY: docs demo demo-fleet demo-train demo-train-ddp demo-checkpoint demo-s3 demo-service demo-service-router demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
+.PHONY: docs demo demo-fleet demo-shootout demo-train demo-train-ddp demo-checkpoint demo-s3 demo-service demo-service-router demo-service-models demo-runpod-handler rehearse test test-e2e test-e2e-parallel test-e2e-measure e2e-setup \
 	browser haproxy bench bench-streaming soak clean lab strip-filter lock
 
 # Every environment installs exact versions from its lock (locks/*.txt, `make lock` writes them
@@ -57,6 +57,11 @@ demo-train: $(STAMP)
 
 demo-train-ddp: $(STAMP)
 	@$(VENV)/bin/runbook run params/demo-train-ddp.yaml || { $(DECIDED); }
+
+# Several candidate targets raced in one run (params/demo-shootout.yaml): a slow one, a pricey
+# one and the best; phase 04 eliminates the first two and goes on with the pick.
+demo-shootout: $(STAMP)
+	@$(VENV)/bin/runbook run params/demo-shootout.yaml || { $(DECIDED); }
 
 # Bring your own checkpoint: examples/checkpoint-demo (shards, index, trainer state), no user code.
 demo-checkpoint: $(STAMP)

@@ -32,6 +32,7 @@ POD_PARAMS_ENV = "RUNBOOK_PARAMS_YAML"  # the run's params (KEPT_PARAMS' text)
 POD_DEVICE_ENV = "RUNBOOK_DEVICE"  # the side's device (``cpu``, ``cuda``, ``cuda:1``)
 POD_SIDE_ENV = "RUNBOOK_SIDE"  # ``source`` or ``target``
 POD_FAULT_ENV = "RUNBOOK_FAULT"  # a drill's or a simulator's injected fault (``worker_crash``, ...)
+POD_CANDIDATE_ENV = "RUNBOOK_CANDIDATE"  # the candidate a target pod or worker runs as (an alternate, a raced one)
 CRASH_EVERY = 7
 """The ``worker_crash`` fault: a worker dies after serving this many requests, holding the next."""
 POD_ID_ENV = "LOCAL_POD_ID"  # the local provider's id of the pod, in its processes (their marker; Runpod's RUNPOD_POD_ID)

@@ -8,6 +8,7 @@ The YAML is read with a loader that keeps ``no``/``yes``/``on``/``off`` and date
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from pydantic import (
 )
 
 from runbook_lib.errors import ParamsError
-from runbook_lib.layout import project_root
+from runbook_lib.layout import POD_CANDIDATE_ENV, project_root
 from runbook_lib.offer_query import parse_query
 from runbook_lib.secret_refs import credential_findings
 
@@ -1663,6 +1664,24 @@ class Run(_Model):
     acceptance_budget_s: float = Field(default=600.0, gt=0, le=7 * 86_400)
 
 
+RaceObjective = Literal["cost_per_accepted_unit", "latency_p95", "throughput"]
+
+
+class Race(_Model):
+    """How phase 04 picks among several ``targets`` (issue 50): every candidate that phase 03
+    proved is measured beside the same source in interleaved rounds, and leaves the race as soon
+    as it confidently fails a blocking gate or is confidently worse than another on ``objective``
+    (:mod:`runbook_lib.gates.race`). Read only with ``targets``.
+
+    Attributes:
+        objective: what the pick minimises or maximises, subject to the blocking gates:
+            ``cost_per_accepted_unit`` (USD per accepted unit, lower is better), ``latency_p95``
+            (lower) or ``throughput`` (higher).
+    """
+
+    objective: RaceObjective = "cost_per_accepted_unit"
+
+
 class Rehearsal(_Model):
     """Written by ``runbook rehearse`` into the copy of a params file it runs against the
     simulators: which file it rehearses and every value it changed, so the evidence says what
@@ -1692,6 +1711,65 @@ DIGEST_FIELDS = frozenset({"rehearsal.sha256", "source.declared.digest", "source
 them): 64 hex digits there are a checksum, not a key."""
 
 
+def pod_params(path: str | Path) -> "Migration":
+    """The params a pod or endpoint worker runs with: :func:`load_params` of ``path`` with the
+    candidate :data:`~runbook_lib.layout.POD_CANDIDATE_ENV` names as the target (an alternate, or
+    a raced candidate: its own profile, batch size, threads and fault), so a candidate's machine
+    never runs as the params' first target.
+
+    Raises:
+        ParamsError: the params are invalid, or name no such candidate.
+    """
+    mig = load_params(path)
+    name = os.environ.get(POD_CANDIDATE_ENV, "")
+    return mig.with_target(name) if name else mig
+
+
+def _race_problems(mig: "Migration") -> None:
+    """Raise what keeps ``mig``'s race (``targets``) from running: two or more candidates with
+    their own names, the first the ``target``, each keeping the first's constraints, for a
+    serving workload judged sequentially, without ``alternates``; ``race`` only with ``targets``.
+
+    Raises:
+        ValueError: every problem found, in one message.
+    """
+    if not mig.targets:
+        if "race" in mig.model_fields_set:
+            raise ValueError("race: is read only with targets: (several candidates raced in phase 04); remove "
+                             "it, or list the candidates under targets:")
+        return
+    names = [mig.source.name, *(t.name for t in mig.targets)]
+    problems = []
+    if len(mig.targets) < 2:
+        problems.append(f"targets lists {len(mig.targets)} candidate; a race needs two or more (one target: "
+                        "use target:)")
+    if mig.targets[0] != mig.target:
+        problems.append("target: and targets: are both given and target is not targets[0]; give one target "
+                        "(target:) or several candidates (targets:)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        problems.append(f"the names {twice} are used more than once among source and targets; each candidate "
+                        "needs its own name (it names the candidate in evidence)")
+    if mig.alternates:
+        problems.append("alternates: are a single target's documented stand-ins; in a race a candidate without "
+                        "capacity is out and the others go on. List the alternates as targets instead")
+    if mig.workload.kind not in ("inference", "service"):
+        problems.append(f"a race of targets measures serving rounds; workload.kind is {mig.workload.kind!r}. "
+                        "Migrate a training job to one target")
+    if mig.gates.method != "sequential":
+        problems.append("the race looks after every pair of rounds with anytime-valid sequences: set "
+                        "gates.method: sequential (measure.min_rounds to measure.max_rounds pairs)")
+    for i, cand in enumerate(mig.targets):
+        if isinstance(cand, LiveProfile):
+            problems.append(f"targets[{i}] ({cand.name}) is provider 'live'; a candidate is launched and torn "
+                            "down by the runbook")
+        elif i and relaxed_constraints(mig.targets[0], cand):
+            problems.append(f"targets[{i}] ({cand.name}) relaxes the first candidate's constraints: "
+                            + "; ".join(relaxed_constraints(mig.targets[0], cand)))
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 class Migration(_Model):
     """A whole migration, as validated from one YAML file.
 
@@ -1709,6 +1787,13 @@ class Migration(_Model):
             --reason``); without one the run HOLDs with a retry time. Each alternate is a target
             profile under its own name that keeps every constraint of the target
             (:func:`relaxed_constraints`); the gates are the migration's, for whichever side runs.
+        targets: several candidate targets raced in one run, instead of one ``target``: each a
+            target profile under its own name. Phase 02 maps every candidate, phase 03 proves each
+            on its own canary (one that fails is out, with its reason), phase 04 races those left
+            (:class:`Race`) and the pick goes on to phases 05 and 06. ``target`` is then the first
+            candidate (set from it when left out). Needs ``gates.method: sequential`` (the race
+            looks after every pair of rounds) and a serving workload.
+        race: how the race picks (:class:`Race`); read only with ``targets``.
         storage: where checkpoints, golden outputs and results go (:class:`Storage`).
         measure: phase 04's protocol (:class:`Measure`).
         gates: the thresholds (:class:`Gates`).
@@ -1727,6 +1812,8 @@ class Migration(_Model):
     source: Profile
     target: Profile
     alternates: tuple[Profile, ...] = ()
+    targets: tuple[Profile, ...] = ()
+    race: Race = Race()
     storage: Storage = Storage()
     measure: Measure = Measure()
     gates: Gates = Gates()
@@ -1739,8 +1826,14 @@ class Migration(_Model):
 
     @property
     def candidates(self) -> tuple[AnyProfile, ...]:
-        """The target and its alternates, in the order phase 03 tries them."""
-        return (self.target, *self.alternates)
+        """The target and its alternates, in the order phase 03 tries them; with ``targets``,
+        every raced candidate in the params' order."""
+        return self.targets or (self.target, *self.alternates)
+
+    @property
+    def racing(self) -> bool:
+        """Whether phase 04 races several ``targets``."""
+        return len(self.targets) > 1
 
     def with_target(self, name: str) -> "Migration":
         """These params with the candidate ``name`` (the target or an alternate) as the target:
@@ -1751,6 +1844,9 @@ class Migration(_Model):
         """
         if name == self.target.name:
             return self
+        for cand in self.targets:  # a raced candidate: the race's other candidates stay in targets
+            if cand.name == name:
+                return self.model_copy(update={"target": cand})
         for alt in self.alternates:
             if alt.name == name:  # the other candidates stay candidates, the params' target first
                 others = (self.target, *(a for a in self.alternates if a.name != name))
@@ -1762,7 +1858,12 @@ class Migration(_Model):
     @model_validator(mode="before")
     @classmethod
     def _drills_by_kind(cls, data: Any) -> Any:
-        """``drills.run`` unset: the drills that apply to the workload (:class:`Drills`)."""
+        """``drills.run`` unset: the drills that apply to the workload (:class:`Drills`); and
+        ``targets`` without ``target``: the first candidate is ``target`` (what every phase before
+        the race's pick reads as the target's constraints)."""
+        if isinstance(data, dict) and data.get("targets") and data.get("target") is None \
+                and isinstance(data["targets"], (list, tuple)):
+            data = {**data, "target": data["targets"][0]}
         if not isinstance(data, dict) or not isinstance(data.get("workload"), dict):
             return data
         drills = data.get("drills") if isinstance(data.get("drills"), dict) else {}
@@ -1785,12 +1886,6 @@ class Migration(_Model):
         return self
 
     @model_validator(mode="after")
-    def _distinct_sides(self) -> "Migration":
-        if self.source.name == self.target.name:
-            raise ValueError(f"source.name and target.name must differ, both are {self.source.name!r}")
-        return self
-
-    @model_validator(mode="after")
     def _schedules_on_the_source(self) -> "Migration":
         if self.target.schedules:
             raise ValueError("target.schedules: schedules are what starts the workload today, on the source; each "
@@ -1804,6 +1899,11 @@ class Migration(_Model):
 
     @model_validator(mode="after")
     def _alternates_keep_the_constraints(self) -> "Migration":
+        """Source and target differ; each alternate keeps the target's constraints under a name of its
+        own; a race is one the runbook can run (:func:`_race_problems`)."""
+        if self.source.name == self.target.name:
+            raise ValueError(f"source.name and target.name must differ, both are {self.source.name!r}")
+        _race_problems(self)
         names = [self.source.name, self.target.name, *(a.name for a in self.alternates)]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:

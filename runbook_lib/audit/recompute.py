@@ -41,6 +41,7 @@ from runbook_lib.evidence.records import (
     CompareData,
     ParityData,
     PhaseData,
+    RaceRecord,
     Receipt,
     load_manifest,
     load_receipt,
@@ -55,7 +56,9 @@ from runbook_lib.layout import (
 )
 from runbook_lib.params import LiveProfile, load_params
 from runbook_lib.phases import service as service_phase
+from runbook_lib.phases.compare import race_gate
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
+from runbook_lib.phases.compare.racing import race_from_files
 from runbook_lib.phases.compare.raw import load_measurement
 from runbook_lib.providers.offers import version_tuple
 
@@ -187,8 +190,9 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
     records = read_unchecked(run_dir)
     parity = records.parity
     mig = load_params(run_dir / KEPT_PARAMS)
-    if parity is not None and parity.target:  # the phases after 03 ran on the candidate it proved
-        mig = mig.with_target(parity.target)
+    race = records.compare.race if records.compare is not None else None
+    if (race.goes_on() if race is not None else "") or (parity is not None and parity.target):
+        mig = mig.with_target((race.goes_on() if race is not None else "") or parity.target)  # type: ignore[union-attr]
     recorded = {(x.phase, x.name): x.to_dict() for x in receipt.gates}
     in_records = {(x.phase, x.name): x.to_dict() for x in records.gates()}
     derived: dict[tuple[str, str], tuple[str, dict[str, Any] | None, str]] = {}
@@ -202,23 +206,15 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
             for key in recorded:
                 if key[0] == "04" and not key[1].startswith("drill_"):
                     derived[key] = (FROM_RAW, None, f"{type(exc).__name__}: {exc}")
+        if race is not None and race.entries:  # every elimination and the pick, from the race's own samples
+            derived[("04", "race_pick")] = _race_again(mig, run_dir, race)
         blocking = set(mig.drills.blocking)
         for drill in (records.compare.drills if records.compare else ()):
             derived[("04", f"drill_{drill.drill}")] = (FROM_DRILLS, {
                 "verdict": drill.verdict, "blocking": drill.drill in blocking, "observed": drill.observation,
                 "interval": None}, "")
-    if "03" in records and mig.workload.kind == "service":
-        freeze = records.freeze
-        divergent = freeze.freeze.service.self_divergent if freeze and freeze.freeze.service else ()
-        try:
-            x = service_phase.parity_from_files(mig, run_dir, divergent)
-            derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
-        except EvidenceError as exc:
-            derived[("03", "service_parity")] = (FROM_OBSERVATION, None, str(exc))
-    elif "03" in records and not (parity is not None and parity.result is None and parity.candidates):
-        # a phase 03 that proved no candidate (every one without capacity) ran no canary to judge
-        for x in _parity_gates(mig, run_dir, parity):
-            derived[("03", x.name)] = (FROM_OBSERVATION, _fields(x.to_dict()), "")
+    if "03" in records and not mig.racing:  # a race's canaries are in their candidates' directories: as recorded
+        derived.update(_from_phase_03(mig, run_dir, records))
     r01 = records.freeze
     if r01 is not None and r01.freeze.service is not None and r01.freeze.service.live is not None \
             and isinstance(mig.source, LiveProfile):  # the record says the source was live: nothing launched
@@ -245,6 +241,34 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
     rows.append(decided)
     sealed = _sealed_decision(run_dir, str((decided.recomputed or {}).get("verdict")))
     return rows + ([sealed] if sealed is not None else [])
+
+
+def _from_phase_03(mig: Any, run_dir: Path, records: Any) -> dict[tuple[str, str], tuple[str, dict[str, Any] | None, str]]:
+    """Phase 03's gates derived again from the files: a service's parity from the golden and the
+    canary's answers; otherwise the checksum and output parity gates (:func:`_parity_gates`),
+    unless phase 03 proved no candidate (every one without capacity: no canary ran to judge)."""
+    parity = records.parity
+    if mig.workload.kind == "service":
+        freeze = records.freeze
+        divergent = freeze.freeze.service.self_divergent if freeze and freeze.freeze.service else ()
+        try:
+            x = service_phase.parity_from_files(mig, run_dir, divergent)
+            return {("03", x.name): (FROM_OBSERVATION, _fields(x.to_dict()), "")}
+        except EvidenceError as exc:
+            return {("03", "service_parity"): (FROM_OBSERVATION, None, str(exc))}
+    if parity is not None and parity.result is None and parity.candidates:
+        return {}
+    return {("03", x.name): (FROM_OBSERVATION, _fields(x.to_dict()), "") for x in _parity_gates(mig, run_dir, parity)}
+
+
+def _race_again(mig: Any, run_dir: Path, race: RaceRecord) -> tuple[str, dict[str, Any] | None, str]:
+    """Phase 04's ``race_pick`` gate derived again from the race's samples and the params' prices
+    (:func:`runbook_lib.phases.compare.racing.race_from_files`): every elimination and the pick."""
+    try:
+        again = race_gate(race_from_files(mig, run_dir, [e.name for e in race.entries], final=race.final))
+    except (RunbookError, OSError, KeyError, ValueError) as exc:
+        return FROM_RAW, None, f"{type(exc).__name__}: {exc}"
+    return FROM_RAW, _fields(again.to_dict()), ""
 
 
 def _measurement_gates(mig: Any, run_dir: Path, data: PhaseData) -> list[g.GateResult]:

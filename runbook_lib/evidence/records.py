@@ -613,18 +613,28 @@ class AlternateMap(_Model):
 class MappingData(PhaseData):
     """Phase 02's record data; ``target_capabilities`` is the target's declared
     :class:`runbook_lib.providers.base.Capabilities` as JSON; ``alternates`` the target's
-    documented alternates, mapped the same way (empty without ``alternates``)."""
+    documented alternates, mapped the same way (empty without ``alternates``); ``raced`` the
+    candidates of ``targets`` after the first (the target), mapped the same way (empty without a
+    race)."""
 
     dependency_map: tuple[DependencyRow, ...] = ()
     target_capabilities: dict[str, Any] = Field(default_factory=dict)
     offers: Offers | None = None
     alternates: tuple[AlternateMap, ...] = ()
+    raced: tuple[AlternateMap, ...] = ()
 
     def offers_of(self, name: str) -> Offers | None:
-        """The ranked offers of candidate ``name``: an alternate's from ``alternates``, anything
-        else the target's."""
-        alt = next((a for a in self.alternates if a.name == name), None)
+        """The ranked offers of candidate ``name``: an alternate's from ``alternates``, a raced
+        candidate's from ``raced``, anything else the target's."""
+        alt = next((a for a in (*self.alternates, *self.raced) if a.name == name), None)
         return alt.offers if alt is not None else self.offers
+
+    def blocked(self, name: str) -> tuple[str, ...]:
+        """The dependencies phase 02 found no equivalent for on candidate ``name`` (an alternate or
+        a raced candidate), with why; empty for one that meets them all, or the target."""
+        alt = next((a for a in (*self.alternates, *self.raced) if a.name == name), None)
+        return () if alt is None else tuple(f"{r.dependency}: {r.reason}" for r in alt.dependency_map
+                                            if r.status == "no equivalent")
 
 
 # -- phase 03 ------------------------------------------------------------------------------------
@@ -720,8 +730,9 @@ class CandidateFate(_Model):
 
     Attributes:
         name, provider: the candidate's profile.
-        role: ``target`` or ``alternate``.
-        outcome: ``proved`` (its canary ran; the gates judge it), ``planned`` (dry-run: its
+        role: ``target``, ``alternate``, or ``candidate`` (one of a race's ``targets``).
+        outcome: ``proved`` (its canary ran; the gates judge it), ``failed`` (a raced candidate
+            whose canary did not pass every blocking gate: out of the race), ``planned`` (dry-run: its
             canary planned, nothing launched), ``no_capacity`` (no ranked
             offer became ready within its ``offer.capacity_budget_s``), ``awaiting_approval``
             (proposed; no approval with a reason yet), ``blocked`` (phase 02 found a dependency
@@ -756,7 +767,7 @@ class ParityData(PhaseData):
     def tried(self) -> tuple[str, ...]:
         """The candidates whose canary was launched or tried (something may have been rented on
         their provider), by name."""
-        return tuple(f.name for f in self.candidates if f.outcome in ("proved", "no_capacity"))
+        return tuple(f.name for f in self.candidates if f.outcome in ("proved", "no_capacity", "failed"))
 
     canary_pod: str | None = None
     canary_destroyed: bool | None = None
@@ -989,6 +1000,18 @@ class RaceRecord(_Model):
     source_usd_per_accepted_unit: float | None = None
     entries: tuple[RaceEntry, ...] = ()
 
+    def goes_on(self) -> str:
+        """The candidate the rest of the run goes on with: the pick; without one, the undecided
+        candidate with the best objective estimate (the race's gate holds the migration); empty
+        for a race with no entries."""
+        if self.pick:
+            return self.pick
+        left = [e for e in self.entries if e.name in self.undecided] or list(self.entries)
+        if not left:
+            return ""
+        sign = -1.0 if self.objective == "throughput" else 1.0
+        return min(left, key=lambda e: (e.objective_ratio is None, sign * (e.objective_ratio or 0.0))).name
+
 
 class CompareData(PhaseData):
     """Phase 04's record data (:func:`runbook_lib.phases.compare.judge.record_data`); the raw
@@ -1025,6 +1048,7 @@ class CompareData(PhaseData):
     method: str = "fixed"
     sequential: SequentialRecord | None = None
     forecast: SavingsForecast | None = None
+    race: RaceRecord | None = None
 
 
 # -- phase 05 ------------------------------------------------------------------------------------
@@ -1214,9 +1238,9 @@ class Side(_Model):
 
 class ResourceRow(_Model):
     """A resource the run created, as phase 06 found it after its teardown: id, name, side,
-    kind (pod, endpoint), role and phase from its labels, when it was created and ended (Unix
-    epoch seconds), its state, whether it had to go, and what its teardown found and did
-    (:class:`runbook_lib.providers.base.Teardown`)."""
+    kind (pod, endpoint), role, phase and (in a race) candidate from its labels, when it was
+    created and ended (Unix epoch seconds), its state, whether it had to go, and what its
+    teardown found and did (:class:`runbook_lib.providers.base.Teardown`)."""
 
     id: str
     name: str = ""
@@ -1224,6 +1248,7 @@ class ResourceRow(_Model):
     kind: str = ""
     role: str | None = None
     phase: str | None = None
+    candidate: str | None = None
     created_at: float | None = None
     ended_at: float | None = None
     state: str = ""

@@ -209,7 +209,7 @@ def race_plot(record: RaceRecord, path: Path) -> Any:
 
     top_x = max(e.usd_per_accepted_unit or 0.0 for e in shown) * 1e6 * 2
     top_y = max(e.p95_s or 0.0 for e in shown) * 1e3 * 2
-    for e in shown:
+    for i, e in enumerate(shown):
         x, y = e.usd_per_accepted_unit * 1e6, e.p95_s * 1e3  # type: ignore[operator]
         xe = bar(x, None if e.usd_lower is None else e.usd_lower * 1e6, None if e.usd_upper is None else e.usd_upper * 1e6,
                  top_x)
@@ -219,7 +219,8 @@ def race_plot(record: RaceRecord, path: Path) -> Any:
         ax.errorbar([x], [y], xerr=[[xe[0]], [xe[1]]], yerr=[[ye[0]], [ye[1]]], fmt="*" if e.fate == "picked" else
                     "x" if e.fate == "eliminated" else "o", color=color, ecolor=color, capsize=4, markersize=10,
                     label=f"{e.name}: {e.fate}" + (f" at pair {e.exit_pair} ({e.exit_by})" if e.exit_pair else ""))
-        ax.annotate(e.name, (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8, color="#333")
+        # staggered, so the names of candidates close together do not print over each other
+        ax.annotate(e.name, (x, y), xytext=(6, 6 + 11 * (i % 3)), textcoords="offset points", fontsize=8, color="#333")
     front = sorted((e.usd_per_accepted_unit * 1e6, e.p95_s * 1e3) for e in shown if e.on_front)  # type: ignore[operator]
     if len(front) > 1:
         ax.plot([p[0] for p in front], [p[1] for p in front], "--", color="#555", linewidth=1, label="Pareto front")

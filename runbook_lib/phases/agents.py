@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from runbook_lib.errors import EvidenceError, NoCapacity, WorkloadError
 from runbook_lib.evidence import approvals
 from runbook_lib.evidence.records import Interruption
-from runbook_lib.layout import KEPT_PARAMS, POD_DEVICE_ENV, POD_FAULT_ENV, POD_PARAMS_ENV
+from runbook_lib.layout import KEPT_PARAMS, POD_CANDIDATE_ENV, POD_DEVICE_ENV, POD_FAULT_ENV, POD_PARAMS_ENV
 from runbook_lib.params import LocalProfile, RemoteProfile
 from runbook_lib.phases.access import POD_TIMEOUT_S, pod_secret_refs
 from runbook_lib.phases.resources import Resources
@@ -63,6 +63,8 @@ class Agents:
             argv += ["--frozen-prefix", frozen_prefix]
         fault = prof.fault if isinstance(prof, LocalProfile) else "none"
         env: tuple[tuple[str, str], ...] = ((POD_FAULT_ENV, fault),) if fault != "none" else ()
+        if side == "target":  # the candidate it runs as: its own profile, not the params' first target
+            env += ((POD_CANDIDATE_ENV, prof.name),)
         remote = isinstance(prof, RemoteProfile)
         if remote:  # inside the image: its own python; the run's params travel in the pod's environment
             argv[0] = "python"

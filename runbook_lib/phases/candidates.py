@@ -16,9 +16,10 @@ documented alternate; do not weaken constraints silently"; the constraints an al
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from runbook_lib import gates as g
 from runbook_lib.errors import NoCapacity
@@ -130,7 +131,7 @@ class Delayed(PhaseResult):
 
 
 def _fate(ctx: PhaseContext, prof: AnyProfile, outcome: str, detail: str, **more: str) -> CandidateFate:
-    role = "target" if prof.name == ctx.mig.target.name else "alternate"
+    role = "candidate" if ctx.mig.racing else "target" if prof.name == ctx.mig.target.name else "alternate"
     diffs = tuple(profile_differences(ctx.mig.target, prof)) if role == "alternate" else ()
     return CandidateFate(name=prof.name, provider=prof.provider, role=role, outcome=outcome, detail=detail,
                          differences=diffs, **more)
@@ -205,3 +206,124 @@ def prove_first(ctx: PhaseContext, prove: Callable[[PhaseContext], Any],
               + f". Try again at or after {retry}: run the same params again, the target first")
     ctx.evidence.add_gates(g.boolean_gate(GATE, None, phase="03", detail=detail, source=SOURCE))
     return Delayed(fates=tuple(fates), retry_at=retry)
+
+
+RACE_GATE = "race_candidates"
+"""Phase 03's blocking gate of a race: how many candidates were proven on their canaries."""
+CANARY_RECORD = "03/canary_record.json"
+"""A raced candidate's own phase 03 record data, under its directory (``03/candidates/<name>/``)."""
+
+
+@dataclass(frozen=True)
+class Raced(PhaseResult):
+    """Phase 03 of a race (``targets``): every candidate's fate, each proven candidate's canary
+    result by name (the first one's shown in full and kept as the record's), and, without any
+    proven, when to try again."""
+
+    proven: dict[str, PhaseResult]
+    fates: tuple[CandidateFate, ...]
+    retry_at: str | None = None
+
+    @property
+    def dry_run(self) -> bool:
+        return any(bool(getattr(r, "dry_run", False)) for r in self.proven.values())
+
+    def record(self) -> ParityData:
+        if not self.proven:
+            return ParityData(candidates=self.fates, retry_at=self.retry_at)
+        first, inner = next(iter(self.proven.items()))
+        data = inner.record()
+        assert isinstance(data, ParityData)  # prove() returns phase 03's results
+        return data.model_copy(update={"target": first, "candidates": self.fates})
+
+    def parts(self) -> list[Any]:
+        head = [md(f"**The race's candidates**: {len(self.proven)} of {len(self.fates)} proven on their own canaries "
+                   "go on to phase 04's race; what became of each"), table(self.fates, columns=FATE_COLUMNS)]
+        if not self.proven:
+            return head
+        first, inner = next(iter(self.proven.items()))
+        return head + [md(f"**Candidate {first}'s canary** (each candidate's record: "
+                          f"`03/candidates/<name>/{CANARY_RECORD.split('/')[-1]}`)"), *inner.parts()]
+
+
+def _judged(name: str, added: Sequence[g.GateResult], *, out: bool = False) -> tuple[list[g.GateResult], str]:
+    """Candidate ``name``'s phase 03 gates under their own names (``<gate>[<name>]``) and why it is
+    out (empty when every blocking one passed). An out candidate's gates (``out``: it was out
+    already, with no capacity) are kept but scored, not blocking: the race goes on without it, and
+    only :data:`RACE_GATE` decides for phase 03."""
+    bad = [x for x in added if x.blocking and x.verdict not in ("PASS", "NOT_APPLICABLE")]
+    why = "; ".join(f"{x.name} {x.verdict}: {x.detail}" for x in bad)
+    gone = out or bool(bad)
+    return [dataclasses.replace(x, name=f"{x.name}[{name}]", blocking=x.blocking and not gone,
+                                detail=(f"out of the race: {x.detail}" if x in bad else x.detail))
+            for x in added], why
+
+
+def prove_each(ctx: PhaseContext, prove: Callable[[PhaseContext], Any], *,
+               now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> Raced:
+    """Phase 03 of a race: ``prove`` (the canary and its gates) on every candidate of ``targets``
+    in the params' order, each on its own canary with its own files and store sets
+    (:meth:`~runbook_lib.phases.context.PhaseContext.for_candidate`), one after the other (the
+    canaries are judged on their outputs, not on time, but one host's CPUs are shared). A
+    candidate phase 02 found a dependency without an equivalent for is ``blocked`` and not
+    launched; one with no capacity (:class:`~runbook_lib.errors.NoCapacity`) is ``no_capacity``;
+    one whose blocking gates did not all pass is ``failed``, with the gates named. Each proven
+    candidate's record data is kept in its directory (:data:`CANARY_RECORD`).
+
+    The blocking gate :data:`RACE_GATE` PASSes with one candidate or more proven (phase 04 races
+    them); with none it FAILs, unless one had no capacity: then it is INCONCLUSIVE (a HOLD, the
+    delay of seed 001's error table) with a retry time one capacity budget after ``now``.
+    """
+    fates: list[CandidateFate] = []
+    proven: dict[str, PhaseResult] = {}
+    mapping = ctx.records.mapping
+    for prof in ctx.mig.targets:
+        blocked = mapping.blocked(prof.name) if mapping is not None else ()
+        if prof.name == ctx.mig.targets[0].name and mapping is not None:
+            blocked = tuple(f"{r.dependency}: {r.reason}" for r in mapping.dependency_map if r.status == "no equivalent")
+        if blocked:
+            fates.append(_fate(ctx, prof, "blocked", "phase 02: " + "; ".join(blocked)))
+            continue
+        cand = ctx.for_candidate(prof.name)
+        before = len(ctx.evidence.gates)
+        try:
+            inner, full = prove(cand), ""
+        except NoCapacity as exc:
+            inner, full = None, str(exc)
+        added = ctx.evidence.gates[before:]
+        del ctx.evidence.gates[before:]
+        named, why = _judged(prof.name, added, out=inner is None)
+        ctx.evidence.add_gates(*named)
+        if inner is None or why:
+            fates.append(_fate(ctx, prof, "no_capacity" if inner is None else "failed", full or why))
+            continue
+        cand.evidence.write_json(CANARY_RECORD, inner.record().model_dump(mode="json"))
+        dry = bool(getattr(inner, "dry_run", False))
+        fates.append(_fate(ctx, prof, "planned" if dry else "proved",
+                           "dry-run: its canary is planned, nothing was launched" if dry else
+                           "its canary ran and passed every blocking gate; it races in phase 04"))
+        proven[prof.name] = inner
+    return Raced(proven=proven, fates=tuple(fates), retry_at=_race_gate(ctx, fates, proven, now))
+
+
+def _race_gate(ctx: PhaseContext, fates: Sequence[CandidateFate], proven: Mapping[str, object],
+               now: Callable[[], datetime]) -> str | None:
+    """Add :data:`RACE_GATE`; the retry time when nothing was proven and a candidate had no capacity."""
+    said = "; ".join(f"{f.name}: {f.outcome}" for f in fates)
+    waiting = [f for f in fates if f.outcome == "no_capacity"]
+    retry = None
+    if proven:
+        ok: bool | None = True
+        detail = f"{len(proven)} of {len(fates)} candidates proven on their canaries ({said}); phase 04 races them"
+    elif waiting:
+        ok = None
+        wait = max((budget_s(p) for p in ctx.mig.targets if p.name in {f.name for f in waiting}), default=0.0) \
+            or OfferSpec.model_fields["capacity_budget_s"].default
+        retry = (now() + timedelta(seconds=wait)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        detail = f"no candidate proven ({said}); try again at or after {retry}: run the same params again"
+    else:
+        ok = False
+        detail = f"no candidate passed its canary ({said})"
+    ctx.evidence.add_gates(g.boolean_gate(RACE_GATE, ok, phase="03", detail=detail,
+                                          source="issue 50: a candidate that fails parity is out, with its reason"))
+    return retry

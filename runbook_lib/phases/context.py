@@ -25,6 +25,10 @@ from runbook_lib.phases.scan import scan_run
 from runbook_lib.storage import Store, store_from_params
 from runbook_lib.workload import put_project_on_path
 
+RACED_PHASES = ("03", "04")
+"""The phases that rent machines for every raced candidate (``targets``): each keeps its own files
+and store sets there (:meth:`PhaseContext.for_candidate`)."""
+
 
 @dataclass
 class PhaseContext(OnRun):
@@ -44,8 +48,10 @@ class PhaseContext(OnRun):
         agents: the phase's agent pods (planned and run through ``resources``).
         endpoints: the phase's serving endpoints (planned and created through ``resources``).
         cache: provider reads reused within the phase.
-        candidates: the contexts of this phase on a documented alternate (:meth:`for_candidate`),
-            by name.
+        candidates: the contexts of this phase on a documented alternate or a raced candidate
+            (:meth:`for_candidate`), by name.
+        scope: a raced candidate's own place in the run's store and the phase's directory
+            (``candidates/<name>``); empty for the phase's own target.
     """
 
     phase: str
@@ -61,6 +67,7 @@ class PhaseContext(OnRun):
     endpoints: Endpoints = field(init=False)
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
     candidates: dict[str, "PhaseContext"] = field(default_factory=dict, repr=False)
+    scope: str = ""
 
     def __post_init__(self) -> None:
         self._wire(Evidence(self.run))
@@ -68,24 +75,29 @@ class PhaseContext(OnRun):
     def _wire(self, evidence: Evidence) -> None:
         self.evidence = evidence
         self.resources = Resources(self.phase, self.run, self.records, self.evidence, lambda: self.store,
-                                   self.approval_ref)
+                                   self.approval_ref, scope=self.scope)
         self.agents = Agents(self.resources)
         self.endpoints = Endpoints(self.resources)
 
     def for_candidate(self, name: str) -> "PhaseContext":
-        """This phase on candidate ``name`` (a documented alternate, :attr:`Migration.alternates`)
-        as its target: its own providers and plans, the same run, store and evidence, so what it
-        rents, judges and writes goes into this phase's record. Made once per name.
+        """This phase on candidate ``name`` (a documented alternate, :attr:`Migration.alternates`,
+        or a raced candidate, :attr:`Migration.targets`) as its target: its own providers and
+        plans, the same run, store and evidence, so what it rents, judges and writes goes into
+        this phase's record. A raced candidate, proven and measured beside the others in one
+        phase, keeps its files under ``<phase>/candidates/<name>/`` and its store sets under
+        ``runs/<run_id>/candidates/<name>/`` (:attr:`scope`). Made once per name.
 
         Raises:
             ParamsError: no candidate has that name.
         """
-        if name == self.mig.target.name:
+        raced = self.phase in RACED_PHASES and any(t.name == name for t in self.mig.targets)
+        if name == self.mig.target.name and (self.scope or not raced):
             return self
         if name not in self.candidates:
+            scope = f"candidates/{name}" if raced else ""
             other = dataclasses.replace(self, run=dataclasses.replace(self.run, mig=self.mig.with_target(name)),
-                                        store_factory=lambda: self.store, cache={}, candidates={})
-            other._wire(self.evidence)
+                                        store_factory=lambda: self.store, cache={}, candidates={}, scope=scope)
+            other._wire(self.evidence.scoped(f"{self.phase}/{scope}") if scope else self.evidence)
             self.candidates[name] = other
         return self.candidates[name]
 
@@ -103,9 +115,26 @@ class PhaseContext(OnRun):
         return (f"**Phase {self.phase}** · run `{self.run_id}` · migration `{m.migration}` ({m.workload.kind}, "
                 f"{self.run_mode})  \n**Source** {m.source.release}  \n**Target** {m.target.release}")
 
-    def store_prefix(self, *parts: str) -> str:
-        """Store prefix of this run: ``runs/<run_id>/<parts...>``."""
+    def take_target(self, name: str) -> None:
+        """Go on with raced candidate ``name`` as this phase's target (phase 04 after the race's
+        pick): its params, providers, plans and store records (:meth:`for_candidate`), while
+        what the phase writes from now on goes to its own files, not the candidate's directory."""
+        cand = self.for_candidate(name)
+        if cand is self:
+            return
+        self.run, self.scope = cand.run, cand.scope
+        self.resources, self.agents, self.endpoints = cand.resources, cand.agents, cand.endpoints
+        self.candidates = {}
+
+    def run_prefix(self, *parts: str) -> str:
+        """Store prefix of this run whatever the candidate: ``runs/<run_id>/<parts...>`` (a set an
+        earlier phase wrote, such as the frozen source)."""
         return "/".join(("runs", self.run_id, *parts))
+
+    def store_prefix(self, *parts: str) -> str:
+        """Store prefix of this run: ``runs/<run_id>/<parts...>``; a raced candidate's
+        ``runs/<run_id>/candidates/<name>/<parts...>`` (:attr:`scope`)."""
+        return "/".join(("runs", self.run_id, *([self.scope] if self.scope else []), *parts))
 
     def set_about(self, mode: str, validation: Mapping[str, object], **model: object) -> dict[str, object]:
         """What moves with a set this host writes to the store (``about`` in its manifest, as
@@ -201,13 +230,23 @@ def check_credentials(run: RunDir, phase: str) -> dict[str, Any]:
     return res
 
 
-def on_proven_target(run: RunDir, records: Chain) -> RunDir:
-    """``run`` with the target phase 03 proved (its record's ``target``: the params' target, or
-    a documented alternate an approval named), which the phases after it run on."""
+def proven_target(records: Chain) -> str:
+    """The candidate the phases after the last record run on, by name: the pick of phase 04's race
+    (``targets``), else the target phase 03 proved (the params' target, or a documented alternate
+    an approval named); empty before phase 03."""
+    compare = records.compare
+    if compare is not None and compare.race is not None and compare.race.goes_on():
+        return compare.race.goes_on()
     parity = records.parity
-    if parity is None or not parity.target or parity.target == run.mig.target.name:
+    return parity.target if parity is not None else ""
+
+
+def on_proven_target(run: RunDir, records: Chain) -> RunDir:
+    """``run`` with the target it goes on with (:func:`proven_target`)."""
+    name = proven_target(records)
+    if not name or name == run.mig.target.name:
         return run
-    return dataclasses.replace(run, mig=run.mig.with_target(parity.target))
+    return dataclasses.replace(run, mig=run.mig.with_target(name))
 
 
 def open_phase(phase: str, params_path: str, run_dir: str = "", *, run_mode: str = "interactive",

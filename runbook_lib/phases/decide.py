@@ -23,6 +23,7 @@ from runbook_lib.evidence.manifest import PHASES
 from runbook_lib.evidence.records import (
     ADAPTER,
     AcceptanceJob,
+    CandidateFate,
     CheckpointMoved,
     DecideData,
     Delta,
@@ -148,6 +149,24 @@ class Actions:
                                 not_ours=self.not_ours)
 
 
+def candidate_fates(ctx: PhaseContext) -> tuple[CandidateFate, ...]:
+    """What became of every candidate: phase 03's fates (the target and its alternates, or every
+    raced candidate), a raced candidate's carried on by phase 04's race (``picked``,
+    ``eliminated`` with the pair and why, ``undecided``)."""
+    parity, compare = ctx.records.parity, ctx.records.compare
+    fates = parity.candidates if parity is not None else ()
+    race = {e.name: e for e in (compare.race.entries if compare is not None and compare.race is not None else ())}
+    out = []
+    for f in fates:
+        e = race.get(f.name)
+        if e is not None and e.fate != "racing":
+            f = f.model_copy(update={"outcome": e.fate, "detail": (
+                f"race: out after pair {e.exit_pair} by {e.exit_by}: {e.exit_reason}" if e.fate == "eliminated" else
+                f"race: {e.fate} after {e.pairs} pairs on {compare.race.objective}")})  # type: ignore[union-attr]
+        out.append(f)
+    return tuple(out)
+
+
 def tried(ctx: PhaseContext) -> list[str]:
     """The target candidates this run may have rented on: the target it runs on and every
     candidate phase 03 launched or tried (:meth:`ParityData.tried`)."""
@@ -192,7 +211,9 @@ def act(ctx: PhaseContext, decision: str) -> Actions:
                 continue
             seen.add((prov.name, res.id))
             job_pod = not (res.labels.get("role") or "").startswith("endpoint-")  # freeze, canary, bench, slice
-            must_go = ctx.mig.run.teardown_source or job_pod or (side == "target" and decision != "GO")
+            # a raced candidate that is not the one the run went on with never keeps a machine
+            other = side == "target" and res.labels.get("candidate", ctx.mig.target.name) != ctx.mig.target.name
+            must_go = ctx.mig.run.teardown_source or job_pod or other or (side == "target" and decision != "GO")
             done = None
             if must_go and res.state != "DESTROYED":
                 done = where.resources.destroy(side, res.id, labels=res.labels)
@@ -203,6 +224,7 @@ def act(ctx: PhaseContext, decision: str) -> Actions:
             state = "DESTROYED" if after is None else after.state
             created.append(ResourceRow(id=res.id, name=res.name, side=side, kind=type(res).__name__.lower(),
                                        role=res.labels.get("role"), phase=res.labels.get("phase"),
+                                       candidate=res.labels.get("candidate"),
                                        created_at=res.created_at, ended_at=after.ended_at if after else None,
                                        state=state, should_be_gone=must_go,
                                        teardown=asdict(done) if done is not None else None))
@@ -388,7 +410,7 @@ def write_receipt(ctx: PhaseContext, decision: str, reasons: list[str], gates: l
         drills=ctx.records.compare.drills if ctx.records.compare else (), rehearsal=_rehearsal(ctx),
         rollback_point=point, route=actions.route, reconciliation=actions.reconciliation,
         schedules=schedules.receipt_rows(ctx, actions.schedules),
-        candidates=ctx.records.parity.candidates if ctx.records.parity is not None else (),
+        candidates=candidate_fates(ctx),
         timeline=tuple(timeline(ctx, decided_at=decided_at, decision=decision, route=actions.route, point=point,
                                 reconciliation=actions.reconciliation)),
         service=service_receipt(ctx),
@@ -521,8 +543,9 @@ class DecisionResult(PhaseResult):
                   if self.actions.not_ours else []),
                 *([md("**Schedules**: the side each started at freeze, after the cutover and now"),
                    table(self.receipt.schedules)] if self.receipt.schedules else []),
-                *([md("**Candidates**: the target and the documented alternates phase 03 tried, and what became of "
-                      "each (an alternate runs only under an approval with a reason)"),
+                *([md("**Candidates**: the target and the documented alternates phase 03 tried, or every candidate "
+                      "of the race, and what became of each (an alternate runs only under an approval with a reason; "
+                      "a raced candidate's fate is phase 04's race)"),
                    table(self.receipt.candidates, columns=["name", "provider", "role", "outcome", "approved_by",
                                                            "reason", "detail"])]
                   if len(self.receipt.candidates) > 1 else []),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runbook_lib.layout import KEPT_PARAMS, POD_DEVICE_ENV, POD_PARAMS_ENV, POD_SIDE_ENV
+from runbook_lib.layout import KEPT_PARAMS, POD_CANDIDATE_ENV, POD_DEVICE_ENV, POD_PARAMS_ENV, POD_SIDE_ENV
 from runbook_lib.params import RemoteProfile
 from runbook_lib.phases.access import pod_secret_refs
 from runbook_lib.phases.resources import Resources
@@ -50,8 +50,10 @@ class Endpoints:
         prof = res.profile(side)
         # The handler's idempotency records (runbook_lib.workload.records) live in the run's store;
         # the target obeys phase 04's drill requests only when drills run.
-        records = "/".join(("runs", res.run_id, "jobs", side))
+        records = "/".join(("runs", res.run_id, *([res.scope] if res.scope else []), "jobs", side))
         env: tuple[tuple[str, str], ...] = ((RECORDS_ENV, records), (STORE_ENV, res.access.url()))
+        if side == "target":  # the candidate it serves as: its own profile, not the params' first target
+            env += ((POD_CANDIDATE_ENV, prof.name),)
         if side == "target" and res.mig.drills.run:
             env += ((DRILLS_ENV, "1"),)
         extra: dict[str, Any] = {}

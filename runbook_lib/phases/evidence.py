@@ -22,15 +22,32 @@ class Evidence:
         files: paths (relative to the run) the phase produced, hashed into its record.
         plans: every plan the phase showed (dry-run) or applied, with who approved it and how.
         gates: the gates the phase judged.
+        scope: where a raced candidate's files go (``03/candidates/<name>``, :meth:`scoped`): a
+            file ``03/x`` of the candidate is ``03/candidates/<name>/x``, a file outside the
+            phase's directory (an approval) stays where it is; empty for the phase's own.
     """
 
     run: RunDir
     files: list[str] = field(default_factory=list)
     plans: list[PlanRow] = field(default_factory=list)
     gates: list[GateResult] = field(default_factory=list)
+    scope: str = ""
+
+    def scoped(self, scope: str) -> "Evidence":
+        """This phase's evidence for one raced candidate: the same files, plans and gates (one
+        record), its files under ``<phase dir>/<scope>/``."""
+        return Evidence(self.run, self.files, self.plans, self.gates, scope)
+
+    def where(self, rel: str) -> str:
+        """``rel`` as this view writes it: a path in the phase's directory moved under the scope."""
+        phase_dir = self.scope.split("/", 1)[0]
+        if not self.scope or not rel.startswith(phase_dir + "/"):
+            return rel
+        return f"{self.scope}/{rel[len(phase_dir) + 1:]}"
 
     def path(self, rel: str) -> Path:
         """Absolute path of a file this phase produces; registered for hashing into the record."""
+        rel = self.where(rel)
         p = self.run.file(rel)
         if rel not in self.files:
             self.files.append(rel)
@@ -39,16 +56,18 @@ class Evidence:
     def fetch(self, store: Store, prefix: str, rel_dir: str) -> dict[str, Path]:
         """Download a verified set from ``store`` into ``<run>/rel_dir`` (re-hashing every byte);
         the files become evidence of this phase."""
-        paths = store.fetch_set(prefix, self.run.path / rel_dir)
+        paths = store.fetch_set(prefix, self.run.path / self.where(rel_dir))
         for p in paths.values():
-            self.path(str(p.relative_to(self.run.path)))
+            rel = str(p.relative_to(self.run.path))
+            if rel not in self.files:
+                self.files.append(rel)
         return paths
 
     def write_json(self, rel: str, data: Any) -> Path:
         """Write evidence ``rel`` as indented JSON, atomically (temporary name, fsync, rename), and
         register it for this phase's record."""
         self.path(rel)
-        return self.run.write_json(rel, data)
+        return self.run.write_json(self.where(rel), data)
 
     def add_gates(self, *results: GateResult) -> list[GateResult]:
         self.gates.extend(results)

@@ -764,6 +764,31 @@ def dependency_gate(rows: Sequence[DependencyRow], *, phase: str = "02") -> Gate
                       samples={"rows": len(rows)}, source="failure responses (README): no target equivalent blocks cutover", phase=phase)
 
 
+def raced_dependency_gate(first: str, rows: Sequence[DependencyRow], others: Sequence[AlternateMap], *,
+                          phase: str = "02") -> GateResult:
+    """The dependency gate of a race (``targets``): a candidate with a dependency that has no
+    equivalent is out of the race; the gate FAILs only when every candidate is (seed 001: no
+    target equivalent blocks cutover), naming each one out and why.
+
+    Args:
+        first: the first candidate's name (the target); ``rows`` its dependency rows.
+        others: the other candidates as :func:`map_alternate` mapped them.
+    """
+    out = {first: [r.dependency for r in rows if r.status == NONE],
+           **{a.name: [r.dependency for r in a.dependency_map if r.status == NONE] for a in others}}
+    gone = {n: deps for n, deps in out.items() if deps}
+    left = [n for n in out if n not in gone]
+    said = "; ".join(f"{n} out: no target equivalent for {deps}" for n, deps in gone.items())
+    detail = (f"every candidate has a dependency without an equivalent ({said}): design and test an adapter before "
+              "cutover" if not left else
+              f"{len(left)} of {len(out)} candidates have an equivalent or a tested adapter path for every dependency "
+              f"({', '.join(left)})" + (f"; {said}" if said else ""))
+    return GateResult("dependency_map", "PASS" if left else "FAIL", True, len(gone), len(out) - 1,
+                      "candidates out", "dependency map of every raced candidate over declared requirements and "
+                      "provider capabilities", detail, samples={"candidates": len(out)},
+                      source="failure responses (README): no target equivalent blocks cutover", phase=phase)
+
+
 OFFER_COLUMNS = ["offer_id", "gpu_name", "gpu_count", "hourly_usd_with_disk", "region", "accepted", "reasons",
                  "unverified"]
 
@@ -783,10 +808,11 @@ class MappingResult(PhaseResult):
     capabilities: Capabilities
     gate: GateResult
     alternates: tuple[AlternateMap, ...] = ()
+    raced: tuple[AlternateMap, ...] = ()
 
     def record(self) -> MappingData:
         return MappingData(dependency_map=self.rows, target_capabilities=asdict(self.capabilities), offers=self.offers,
-                           alternates=self.alternates)
+                           alternates=self.alternates, raced=self.raced)
 
     def parts(self) -> list[Any]:
         out: list[Any] = []
@@ -803,16 +829,24 @@ class MappingResult(PhaseResult):
                             "ranked offers": len(a.offers.ranked) if a.offers is not None else "this host",
                             "no equivalent": sum(r.status == NONE for r in a.dependency_map),
                             "changes against the target": "; ".join(a.differences)} for a in self.alternates])]
+        if self.raced:
+            out += [md("**The race's other candidates** (`targets`), mapped as the first; one with a dependency that "
+                       "has no equivalent is out of the race, and phase 03 proves each of the others on its own canary"),
+                    table([{"candidate": a.name, "provider": a.provider,
+                            "ranked offers": len(a.offers.ranked) if a.offers is not None else "this host",
+                            "no equivalent": sum(r.status == NONE for r in a.dependency_map),
+                            "changes against the first": "; ".join(a.differences)} for a in self.raced])]
         return out
 
 
-def map_alternate(ctx: PhaseContext, name: str) -> AlternateMap:
-    """Phase 02 for the documented alternate ``name``: its offers (``02/alternates/<name>/offers.json``)
-    and dependency map, as the target's, and what it changes against the target. Its rows judge
-    no gate of the run: an alternate with a dependency that has no equivalent is only never
-    proposed (:mod:`runbook_lib.phases.candidates`)."""
+def map_alternate(ctx: PhaseContext, name: str, *, under: str = "alternates") -> AlternateMap:
+    """Phase 02 for the documented alternate (or raced candidate) ``name``: its offers
+    (``02/<under>/<name>/offers.json``) and dependency map, as the target's, and what it changes
+    against the target. Its rows judge no gate of the run: an alternate with a dependency that
+    has no equivalent is only never proposed (:mod:`runbook_lib.phases.candidates`), a raced
+    candidate is out of the race (:func:`raced_dependency_gate`)."""
     alt = ctx.for_candidate(name)
-    offers = target_offers(alt, where=f"02/alternates/{name}/offers.json")
+    offers = target_offers(alt, where=f"02/{under}/{name}/offers.json")
     rows = dependency_map(alt, offers)
     return AlternateMap(name=name, provider=alt.mig.target.provider, offers=offers, dependency_map=tuple(rows),
                         blocked=any(r.status == NONE for r in rows),
@@ -828,9 +862,13 @@ def run(ctx: PhaseContext) -> MappingResult:
     rows = dependency_map(ctx, offers)
     ctx.evidence.write_json("02/dependency_map.json", rows)
     gate = dependency_gate(rows)
+    alternates = tuple(map_alternate(ctx, a.name) for a in ctx.mig.alternates)
+    raced = tuple(map_alternate(ctx, c.name, under="raced") for c in ctx.mig.targets[1:])
+    if raced:  # a race: a candidate with a dependency that has no equivalent is out, not the run
+        gate = raced_dependency_gate(ctx.mig.target.name, rows, raced)
     ctx.evidence.add_gates(gate)
     batch = global_batch_gate(ctx.mig)
     if batch is not None:
         ctx.evidence.add_gates(batch)
-    alternates = tuple(map_alternate(ctx, a.name) for a in ctx.mig.alternates)
-    return MappingResult(offers=offers, rows=tuple(rows), capabilities=caps, gate=gate, alternates=alternates)
+    return MappingResult(offers=offers, rows=tuple(rows), capabilities=caps, gate=gate, alternates=alternates,
+                         raced=raced)

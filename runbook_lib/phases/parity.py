@@ -36,7 +36,7 @@ from runbook_lib.storage import credential_env
 def plan_canary(ctx: PhaseContext) -> Plan:
     """The canary's launch plan (a remote target's tries the offers phase 02 ranked, in order)."""
     frozen = ctx.records.need_freeze().freeze.frozen
-    frozen_prefix = frozen.prefix if frozen else ctx.store_prefix("source", "frozen")  # dry-run: where phase 01 will put it
+    frozen_prefix = frozen.prefix if frozen else ctx.run_prefix("source", "frozen")  # dry-run: where phase 01 will put it
     return ctx.agents.plan("target", "canary", "accept", prefix=ctx.store_prefix("canary"), frozen_prefix=frozen_prefix)
 
 
@@ -207,6 +207,10 @@ def plan(ctx: PhaseContext) -> PlanShown:
     """The canary's launch plan, for display before its approval cell (a service: the canary and
     its replacement after the kill), and the documented alternate an earlier try proposed when
     the target had no capacity (:func:`runbook_lib.phases.candidates.awaiting`)."""
+    if ctx.mig.racing:  # every candidate's canary, each under the one approval of the phase
+        return PlanShown.of([("target", p, f"candidate {c.name}'s canary")
+                             for c in ctx.mig.targets for p in _launches(ctx.for_candidate(c.name))],
+                            note="Phase 03 proves every candidate of the race on its own canary, one after the other.")
     own = service.plans_03(ctx) if ctx.mig.workload.kind == "service" else PlanShown((plan_canary(ctx),), ("target",))
     more = candidates.awaiting(ctx, _launches)
     if not more:
@@ -261,10 +265,13 @@ class ParityResult(PhaseResult):
                 md("**Failure drill**"), table({"failure drill": drill}, dtype=object)]
 
 
-def run(ctx: PhaseContext) -> candidates.OnCandidate | candidates.Delayed:
+def run(ctx: PhaseContext) -> candidates.OnCandidate | candidates.Delayed | candidates.Raced:
     """Phase 03 on the first candidate with capacity (:func:`runbook_lib.phases.candidates.prove_first`:
     the target, then each documented alternate a person approved with a reason; without one, a
-    HOLD with a retry time): :func:`prove` on it."""
+    HOLD with a retry time): :func:`prove` on it. In a race (``targets``), :func:`prove` on every
+    candidate (:func:`runbook_lib.phases.candidates.prove_each`)."""
+    if ctx.mig.racing:
+        return candidates.prove_each(ctx, prove)
     return candidates.prove_first(ctx, prove, _launches)
 
 

@@ -38,6 +38,8 @@ class Resources(OnRun):
         evidence: where the phase's plans and approval records go.
         store_factory: opens the run's store (resolving its keys) when a plan needs it.
         approval_ref: an approval file for headless runs (else ``approvals.approval_file``).
+        scope: a raced candidate's place in the run's store (``candidates/<name>``, as its
+            phase context's :attr:`~runbook_lib.phases.context.PhaseContext.scope`); empty otherwise.
         providers: one provider instance per side, made on first use.
         offers: the offers and prices launches take (:class:`OfferBook`).
         access: the store grants pods get (:class:`StoreAccess`).
@@ -49,6 +51,7 @@ class Resources(OnRun):
     evidence: Evidence
     store_factory: Callable[[], Store]
     approval_ref: str = ""
+    scope: str = ""
     providers: dict[str, Provider] = field(default_factory=dict)
     offers: OfferBook = field(init=False)
     access: StoreAccess = field(init=False)
@@ -83,7 +86,11 @@ class Resources(OnRun):
         return isinstance(prof, RemoteProfile) and (prof.dry_run or earlier)
 
     def labels(self, side: str, role: str) -> tuple[tuple[str, str], ...]:
-        return (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
+        """The labels a resource of ``side`` in ``role`` is created with and looked up by before a
+        create is retried; in a race (``targets``) a target's also name its candidate, so two
+        candidates on one provider never find each other's machines."""
+        own = (("run_id", self.run_id), ("side", side), ("role", role), ("phase", self.phase))
+        return own + ((("candidate", self.mig.target.name),) if side == "target" and self.mig.racing else ())
 
     def apply_plan(self, side: str, plan: Plan, *, needs_store: bool = False,
                    owner_labels: dict[str, str] | None = None) -> Any:

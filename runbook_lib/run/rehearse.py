@@ -167,7 +167,9 @@ def start(project: Path, faults: dict[str, dict[str, Any]] | None = None) -> Reh
 def overrides_for(data: dict[str, Any], reh: Rehearsal) -> dict[str, Any]:
     """The dotted-path overrides a rehearsal applies to one migration's params ``data``."""
     out: dict[str, Any] = {}
-    sides = ["source", "target", *(f"alternates.{i}" for i in range(len(data.get("alternates") or ())))]
+    sides = ["source", *(["target"] if "target" in data or not data.get("targets") else []),
+             *(f"alternates.{i}" for i in range(len(data.get("alternates") or ()))),
+             *(f"targets.{i}" for i in range(len(data.get("targets") or ())))]
     for side in sides:
         prof = _dotted(data, side) or {}
         provider = prof.get("provider", "local")

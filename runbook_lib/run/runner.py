@@ -654,7 +654,7 @@ def preflight(mig: Migration, project: Path, notebooks_dir: Path | None = None) 
     put_project_on_path(project)
     try:
         require_processes(workload_class(mig.workload), source=mig.source, target=mig.target,
-                          **{a.name: a for a in mig.alternates})
+                          **{a.name: a for a in (*mig.alternates, *mig.targets[1:])})
         problems = request_payload_problems(mig.workload, mig.source)
     except WorkloadError as exc:
         raise ParamsError(f"workload.entry_point: {exc}; nothing was run", field="workload.entry_point",
@@ -907,10 +907,15 @@ def environment_ok() -> None:
 def sequential_line(data: records.PhaseData) -> str:
     """For phase 04's record data judged sequentially, how many rounds it needed: ``sequential
     gates: decided at pair 3 of 8 (3 rounds a side)`` or ``... undecided after 8 pair(s) of 8 ...``;
-    empty for any other record, or under the fixed method."""
+    a race's: ``race: 5 pair(s) of 8; a picked, b eliminated at pair 4, ...``; empty for any other
+    record, or under the fixed method."""
     seq = data.sequential if isinstance(data, records.CompareData) else None
     if seq is None:
         return ""
+    race = data.race if isinstance(data, records.CompareData) else None
+    if race is not None and race.entries:
+        fates = ", ".join(f"{e.name} {e.fate}" + (f" at pair {e.exit_pair}" if e.exit_pair else "") for e in race.entries)
+        return f"race: {seq.pairs_measured} pair(s) of {seq.max_rounds}; {fates}"
     if seq.stopped_at_pair is not None:
         return f"sequential gates: decided at pair {seq.stopped_at_pair} of {seq.max_rounds} ({seq.stopped_at_pair} rounds a side)"
     return (f"sequential gates: undecided after {seq.pairs_measured} pair(s) of {seq.max_rounds} "

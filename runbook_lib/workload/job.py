@@ -39,7 +39,7 @@ from typing import IO, Any, Callable, cast
 from runbook_lib.errors import RunbookError, WorkloadError
 from runbook_lib.evidence.manifest import sha256_file, write_json_atomic
 from runbook_lib.layout import KEPT_PARAMS, POD_DEVICE_ENV, POD_FAULT_ENV, POD_ID_ENV, POD_VOLUME_ENV
-from runbook_lib.params import load_params
+from runbook_lib.params import pod_params
 from runbook_lib.portability.checkpoint import load_state, natural_key
 from runbook_lib.portability.inventory import probe
 from runbook_lib.storage import HashingWriter, ObjectInfo, Store, pod_store
@@ -287,7 +287,7 @@ def step_timing(times: list[float], *, wall_s: float, checkpoint_s: float) -> di
 
 
 def _make(params_path: str, side: str) -> Any:
-    mig = load_params(params_path)
+    mig = pod_params(params_path)
     return mig, make_workload(mig.workload, getattr(mig, side))
 
 
@@ -378,7 +378,7 @@ def kept(args: argparse.Namespace) -> StoreCheckpoints | None:
     ``workload.checkpoint_location`` is ``store``), or None."""
     if not getattr(args, "keep_checkpoints", ""):
         return None
-    mig = load_params(args.params)
+    mig = pod_params(args.params)
     return StoreCheckpoints(pod_store(mig.storage, args.store_url), args.keep_checkpoints, args.run_id,
                             restore_from=args.restore_from)
 

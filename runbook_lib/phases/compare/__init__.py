@@ -23,12 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runbook_lib import gates as g
 from runbook_lib.evidence import report
 from runbook_lib.evidence.manifest import PHASE_PLOTS, PLOT_METADATA_KEY
-from runbook_lib.evidence.records import CompareData
+from runbook_lib.evidence.records import CompareData, RaceRecord
 from runbook_lib.measure import cost
 from runbook_lib.params import Migration
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
+from runbook_lib.phases.compare import race as racejudge
+from runbook_lib.phases.compare import racing
 from runbook_lib.phases.compare.drills import EXPECTATIONS, DrillsResult, guarded, run_drills
 from runbook_lib.phases.compare.judge import (
     OPERATOR_SETTINGS,
@@ -56,10 +59,16 @@ from runbook_lib.phases.compare.protocol import (
     planned,
     round_sides,
     schedule_rounds,
+    tabled,
     wait_for_zero,
 )
 from runbook_lib.phases.compare.raw import THROUGHPUT_COLUMNS, Measured
 from runbook_lib.phases.serving import creates
+
+RACE_PLOT = "04/race.png"
+"""The race's plot (:func:`runbook_lib.evidence.report.race_plot`), beside the phase's three."""
+RACE_GATE = "race_pick"
+"""Phase 04's blocking gate of a race: a candidate was picked (HOLD when the budget ended undecided)."""
 
 __all__ = [
     "EXPECTATIONS", "DrillsResult", "guarded", "run_drills", "cold_start_samples", "cold_start_summary",
@@ -86,7 +95,8 @@ class CompareResult(PhaseResult):
 
     def record(self) -> CompareData:
         data = record_data(self.measurement.raw, self.costs, self.measurement.summary, self.at_traffic, self.mig)
-        return data.model_copy(update={"drills": self.drills.rows if self.drills is not None else ()})
+        return data.model_copy(update={"drills": self.drills.rows if self.drills is not None else (),
+                                       "race": self.measurement.race})
 
     def parts(self) -> list[Any]:
         from IPython.display import Image
@@ -105,7 +115,13 @@ class CompareResult(PhaseResult):
         ahead = [md("**Savings forecast at the declared traffic** (USD a month of 730 hours; the saving's interval "
                     "is a 90 % bootstrap over rounds; break-even: the traffic at which the costs per accepted unit "
                     "cross)"), table({"forecast": forecast.model_dump()})] if forecast is not None else []
-        return [*tokens, *traffic, *ahead, md("**Cost over the measurement window** (USD)"),
+        race = self.measurement.race
+        raced = [md(f"**The race** on {race.objective}, subject to the blocking gates {list(race.gates)} "
+                    f"({race.comparisons} comparisons, each at alpha {race.alpha_each:.2g}: {race.correction}); "
+                    f"the pick: **{race.pick or 'none'}**" + (f", undecided: {list(race.undecided)}" if race.undecided
+                                                              else "")),
+                 table(racejudge.table(race))] if race is not None and race.entries else []
+        return [*raced, *tokens, *traffic, *ahead, md("**Cost over the measurement window** (USD)"),
                 table({s: c.to_dict() for s, c in self.costs.items()}),
                 *(Image(filename=str(p), metadata={PLOT_METADATA_KEY: f"{p.parent.name}/{p.name}"})
                   for p in self.plots)]
@@ -114,6 +130,10 @@ class CompareResult(PhaseResult):
 def plan(ctx: PhaseContext) -> PlanShown:
     """Phase 04's plans (:func:`planned`), for display before its approval cell: the endpoints or
     round pods the measurement rents, with when each is applied."""
+    if ctx.mig.racing:
+        return PlanShown.of(racing.planned(ctx), note="Phase 04 races the candidates phase 03 proved beside one source "
+                            "endpoint; a candidate out of the race is destroyed at once, the pick's endpoint and the "
+                            "source's are kept for phase 05 and torn down in phase 06.")
     live = ctx.mig.workload.kind == "service" and not creates(ctx, "source")
     kind = ("the target's measured service pod (the live source is measured as it runs, paced at "
             "source.max_rate_per_s)" if live else
@@ -125,7 +145,13 @@ def plan(ctx: PhaseContext) -> PlanShown:
 
 
 def measure_sides(ctx: PhaseContext) -> Measurement:
-    """Phase 04, first step: run the measurement protocol (:func:`measure`) and summarise it."""
+    """Phase 04, first step: run the measurement protocol (:func:`measure`) and summarise it; in a
+    race (``targets``), race the proven candidates (:func:`runbook_lib.phases.compare.racing.measure_race`)
+    and go on with the pick as the phase's target."""
+    if ctx.mig.racing:
+        raw, race = racing.measure_race(ctx)
+        res = tabled(ctx, raw)
+        return Measurement(raw=res, summary=summary(res), race=race)
     res = measure(ctx)
     return Measurement(raw=res, summary=summary(res))
 
@@ -149,8 +175,27 @@ def evaluate(ctx: PhaseContext, measured: Measurement, drills: DrillsResult | No
                              rounds=round_costs(ctx.mig, res, costs_, at_traffic),
                              basis=(f"at the declared traffic ({at_traffic['source'].traffic_per_s:g} requests/s)"
                                     if at_traffic else "over the measurement window"))]
+    race = measured.race
+    if race is not None:
+        figs.append(report.race_plot(race, ctx.evidence.path(RACE_PLOT)))
     for fig in figs:  # shown from the saved files, so an inline backend does not show them twice
         plt.close(fig)
     compare_gates(ctx, res, costs_, at_traffic)
+    if race is not None:
+        ctx.evidence.add_gates(race_gate(race))
     return CompareResult(measurement=measured, costs=costs_, drills=drills, at_traffic=at_traffic, mig=ctx.mig,
-                         plots=tuple(ctx.run_dir / rel for rel in PHASE_PLOTS["04"]))
+                         plots=tuple(ctx.run_dir / rel for rel in (*PHASE_PLOTS["04"],
+                                                                   *((RACE_PLOT,) if race is not None else ()))))
+
+
+def race_gate(race: RaceRecord) -> g.GateResult:
+    """:data:`RACE_GATE`: PASS with a pick, naming it and every candidate's fate; INCONCLUSIVE (a
+    HOLD) when the budget ended with several candidates none was confidently better than."""
+    fates = "; ".join(f"{e.name} {e.fate}" + (f" at pair {e.exit_pair} ({e.exit_reason})" if e.exit_pair else "")
+                      for e in race.entries)
+    detail = (f"{race.pick} picked on {race.objective} ({fates})" if race.pick else
+              f"the budget ended with {list(race.undecided)} undecided: none is confidently better than every other on "
+              f"{race.objective} ({fates}); measure longer (measure.max_rounds, measure.max_seconds) or pick by hand")
+    return g.boolean_gate(RACE_GATE, True if race.pick else None, phase="04", detail=detail,
+                          source="issue 50; O. Maron and A. W. Moore, Hoeffding races, NIPS 6, 1994 "
+                                 "(runbook_lib.gates.race)")

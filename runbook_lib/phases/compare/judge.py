@@ -18,6 +18,7 @@ from runbook_lib.evidence.records import (
     CompareData,
     LoadGeneratorRound,
     Number,
+    RaceRecord,
     SavingsForecast,
     SideSummary,
     StoreToPod,
@@ -639,9 +640,13 @@ class Measurement(Shown):
 
     raw: Measured
     summary: pd.DataFrame
+    race: RaceRecord | None = None
 
     def parts(self) -> list[Any]:
         out = [md("**Cold starts** (create call to first served response, seconds)"), self.raw.cold_starts]
+        if self.race is not None:
+            out = [md(f"**The race** ({len(self.race.entries)} candidates on {self.race.objective}; the pick "
+                      f"**{self.race.pick or 'none: HOLD'}** is measured below as the phase's target)"), *out]
         zero = cold_start_summary(self.raw)
         if zero and self.raw.cold_starts_from_zero is not None:
             out += [md(f"**Cold starts from zero** ({self.raw.cold_starts_from_zero.shape[0]} starts: submission to "

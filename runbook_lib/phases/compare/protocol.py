@@ -398,24 +398,26 @@ def measure_inference(ctx: PhaseContext, *, sleep: Callable[[float], None] = tim
     return dataclasses.replace(out, load_generator_gc=pauses)
 
 
-def _start_endpoint(ctx: PhaseContext, side: str, serving: Serving, meter: cost.SpendMeter,
-                    log: list[Attempted[Any]], *,
-                    sleep: Callable[[float], None]) -> tuple[Served, ServingClient, TableRow, float, float]:
+def start_endpoint(ctx: PhaseContext, side: str, serving: Serving, meter: cost.SpendMeter,
+                   log: list[Attempted[Any]], *, sleep: Callable[[float], None],
+                   lane: str = "") -> tuple[Served, ServingClient, TableRow, float, float]:
     """Create ``side``'s endpoint (or service pod), start its spend meter, and time its cold
     start: create call to the first served answer, split into the first job's queue, init and
     inference and the first worker's initialisation parts (seconds; NaN when the first job was
-    not served, or a part the side does not report).
+    not served, or a part the side does not report). ``lane``: the name the meter and the row
+    give it (a raced candidate's; default ``side``).
 
     Returns:
         ``(served, client, cold-start row, created_at, first_answer_at)``, times from
         :func:`time.perf_counter`.
     """
     m = ctx.mig.measure
+    lane = lane or side
     t0 = time.perf_counter()
     ep = serving.create(side, f"endpoint-{side}")
     prof = ctx.resources.profile(side)
     if ep.mode != LIVE_MODE:  # a live source is the team's, paid for whatever the run does: not the run's spend
-        meter.start(side, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
+        meter.start(lane, cost.usd_per_hour(price_usd_per_hour=prof.price_usd_per_hour, instances=prof.workers,
                                             storage_gb=ctx.mig.workload.requirements.disk_gb,
                                             storage_usd_per_gb_month=prof.storage_usd_per_gb_month), at=t0)
     client = serving.client(side, ep, timeout_s=m.request_timeout_s * 4)
@@ -432,7 +434,7 @@ def _start_endpoint(ctx: PhaseContext, side: str, serving: Serving, meter: cost.
                                    kind="cold_start", side=side, sleep=sleep)
     starts = health.value.get("cold_starts", []) if health.value is not None else []
     split = job_timings(first.value) if first.value is not None else {}
-    row = {"side": side, "endpoint": ep.id, "cold_start_s": cold_s, "first_status": status,
+    row = {"side": lane, "endpoint": ep.id, "cold_start_s": cold_s, "first_status": status,
            "attempts": len(first.attempts), "ready_s": ep.ready_s if ep.ready_s is not None else math.nan,
            **{f"first_job_{k}": split.get(k, math.nan) for k in ("queue_s", "init_s", "execution_s")},
            **{f"worker_{k}": float(starts[0].get(k, math.nan)) if starts else math.nan for k in INIT_PARTS},
@@ -440,7 +442,7 @@ def _start_endpoint(ctx: PhaseContext, side: str, serving: Serving, meter: cost.
     return ep, client, row, t0, ready
 
 
-def _warm_up(ctx: PhaseContext, side: str, client: ServingClient, serving: Serving, log: list[Attempted[Any]],
+def warm_up(ctx: PhaseContext, side: str, client: ServingClient, serving: Serving, log: list[Attempted[Any]],
              *, sleep: Callable[[float], None]) -> list[TableRow]:
     """``measure.warmup_requests`` requests to ``side``, one at a time, each row its seconds and
     served status; recorded, and left out of every gate."""
@@ -464,7 +466,7 @@ def settle(client: ServingClient) -> None:
         pacer.settle()
 
 
-def _saturate(ctx: PhaseContext, serving: Serving, client: ServingClient, side: str, r: int,
+def saturate(ctx: PhaseContext, serving: Serving, client: ServingClient, side: str, r: int,
               log: list[Attempted[Any]], *, sleep: Callable[[float], None]) -> list[TableRow]:
     """Round ``r``'s saturation burst on ``side`` (``measure.throughput_requests`` at once, drawn
     with the round's block seed): one throughput row, or none when every attempt failed (the
@@ -487,7 +489,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     pair_s: list[float] = []  # each pair of rounds' seconds (sequential)
     meter = spend_meter(ctx)
     for side in ("source", "target"):
-        ep, client, row, created[side], ready[side] = _start_endpoint(ctx, side, serving, meter, log, sleep=sleep)
+        ep, client, row, created[side], ready[side] = start_endpoint(ctx, side, serving, meter, log, sleep=sleep)
         cold.append(row)
         endpoints[side], clients[side] = ep, client
     sink = SampleSink(ctx.evidence.path(SAMPLES_FILE))
@@ -495,7 +497,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
     live = sequential.LiveLook(ctx.mig)  # what the sequential looks read; its throughput rows are the table's
     gaps: list[TableRow] = []
     warm_rows = [row for side in ("source", "target")  # warm-up, discarded from the gates and recorded
-                 for row in _warm_up(ctx, side, clients[side], serving, log, sleep=sleep)]
+                 for row in warm_up(ctx, side, clients[side], serving, log, sleep=sleep)]
     round_s: list[float] = []
     stops: list[cost.SpendStop] = []
     gap_s = source_gap_s(ctx)  # a live source's pacing: both sides get the same spaced schedule
@@ -525,7 +527,7 @@ def _measure_endpoints(ctx: PhaseContext, *, sleep: Callable[[float], None]) -> 
         live.add(rows)
         sink.write(rows)
         if endpoints[side].mode != LIVE_MODE:  # a live source is never saturated, and is not the run's spend
-            live.throughput.extend(_saturate(ctx, serving, clients[side], side, r, log, sleep=sleep))
+            live.throughput.extend(saturate(ctx, serving, clients[side], side, r, log, sleep=sleep))
             meter.charge(sent / cost.BYTES_PER_GB * ctx.resources.profile(side).egress_usd_per_gb)
         round_s.append(time.perf_counter() - started)
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
@@ -692,7 +694,13 @@ def measure(ctx: PhaseContext, *, sleep: Callable[[float], None] = time.sleep) -
     """
     ctx.resources.require_all([(side, plan) for side, plan, _ in planned(ctx)])
     kind = measure_inference if ctx.mig.workload.serves else measure_training
-    res = kind(ctx, sleep=sleep)
+    return tabled(ctx, kind(ctx, sleep=sleep))
+
+
+def tabled(ctx: PhaseContext, res: Measured) -> Measured:
+    """``res`` (its samples already in ``04/samples.parquet``) with its small tables written
+    (:func:`runbook_lib.phases.compare.raw.write_tables`) and every table read back from the
+    files, as the gates and ``runbook verify --recompute`` read them."""
     for rel in (ATTEMPTS_FILE, THROUGHPUT_FILE, COLD_STARTS_FILE, WARMUP_FILE,
                 *((ALLREDUCE_FILE,) if res.allreduce is not None else ()),
                 *((FROM_ZERO_FILE,) if res.cold_starts_from_zero is not None else ()),

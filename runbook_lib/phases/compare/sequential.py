@@ -414,7 +414,19 @@ def judged(mig: Migration, samples: pd.DataFrame, throughput: pd.DataFrame, resu
         elif r.name == "cost_per_accepted_unit" and "cost_per_accepted_unit" in by_name:
             r = cost_result(by_name["cost_per_accepted_unit"], mig, r)
         out.append(r)
-    return [*ratios, *out, stop_gate(found, mig, pair_s)]
+    return [*ratios, *out, race_stop_gate(found, mig) if mig.racing else stop_gate(found, mig, pair_s)]
+
+
+def race_stop_gate(found: list[Trace], mig: Migration) -> g.GateResult:
+    """``sequential_stop`` of a race's pick: its pairs were measured under the race's stop rule
+    (one candidate left, or the budget), not its own, so it may have measured past the look that
+    decided its gates; FAIL only past ``measure.max_rounds``. The race's stops are derived again
+    from its samples by ``runbook verify --recompute`` (:mod:`runbook_lib.phases.compare.racing`)."""
+    m, measured = mig.measure, pairs_measured(found)
+    return g.GateResult("sequential_stop", "PASS" if measured <= m.max_rounds else "FAIL", True, measured,
+                        m.max_rounds, "pairs", "the race's stop rule (runbook_lib.gates.race): pairs until one "
+                        "candidate is left or the budget ends",
+                        f"{measured} pairs measured under the race's stop rule (race_pick judges the race)", phase="04")
 
 
 def cost_result(t: Trace, mig: Migration, fixed: g.GateResult) -> g.GateResult:

@@ -46,7 +46,7 @@ from typing import Any
 from runbook_lib.errors import WorkloadError
 from runbook_lib.layout import CRASH_EVERY, POD_FAULT_ENV
 from runbook_lib.measure.timing import INIT_PARTS
-from runbook_lib.params import load_params
+from runbook_lib.params import pod_params
 from runbook_lib.providers.base import PAYLOAD_LIMITS
 from runbook_lib.storage import pod_store
 from runbook_lib.workload import make_workload
@@ -607,7 +607,7 @@ def _loaded(args: argparse.Namespace) -> WorkerSetup:
     # all of them (six pauses growing to 0.3 s, about 1 s of a 7 s start measured on the 2-core
     # test machine). It stays off until the load is done and what it left is frozen.
     gc.disable()
-    mig = load_params(params_file(args.params))
+    mig = pod_params(params_file(args.params))
     profile = getattr(mig, args.side)
     wl = make_workload(mig.workload, profile)
     wl.preload()
