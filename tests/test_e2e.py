@@ -569,7 +569,6 @@ def test_too_few_samples_holds_before_cutover(held_run: RunResult) -> None:
 
 
 @pytest.mark.measure
-@pytest.mark.measure
 def test_a_race_of_three_eliminates_the_slow_one_early_and_the_pricey_one_on_cost_and_goes_on_with_the_best(
         make_params) -> None:
     # `make demo-shootout` (params/demo-shootout.yaml): three local candidates that differ by
