@@ -65,7 +65,7 @@ from runbook_lib.phases.compare.protocol import (
 from runbook_lib.phases.compare.race import CandidateView, judge_race
 from runbook_lib.phases.compare.raw import SAMPLES_FILE, THROUGHPUT_COLUMNS, Measured, SampleSink, TableRow
 from runbook_lib.phases.compare.sequential import over_seconds
-from runbook_lib.phases.serving import Served, serving_for, source_gap_s
+from runbook_lib.phases.serving import LIVE_MODE, Served, serving_for, source_gap_s
 from runbook_lib.providers.base import Plan
 from runbook_lib.service.pacing import spaced
 
@@ -218,13 +218,17 @@ class Race:
         got = measured_with_retries(c, lambda _k: run_open_loop(lane.client, reqs, side=lane.side, round_id=r),
                                     self.log, what=f"pair {pair} {lane.name} open-loop", kind="open_loop",
                                     side=lane.side, sleep=self.sleep)
+        sent = 0
         for row in got.value or []:
             row["accepted"] = serving.accepted(row)
-            self.egress[lane.name] += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
+            sent += len(json.dumps(row.get("output"))) if row.get("output") is not None else 0
             row.pop("output", None)
             self.gaps += [{"side": lane.name, "round": r, "request": row["request"], "itl_s": x}
                           for x in row.pop("itl_s", ())]
             self.rows.append({**row, "side": lane.name})
+        self.egress[lane.name] += sent  # the answers' bytes out, billed as phase 04 bills one target's
+        if lane.served.mode != LIVE_MODE:
+            self.meter.charge(sent / cost.BYTES_PER_GB * c.resources.profile(lane.side).egress_usd_per_gb)
         self.bursts += [{**b, "side": lane.name} for b in
                         saturate(c, serving, lane.client, lane.side, r, self.log, sleep=self.sleep)]
         return sum(1 for x in got.value or [] if x["status"] == "COMPLETED")
