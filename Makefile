@@ -188,7 +188,8 @@ define write_lock
 		sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > $(LOCK_TMP)/$(1).txt && mv $(LOCK_TMP)/$(1).txt locks/$(1).txt
 endef
 
-# The end-to-end tier (tests/README.md): every case, two at a time (pytest-xdist). A case whose
+# The end-to-end tier (tests/README.md): every case, three at a time on 2 cores (pytest-xdist; a
+# case mostly waits: on a server, a fixed arrival rate, the host lock). A case whose
 # verdict rests on phase 04's measurement (marked `measure`) is safe beside another whole run
 # because every runbook run on a machine holds the host lock (runbook_lib/run/hostlock.py): phases 04
 # and 05 exclusively, so nothing else of the runbook's runs while they time the sides. The readers
@@ -198,7 +199,7 @@ endef
 # root) no network but loopback: what the README says a fresh machine needs.
 e2e-setup: $(STAMP) $(VASTAI_STAMP) $(RUNPOD_STAMP) $(AIRFLOW_STAMP) demo-service-models browser haproxy
 
-E2E_PYTEST := tests/bare-host $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=40
+E2E_PYTEST := tests/bare-host $(PY) -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=40
 
 test-e2e: e2e-setup
 	$(E2E_PYTEST) -m "e2e and not smoke"

@@ -244,7 +244,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if path and hasattr(config, "workerinput"):
         tmp = Path(f"{path}.{config.workerinput['workerid']}")
         tmp.write_text(json.dumps(groups))
-        tmp.replace(path)  # both workers collect the same items: either file is the map
+        tmp.replace(path)  # every worker collects the same items: either file is the map
 
 
 class SharedRunScheduling(LoadScopeScheduling):

@@ -98,7 +98,7 @@ def test_the_training_and_service_migrations_rehearse_go_and_are_marked_rehearsa
 
 def test_a_handler_rehearses_from_runpod_serverless_to_vast_serverless_go(tmp_path: Path, capsys,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    # its own case, so it runs beside the two above on CI's other worker
+    # its own case, so it runs beside the two above on another of CI's workers
     out, by_kind = _rehearsed(tmp_path, capsys, monkeypatch, ("runpod-serverless-to-vast-handler.yaml",))
     assert set(by_kind) == {"handler"}
     _the_handler_ran_on_a_runpod_serverless_endpoint_then_a_vast_one(by_kind["handler"], out)

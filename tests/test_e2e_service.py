@@ -176,8 +176,8 @@ def test_a_runpod_handler_served_by_the_official_sdk_is_called_over_its_job_api(
 def test_a_runpod_handler_migrates_unchanged_with_the_protocols_defaults(tmp_path: Path) -> None:
     """`make demo-runpod-handler`'s params: the handler served by the official SDK's local API,
     stream and readiness left to the runpod-handler defaults (no stream; GET /), GO. Its subject is
-    the protocol's defaults, not latency: half the demo's requests a round, measured beside other
-    work with margins noise cannot decide (runs.BESIDE_OTHER_WORK), so no other case waits for it."""
+    the protocol's defaults, not latency: the demo's rounds, measured beside other work with margins
+    noise cannot decide (runs.BESIDE_OTHER_WORK), so no other case waits for it."""
     assert RUNPOD_PY.exists(), f"{RUNPOD_PY} is missing: run `make e2e-setup` (it builds .venv-runpod)"
     raw = yaml.safe_load((ROOT / "params" / "demo-runpod-handler.yaml").read_text())["workload"]["service"]
     assert "stream" not in raw and "readiness" not in raw  # the demo relies on the defaults
@@ -185,8 +185,8 @@ def test_a_runpod_handler_migrates_unchanged_with_the_protocols_defaults(tmp_pat
         "samples": str(ROOT / "examples" / "handler-samples.jsonl"),
         "stand_in": {"command": [str(RUNPOD_PY), str(ROOT / "examples" / "runpod_handler.py"), "--rp_serve_api",
                                  "--rp_api_host", "127.0.0.1", "--rp_api_port", "{port}"]}}}}
-    lighter = {"measure": {"requests_per_round": 24, "warmup_requests": 8, "throughput_requests": 8},
-               "cutover": {"requests_per_step": 10}}  # two rounds a side: 48 samples, above min_latency_samples
+    # the demo's 48 requests a round (two rounds a side: the 90 samples the absolute SLO bound needs)
+    lighter = {"measure": {"warmup_requests": 8, "throughput_requests": 8}, "cutover": {"requests_per_step": 10}}
     params = write_params(tmp_path, "demo-runpod-handler.yaml", "m.yaml", **merged(served, BESIDE_OTHER_WORK, lighter))
     res = _run(params)
     d = res.run_dir
