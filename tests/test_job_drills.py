@@ -21,8 +21,10 @@ from runbook_lib.workload.jobdrills import WATCHDOG_EXIT
 
 @pytest.fixture
 def job(make_params, tmp_path: Path) -> tuple[Path, Path]:
-    """The training demo's params (a 2 s step watchdog, a 3 s grace) and a frozen artifact of its job."""
-    params = make_params("demo-train.yaml", workload={"step_timeout_s": 2.0}, drills={"preemption_grace_s": 3.0})
+    """The training demo's params (a 2 s step watchdog, a 6 s grace) and a frozen artifact of its job.
+    The grace is docker stop's 10 s (the default) cut to what a save on SIGTERM needs beside the unit tier's
+    other workers: the job saving and exiting took 3.0 s there once (2026-12-07)."""
+    params = make_params("demo-train.yaml", workload={"step_timeout_s": 2.0}, drills={"preemption_grace_s": 6.0})
     mig = load_params(params)
     wl = make_workload(mig.workload, mig.target)
     wl.load(None)
@@ -53,7 +55,8 @@ def test_a_job_that_saves_on_sigterm_and_skips_a_truncated_newest_passes_both(jo
     # SIGTERM while the job waited before step 11 (one past its first checkpoint at 10): it finished
     # that step, saved step 12, and the replacement resumed there, refusing the truncated step-22.
     assert pre["steps_finished"] == 12 and pre["saved"]["checkpoint"] == "step-000012.pt", pre
-    assert pre["exit_code"] == 0 and pre["exited_within_grace_s"] < 3.0 and pre["steps_lost"] == 0
+    # exited_within_grace_s is set only when the wait for the exit returned within the grace
+    assert pre["exit_code"] == 0 and pre["exited_within_grace_s"] is not None and pre["steps_lost"] == 0
     assert (bad["planted"], bad["of"], bad["resumed_from"]) == ("step-000022.pt", "step-000012.pt", "step-000012.pt")
     assert pre["seconds"] > bad["seconds"] > 0  # the preemption's processes include the shared replacement
     verdicts = {n: judge_job_drill(mig, n, s) for n, s in seen.items()}
@@ -66,7 +69,7 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_and_fails_the_dril
     params, artifact = job
     seen = _drills(params, artifact, tmp_path / "work", ("preemption_grace",), fault="ignore_sigterm",
                    monkeypatch=monkeypatch)["preemption_grace"]
-    assert seen["exited_within_grace_s"] is None and seen["saved"] is None  # SIGKILLed 3 s after SIGTERM
+    assert seen["exited_within_grace_s"] is None and seen["saved"] is None  # SIGKILLed 6 s after SIGTERM
     assert seen["steps_finished"] == 11 and seen["resumed_from"] == "step-000010.pt" and seen["steps_lost"] == 1
     out = judge_job_drill(load_params(params), "preemption_grace", seen)
     assert out.verdict == "FAIL" and "does not handle SIGTERM" in out.observation and "losing 1 step" in out.observation
