@@ -115,7 +115,8 @@ def _the_service_ran_unchanged_on_both_adapters(run_dir: Path) -> None:
     assert [svc["serving"][s]["where"] for s in ("source", "target")] == ["a runpod pod", "a vast pod"]
     assert svc["adapter"] == ""  # a pod on both sides
     stand_ins = receipt["rehearsal"]["params"]["stand_ins"]["ghcr.io/example/chat-server:1.4"]
-    assert stand_ins[0].endswith("/.venv-serve/bin/transformers") and "{port}" in stand_ins
+    assert stand_ins[:2] == ["env", "OMP_NUM_THREADS=1"] and "{port}" in stand_ins  # one torch thread: see the params
+    assert stand_ins[2].endswith("/.venv-serve/bin/transformers")
     assert any("registry login" in o for o in receipt["rehearsal"]["params"]["overrides"])
     gates = {(gr["phase"], gr["name"]): gr for gr in receipt["gates"]}
     for phase in ("01", "03"):

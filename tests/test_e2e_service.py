@@ -37,9 +37,9 @@ SERVER = ROOT / ".venv-serve" / "bin" / "transformers"
 MODELS = ROOT / ".runbook" / "models"
 
 
-def _service_params(tmp_path: Path, base: str) -> Path:
+def _service_params(tmp_path: Path, base: str, **extra: Any) -> Path:
     """``params/<base>`` in a temporary project, with the server, the models and the samples named
-    by absolute path (the temporary project has none of its own)."""
+    by absolute path (the temporary project has none of its own), and ``extra`` merged in."""
     for need in (SERVER, MODELS / "chat-seed0" / "model.safetensors", MODELS / "chat-seed1" / "model.safetensors"):
         assert need.exists(), f"{need} is missing: run `make demo-service-models` (make e2e-setup does)"
     over: dict[str, Any] = {"workload": {"service": {
@@ -49,7 +49,7 @@ def _service_params(tmp_path: Path, base: str) -> Path:
                                  "--device", "cpu", "--log-level", "warning"]}}}}
     if "reseeded" in base:
         over["target"] = {"service_env": {"CHAT_MODEL_DIR": str(MODELS / "chat-seed1")}}
-    return write_params(tmp_path, base, "m.yaml", **over)
+    return write_params(tmp_path, base, "m.yaml", **merged(over, extra))
 
 
 def _run(params: Path) -> RunResult:
@@ -68,7 +68,12 @@ def test_a_chat_service_moves_unchanged_judged_over_its_own_api_its_traffic_cut_
     # `make demo-service-router`: demo-service.yaml's whole migration with its cutover through
     # Debian's HAProxy (the client split of a service's requests is the runpod-handler run's).
     require_haproxy()
-    res = _run(_service_params(tmp_path, "demo-service-router.yaml"))
+    # Its phase 04 holds the host lock, but the tier's two other workers go on with what holds none
+    # (browsers, servers starting, test code): the p95 of a 48-request round then moves more than
+    # on a host of its own, and CI read an A/A interval of [1.01, 2.04] against the demo's
+    # 1 +/- 1.0 (2026-12-07). Its subject is the routed cutover, so its latency margin is 4.0
+    # (A/A band [0.4, 2.5]); the shared inference run judges latency at 3.0 (tests/README.md).
+    res = _run(_service_params(tmp_path, "demo-service-router.yaml", gates={"latency_p95_ratio_max": 4.0}))
     d = res.run_dir
     r = receipt(d)
     assert (res.decision, res.exit_code) == ("GO", EXIT_GO), r["reasons"]
