@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -570,7 +571,7 @@ def test_too_few_samples_holds_before_cutover(held_run: RunResult) -> None:
 
 @pytest.mark.measure
 def test_a_race_of_three_eliminates_the_slow_one_early_and_the_pricey_one_on_cost_and_goes_on_with_the_best(
-        make_params) -> None:
+        make_params, tmp_path: Path) -> None:
     # `make demo-shootout` (params/demo-shootout.yaml): three local candidates that differ by
     # construction (0.5 s added to every batch; twice the price; the best). It is also the suite's
     # slow-target case: the slow candidate fails the latency gate and is out, never cut over to.
@@ -603,8 +604,18 @@ def test_a_race_of_three_eliminates_the_slow_one_early_and_the_pricey_one_on_cos
     nb = (d / "04_compare_production.ipynb").read_text()
     assert "04/race.png" in nb and "The race" in nb  # the table and the plot in the executed notebook
     assert cli_main(["verify", "--recompute", str(d)]) == 0  # every elimination and the pick derived again
-    [again] = [x for x in recompute_run(d) if x.gate == "race_pick"]
-    assert again.basis == "raw samples" and again.same, again
+    again = {x.gate: x for x in recompute_run(d)}
+    assert again["race_pick"].basis == "raw samples" and again["race_pick"].same, again["race_pick"]
+    for n in fates:  # each candidate's parity from its own canary's outputs, not copied from the record
+        x = again[f"output_parity[{n}]"]
+        assert x.basis == "recorded observation" and x.same and x.recorded["blocking"], x
+    forged = tmp_path / "forged-canary"  # one candidate's canary outputs changed after the run
+    shutil.copytree(d, forged)
+    outputs = forged / "03" / "candidates" / "target-best" / "canary" / "outputs.npy"
+    np.save(outputs, np.load(outputs) + 1.0)
+    moved = {x.gate for x in recompute_run(forged) if not x.same}
+    assert "output_parity[target-best]" in moved and not moved & {f"output_parity[{n}]" for n in fates
+                                                                     if n != "target-best"}, moved
 
 
 def test_an_edited_project_notebook_runs_and_fails_its_phase_when_it_drops_the_plots(

@@ -13,7 +13,8 @@ How each gate is derived again (docs/how-to/sign-and-verify.md's table says the 
 * phase 03's artifact checksum from the canary's recorded checksum rows, and its output parity
   from ``01/golden_outputs.npy`` and ``03/canary/outputs.npy`` with the params' tolerances; a
   service's ``service_parity`` from ``01/service_golden.json`` and ``03/canary_answers.json`` under
-  its protocol's comparator;
+  its protocol's comparator; in a race, each candidate's (``<gate>[<name>]``) from its own
+  ``03/candidates/<name>/``;
 * yes/no checks (teardown listing, canary destroyed, reload, ...) from their recorded
   observation (``True`` is PASS, ``False`` FAIL, none INCONCLUSIVE);
 * every other gate is compared with the record of the phase that judged it (the hash-chained
@@ -56,10 +57,12 @@ from runbook_lib.layout import (
 )
 from runbook_lib.params import LiveProfile, load_params
 from runbook_lib.phases import service as service_phase
+from runbook_lib.phases.candidates import CANARY_RECORD
 from runbook_lib.phases.compare import race_gate
 from runbook_lib.phases.compare.judge import costs_at_traffic, judge, window_costs
 from runbook_lib.phases.compare.racing import race_from_files
 from runbook_lib.phases.compare.raw import load_measurement
+from runbook_lib.phases.evidence import scoped_path
 from runbook_lib.providers.offers import version_tuple
 
 FROM_RAW = "raw samples"
@@ -67,6 +70,10 @@ FROM_DRILLS = "recorded drill rows"
 FROM_OBSERVATION = "recorded observation"
 FROM_RECORD = "phase record"
 REL_TOL = 1e-9
+
+Derived = dict[tuple[str, str], tuple[str, dict[str, Any] | None, str]]
+"""Gates derived again, by ``(phase, name)``: the basis, the compared fields (None when they
+could not be derived) and why not."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,7 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
         mig = mig.with_target((race.goes_on() if race is not None else "") or parity.target)  # type: ignore[union-attr]
     recorded = {(x.phase, x.name): x.to_dict() for x in receipt.gates}
     in_records = {(x.phase, x.name): x.to_dict() for x in records.gates()}
-    derived: dict[tuple[str, str], tuple[str, dict[str, Any] | None, str]] = {}
+    derived: Derived = {}
 
     d04 = records.data("04")
     if d04 is not None:
@@ -213,8 +220,8 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
             derived[("04", f"drill_{drill.drill}")] = (FROM_DRILLS, {
                 "verdict": drill.verdict, "blocking": drill.drill in blocking, "observed": drill.observation,
                 "interval": None}, "")
-    if "03" in records and not mig.racing:  # a race's canaries are in their candidates' directories: as recorded
-        derived.update(_from_phase_03(mig, run_dir, records))
+    if "03" in records:
+        derived.update(_race_phase_03(mig, run_dir, records) if mig.racing else _from_phase_03(mig, run_dir, records))
     r01 = records.freeze
     if r01 is not None and r01.freeze.service is not None and r01.freeze.service.live is not None \
             and isinstance(mig.source, LiveProfile):  # the record says the source was live: nothing launched
@@ -243,22 +250,54 @@ def recompute_run(run_dir: str | Path) -> list[Recomputed]:
     return rows + ([sealed] if sealed is not None else [])
 
 
-def _from_phase_03(mig: Any, run_dir: Path, records: Any) -> dict[tuple[str, str], tuple[str, dict[str, Any] | None, str]]:
+def _from_phase_03(mig: Any, run_dir: Path, records: Any, *, parity: ParityData | None = None,
+                   scope: str = "") -> Derived:
     """Phase 03's gates derived again from the files: a service's parity from the golden and the
     canary's answers; otherwise the checksum and output parity gates (:func:`_parity_gates`),
-    unless phase 03 proved no candidate (every one without capacity: no canary ran to judge)."""
-    parity = records.parity
+    unless phase 03 proved no candidate (every one without capacity: no canary ran to judge).
+    ``parity`` and ``scope``: a raced candidate's own record data and directory
+    (``03/candidates/<name>``), where its canary's files are; by default the run's."""
+    parity = parity if scope else records.parity
     if mig.workload.kind == "service":
         freeze = records.freeze
         divergent = freeze.freeze.service.self_divergent if freeze and freeze.freeze.service else ()
         try:
-            x = service_phase.parity_from_files(mig, run_dir, divergent)
+            x = service_phase.parity_from_files(mig, run_dir, divergent, scope=scope)
             return {("03", x.name): (FROM_OBSERVATION, _fields(x.to_dict()), "")}
         except EvidenceError as exc:
             return {("03", "service_parity"): (FROM_OBSERVATION, None, str(exc))}
     if parity is not None and parity.result is None and parity.candidates:
         return {}
-    return {("03", x.name): (FROM_OBSERVATION, _fields(x.to_dict()), "") for x in _parity_gates(mig, run_dir, parity)}
+    return {("03", x.name): (FROM_OBSERVATION, _fields(x.to_dict()), "")
+            for x in _parity_gates(mig, run_dir, parity, scope=scope)}
+
+
+def _race_phase_03(mig: Any, run_dir: Path, records: Any) -> Derived:
+    """A race's phase 03 gates (``<gate>[<name>]``, :func:`runbook_lib.phases.candidates.prove_each`)
+    derived again per candidate from its own directory (``03/candidates/<name>/``: its canary's
+    files and its record data, :data:`~runbook_lib.phases.candidates.CANARY_RECORD`), under its own
+    profile. A gate blocks as recorded for a candidate phase 03 proved and never for one it put out
+    (``failed``); a candidate without a canary (no capacity, blocked) has no such files, and its
+    gates are compared with the record. ``race_candidates`` is compared with the record."""
+    out: Derived = {}
+    parity = records.parity
+    for fate in (parity.candidates if parity is not None else ()):
+        scope = f"03/candidates/{fate.name}"
+        kept = run_dir / scoped_path(scope, CANARY_RECORD)
+        if fate.outcome not in ("proved", "failed") or not kept.exists():
+            continue
+        try:
+            # by alias, as phase records are written; by name, as runs before 2026-12-08 wrote it
+            own = ParityData.model_validate_json(kept.read_text(), by_alias=True, by_name=True)
+        except (OSError, ValueError) as exc:
+            raise EvidenceError(f"{kept}: candidate {fate.name}'s phase 03 record cannot be read ({exc}); "
+                                "run `runbook verify` on the run") from exc
+        for (phase, name), (basis, fields, why) in _from_phase_03(
+                mig.with_target(fate.name), run_dir, records, parity=own, scope=scope).items():
+            if fields is not None:
+                fields = {**fields, "blocking": bool(fields["blocking"]) and fate.outcome == "proved"}
+            out[(phase, f"{name}[{fate.name}]")] = (basis, fields, why)
+    return out
 
 
 def _race_again(mig: Any, run_dir: Path, race: RaceRecord) -> tuple[str, dict[str, Any] | None, str]:
@@ -278,16 +317,18 @@ def _measurement_gates(mig: Any, run_dir: Path, data: PhaseData) -> list[g.GateR
     return judge(mig, res, window_costs(mig, res), costs_at_traffic(mig, res))
 
 
-def _parity_gates(mig: Any, run_dir: Path, data: ParityData | None) -> list[g.GateResult]:
+def _parity_gates(mig: Any, run_dir: Path, data: ParityData | None, *, scope: str = "") -> list[g.GateResult]:
     """Phase 03's checksum gate from the canary's recorded checksum rows, and its output parity
     (and a checkpoint entry point's inference parity) from the golden outputs phase 01 saved and
-    the outputs the canary returned (both files in the run), with the params' tolerances."""
+    the outputs the canary returned (both files in the run; a raced candidate's canary's under its
+    ``scope``), with the params' tolerances."""
     import numpy as np
 
     checks = data.result.artifact_checksums if data is not None and data.result is not None else []
 
     def load(rel: str) -> np.ndarray | None:
-        return np.load(run_dir / rel) if (run_dir / rel).exists() else None
+        path = run_dir / scoped_path(scope, rel)
+        return np.load(path) if path.exists() else None
 
     return g.artifact_parity(checks, load(GOLDEN_OUTPUTS), load(CANARY_OUTPUTS), load(GOLDEN_INFERENCE_OUTPUTS),
                              load(CANARY_INFERENCE_OUTPUTS), dtype=mig.source.dtype, rtol=mig.gates.parity_rtol,

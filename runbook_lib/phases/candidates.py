@@ -211,7 +211,8 @@ def prove_first(ctx: PhaseContext, prove: Callable[[PhaseContext], Any],
 RACE_GATE = "race_candidates"
 """Phase 03's blocking gate of a race: how many candidates were proven on their canaries."""
 CANARY_RECORD = "03/canary_record.json"
-"""A raced candidate's own phase 03 record data, under its directory (``03/candidates/<name>/``)."""
+"""A raced candidate's own phase 03 record data, under its directory (``03/candidates/<name>/``),
+written for every candidate whose canary ran (proved or failed)."""
 
 
 @dataclass(frozen=True)
@@ -267,8 +268,8 @@ def prove_each(ctx: PhaseContext, prove: Callable[[PhaseContext], Any], *,
     canaries are judged on their outputs, not on time, but one host's CPUs are shared). A
     candidate phase 02 found a dependency without an equivalent for is ``blocked`` and not
     launched; one with no capacity (:class:`~runbook_lib.errors.NoCapacity`) is ``no_capacity``;
-    one whose blocking gates did not all pass is ``failed``, with the gates named. Each proven
-    candidate's record data is kept in its directory (:data:`CANARY_RECORD`).
+    one whose blocking gates did not all pass is ``failed``, with the gates named. Each candidate
+    whose canary ran keeps its record data in its directory (:data:`CANARY_RECORD`).
 
     The blocking gate :data:`RACE_GATE` PASSes with one candidate or more proven (phase 04 races
     them); with none it FAILs, unless one had no capacity: then it is INCONCLUSIVE (a HOLD, the
@@ -294,10 +295,11 @@ def prove_each(ctx: PhaseContext, prove: Callable[[PhaseContext], Any], *,
         del ctx.evidence.gates[before:]
         named, why = _judged(prof.name, added, out=inner is None)
         ctx.evidence.add_gates(*named)
+        if inner is not None:  # its gates are derived again from it (runbook verify --recompute)
+            cand.evidence.write_json(CANARY_RECORD, inner.record().model_dump(mode="json", by_alias=True))
         if inner is None or why:
             fates.append(_fate(ctx, prof, "no_capacity" if inner is None else "failed", full or why))
             continue
-        cand.evidence.write_json(CANARY_RECORD, inner.record().model_dump(mode="json"))
         dry = bool(getattr(inner, "dry_run", False))
         fates.append(_fate(ctx, prof, "planned" if dry else "proved",
                            "dry-run: its canary is planned, nothing was launched" if dry else

@@ -39,11 +39,8 @@ class Evidence:
         return Evidence(self.run, self.files, self.plans, self.gates, scope)
 
     def where(self, rel: str) -> str:
-        """``rel`` as this view writes it: a path in the phase's directory moved under the scope."""
-        phase_dir = self.scope.split("/", 1)[0]
-        if not self.scope or not rel.startswith(phase_dir + "/"):
-            return rel
-        return f"{self.scope}/{rel[len(phase_dir) + 1:]}"
+        """``rel`` as this view writes it (:func:`scoped_path`)."""
+        return scoped_path(self.scope, rel)
 
     def path(self, rel: str) -> Path:
         """Absolute path of a file this phase produces; registered for hashing into the record."""
@@ -84,3 +81,14 @@ class Evidence:
             "stop_migration": any(g.blocking and g.verdict == "FAIL" for g in self.gates),
             "hold_migration": holds(self.gates),
             **fields})
+
+
+def scoped_path(scope: str, rel: str) -> str:
+    """``rel`` (a path in the run directory) as a raced candidate's view of its phase writes and
+    reads it: a path in the phase's directory moved under ``scope`` (``03/candidates/<name>``:
+    ``03/canary/outputs.npy`` is ``03/candidates/<name>/canary/outputs.npy``); any other path, and
+    every path when ``scope`` is empty, unchanged."""
+    phase_dir = scope.split("/", 1)[0]
+    if not scope or not rel.startswith(phase_dir + "/"):
+        return rel
+    return f"{scope}/{rel[len(phase_dir) + 1:]}"

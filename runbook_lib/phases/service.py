@@ -36,6 +36,7 @@ from runbook_lib.layout import SERVICE_GOLDEN
 from runbook_lib.params import LiveProfile, Migration, Service
 from runbook_lib.phases import PhaseContext, PhaseResult, PlanShown, md, table
 from runbook_lib.phases import service_pods as pods
+from runbook_lib.phases.evidence import scoped_path
 from runbook_lib.providers.base import Plan
 from runbook_lib.service import compare, samples
 from runbook_lib.service.preflight import preflight
@@ -363,10 +364,12 @@ def parity_gate(svc: Service, rows: list[ServiceAnswerRow], divergent: Sequence[
                         source="params workload.service.parity.min_exact_match", phase="03")
 
 
-def parity_from_files(mig: Migration, run_dir: Path, divergent: Sequence[ServiceAnswerRow]) -> g.GateResult:
+def parity_from_files(mig: Migration, run_dir: Path, divergent: Sequence[ServiceAnswerRow], *,
+                      scope: str = "") -> g.GateResult:
     """:func:`parity_gate` derived again from the run's files: phase 01's golden answers
-    (``01/service_golden.json``) and the canary's (``03/canary_answers.json``), compared again
-    under the protocol's comparator (``runbook verify --recompute``).
+    (``01/service_golden.json``) and the canary's (``03/canary_answers.json``; a raced
+    candidate's under its ``scope``, ``03/candidates/<name>``), compared again under the
+    protocol's comparator (``runbook verify --recompute``).
 
     Raises:
         EvidenceError: either file is missing.
@@ -374,7 +377,7 @@ def parity_from_files(mig: Migration, run_dir: Path, divergent: Sequence[Service
     svc = pods.service_of(mig)
     try:
         golden = json.loads((run_dir / SERVICE_GOLDEN).read_text())["answers"]
-        answers = json.loads((run_dir / CANARY_ANSWERS).read_text())["answers"]
+        answers = json.loads((run_dir / scoped_path(scope, CANARY_ANSWERS)).read_text())["answers"]
     except (OSError, KeyError, ValueError) as exc:
         raise EvidenceError(f"{run_dir}: the golden or canary answers cannot be read ({exc}); re-run phases 01 and 03") from exc
     return parity_gate(svc, _rows(svc, golden, answers), divergent)
