@@ -5,8 +5,8 @@ process the job driver runs (:mod:`runbook_lib.workload.job`) is rank 0: it star
 1..N-1 as its own children with the environment torchrun gives each worker (``MASTER_ADDR``,
 ``MASTER_PORT``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``:
 PyTorch's "torchrun (Elastic Launch)" page, "Environment Variables"), and each joins the process
-group at ``tcp://MASTER_ADDR:MASTER_PORT``: ``gloo`` on CPU, ``nccl`` on CUDA, rank ``r`` on
-``cuda:r``. Rank 0 leads: before each step it broadcasts what every rank does next (a
+group through rank 0's TCP store at ``MASTER_ADDR:MASTER_PORT`` (``torch.distributed.TCPStore``):
+``gloo`` on CPU, ``nccl`` on CUDA, rank ``r`` on ``cuda:r``. Rank 0 leads: before each step it broadcasts what every rank does next (a
 :class:`Command`), so the driver's checkpoints, resumes, kills and drills act on one process
 and the other ranks follow it. A rank whose leader is gone (killed, or ended by the step
 watchdog) exits at once.
@@ -32,7 +32,6 @@ from datetime import timedelta
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runbook_lib._http import free_port
 from runbook_lib.errors import WorkloadError
 from runbook_lib.params import Workload
 from runbook_lib.workload import make_workload
@@ -167,6 +166,22 @@ def spec(workload: Workload, profile: "Profile") -> str:
                        "profile_class": f"{type(profile).__module__}:{type(profile).__qualname__}"}, sort_keys=True)
 
 
+def tcp_store(host: str, port: int, world_size: int, *, master: bool, timeout_s: float) -> Any:
+    """``torch.distributed.TCPStore``: the key-value store the ranks rendezvous through. The
+    master (rank 0) listens on ``host:port`` (port 0: a free port the kernel picks, read back as
+    the store's ``port``) and does not wait for the others in its constructor; a client connects
+    to it within ``timeout_s`` seconds (PyTorch's torch.distributed page, "TCPStore").
+
+    Raises:
+        RuntimeError: torch's own, when the port cannot be bound or the master not reached.
+    """
+    import torch.distributed as dist
+
+    store_type = dist.TCPStore  # type: ignore[attr-defined]  # public, re-exported from torch._C without __all__
+    return store_type(host, port, world_size, is_master=master, timeout=timedelta(seconds=timeout_s),
+                      wait_for_workers=False)
+
+
 class Ranks:
     """Rank 0's process group and the helper ranks it started (one per process: :func:`ranks`).
 
@@ -180,7 +195,10 @@ class Ranks:
         self.world_size, self.device = profile.world_size, rank_device(profile.device, 0)
         self.owner: object = None
         self.closed = False
-        port = free_port()
+        # Rank 0 binds the rendezvous store's port itself (port 0: the kernel's pick) before any
+        # helper starts, so nothing else on the host can take the port between a pick and the bind.
+        store = tcp_store("127.0.0.1", 0, self.world_size, master=True, timeout_s=LEADER_TIMEOUT_S)
+        port = int(store.port)
         self.spec = spec(workload, profile)
         layout = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world_size),
                   "LOCAL_WORLD_SIZE": str(self.world_size), "GROUP_RANK": "0", SPEC_ENV: self.spec}
@@ -198,7 +216,7 @@ class Ranks:
         finally:
             os.close(ready_r)
         try:
-            dist.init_process_group(backend(profile.device), init_method=f"tcp://127.0.0.1:{port}", rank=0,
+            dist.init_process_group(backend(profile.device), store=store, rank=0,
                                     world_size=self.world_size, timeout=timedelta(seconds=LEADER_TIMEOUT_S))
         except Exception as exc:  # noqa: BLE001 - the join's own error, named with what it waited for
             self._end()
@@ -362,8 +380,9 @@ def helper_main() -> int:
     device = wl.profile.device
     _COMM_DEVICE[0] = device
     env = os.environ  # torchrun's layout (Ranks starts this process with it)
-    dist.init_process_group(backend(device), init_method=f"tcp://{env['MASTER_ADDR']}:{env['MASTER_PORT']}",
-                            rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),
+    store = tcp_store(env["MASTER_ADDR"], int(env["MASTER_PORT"]), int(env["WORLD_SIZE"]), master=False,
+                      timeout_s=COLLECTIVE_TIMEOUT_S)  # rank 0's store (Ranks): the same keys on every rank
+    dist.init_process_group(backend(device), store=store, rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),
                             timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     while True:
         op, arg = _command()
